@@ -1,0 +1,3 @@
+from guiapp.cli import main
+
+raise SystemExit(main())

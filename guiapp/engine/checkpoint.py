@@ -1,0 +1,325 @@
+"""Reading model checkpoints tensor by tensor.
+
+A model folder holds `model.safetensors`, shards listed in `model.safetensors.index.json`, or (old format)
+`pytorch_model*.bin`. Names, shapes and dtypes come from the headers alone; tensors are read memory-mapped one
+at a time, so reading a 15 GB model costs a few tensors of memory. `.bin` files are unpickled only with
+`weights_only=True`: a file that holds code is refused, never run.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import torch
+
+from guiapp.errors import CheckpointError, UnsafeCheckpointError
+
+SAFETENSORS_DTYPES: dict[str, torch.dtype] = {
+    "F64": torch.float64,
+    "F32": torch.float32,
+    "F16": torch.float16,
+    "BF16": torch.bfloat16,
+    "I64": torch.int64,
+    "I32": torch.int32,
+    "I16": torch.int16,
+    "I8": torch.int8,
+    "U8": torch.uint8,
+    "BOOL": torch.bool,
+    "F8_E4M3": torch.float8_e4m3fn,
+    "F8_E5M2": torch.float8_e5m2,
+}
+SAFETENSORS_CODES: dict[torch.dtype, str] = {dtype: code for code, dtype in SAFETENSORS_DTYPES.items()}
+
+# A safetensors header above this is not a real header (the format's own limit is 100 MB).
+MAX_HEADER_BYTES = 100_000_000
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """What a header says about one tensor: enough to plan a job without reading any data."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+    file: str
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * self.dtype.itemsize
+
+
+def dtype_from_name(name: str) -> torch.dtype:
+    """Map "bfloat16", "bf16", "float16", "fp32"… to a torch dtype; raises ValueError for anything else."""
+    aliases = {
+        "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+        "float16": torch.float16, "fp16": torch.float16, "half": torch.float16,
+        "float32": torch.float32, "fp32": torch.float32, "float": torch.float32,
+        "float64": torch.float64, "fp64": torch.float64, "double": torch.float64,
+    }
+    try:
+        return aliases[str(name).lower().removeprefix("torch.")]
+    except KeyError:
+        raise ValueError(f'"{name}" is not a dtype Mergesmith can write (use bfloat16, float16, float32 or float64)') from None
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def describe_non_safetensors(head: bytes) -> str | None:
+    """Say what a file that should be safetensors really is, from its first bytes; None if it may be safetensors."""
+    text = head.lstrip()
+    if text.startswith(b"version https://git-lfs"):
+        return "a Git LFS pointer (a small text file standing in for the weights, which were never downloaded)"
+    if text[:15].lower().startswith((b"<!doctype", b"<html", b"<?xml", b"<head")):
+        return "an HTML page (an error or login page saved in place of the weights)"
+    if head.startswith(b"PK\x03\x04"):
+        return "a PyTorch zip checkpoint (pickle), not safetensors"
+    if head[:1] == b"\x80":
+        return "a Python pickle, not safetensors"
+    if text.startswith((b"{", b"[")):
+        return "a JSON text file, not safetensors"
+    return None
+
+
+def read_safetensors_header(stream: BinaryIO, size: int, label: str) -> tuple[dict[str, Any], int]:
+    """Parse and check the header of a safetensors file of `size` bytes open as `stream`.
+
+    Returns (header without "__metadata__", data start offset). Raises CheckpointError naming `label` and what
+    the file really is (an LFS pointer, an HTML page, a truncated download, a header that lies about offsets).
+    """
+    head = stream.read(64)
+    what = describe_non_safetensors(head)
+    if what is not None:
+        raise CheckpointError(
+            f"{label} is {what}.",
+            hint="Download the model again (for Hub models: delete it from the Downloaded list, then download it).",
+        )
+    if size < 8:
+        raise CheckpointError(f"{label} is only {size} bytes: the download was cut short.", hint=_REDOWNLOAD)
+    (header_len,) = struct.unpack("<Q", head[:8])
+    if header_len > MAX_HEADER_BYTES or 8 + header_len > size:
+        raise CheckpointError(
+            f"{label} is not a complete safetensors file: its header claims {header_len:,} bytes but the file "
+            f"has {size:,}. The file is truncated or is not safetensors.",
+            hint=_REDOWNLOAD,
+        )
+    stream.seek(8)
+    raw = stream.read(header_len)
+    try:
+        header = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise CheckpointError(f"{label} has a damaged header (not valid JSON).", hint=_REDOWNLOAD) from None
+    if not isinstance(header, dict):
+        raise CheckpointError(f"{label} has a damaged header.", hint=_REDOWNLOAD)
+    header.pop("__metadata__", None)
+    data_size = size - 8 - header_len
+    for name, entry in header.items():
+        try:
+            dtype = SAFETENSORS_DTYPES[entry["dtype"]]
+            begin, end = (int(v) for v in entry["data_offsets"])
+            numel = math.prod(int(d) for d in entry["shape"])
+        except (KeyError, TypeError, ValueError):
+            raise CheckpointError(
+                f'{label} describes tensor "{name}" in a way Mergesmith cannot read (dtype {entry.get("dtype")!r}).',
+                hint="Only safetensors files with float, integer or bool tensors are supported.",
+            ) from None
+        if end - begin != numel * dtype.itemsize or begin < 0:
+            raise CheckpointError(
+                f'{label} is damaged: tensor "{name}" should take {numel * dtype.itemsize:,} bytes but its offsets '
+                f"say {end - begin:,}.",
+                hint=_REDOWNLOAD,
+            )
+        if end > data_size:
+            raise CheckpointError(
+                f'{label} is truncated: tensor "{name}" ends at byte {end:,} of the data but the file holds only '
+                f"{data_size:,}. The download was probably cut short.",
+                hint=_REDOWNLOAD,
+            )
+    return header, 8 + header_len
+
+
+_REDOWNLOAD = "Download the file again; if it came from the Hub, delete it from the cache first."
+
+
+class Checkpoint:
+    """A model folder opened for reading. Use `tensors` for the plan and `read(name)` for the data.
+
+    Raises CheckpointError (or UnsafeCheckpointError) when opened if a weight file is missing, damaged, or holds
+    code. Close it (or use it as a context manager) to release the memory maps.
+    """
+
+    def __init__(self, folder: Path, tensors: dict[str, TensorInfo]):
+        self.folder = folder
+        self.tensors = tensors
+        self._open_files: dict[str, Any] = {}
+        self._pickled: dict[str, dict[str, torch.Tensor]] = {}
+
+    @cached_property
+    def config(self) -> dict[str, Any] | None:
+        """The folder's config.json, or None when there is none. Raises CheckpointError if it is not JSON."""
+        path = self.folder / "config.json"
+        if not path.is_file():
+            return None
+        try:
+            config = json.loads(path.read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as error:
+            raise CheckpointError(
+                f"{path} is not valid JSON ({error}).", hint="Restore the model's original config.json."
+            ) from None
+        if not isinstance(config, dict):
+            raise CheckpointError(f"{path} does not hold a configuration object.", hint="Restore the original file.")
+        return config
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(info.nbytes for info in self.tensors.values())
+
+    def read(self, name: str) -> torch.Tensor:
+        """The tensor `name` as stored (dtype unchanged), memory-mapped on the CPU."""
+        info = self.tensors[name]
+        if info.file.endswith(".safetensors"):
+            handle = self._open_files.get(info.file)
+            if handle is None:
+                from safetensors import safe_open  # noqa: PLC0415
+
+                try:
+                    handle = safe_open(str(self.folder / info.file), framework="pt")
+                except Exception as error:  # safetensors raises its own SafetensorError
+                    raise CheckpointError(f"{self.folder / info.file} cannot be read: {error}", hint=_REDOWNLOAD) from None
+                self._open_files[info.file] = handle
+            return handle.get_tensor(name)
+        state = self._pickled.get(info.file)
+        if state is None:
+            state = _load_pickle_weights(self.folder / info.file)
+            self._pickled[info.file] = state
+        return state[name]
+
+    def close(self) -> None:
+        self._open_files.clear()
+        self._pickled.clear()
+
+    def __enter__(self) -> Checkpoint:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def open_checkpoint(folder: Path) -> Checkpoint:
+    """Open the model folder `folder` and read every weight file's header.
+
+    Raises CheckpointError when the folder has no weights, a shard listed in the index is missing, or a file
+    is damaged or is not what its name says; UnsafeCheckpointError for a pickle that holds code.
+    """
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise CheckpointError(f"{folder} is not a folder.", hint="Choose the folder that holds the model's files.")
+    files = _weight_files(folder)
+    tensors: dict[str, TensorInfo] = {}
+    for file in files:
+        path = folder / file
+        if file.endswith(".safetensors"):
+            with path.open("rb") as stream:
+                header, _ = read_safetensors_header(stream, path.stat().st_size, str(path))
+            entries = {
+                name: TensorInfo(name, tuple(int(d) for d in e["shape"]), SAFETENSORS_DTYPES[e["dtype"]], file)
+                for name, e in header.items()
+            }
+        else:
+            state = _load_pickle_weights(path)
+            entries = {name: TensorInfo(name, tuple(t.shape), t.dtype, file) for name, t in state.items()}
+        for name, info in entries.items():
+            if name in tensors:
+                raise CheckpointError(
+                    f'Tensor "{name}" appears in both {tensors[name].file} and {file} in {folder}.',
+                    hint="The folder mixes files of two models or two formats; keep one set.",
+                )
+            tensors[name] = info
+    return Checkpoint(folder, tensors)
+
+
+def _weight_files(folder: Path) -> list[str]:
+    for index_name, single in (
+        ("model.safetensors.index.json", "model.safetensors"),
+        ("pytorch_model.bin.index.json", "pytorch_model.bin"),
+    ):
+        index_path = folder / index_name
+        if index_path.is_file():
+            try:
+                weight_map = json.loads(index_path.read_text(encoding="utf-8"))["weight_map"]
+                files = sorted(set(weight_map.values()))
+            except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, AttributeError):
+                raise CheckpointError(f"{index_path} is damaged.", hint=_REDOWNLOAD) from None
+            missing = [f for f in files if not (folder / f).is_file()]
+            if missing:
+                raise CheckpointError(
+                    f"{folder} is incomplete: {', '.join(missing)} listed in {index_name} is missing.",
+                    hint="Download the model again; some of its files never arrived.",
+                )
+            for file in files:
+                if Path(file).is_absolute() or ".." in Path(file).parts:
+                    raise CheckpointError(f"{index_path} points outside the model folder ({file}).")
+            return files
+        if (folder / single).is_file():
+            return [single]
+    safetensors = sorted(p.name for p in folder.glob("*.safetensors") if p.name != "adapter_model.safetensors")
+    if safetensors:
+        return safetensors
+    bins = sorted(p.name for p in folder.glob("pytorch_model*.bin"))
+    if bins:
+        return bins
+    raise CheckpointError(
+        f"No model weights in {folder} (no .safetensors or pytorch_model*.bin files).",
+        hint="Choose the folder that holds the model's weight files.",
+    )
+
+
+def _load_pickle_weights(path: Path) -> dict[str, torch.Tensor]:
+    """Load an old-format PyTorch checkpoint without ever running code from it."""
+    with path.open("rb") as stream:
+        what = describe_non_safetensors(stream.read(64))
+    if what and ("LFS" in what or "HTML" in what or "JSON" in what):
+        raise CheckpointError(f"{path} is {what}.", hint=_REDOWNLOAD)
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except RuntimeError as error:
+        if "zip archive" in str(error) or "failed finding central directory" in str(error):
+            # Old non-zip pickles cannot be memory-mapped; they still load safely without it.
+            try:
+                state = torch.load(path, map_location="cpu", weights_only=True)
+            except Exception as inner:
+                raise _unsafe_or_damaged(path, inner) from None
+        else:
+            raise _unsafe_or_damaged(path, error) from None
+    except Exception as error:
+        raise _unsafe_or_damaged(path, error) from None
+    if isinstance(state, dict) and "state_dict" in state and isinstance(state["state_dict"], dict):
+        state = state["state_dict"]
+    if not isinstance(state, dict) or not all(isinstance(t, torch.Tensor) for t in state.values()):
+        raise CheckpointError(f"{path} does not hold a plain set of named tensors.", hint=_SAFETENSORS_HINT)
+    return state
+
+
+_SAFETENSORS_HINT = "Use a safetensors version of this model (most Hub models have one), or convert it yourself."
+
+
+def _unsafe_or_damaged(path: Path, error: Exception) -> CheckpointError:
+    text = str(error)
+    if "Weights only load failed" in text or "Unsupported global" in text or "UnpicklingError" in type(error).__name__:
+        return UnsafeCheckpointError(
+            f"{path} contains Python objects beyond tensors. Loading it would run code from the file, so "
+            "Mergesmith refused to open it.",
+            hint=_SAFETENSORS_HINT,
+        )
+    return CheckpointError(f"{path} cannot be read: {text.splitlines()[0] if text else type(error).__name__}.", hint=_REDOWNLOAD)

@@ -1,0 +1,113 @@
+"""What a merge method is: a name, a typed parameter schema, and a per-tensor function.
+
+A method module defines one `METHOD = MergeMethod(...)`. The window builds its forms from `params`, the recipe
+validator checks values against them, and the merge loop calls `merge(ctx)` once per output tensor with every
+input already in the compute dtype (float32, or float64) on the chosen device.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Callable
+
+import torch
+
+
+class ParamKind(str, Enum):
+    FLOAT = "float"
+    INT = "int"
+    BOOL = "bool"
+
+
+class BaseRole(str, Enum):
+    """How a method treats `base_model`."""
+
+    REQUIRED = "required"  # task vectors are taken against it; a recipe without one is refused
+    OPTIONAL = "optional"  # used when given (task vectors), otherwise the method works on the inputs alone
+    INPUT = "input"  # no special role: an unlisted base is simply one more input (linear, karcher, passthrough)
+
+
+class LoneTensorPolicy(str, Enum):
+    """What to do with a tensor that only some inputs have (merge-methods.md §1, "Shapes and missing tensors")."""
+
+    MERGE_AVAILABLE = "merge_available"  # merge the inputs that have it; fail if the missing one is the base
+    COPY_ONLY_COPY = "copy_only_copy"  # one copy: take it as is (slerp, nuslerp, arcee_fusion)
+    COPY_IF_BASE = "copy_if_base"  # one copy: take it only if it is the base's, else fail (nearswap)
+    MODEL_STOCK = "model_stock"  # lone base copied; fewer than 3 inputs: tensor left out
+
+
+@dataclass(frozen=True)
+class ParamSpec:
+    """One parameter a method declares.
+
+    `default=None` with `required=True` means the recipe must give it. `per_model` parameters are looked up
+    under each model first (weight, density…); the others are method-wide (t, normalize, lambda…).
+    """
+
+    name: str
+    kind: ParamKind
+    default: Any = None
+    required: bool = False
+    per_model: bool = False
+    minimum: float | None = None
+    maximum: float | None = None
+    help: str = ""
+
+
+@dataclass
+class MergeContext:
+    """Everything a method needs to merge one output tensor.
+
+    `tensors` are all inputs for this tensor in recipe order (the base among them at `base_index`, or
+    `base_index is None`), in the compute dtype on the compute device. `model_params[i]` holds the resolved
+    per-model parameters of input i, `params` the method-wide ones; both have every declared parameter
+    (defaults filled in). Methods record statistics in `stats` (e.g. "kept_fraction").
+    """
+
+    tensor_name: str
+    tensors: list[torch.Tensor]
+    base_index: int | None
+    model_params: list[dict[str, Any]]
+    params: dict[str, Any]
+    model_names: list[str]
+    generator: torch.Generator
+    stats: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def base(self) -> torch.Tensor | None:
+        return None if self.base_index is None else self.tensors[self.base_index]
+
+    def non_base(self) -> list[int]:
+        """Indices of the inputs that are not the base, in recipe order."""
+        return [i for i in range(len(self.tensors)) if i != self.base_index]
+
+
+@dataclass(frozen=True)
+class MergeMethod:
+    """A merge method: schema plus the per-tensor function.
+
+    `check_inputs(n_non_base, has_base)` returns None when the method can merge that many inputs, else a
+    message for the user; it runs at validation time, before any tensor is read.
+    """
+
+    name: str
+    title: str
+    summary: str
+    paper: str | None
+    base_role: BaseRole
+    params: tuple[ParamSpec, ...]
+    merge: Callable[[MergeContext], torch.Tensor]
+    lone_tensor: LoneTensorPolicy = LoneTensorPolicy.MERGE_AVAILABLE
+    check_inputs: Callable[[int, bool], str | None] = lambda n_non_base, has_base: None
+
+    def param(self, name: str) -> ParamSpec | None:
+        return next((p for p in self.params if p.name == name), None)
+
+    @property
+    def per_model_params(self) -> tuple[ParamSpec, ...]:
+        return tuple(p for p in self.params if p.per_model)
+
+    @property
+    def global_params(self) -> tuple[ParamSpec, ...]:
+        return tuple(p for p in self.params if not p.per_model)

@@ -1,0 +1,163 @@
+"""Small generated models: the demo's sample models and the test suite's checkpoints.
+
+They are real checkpoints (safetensors + a transformers-compatible config.json) with random weights, so
+transformers can load them and every job runs on them exactly as on a downloaded model.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
+
+
+@dataclass(frozen=True)
+class LlamaShape:
+    hidden: int = 64
+    intermediate: int = 128
+    layers: int = 2
+    heads: int = 4
+    kv_heads: int = 2
+    vocab: int = 256
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.heads
+
+
+def llama_config(shape: LlamaShape, dtype: torch.dtype, tie_embeddings: bool = False) -> dict:
+    return {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": shape.hidden,
+        "intermediate_size": shape.intermediate,
+        "num_hidden_layers": shape.layers,
+        "num_attention_heads": shape.heads,
+        "num_key_value_heads": shape.kv_heads,
+        "head_dim": shape.head_dim,
+        "vocab_size": shape.vocab,
+        "max_position_embeddings": 512,
+        "rms_norm_eps": 1e-5,
+        "hidden_act": "silu",
+        "tie_word_embeddings": tie_embeddings,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "torch_dtype": str(dtype).removeprefix("torch."),
+    }
+
+
+def llama_tensors(shape: LlamaShape, generator: torch.Generator, tie_embeddings: bool = False) -> dict[str, torch.Tensor]:
+    """Random float32 weights with the names and shapes of a transformers LlamaForCausalLM."""
+
+    def randn(*dims: int, scale: float = 0.02) -> torch.Tensor:
+        return torch.randn(*dims, generator=generator) * scale
+
+    kv = shape.kv_heads * shape.head_dim
+    tensors = {"model.embed_tokens.weight": randn(shape.vocab, shape.hidden)}
+    for i in range(shape.layers):
+        prefix = f"model.layers.{i}."
+        tensors[prefix + "self_attn.q_proj.weight"] = randn(shape.hidden, shape.hidden)
+        tensors[prefix + "self_attn.k_proj.weight"] = randn(kv, shape.hidden)
+        tensors[prefix + "self_attn.v_proj.weight"] = randn(kv, shape.hidden)
+        tensors[prefix + "self_attn.o_proj.weight"] = randn(shape.hidden, shape.hidden)
+        tensors[prefix + "mlp.gate_proj.weight"] = randn(shape.intermediate, shape.hidden)
+        tensors[prefix + "mlp.up_proj.weight"] = randn(shape.intermediate, shape.hidden)
+        tensors[prefix + "mlp.down_proj.weight"] = randn(shape.hidden, shape.intermediate)
+        tensors[prefix + "input_layernorm.weight"] = 1 + randn(shape.hidden, scale=0.1)
+        tensors[prefix + "post_attention_layernorm.weight"] = 1 + randn(shape.hidden, scale=0.1)
+    tensors["model.norm.weight"] = 1 + randn(shape.hidden, scale=0.1)
+    if not tie_embeddings:
+        tensors["lm_head.weight"] = randn(shape.vocab, shape.hidden)
+    return tensors
+
+
+def write_checkpoint(
+    folder: Path,
+    tensors: dict[str, torch.Tensor],
+    config: dict,
+    dtype: torch.dtype | None = None,
+    shards: int = 1,
+) -> Path:
+    """Write `tensors` (cast to `dtype` if given) as a model folder with `config.json`.
+
+    `shards > 1` writes `model-0000i-of-0000N.safetensors` files and `model.safetensors.index.json`.
+    """
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    if dtype is not None:
+        tensors = {name: t.to(dtype) if t.is_floating_point() else t for name, t in tensors.items()}
+    tensors = {name: t.contiguous() for name, t in tensors.items()}
+    names = list(tensors)
+    if shards <= 1:
+        save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
+    else:
+        weight_map = {}
+        per_shard = -(-len(names) // shards)
+        for index in range(shards):
+            chunk = names[index * per_shard : (index + 1) * per_shard]
+            filename = f"model-{index + 1:05d}-of-{shards:05d}.safetensors"
+            save_file({n: tensors[n] for n in chunk}, folder / filename, metadata={"format": "pt"})
+            weight_map.update({n: filename for n in chunk})
+        total = sum(t.numel() * t.element_size() for t in tensors.values())
+        index_doc = {"metadata": {"total_size": total}, "weight_map": weight_map}
+        (folder / "model.safetensors.index.json").write_text(json.dumps(index_doc, indent=2))
+    (folder / "config.json").write_text(json.dumps(config, indent=2))
+    return folder
+
+
+def write_llama(
+    folder: Path,
+    shape: LlamaShape = LlamaShape(),
+    dtype: torch.dtype = torch.bfloat16,
+    seed: int = 0,
+    shards: int = 1,
+    tie_embeddings: bool = False,
+) -> Path:
+    """A random Llama-style model folder."""
+    generator = torch.Generator().manual_seed(seed)
+    tensors = llama_tensors(shape, generator, tie_embeddings)
+    return write_checkpoint(folder, tensors, llama_config(shape, dtype, tie_embeddings), dtype, shards)
+
+
+def write_llama_finetune(
+    folder: Path,
+    base: Path,
+    seed: int = 1,
+    delta_rank: int | None = 4,
+    delta_scale: float = 0.01,
+    noise: float = 0.0,
+    dtype: torch.dtype | None = None,
+) -> Path:
+    """A "fine-tune" of the model at `base`: every 2-D weight plus a random update.
+
+    `delta_rank` makes the update of each matrix of that rank (None: full rank); `noise` adds full-rank noise
+    of that standard deviation on top; norms get a small shift too, so that norm changes can be tested.
+    """
+    from guiapp.engine.checkpoint import open_checkpoint  # noqa: PLC0415 - samples is imported by checkpoint tests
+
+    generator = torch.Generator().manual_seed(seed)
+    config = json.loads((Path(base) / "config.json").read_text())
+    source = open_checkpoint(Path(base))
+    storage_dtype = dtype or next(iter(source.tensors.values())).dtype
+    tensors = {}
+    for name in source.tensors:
+        weight = source.read(name).float()
+        if weight.ndim == 2:
+            rows, cols = weight.shape
+            if delta_rank is None:
+                update = torch.randn(rows, cols, generator=generator) * delta_scale
+            else:
+                left = torch.randn(rows, delta_rank, generator=generator)
+                right = torch.randn(delta_rank, cols, generator=generator)
+                update = left @ right * (delta_scale / delta_rank**0.5)
+            weight = weight + update
+        else:
+            weight = weight + torch.randn(weight.shape, generator=generator) * delta_scale
+        if noise:
+            weight = weight + torch.randn(weight.shape, generator=generator) * noise
+        tensors[name] = weight
+    config["torch_dtype"] = str(storage_dtype).removeprefix("torch.")
+    return write_checkpoint(folder, tensors, config, storage_dtype)

@@ -1,0 +1,89 @@
+"""The errors Mergesmith raises on purpose.
+
+Every class here carries a message written for the user (what happened, naming the model, tensor or setting)
+and, where there is one, a hint (what to do). `guiapp.system.explain` turns these, and foreign exceptions, into
+an `Explanation` for the window and the CLI. Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class MergesmithError(Exception):
+    """Base class. `str(error)` is the user-facing message; `hint` says what to do about it.
+
+    `retry_with` optionally holds job-spec changes that fix the problem (e.g. {"device": "cpu"}); the window
+    offers them as "Retry with suggested settings".
+    """
+
+    title = "The job could not finish"
+
+    def __init__(self, message: str, *, hint: str | None = None, retry_with: dict[str, Any] | None = None):
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+        self.retry_with = retry_with
+
+
+class RecipeError(MergesmithError):
+    """The recipe or job settings are invalid (unknown method, missing or out-of-range parameter, bad YAML)."""
+
+    title = "The recipe has a problem"
+
+
+class CheckpointError(MergesmithError):
+    """A model file cannot be read: truncated, corrupt, not a checkpoint at all, or missing."""
+
+    title = "A model file cannot be read"
+
+
+class UnsafeCheckpointError(CheckpointError):
+    """A pickle checkpoint holds more than tensors (code that would run if it were unpickled)."""
+
+    title = "A model file contains code"
+
+
+class IncompatibleModelsError(MergesmithError):
+    """The models cannot be combined: different shapes, vocabularies, architectures or missing tensors."""
+
+    title = "These models cannot be combined"
+
+
+class OutputError(MergesmithError):
+    """The output folder cannot be used: it exists, is not writable, or is inside an input."""
+
+    title = "The output folder cannot be used"
+
+
+class InsufficientResourcesError(MergesmithError):
+    """Not enough disk space or memory for the job, found before it starts or while it runs."""
+
+    title = "Not enough space or memory"
+
+
+class NonFiniteResultError(MergesmithError):
+    """A computed tensor contains NaN or infinity; the job stops and writes nothing finished."""
+
+    title = "The result contains NaN or infinity"
+
+
+class DeviceError(MergesmithError):
+    """The chosen device or dtype cannot be used on this machine with this torch build."""
+
+    title = "The chosen device cannot be used"
+
+
+class JobCancelled(MergesmithError):
+    """The user cancelled the job; nothing was left behind."""
+
+    title = "Cancelled"
+
+    def __init__(self, message: str = "The job was cancelled. Nothing was written."):
+        super().__init__(message)
+
+
+class HubError(MergesmithError):
+    """Base of the errors that come from talking to the Hugging Face Hub."""
+
+    title = "The Hugging Face Hub could not be reached"

@@ -1,0 +1,133 @@
+"""Progress reporting and cooperative cancellation, shared by every layer (engine, hub, jobs).
+
+Long operations take a `Progress` and call `progress.step(...)` between units of work (tensors, chunks);
+`step` raises `JobCancelled` once the user has cancelled, so cancellation takes effect between tensors.
+Listeners (the CLI's progress bar, the window's Qt bridge) receive immutable `ProgressEvent`s.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from guiapp.errors import JobCancelled
+
+
+@dataclass(frozen=True)
+class ProgressEvent:
+    """A snapshot of a job's progress.
+
+    `done`/`total` count units (tensors, files); `bytes_done`/`bytes_total` the data behind them, which drive
+    the rate (bytes/s) and the ETA (seconds; None until it can be estimated).
+    """
+
+    stage: str
+    done: int
+    total: int
+    bytes_done: int
+    bytes_total: int
+    item: str
+    elapsed: float
+    rate: float | None
+    eta: float | None
+
+    @property
+    def fraction(self) -> float:
+        if self.bytes_total > 0:
+            return min(1.0, self.bytes_done / self.bytes_total)
+        return min(1.0, self.done / self.total) if self.total else 0.0
+
+
+ProgressListener = Callable[[ProgressEvent], None]
+LogListener = Callable[[str], None]
+
+
+class CancelToken:
+    """Set from any thread to ask a running job to stop at its next step."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+
+    def cancel(self) -> None:
+        self._event.set()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._event.is_set()
+
+    def raise_if_cancelled(self) -> None:
+        if self._event.is_set():
+            raise JobCancelled()
+
+
+class Progress:
+    """Tracks one job's progress and forwards events and log lines to its listeners.
+
+    All arguments are optional so that engine functions can be called without any reporting.
+    """
+
+    def __init__(
+        self,
+        on_event: ProgressListener | None = None,
+        on_log: LogListener | None = None,
+        cancel: CancelToken | None = None,
+    ) -> None:
+        self._on_event = on_event
+        self._on_log = on_log
+        self.cancel_token = cancel or CancelToken()
+        self._start = time.monotonic()
+        self._stage = ""
+        self._total = 0
+        self._bytes_total = 0
+        self._done = 0
+        self._bytes_done = 0
+        self._stage_start = self._start
+
+    def start_stage(self, stage: str, total: int = 0, bytes_total: int = 0) -> None:
+        """Begin a stage ("Merging", "Downloading"…) of `total` units and `bytes_total` bytes."""
+        self.check_cancelled()
+        self._stage, self._total, self._bytes_total = stage, total, bytes_total
+        self._done = self._bytes_done = 0
+        self._stage_start = time.monotonic()
+        self._emit("")
+
+    def step(self, item: str = "", units: int = 1, nbytes: int = 0) -> None:
+        """Record `units` units and `nbytes` bytes done (item: what was just processed), then check cancel."""
+        self._done += units
+        self._bytes_done += nbytes
+        self._emit(item)
+        self.check_cancelled()
+
+    def log(self, line: str) -> None:
+        if self._on_log is not None:
+            self._on_log(line)
+
+    def check_cancelled(self) -> None:
+        self.cancel_token.raise_if_cancelled()
+
+    def _emit(self, item: str) -> None:
+        if self._on_event is None:
+            return
+        now = time.monotonic()
+        stage_elapsed = now - self._stage_start
+        rate = eta = None
+        if stage_elapsed > 0 and self._bytes_done > 0:
+            rate = self._bytes_done / stage_elapsed
+            eta = max(0.0, (self._bytes_total - self._bytes_done) / rate) if self._bytes_total else None
+        elif stage_elapsed > 0 and self._done > 0 and self._total:
+            eta = max(0.0, (self._total - self._done) * stage_elapsed / self._done)
+        self._on_event(
+            ProgressEvent(
+                stage=self._stage,
+                done=self._done,
+                total=self._total,
+                bytes_done=self._bytes_done,
+                bytes_total=self._bytes_total,
+                item=item,
+                elapsed=now - self._start,
+                rate=rate,
+                eta=eta,
+            )
+        )
