@@ -1,0 +1,270 @@
+"""Writing a job's output: safetensors shards streamed tensor by tensor, inside a staging folder.
+
+Every output shape and dtype is known from the plan, so each shard's header is written first and tensor data
+is appended after it as it is computed: memory never holds a shard. The whole output is written into a hidden
+staging folder next to the destination and renamed into place only when complete, so a cancelled, failed or
+killed job never leaves a folder that looks like a finished model. Staging folders of dead processes are
+removed by `clean_stale_staging` (called before every job).
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import math
+import os
+import re
+import shutil
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+import torch
+
+from guiapp.engine.checkpoint import SAFETENSORS_CODES
+from guiapp.errors import InsufficientResourcesError, OutputError
+
+DEFAULT_SHARD_BYTES = 5_000_000_000
+_STAGING = re.compile(r"^\.(?P<name>.+)\.mergesmith-partial-(?P<pid>\d+)-[0-9a-f]{8}$")
+
+
+@dataclass(frozen=True)
+class PlannedTensor:
+    """One tensor the output will hold, known before any data is computed."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * self.dtype.itemsize
+
+
+def parse_size(text: str | int) -> int:
+    """Parse "2GB", "500MB", "5e9" or an integer into bytes (decimal units, as the Hub counts).
+
+    Raises ValueError for anything else.
+    """
+    if isinstance(text, int):
+        return text
+    match = re.fullmatch(r"\s*([0-9.eE+]+)\s*([kKmMgGtT]?)(i?)[bB]?\s*", str(text))
+    if not match:
+        raise ValueError(f'"{text}" is not a size (examples: 2GB, 500MB, 5000000000)')
+    number, unit, binary = float(match.group(1)), match.group(2).upper(), match.group(3)
+    base = 1024 if binary else 1000
+    return int(number * base ** " KMGT".index(unit or " "))
+
+
+def shard_plan(tensors: list[PlannedTensor], max_shard_bytes: int) -> list[list[PlannedTensor]]:
+    """Split `tensors`, in order, into shards of at most `max_shard_bytes` (a larger tensor gets a shard alone)."""
+    shards: list[list[PlannedTensor]] = [[]]
+    size = 0
+    for tensor in tensors:
+        if shards[-1] and size + tensor.nbytes > max_shard_bytes:
+            shards.append([])
+            size = 0
+        shards[-1].append(tensor)
+        size += tensor.nbytes
+    return shards if shards[0] else []
+
+
+class ShardedWriter:
+    """Streams tensors, in plan order, into `model.safetensors` or `model-0000i-of-0000N.safetensors` + index.
+
+    `filename_prefix` lets other outputs reuse it ("adapter_model" for a single-file PEFT adapter). Raises
+    InsufficientResourcesError when the disk fills up while writing.
+    """
+
+    def __init__(
+        self,
+        folder: Path,
+        tensors: list[PlannedTensor],
+        max_shard_bytes: int = DEFAULT_SHARD_BYTES,
+        filename_prefix: str = "model",
+    ) -> None:
+        self._folder = Path(folder)
+        self._shards = shard_plan(tensors, max_shard_bytes)
+        count = len(self._shards)
+        self._filenames = (
+            [f"{filename_prefix}.safetensors"]
+            if count <= 1
+            else [f"{filename_prefix}-{i + 1:05d}-of-{count:05d}.safetensors" for i in range(count)]
+        )
+        self._prefix = filename_prefix
+        self._order = [(shard_index, t) for shard_index, shard in enumerate(self._shards) for t in shard]
+        self._position = 0
+        self._stream: BinaryIO | None = None
+        self._open_shard = -1
+
+    @property
+    def filenames(self) -> list[str]:
+        return list(self._filenames)
+
+    def write(self, name: str, tensor: torch.Tensor) -> None:
+        """Append `tensor` (already in its planned dtype and shape) as the next planned tensor `name`."""
+        shard_index, planned = self._order[self._position]
+        if name != planned.name or tuple(tensor.shape) != planned.shape or tensor.dtype != planned.dtype:
+            raise RuntimeError(
+                f"internal error: wrote {name} {tuple(tensor.shape)} {tensor.dtype}, plan expected "
+                f"{planned.name} {planned.shape} {planned.dtype}"
+            )
+        if shard_index != self._open_shard:
+            self._start_shard(shard_index)
+        data = tensor.detach().to("cpu").contiguous().reshape(-1).view(torch.uint8).numpy()
+        self._guard_disk(lambda: self._stream.write(data))
+        self._position += 1
+
+    def close(self) -> None:
+        """Finish the last shard and write the index. Raises RuntimeError if a planned tensor was not written."""
+        if self._position != len(self._order):
+            missing = self._order[self._position][1].name
+            raise RuntimeError(f"internal error: output closed before {missing} was written")
+        self._finish_shard()
+        if len(self._filenames) > 1:
+            weight_map = {t.name: self._filenames[i] for i, t in self._order}
+            total = sum(t.nbytes for _, t in self._order)
+            index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+            self._guard_disk(
+                lambda: (self._folder / f"{self._prefix}.safetensors.index.json").write_text(json.dumps(index, indent=2))
+            )
+
+    def abort(self) -> None:
+        if self._stream is not None:
+            self._stream.close()
+            self._stream = None
+
+    def _start_shard(self, shard_index: int) -> None:
+        self._finish_shard()
+        header: dict[str, object] = {"__metadata__": {"format": "pt"}}
+        offset = 0
+        for tensor in self._shards[shard_index]:
+            header[tensor.name] = {
+                "dtype": SAFETENSORS_CODES[tensor.dtype],
+                "shape": list(tensor.shape),
+                "data_offsets": [offset, offset + tensor.nbytes],
+            }
+            offset += tensor.nbytes
+        encoded = json.dumps(header, separators=(",", ":")).encode()
+        encoded += b" " * (-len(encoded) % 8)  # the format asks for 8-byte alignment of the data
+        self._stream = (self._folder / self._filenames[shard_index]).open("wb")
+        self._open_shard = shard_index
+        self._guard_disk(lambda: self._stream.write(len(encoded).to_bytes(8, "little") + encoded))
+
+    def _finish_shard(self) -> None:
+        if self._stream is not None:
+            self._guard_disk(self._stream.close)
+            self._stream = None
+
+    def _guard_disk(self, action) -> None:
+        try:
+            action()
+        except OSError as error:
+            if error.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise InsufficientResourcesError(
+                    f"The disk holding {self._folder.parent} filled up while the output was being written.",
+                    hint="Free some space or choose an output folder on another disk, then run the job again. "
+                    "The partial output was removed.",
+                ) from None
+            raise
+
+
+class StagedOutput:
+    """A hidden staging folder next to `destination`, renamed into place by `commit()`.
+
+    Checks on creation: the destination is not an input's folder or inside one, it does not exist unless
+    `overwrite`, its parent can be created and written. Raises OutputError otherwise. Used as a context manager,
+    the staging folder is removed when the block raises.
+    """
+
+    def __init__(self, destination: Path, *, overwrite: bool = False, inputs: tuple[Path, ...] = ()) -> None:
+        self.destination = Path(destination).expanduser().resolve()
+        for source in inputs:
+            source = Path(source).resolve()
+            if self.destination == source or source in self.destination.parents:
+                raise OutputError(
+                    f"The output folder {self.destination} is inside the input model {source}.",
+                    hint="Choose an output folder outside every input model, so the inputs stay untouched.",
+                )
+        if self.destination.exists() and not overwrite:
+            raise OutputError(
+                f"{self.destination} already exists.",
+                hint="Choose a new output folder, or allow overwriting it (--overwrite).",
+                retry_with={"overwrite": True},
+            )
+        if self.destination.exists() and not self.destination.is_dir():
+            raise OutputError(f"{self.destination} exists and is a file, not a folder.", hint="Choose another name.")
+        parent = self.destination.parent
+        try:
+            parent.mkdir(parents=True, exist_ok=True)
+            clean_stale_staging(parent)
+            self.path = parent / f".{self.destination.name}.mergesmith-partial-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+            self.path.mkdir()
+        except PermissionError:
+            raise OutputError(
+                f"Mergesmith cannot write in {parent}.",
+                hint="Choose an output folder in a place you can write to, such as your home folder.",
+            ) from None
+        except OSError as error:
+            if error.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise InsufficientResourcesError(f"The disk holding {parent} is full.", hint="Free some space.") from None
+            if error.errno == errno.EROFS:
+                raise OutputError(f"{parent} is on a read-only disk.", hint="Choose another output folder.") from None
+            raise
+
+    def commit(self) -> Path:
+        """Move the finished output into place (replacing an old one when overwriting) and return its path."""
+        if self.destination.exists():
+            retired = self.destination.parent / f".{self.destination.name}.mergesmith-old-{uuid.uuid4().hex[:8]}"
+            self.destination.rename(retired)
+            self.path.rename(self.destination)
+            shutil.rmtree(retired, ignore_errors=True)
+        else:
+            self.path.rename(self.destination)
+        return self.destination
+
+    def discard(self) -> None:
+        shutil.rmtree(self.path, ignore_errors=True)
+
+    def __enter__(self) -> StagedOutput:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is not None:
+            self.discard()
+
+
+def clean_stale_staging(parent: Path) -> list[Path]:
+    """Remove staging folders in `parent` left by processes that no longer run (e.g. killed with -9)."""
+    removed = []
+    try:
+        entries = list(Path(parent).iterdir())
+    except OSError:
+        return removed
+    for entry in entries:
+        match = _STAGING.match(entry.name)
+        if match and entry.is_dir() and not _process_alive(int(match.group("pid"))):
+            shutil.rmtree(entry, ignore_errors=True)
+            removed.append(entry)
+    return removed
+
+
+def _process_alive(pid: int) -> bool:
+    import psutil  # noqa: PLC0415
+
+    return pid == os.getpid() or psutil.pid_exists(pid)
+
+
+def check_free_space(folder: Path, needed_bytes: int) -> None:
+    """Raise InsufficientResourcesError when the disk holding `folder` has less than `needed_bytes` free."""
+    probe = Path(folder).resolve()
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    free = shutil.disk_usage(probe).free
+    if free < needed_bytes:
+        raise InsufficientResourcesError(
+            f"The output needs {needed_bytes / 1e9:.2f} GB but the disk holding {probe} has only "
+            f"{free / 1e9:.2f} GB free.",
+            hint=f"Free at least {(needed_bytes - free) / 1e9:.2f} GB, or choose an output folder on another disk.",
+        )
