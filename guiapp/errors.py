@@ -87,3 +87,45 @@ class HubError(MergesmithError):
     """Base of the errors that come from talking to the Hugging Face Hub."""
 
     title = "The Hugging Face Hub could not be reached"
+
+
+class GatedModelError(HubError):
+    """The model's licence must be accepted on its Hub page (and a token given) before its files can be read."""
+
+    title = "This model needs your permission first"
+
+
+class ModelNotFoundError(HubError):
+    """No model (or file) by that name: a typo, a private repo without a token, or a local folder that is gone."""
+
+    title = "The model was not found"
+
+
+class RevisionNotFoundError(HubError):
+    """The model exists but the branch, tag or commit after `@` does not."""
+
+    title = "The model version was not found"
+
+
+class OfflineError(HubError):
+    """Something needs the Hub while Mergesmith is offline (or the network is down) and nothing local can stand in."""
+
+    title = "Offline"
+
+
+class RateLimitedError(HubError):
+    """The Hub refused more requests for now (HTTP 429)."""
+
+    title = "The Hub asked us to slow down"
+
+
+class ConnectionLostError(HubError):
+    """The connection to the Hub broke and could not be resumed."""
+
+    title = "The connection to the Hub was lost"
+
+
+class InvalidTokenError(HubError):
+    """The Hub did not accept the access token."""
+
+    title = "The access token was not accepted"
