@@ -1,0 +1,39 @@
+"""Choosing the torch device a job computes on, with a clear refusal when it is not there."""
+
+from __future__ import annotations
+
+import torch
+
+from guiapp.errors import DeviceError
+
+
+def resolve_device(name: str) -> torch.device:
+    """Turn "cpu", "cuda", "cuda:1", "mps" or "xpu" into a device that exists on this machine.
+
+    Raises DeviceError saying what is missing (a CPU-only torch build, no such GPU) and offering the CPU.
+    """
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise DeviceError(
+            f'"{name}" is not a device name.',
+            hint="Use cpu, cuda, cuda:N, mps or xpu.",
+            retry_with={"device": "cpu"},
+        ) from None
+    if device.type == "cpu":
+        return device
+    backend = {"cuda": torch.cuda, "mps": torch.backends.mps, "xpu": getattr(torch, "xpu", None)}.get(device.type)
+    if backend is None or not backend.is_available():
+        build = "a CPU-only build of PyTorch" if device.type != "mps" else "PyTorch without Apple GPU support"
+        raise DeviceError(
+            f"The device {name} is not available: this machine has no such GPU, or Mergesmith runs on {build}.",
+            hint="Run on the CPU, or install the PyTorch build for your GPU (see the README).",
+            retry_with={"device": "cpu"},
+        )
+    if device.type in ("cuda", "xpu") and device.index is not None and device.index >= backend.device_count():
+        raise DeviceError(
+            f"There is no GPU number {device.index}: this machine has {backend.device_count()}.",
+            hint=f"Use {device.type}:0" + (f" to {device.type}:{backend.device_count() - 1}" if backend.device_count() > 1 else "") + ".",
+            retry_with={"device": f"{device.type}:0"},
+        )
+    return device

@@ -1,0 +1,224 @@
+"""The merge loop: plan, then for each output tensor read → compute in float32 → cast → append to its shard.
+
+Peak memory is the inputs of one tensor (plus those of the next one, read ahead on a second thread while the
+current one is computed), never a model or a shard. The output appears under its name only when complete.
+"""
+
+from __future__ import annotations
+
+import time
+import zlib
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from guiapp.engine.devices import resolve_device
+from guiapp.engine.methods.base import MergeContext
+from guiapp.engine.model_card import write_merge_metadata
+from guiapp.engine.output import DEFAULT_SHARD_BYTES, PlannedTensor, ShardedWriter, StagedOutput, check_free_space
+from guiapp.engine.plan import MergePlan, TensorTask, build_plan
+from guiapp.engine.recipe import Recipe
+from guiapp.engine.sources import ModelReader, local_folder, open_reader, read_headers
+from guiapp.errors import IncompatibleModelsError, NonFiniteResultError
+from guiapp.progress import Progress
+
+# Room for config, tokenizer and card files, and for the file system's own overhead.
+_DISK_MARGIN_BYTES = 64 * 1024 * 1024
+
+
+@dataclass
+class MergeSettings:
+    """How to run a recipe: where to write, on which device, with which seed and shard size."""
+
+    output: Path
+    device: str = "cpu"
+    seed: int = 0
+    shard_bytes: int = DEFAULT_SHARD_BYTES
+    overwrite: bool = False
+
+
+@dataclass
+class MergeOutcome:
+    output: Path
+    plan: MergePlan
+    seconds: float
+    tensor_stats: list[dict[str, Any]] = field(default_factory=list)
+
+    def summary(self) -> dict[str, Any]:
+        kept = [s["kept_fraction"] for s in self.tensor_stats if "kept_fraction" in s]
+        return {
+            "output": str(self.output),
+            "method": self.plan.method.name,
+            "tensors": len(self.plan.tasks),
+            "output_bytes": self.plan.output_bytes,
+            "seconds": round(self.seconds, 3),
+            "mean_kept_fraction": sum(kept) / len(kept) if kept else None,
+            "warnings": self.plan.warnings,
+        }
+
+
+def plan_merge(recipe: Recipe, progress: Progress | None = None) -> MergePlan:
+    """Read every model's headers (no weights) and validate the recipe against them.
+
+    Raises RecipeError / IncompatibleModelsError / CheckpointError / HubError subclasses for what is wrong.
+    """
+    progress = progress or Progress()
+    refs = recipe.model_refs()
+    progress.start_stage("Reading model headers", total=len(refs))
+    headers = {}
+    for ref in refs:
+        headers[ref] = read_headers(ref)
+        progress.step(str(ref))
+    plan = build_plan(recipe, headers)
+    for warning in plan.warnings:
+        progress.log(f"Warning: {warning}")
+    return plan
+
+
+def run_merge(recipe: Recipe, settings: MergeSettings, progress: Progress | None = None) -> MergeOutcome:
+    """Merge `recipe` into `settings.output`.
+
+    Everything that can be checked from headers is checked before any download or computation. On failure or
+    cancellation nothing is left at `settings.output` (an existing folder there is kept unless the merge
+    completes with `overwrite`). Raises the MergesmithError subclasses of the problem found.
+    """
+    progress = progress or Progress()
+    started = time.monotonic()
+    device = resolve_device(settings.device)
+    plan = plan_merge(recipe, progress)
+    check_free_space(settings.output.parent if not settings.output.exists() else settings.output,
+                     plan.output_bytes + _DISK_MARGIN_BYTES)
+    local_inputs = tuple(p for p in (local_folder(m.ref) for m in plan.models) if p is not None)
+    with StagedOutput(settings.output, overwrite=settings.overwrite, inputs=local_inputs) as staged:
+        progress.start_stage("Preparing models", total=len(plan.models))
+        readers = []
+        try:
+            for model in plan.models:
+                readers.append(open_reader(model.ref, progress))
+                progress.step(model.label)
+            stats = _merge_tensors(plan, readers, staged.path, device, settings, progress)
+            write_merge_metadata(staged.path, plan, [r.folder for r in readers])
+        finally:
+            for reader in readers:
+                reader.close()
+        progress.check_cancelled()
+        output = staged.commit()
+    elapsed = time.monotonic() - started
+    progress.log(f"Done: {len(plan.tasks)} tensors written to {output} in {elapsed:.1f} s.")
+    return MergeOutcome(output, plan, elapsed, stats)
+
+
+def _merge_tensors(
+    plan: MergePlan,
+    readers: list[ModelReader],
+    folder: Path,
+    device: torch.device,
+    settings: MergeSettings,
+    progress: Progress,
+) -> list[dict[str, Any]]:
+    planned = [PlannedTensor(t.name, t.shape, plan.out_tensor_dtype(t)) for t in plan.tasks]
+    writer = ShardedWriter(folder, planned, settings.shard_bytes)
+    progress.start_stage("Merging", total=len(plan.tasks), bytes_total=plan.input_bytes)
+    stats: list[dict[str, Any]] = []
+    # Reading (page faults, dtype casts) overlaps the computation of the previous tensor.
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="mergesmith-read") as pool:
+        pending: Future | None = pool.submit(_read_inputs, plan, readers, plan.tasks[0], device)
+        try:
+            for index, task in enumerate(plan.tasks):
+                tensors = pending.result()
+                pending = (
+                    pool.submit(_read_inputs, plan, readers, plan.tasks[index + 1], device)
+                    if index + 1 < len(plan.tasks) else None
+                )
+                tick = time.perf_counter()
+                result, extra = _compute(plan, task, tensors, device, settings.seed)
+                del tensors
+                writer.write(task.name, result)
+                stats.append({"tensor": task.name, "seconds": time.perf_counter() - tick, **extra})
+                nbytes = sum(plan.models[i.model].tensors[i.tensor].nbytes for i in task.inputs)
+                progress.step(task.name, nbytes=nbytes)
+        except BaseException:
+            writer.abort()
+            if pending is not None:
+                pending.cancel()
+            raise
+    writer.close()
+    return stats
+
+
+def _read_inputs(plan: MergePlan, readers: list[ModelReader], task: TensorTask, device: torch.device) -> list[torch.Tensor]:
+    tensors = []
+    for item in task.inputs:
+        tensor = readers[item.model].read(item.tensor)
+        if item.rows is not None:
+            tensor = tensor[: item.rows]
+            if item.pad_from is not None:
+                model, name = item.pad_from
+                padding = readers[model].read(name)[item.rows : task.shape[0]]
+                tensor = torch.cat([tensor, padding.to(tensor.dtype)])
+        if task.floating:
+            if plan.read_dtype is not None:
+                tensor = tensor.to(plan.read_dtype)
+            tensor = tensor.to(device=device, dtype=plan.compute_dtype)
+        tensors.append(tensor)
+    return tensors
+
+
+def _compute(
+    plan: MergePlan, task: TensorTask, tensors: list[torch.Tensor], device: torch.device, seed: int
+) -> tuple[torch.Tensor, dict[str, Any]]:
+    extra: dict[str, Any] = {}
+    if not task.floating:
+        if any(not torch.equal(tensors[0], other) for other in tensors[1:]):
+            labels = ", ".join(plan.models[i.model].label for i in task.inputs)
+            raise IncompatibleModelsError(
+                f"{task.name} holds integers (not weights) and differs between {labels}, so it cannot be merged.",
+                hint="These models are not compatible; check that they share an architecture.",
+            )
+        return tensors[0].cpu(), extra
+    if task.copy:
+        result = tensors[0]
+    else:
+        generator = torch.Generator(device=device)
+        generator.manual_seed(seed * 1_000_003 + zlib.crc32(task.name.encode()))
+        context = MergeContext(
+            tensor_name=task.name,
+            tensors=tensors,
+            base_index=task.base_index,
+            model_params=task.model_params,
+            params=task.params,
+            model_names=[plan.models[i.model].label for i in task.inputs],
+            generator=generator,
+        )
+        result = plan.method.merge(context)
+        extra.update(context.stats)
+    _check_finite(plan, task, tensors, result, "computing it")
+    result = result.to(plan.out_dtype)
+    _check_finite(plan, task, tensors, result, f"storing it as {str(plan.out_dtype).removeprefix('torch.')}")
+    return result.cpu(), extra
+
+
+def _check_finite(plan: MergePlan, task: TensorTask, tensors: list[torch.Tensor], result: torch.Tensor, when: str) -> None:
+    if bool(torch.isfinite(result).all()):
+        return
+    broken = [plan.models[i.model].label for i, t in zip(task.inputs, tensors) if not bool(torch.isfinite(t).all())]
+    if broken:
+        cause = f"the input {', '.join(broken)} already contains NaN or infinity in this tensor"
+        hint = "That model file is damaged or was saved after a training run that diverged; use another copy."
+        retry = None
+    elif "storing" in when:
+        cause = "the merged values are too large for the output dtype"
+        hint = "Store the result as bfloat16 or float32 instead (out_dtype)."
+        retry = {"out_dtype": "bfloat16"}
+    else:
+        cause = "the computation overflowed"
+        hint = "Check the weights and lambda for extreme values."
+        retry = None
+    raise NonFiniteResultError(
+        f"{task.name} came out as NaN or infinity when {when}: {cause}. Nothing was written.",
+        hint=hint,
+        retry_with=retry,
+    )

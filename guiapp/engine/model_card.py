@@ -1,0 +1,64 @@
+"""The files that go with a merged model: config.json, tokenizer files, a model card and the recipe."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import yaml
+
+from guiapp import __version__
+from guiapp.engine.plan import MergePlan
+
+TOKENIZER_FILES = (
+    "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model", "vocab.json",
+    "merges.txt", "vocab.txt", "added_tokens.json", "chat_template.jinja", "spiece.model",
+)
+
+def write_merge_metadata(folder: Path, plan: MergePlan, model_folders: list[Path]) -> None:
+    """Write config.json, tokenizer and generation files, README.md and mergesmith_recipe.yml into `folder`."""
+    if plan.config is not None:
+        (folder / "config.json").write_text(json.dumps(plan.config, indent=2) + "\n")
+    tokenizer_folder = model_folders[plan.tokenizer_model]
+    for name in TOKENIZER_FILES:
+        if (tokenizer_folder / name).is_file():
+            shutil.copyfile(tokenizer_folder / name, folder / name)
+    generation = model_folders[plan.config_model] / "generation_config.json"
+    if generation.is_file():
+        shutil.copyfile(generation, folder / "generation_config.json")
+    (folder / "mergesmith_recipe.yml").write_text(recipe_yaml(plan.recipe.document))
+    (folder / "README.md").write_text(merge_card(plan))
+
+
+def recipe_yaml(document: dict) -> str:
+    return yaml.safe_dump(document, sort_keys=False, allow_unicode=True)
+
+
+def merge_card(plan: MergePlan) -> str:
+    """A model card that needs no network: front matter for the Hub, what was merged, and the recipe."""
+    hub_models = [m.ref.hub_id for m in plan.models if m.ref.hub_id]
+    front = {"library_name": "transformers", "tags": ["merge", "mergesmith"]}
+    if hub_models:
+        front = {"base_model": hub_models, **front}
+    method = plan.method
+    paper = f" ([paper]({method.paper}))" if method.paper else ""
+    base = plan.recipe.base_model
+    lines = [
+        "---",
+        yaml.safe_dump(front, sort_keys=False).strip(),
+        "---",
+        "",
+        "# Merged model",
+        "",
+        f"This model was made with Mergesmith {__version__} using the "
+        f"**{method.title}** method{paper}: {method.summary}",
+        "",
+        "## Models merged",
+        "",
+    ]
+    for model in plan.models:
+        role = " (base)" if base is not None and model.ref == base else ""
+        lines.append(f"- {model.label}{role}")
+    lines += ["", "## Recipe", "", "```yaml", recipe_yaml(plan.recipe.document).rstrip(), "```", ""]
+    return "\n".join(lines)

@@ -1,0 +1,83 @@
+"""Where a job's models come from: headers for planning, and tensor readers for running.
+
+A model reference is a local folder or a Hub id. Planning needs only headers (for a Hub model that is not
+downloaded yet, read over HTTP range requests), so every problem is found before a download starts; running
+needs the files, fetched into the standard Hugging Face cache.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from guiapp.engine.checkpoint import Checkpoint, open_checkpoint
+from guiapp.engine.plan import ModelHeaders
+from guiapp.engine.recipe import ModelRef
+from guiapp.errors import CheckpointError
+from guiapp.progress import Progress
+
+
+def local_folder(ref: ModelRef) -> Path | None:
+    """The folder of a local reference, None for a Hub id. Raises CheckpointError for a path that does not exist."""
+    if not ref.is_local:
+        return None
+    path = Path(ref.model).expanduser()
+    if not path.is_dir():
+        raise CheckpointError(
+            f"The model folder {path} does not exist.",
+            hint="Check the path, or use a Hub id such as org/name.",
+        )
+    return path
+
+
+def read_headers(ref: ModelRef) -> ModelHeaders:
+    """Names, shapes, dtypes and config of `ref`'s model, reading no tensor data.
+
+    Raises CheckpointError for a missing or damaged local model, HubError subclasses for Hub problems.
+    """
+    folder = local_folder(ref)
+    if folder is None:
+        from guiapp.hub.resolve import remote_headers  # noqa: PLC0415
+
+        return remote_headers(ref)
+    with open_checkpoint(folder) as checkpoint:
+        return ModelHeaders(ref, checkpoint.tensors, checkpoint.config)
+
+
+@dataclass
+class ModelReader:
+    """Reads one input model's tensors (as stored) during a job, with its LoRA adapter applied if it has one."""
+
+    ref: ModelRef
+    folder: Path
+    checkpoint: Checkpoint
+    adapter: object | None = None
+
+    def read(self, name: str) -> torch.Tensor:
+        tensor = self.checkpoint.read(name)
+        if self.adapter is None:
+            return tensor
+        return self.adapter.apply_to(name, tensor)
+
+    def close(self) -> None:
+        self.checkpoint.close()
+
+
+def open_reader(ref: ModelRef, progress: Progress | None = None) -> ModelReader:
+    """Open `ref` for reading, downloading it into the Hugging Face cache first if it is a Hub model.
+
+    Raises CheckpointError / HubError subclasses when the model cannot be had.
+    """
+    folder = local_folder(ref)
+    if folder is None:
+        from guiapp.hub.resolve import resolve_model  # noqa: PLC0415
+
+        folder = resolve_model(ref.model, revision=ref.revision, progress=progress)
+    adapter = None
+    if ref.adapter:
+        from guiapp.engine.lora_apply import open_adapter_for_merge  # noqa: PLC0415
+
+        adapter = open_adapter_for_merge(ref.adapter, progress=progress)
+    return ModelReader(ref, folder, open_checkpoint(folder), adapter)
