@@ -1,0 +1,198 @@
+"""What each job kind may use on this machine, read from the probe's matrix.
+
+Storage dtype and compute dtype are separate: a job reads tensors in their storage dtype, computes in float32
+(float64 where float32 is missing), and casts back. So a storage dtype S is usable on device D when D can cast
+S to and from the compute dtype and S survives a safetensors round trip on the host; the job's own operations
+only ever need to work in the compute dtype. The window's device and dtype dropdowns show these `Option`s:
+impossible ones disabled with their reason, the others with "computed in float32" where that applies.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from guiapp.errors import DeviceError
+from guiapp.system.probe import COMPUTE_DTYPES, DTYPE_NAMES, ProbeResult
+from guiapp.system.units import format_bytes
+
+# The operations each job kind runs in its compute dtype. Randomized SVD is built from randn, matmul, qr, svd.
+JOB_OPERATIONS: dict[str, tuple[str, ...]] = {
+    "merge": (
+        "add", "mul", "sum", "abs", "sign", "clamp", "norm", "lerp", "acos", "sin", "topk", "kthvalue",
+        "bernoulli", "matmul",
+    ),
+    "extract": ("matmul", "svd", "qr", "randn", "norm", "kthvalue", "sum", "clamp", "mul", "add"),
+    "apply": ("matmul", "addmm", "add", "mul"),
+}
+HOST_STORAGE_OPERATIONS = ("safetensors",)
+
+OPERATION_WORDS = {
+    "matmul": "matrix multiplication",
+    "addmm": "matrix multiply-add",
+    "svd": "SVD",
+    "qr": "QR decomposition",
+    "randn": "random numbers",
+    "topk": "top-k selection",
+    "kthvalue": "k-th value selection",
+    "quantile": "quantiles",
+    "bernoulli": "random masks",
+    "norm": "norms",
+    "safetensors": "saving to safetensors",
+    "numpy": "conversion to NumPy",
+    "to_host": "copying to and from the CPU",
+}
+
+# A compute device below this fraction of the CPU's float32 matmul speed (5× slower) is flagged slow.
+SLOW_FRACTION_OF_CPU = 0.2
+
+
+@dataclass(frozen=True)
+class Option:
+    """One entry of a dtype dropdown: job kind × device × storage dtype.
+
+    `possible` False comes with `reason` (shown on the disabled item). `compute_dtype` is what the job computes
+    in; `note` says so when it differs from the storage dtype; `slow` marks a combination that works but runs
+    far slower than this machine's CPU in float32 (the note says by how much).
+    """
+
+    job: str
+    device: str
+    storage_dtype: str
+    possible: bool
+    compute_dtype: str | None
+    reason: str | None = None
+    slow: bool = False
+    note: str = ""
+
+    @property
+    def label(self) -> str:
+        if not self.possible:
+            return f"{self.storage_dtype} (not available: {self.reason})"
+        return f"{self.storage_dtype} ({self.note})" if self.note else self.storage_dtype
+
+
+@dataclass(frozen=True)
+class DeviceOption:
+    """One entry of a device dropdown: usable when at least one storage dtype is possible there."""
+
+    device: str
+    label: str
+    possible: bool
+    reason: str | None = None
+
+
+def option(
+    result: ProbeResult, job: str, device: str, storage_dtype: str, compute_dtype: str | None = None
+) -> Option:
+    """Whether `job` ("merge", "extract", "apply") can store `storage_dtype` on `device`, and how.
+
+    `compute_dtype` None picks float32 (float64 for float64 storage), or the other one where the first lacks an
+    operation. Raises ValueError for an
+    unknown job kind or dtype name (a programming error, not a user one).
+    """
+    if job not in JOB_OPERATIONS:
+        raise ValueError(f"unknown job kind {job!r}; expected one of {sorted(JOB_OPERATIONS)}")
+    if storage_dtype not in DTYPE_NAMES:
+        raise ValueError(f"unknown dtype {storage_dtype!r}; expected one of {DTYPE_NAMES}")
+    if result.device(device) is None:
+        present = ", ".join(d["id"] for d in result.devices) or "none"
+        return Option(job, device, storage_dtype, False, None, f"there is no {device} on this machine ({present})")
+    if compute_dtype:
+        candidates: tuple[str, ...] = (compute_dtype,)
+    else:  # float64 models keep their precision; everything else computes in float32
+        candidates = tuple(sorted(COMPUTE_DTYPES, key=lambda dtype: dtype != storage_dtype))
+    refusals = []
+    for candidate in candidates:
+        failure = _first_failure(result, device, candidate, _needed(job, storage_dtype, candidate))
+        if failure is None:
+            return _possible(result, job, device, storage_dtype, candidate)
+        refusals.append(failure)
+    return Option(job, device, storage_dtype, False, None, refusals[0])
+
+
+def dtype_options(result: ProbeResult, job: str, device: str) -> list[Option]:
+    """One `Option` per storage dtype, in the order of `DTYPE_NAMES`, for the dtype dropdown."""
+    return [option(result, job, device, dtype) for dtype in DTYPE_NAMES]
+
+
+def device_options(result: ProbeResult, job: str) -> list[DeviceOption]:
+    """One entry per probed device for the device dropdown, CPU first."""
+    entries = []
+    for device in result.devices:
+        options = dtype_options(result, job, device["id"])
+        usable = any(o.possible for o in options)
+        reason = None if usable else options[0].reason
+        entries.append(DeviceOption(device["id"], describe_device(device), usable, reason))
+    return entries
+
+
+def require(result: ProbeResult, job: str, device: str, storage_dtype: str) -> Option:
+    """The `Option` for these settings, or DeviceError (with the reason and a retry on the CPU) if impossible."""
+    chosen = option(result, job, device, storage_dtype)
+    if chosen.possible:
+        return chosen
+    cpu = option(result, job, "cpu", storage_dtype)
+    raise DeviceError(
+        f"{_job_words(job).capitalize()} cannot store {storage_dtype} on {device}: {chosen.reason}.",
+        hint="Pick another device or output dtype; the dropdowns only offer combinations that work here."
+        + (" The CPU can do it." if cpu.possible and device != "cpu" else ""),
+        retry_with={"device": "cpu"} if cpu.possible and device != "cpu" else None,
+    )
+
+
+def describe_device(device: dict) -> str:
+    """A readable one-line name: "CPU: AMD EPYC, 2 cores, 23.5 GB RAM", "cuda:0: NVIDIA RTX 4090, 24.0 GB"."""
+    if device["kind"] == "cpu":
+        cores = device.get("cores_physical") or device.get("cores_logical")
+        return f"CPU: {device['name']}, {cores} cores, {format_bytes(device['memory_total'])} RAM"
+    memory = f", {format_bytes(device['memory_total'])}" if device.get("memory_total") else ""
+    return f"{device['id']}: {device['name']}{memory}"
+
+
+def _needed(job: str, storage_dtype: str, compute_dtype: str) -> list[tuple[str, str, bool]]:
+    """(dtype, operation, on host) triples the job needs: storage casts, host file I/O, compute operations."""
+    needed = [(storage_dtype, f"cast_to_{compute_dtype}", False), (storage_dtype, f"cast_from_{compute_dtype}", False)]
+    needed += [(storage_dtype, "to_host", False)]
+    needed += [(storage_dtype, operation, True) for operation in HOST_STORAGE_OPERATIONS]
+    needed += [(compute_dtype, operation, False) for operation in JOB_OPERATIONS[job]]
+    return needed
+
+
+def _first_failure(
+    result: ProbeResult, device: str, compute_dtype: str, needed: list[tuple[str, str, bool]]
+) -> str | None:
+    for dtype, operation, on_host in needed:
+        where = "cpu" if on_host else device
+        check = result.check(where, dtype, operation)
+        words = _operation_words(operation)
+        if check is None:
+            untested = "the probe did not get that far" if result.problem else "it was not probed"
+            return f"{words} in {dtype} on {where} was not tested ({untested})"
+        if not check.ok:
+            return f"{words} in {dtype} fails on {where} ({check.error})"
+    return None
+
+
+def _possible(result: ProbeResult, job: str, device: str, storage_dtype: str, compute_dtype: str) -> Option:
+    notes = [] if storage_dtype == compute_dtype else [f"computed in {compute_dtype}"]
+    slow = False
+    cpu_speed = result.speed("cpu", "float32", "matmul")
+    speed = result.speed(device, compute_dtype, "matmul")
+    if cpu_speed and speed and speed.gflops and cpu_speed.gflops and (device, compute_dtype) != ("cpu", "float32"):
+        ratio = cpu_speed.gflops / speed.gflops
+        if speed.gflops < SLOW_FRACTION_OF_CPU * cpu_speed.gflops:
+            slow = True
+            notes.append(f"slow: {ratio:.0f}× slower than float32 on the CPU")
+    return Option(job, device, storage_dtype, True, compute_dtype, None, slow, "; ".join(notes))
+
+
+def _operation_words(operation: str) -> str:
+    if operation.startswith("cast_to_"):
+        return f"converting to {operation.removeprefix('cast_to_')}"
+    if operation.startswith("cast_from_"):
+        return f"converting from {operation.removeprefix('cast_from_')}"
+    return OPERATION_WORDS.get(operation, operation)
+
+
+def _job_words(job: str) -> str:
+    return {"merge": "a merge", "extract": "a LoRA extraction", "apply": "applying a LoRA"}[job]
