@@ -14,6 +14,25 @@ from guiapp.errors import RecipeError
 
 _MODULES = (
     "linear",
+    "task_arithmetic",
+    "ties",
+    "dare_ties",
+    "dare_linear",
+    "breadcrumbs",
+    "breadcrumbs_ties",
+    "della",
+    "della_linear",
+    "slerp",
+    "nuslerp",
+    "multislerp",
+    "karcher",
+    "model_stock",
+    "sce",
+    "ram",
+    "ramplus_tl",
+    "nearswap",
+    "arcee_fusion",
+    "passthrough",
 )
 
 METHODS: dict[str, MergeMethod] = {

@@ -1,0 +1,267 @@
+"""The task-vector family (task_arithmetic, ties, dare_*, breadcrumbs*, della*): one generic merge.
+
+Per tensor (merge-methods.md §2): δ_i = x_i − b, sparsified by density (optionally L1-rescaled), weighted,
+then mixed with or without sign consensus, optionally normalised, scaled by `lambda`, added to the base.
+Each method module only declares which sparsifier and consensus it uses and its defaults, via
+`task_vector_method`.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+import torch
+
+from guiapp.engine.methods import _reduce
+from guiapp.engine.methods._selection import top_k_mask
+from guiapp.engine.methods.base import BaseRole, MergeContext, MergeMethod, ParamKind, ParamSpec
+from guiapp.errors import IncompatibleModelsError, RecipeError
+
+# Below these L1 sums a rescale factor would be noise over noise (mergekit's issue #609: inf, then NaN).
+_RESCALE_EPS = 1e-7
+_DIVISOR_EPS = 1e-8
+
+
+class Sparsifier(str, Enum):
+    MAGNITUDE = "magnitude"  # TIES: keep the largest |δ|
+    RANDOM = "random"  # DARE: keep each entry with probability d
+    OUTLIERS = "outliers"  # Breadcrumbs: drop the largest gamma·N and the smallest, keep d·N in between
+    DELLA = "della"  # DELLA: keep with a probability that grows with the entry's rank in its row
+
+
+def magnitude_mask(delta: torch.Tensor, density: float) -> torch.Tensor:
+    """Keep exactly max(1, int(d·numel)) entries with the largest |δ| (d <= 0: none)."""
+    if density <= 0:
+        return torch.zeros_like(delta, dtype=torch.bool)
+    return top_k_mask(delta.abs(), max(1, int(density * delta.numel())))
+
+
+def random_mask(delta: torch.Tensor, density: float, generator: torch.Generator) -> torch.Tensor:
+    """Keep each entry independently with probability d."""
+    draws = torch.rand(delta.shape, generator=generator, device=delta.device, dtype=torch.float32)
+    return draws < density
+
+
+def outlier_mask(delta: torch.Tensor, density: float, gamma: float) -> torch.Tensor:
+    """Breadcrumbs: rank |δ| descending, skip the top int(gamma·N), keep the next int(d·N)."""
+    n = delta.numel()
+    target = int(density * n)
+    n_bottom = max(0, n - target - int(gamma * n))
+    n_top = n - target - n_bottom
+    magnitudes = delta.abs()
+    kept = top_k_mask(magnitudes, n_top + target)
+    if n_top:
+        kept &= ~top_k_mask(magnitudes, n_top)
+    return kept
+
+
+def della_mask(
+    delta: torch.Tensor, density: float, epsilon: float, generator: torch.Generator
+) -> torch.Tensor:
+    """DELLA's MagPrune: per row (last dim; a 1-D tensor is one row) keep with probability (d−ε) + 2ε·rank.
+
+    rank is the entry's magnitude rank in its row normalised to [0, 1] (largest = 1); a row of one entry gets
+    probability d. The caller has checked 0 < d−ε and d+ε < 1.
+    """
+    width = delta.shape[-1] if delta.dim() else 1
+    rows = delta.reshape(-1, width)
+    order = torch.argsort(rows.abs(), dim=1, descending=True, stable=True)
+    if width == 1:
+        by_position = torch.full((1,), density, dtype=torch.float64)
+    else:
+        by_position = torch.linspace(density + epsilon, density - epsilon, width, dtype=torch.float64)
+    probabilities = torch.empty(rows.shape, dtype=torch.float32, device=delta.device)
+    probabilities.scatter_(1, order, by_position.to(probabilities).expand_as(rows))
+    del order
+    draws = torch.rand(rows.shape, generator=generator, device=delta.device, dtype=torch.float32)
+    return (draws < probabilities).view(delta.shape)
+
+
+def sparsify(
+    delta: torch.Tensor,
+    sparsifier: Sparsifier,
+    params: dict,
+    *,
+    rescale: bool,
+    generator: torch.Generator,
+    where: str,
+) -> int:
+    """Sparsify `delta` in place with one model's params; return how many entries were kept.
+
+    Density >= 1 leaves δ untouched (no pruning, no outlier removal, no rescale). With `rescale`, the kept
+    entries are scaled so the L1 norm matches the unpruned δ (skipped when either sum is below 1e-7).
+    Raises RecipeError (naming `where`: model and tensor) when DELLA's density ± epsilon leaves (0, 1).
+    """
+    density = float(params["density"])
+    if density >= 1:
+        return delta.numel()
+    if sparsifier is Sparsifier.MAGNITUDE:
+        mask = magnitude_mask(delta, density)
+    elif sparsifier is Sparsifier.RANDOM:
+        mask = random_mask(delta, density, generator)
+    elif sparsifier is Sparsifier.OUTLIERS:
+        mask = outlier_mask(delta, density, float(params["gamma"]))
+    elif density <= 0:
+        mask = torch.zeros_like(delta, dtype=torch.bool)
+    else:
+        epsilon = float(params["epsilon"])
+        if not (density - epsilon > 0 and density + epsilon < 1):
+            raise RecipeError(
+                f"DELLA needs density - epsilon > 0 and density + epsilon < 1, but {where} has "
+                f"density {density:g} and epsilon {epsilon:g}.",
+                hint="Lower epsilon, or move density away from 0 and 1 (e.g. density 0.5, epsilon 0.1).",
+            )
+        mask = della_mask(delta, density, epsilon, generator)
+    l1_before = _reduce.sum_abs(delta) if rescale else 0.0
+    delta.mul_(mask)
+    kept = int(mask.sum())
+    del mask
+    if rescale:
+        l1_after = _reduce.sum_abs(delta)
+        if l1_before >= _RESCALE_EPS and l1_after >= _RESCALE_EPS:
+            delta.mul_(l1_before / l1_after)
+    return kept
+
+
+def _sign_consensus(weighted: list[torch.Tensor], weights: list[float], with_divisor: bool):
+    """TIES' elect-and-merge: keep each entry only in the models whose sign matches the sign of the sum.
+
+    The elected sign is + where the sum is >= 0; a zero entry has no sign, so it never agrees. Returns
+    (Σ agreeing δ'_i, Σ agreeing w_i with 0 replaced by 1, or None when `with_divisor` is false). Consumes
+    `weighted` (its tensors are reused as accumulators to keep memory at a few copies).
+    """
+    total = weighted[0].clone()
+    for delta in weighted[1:]:
+        total.add_(delta)
+    positive = total >= 0
+    del total
+    mixed: torch.Tensor | None = None
+    divisor = torch.zeros_like(weighted[0]) if with_divisor else None
+    for weight in weights:
+        delta = weighted.pop(0)
+        agrees = torch.where(positive, delta > 0, delta < 0)
+        delta.mul_(agrees)
+        mixed = delta if mixed is None else mixed.add_(delta)
+        if divisor is not None:
+            divisor.add_(agrees, alpha=weight)
+    if divisor is not None:
+        divisor.masked_fill_(divisor == 0, 1.0)
+    return mixed, divisor
+
+
+def merge_task_vectors(
+    ctx: MergeContext, sparsifier: Sparsifier | None, consensus: bool
+) -> torch.Tensor:
+    """The generic task-vector merge of one tensor (see the module docstring).
+
+    Raises IncompatibleModelsError when the tensor has no base input, RecipeError for invalid DELLA params.
+    """
+    base = ctx.base
+    if base is None:
+        raise IncompatibleModelsError(
+            f"{ctx.tensor_name} is missing from the base model, and this method measures every change "
+            "against the base.",
+            hint="Choose a base model that has this tensor, or a method without a base (linear, karcher).",
+        )
+    inputs = ctx.non_base()
+    if not inputs:
+        return base
+    rescale = bool(ctx.params.get("rescale", False))
+    weighted: list[torch.Tensor] = []
+    weights: list[float] = []
+    kept = 0
+    for i in inputs:
+        delta = ctx.tensors[i] - base
+        if sparsifier is not None:
+            where = f'model "{ctx.model_names[i]}" at tensor {ctx.tensor_name}'
+            kept += sparsify(
+                delta, sparsifier, ctx.model_params[i], rescale=rescale, generator=ctx.generator, where=where
+            )
+        weight = float(ctx.model_params[i]["weight"])
+        weighted.append(delta.mul_(weight))
+        weights.append(weight)
+    if sparsifier is not None:
+        ctx.stats["kept_fraction"] = kept / (base.numel() * len(inputs)) if base.numel() else 1.0
+    normalize = bool(ctx.params["normalize"])
+    if consensus:
+        mixed, divisor = _sign_consensus(weighted, weights, with_divisor=normalize)
+    else:
+        mixed = weighted[0]
+        for delta in weighted[1:]:
+            mixed.add_(delta)
+        total_weight = sum(weights)
+        divisor = 1.0 if abs(total_weight) < _DIVISOR_EPS else total_weight
+    if normalize:
+        mixed.div_(divisor)
+    scale = float(ctx.params["lambda"])
+    if scale != 1:
+        mixed.mul_(scale)
+    return mixed.add_(base)
+
+
+def task_vector_method(
+    *,
+    name: str,
+    title: str,
+    summary: str,
+    paper: str,
+    sparsifier: Sparsifier | None,
+    consensus: bool,
+    normalize: bool,
+    rescale: bool,
+) -> MergeMethod:
+    """Declare one task-vector method: its schema (per merge-methods.md §2's table) and its merge function."""
+    params = [
+        ParamSpec(
+            "weight", ParamKind.FLOAT, required=True, per_model=True,
+            help="How strongly this model's changes count (negative subtracts them).",
+        ),
+    ]
+    if sparsifier is not None:
+        params.append(
+            ParamSpec(
+                "density", ParamKind.FLOAT, default=1.0, per_model=True, minimum=0.0, maximum=1.0,
+                help="Fraction of this model's changes to keep (1 keeps all).",
+            )
+        )
+    if sparsifier is Sparsifier.OUTLIERS:
+        params.append(
+            ParamSpec(
+                "gamma", ParamKind.FLOAT, default=0.01, per_model=True, minimum=0.0, maximum=1.0,
+                help="Fraction of the largest changes dropped as outliers.",
+            )
+        )
+    if sparsifier is Sparsifier.DELLA:
+        params.append(
+            ParamSpec(
+                "epsilon", ParamKind.FLOAT, default=0.15, per_model=True, minimum=0.0, maximum=0.5,
+                help="How far the keep probability moves with rank: from density−ε (smallest) to density+ε.",
+            )
+        )
+    if sparsifier is not None:
+        params.append(
+            ParamSpec(
+                "rescale", ParamKind.BOOL, default=rescale,
+                help="Scale the kept changes up so their total size (L1) matches the unpruned changes.",
+            )
+        )
+    params += [
+        ParamSpec(
+            "normalize", ParamKind.BOOL, default=normalize,
+            help="Divide the combined changes by the sum of the weights that contributed.",
+        ),
+        ParamSpec("lambda", ParamKind.FLOAT, default=1.0, help="Multiplies the combined changes before adding them."),
+        ParamSpec(
+            "int8_mask", ParamKind.BOOL, default=False,
+            help="Accepted for mergekit recipes; only saves memory there, no effect on the result.",
+        ),
+    ]
+    return MergeMethod(
+        name=name,
+        title=title,
+        summary=summary,
+        paper=paper,
+        base_role=BaseRole.REQUIRED,
+        params=tuple(params),
+        merge=lambda ctx: merge_task_vectors(ctx, sparsifier, consensus),
+    )

@@ -1,0 +1,16 @@
+"""Model Breadcrumbs with TIES sign consensus (Davari & Belilovsky 2023)."""
+
+from __future__ import annotations
+
+from guiapp.engine.methods._task_vectors import Sparsifier, task_vector_method
+
+METHOD = task_vector_method(
+    name="breadcrumbs_ties",
+    title="Model Breadcrumbs + TIES",
+    summary="Drops each model's smallest and outlier changes, then adds those that agree in sign with the majority.",
+    paper="https://arxiv.org/abs/2312.06795",
+    sparsifier=Sparsifier.OUTLIERS,
+    consensus=True,
+    normalize=False,
+    rescale=False,
+)

@@ -1,0 +1,16 @@
+"""DARE without sign consensus (Yu et al. 2023, "Language models are Super Mario")."""
+
+from __future__ import annotations
+
+from guiapp.engine.methods._task_vectors import Sparsifier, task_vector_method
+
+METHOD = task_vector_method(
+    name="dare_linear",
+    title="DARE (linear)",
+    summary="Randomly drops changes, rescales the rest and adds them, scaled by weight.",
+    paper="https://arxiv.org/abs/2311.03099",
+    sparsifier=Sparsifier.RANDOM,
+    consensus=False,
+    normalize=False,
+    rescale=True,
+)

@@ -1,0 +1,40 @@
+"""NearSwap: take the other model's value where it is close to the base's, keep the base where they differ."""
+
+from __future__ import annotations
+
+import torch
+
+from guiapp.engine.methods._input_rules import base_and_one_model
+from guiapp.engine.methods.base import BaseRole, LoneTensorPolicy, MergeContext, MergeMethod, ParamKind, ParamSpec
+
+_DISTANCE_FLOOR = 1e-6
+
+
+def nearswap(t: float, base: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
+    """w·x + (1−w)·b with w = clamp(t / max(|b − x|, 1e-6), 0, 1): entries closer than t move fully to x."""
+    difference = other - base
+    weight = difference.abs().clamp_(min=_DISTANCE_FLOOR).reciprocal_().mul_(t).clamp_(0.0, 1.0)
+    return torch.lerp(base, other, weight)
+
+
+def merge(ctx: MergeContext) -> torch.Tensor:
+    (other,) = ctx.non_base()
+    return nearswap(float(ctx.params["t"]), ctx.tensors[ctx.base_index], ctx.tensors[other])
+
+
+METHOD = MergeMethod(
+    name="nearswap",
+    title="NearSwap",
+    summary="Takes the other model's weights where they are close to the base, keeps the base where they differ.",
+    paper="https://huggingface.co/alchemonaut/QuartetAnemoi-70B-t0.0001",
+    base_role=BaseRole.REQUIRED,
+    params=(
+        ParamSpec(
+            "t", ParamKind.FLOAT, required=True, minimum=0.0,
+            help="Closeness threshold: differences up to t are swapped in fully, larger ones in proportion.",
+        ),
+    ),
+    merge=merge,
+    lone_tensor=LoneTensorPolicy.COPY_IF_BASE,
+    check_inputs=base_and_one_model("NearSwap"),
+)

@@ -1,0 +1,44 @@
+"""Passthrough: copy tensors unchanged (times an optional scale); with slices it stacks layers (frankenmerges)."""
+
+from __future__ import annotations
+
+import torch
+
+from guiapp.engine.methods.base import BaseRole, MergeContext, MergeMethod, ParamKind, ParamSpec
+from guiapp.errors import IncompatibleModelsError
+
+
+def merge(ctx: MergeContext) -> torch.Tensor:
+    if len(ctx.tensors) != 1:
+        raise IncompatibleModelsError(
+            f"Passthrough copies one input per tensor, but {ctx.tensor_name} comes from {len(ctx.tensors)} "
+            f"models ({', '.join(ctx.model_names)}).",
+            hint="Give each slice a single source, or use a merging method such as linear.",
+        )
+    scale = float(ctx.model_params[0]["scale"])
+    return ctx.tensors[0] if scale == 1 else ctx.tensors[0] * scale
+
+
+def _check_inputs(n_non_base: int, has_base: bool) -> str | None:
+    count = n_non_base + has_base
+    if count <= 1:
+        return None
+    return (
+        f"Passthrough copies tensors from a single model, but {count} models would supply each tensor "
+        "(a base_model not listed among the models counts as one more). Use slices with one source each to "
+        "stack layers, or a merging method such as linear to combine models."
+    )
+
+
+METHOD = MergeMethod(
+    name="passthrough",
+    title="Passthrough (copy, stack layers)",
+    summary="Copies tensors unchanged; with slices, stacks layers from different models (a frankenmerge).",
+    paper=None,
+    base_role=BaseRole.INPUT,
+    params=(
+        ParamSpec("scale", ParamKind.FLOAT, default=1.0, per_model=True, help="Multiplies this model's tensors."),
+    ),
+    merge=merge,
+    check_inputs=_check_inputs,
+)

@@ -1,0 +1,54 @@
+"""SLERP: spherical linear interpolation between the base and one other model (Shoemake 1985)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from guiapp.engine.methods import _reduce
+from guiapp.engine.methods._input_rules import base_and_one_model
+from guiapp.engine.methods.base import BaseRole, LoneTensorPolicy, MergeContext, MergeMethod, ParamKind, ParamSpec
+
+# Above this cosine the angle is too small for sin θ to divide by safely; plain interpolation is as good.
+_PARALLEL_DOT = 0.9995
+# mergekit only normalises vectors longer than this; shorter ones enter the dot product as they are.
+_NORM_EPS = 1e-8
+
+
+def slerp(t: float, x0: torch.Tensor, x1: torch.Tensor) -> torch.Tensor:
+    """Interpolate from `x0` (t = 0) to `x1` (t = 1) along the great circle between their directions.
+
+    The angle comes from the flattened tensors' unit vectors (float64 dot product); the weights apply to the
+    un-normalised tensors. Nearly parallel or antiparallel (|cos| > 0.9995) falls back to linear interpolation.
+    """
+    n0, n1 = _reduce.norm(x0), _reduce.norm(x1)
+    cos = _reduce.dot(x0, x1) / (n0 if n0 > _NORM_EPS else 1.0) / (n1 if n1 > _NORM_EPS else 1.0)
+    if abs(cos) > _PARALLEL_DOT:
+        return torch.lerp(x0, x1, t)
+    theta = math.acos(cos)
+    sin_theta = math.sin(theta)
+    return torch.add(x0 * (math.sin((1 - t) * theta) / sin_theta), x1, alpha=math.sin(t * theta) / sin_theta)
+
+
+def merge(ctx: MergeContext) -> torch.Tensor:
+    (other,) = ctx.non_base()
+    return slerp(float(ctx.params["t"]), ctx.tensors[ctx.base_index], ctx.tensors[other])
+
+
+METHOD = MergeMethod(
+    name="slerp",
+    title="SLERP (spherical interpolation)",
+    summary="Blends the base with one other model along the arc between them, keeping the weights' scale.",
+    paper="https://en.wikipedia.org/wiki/Slerp",
+    base_role=BaseRole.REQUIRED,
+    params=(
+        ParamSpec(
+            "t", ParamKind.FLOAT, required=True, minimum=0.0, maximum=1.0,
+            help="Position along the arc: 0 gives the base model, 1 the other model.",
+        ),
+    ),
+    merge=merge,
+    lone_tensor=LoneTensorPolicy.COPY_ONLY_COPY,
+    check_inputs=base_and_one_model("SLERP"),
+)

@@ -1,0 +1,16 @@
+"""Task arithmetic (Ilharco et al. 2023, "Editing models with task arithmetic")."""
+
+from __future__ import annotations
+
+from guiapp.engine.methods._task_vectors import task_vector_method
+
+METHOD = task_vector_method(
+    name="task_arithmetic",
+    title="Task arithmetic",
+    summary="Adds each model's changes from the base, scaled by its weight.",
+    paper="https://arxiv.org/abs/2212.04089",
+    sparsifier=None,
+    consensus=False,
+    normalize=False,
+    rescale=False,
+)
