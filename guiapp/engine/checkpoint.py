@@ -99,16 +99,17 @@ def read_safetensors_header(stream: BinaryIO, size: int, label: str) -> tuple[di
     the file really is (an LFS pointer, an HTML page, a truncated download, a header that lies about offsets).
     """
     head = stream.read(64)
-    what = describe_non_safetensors(head)
-    if what is not None:
-        raise CheckpointError(
-            f"{label} is {what}.",
-            hint="Download the model again (for Hub models: delete it from the Downloaded list, then download it).",
-        )
-    if size < 8:
-        raise CheckpointError(f"{label} is only {size} bytes: the download was cut short.", hint=_REDOWNLOAD)
-    (header_len,) = struct.unpack("<Q", head[:8])
-    if header_len > MAX_HEADER_BYTES or 8 + header_len > size:
+    header_len = struct.unpack("<Q", head[:8])[0] if len(head) >= 8 else 0
+    looks_valid = len(head) > 8 and head[8:9] == b"{" and header_len <= MAX_HEADER_BYTES and 8 + header_len <= size
+    if not looks_valid:
+        what = describe_non_safetensors(head)
+        if what is not None:
+            raise CheckpointError(
+                f"{label} is {what}.",
+                hint="Download the model again (for Hub models: delete it from the Downloaded list, then download it).",
+            )
+        if size < 8:
+            raise CheckpointError(f"{label} is only {size} bytes: the download was cut short.", hint=_REDOWNLOAD)
         raise CheckpointError(
             f"{label} is not a complete safetensors file: its header claims {header_len:,} bytes but the file "
             f"has {size:,}. The file is truncated or is not safetensors.",

@@ -88,11 +88,10 @@ def run_merge(recipe: Recipe, settings: MergeSettings, progress: Progress | None
     progress = progress or Progress()
     started = time.monotonic()
     device = resolve_device(settings.device)
-    plan = plan_merge(recipe, progress)
-    check_free_space(settings.output.parent if not settings.output.exists() else settings.output,
-                     plan.output_bytes + _DISK_MARGIN_BYTES)
-    local_inputs = tuple(p for p in (local_folder(m.ref) for m in plan.models) if p is not None)
+    local_inputs = tuple(p for p in (local_folder(ref) for ref in recipe.model_refs()) if p is not None)
     with StagedOutput(settings.output, overwrite=settings.overwrite, inputs=local_inputs) as staged:
+        plan = plan_merge(recipe, progress)
+        check_free_space(staged.path, plan.output_bytes + _DISK_MARGIN_BYTES)
         progress.start_stage("Preparing models", total=len(plan.models))
         readers = []
         try:

@@ -318,10 +318,11 @@ def _plan_tensor(
     base_position = present.index(base) if base is not None and base in present else None
     if not floating or copy:
         return [TensorTask(out_name, shape, inputs, base_position, [], {}, copy=True, floating=floating)]
+    # The base's own per-model parameters are never used by a method that has a base, so none is required.
     model_params = [
         _resolve_params(method.per_model_params,
                         [slice_inputs.sources[p].parameters, slice_inputs.parameters, recipe.parameters],
-                        name, t, out_name, models[slice_inputs.models[p]].label)
+                        name, t, out_name, models[slice_inputs.models[p]].label, enforce_required=p != base)
         for p, name in zip(present, names)
     ]
     params = _resolve_params(method.global_params, [slice_inputs.parameters, recipe.parameters], out_name, t,
@@ -381,10 +382,14 @@ def _resolve_params(
     t: float,
     out_name: str,
     model_label: str | None,
+    enforce_required: bool = True,
 ) -> dict[str, Any]:
     values: dict[str, Any] = {}
     for spec in specs:
         value = lookup(scopes, spec.name, filter_name, t)
+        if is_missing(value) and spec.required and not enforce_required:
+            values[spec.name] = None
+            continue
         if is_missing(value):
             if spec.required:
                 whose = f" for {model_label}" if model_label else ""

@@ -1,0 +1,41 @@
+"""The sample job: two small fine-tunes of one small base model, generated locally, and a recipe merging them.
+
+It lets a new user see a whole job work in seconds without downloading anything (the CLI's `demo`, the
+window's "Try it with sample models", and `--self-test`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from guiapp.engine.recipe import Recipe, recipe_from_dict
+
+
+def default_demo_folder() -> Path:
+    return Path.home() / "Mergesmith" / "sample-models"
+
+
+def prepare_demo(folder: Path) -> Recipe:
+    """Write the sample models into `folder` (reusing them when already there) and return the demo recipe."""
+    import torch  # noqa: PLC0415 - only this job needs it at this point
+
+    from guiapp.engine.samples import write_llama, write_llama_finetune  # noqa: PLC0415
+
+    folder = Path(folder)
+    base, math_tune, chat_tune = folder / "tiny-base", folder / "tiny-math", folder / "tiny-chat"
+    if not (base / "config.json").is_file():
+        write_llama(base, dtype=torch.bfloat16, seed=0)
+    for model, seed in ((math_tune, 1), (chat_tune, 2)):
+        if not (model / "config.json").is_file():
+            write_llama_finetune(model, base, seed=seed, delta_rank=None, delta_scale=0.005)
+    return recipe_from_dict(
+        {
+            "merge_method": "ties",
+            "base_model": str(base),
+            "models": [
+                {"model": str(math_tune), "parameters": {"weight": 0.6, "density": 0.5}},
+                {"model": str(chat_tune), "parameters": {"weight": 0.4, "density": 0.5}},
+            ],
+            "dtype": "bfloat16",
+        }
+    )

@@ -1,0 +1,21 @@
+"""Test-wide set-up: no test touches the user's real folders, the real Hub, or a real screen.
+
+The environment is set here, at import, because huggingface_hub reads its cache and endpoint settings when it
+is first imported.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+_SANDBOX = Path(tempfile.mkdtemp(prefix="mergesmith-tests-"))
+os.environ["QT_QPA_PLATFORM"] = "offscreen"
+os.environ["HF_HOME"] = str(_SANDBOX / "hf-home")
+os.environ["HF_HUB_DISABLE_TELEMETRY"] = "1"
+os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
+os.environ["MERGESMITH_CONFIG_DIR"] = str(_SANDBOX / "config")
+os.environ["MERGESMITH_CACHE_DIR"] = str(_SANDBOX / "cache")
+os.environ.pop("HF_TOKEN", None)
+os.environ.pop("HUGGING_FACE_HUB_TOKEN", None)

@@ -1,0 +1,18 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from guiapp.engine.samples import LlamaShape, write_llama, write_llama_finetune
+
+
+@pytest.fixture(scope="session")
+def llama_trio(tmp_path_factory) -> tuple[Path, Path, Path]:
+    """A bf16 base and two fine-tunes of it (full-rank updates), shared read-only by the tests."""
+    folder = tmp_path_factory.mktemp("trio")
+    base = write_llama(folder / "base", LlamaShape(layers=3), dtype=torch.bfloat16, seed=0)
+    one = write_llama_finetune(folder / "one", base, seed=1, delta_rank=None)
+    two = write_llama_finetune(folder / "two", base, seed=2, delta_rank=None)
+    return base, one, two

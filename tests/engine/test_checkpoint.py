@@ -1,0 +1,164 @@
+"""Reading model folders: formats, and every kind of damaged or hostile file giving a clear error."""
+
+from __future__ import annotations
+
+import json
+import pickle
+import struct
+
+import pytest
+import torch
+
+from guiapp.engine.checkpoint import open_checkpoint
+from guiapp.engine.output import PlannedTensor, ShardedWriter, StagedOutput, clean_stale_staging, parse_size
+from guiapp.engine.samples import LlamaShape, write_llama
+from guiapp.errors import CheckpointError, OutputError, UnsafeCheckpointError
+
+
+def test_single_and_sharded_folders_read_the_same(tmp_path):
+    single = write_llama(tmp_path / "single", LlamaShape(layers=2), seed=3)
+    sharded = write_llama(tmp_path / "sharded", LlamaShape(layers=2), seed=3, shards=3)
+    assert len(list(sharded.glob("model-*.safetensors"))) == 3
+    with open_checkpoint(single) as a, open_checkpoint(sharded) as b:
+        assert a.tensors.keys() == b.tensors.keys()
+        for name, info in a.tensors.items():
+            assert info.shape == b.tensors[name].shape and info.dtype == torch.bfloat16
+            assert torch.equal(a.read(name), b.read(name))
+        assert a.config["num_hidden_layers"] == 2
+
+
+def test_pytorch_bin_loads_with_weights_only(tmp_path):
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    weights = {"model.layers.0.mlp.up_proj.weight": torch.randn(4, 3)}
+    torch.save(weights, folder / "pytorch_model.bin")
+    with open_checkpoint(folder) as checkpoint:
+        assert torch.equal(checkpoint.read("model.layers.0.mlp.up_proj.weight"), weights["model.layers.0.mlp.up_proj.weight"])
+
+
+class _RunsCode:
+    """A pickle payload that would create a marker file if it were ever unpickled."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+def test_pickle_with_code_is_refused_and_never_runs(tmp_path):
+    folder = tmp_path / "evil"
+    folder.mkdir()
+    marker = tmp_path / "pwned"
+    torch.save({"weight": torch.zeros(2), "payload": _RunsCode(marker)}, folder / "pytorch_model.bin")
+    with pytest.raises(UnsafeCheckpointError, match="run code"):
+        open_checkpoint(folder)
+    assert not marker.exists()
+    (folder / "pytorch_model.bin").write_bytes(pickle.dumps(_RunsCode(marker)))
+    with pytest.raises(CheckpointError):
+        open_checkpoint(folder)
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        (b"version https://git-lfs.github.com/spec/v1\noid sha256:abc\nsize 123\n", "Git LFS pointer"),
+        (b"<!DOCTYPE html><html><body>Access denied</body></html>", "HTML page"),
+        (b"\x05\x00", "cut short"),
+    ],
+)
+def test_not_really_safetensors(tmp_path, content, expected):
+    folder = tmp_path / "m"
+    folder.mkdir()
+    (folder / "model.safetensors").write_bytes(content)
+    with pytest.raises(CheckpointError, match=expected):
+        open_checkpoint(folder)
+
+
+def test_truncated_download_and_lying_header(tmp_path):
+    folder = write_llama(tmp_path / "m", LlamaShape(layers=1))
+    path = folder / "model.safetensors"
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) - 100])
+    with pytest.raises(CheckpointError, match="truncated"):
+        open_checkpoint(folder)
+
+    header = {"w": {"dtype": "F32", "shape": [4, 4], "data_offsets": [0, 32]}}
+    encoded = json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(encoded)) + encoded + b"\0" * 64)
+    with pytest.raises(CheckpointError, match="should take 64 bytes"):
+        open_checkpoint(folder)
+
+
+def test_missing_shard_and_bad_config(tmp_path):
+    folder = write_llama(tmp_path / "m", LlamaShape(layers=2), shards=2)
+    (folder / "model-00002-of-00002.safetensors").unlink()
+    with pytest.raises(CheckpointError, match="model-00002-of-00002.safetensors listed"):
+        open_checkpoint(folder)
+
+    other = write_llama(tmp_path / "n", LlamaShape(layers=1))
+    (other / "config.json").write_text("{not json")
+    with open_checkpoint(other) as checkpoint, pytest.raises(CheckpointError, match="not valid JSON"):
+        checkpoint.config
+
+
+def test_empty_folder(tmp_path):
+    with pytest.raises(CheckpointError, match="No model weights"):
+        open_checkpoint(tmp_path)
+
+
+def test_writer_streams_shards_that_safetensors_reads(tmp_path):
+    tensors = {
+        "a": torch.randn(8, 4).to(torch.bfloat16),
+        "scalar": torch.tensor(2.5),
+        "ids": torch.arange(7),
+        "flag": torch.tensor([True, False]),
+        "half": torch.randn(3, 3).half(),
+    }
+    plan = [PlannedTensor(n, tuple(t.shape), t.dtype) for n, t in tensors.items()]
+    with StagedOutput(tmp_path / "out") as staged:
+        writer = ShardedWriter(staged.path, plan, max_shard_bytes=64)
+        for name, tensor in tensors.items():
+            writer.write(name, tensor)
+        writer.close()
+        staged.commit()
+    index = json.loads((tmp_path / "out" / "model.safetensors.index.json").read_text())
+    assert len(set(index["weight_map"].values())) == len(list((tmp_path / "out").glob("model-*.safetensors"))) > 1
+    with open_checkpoint(tmp_path / "out") as checkpoint:
+        for name, tensor in tensors.items():
+            assert torch.equal(checkpoint.read(name), tensor)
+
+
+def test_staged_output_refuses_existing_and_cleans_up(tmp_path):
+    (tmp_path / "exists").mkdir()
+    with pytest.raises(OutputError, match="already exists") as caught:
+        StagedOutput(tmp_path / "exists")
+    assert caught.value.retry_with == {"overwrite": True}
+    with pytest.raises(RuntimeError), StagedOutput(tmp_path / "new") as staged:
+        (staged.path / "model.safetensors").write_bytes(b"partial")
+        raise RuntimeError("boom")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["exists"]
+
+
+def test_stale_staging_of_a_dead_process_is_removed(tmp_path):
+    stale = tmp_path / ".model.mergesmith-partial-999999999-0123abcd"
+    stale.mkdir()
+    (stale / "model.safetensors").write_bytes(b"x")
+    assert clean_stale_staging(tmp_path) == [stale]
+    assert not stale.exists()
+
+
+def test_output_inside_an_input_is_refused(tmp_path):
+    model = write_llama(tmp_path / "m", LlamaShape(layers=1))
+    with pytest.raises(OutputError, match="inside the input"):
+        StagedOutput(model / "merged", inputs=(model,))
+
+
+def test_parse_size():
+    assert parse_size("2GB") == 2_000_000_000
+    assert parse_size("500MB") == 500_000_000
+    assert parse_size("1GiB") == 1024**3
+    assert parse_size("5e9") == 5_000_000_000
+    with pytest.raises(ValueError):
+        parse_size("lots")

@@ -1,0 +1,312 @@
+"""Whole merges of generated checkpoints, from recipe to output folder, and every way they can be refused."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from guiapp.engine.merge import MergeSettings, plan_merge, run_merge
+from guiapp.engine.samples import LlamaShape, llama_config, llama_tensors, write_checkpoint, write_llama
+from guiapp.errors import IncompatibleModelsError, JobCancelled, NonFiniteResultError, OutputError, RecipeError
+from guiapp.progress import CancelToken, Progress
+from tests.engine.helpers import fingerprint, leftovers, load_folder, recipe
+
+LAYER_TENSOR = "model.layers.1.mlp.up_proj.weight"
+
+
+def _merge(text: str, out: Path, **settings):
+    return run_merge(recipe(text), MergeSettings(out, **settings))
+
+
+def test_linear_bf16_matches_hand_computation_and_leaves_inputs_alone(llama_trio, tmp_path):
+    base, one, _ = llama_trio
+    before = {p: fingerprint(p) for p in (base, one)}
+    out = tmp_path / "out"
+    outcome = _merge(f"merge_method: linear\nmodels:\n  - model: {base}\n    parameters: {{weight: 0.25}}\n"
+                     f"  - model: {one}\n    parameters: {{weight: 0.5}}\n", out)
+    a, b, merged = load_folder(base), load_folder(one), load_folder(out)
+    assert merged.keys() == a.keys()
+    for name in a:
+        expected = ((0.25 * a[name].float() + 0.5 * b[name].float()) / 0.75).to(torch.bfloat16)
+        assert merged[name].dtype == torch.bfloat16
+        assert torch.equal(merged[name], expected), name
+    assert {p: fingerprint(p) for p in (base, one)} == before
+    assert sorted(p.name for p in out.iterdir()) == ["README.md", "config.json", "mergesmith_recipe.yml", "model.safetensors"]
+    assert json.loads((out / "config.json").read_text())["torch_dtype"] == "bfloat16"
+    assert yaml.safe_load((out / "mergesmith_recipe.yml").read_text())["merge_method"] == "linear"
+    card = (out / "README.md").read_text()
+    assert card.startswith("---\n") and "mergesmith" in card and "merge_method: linear" in card
+    assert outcome.summary()["tensors"] == len(a)
+    assert leftovers(tmp_path) == []
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+def test_task_arithmetic_in_other_dtypes_with_sharded_inputs_and_outputs(tmp_path, dtype):
+    shape = LlamaShape(layers=2)
+    base = write_llama(tmp_path / "base", shape, dtype=dtype, seed=0, shards=2)
+    tuned = write_llama(tmp_path / "tuned", shape, dtype=dtype, seed=5, shards=3)
+    out = tmp_path / "out"
+    _merge(f"merge_method: task_arithmetic\nbase_model: {base}\nmodels:\n  - model: {tuned}\n"
+           f"    parameters: {{weight: 0.5}}\nparameters: {{lambda: 0.8}}\n", out, shard_bytes=40_000)
+    b, x, merged = load_folder(base), load_folder(tuned), load_folder(out)
+    assert len(list(out.glob("model-*-of-*.safetensors"))) > 1 and (out / "model.safetensors.index.json").is_file()
+    for name in b:
+        expected = (b[name].float() + 0.8 * 0.5 * (x[name].float() - b[name].float())).to(dtype)
+        assert torch.equal(merged[name], expected), name
+
+
+def test_dtype_and_out_dtype(llama_trio, tmp_path):
+    base, one, _ = llama_trio
+    _merge(f"merge_method: linear\ndtype: float32\nout_dtype: float16\nmodels:\n  - model: {base}\n"
+           f"    parameters: {{weight: 1}}\n  - model: {one}\n    parameters: {{weight: 1}}\n", tmp_path / "o")
+    merged = load_folder(tmp_path / "o")
+    assert {t.dtype for t in merged.values()} == {torch.float16}
+    assert json.loads((tmp_path / "o" / "config.json").read_text())["torch_dtype"] == "float16"
+
+
+def test_frankenmerge_slices_renumber_layers_and_take_outer_tensors_from_first_and_last(tmp_path):
+    shape = LlamaShape(layers=3)
+    first = write_llama(tmp_path / "a", shape, seed=1)
+    second = write_llama(tmp_path / "b", shape, seed=2)
+    out = tmp_path / "franken"
+    _merge(f"""
+merge_method: passthrough
+slices:
+  - sources:
+      - model: {first}
+        layer_range: [0, 2]
+  - sources:
+      - model: {second}
+        layer_range: [1, 3]
+""", out)
+    a, b, merged = load_folder(first), load_folder(second), load_folder(out)
+    assert json.loads((out / "config.json").read_text())["num_hidden_layers"] == 4
+    assert torch.equal(merged["model.layers.1.mlp.up_proj.weight"], a["model.layers.1.mlp.up_proj.weight"])
+    assert torch.equal(merged["model.layers.2.mlp.up_proj.weight"], b["model.layers.1.mlp.up_proj.weight"])
+    assert torch.equal(merged["model.layers.3.self_attn.q_proj.weight"], b["model.layers.2.self_attn.q_proj.weight"])
+    assert torch.equal(merged["model.embed_tokens.weight"], a["model.embed_tokens.weight"])
+    assert torch.equal(merged["model.norm.weight"], b["model.norm.weight"])
+    assert torch.equal(merged["lm_head.weight"], b["lm_head.weight"])
+    assert "model.layers.4.mlp.up_proj.weight" not in merged
+
+
+def test_gradients_and_filters_follow_the_layers(llama_trio, tmp_path):
+    base, one, _ = llama_trio  # three layers: t = 0, 0.5, 1
+    out = tmp_path / "g"
+    _merge(f"""
+merge_method: linear
+parameters:
+  normalize: false
+models:
+  - model: {base}
+    parameters:
+      weight: [{{filter: mlp, value: [1.0, 0.0]}}, {{value: 1.0}}]
+  - model: {one}
+    parameters:
+      weight: 0.0
+""", out)
+    a, merged = load_folder(base), load_folder(out)
+    for layer, weight in enumerate([1.0, 0.5, 0.0]):
+        name = f"model.layers.{layer}.mlp.down_proj.weight"
+        assert torch.equal(merged[name], (weight * a[name].float()).to(torch.bfloat16)), name
+        attention = f"model.layers.{layer}.self_attn.q_proj.weight"
+        assert torch.equal(merged[attention], a[attention])
+    # Outside the layers t = 0: the first value of the gradient
+    assert torch.equal(merged["lm_head.weight"], a["lm_head.weight"])
+
+
+def test_per_model_filters_use_the_sources_own_layer_numbers(tmp_path):
+    shape = LlamaShape(layers=4)
+    first, second = write_llama(tmp_path / "a", shape, seed=1), write_llama(tmp_path / "b", shape, seed=2)
+    out = tmp_path / "o"
+    _merge(f"""
+merge_method: linear
+slices:
+  - sources:
+      - model: {first}
+        layer_range: [1, 3]
+        parameters:
+          weight: [{{filter: "layers.1.", value: 1.0}}, {{value: 0.0}}]
+      - model: {second}
+        layer_range: [1, 3]
+        parameters:
+          weight: [{{filter: "layers.1.", value: 0.0}}, {{value: 1.0}}]
+""", out)
+    a, b, merged = load_folder(first), load_folder(second), load_folder(out)
+    # The first output layer is each source's layer 1: the filter "layers.1." matches there.
+    assert torch.equal(merged["model.layers.0.mlp.up_proj.weight"], a["model.layers.1.mlp.up_proj.weight"])
+    assert torch.equal(merged["model.layers.1.mlp.up_proj.weight"], b["model.layers.2.mlp.up_proj.weight"])
+
+
+def test_validation_errors_name_what_is_wrong(llama_trio, tmp_path):
+    base, one, two = llama_trio
+    cases = [
+        (f"merge_method: dare_tie\nbase_model: {base}\nmodels:\n  - model: {one}\n", 'Did you mean "dare_ties"'),
+        (f"merge_method: linear\nmodels:\n  - model: {one}\n  - model: {two}\n    parameters: {{weight: 1}}\n",
+         f"`weight` is missing for {one}"),
+        (f"merge_method: ties\nbase_model: {base}\nmodels:\n  - model: {one}\n    parameters: {{weight: 1, density: 5}}\n",
+         "`density` of .* is 5"),
+        (f"merge_method: ties\nmodels:\n  - model: {one}\n    parameters: {{weight: 1}}\n", "needs a base model"),
+        (f"merge_method: passthrough\nslices:\n  - sources:\n      - model: {one}\n        layer_range: [0, 9]\n",
+         "goes past the end: the model has 3 layers"),
+        (f"merge_method: ties\nbase_model: {base}\nslices:\n  - sources:\n      - model: {one}\n        layer_range: [0, 3]\n"
+         f"        parameters: {{weight: 1}}\n", "base model .* is not among the inputs of slice 1"),
+        (f"merge_method: linear\nmodels:\n  - model: {one}\n    parameters: {{weight: 1}}\n"
+         f"  - model: {two}\n    parameters: {{weight: -1}}\n", "weights add up to zero"),
+        (f"merge_method: linear\nmodels:\n  - model: {tmp_path / 'nowhere'}\n    parameters: {{weight: 1}}\n", "does not exist"),
+    ]
+    for text, message in cases:
+        with pytest.raises((RecipeError, IncompatibleModelsError, Exception), match=message):
+            plan_merge(recipe(text))
+    assert leftovers(tmp_path) == []
+
+
+def test_shape_and_vocabulary_mismatches(tmp_path):
+    base = write_llama(tmp_path / "base", LlamaShape(layers=2, vocab=256), seed=0)
+    bigger_vocab = write_llama(tmp_path / "big", LlamaShape(layers=2, vocab=260), seed=1)
+    wider = write_llama(tmp_path / "wide", LlamaShape(layers=2, hidden=96), seed=1)
+    with pytest.raises(IncompatibleModelsError, match="shapes") as caught:
+        plan_merge(recipe(f"merge_method: task_arithmetic\nbase_model: {base}\nmodels:\n  - model: {wider}\n"
+                          f"    parameters: {{weight: 1}}\n"))
+    assert "[256, 64]" in str(caught.value) and "[256, 96]" in str(caught.value)
+
+    text = f"merge_method: task_arithmetic\nbase_model: {base}\nmodels:\n  - model: {bigger_vocab}\n    parameters: {{weight: 0.5}}\n"
+    with pytest.raises(IncompatibleModelsError, match="different vocabularies") as caught:
+        plan_merge(recipe(text))
+    assert caught.value.retry_with == {"tokenizer_source": "base"}
+
+    out = tmp_path / "aligned"
+    run_merge(recipe(text + "tokenizer_source: base\n"), MergeSettings(out))
+    b, x, merged = load_folder(base), load_folder(bigger_vocab), load_folder(out)
+    assert merged["model.embed_tokens.weight"].shape == (256, 64)
+    expected = (b["lm_head.weight"].float() + 0.5 * (x["lm_head.weight"][:256].float() - b["lm_head.weight"].float()))
+    assert torch.equal(merged["lm_head.weight"], expected.to(torch.bfloat16))
+    assert json.loads((out / "config.json").read_text())["vocab_size"] == 256
+
+
+def test_a_tied_model_lends_its_embeddings_as_output_head(tmp_path):
+    shape = LlamaShape(layers=2)
+    untied = write_llama(tmp_path / "untied", shape, seed=1)
+    tied = write_llama(tmp_path / "tied", shape, seed=2, tie_embeddings=True)
+    out = tmp_path / "o"
+    _merge(f"merge_method: linear\nbase_model: {tied}\nmodels:\n  - model: {untied}\n    parameters: {{weight: 1}}\n"
+           f"  - model: {tied}\n    parameters: {{weight: 1}}\n", out)
+    a, t, merged = load_folder(untied), load_folder(tied), load_folder(out)
+    expected = ((a["lm_head.weight"].float() + t["model.embed_tokens.weight"].float()) / 2).to(torch.bfloat16)
+    assert torch.equal(merged["lm_head.weight"], expected)
+    assert json.loads((out / "config.json").read_text())["tie_word_embeddings"] is False
+
+
+def test_bert_shaped_models_merge_and_integer_buffers_are_copied(tmp_path):
+    def bert(folder, seed):
+        generator = torch.Generator().manual_seed(seed)
+        tensors = {"bert.embeddings.word_embeddings.weight": torch.randn(50, 16, generator=generator),
+                   "bert.embeddings.position_ids": torch.arange(32).unsqueeze(0),
+                   "bert.pooler.dense.weight": torch.randn(16, 16, generator=generator)}
+        for i in range(2):
+            tensors[f"bert.encoder.layer.{i}.attention.self.query.weight"] = torch.randn(16, 16, generator=generator)
+            tensors[f"bert.encoder.layer.{i}.attention.self.query.bias"] = torch.randn(16, generator=generator)
+            tensors[f"bert.encoder.layer.{i}.output.LayerNorm.weight"] = torch.randn(16, generator=generator)
+        config = {"architectures": ["BertModel"], "model_type": "bert", "num_hidden_layers": 2, "vocab_size": 50}
+        return write_checkpoint(folder, tensors, config, torch.float32)
+
+    first, second = bert(tmp_path / "a", 1), bert(tmp_path / "b", 2)
+    out = tmp_path / "o"
+    _merge(f"merge_method: passthrough\nslices:\n  - sources:\n      - model: {first}\n        layer_range: [0, 2]\n"
+           f"  - sources:\n      - model: {second}\n        layer_range: [1, 2]\n", out)
+    a, b, merged = load_folder(first), load_folder(second), load_folder(out)
+    assert torch.equal(merged["bert.embeddings.position_ids"], a["bert.embeddings.position_ids"])
+    assert torch.equal(merged["bert.encoder.layer.2.attention.self.query.bias"], b["bert.encoder.layer.1.attention.self.query.bias"])
+    assert torch.equal(merged["bert.embeddings.word_embeddings.weight"], a["bert.embeddings.word_embeddings.weight"])
+    assert torch.equal(merged["bert.pooler.dense.weight"], b["bert.pooler.dense.weight"])
+    assert json.loads((out / "config.json").read_text())["num_hidden_layers"] == 3
+
+
+def test_nan_in_an_input_stops_the_job_naming_the_tensor(tmp_path):
+    shape = LlamaShape(layers=1)
+    generator = torch.Generator().manual_seed(0)
+    tensors = llama_tensors(shape, generator)
+    tensors["model.layers.0.mlp.up_proj.weight"][3, 4] = float("nan")
+    broken = write_checkpoint(tmp_path / "broken", tensors, llama_config(shape, torch.float32), torch.float32)
+    good = write_llama(tmp_path / "good", shape, dtype=torch.float32)
+    with pytest.raises(NonFiniteResultError, match="model.layers.0.mlp.up_proj.weight") as caught:
+        _merge(f"merge_method: linear\nmodels:\n  - model: {good}\n    parameters: {{weight: 1}}\n"
+               f"  - model: {broken}\n    parameters: {{weight: 1}}\n", tmp_path / "out")
+    assert str(broken) in str(caught.value)
+    assert not (tmp_path / "out").exists() and leftovers(tmp_path) == []
+
+
+def test_fp16_overflow_is_caught_and_bfloat16_offered(tmp_path):
+    shape = LlamaShape(layers=1)
+    model = write_llama(tmp_path / "m", shape, dtype=torch.float16)
+    with pytest.raises(NonFiniteResultError, match="too large for the output dtype") as caught:
+        _merge(f"merge_method: linear\nparameters: {{normalize: false}}\nmodels:\n  - model: {model}\n"
+               f"    parameters: {{weight: 1.0e+7}}\n", tmp_path / "out")
+    assert caught.value.retry_with == {"out_dtype": "bfloat16"}
+    assert not (tmp_path / "out").exists()
+
+
+def test_cancel_midway_leaves_nothing_and_the_next_job_works(llama_trio, tmp_path):
+    base, one, _ = llama_trio
+    text = (f"merge_method: linear\nmodels:\n  - model: {base}\n    parameters: {{weight: 1}}\n"
+            f"  - model: {one}\n    parameters: {{weight: 1}}\n")
+    token = CancelToken()
+    seen = []
+
+    def on_event(event):
+        if event.stage == "Merging" and event.done:
+            seen.append(event.item)
+            if event.done == 5:
+                token.cancel()
+
+    with pytest.raises(JobCancelled):
+        run_merge(recipe(text), MergeSettings(tmp_path / "out"), Progress(on_event=on_event, cancel=token))
+    assert len(seen) == 5
+    assert list(tmp_path.iterdir()) == []
+    run_merge(recipe(text), MergeSettings(tmp_path / "out"))
+    assert (tmp_path / "out" / "model.safetensors").is_file()
+
+
+def test_existing_output_is_kept_unless_overwrite(llama_trio, tmp_path):
+    base, one, _ = llama_trio
+    text = f"merge_method: linear\nmodels:\n  - model: {one}\n    parameters: {{weight: 1}}\n"
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    with pytest.raises(OutputError, match="already exists"):
+        _merge(text, out)
+    assert (out / "keep.txt").read_text() == "mine"
+    _merge(text, out, overwrite=True)
+    assert not (out / "keep.txt").exists() and (out / "model.safetensors").is_file()
+    assert leftovers(tmp_path) == []
+
+
+def _cli(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "guiapp", *map(str, args)], capture_output=True, text=True,
+                          cwd=cwd, timeout=120)
+
+
+def test_cli_merge_end_to_end(llama_trio, tmp_path):
+    base, one, two = llama_trio
+    recipe_file = tmp_path / "recipe.yml"
+    recipe_file.write_text(f"merge_method: task_arithmetic\nbase_model: {base}\nmodels:\n  - model: {one}\n"
+                           f"    parameters: {{weight: 0.5}}\n  - model: {two}\n    parameters: {{weight: 0.5}}\n")
+    dry = _cli("merge", recipe_file, tmp_path / "out", "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert "valid" in dry.stdout and not (tmp_path / "out").exists()
+    done = _cli("merge", recipe_file, tmp_path / "out", "--out-shard-size", "50KB")
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "out" / "model.safetensors.index.json").is_file()
+    again = _cli("merge", recipe_file, tmp_path / "out")
+    assert again.returncode == 1 and "already exists" in again.stderr and "Traceback" not in again.stderr
+    usage = _cli("merge", recipe_file)
+    assert usage.returncode == 2
+    recipe_file.write_text("merge_method: linear\nmodels: [\n")
+    bad = _cli("merge", recipe_file, tmp_path / "other")
+    assert bad.returncode == 1 and "not valid YAML" in bad.stderr and not (tmp_path / "other").exists()
