@@ -1,0 +1,153 @@
+"""What a Hub model is, before a byte of its weights is downloaded: card facts, files, parameters, tensors."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from guiapp.errors import CheckpointError
+from guiapp.hub.connection import HubConnection, require_online
+from guiapp.hub.failures import hub_errors
+from guiapp.hub.headers import TensorRecord, parse_header
+from guiapp.hub.merge_files import needed_files
+
+
+@dataclass(frozen=True)
+class RepoFile:
+    name: str
+    size: int
+
+
+@dataclass(frozen=True)
+class ModelDetails:
+    """A Hub model at one commit. `download_size` counts only the files a merge needs (see merge_files)."""
+
+    repo_id: str
+    revision: str
+    commit: str
+    author: str | None
+    licence: str | None
+    gated: bool
+    downloads: int
+    likes: int
+    last_modified: datetime | None
+    pipeline_tag: str | None
+    library: str | None
+    tags: tuple[str, ...]
+    base_models: tuple[str, ...]
+    files: tuple[RepoFile, ...]
+    parameters_by_dtype: dict[str, int]
+    page_url: str
+
+    @property
+    def parameters(self) -> int | None:
+        return sum(self.parameters_by_dtype.values()) if self.parameters_by_dtype else None
+
+    @property
+    def needed_files(self) -> tuple[RepoFile, ...]:
+        wanted = set(needed_files(f.name for f in self.files))
+        return tuple(f for f in self.files if f.name in wanted)
+
+    @property
+    def download_size(self) -> int:
+        return sum(f.size for f in self.needed_files)
+
+    @property
+    def repo_size(self) -> int:
+        return sum(f.size for f in self.files)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "repo_id": self.repo_id,
+            "revision": self.revision,
+            "commit": self.commit,
+            "author": self.author,
+            "licence": self.licence,
+            "gated": self.gated,
+            "downloads": self.downloads,
+            "likes": self.likes,
+            "last_modified": self.last_modified.isoformat() if self.last_modified else None,
+            "pipeline_tag": self.pipeline_tag,
+            "library": self.library,
+            "tags": list(self.tags),
+            "base_models": list(self.base_models),
+            "files": [{"name": f.name, "size": f.size} for f in self.files],
+            "parameters": self.parameters,
+            "parameters_by_dtype": self.parameters_by_dtype,
+            "download_size": self.download_size,
+            "repo_size": self.repo_size,
+            "page_url": self.page_url,
+        }
+
+
+def model_details(repo_id: str, revision: str | None = None, *, connection: HubConnection | None = None) -> ModelDetails:
+    """Facts about `repo_id` at `revision` (default main), from one model-info request.
+
+    Raises OfflineError when offline, ModelNotFoundError / RevisionNotFoundError when the model or version does
+    not exist, RateLimitedError, and HubError for other Hub failures.
+    """
+    require_online(f"Reading the details of {repo_id}")
+    connection = connection or HubConnection.current()
+    with hub_errors(repo_id, revision):
+        info = connection.api().model_info(repo_id, revision=revision, files_metadata=True)
+    card = info.card_data.to_dict() if info.card_data is not None else {}
+    tags = tuple(info.tags or ())
+    safetensors = info.safetensors
+    return ModelDetails(
+        repo_id=info.id,
+        revision=revision or "main",
+        commit=info.sha,
+        author=info.author or info.id.partition("/")[0] or None,
+        licence=card.get("license") or next((t.removeprefix("license:") for t in tags if t.startswith("license:")), None),
+        gated=bool(info.gated),
+        downloads=info.downloads or 0,
+        likes=info.likes or 0,
+        last_modified=info.last_modified,
+        pipeline_tag=info.pipeline_tag,
+        library=info.library_name,
+        tags=tags,
+        base_models=_base_models(card.get("base_model")),
+        files=tuple(RepoFile(s.rfilename, s.size or 0) for s in info.siblings or ()),
+        parameters_by_dtype=dict(safetensors.parameters) if safetensors else {},
+        page_url=connection.model_page(info.id),
+    )
+
+
+def remote_tensors(
+    repo_id: str, revision: str | None = None, *, connection: HubConnection | None = None
+) -> dict[str, TensorRecord]:
+    """Every tensor of `repo_id` (name, shape, dtype, file) read from the safetensors headers over HTTP range
+    requests: a few hundred kilobytes per file, never the weights. LoRA adapter repos are read too.
+
+    Raises CheckpointError when the repo has no safetensors weights, GatedModelError when its licence has not
+    been accepted, OfflineError, ModelNotFoundError, RevisionNotFoundError and other HubErrors.
+    """
+    require_online(f"Reading the tensor list of {repo_id}")
+    api = (connection or HubConnection.current()).api()
+    with hub_errors(repo_id, revision):
+        info = api.model_info(repo_id, revision=revision)
+        names = [s.rfilename for s in info.siblings or ()]
+        weights = [n for n in needed_files(names) if n.endswith(".safetensors")]
+        if not weights:
+            raise CheckpointError(
+                f"{repo_id} has no safetensors weights, so its tensors cannot be listed without downloading them.",
+                hint="Choose a version of the model published in safetensors format.",
+            )
+        if "model.safetensors" in names or "model.safetensors.index.json" in names:
+            files = api.get_safetensors_metadata(repo_id, revision=info.sha).files_metadata
+        else:  # adapters and checkpoints with other file names
+            files = {name: api.parse_safetensors_file_metadata(repo_id, name, revision=info.sha) for name in weights}
+    records: dict[str, TensorRecord] = {}
+    for filename, metadata in files.items():
+        header = {name: {"dtype": t.dtype, "shape": t.shape} for name, t in metadata.tensors.items()}
+        records.update(parse_header(header, filename))
+    return records
+
+
+def _base_models(value: Any) -> tuple[str, ...]:
+    if isinstance(value, str):
+        return (value,)
+    if isinstance(value, (list, tuple)):
+        return tuple(str(v) for v in value)
+    return ()

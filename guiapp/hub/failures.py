@@ -1,0 +1,149 @@
+"""Turn huggingface_hub and network exceptions into Mergesmith's HubError subclasses with a message and a fix."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from huggingface_hub import errors as hf
+
+from guiapp.errors import (
+    CheckpointError,
+    ConnectionLostError,
+    GatedModelError,
+    HubError,
+    InvalidTokenError,
+    MergesmithError,
+    ModelNotFoundError,
+    OfflineError,
+    RateLimitedError,
+    RevisionNotFoundError,
+)
+from guiapp.hub.connection import HubConnection
+
+# Matched by class name so the mapping holds whichever HTTP library huggingface_hub uses (requests, httpx, httpx2).
+_UNREACHABLE = {"ConnectError", "ConnectionError", "ConnectTimeout", "NameResolutionError"}
+_INTERRUPTED = {"RemoteProtocolError", "ReadError", "ReadTimeout", "TimeoutException", "ChunkedEncodingError"}
+
+
+@contextmanager
+def hub_errors(repo_id: str | None = None, revision: str | None = None) -> Iterator[None]:
+    """Run a block of Hub calls; any failure leaves it as a HubError (or CheckpointError) naming the model."""
+    try:
+        yield
+    except MergesmithError:
+        raise
+    except Exception as error:
+        translated = translate(error, repo_id, revision)
+        if translated is error:
+            raise
+        raise translated from error
+
+
+def translate(error: BaseException, repo_id: str | None, revision: str | None = None) -> BaseException:
+    """The Mergesmith error for `error`, or `error` itself when it is not a Hub or network failure."""
+    model = repo_id or "the model"
+    page = HubConnection.current().model_page(repo_id) if repo_id else HubConnection.current().endpoint
+    if isinstance(error, hf.GatedRepoError):
+        status = _status(error)
+        if status == 401:
+            hint = f"Open {page}, accept the licence there, then sign in with an access token (Settings › Hub token)."
+        else:
+            hint = f"Open {page} and accept the licence with the account of your token; access can take a while."
+        return GatedModelError(f"{model} is gated: its files can only be downloaded after its licence is accepted.", hint=hint)
+    if isinstance(error, hf.RevisionNotFoundError):
+        return RevisionNotFoundError(
+            f"{model} has no branch, tag or commit named '{revision}'.",
+            hint=f"Check the version after '@' (see {page} › Files and versions), or leave it out to use 'main'.",
+        )
+    if isinstance(error, hf.RepositoryNotFoundError):
+        return ModelNotFoundError(
+            f"There is no model named '{model}' on the Hub, or it is private and your token cannot see it.",
+            hint="Check the spelling (organisation/name). For a private model, sign in with a token that can read it.",
+        )
+    if isinstance(error, hf.OfflineModeIsEnabled):
+        return OfflineError(
+            f"{model} is needed from the Hub, but huggingface_hub is in offline mode (HF_HUB_OFFLINE).",
+            hint="Unset HF_HUB_OFFLINE to go online, or use a model that is already downloaded.",
+        )
+    if isinstance(error, hf.LocalEntryNotFoundError):
+        if _caused_by(error, _UNREACHABLE) or _caused_by_type(error, hf.OfflineModeIsEnabled):
+            return _unreachable(model)
+        return OfflineError(
+            f"{model} is not fully downloaded, and the Hub cannot be used right now.",
+            hint="Go online and download it once; afterwards it works offline.",
+        )
+    if isinstance(error, hf.EntryNotFoundError):
+        return ModelNotFoundError(
+            f"{model} does not contain a file that is needed ({_first_line(error)}).",
+            hint=f"Check the model's files on {page}; it may not be a model in transformers format.",
+        )
+    if isinstance(error, hf.NotASafetensorsRepoError):
+        return CheckpointError(
+            f"{model} has no safetensors weights, so its tensors cannot be listed without downloading them.",
+            hint="Choose a version of the model published in safetensors format.",
+        )
+    if isinstance(error, hf.SafetensorsParsingError):
+        return CheckpointError(
+            f"A safetensors header of {model} cannot be read: {_first_line(error)}", hint="Try again later."
+        )
+    if isinstance(error, hf.HfHubHTTPError):
+        status = _status(error)
+        if status == 429:
+            return RateLimitedError(
+                "The Hub is limiting how many requests this machine may send right now (HTTP 429).",
+                hint="Wait a minute and try again. Signing in with a token raises the limit.",
+            )
+        if status == 401:
+            return InvalidTokenError(
+                "The Hub did not accept the access token.",
+                hint="Sign in again with a valid token (huggingface.co › Settings › Access Tokens).",
+            )
+        if status is not None and status >= 500:
+            return HubError(
+                f"The Hub answered with a server error (HTTP {status}) while reading {model}.",
+                hint="This is on the Hub's side; try again in a few minutes.",
+            )
+        return HubError(f"The Hub refused the request for {model}: {_first_line(error)}", hint="Try again later.")
+    if _caused_by(error, _UNREACHABLE):
+        return _unreachable(model)
+    if _caused_by(error, _INTERRUPTED) or "Consistency check failed" in str(error):
+        return ConnectionLostError(
+            f"The connection broke while downloading {model}, and resuming failed.",
+            hint="Check the network and start the download again; finished files are kept.",
+        )
+    return error
+
+
+def _unreachable(model: str) -> OfflineError:
+    return OfflineError(
+        f"The Hugging Face Hub cannot be reached, so {model} cannot be read from it.",
+        hint="Check the network connection (and any proxy); models already downloaded keep working offline.",
+    )
+
+
+def _status(error: BaseException) -> int | None:
+    response = getattr(error, "response", None)
+    return getattr(response, "status_code", None)
+
+
+def _chain(error: BaseException) -> Iterator[BaseException]:
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        current = current.__cause__ or current.__context__
+
+
+def _caused_by(error: BaseException, class_names: set[str]) -> bool:
+    return any(cls.__name__ in class_names for link in _chain(error) for cls in type(link).__mro__)
+
+
+def _caused_by_type(error: BaseException, kind: type[BaseException]) -> bool:
+    return any(isinstance(link, kind) for link in _chain(error))
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__

@@ -1,0 +1,64 @@
+"""Model folders the user added to the library: any folder with a config and safetensors weights (or an
+adapter), usable in every job like a Hub id. The list lives in `local_folders.json` in Mergesmith's config
+folder; the folders themselves are never touched.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from guiapp.errors import CheckpointError
+from guiapp.system.paths import settings_file
+
+SETTINGS_NAME = "local_folders.json"
+
+
+def list_local_folders() -> list[Path]:
+    """The added folders in the order they were added (an unreadable settings file counts as an empty list)."""
+    path = settings_file(SETTINGS_NAME)
+    try:
+        entries = json.loads(path.read_text()).get("folders", [])
+    except (OSError, ValueError, AttributeError):
+        return []
+    return [Path(entry) for entry in entries if isinstance(entry, str)]
+
+
+def add_local_folder(folder: Path) -> Path:
+    """Add `folder` to the library (once) and return its absolute path.
+
+    Raises CheckpointError when it is not a folder or holds no model (config.json or adapter_config.json next
+    to .safetensors or .bin weights).
+    """
+    folder = Path(folder).expanduser().resolve()
+    if not folder.is_dir():
+        raise CheckpointError(f"{folder} is not a folder.", hint="Choose the folder that contains config.json.")
+    has_config = (folder / "config.json").is_file() or (folder / "adapter_config.json").is_file()
+    has_weights = any(folder.glob("*.safetensors")) or any(folder.glob("*.bin"))
+    if not (has_config and has_weights):
+        raise CheckpointError(
+            f"{folder} does not look like a model folder: it needs config.json (or adapter_config.json) and weights.",
+            hint="Choose the folder that holds both the config and the .safetensors files.",
+        )
+    folders = list_local_folders()
+    if folder not in folders:
+        _save(folders + [folder])
+    return folder
+
+
+def remove_local_folder(folder: Path) -> None:
+    """Forget `folder` (its files stay where they are); forgetting an unknown folder does nothing."""
+    folder = Path(folder).expanduser().resolve()
+    _save([f for f in list_local_folders() if f != folder])
+
+
+def _save(folders: list[Path]) -> None:
+    path = settings_file(SETTINGS_NAME)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # Write then rename, so a crash never leaves half a settings file.
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=".local_folders.", suffix=".tmp")
+    with os.fdopen(handle, "w") as stream:
+        json.dump({"folders": [str(f) for f in folders]}, stream, indent=2)
+    os.replace(temporary, path)

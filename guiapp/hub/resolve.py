@@ -1,0 +1,125 @@
+"""Model references for the engine: a local folder, or a Hub model made local (downloading what is missing),
+and header-only metadata (tensor names, shapes, dtypes and config.json) without downloading any weights.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from guiapp.errors import CheckpointError, OfflineError
+from guiapp.hub.connection import HubConnection, is_offline
+from guiapp.hub.details import remote_tensors
+from guiapp.hub.downloads import download_model
+from guiapp.hub.failures import hub_errors
+from guiapp.hub.headers import TensorRecord, read_folder_headers
+from guiapp.hub.references import ModelReference, parse_reference
+from guiapp.progress import Progress
+
+CONFIG_FILES = ("config.json", "adapter_config.json")
+
+
+@dataclass(frozen=True)
+class ModelMetadata:
+    """What validation needs to know about a model: its tensors (from headers) and its config."""
+
+    reference: str
+    tensors: dict[str, TensorRecord]
+    config: dict[str, Any]
+
+
+def resolve_model(reference: str, *, progress: Progress | None = None, offline: bool = False) -> Path:
+    """The local folder holding the model `reference` names ("path/to/folder", "org/name", "org/name@rev").
+
+    A local folder is returned as it is. A Hub model is downloaded into the HF cache as needed (only the
+    files a merge needs) and its snapshot folder returned. Offline (`offline=True`, Mergesmith's offline
+    switch, or HF_HUB_OFFLINE) only the cache is used. Raises OfflineError naming the model when offline and it
+    is not fully downloaded, ModelNotFoundError for a bad reference, and the download errors of `download_model`.
+    """
+    ref = parse_reference(reference)
+    if ref.folder is not None:
+        return ref.folder
+    assert ref.repo_id is not None
+    if offline or is_offline():
+        return _cached_snapshot(ref)
+    return download_model(ref.repo_id, ref.revision, progress=progress)
+
+
+def read_model_metadata(reference: str, *, offline: bool = False) -> ModelMetadata:
+    """Tensor names, shapes and dtypes plus config.json of the model `reference` names, without its weights.
+
+    Local folders are read from disk; Hub models through HTTP range requests of the safetensors headers
+    (config.json, being small, is downloaded into the cache), or from the cache when offline. Raises
+    CheckpointError when there are no readable safetensors or no config, OfflineError when offline and the
+    model is not in the cache, and the Hub errors of `remote_tensors`.
+    """
+    ref = parse_reference(reference)
+    if ref.folder is not None:
+        return ModelMetadata(reference, read_folder_headers(ref.folder), _read_config(ref.folder, ref.label))
+    assert ref.repo_id is not None
+    if offline or is_offline():
+        folder = _cached_snapshot(ref)
+        return ModelMetadata(reference, read_folder_headers(folder), _read_config(folder, ref.label))
+    tensors = remote_tensors(ref.repo_id, ref.revision)
+    return ModelMetadata(reference, tensors, _download_config(ref))
+
+
+def _cached_snapshot(ref: ModelReference) -> Path:
+    """The complete cached snapshot of a Hub reference, or OfflineError naming the model."""
+    from huggingface_hub import snapshot_download  # noqa: PLC0415
+    from huggingface_hub.errors import LocalEntryNotFoundError  # noqa: PLC0415
+
+    assert ref.repo_id is not None
+    missing = OfflineError(
+        f"{ref.label} is not downloaded, and Mergesmith is working offline.",
+        hint="Go online and download it once (Models › Download); afterwards it works offline. "
+        "Or use a local folder that holds the model.",
+    )
+    connection = HubConnection.current()
+    try:
+        folder = Path(
+            snapshot_download(ref.repo_id, revision=ref.revision, cache_dir=connection.cache_dir, local_files_only=True)
+        )
+    except LocalEntryNotFoundError as error:
+        raise missing from error
+    has_weights = any(folder.glob("*.safetensors")) or any(folder.glob("*.bin"))
+    if not has_weights or not any((folder / name).is_file() for name in CONFIG_FILES):
+        raise missing
+    return folder
+
+
+def _read_config(folder: Path, label: str) -> dict[str, Any]:
+    for name in CONFIG_FILES:
+        path = folder / name
+        if path.is_file():
+            try:
+                return json.loads(path.read_text())
+            except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+                raise CheckpointError(f"{path} cannot be read as JSON ({error}).", hint="Restore or re-download it.")
+    raise CheckpointError(
+        f"{label} has no config.json, so its architecture is unknown.",
+        hint="Choose a folder with a complete model (config.json next to the weights).",
+    )
+
+
+def _download_config(ref: ModelReference) -> dict[str, Any]:
+    from huggingface_hub import hf_hub_download  # noqa: PLC0415
+    from huggingface_hub.errors import EntryNotFoundError  # noqa: PLC0415
+
+    assert ref.repo_id is not None
+    connection = HubConnection.current()
+    with hub_errors(ref.repo_id, ref.revision):
+        for name in CONFIG_FILES:
+            try:
+                path = hf_hub_download(
+                    ref.repo_id, name, revision=ref.revision, cache_dir=connection.cache_dir, endpoint=connection.endpoint
+                )
+            except EntryNotFoundError:
+                continue
+            return _read_config(Path(path).parent, ref.label)
+    raise CheckpointError(
+        f"{ref.label} has no config.json on the Hub, so its architecture is unknown.",
+        hint="Choose a model in transformers format (with config.json).",
+    )

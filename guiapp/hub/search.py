@@ -1,0 +1,177 @@
+"""Search the Hub for models: text, author, sort, filters, one page at a time, superseded by the next query.
+
+The huggingface_hub client is synchronous, so cancelling is cooperative: every `ModelSearch.start` makes the
+previous `SearchResults` stale, and a stale search stops before its next item/page with JobCancelled. The window
+calls `start` on each keystroke and `next_page` on a worker thread; an old worker then ends on its own.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from typing import Any
+
+from guiapp.errors import JobCancelled, RecipeError
+from guiapp.hub.connection import HubConnection, require_online
+from guiapp.hub.failures import hub_errors
+
+# Our sort names → huggingface_hub's. The Hub always sorts these in descending order.
+SORTS = {"trending": "trending_score", "downloads": "downloads", "likes": "likes", "updated": "last_modified"}
+_EXPAND = [
+    "author", "downloads", "likes", "lastModified", "tags", "pipeline_tag",
+    "library_name", "gated", "safetensors", "trendingScore",
+]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class SearchQuery:
+    """What to look for. `limit` caps the total number of results over all pages."""
+
+    text: str = ""
+    author: str | None = None
+    sort: str = "trending"
+    pipeline_tag: str | None = None
+    library: str | None = None
+    min_parameters: int | None = None
+    max_parameters: int | None = None
+    gated: bool | None = None
+    limit: int = 100
+
+
+@dataclass(frozen=True)
+class ModelSummary:
+    """One search hit, as the results list shows it."""
+
+    repo_id: str
+    author: str | None
+    downloads: int
+    likes: int
+    last_modified: datetime | None
+    pipeline_tag: str | None
+    library: str | None
+    gated: bool
+    parameters: int | None
+    parameters_by_dtype: dict[str, int] = field(default_factory=dict)
+    tags: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["last_modified"] = self.last_modified.isoformat() if self.last_modified else None
+        data["tags"] = list(self.tags)
+        return data
+
+
+class ModelSearch:
+    """A search box: `start(query)` begins a new search and makes every earlier one stale."""
+
+    def __init__(self, connection: HubConnection | None = None, page_size: int = 20) -> None:
+        self._connection = connection
+        self.page_size = page_size
+        self._generation = itertools.count(1)
+        self._current = 0
+        self._lock = threading.Lock()
+
+    def start(self, query: SearchQuery) -> SearchResults:
+        """Begin `query` (no network yet: pages are fetched by `next_page`).
+
+        Raises RecipeError for an unknown sort and OfflineError when offline.
+        """
+        if query.sort not in SORTS:
+            raise RecipeError(f"Unknown sort '{query.sort}'.", hint=f"Use one of: {', '.join(SORTS)}.")
+        require_online("Searching the Hub")
+        with self._lock:
+            self._current = generation = next(self._generation)
+        return SearchResults(self, generation, query, self._connection or HubConnection.current())
+
+    def is_current(self, generation: int) -> bool:
+        with self._lock:
+            return generation == self._current
+
+
+class SearchResults:
+    """The pages of one search. Not thread-safe itself: read it from one worker thread at a time."""
+
+    def __init__(self, owner: ModelSearch, generation: int, query: SearchQuery, connection: HubConnection) -> None:
+        self._owner = owner
+        self._generation = generation
+        self.query = query
+        self._connection = connection
+        self._items: Iterator[Any] | None = None
+        self.exhausted = False
+
+    @property
+    def stale(self) -> bool:
+        """True once a newer search has started."""
+        return not self._owner.is_current(self._generation)
+
+    def next_page(self) -> list[ModelSummary]:
+        """The next `page_size` results ([] when there are no more).
+
+        Raises JobCancelled when a newer search has started, and HubError subclasses (offline, rate limited…).
+        """
+        page: list[ModelSummary] = []
+        with hub_errors():
+            items = self._items if self._items is not None else self._open()
+            while len(page) < self._owner.page_size:
+                self._raise_if_stale()
+                item = next(items, None)  # fetches the next page from the Hub when this one is used up
+                if item is None:
+                    self.exhausted = True
+                    break
+                page.append(_summary(item))
+        self._raise_if_stale()
+        return page
+
+    def _open(self) -> Iterator[Any]:
+        query = self.query
+        self._items = iter(
+            self._connection.api().list_models(
+                search=query.text or None,
+                author=query.author or None,
+                sort=SORTS[query.sort],  # type: ignore[arg-type]
+                pipeline_tag=query.pipeline_tag or None,
+                filter=query.library or None,
+                gated=query.gated,
+                num_parameters=_parameter_range(query.min_parameters, query.max_parameters),
+                limit=query.limit,
+                expand=_EXPAND,  # type: ignore[arg-type]
+            )
+        )
+        return self._items
+
+    def _raise_if_stale(self) -> None:
+        if self.stale:
+            raise JobCancelled("This search was replaced by a newer one.")
+
+
+def _summary(info: Any) -> ModelSummary:
+    parameters = getattr(info, "safetensors", None)
+    return ModelSummary(
+        repo_id=info.id,
+        author=info.author or info.id.partition("/")[0] or None,
+        downloads=info.downloads or 0,
+        likes=info.likes or 0,
+        last_modified=info.last_modified,
+        pipeline_tag=info.pipeline_tag,
+        library=info.library_name,
+        gated=bool(info.gated),
+        parameters=parameters.total if parameters else None,
+        parameters_by_dtype=dict(parameters.parameters) if parameters else {},
+        tags=tuple(info.tags or ()),
+    )
+
+
+def _parameter_range(low: int | None, high: int | None) -> str | None:
+    """The Hub's `num_parameters` filter, e.g. "min:1B,max:7B"."""
+    parts = [f"{key}:{_count(value)}" for key, value in (("min", low), ("max", high)) if value is not None]
+    return ",".join(parts) or None
+
+
+def _count(value: int) -> str:
+    for unit, size in (("T", 10**12), ("B", 10**9), ("M", 10**6), ("K", 10**3)):
+        if value >= size:
+            return f"{value / size:g}{unit}"
+    return str(value)

@@ -1,0 +1,1 @@
+"""Test helpers shared by every test area (the local Hub server and its pytest fixtures)."""

@@ -1,0 +1,518 @@
+"""A small Hugging Face Hub for tests: serves model folders the tests generate, on 127.0.0.1.
+
+It answers what `huggingface_hub` asks (see /work/shared/spec/hub-contract.md): search with `Link` pagination,
+model info, the file tree, HEAD/GET `resolve` with ETag / X-Repo-Commit / Content-Length and Range (206),
+errors with `X-Error-Code`, gated models behind a token, `whoami-v2`. For the hard cases it can drop the
+connection halfway through a file once, send slowly, or answer 429/500, and it counts the bytes it sends per file.
+
+    with HubServer() as hub:
+        hub.add_model("org/tiny", folder, gated=True)
+        HfApi(endpoint=hub.url).model_info("org/tiny")
+        hub.bytes_sent("org/tiny", "model.safetensors")
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import socket
+import struct
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import parse_qs, unquote, urlencode, urlsplit
+
+TEST_TOKEN = "hf_mergesmith_test_token"
+TEST_USER = "tester"
+SEND_BLOCK = 16 * 1024
+
+
+@dataclass(frozen=True)
+class ServedFile:
+    path: Path
+    size: int
+    sha256: str
+
+
+@dataclass
+class ServedModel:
+    """A repo on the test Hub. `gated`: False, "auto" or "manual"; `allowed_users` None = every signed-in user."""
+
+    repo_id: str
+    folder: Path
+    files: dict[str, ServedFile]
+    sha: str
+    gated: bool | str = False
+    allowed_users: set[str] | None = None
+    card_data: dict = field(default_factory=dict)
+    tags: list[str] = field(default_factory=list)
+    downloads: int = 0
+    likes: int = 0
+    trending_score: int = 0
+    pipeline_tag: str | None = "text-generation"
+    library_name: str | None = "transformers"
+    last_modified: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
+    branches: tuple[str, ...] = ("main",)
+
+    def parameters_by_dtype(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for name, served in self.files.items():
+            if not name.endswith(".safetensors"):
+                continue
+            with served.path.open("rb") as handle:
+                (length,) = struct.unpack("<Q", handle.read(8))
+                header = json.loads(handle.read(length))
+            for key, entry in header.items():
+                if key != "__metadata__":
+                    numel = 1
+                    for dim in entry["shape"]:
+                        numel *= dim
+                    counts[entry["dtype"]] = counts.get(entry["dtype"], 0) + numel
+        return counts
+
+
+@dataclass(frozen=True)
+class RequestRecord:
+    method: str
+    path: str
+    range: str | None
+    status: int
+    authorized: bool
+
+
+@dataclass
+class _Failure:
+    status: int
+    times: int
+    path_contains: str
+
+
+class HubServer:
+    """The test Hub. Start it with `with HubServer() as hub:` (or `.start()` / `.stop()`); its address is `.url`."""
+
+    def __init__(self, *, page_size: int = 50, tokens: dict[str, str] | None = None) -> None:
+        self.page_size = page_size
+        self.tokens = dict(tokens) if tokens is not None else {TEST_TOKEN: TEST_USER}
+        self.models: dict[str, ServedModel] = {}
+        self.requests: list[RequestRecord] = []
+        self._bytes: dict[tuple[str, str], int] = {}
+        self._drops: dict[tuple[str, str], int | None] = {}
+        self._failures: list[_Failure] = []
+        self.bytes_per_second: float | None = None
+        self._lock = threading.Lock()
+        self._httpd: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # --- lifecycle ---------------------------------------------------------------------------------------
+
+    def start(self) -> HubServer:
+        handler = type("BoundHubHandler", (_HubHandler,), {"hub": self})
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self._httpd.daemon_threads = True
+        self._thread = threading.Thread(target=self._httpd.serve_forever, name="test-hub", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+            self._httpd = None
+
+    def __enter__(self) -> HubServer:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    @property
+    def url(self) -> str:
+        assert self._httpd is not None, "start the server first"
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host}:{port}"
+
+    # --- content -------------------------------------------------------------------------------------------
+
+    def add_model(
+        self,
+        repo_id: str,
+        folder: Path,
+        *,
+        gated: bool | str = False,
+        allowed_users: set[str] | None = None,
+        card_data: dict | None = None,
+        tags: list[str] | None = None,
+        downloads: int = 0,
+        likes: int = 0,
+        trending_score: int = 0,
+        pipeline_tag: str | None = "text-generation",
+        library_name: str | None = "transformers",
+        last_modified: datetime | None = None,
+        branches: tuple[str, ...] = ("main",),
+    ) -> ServedModel:
+        """Serve every file under `folder` as the repo `repo_id` ("org/name") at one commit, on `branches`."""
+        folder = Path(folder)
+        files = {}
+        for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+            data = path.read_bytes()
+            files[path.relative_to(folder).as_posix()] = ServedFile(path, len(data), hashlib.sha256(data).hexdigest())
+        digest = hashlib.sha1(repo_id.encode())
+        for name, served in files.items():
+            digest.update(f"{name}:{served.sha256}".encode())
+        model = ServedModel(
+            repo_id=repo_id,
+            folder=folder,
+            files=files,
+            sha=digest.hexdigest(),
+            gated="manual" if gated is True else gated,
+            allowed_users=allowed_users,
+            card_data=dict(card_data or {}),
+            tags=list(tags or []),
+            downloads=downloads,
+            likes=likes,
+            trending_score=trending_score,
+            pipeline_tag=pipeline_tag,
+            library_name=library_name,
+            last_modified=last_modified or datetime.now(timezone.utc),
+            branches=branches,
+        )
+        self.models[repo_id] = model
+        return model
+
+    # --- faults and counters ---------------------------------------------------------------------------------
+
+    def drop_connection_once(self, repo_id: str, filename: str, after_bytes: int | None = None) -> None:
+        """The next GET of that file stops after `after_bytes` (default: half of what was asked) and hangs up."""
+        with self._lock:
+            self._drops[(repo_id, filename)] = after_bytes
+
+    def fail_next(self, status: int, *, times: int = 1, path_contains: str = "") -> None:
+        """Answer the next `times` requests whose path contains `path_contains` with `status` (429, 500…)."""
+        with self._lock:
+            self._failures.append(_Failure(status, times, path_contains))
+
+    def slow_down(self, bytes_per_second: float | None) -> None:
+        """Send file bytes at about this rate from now on (None: full speed)."""
+        self.bytes_per_second = bytes_per_second
+
+    def bytes_sent(self, repo_id: str, filename: str) -> int:
+        """Body bytes of that file actually written to clients so far (HEAD and failed requests send none)."""
+        with self._lock:
+            return self._bytes.get((repo_id, filename), 0)
+
+    def reset_counters(self) -> None:
+        with self._lock:
+            self._bytes.clear()
+            self.requests.clear()
+
+    # --- used by the handler ------------------------------------------------------------------------------------
+
+    def _take_failure(self, path: str) -> int | None:
+        with self._lock:
+            for failure in self._failures:
+                if failure.times > 0 and failure.path_contains in path:
+                    failure.times -= 1
+                    return failure.status
+        return None
+
+    def _take_drop(self, repo_id: str, filename: str) -> tuple[bool, int | None]:
+        with self._lock:
+            if (repo_id, filename) in self._drops:
+                return True, self._drops.pop((repo_id, filename))
+        return False, None
+
+    def _count(self, repo_id: str, filename: str, nbytes: int) -> None:
+        with self._lock:
+            key = (repo_id, filename)
+            self._bytes[key] = self._bytes.get(key, 0) + nbytes
+
+    def _record(self, record: RequestRecord) -> None:
+        with self._lock:
+            self.requests.append(record)
+
+
+class _HubHandler(BaseHTTPRequestHandler):
+    hub: HubServer
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the stdlib's signature
+        pass
+
+    def do_HEAD(self) -> None:
+        self._dispatch(head=True)
+
+    def do_GET(self) -> None:
+        self._dispatch(head=False)
+
+    # --- routing --------------------------------------------------------------------------------------------
+
+    def _dispatch(self, head: bool) -> None:
+        split = urlsplit(self.path)
+        self._status = 0
+        try:
+            failure = self.hub._take_failure(split.path)
+            if failure is not None:
+                self._error(failure, "", f"Simulated HTTP {failure}", retry_after=failure == 429)
+            else:
+                self._route(split.path, parse_qs(split.query), head)
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+        finally:
+            self.hub._record(
+                RequestRecord(self.command, self.path, self.headers.get("Range"), self._status, self._user() is not None)
+            )
+
+    def _route(self, path: str, query: dict[str, list[str]], head: bool) -> None:
+        parts = [unquote(p) for p in path.strip("/").split("/")]
+        if parts == ["api", "models"]:
+            return self._search(query)
+        if parts == ["api", "whoami-v2"]:
+            return self._whoami()
+        if parts[:2] == ["api", "models"] and len(parts) >= 4:
+            model = self._model(f"{parts[2]}/{parts[3]}")
+            if model is None:
+                return
+            rest = parts[4:]
+            if not rest:
+                return self._json(self._info(model, full=True))
+            if rest[0] == "revision" and len(rest) == 2:
+                return self._json(self._info(model, full=True)) if self._revision_ok(model, rest[1]) else None
+            if rest[0] == "tree" and len(rest) >= 2:
+                return self._tree(model, rest[1], "/".join(rest[2:])) if self._revision_ok(model, rest[1]) else None
+            if rest == ["auth-check"]:
+                return self._json({}) if self._access_ok(model) else None
+        if len(parts) >= 5 and parts[2] == "resolve":
+            model = self._model(f"{parts[0]}/{parts[1]}")
+            if model is not None and self._revision_ok(model, parts[3]) and self._access_ok(model):
+                return self._resolve(model, "/".join(parts[4:]), head)
+            return None
+        return self._error(404, "", "Not found")
+
+    # --- endpoints ------------------------------------------------------------------------------------------------
+
+    def _search(self, query: dict[str, list[str]]) -> None:
+        def first(key: str) -> str | None:
+            return query.get(key, [None])[0]
+
+        models = list(self.hub.models.values())
+        if text := first("search"):
+            models = [m for m in models if text.lower() in m.repo_id.lower()]
+        if author := first("author"):
+            models = [m for m in models if m.repo_id.split("/")[0] == author]
+        if pipeline := first("pipeline_tag"):
+            models = [m for m in models if m.pipeline_tag == pipeline]
+        for wanted in query.get("filter", []):
+            models = [m for m in models if wanted in self._tags(m)]
+        if (gated := first("gated")) is not None:
+            models = [m for m in models if bool(m.gated) == (gated.lower() == "true")]
+        if bounds := first("num_parameters"):
+            low, high = _parameter_bounds(bounds)
+            models = [m for m in models if low <= sum(m.parameters_by_dtype().values()) <= high]
+        sort = first("sort")
+        keys = {
+            "downloads": lambda m: m.downloads,
+            "likes": lambda m: m.likes,
+            "trendingScore": lambda m: m.trending_score,
+            "lastModified": lambda m: m.last_modified,
+        }
+        if sort in keys:
+            models.sort(key=keys[sort], reverse=True)
+        page_length = min(int(first("limit") or self.hub.page_size), self.hub.page_size)
+        page = int(first("p") or 0)
+        chunk = models[page * page_length : (page + 1) * page_length]
+        headers = {}
+        if (page + 1) * page_length < len(models):
+            params = [(k, v) for k, values in query.items() if k != "p" for v in values] + [("p", str(page + 1))]
+            headers["Link"] = f'<{self.hub.url}/api/models?{urlencode(params)}>; rel="next"'
+        self._json([self._info(m, full=False) for m in chunk], headers)
+
+    def _whoami(self) -> None:
+        user = self._user()
+        if user is None:
+            return self._error(401, "", "Invalid credentials in Authorization header")
+        self._json(
+            {
+                "type": "user",
+                "name": user,
+                "fullname": user,
+                "auth": {"type": "access_token", "accessToken": {"displayName": "mergesmith-test", "role": "read"}},
+            }
+        )
+
+    def _info(self, model: ServedModel, full: bool) -> dict:
+        parameters = model.parameters_by_dtype()
+        info = {
+            "_id": model.sha[:24],
+            "id": model.repo_id,
+            "modelId": model.repo_id,
+            "author": model.repo_id.split("/")[0],
+            "sha": model.sha,
+            "lastModified": model.last_modified.strftime("%Y-%m-%dT%H:%M:%S.000Z"),
+            "createdAt": model.last_modified.strftime("%Y-%m-%dT%H:%M:%S.000Z"),
+            "private": False,
+            "gated": model.gated,
+            "disabled": False,
+            "downloads": model.downloads,
+            "likes": model.likes,
+            "trendingScore": model.trending_score,
+            "tags": self._tags(model),
+            "pipeline_tag": model.pipeline_tag,
+            "library_name": model.library_name,
+        }
+        if parameters:
+            info["safetensors"] = {"parameters": parameters, "total": sum(parameters.values())}
+        if full:
+            info["cardData"] = model.card_data
+            info["siblings"] = [{"rfilename": name, "size": f.size} for name, f in model.files.items()]
+            info["usedStorage"] = sum(f.size for f in model.files.values())
+        return info
+
+    def _tree(self, model: ServedModel, revision: str, prefix: str) -> None:
+        entries, folders = [], set()
+        for name, served in model.files.items():
+            if prefix and not name.startswith(prefix.rstrip("/") + "/"):
+                continue
+            parents = name.split("/")[:-1]
+            for depth in range(1, len(parents) + 1):
+                folders.add("/".join(parents[:depth]))
+            entry = {"type": "file", "path": name, "size": served.size, "oid": served.sha256[:40]}
+            if name.endswith((".safetensors", ".bin")):
+                entry["lfs"] = {"oid": served.sha256, "size": served.size, "pointerSize": 134}
+            entries.append(entry)
+        entries += [{"type": "directory", "path": d, "oid": hashlib.sha1(d.encode()).hexdigest()} for d in folders]
+        self._json(entries)
+
+    def _resolve(self, model: ServedModel, filename: str, head: bool) -> None:
+        served = model.files.get(filename)
+        if served is None:
+            return self._error(404, "EntryNotFound", f"{filename} does not exist on 'main'")
+        start, end = 0, served.size - 1
+        status = 200
+        requested = self.headers.get("Range")
+        if requested and (match := re.fullmatch(r"bytes=(\d+)-(\d*)", requested.strip())):
+            start = int(match.group(1))
+            end = min(int(match.group(2)), served.size - 1) if match.group(2) else served.size - 1
+            if start >= served.size:
+                return self._error(416, "", "Requested range not satisfiable")
+            status = 206
+        length = end - start + 1
+        self._status = status
+        self.send_response(status)
+        self.send_header("Content-Type", "application/octet-stream")
+        self.send_header("Content-Length", str(length))
+        self.send_header("Accept-Ranges", "bytes")
+        self.send_header("ETag", f'"{served.sha256}"')
+        self.send_header("X-Repo-Commit", model.sha)
+        if status == 206:
+            self.send_header("Content-Range", f"bytes {start}-{end}/{served.size}")
+        self.end_headers()
+        if head:
+            return
+        dropping, drop_after = self.hub._take_drop(model.repo_id, filename)
+        limit = (length // 2 if drop_after is None else drop_after) if dropping else length
+        with served.path.open("rb") as handle:
+            handle.seek(start)
+            remaining = limit
+            while remaining > 0:
+                block = handle.read(min(SEND_BLOCK, remaining))
+                self.wfile.write(block)
+                self.wfile.flush()
+                self.hub._count(model.repo_id, filename, len(block))
+                remaining -= len(block)
+                if self.hub.bytes_per_second:
+                    time.sleep(len(block) / self.hub.bytes_per_second)
+        if dropping:
+            self.close_connection = True
+            self.connection.shutdown(socket.SHUT_RDWR)
+
+    # --- access -------------------------------------------------------------------------------------------------
+
+    def _model(self, repo_id: str) -> ServedModel | None:
+        model = self.hub.models.get(repo_id)
+        if model is None:
+            self._error(404, "RepoNotFound", "Repository not found")
+        return model
+
+    def _revision_ok(self, model: ServedModel, revision: str) -> bool:
+        if revision in model.branches or revision == model.sha:
+            return True
+        self._error(404, "RevisionNotFound", f"Invalid rev id: {revision}")
+        return False
+
+    def _access_ok(self, model: ServedModel) -> bool:
+        authorization = self.headers.get("Authorization")
+        user = self._user()
+        if authorization and user is None:
+            self._error(401, "", "Invalid credentials in Authorization header")
+            return False
+        if not model.gated:
+            return True
+        if user is None:
+            self._error(401, "GatedRepo", f"Access to model {model.repo_id} is restricted. Please log in.")
+            return False
+        if model.allowed_users is not None and user not in model.allowed_users:
+            self._error(403, "GatedRepo", f"Access to model {model.repo_id} is restricted: ask for access.")
+            return False
+        return True
+
+    def _user(self) -> str | None:
+        authorization = self.headers.get("Authorization") or ""
+        token = authorization.removeprefix("Bearer ").strip()
+        return self.hub.tokens.get(token)
+
+    @staticmethod
+    def _tags(model: ServedModel) -> list[str]:
+        tags = list(model.tags)
+        for extra in (model.library_name, model.pipeline_tag, "safetensors"):
+            if extra and extra not in tags:
+                tags.append(extra)
+        if licence := model.card_data.get("license"):
+            tags.append(f"license:{licence}")
+        return tags
+
+    # --- responses ------------------------------------------------------------------------------------------------
+
+    def _json(self, payload: object, headers: dict[str, str] | None = None) -> None:
+        body = json.dumps(payload).encode()
+        self._status = 200
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        for key, value in (headers or {}).items():
+            self.send_header(key, value)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def _error(self, status: int, code: str, message: str, *, retry_after: bool = False) -> None:
+        body = json.dumps({"error": message}).encode()
+        self._status = status
+        self.send_response(status)
+        if code:
+            self.send_header("X-Error-Code", code)
+        self.send_header("X-Error-Message", message)
+        if retry_after:
+            self.send_header("Retry-After", "0")
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+
+def _parameter_bounds(text: str) -> tuple[float, float]:
+    """Parse the Hub's `num_parameters` filter ("min:1M,max:7B")."""
+    units = {"": 1, "K": 1e3, "M": 1e6, "B": 1e9, "T": 1e12}
+    low, high = 0.0, float("inf")
+    for part in text.split(","):
+        key, _, value = part.partition(":")
+        match = re.fullmatch(r"([\d.]+)([KMBT]?)", value.strip().upper())
+        if match:
+            number = float(match.group(1)) * units[match.group(2)]
+            low, high = (number, high) if key == "min" else (low, number)
+    return low, high
+
