@@ -1,0 +1,604 @@
+"""The known failures of model merging and LoRA work, one `Entry` each (see ../shared/spec/errors.md).
+
+An entry recognises an error by its exception class names (anywhere in its class hierarchy) or by a regular
+expression on its message, so the same entry explains a live exception and a traceback pasted from PEFT,
+transformers, mergekit or Unsloth. Order matters: the first entry that matches wins, so specific entries come
+before general ones (a gated repo before "repository not found", SVD in bfloat16 before any bfloat16 kernel).
+Nothing here imports torch or huggingface_hub.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+from guiapp.system.units import format_bytes
+
+# Optional refinement: given the regex match (None when a class name matched) and the job's context, returns
+# replacements for "what", "why", "fix" and/or "retry_with".
+Refiner = Callable[["re.Match[str] | None", Mapping[str, Any]], dict[str, Any]]
+
+TORCH_DTYPE_WORDS = {
+    "BFloat16": "bfloat16", "Half": "float16", "Float": "float32", "float": "float32", "Double": "float64",
+    "double": "float64", "Float8_e4m3fn": "float8_e4m3fn", "Float8_e5m2": "float8_e5m2",
+    "c10::BFloat16": "bfloat16", "c10::Half": "float16",
+}
+
+
+@dataclass(frozen=True)
+class Entry:
+    key: str
+    title: str
+    what: str
+    why: str
+    fix: str
+    pattern: re.Pattern[str] | None = None
+    types: frozenset[str] = field(default_factory=frozenset)
+    retry_with: Mapping[str, Any] | None = None
+    refine: Refiner | None = None
+
+    def matches(self, type_names: set[str], message: str) -> tuple[bool, re.Match[str] | None]:
+        """(matched?, the regex match if the message matched) for one exception or one pasted text."""
+        found = self.pattern.search(message) if self.pattern is not None else None
+        if found is not None:
+            return True, found
+        return bool(self.types & type_names), None
+
+
+def _dtype_words(torch_name: str | None) -> str:
+    if not torch_name:
+        return "a half-precision type"
+    return TORCH_DTYPE_WORDS.get(torch_name, torch_name.lower())
+
+
+def _group(match: re.Match[str] | None, name: str) -> str | None:
+    if match is None:
+        return None
+    try:
+        return match.group(name)
+    except IndexError:
+        return None
+
+
+def _refine_linear_algebra(match: re.Match[str] | None, context: Mapping[str, Any]) -> dict[str, Any]:
+    kernel, dtype = _group(match, "kernel") or "a decomposition", _dtype_words(_group(match, "dtype"))
+    return {"what": f"A matrix decomposition ({kernel}) was run on {dtype} numbers, which it does not support."}
+
+
+def _refine_half_kernel(match: re.Match[str] | None, context: Mapping[str, Any]) -> dict[str, Any]:
+    if _group(match, "dtype") is None:
+        return {"what": "torch.quantile was run on half-precision numbers; it only accepts float32 and float64."}
+    kernel, dtype = _group(match, "kernel"), _dtype_words(_group(match, "dtype"))
+    return {"what": f"The operation {kernel} was run on {dtype} numbers, and this torch build has no {dtype} "
+                    "version of it on this device."}
+
+
+def _refine_missing_package(match: re.Match[str] | None, context: Mapping[str, Any]) -> dict[str, Any]:
+    module = _group(match, "module")
+    if not module:
+        return {}
+    package = module.split(".")[0]
+    return {"what": f"The Python module {module} is not installed.",
+            "fix": f"Install it into the same environment (pip install {package}; the package name can differ "
+            "from the module name), then try again."}
+
+
+def _refine_numpy(match: re.Match[str] | None, context: Mapping[str, Any]) -> dict[str, Any]:
+    dtype = _dtype_words(_group(match, "dtype") or "BFloat16")
+    return {"what": f"A {dtype} tensor was converted to a NumPy array, and NumPy has no {dtype} type."}
+
+
+def _refine_out_of_memory(match: re.Match[str] | None, context: Mapping[str, Any]) -> dict[str, Any]:
+    gpu = _group(match, "gpu") or _group(match, "gpu2")
+    asked = _group(match, "gib") or _group(match, "array")
+    amount = f" (it asked for {asked} more)" if asked else ""
+    if _group(match, "bytes"):
+        amount = f" (it asked for {format_bytes(int(_group(match, 'bytes') or 0))} more)"
+    if gpu or str(context.get("device", "cpu")) != "cpu":
+        where = f"the GPU ({gpu})" if gpu else f"the GPU ({context.get('device')})"
+        return {
+            "what": f"The job ran out of memory on {where}{amount}.",
+            "fix": "Run it on the CPU (RAM is usually much larger than VRAM), close other programs that use the "
+            "GPU, or merge fewer models at once. Mergesmith shows the memory a job needs before it starts.",
+            "retry_with": {"device": "cpu"},
+        }
+    return {"what": f"The job ran out of RAM{amount}."}
+
+
+def _refine_shapes(match: re.Match[str] | None, context: Mapping[str, Any]) -> dict[str, Any]:
+    sizes = [int(size) for size in re.findall(r"\d+", " ".join(filter(None, [
+        _group(match, "a"), _group(match, "b"), _group(match, "shape_a"), _group(match, "shape_b")])))]
+    tensor = _group(match, "param") or str(context.get("tensor") or "")
+    model = context.get("model")
+    which = f" The model that differs is {model}." if model else ""
+    sizes_text = f" ({' vs '.join(str(size) for size in sizes)})" if sizes else ""
+    if _looks_like_vocabulary(tensor, sizes):
+        return {
+            "what": f"The models have different vocabulary sizes{sizes_text}"
+            + (f" in {tensor}" if tensor else "") + f".{which}",
+            "why": "Fine-tunes often add tokens (chat markers, padding), so their embedding and output matrices "
+            "have more rows than the base model's; the rows cannot be added up one to one.",
+            "fix": "Merge with tokenizer_source: base, which keeps the base model's vocabulary and drops the "
+            "added rows, or choose models that share one tokenizer.",
+            "retry_with": {"tokenizer_source": "base"},
+        }
+    return {"what": f"Tensors that should line up have different shapes{sizes_text}"
+                    + (f" in {tensor}" if tensor else "") + f".{which}"}
+
+
+def _looks_like_vocabulary(tensor: str, sizes: list[int]) -> bool:
+    if re.search(r"embed|lm_head|wte|word_embeddings|output\.weight|vocab", tensor):
+        return True
+    # Vocabularies run to tens of thousands of rows, and fine-tunes add only a few tokens.
+    large = [size for size in sizes if size >= 30000]
+    return len(large) >= 2 and max(large) - min(large) <= 0.02 * max(large)
+
+
+def _refine_header(match: re.Match[str] | None, context: Mapping[str, Any]) -> dict[str, Any]:
+    detail = (_group(match, "detail") or _group(match, "variant") or "").lower().replace(" ", "")
+    file = context.get("file")
+    which = f"The file {file}" if file else "A model file"
+    if detail in ("headertoolarge",):
+        why = ("Its first bytes are not a safetensors header. This is usually a Git LFS pointer (a small text file "
+               "standing in for weights that were never downloaded, e.g. after `git clone` without git-lfs) or an "
+               "HTML error or login page saved in place of the file.")
+    elif detail in ("incompletemetadata", "incompletemetadata,filenotfullycovered", "metadataincompletebuffer"):
+        why = "The file is shorter than its header says: the download or copy was cut off."
+    elif detail in ("headertoosmall",):
+        why = "The file is nearly empty: the download failed or the file was truncated to a few bytes."
+    else:
+        why = ("The header at the start of the file is not valid safetensors: the file is damaged, or it is "
+               "another format (a pickle .bin, an LFS pointer, a web page) with a .safetensors name.")
+    return {"what": f"{which} could not be read as safetensors.", "why": why}
+
+
+def _refine_disk_full(match: re.Match[str] | None, context: Mapping[str, Any]) -> dict[str, Any]:
+    where = context.get("destination") or context.get("file") or _group(match, "path")
+    needed = context.get("needed_bytes")
+    what = "The disk filled up while writing" + (f" to {where}" if where else "") + "."
+    fix = ("Free some space or choose an output folder on another drive, then run it again. Mergesmith checks "
+           "the free space before it starts and removes the partial output of a failed job.")
+    if needed:
+        fix = f"Free at least {format_bytes(int(needed))} " + fix.removeprefix("Free some space ")
+    return {"what": what, "fix": fix}
+
+
+HUB_REPO_URL = re.compile(
+    r"huggingface\.co/(?:api/)?(?:(?:models|datasets|spaces)/)?(?P<repo>[\w.-]+/[\w.-]+)"
+)
+
+
+def _repo(match: re.Match[str] | None, context: Mapping[str, Any]) -> str | None:
+    if context.get("model"):
+        return str(context["model"])
+    found = HUB_REPO_URL.search(match.string) if match is not None else None
+    return found.group("repo") if found else None
+
+
+def _refine_gated(match: re.Match[str] | None, context: Mapping[str, Any]) -> dict[str, Any]:
+    repo = _repo(match, context)
+    if not repo:
+        return {}
+    return {
+        "what": f"The model {repo} is gated: its files can only be read after you accept its licence.",
+        "fix": f"Open https://huggingface.co/{repo} while logged in, accept the licence (some need the authors' "
+        "approval, which can take a while), then give Mergesmith a Hugging Face access token (Settings, or "
+        "`hf auth login`) and try again.",
+    }
+
+
+def _refine_repository(match: re.Match[str] | None, context: Mapping[str, Any]) -> dict[str, Any]:
+    repo = _repo(match, context)
+    return {"what": f"The Hub has no model called {repo} that you can see."} if repo else {}
+
+
+def _patterns(*alternatives: str) -> re.Pattern[str]:
+    return re.compile("|".join(f"(?:{alternative})" for alternative in alternatives), re.IGNORECASE)
+
+
+def _types(*names: str) -> frozenset[str]:
+    return frozenset(names)
+
+
+HALF = r"BFloat16|Half|Float8_e4m3fn(?:uz)?|Float8_e5m2(?:fnuz)?"
+LINEAR_ALGEBRA = r"\w*(?:svd|gesvd|geqrf|orgqr|ormqr|linalg|qr|eig|syevd|lu_|getrf|cholesky|potrf|triangular|lstsq|inverse)\w*"
+
+CATALOGUE: tuple[Entry, ...] = (
+    Entry(
+        key="linear_algebra_half",
+        title="SVD or QR cannot run in half precision",
+        what="A matrix decomposition was run on half-precision numbers, which it does not support.",
+        why="torch's decompositions (SVD, QR, eigenvalues) exist only for float32 and float64, on the CPU and on "
+        "GPUs alike; a bfloat16 or float16 model has to be upcast first.",
+        fix="Upcast before the decomposition (tensor.float()) and cast the results back to the model's dtype for "
+        "storage. Mergesmith's LoRA extraction always decomposes in float32 and still stores bfloat16 adapters.",
+        pattern=re.compile(rf"\"(?P<kernel>{LINEAR_ALGEBRA})\" not implemented for '(?P<dtype>{HALF})'"),
+        refine=_refine_linear_algebra,
+    ),
+    Entry(
+        key="float16_on_cpu",
+        title="float16 arithmetic is not available on the CPU",
+        what="A float16 model was computed on the CPU, and this torch build has no float16 kernel for it.",
+        why="float16 models are made for GPUs. torch before 2.2 has no float16 matrix multiplication on the CPU "
+        "(PEFT's DoRA initialisation meets this too), and where it exists it is very slow.",
+        fix="Compute in float32 on the CPU (Mergesmith always does) or run on a GPU; to run the model itself on "
+        "the CPU, load it in float32 or bfloat16. `mergesmith probe` shows what this machine supports.",
+        pattern=re.compile(r"\"(?P<kernel>addmm_impl_cpu_|addmm_cpu\w*|mm_cpu\w*|bmm_cpu\w*|baddbmm\w*|\w*_cpu\w*"
+                           r"|LayerNormKernelImpl)\" not implemented for 'Half'"),
+        retry_with={"dtype": "float32"},
+    ),
+    Entry(
+        key="half_kernel",
+        title="This operation does not support the model's dtype",
+        what="An operation was run on half-precision numbers, and this torch build has no version of it for them.",
+        why="Many torch kernels exist only for float32/float64 (quantile, linear algebra) or skip float8 "
+        "entirely; which ones depends on the device and the torch version.",
+        fix="Compute in float32 (tensor.float()) and cast back only to store the result. Mergesmith computes "
+        "everything in float32 and offers only storage dtypes the probe found working here.",
+        pattern=_patterns(
+            rf"\"(?P<kernel>\w+)\" not implemented for '(?P<dtype>{HALF})'",
+            r"quantile\(\) input tensor must be either float or double dtype",
+        ),
+        refine=_refine_half_kernel,
+    ),
+    Entry(
+        key="numpy_bfloat16",
+        title="NumPy cannot hold bfloat16 tensors",
+        what="A bfloat16 tensor was converted to a NumPy array, and NumPy has no bfloat16 type.",
+        why="NumPy has no bfloat16 (nor float8) type, so tensor.numpy() refuses them.",
+        fix="Convert to float32 first: tensor.float().numpy(). Mergesmith never hands half-precision tensors to "
+        "NumPy.",
+        pattern=re.compile(rf"Got unsupported ScalarType (?P<dtype>{HALF}|\w+)"),
+        refine=_refine_numpy,
+    ),
+    Entry(
+        key="mixed_dtypes",
+        title="Two tensors in one operation have different dtypes",
+        what="An operation combined tensors of two different dtypes (for example float32 inputs with bfloat16 "
+        "weights).",
+        why="torch does not convert between dtypes by itself inside matrix multiplications and in-place "
+        "operations; a bfloat16 model fed float32 inputs (PEFT QLoRA generate, mixed-dtype merges) fails here.",
+        fix="Cast both sides to one dtype first (inputs.to(model.dtype)), or run under torch.autocast; with "
+        "QLoRA set bnb_4bit_compute_dtype to the model's dtype. Mergesmith casts every tensor to its compute "
+        "dtype before using it.",
+        pattern=_patterns(
+            r"expected m1 and m2 to have the same dtype",
+            r"(?:mat1 and mat2|self and mat2|both arguments|tensors?) (?:must|should) have the same dtype",
+            r"expected (?:scalar type|dtype) \w+ (?:for `\w+` )?but (?:found|got)",
+            r"Input type \(.*?\) and (?:weight|bias) type \(.*?\) should be the same",
+            r"expected both vectors to have same dtype",
+            r"result type \w+ can't be cast to the desired output type",
+        ),
+    ),
+    Entry(
+        key="quantile_too_large",
+        title="The tensor is too large for torch.quantile",
+        what="torch.quantile was called on a tensor with more than 16.7 million elements.",
+        why="torch.quantile refuses inputs of more than 2^24 elements, and large weight matrices (embeddings, "
+        "MLP projections) exceed that; kohya's LoRA extraction clamp meets this.",
+        fix="Use torch.kthvalue on the flattened tensor, or estimate the quantile from a random sample of it. "
+        "Mergesmith's extraction uses kthvalue.",
+        pattern=re.compile(r"quantile\(\) input tensor is too large"),
+    ),
+    Entry(
+        key="out_of_memory",
+        title="Out of memory",
+        what="The job ran out of memory.",
+        why="The working set of the job (the tensors it holds at once plus buffers) is larger than the memory "
+        "that was free.",
+        fix="Close other programs, merge fewer or smaller models at once, or write smaller output shards. "
+        "Mergesmith estimates the memory a job needs and warns before it starts.",
+        pattern=_patterns(
+            r"(?P<gpu>CUDA|HIP|XPU|MPS backend) out of memory(?:.*?Tried to allocate (?P<gib>[\d.]+ [KMGT]i?B))?",
+            r"DefaultCPUAllocator: can't allocate memory(?:: you tried to allocate (?P<bytes>\d+) bytes)?",
+            r"Unable to allocate (?P<array>[\d.]+ [KMGT]i?B) for an array",
+            r"(?P<gpu2>cuda|hip|xpu|mps)?\s*out of memory",
+        ),
+        types=_types("OutOfMemoryError", "MemoryError", "_ArrayMemoryError"),
+        refine=_refine_out_of_memory,
+    ),
+    Entry(
+        key="no_gpu_build",
+        title="This torch build cannot use that GPU",
+        what="A GPU was chosen, but the installed torch was built without support for it.",
+        why="torch comes in separate builds for CPU, NVIDIA (CUDA), AMD (ROCm), Apple (MPS) and Intel (XPU); "
+        "the CPU-only build cannot use any GPU, and a GPU build needs a matching driver.",
+        fix="Run on the CPU, or install the torch build for your GPU (see https://pytorch.org/get-started, e.g. "
+        "`pip install torch --index-url https://download.pytorch.org/whl/cu124`) and restart Mergesmith; its "
+        "device list only offers devices it found.",
+        pattern=_patterns(
+            r"Torch not compiled with (?P<backend>CUDA|XPU|ROCm|MPS) enabled",
+            r"Found no NVIDIA driver on your system",
+            r"No CUDA GPUs are available",
+            r"MPS backend is not available|The MPS backend is supported on MacOS",
+            r"CUDA driver version is insufficient for CUDA runtime version",
+            r"no kernel image is available for execution on the device",
+        ),
+        retry_with={"device": "cpu"},
+    ),
+    Entry(
+        key="mixed_devices",
+        title="Tensors are on different devices",
+        what="One operation got tensors on different devices, or a tensor that has no data yet (on the "
+        "\"meta\" device).",
+        why="torch runs each operation on one device; a model split between CPU and GPU, inputs left on the CPU, "
+        "or a model initialised on the meta device and never loaded all end here.",
+        fix="Move the model and its inputs to one device (model.to(device), inputs.to(model.device)); for meta "
+        "tensors, load real weights (e.g. without low_cpu_mem_usage, or with to_empty() then load_state_dict). "
+        "Mergesmith keeps every operation of a job on the device you chose.",
+        pattern=_patterns(
+            r"Expected all tensors to be on the same device",
+            r"Tensor on device \S+ is not on the expected device \S+",
+            r"Cannot copy out of meta tensor",
+            r"cannot be called on meta tensors",
+            r"indices should be either on cpu or on the same device",
+        ),
+    ),
+    Entry(
+        key="shape_mismatch",
+        title="The models' shapes do not match",
+        what="Tensors that should line up have different shapes.",
+        why="The models differ in architecture or size (hidden size, number of heads, layers), so their tensors "
+        "cannot be combined element by element.",
+        fix="Merge only models with the same architecture and size, usually fine-tunes of one base model. "
+        "Mergesmith compares every tensor's shape from the headers before any download.",
+        pattern=_patterns(
+            r"The size of tensor a \((?P<a>\d+)\) must match the size of tensor b \((?P<b>\d+)\)",
+            r"size mismatch for (?P<param>[\w.]+): copying a param with shape (?P<shape_a>torch\.Size\(\[[\d, ]*\]\))"
+            r" from checkpoint, the shape in current model is (?P<shape_b>torch\.Size\(\[[\d, ]*\]\))",
+            r"mat1 and mat2 shapes cannot be multiplied",
+            r"shape '\[[\d, -]*\]' is invalid for input of size",
+        ),
+        refine=_refine_shapes,
+    ),
+    Entry(
+        key="safetensors_header",
+        title="A model file is damaged or not a safetensors file",
+        what="A model file could not be read as safetensors.",
+        why="The file is not what its name says: a Git LFS pointer, an HTML page, a pickle, or a truncated "
+        "download.",
+        fix="Download the model again (Mergesmith re-downloads when you retry); for a git clone, install git-lfs "
+        "and run `git lfs pull` in the folder.",
+        pattern=_patterns(
+            r"Error while deserializing header: (?P<detail>[A-Za-z ,]+)",
+            r"(?P<variant>HeaderTooLarge|HeaderTooSmall|InvalidHeaderLength|MetadataIncompleteBuffer"
+            r"|InvalidHeaderDeserialization|InvalidHeaderStart)",
+        ),
+        types=_types("SafetensorError"),
+        retry_with={"force_download": True},
+        refine=_refine_header,
+    ),
+    Entry(
+        key="unsafe_pickle",
+        title="A model file contains code",
+        what="A PyTorch .bin checkpoint was refused: it holds Python objects beyond plain tensors.",
+        why="Old-format checkpoints are pickles, and a pickle can run any code when loaded. torch.load with "
+        "weights_only=True (the default since torch 2.6) refuses anything but tensors, and this file has more.",
+        fix="Use a safetensors version of the model: most Hub models have one (model.safetensors), or look for a "
+        "converted copy. Mergesmith never runs code from model files, so it will not load this one.",
+        pattern=_patterns(r"Weights only load failed", r"Unsupported global: GLOBAL", r"Unsupported operand \d+"),
+        types=_types("UnpicklingError"),
+    ),
+    Entry(
+        key="disk_full",
+        title="The disk is full",
+        what="The disk filled up while writing.",
+        why="The output (or the download) needs more space than the drive has left.",
+        fix="Free some space or choose an output folder on another drive, then run it again. Mergesmith checks "
+        "the free space before it starts and removes the partial output of a failed job.",
+        pattern=_patterns(r"No space left on device(?:: '(?P<path>[^']+)')?", r"\[Errno 28\]", r"Disk quota exceeded",
+                          r"ENOSPC", r"There is not enough space on the disk"),
+        refine=_refine_disk_full,
+    ),
+    Entry(
+        key="gated_repo",
+        title="This model needs your permission first",
+        what="The model is gated: its files can only be read after you accept its licence.",
+        why="Its authors require each user to accept the licence (and sometimes to be approved) on the Hub, and "
+        "the Hub only serves the files to an account that has, identified by an access token.",
+        fix="Open the model's page on huggingface.co while logged in, accept the licence, then give Mergesmith a "
+        "Hugging Face access token (Settings, or `hf auth login`) and try again.",
+        pattern=_patterns(r"Cannot access gated repo", r"You are trying to access a gated repo",
+                          r"awaiting a review from the repo authors"),
+        types=_types("GatedRepoError"),
+        refine=_refine_gated,
+    ),
+    Entry(
+        key="invalid_token",
+        title="The access token was not accepted",
+        what="The Hub did not accept the access token (or none was given where one is needed).",
+        why="The token is mistyped, expired or revoked, or it is a fine-grained token without read access to "
+        "this repository.",
+        fix="Create a token with read access at https://huggingface.co/settings/tokens and enter it in "
+        "Mergesmith's settings (or run `hf auth login`).",
+        pattern=_patterns(r"Invalid credentials in Authorization header", r"Invalid user token",
+                          r"Token is required \(`token=True`\), but no token found"),
+        types=_types("LocalTokenNotFoundError"),
+    ),
+    Entry(
+        key="repository_not_found",
+        title="The model was not found",
+        what="The Hub has no model by that name that you can see.",
+        why="The name is mistyped (it is owner/name, with the exact spelling), the model was removed, or it is "
+        "private and no token with access was given.",
+        fix="Check the name on huggingface.co (search for it in Mergesmith's Models page); for a private model, "
+        "add a token with access in the settings.",
+        pattern=_patterns(r"Repository Not Found for url", r"is not a local folder and is not a valid model "
+                          r"identifier", r"is not a local folder or a valid repository name"),
+        types=_types("RepositoryNotFoundError"),
+        refine=_refine_repository,
+    ),
+    Entry(
+        key="revision_not_found",
+        title="The model version was not found",
+        what="The model exists, but the branch, tag or commit asked for does not.",
+        why="The revision after @ (or in the revision field) is mistyped or was deleted.",
+        fix="Leave the revision empty for the latest version, or copy an existing branch or commit from the "
+        "model's Files page.",
+        pattern=_patterns(r"Revision Not Found for url", r"Invalid rev id"),
+        types=_types("RevisionNotFoundError"),
+    ),
+    Entry(
+        key="local_entry_not_found",
+        title="The files are not in the local cache",
+        what="The model's files were needed from the local cache, and they are not there.",
+        why="Mergesmith (or the tool) is offline or could not connect, and the files were never downloaded "
+        "into the Hugging Face cache.",
+        fix="Connect to the internet and download the model once (Models → Download); after that it works "
+        "offline.",
+        pattern=_patterns(r"Cannot find the requested files in the (?:local|disk) cache",
+                          r"couldn't connect to '\S+' to load the files, and couldn't find them in the cached",
+                          r"outgoing traffic has been disabled"),
+        types=_types("LocalEntryNotFoundError"),
+    ),
+    Entry(
+        key="entry_not_found",
+        title="A file is missing from the model",
+        what="A file the job needs is not in the model's repository.",
+        why="The model stores its weights under other names (e.g. only .bin, only GGUF) or in a subfolder, or "
+        "the file name is mistyped.",
+        fix="Check the model's Files page; Mergesmith needs safetensors weights and config.json. Pick a version "
+        "of the model that has them.",
+        pattern=_patterns(r"Entry Not Found for url", r"does not appear to have a file named"),
+        types=_types("EntryNotFoundError", "RemoteEntryNotFoundError"),
+    ),
+    Entry(
+        key="offline_mode",
+        title="Offline",
+        what="Something needed the Hub while offline mode is on.",
+        why="HF_HUB_OFFLINE=1 (or Mergesmith's offline setting) forbids all network access.",
+        fix="Use models that are already downloaded or in local folders, or turn offline mode off (unset "
+        "HF_HUB_OFFLINE) and try again.",
+        pattern=_patterns(r"offline mode is enabled", r"HF_HUB_OFFLINE"),
+        types=_types("OfflineModeIsEnabled"),
+    ),
+    Entry(
+        key="rate_limited",
+        title="The Hub asked us to slow down",
+        what="The Hub refused more requests for now (HTTP 429).",
+        why="Too many requests came from this address or account in a short time; anonymous requests have lower "
+        "limits.",
+        fix="Wait a few minutes and try again; logging in with an access token raises the limit.",
+        pattern=_patterns(r"\b429\b.*(?:Too Many Requests|Client Error)", r"Too Many Requests",
+                          r"rate.?limit(?:ed)? (?:reached|exceeded)"),
+    ),
+    Entry(
+        key="forbidden",
+        title="The Hub refused access",
+        what="The Hub refused the request (HTTP 403).",
+        why="The token has no permission for this repository (a fine-grained token without access to gated or "
+        "private repos), or the repository has been disabled.",
+        fix="Give the token read access to public gated repositories (https://huggingface.co/settings/tokens) "
+        "or use a classic read token.",
+        pattern=_patterns(r"\b403\b.*(?:Forbidden|Client Error)", r"Access to this resource is disabled"),
+        types=_types("DisabledRepoError"),
+    ),
+    Entry(
+        key="server_error",
+        title="The Hub is having trouble",
+        what="The Hub answered with a server error (HTTP 5xx).",
+        why="The problem is on the Hub's side, usually brief.",
+        fix="Try again in a few minutes; https://status.huggingface.co shows ongoing incidents. Downloads "
+        "resume where they stopped.",
+        pattern=_patterns(r"\b5\d\d Server Error", r"Bad Gateway", r"Service Unavailable", r"Gateway Time-?out",
+                          r"Internal Server Error"),
+    ),
+    Entry(
+        key="connection",
+        title="The Hub could not be reached",
+        what="The connection to huggingface.co failed.",
+        why="There is no network, a proxy or firewall blocks it, DNS does not resolve, or the connection timed "
+        "out.",
+        fix="Check the internet connection (and HTTPS_PROXY if you need a proxy), then try again. Downloaded "
+        "models and local folders keep working offline.",
+        pattern=_patterns(r"Name or service not known", r"Temporary failure in name resolution",
+                          r"nodename nor servname provided", r"getaddrinfo failed",
+                          r"Failed to establish a new connection", r"Max retries exceeded with url",
+                          r"Network is unreachable", r"There was a specific connection error",
+                          r"Connection (?:refused|reset|aborted)", r"(?:Read|Connect) timed out"),
+        types=_types("ConnectError", "ConnectTimeout", "ReadTimeout", "TimeoutException", "NetworkError",
+                     "RemoteProtocolError", "ConnectionError", "RemoteDisconnected"),
+    ),
+    Entry(
+        key="non_finite",
+        title="The result contains NaN or infinity",
+        what="A computed tensor contains NaN or infinite values.",
+        why="float16 overflows past 65504: large sums (DARE/DELLA rescaling, big task-vector weights) or casting "
+        "large values to float16 become infinity, and then NaN.",
+        fix="Compute in float32 (Mergesmith always does) and store in bfloat16, which has float32's range, "
+        "rather than float16; lower the weights or density if the task vectors add up to large values.",
+        pattern=_patterns(
+            r"probability tensor contains either `inf`, `nan` or element < 0",
+            r"\b(?:NaN|nan|inf)s? (?:values? )?(?:found|detected|encountered)",
+            r"contains? (?:NaN|nan|inf|non-finite)",
+            r"non-finite values?",
+            r"returned nan values",
+        ),
+        retry_with={"dtype": "bfloat16"},
+    ),
+    Entry(
+        key="nothing_to_extract",
+        title="There is nothing to extract",
+        what="The fine-tune and the base model are identical, so the adapter would change nothing.",
+        why="LoRA extraction stores the difference between a fine-tune and its base; the wrong pair (the base "
+        "twice, or a fine-tune of another base) gives an empty or meaningless difference.",
+        fix="Check that the fine-tune really was trained from this base model (its card usually names it) and "
+        "pick that pair.",
+        pattern=_patterns(
+            r"(?:models?|checkpoints?|weights|fine-?tune\w*) (?:are|is) identical",
+            r"identical to the base", r"no difference between", r"nothing to extract",
+            r"(?:delta|difference)s? (?:is|are) (?:all )?zeros?\b", r"adapter (?:has no effect|changes nothing)",
+        ),
+    ),
+    Entry(
+        key="target_modules_missing",
+        title="The adapter's modules are not in this model",
+        what="The LoRA adapter targets modules that this model does not have, so it would change nothing.",
+        why="The adapter was trained for another architecture (module names like q_proj differ between "
+        "families), or target_modules names layers the model lacks.",
+        fix="Use the adapter with the base model it was trained on (see its adapter_config.json, "
+        "base_model_name_or_path), or fix target_modules.",
+        pattern=re.compile(r"Target modules .* not found in the base model"),
+    ),
+    Entry(
+        key="remote_code",
+        title="The model needs its own code",
+        what="The model's repository ships Python code that has to run to load it.",
+        why="Some architectures are not in transformers yet and come as code in the repository; running it "
+        "means trusting its authors with your machine.",
+        fix="Mergesmith never runs code from repositories. Look for a version of the model that uses a standard "
+        "architecture, or wait until transformers supports it.",
+        pattern=_patterns(r"contains custom code which must be executed", r"trust_remote_code=True"),
+    ),
+    Entry(
+        key="permission_denied",
+        title="Mergesmith cannot write there",
+        what="A file or folder could not be opened or written: permission denied or read-only.",
+        why="The folder belongs to another user, is on a read-only drive, or is locked by another program.",
+        fix="Choose an output folder you own (for example in your home folder), or close the program that holds "
+        "the file.",
+        pattern=_patterns(r"\[Errno 13\]", r"Permission denied", r"\[Errno 30\]", r"Read-only file system",
+                          r"Access is denied"),
+        types=_types("PermissionError"),
+    ),
+    Entry(
+        key="file_not_found",
+        title="A file or folder is missing",
+        what="A file or folder the job needs does not exist.",
+        why="It was moved, deleted, or its path is mistyped; a drive may be disconnected.",
+        fix="Check the path, or pick the model again in Mergesmith (Models → Local folders).",
+        pattern=_patterns(r"\[Errno 2\] No such file or directory"),
+        types=_types("FileNotFoundError"),
+    ),
+    Entry(
+        key="missing_package",
+        title="A Python package is missing",
+        what="The code needs a Python package that is not installed.",
+        why="The package is an optional dependency, or the environment is not the one it was installed in.",
+        fix="Install it into the same environment (pip install <package>), then try again.",
+        pattern=re.compile(r"No module named '(?P<module>[\w.]+)'"),
+        types=_types("ModuleNotFoundError"),
+        refine=_refine_missing_package,
+    ),
+)

@@ -1,0 +1,148 @@
+"""Turn any failure into an `Explanation`: what happened, why, what to do, and optionally settings to retry with.
+
+Mergesmith's own errors (`guiapp.errors`) carry their message and hint and map directly. Anything else (a live
+exception from torch, safetensors, huggingface_hub, the OS, or a traceback pasted from PEFT, transformers,
+mergekit or Unsloth) is looked up in `guiapp.system.error_catalogue`. An error the catalogue does not know is
+said to be unknown (`recognised=False`) rather than guessed at. This module must not import torch: the CLI's
+`explain` command uses it.
+"""
+
+from __future__ import annotations
+
+import re
+import textwrap
+import traceback
+from dataclasses import dataclass
+from typing import Any, Iterator, Mapping
+
+from guiapp.errors import MergesmithError
+from guiapp.system.error_catalogue import CATALOGUE, Entry
+
+RENDER_WIDTH = 100
+# Names in pasted text that look like exception classes: "torch.OutOfMemoryError", "GatedRepoError: ..."
+EXCEPTION_NAME = re.compile(r"\b(?:[A-Za-z_]\w*\.)*([A-Za-z_]\w*(?:Error|Exception|Enabled|Interrupt|Exit))\b")
+CONTEXT_WORDS = (("job", "job"), ("model", "model"), ("tensor", "tensor"), ("file", "file"), ("device", "device"),
+                 ("dtype", "dtype"), ("destination", "output folder"))
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """A failure in the user's terms. `raw` is the original message and traceback, shown behind "Details"."""
+
+    title: str
+    what: str
+    why: str
+    fix: str
+    retry_with: dict[str, Any] | None = None
+    raw: str = ""
+    recognised: bool = True
+
+    def render_text(self, width: int = RENDER_WIDTH) -> str:
+        """Plain text for a terminal: title, what happened, why, what to do, retry settings, then the details."""
+        sections = [self.title, ""]
+        for label, text in (("What happened", self.what), ("Why", self.why), ("What to do", self.fix)):
+            if text:
+                sections.append(textwrap.fill(f"{label}: {text}", width=width, subsequent_indent="  "))
+        if self.retry_with:
+            settings = ", ".join(f"{key}={value}" for key, value in self.retry_with.items())
+            sections.append(f"Retry with: {settings}")
+        if self.raw.strip():
+            sections += ["", "Details:", textwrap.indent(self.raw.rstrip(), "  ")]
+        return "\n".join(sections)
+
+
+def explain(error: BaseException | str, context: Mapping[str, Any] | None = None) -> Explanation:
+    """Explain an exception, or error text pasted by the user (a message or a whole traceback).
+
+    `context` names what the job was doing: {"job", "model", "tensor", "file", "device", "dtype",
+    "destination", "needed_bytes"}; known keys are woven into "what happened". Never raises.
+    """
+    context = dict(context or {})
+    raw = error if isinstance(error, str) else "".join(traceback.format_exception(error)).strip()
+    if isinstance(error, MergesmithError):
+        return _explain_own(error, context, raw)
+    clues = _clues_from_text(error) if isinstance(error, str) else list(_clues_from_chain(error))
+    for entry in CATALOGUE:
+        for type_names, message in clues:
+            matched, match = entry.matches(type_names, message)
+            if matched:
+                return _from_entry(entry, match, context, raw)
+    return _unrecognised(_summary(error), context, raw)
+
+
+def _explain_own(error: MergesmithError, context: dict[str, Any], raw: str) -> Explanation:
+    """Mergesmith's errors say what happened themselves; the cause, when known, can still say why."""
+    cause = error.__cause__ or error.__context__
+    cause_explanation = explain(cause, context) if cause is not None else None
+    known_cause = cause_explanation if cause_explanation and cause_explanation.recognised else None
+    return Explanation(
+        title=type(error).title,
+        what=_with_context(error.message, context),
+        why=known_cause.why if known_cause else _first_paragraph(type(error).__doc__),
+        fix=error.hint or (known_cause.fix if known_cause else ""),
+        retry_with=error.retry_with or (known_cause.retry_with if known_cause else None),
+        raw=raw,
+    )
+
+
+def _from_entry(entry: Entry, match: re.Match[str] | None, context: dict[str, Any], raw: str) -> Explanation:
+    refined = entry.refine(match, context) if entry.refine is not None else {}
+    retry_with = refined.get("retry_with", entry.retry_with)
+    return Explanation(
+        title=entry.title,
+        what=_with_context(refined.get("what", entry.what), context),
+        why=refined.get("why", entry.why),
+        fix=refined.get("fix", entry.fix),
+        retry_with=dict(retry_with) if retry_with else None,
+        raw=raw,
+    )
+
+
+def _unrecognised(summary: str, context: dict[str, Any], raw: str) -> Explanation:
+    return Explanation(
+        title="Mergesmith does not recognise this error",
+        what=_with_context(summary or "An error without a message.", context),
+        why="It is not one of the problems Mergesmith knows, so rather than guess, it shows the original "
+        "message below.",
+        fix="Read the details below. If this came from Mergesmith, please report it with these details.",
+        raw=raw,
+        recognised=False,
+    )
+
+
+def _clues_from_chain(error: BaseException) -> Iterator[tuple[set[str], str]]:
+    """(class names in the hierarchy, message) for the error and each exception it was raised from."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        names = {cls.__name__ for cls in type(current).__mro__}
+        yield names, f"{type(current).__name__}: {current}"
+        current = current.__cause__ or current.__context__
+
+
+def _clues_from_text(text: str) -> list[tuple[set[str], str]]:
+    return [({match.group(1) for match in EXCEPTION_NAME.finditer(text)}, text)]
+
+
+def _with_context(what: str, context: Mapping[str, Any]) -> str:
+    """Append the job's context ("model X, tensor Y") to a sentence, leaving out what it already names."""
+    details = [f"{words} {context[key]}" for key, words in CONTEXT_WORDS
+               if context.get(key) and str(context[key]) not in what]
+    if not details:
+        return what
+    sentence, period = (what[:-1], ".") if what.endswith(".") else (what, "")
+    return f"{sentence} ({', '.join(details)}){period}"
+
+
+def _first_paragraph(doc: str | None) -> str:
+    return " ".join((doc or "").strip().split("\n\n")[0].split())
+
+
+def _summary(error: BaseException | str) -> str:
+    """One line: the last line of pasted text (where a traceback names the error), or "Type: first line"."""
+    if isinstance(error, str):
+        lines = [line.strip() for line in error.strip().splitlines() if line.strip()]
+        return lines[-1] if lines else ""
+    message = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {message[0]}" if message else type(error).__name__

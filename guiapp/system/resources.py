@@ -1,0 +1,267 @@
+"""Memory and disk facts, the fit verdict of a job, and time estimates from probed speeds.
+
+Inputs are plain numbers (bytes, flops): the jobs layer works out a job's working set from the checkpoint
+headers and asks here whether it fits on this machine and roughly how long it takes. Only `gpu_memory`
+imports torch, inside the function.
+"""
+
+from __future__ import annotations
+
+import enum
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+from guiapp.errors import DeviceError, InsufficientResourcesError, OutputError
+from guiapp.system.probe import ProbeResult
+from guiapp.system.units import format_bytes, format_seconds
+
+# Above these fractions of what is free, a job is "tight": it may fit, but other programs can tip it over.
+TIGHT_FRACTION_OF_RAM = 0.8
+TIGHT_FRACTION_OF_VRAM = 0.9
+TIGHT_FRACTION_OF_DISK = 0.9
+# Reading checkpoints is not probed (it depends on the disk and the page cache); this is a middling SSD.
+ASSUMED_READ_BYTES_PER_SECOND = 500e6
+
+
+@dataclass(frozen=True)
+class Memory:
+    total: int
+    available: int
+
+
+@dataclass(frozen=True)
+class Disk:
+    """Free space of the filesystem holding `path` (the nearest existing folder of the asked-for path)."""
+
+    path: Path
+    free: int
+    total: int
+
+
+@dataclass(frozen=True)
+class GpuMemory:
+    total: int
+    free: int | None
+
+
+def memory() -> Memory:
+    """Physical RAM now: total and available to a new job (free plus reclaimable caches)."""
+    facts = psutil.virtual_memory()
+    return Memory(total=facts.total, available=facts.available)
+
+
+def disk(path: Path | str) -> Disk:
+    """Free space where `path` will be written; the path need not exist yet (its nearest existing parent counts).
+
+    Raises OutputError when even the existing parent cannot be examined (permissions, a vanished drive).
+    """
+    candidate = Path(path).expanduser().absolute()
+    while not candidate.exists() and candidate != candidate.parent:
+        candidate = candidate.parent
+    try:
+        usage = shutil.disk_usage(candidate)
+    except OSError as error:
+        raise OutputError(
+            f"Cannot check the free space at {candidate}: {error.strerror or error}.",
+            hint="Choose an output folder on a drive that is connected and that you can write to.",
+        ) from error
+    return Disk(path=candidate, free=usage.free, total=usage.total)
+
+
+def gpu_memory(device: str) -> GpuMemory | None:
+    """Total and free memory of a GPU ("cuda:0", "xpu:0", "mps") now; None for "cpu".
+
+    Raises DeviceError when torch cannot see that device.
+    """
+    if device == "cpu":
+        return None
+    import torch  # noqa: PLC0415 - only callers that ask about a GPU pay for torch
+
+    kind, _, index_text = device.partition(":")
+    index = int(index_text or 0)
+    try:
+        if kind == "cuda":
+            free, total = torch.cuda.mem_get_info(index)
+            return GpuMemory(total=total, free=free)
+        if kind == "xpu":
+            free, total = torch.xpu.mem_get_info(index)
+            return GpuMemory(total=total, free=free)
+        if kind == "mps":
+            total = torch.mps.recommended_max_memory()
+            return GpuMemory(total=total, free=max(0, total - torch.mps.driver_allocated_memory()))
+    except (AssertionError, RuntimeError, AttributeError) as error:
+        raise DeviceError(
+            f"Cannot read the memory of {device}: {error}.",
+            hint="Choose a device from the list Mergesmith shows; it only offers devices it found.",
+            retry_with={"device": "cpu"},
+        ) from error
+    raise DeviceError(f"Unknown device {device!r}.", hint='Devices look like "cpu", "cuda:0", "xpu:0" or "mps".')
+
+
+class FitLevel(enum.Enum):
+    """LM Studio-style fit badge, best first."""
+
+    FITS_ON_GPU = "fits on the GPU"
+    FITS_IN_RAM = "fits in RAM"
+    TIGHT = "tight"
+    WILL_NOT_FIT = "will not fit"
+
+
+@dataclass(frozen=True)
+class Fit:
+    """The verdict for one job, with the numbers behind it and a one-line reason."""
+
+    level: FitLevel
+    reason: str
+    device: str
+    peak_ram: int
+    ram_available: int
+    ram_total: int
+    peak_vram: int
+    vram_free: int | None
+    vram_total: int | None
+    disk_needed: int
+    disk_free: int
+    disk_path: Path
+
+    @property
+    def fits(self) -> bool:
+        return self.level is not FitLevel.WILL_NOT_FIT
+
+    def summary(self) -> str:
+        """Several readable lines: the verdict, then RAM, VRAM (on a GPU) and disk, needed against available."""
+        lines = [f"{self.level.value[0].upper()}{self.level.value[1:]}: {self.reason}",
+                 f"  RAM:  {format_bytes(self.peak_ram)} needed, {format_bytes(self.ram_available)} available "
+                 f"of {format_bytes(self.ram_total)}"]
+        if self.device != "cpu":
+            free = "unknown" if self.vram_free is None else format_bytes(self.vram_free)
+            total = "unknown" if self.vram_total is None else format_bytes(self.vram_total)
+            lines.append(f"  VRAM: {format_bytes(self.peak_vram)} needed on {self.device}, {free} free of {total}")
+        lines.append(f"  Disk: {format_bytes(self.disk_needed)} needed, {format_bytes(self.disk_free)} free "
+                     f"at {self.disk_path}")
+        return "\n".join(lines)
+
+    def as_error(self) -> InsufficientResourcesError:
+        """The error a job raises when it refuses to start because it will not fit."""
+        gpu_too_small = self.device != "cpu" and self.vram_total is not None and self.peak_vram > self.vram_total
+        retry = {"device": "cpu"} if gpu_too_small else None
+        return InsufficientResourcesError(
+            f"This job will not fit: {self.reason}.\n{self.summary()}",
+            hint="Free some space or memory, choose another output folder, or run it on the CPU if the GPU is "
+            "too small. (The CLI's --force starts it anyway.)",
+            retry_with=retry,
+        )
+
+
+def fit_verdict(
+    peak_ram_bytes: int,
+    peak_vram_bytes: int,
+    disk_bytes: int,
+    device: str,
+    destination: Path | str,
+    *,
+    ram: Memory | None = None,
+    vram: GpuMemory | None = None,
+    space: Disk | None = None,
+) -> Fit:
+    """Whether a job with this working set fits this machine: on the GPU / in RAM / tight / will not fit.
+
+    `peak_vram_bytes` counts only when `device` is a GPU. `ram`, `vram` and `space` default to the machine's
+    state now (pass them to judge against other numbers). Raises OutputError if the destination's drive cannot
+    be examined and DeviceError if the GPU cannot.
+    """
+    ram = ram or memory()
+    space = space or disk(destination)
+    if device != "cpu" and vram is None:
+        vram = gpu_memory(device)
+    problems: list[tuple[FitLevel, str]] = []
+    if disk_bytes > space.free:
+        problems.append((FitLevel.WILL_NOT_FIT, f"the output needs {format_bytes(disk_bytes)} at {space.path} but "
+                         f"only {format_bytes(space.free)} is free"))
+    elif disk_bytes > TIGHT_FRACTION_OF_DISK * space.free:
+        problems.append((FitLevel.TIGHT, f"the output needs {format_bytes(disk_bytes)}, nearly all of the "
+                         f"{format_bytes(space.free)} free at {space.path}"))
+    if peak_ram_bytes > ram.total:
+        problems.append((FitLevel.WILL_NOT_FIT, f"it needs {format_bytes(peak_ram_bytes)} of RAM and this machine "
+                         f"has {format_bytes(ram.total)} in all"))
+    elif peak_ram_bytes > TIGHT_FRACTION_OF_RAM * ram.available:
+        problems.append((FitLevel.TIGHT, f"it needs {format_bytes(peak_ram_bytes)} of RAM and "
+                         f"{format_bytes(ram.available)} is available now; closing other programs helps"))
+    if vram is not None:
+        if peak_vram_bytes > vram.total:
+            problems.append((FitLevel.WILL_NOT_FIT, f"it needs {format_bytes(peak_vram_bytes)} on {device}, which "
+                             f"has {format_bytes(vram.total)}"))
+        elif vram.free is not None and peak_vram_bytes > TIGHT_FRACTION_OF_VRAM * vram.free:
+            problems.append((FitLevel.TIGHT, f"it needs {format_bytes(peak_vram_bytes)} on {device} and "
+                             f"{format_bytes(vram.free)} is free now"))
+    if problems:
+        level, reason = max(problems, key=lambda problem: list(FitLevel).index(problem[0]))  # the worst
+    elif vram is not None:
+        level = FitLevel.FITS_ON_GPU
+        free = vram.free if vram.free is not None else vram.total
+        reason = f"it needs {format_bytes(peak_vram_bytes)} of the {format_bytes(free)} free on {device}"
+    else:
+        level = FitLevel.FITS_IN_RAM
+        reason = f"it needs {format_bytes(peak_ram_bytes)} of the {format_bytes(ram.available)} of RAM available"
+    return Fit(
+        level=level, reason=reason, device=device,
+        peak_ram=peak_ram_bytes, ram_available=ram.available, ram_total=ram.total,
+        peak_vram=peak_vram_bytes if vram is not None else 0,
+        vram_free=vram.free if vram else None, vram_total=vram.total if vram else None,
+        disk_needed=disk_bytes, disk_free=space.free, disk_path=space.path,
+    )
+
+
+def matmul_flop_count(rows: int, inner: int, cols: int) -> float:
+    """Floating-point operations of a (rows × inner) @ (inner × cols) product."""
+    return 2.0 * rows * inner * cols
+
+
+def svd_flop_count(rows: int, cols: int) -> float:
+    """The usual operation count of a thin SVD of a rows × cols matrix (Golub–Van Loan)."""
+    small, large = sorted((rows, cols))
+    return 4.0 * large * small**2 + 8.0 * small**3
+
+
+@dataclass(frozen=True)
+class TimeEstimate:
+    seconds: float
+    basis: str  # which probed speeds it came from, for the log
+
+    def __str__(self) -> str:
+        return f"about {format_seconds(self.seconds)}"
+
+
+def estimate_time(
+    result: ProbeResult,
+    device: str,
+    compute_dtype: str = "float32",
+    *,
+    matmul_flops: float = 0.0,
+    svd_flops: float = 0.0,
+    elementwise_bytes: float = 0.0,
+    read_bytes: float = 0.0,
+    read_bytes_per_second: float = ASSUMED_READ_BYTES_PER_SECOND,
+) -> TimeEstimate | None:
+    """Seconds a job of this much work takes on `device`, from the probe's speeds; None when none were measured.
+
+    Work is given as matmul and SVD flops, bytes moved by elementwise operations, and bytes read from disk.
+    The probe times small fixed workloads, so this is an order-of-magnitude figure, good for "about 3 min".
+    """
+    matmul = result.speed(device, compute_dtype, "matmul")
+    svd = result.speed(device, compute_dtype, "svd")
+    elementwise = result.speed(device, compute_dtype, "elementwise")
+    if matmul is None or svd is None or elementwise is None:
+        return None
+    seconds = (
+        matmul_flops / (matmul.gflops * 1e9)
+        + svd_flops / (svd.gflops * 1e9)
+        + elementwise_bytes / (elementwise.gbps * 1e9)
+        + read_bytes / read_bytes_per_second
+    )
+    basis = (f"{device} {compute_dtype}: matmul {matmul.gflops:.1f} GFLOP/s, SVD {svd.gflops:.1f} GFLOP/s, "
+             f"elementwise {elementwise.gbps:.1f} GB/s, reading {read_bytes_per_second / 1e6:.0f} MB/s (assumed)")
+    return TimeEstimate(seconds=seconds, basis=basis)
