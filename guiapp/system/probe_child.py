@@ -19,6 +19,7 @@ import psutil
 import torch
 
 from guiapp.system.probe import cpuinfo_field
+from guiapp.system.resources import svd_flop_count
 
 DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,
@@ -249,7 +250,7 @@ def _measure_speeds(recorder: Recorder, device: str, dtypes: list[str]) -> None:
             m = torch.randn(SVD_SIDE, SVD_SIDE, device=device, dtype=dtype)
             seconds = _time(lambda: torch.linalg.svd(m, full_matrices=False), device)
             recorder.write("speed", device=device, dtype=dtype_name, workload="svd", size=SVD_SIDE,
-                           seconds=seconds, gflops=_svd_flops(SVD_SIDE, SVD_SIDE) / seconds / 1e9)
+                           seconds=seconds, gflops=svd_flop_count(SVD_SIDE, SVD_SIDE) / seconds / 1e9)
             v = torch.randn(ELEMENTWISE_NUMEL, device=device, dtype=dtype)
             seconds = _time(lambda: torch.add(v, v, alpha=0.5), device)
             # an elementwise op reads two operands and writes one result
@@ -258,12 +259,6 @@ def _measure_speeds(recorder: Recorder, device: str, dtypes: list[str]) -> None:
                            gbps=3 * ELEMENTWISE_NUMEL * v.element_size() / seconds / 1e9)
         except Exception:
             continue
-
-
-def _svd_flops(rows: int, cols: int) -> float:
-    """The usual operation count of a thin SVD (Golub–Van Loan), used to turn a timing into a rate."""
-    small, large = sorted((rows, cols))
-    return 4 * large * small**2 + 8 * small**3
 
 
 def _time(work: Callable[[], Any], device: str) -> float:
