@@ -43,6 +43,7 @@ def _build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"mergesmith {__version__}")
     commands = parser.add_subparsers(title="commands", metavar="COMMAND")
     _add_merge_commands(commands)
+    _add_hub_commands(commands)
     return parser
 
 
@@ -186,3 +187,167 @@ def _run_demo(args: argparse.Namespace) -> int:
     if code == EXIT_OK:
         print(f"The merged sample model is in {output}. Its recipe: {output / 'mergesmith_recipe.yml'}")
     return code
+
+
+# --- hub: the model library ----------------------------------------------------------------------------------
+
+
+def _add_hub_commands(commands: argparse._SubParsersAction) -> None:
+    hub = commands.add_parser("hub", help="Search, inspect, download and manage models from the Hugging Face Hub.")
+    hub.add_argument("--offline", action="store_true", help="Use only what is on this machine (like HF_HUB_OFFLINE=1).")
+    hub_commands = hub.add_subparsers(title="hub commands", metavar="HUB_COMMAND", required=True)
+
+    search = hub_commands.add_parser("search", help="Search models on the Hub.")
+    search.add_argument("query", nargs="?", default="", help="Text to look for in model names.")
+    search.add_argument("--sort", default="trending", choices=["trending", "downloads", "likes", "updated"])
+    search.add_argument("--limit", type=int, default=20, help="How many results (default: 20).")
+    search.add_argument("--author", default=None, help="Only models of this user or organisation.")
+    search.add_argument("--json", action="store_true", help="Print JSON instead of a table.")
+    search.set_defaults(handler=_run_hub_search)
+
+    info = hub_commands.add_parser("info", help="Show a model's details (and tensors) without downloading weights.")
+    info.add_argument("repo", help="A Hub model id, optionally with @revision.")
+    info.add_argument("--tensors", action="store_true", help="Also list tensors from the safetensors headers.")
+    info.add_argument("--json", action="store_true", help="Print JSON.")
+    info.set_defaults(handler=_run_hub_info)
+
+    check = hub_commands.add_parser("check", help="Check from headers alone whether models can be merged.")
+    check.add_argument("models", nargs="+", help="Hub ids (optionally @revision) and local folders; the first is the base.")
+    check.set_defaults(handler=_run_hub_check)
+
+    download = hub_commands.add_parser("download", help="Download the files a merge needs into the Hugging Face cache.")
+    download.add_argument("repo", help="A Hub model id, optionally with @revision.")
+    download.add_argument("--revision", default=None, help="Branch, tag or commit (default: main).")
+    download.set_defaults(handler=_run_hub_download)
+
+    cache = hub_commands.add_parser("cache", help="List the models in the Hugging Face cache.")
+    cache.add_argument("--json", action="store_true", help="Print JSON.")
+    cache.set_defaults(handler=_run_hub_cache)
+
+    remove = hub_commands.add_parser("rm", help="Delete a model from the Hugging Face cache.")
+    remove.add_argument("repo", help="The cached model id.")
+    remove.add_argument("--yes", action="store_true", help="Do not ask for confirmation.")
+    remove.set_defaults(handler=_run_hub_rm)
+
+
+def _hub_setup(args: argparse.Namespace) -> None:
+    from guiapp.hub.connection import set_offline  # noqa: PLC0415
+
+    set_offline(args.offline)
+
+
+def _run_hub_search(args: argparse.Namespace) -> int:
+    import json  # noqa: PLC0415
+
+    from guiapp.hub.search import ModelSearch, SearchQuery  # noqa: PLC0415
+
+    _hub_setup(args)
+    query = SearchQuery(text=args.query, author=args.author, sort=args.sort, limit=args.limit)
+    results = ModelSearch(page_size=args.limit).start(query).next_page()
+    if args.json:
+        print(json.dumps([r.to_json() for r in results], indent=2))
+        return EXIT_OK
+    if not results:
+        print("No models found.")
+    for r in results:
+        size = f"{r.parameters / 1e9:.2f}B params" if r.parameters else ""
+        gated = "gated" if r.gated else ""
+        print(f"{r.repo_id:<50} {r.downloads:>10} downloads {r.likes:>6} likes  {size:<14} {gated}")
+    return EXIT_OK
+
+
+def _run_hub_info(args: argparse.Namespace) -> int:
+    import json  # noqa: PLC0415
+
+    from guiapp.hub.details import model_details, remote_tensors  # noqa: PLC0415
+    from guiapp.hub.references import parse_reference  # noqa: PLC0415
+    from guiapp.hub.sizes import format_bytes  # noqa: PLC0415
+
+    _hub_setup(args)
+    ref = parse_reference(args.repo)
+    if ref.repo_id is None:
+        print(f"mergesmith hub info: {args.repo} is a local folder, not a Hub model id.", file=sys.stderr)
+        return EXIT_USAGE
+    details = model_details(ref.repo_id, ref.revision)
+    tensors = remote_tensors(ref.repo_id, details.commit) if args.tensors else {}
+    if args.json:
+        data = details.to_json()
+        if args.tensors:
+            data["tensors"] = {t.name: {"shape": list(t.shape), "dtype": t.dtype, "file": t.file} for t in tensors.values()}
+        print(json.dumps(data, indent=2))
+        return EXIT_OK
+    by_dtype = ", ".join(f"{count:,} {dtype}" for dtype, count in details.parameters_by_dtype.items())
+    print(f"Model:         {details.repo_id} @ {details.revision} ({details.commit[:10]})")
+    print(f"Page:          {details.page_url}")
+    print(f"Licence:       {details.licence or 'not stated'}{' (gated: accept it on the page)' if details.gated else ''}")
+    print(f"Base model:    {', '.join(details.base_models) or '-'}")
+    print(f"Parameters:    {by_dtype or 'unknown (no safetensors)'}")
+    print(f"Download:      {format_bytes(details.download_size)} needed for merging "
+          f"(repo: {format_bytes(details.repo_size)}, {len(details.files)} files)")
+    print(f"Popularity:    {details.downloads} downloads, {details.likes} likes; updated {details.last_modified or '-'}")
+    for t in tensors.values():
+        print(f"  {t.name:<60} {t.dtype:<5} {'×'.join(map(str, t.shape))}")
+    return EXIT_OK
+
+
+def _run_hub_check(args: argparse.Namespace) -> int:
+    from guiapp.hub.compatibility import check_compatibility  # noqa: PLC0415
+
+    _hub_setup(args)
+    report = check_compatibility(args.models)
+    print(report.render_text())
+    return EXIT_OK if report.compatible else EXIT_FAILED
+
+
+def _run_hub_download(args: argparse.Namespace) -> int:
+    from guiapp.hub.downloads import download_model  # noqa: PLC0415
+    from guiapp.hub.references import parse_reference  # noqa: PLC0415
+    from guiapp.progress import Progress  # noqa: PLC0415
+
+    _hub_setup(args)
+    ref = parse_reference(args.repo)
+    if ref.repo_id is None:
+        print(f"mergesmith hub download: {args.repo} is a local folder, not a Hub model id.", file=sys.stderr)
+        return EXIT_USAGE
+    printer = TerminalProgress()
+    progress = Progress(on_event=lambda event: printer.on_event(None, event))
+    folder = download_model(ref.repo_id, args.revision or ref.revision, progress=progress)
+    printer.finish()
+    print(folder)
+    return EXIT_OK
+
+
+def _run_hub_cache(args: argparse.Namespace) -> int:
+    import json  # noqa: PLC0415
+
+    from guiapp.hub.cache import scan_cache  # noqa: PLC0415
+    from guiapp.hub.sizes import format_bytes  # noqa: PLC0415
+
+    _hub_setup(args)
+    models = scan_cache()
+    if args.json:
+        print(json.dumps([m.to_json() for m in models], indent=2))
+        return EXIT_OK
+    if not models:
+        print("The Hugging Face cache holds no models.")
+    for m in models:
+        refs = ", ".join(ref for r in m.revisions for ref in r.refs) or f"{len(m.revisions)} revisions"
+        print(f"{m.repo_id:<50} {format_bytes(m.size):>10}  last used {m.last_used:%Y-%m-%d %H:%M}  ({refs})")
+    return EXIT_OK
+
+
+def _run_hub_rm(args: argparse.Namespace) -> int:
+    from guiapp.hub.cache import plan_deletion  # noqa: PLC0415
+    from guiapp.hub.sizes import format_bytes  # noqa: PLC0415
+
+    _hub_setup(args)
+    plan = plan_deletion(args.repo)
+    question = f"Delete {plan.repo_id} ({len(plan.commits)} revisions) from the cache? This frees {format_bytes(plan.freed_bytes)}."
+    if not args.yes:
+        answer = input(f"{question} [y/N] ").strip().lower()
+        if answer not in ("y", "yes"):
+            print("Nothing was deleted.")
+            return EXIT_OK
+    plan.execute()
+    print(f"Deleted {plan.repo_id}; freed {format_bytes(plan.freed_bytes)}.")
+    return EXIT_OK
