@@ -44,6 +44,7 @@ def _build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(title="commands", metavar="COMMAND")
     _add_merge_commands(commands)
     _add_hub_commands(commands)
+    _add_system_commands(commands)
     return parser
 
 
@@ -351,3 +352,43 @@ def _run_hub_rm(args: argparse.Namespace) -> int:
     plan.execute()
     print(f"Deleted {plan.repo_id}; freed {format_bytes(plan.freed_bytes)}.")
     return EXIT_OK
+
+
+# --- system: probe and explain -------------------------------------------------------------------------------
+
+
+def _add_system_commands(commands: argparse._SubParsersAction) -> None:
+    probe = commands.add_parser(
+        "probe", help="Show what this machine can do: devices, dtypes × operations, speeds (cached).")
+    probe.add_argument("--json", action="store_true", help="Print the full probe result as JSON.")
+    probe.add_argument("--refresh", action="store_true", help="Probe again instead of using the cached result.")
+    probe.set_defaults(handler=_run_probe)
+    explain = commands.add_parser(
+        "explain", help="Explain an error message or traceback. Exits 1 when Mergesmith does not recognise it.")
+    explain.add_argument("text", nargs="?", default="-", help="The error text; - or nothing reads it from stdin.")
+    explain.set_defaults(handler=_run_explain)
+
+
+def _run_probe(args: argparse.Namespace) -> int:
+    import json  # noqa: PLC0415
+
+    from guiapp.system.probe import probe  # noqa: PLC0415
+    from guiapp.system.report import format_probe_report  # noqa: PLC0415
+
+    if args.refresh:
+        print("Probing this machine (a few seconds)...", file=sys.stderr)
+    result = probe(refresh=args.refresh)
+    print(json.dumps(result.to_json(), indent=2) if args.json else format_probe_report(result))
+    return EXIT_OK if result.problem is None else EXIT_FAILED
+
+
+def _run_explain(args: argparse.Namespace) -> int:
+    from guiapp.system.explain import explain  # noqa: PLC0415
+
+    text = sys.stdin.read() if args.text == "-" else args.text
+    if not text.strip():
+        print("Nothing to explain: paste an error message or traceback, or pipe it in.", file=sys.stderr)
+        return EXIT_USAGE
+    explanation = explain(text)
+    print(explanation.render_text())
+    return EXIT_OK if explanation.recognised else EXIT_FAILED

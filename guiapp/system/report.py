@@ -1,0 +1,95 @@
+"""The probe result as readable text for a terminal (`mergesmith probe`)."""
+
+from __future__ import annotations
+
+import time
+
+from guiapp.system.capabilities import JOB_OPERATIONS, describe_device, dtype_options
+from guiapp.system.probe import DTYPE_NAMES, ProbeResult
+from guiapp.system.units import format_bytes
+
+SHORT_DTYPE = {"float8_e4m3fn": "f8_e4m3", "float8_e5m2": "f8_e5m2"}
+OPERATION_COLUMN = 20
+DTYPE_COLUMN = 9
+
+
+def format_probe_report(result: ProbeResult) -> str:
+    """Devices, the operation × dtype matrix of each device with its failures, matmul speeds, and job options."""
+    versions = ", ".join(f"{name} {version}" for name, version in result.versions.items())
+    when = time.strftime("%Y-%m-%d %H:%M", time.localtime(result.probed_at)) if result.probed_at else "never"
+    lines = [f"Probed {when} in {result.duration_seconds:.1f} s ({versions or 'versions unknown'})"]
+    if result.problem:
+        lines += ["", f"Problem: {result.problem}", "Run `mergesmith probe --refresh` to try again."]
+    lines += ["", "Devices"]
+    for device in result.devices:
+        lines.append(f"  {describe_device(device)}")
+        lines.append(f"    {_device_details(device)}")
+    for device in result.devices:
+        lines += ["", *_matrix(result, device["id"]), "", *_speeds(result, device["id"]), "",
+                  *_job_options(result, device["id"])]
+    return "\n".join(lines)
+
+
+def _device_details(device: dict) -> str:
+    facts = []
+    if device.get("memory_free") is not None:
+        facts.append(f"{format_bytes(device['memory_free'])} free")
+    if device.get("isa"):
+        facts.append(f"ISA {device['isa']}")
+    if device.get("flags"):
+        facts.append("flags " + " ".join(device["flags"]))
+    if device.get("compute_capability"):
+        facts.append(f"compute capability {device['compute_capability']}")
+    if device.get("bf16_native") is not None:
+        facts.append(f"native bfloat16: {'yes' if device['bf16_native'] else 'no'}")
+    if device.get("driver"):
+        facts.append(f"driver {device['driver']}")
+    return "; ".join(facts)
+
+
+def _matrix(result: ProbeResult, device: str) -> list[str]:
+    operations = list(dict.fromkeys(check.operation for check in result.checks if check.device == device))
+    header = "".join(SHORT_DTYPE.get(dtype, dtype).ljust(DTYPE_COLUMN) for dtype in DTYPE_NAMES)
+    lines = [f"Operations on {device} (ok works, -- fails, ? not tested)", f"  {'':<{OPERATION_COLUMN}}{header}"]
+    for operation in operations:
+        cells = []
+        for dtype in DTYPE_NAMES:
+            check = result.check(device, dtype, operation)
+            cells.append(("?" if check is None else "ok" if check.ok else "--").ljust(DTYPE_COLUMN))
+        lines.append(f"  {operation:<{OPERATION_COLUMN}}{''.join(cells)}")
+    failures = [check for check in result.failures() if check.device == device]
+    if failures:
+        lines += ["", f"Failures on {device}"]
+        lines += [f"  {check.operation} in {check.dtype}: {(check.error or '').splitlines()[0]}" for check in failures]
+    return lines
+
+
+def _speeds(result: ProbeResult, device: str) -> list[str]:
+    reference = result.speed(device, "float32", "matmul")
+    lines = [f"Matrix multiplication speed on {device}"]
+    for dtype in DTYPE_NAMES:
+        speed = result.speed(device, dtype, "matmul")
+        if speed is None or not speed.gflops:
+            continue
+        comparison = ""
+        if reference and reference.gflops and dtype != "float32":
+            ratio = speed.gflops / reference.gflops
+            comparison = f"{ratio:.1f}× faster than float32" if ratio >= 1 else f"{1 / ratio:.0f}× slower than float32"
+        lines.append(f"  {dtype:<{OPERATION_COLUMN - 6}}{speed.gflops:>9.1f} GFLOP/s   {comparison}")
+    for workload, unit in (("svd", "GFLOP/s"), ("elementwise", "GB/s")):
+        speed = result.speed(device, "float32", workload)
+        if speed is not None:
+            value = speed.gflops if unit == "GFLOP/s" else speed.gbps
+            lines.append(f"  float32 {workload:<{OPERATION_COLUMN - 14}}{value:>9.1f} {unit}")
+    return lines
+
+
+def _job_options(result: ProbeResult, device: str) -> list[str]:
+    lines = [f"Output dtypes each job can use on {device}"]
+    for job in JOB_OPERATIONS:
+        offered, refused = [], []
+        for choice in dtype_options(result, job, device):
+            (offered if choice.possible else refused).append(choice.label)
+        lines.append(f"  {job}: {', '.join(offered) or 'none'}")
+        lines += [f"    not: {label}" for label in refused]
+    return lines
