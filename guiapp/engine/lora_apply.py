@@ -1,0 +1,454 @@
+"""Applying a PEFT LoRA adapter to a base model: tensor by tensor, into a full model folder or on the fly.
+
+For a LoRA module `W = W_base + s·(B·A)` with `s = lora_alpha / r` (rsLoRA: `lora_alpha / √r`), per module from
+`rank_pattern` / `alpha_pattern`, times the user's `--scale`; embedding LoRAs add `(B·A)ᵀ`; `lora_bias` adds
+`s·b` to the bias; `modules_to_save` tensors replace the base's. Deltas are computed in float32 from the stored
+factors, so a bf16 or fp16 adapter never meets a half-precision matmul.
+
+`LoraAdapter` is also what the merge engine uses for a `model+adapter` reference: it adds the deltas while
+streaming, with no temporary full copy of the adapted model.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from guiapp.engine.checkpoint import TensorInfo, _load_pickle_weights, dtype_from_name, dtype_name, open_checkpoint
+from guiapp.engine.devices import resolve_device
+from guiapp.engine.output import PlannedTensor, ShardedWriter, StagedOutput, check_free_space, parse_size
+from guiapp.engine.peft_format import (
+    ADAPTER_CONFIG,
+    ADAPTER_WEIGHTS,
+    EMBEDDING_A,
+    EMBEDDING_B,
+    LORA_A,
+    LORA_B,
+    LORA_B_BIAS,
+    PEFT_PREFIX,
+    pattern_value,
+    split_module,
+)
+from guiapp.engine.recipe import ModelRef
+from guiapp.engine.sources import local_folder, open_reader
+from guiapp.errors import CheckpointError, IncompatibleModelsError, NonFiniteResultError, RecipeError
+from guiapp.progress import Progress
+
+# Key fragments of adapters written by kohya's sd-scripts and LyCORIS (LoHa, LoKr), which are not PEFT's format.
+_FOREIGN_KEY_MARKERS = ("lora_unet_", "lora_te_", "lora_te1_", "lora_te2_", "lora_down.", "lora_up.", "hada_w1", "lokr_w1")
+_MODEL_FILES = (
+    "generation_config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",
+    "vocab.json", "merges.txt", "vocab.txt", "added_tokens.json", "chat_template.jinja", "spiece.model",
+)
+
+
+@dataclass(frozen=True)
+class LoraModule:
+    """One adapted module: where its factors are stored and the scaling PEFT gives it."""
+
+    module: str
+    a_key: str
+    b_key: str
+    bias_key: str | None
+    transposed: bool  # B·A is the weight's transpose (embeddings, fan_in_fan_out layers such as GPT-2's Conv1D)
+    scaling: float
+
+
+class LoraAdapter:
+    """A PEFT LoRA adapter folder opened for reading: deltas and replacement tensors by base tensor name.
+
+    Use `check_base(tensors, label)` with the base model's headers before streaming: it also maps adapter
+    module names onto base tensor names that carry an extra or a missing prefix (e.g. `bert.`).
+    """
+
+    def __init__(self, folder: Path, config: dict[str, Any], tensors: dict[str, Any], scale: float) -> None:
+        self.folder = folder
+        self.config = config
+        self.scale = scale
+        self._tensors = tensors  # key -> tensor, memory-mapped (safetensors) or loaded (.bin)
+        self.modules = _lora_modules(config, list(tensors), scale, folder)
+        self.replacements = {
+            key.removeprefix(PEFT_PREFIX): key for key in tensors if not _is_lora_key(key)
+        }
+        self._module_names: dict[str, str] = {}  # base module name -> adapter module name, when they differ
+
+    @classmethod
+    def open(cls, folder: Path | str, scale: float = 1.0) -> LoraAdapter:
+        """Open the adapter in `folder` (adapter_config.json + adapter_model.safetensors or .bin).
+
+        Raises CheckpointError for a missing or damaged file, an adapter of another kind (not LoRA, DoRA) or
+        another format (kohya / LyCORIS keys), and RecipeError for a scale that is not a finite number.
+        """
+        folder = Path(folder)
+        if not math.isfinite(scale):
+            raise RecipeError(f"The scale must be a number (got {scale}).", hint="Example: --scale 0.5")
+        tensors = _read_adapter_tensors(folder)
+        config = _read_adapter_config(folder)
+        return cls(folder, config, tensors, scale)
+
+    @property
+    def label(self) -> str:
+        return str(self.folder)
+
+    @property
+    def base_model(self) -> str | None:
+        """The base model the adapter says it was made for (`base_model_name_or_path`), if any."""
+        return self.config.get("base_model_name_or_path")
+
+    def check_base(self, base_tensors: dict[str, TensorInfo], base_label: str) -> None:
+        """Check that every adapted module and replaced tensor exists in the base with a matching shape.
+
+        Raises IncompatibleModelsError listing the mismatches (and naming the base the adapter was made for).
+        """
+        self._module_names = _match_module_names(
+            [m.module for m in self.modules.values()] + [split_module(name)[0] for name in self.replacements],
+            base_tensors,
+        )
+        adapter_names = {adapter: base for base, adapter in self._module_names.items()}
+        problems = []
+        for lora in self.modules.values():
+            base_name = adapter_names.get(lora.module, lora.module) + ".weight"
+            expected = self._delta_shape(lora)
+            info = base_tensors.get(base_name)
+            if info is None:
+                problems.append(f"{lora.module} is not in the base model")
+            elif math.prod(info.shape) != math.prod(expected) or info.shape[0] != expected[0]:
+                problems.append(f"{lora.module}: the adapter changes a {_shape(expected)} weight, the base's is {_shape(info.shape)}")
+            if lora.bias_key is not None and (adapter_names.get(lora.module, lora.module) + ".bias") not in base_tensors:
+                problems.append(f"{lora.module}: the adapter changes a bias the base model does not have")
+        for name, key in self.replacements.items():
+            module, leaf = split_module(name)
+            base_name = f"{adapter_names.get(module, module)}.{leaf}"
+            shape = tuple(self._tensors[key].shape)
+            info = base_tensors.get(base_name)
+            if info is None:
+                problems.append(f"{name} (saved whole in the adapter) is not in the base model")
+            elif info.shape != shape:
+                problems.append(f"{name}: the adapter holds {_shape(shape)}, the base {_shape(info.shape)}")
+        if not problems:
+            return
+        made_for = f" It was made for {self.base_model}." if self.base_model else ""
+        vocabulary = any("embed" in p or "lm_head" in p for p in problems)
+        raise IncompatibleModelsError(
+            f"The adapter {self.label} does not fit the base model {base_label}: {_first(problems)}.{made_for}",
+            hint="Apply it to the model it was trained on"
+            + (" (if only the vocabulary differs, resize the base's embeddings to the adapter's vocabulary first)" if vocabulary else "")
+            + ".",
+        )
+
+    def delta_for(
+        self, tensor_name: str, base_shape: tuple[int, ...], device: torch.device | str = "cpu"
+    ) -> torch.Tensor | None:
+        """The float32 update the adapter adds to the base tensor `tensor_name`, or None when it adds none.
+
+        Raises IncompatibleModelsError when the update's shape is not `base_shape`.
+        """
+        module, leaf = split_module(tensor_name)
+        lora = self.modules.get(self._module_names.get(module, module))
+        if lora is None:
+            return None
+        if leaf == "bias" and lora.bias_key is not None:
+            delta = self._tensors[lora.bias_key].to(device, torch.float32) * lora.scaling
+        elif leaf == "weight":
+            a = self._tensors[lora.a_key].to(device, torch.float32)
+            b = self._tensors[lora.b_key].to(device, torch.float32)
+            delta = (b @ a).T if lora.transposed else b.reshape(b.shape[0], -1) @ a.reshape(a.shape[0], -1)
+            delta = delta.mul_(lora.scaling)
+        else:
+            return None
+        if math.prod(delta.shape) != math.prod(base_shape) or delta.shape[0] != base_shape[0]:
+            raise IncompatibleModelsError(
+                f"The adapter {self.label} changes {tensor_name} with a {_shape(tuple(delta.shape))} update, but the "
+                f"base's tensor is {_shape(base_shape)}.",
+                hint="Apply the adapter to the model it was trained on.",
+            )
+        return delta.reshape(base_shape)
+
+    def replacement_for(self, tensor_name: str) -> torch.Tensor | None:
+        """The tensor the adapter stores whole (modules_to_save) for `tensor_name`, as stored; None otherwise."""
+        module, leaf = split_module(tensor_name)
+        key = self.replacements.get(f"{self._module_names.get(module, module)}.{leaf}")
+        return None if key is None else self._tensors[key]
+
+    def apply_to(self, tensor_name: str, tensor: torch.Tensor) -> torch.Tensor:
+        """`tensor` (the base's `tensor_name`) with the adapter applied: the replacement, or base + delta in
+        float32, or `tensor` itself when the adapter does not touch it."""
+        replacement = self.replacement_for(tensor_name)
+        if replacement is not None:
+            return replacement
+        delta = self.delta_for(tensor_name, tuple(tensor.shape), tensor.device)
+        return tensor if delta is None else tensor.to(torch.float32) + delta
+
+    def changes_nothing(self) -> bool:
+        """True when every lora_B factor (and lora bias) is zero and nothing is saved whole: a no-op adapter."""
+        if self.replacements:
+            return False
+        return all(
+            not bool(self._tensors[key].to(torch.float32).any())
+            for lora in self.modules.values()
+            for key in (lora.b_key, lora.bias_key)
+            if key is not None
+        )
+
+    def _delta_shape(self, lora: LoraModule) -> tuple[int, ...]:
+        a, b = self._tensors[lora.a_key], self._tensors[lora.b_key]
+        if lora.transposed:
+            return (int(a.shape[1]), int(b.shape[0]))
+        return (int(b.shape[0]), math.prod(int(d) for d in a.shape[1:]))
+
+
+def open_adapter_for_merge(reference: str, progress: Progress | None = None) -> LoraAdapter:
+    """Open the adapter a recipe's `model+adapter` reference names (a local folder or a Hub id).
+
+    Raises CheckpointError / HubError subclasses when the adapter cannot be had or read.
+    """
+    return LoraAdapter.open(_adapter_folder(reference, progress))
+
+
+@dataclass(frozen=True)
+class ApplySettings:
+    """What `mergesmith apply-lora` and the window's Apply LoRA form ask for.
+
+    `dtype` None keeps each base tensor's own dtype; `scale` multiplies the adapter's effect.
+    """
+
+    base: str
+    adapter: str
+    out: Path
+    scale: float = 1.0
+    dtype: str | None = None
+    device: str = "cpu"
+    overwrite: bool = False
+    max_shard_size: str = "5GB"
+
+
+def apply_lora(settings: ApplySettings, progress: Progress | None = None) -> dict[str, Any]:
+    """Write `settings.base` with `settings.adapter` applied as a full model folder at `settings.out`.
+
+    Everything is checked from headers before any tensor is read: the adapter's format and kind, that it fits
+    the base (IncompatibleModelsError), that it changes something, the output folder (OutputError) and the free
+    space (InsufficientResourcesError). A tensor that becomes NaN/infinite stops the job (NonFiniteResultError).
+    The output appears only when complete. Returns a summary: output, tensors changed/replaced, bytes written.
+    """
+    progress = progress or Progress()
+    device = resolve_device(settings.device)
+    out_dtype = _out_dtype(settings.dtype)
+    try:
+        shard_bytes = parse_size(settings.max_shard_size)
+    except ValueError as error:
+        raise RecipeError(str(error), hint="Example: 5GB") from None
+    progress.start_stage("Checking the base model and the adapter")
+    base_ref = ModelRef.parse(settings.base)
+    reader = open_reader(base_ref, progress)
+    adapter = LoraAdapter.open(_adapter_folder(settings.adapter, progress), scale=settings.scale)
+    try:
+        base = reader.checkpoint
+        adapter.check_base(base.tensors, str(base_ref))
+        if adapter.changes_nothing():
+            raise IncompatibleModelsError(
+                f"The adapter {adapter.label} changes nothing: all its lora_B weights are zero, so the output would be "
+                f"a copy of {base_ref}.",
+                hint="This adapter was probably saved before training; use the trained adapter.",
+            )
+        plan = [
+            PlannedTensor(name, info.shape, out_dtype if out_dtype and info.dtype.is_floating_point else info.dtype)
+            for name, info in base.tensors.items()
+        ]
+        with StagedOutput(settings.out, overwrite=settings.overwrite, inputs=(reader.folder, adapter.folder)) as staged:
+            total_bytes = sum(t.nbytes for t in plan)
+            check_free_space(staged.path, total_bytes)
+            writer = ShardedWriter(staged.path, plan, shard_bytes)
+            counts = _stream(base, adapter, plan, writer, device, progress)
+            _write_model_files(reader.folder, staged.path, out_dtype, settings, adapter)
+            output = staged.commit()
+    finally:
+        reader.close()
+    progress.log(f"Wrote {output}: {counts['changed']} tensors changed, {counts['replaced']} replaced.")
+    return {"output": str(output), "tensors": len(plan), "bytes": total_bytes, **counts}
+
+
+def _stream(base, adapter: LoraAdapter, plan: list[PlannedTensor], writer: ShardedWriter, device, progress) -> dict[str, int]:
+    counts = {"changed": 0, "replaced": 0}
+    progress.start_stage("Applying the adapter", total=len(plan), bytes_total=sum(t.nbytes for t in plan))
+    try:
+        for planned in plan:
+            tensor = base.read(planned.name)
+            replacement = adapter.replacement_for(planned.name)
+            delta = adapter.delta_for(planned.name, planned.shape, device) if replacement is None else None
+            if replacement is not None:
+                tensor = replacement
+                counts["replaced"] += 1
+            elif delta is not None:
+                tensor = tensor.to(device, torch.float32) + delta  # never in place: `tensor` may be the memory map
+                if not bool(torch.isfinite(tensor).all()):
+                    raise NonFiniteResultError(
+                        f"{planned.name} contains NaN or infinity after the adapter was applied.",
+                        hint="Lower --scale, or check the adapter: its weights may be damaged.",
+                    )
+                counts["changed"] += 1
+            writer.write(planned.name, tensor.to(planned.dtype))
+            progress.step(planned.name, nbytes=planned.nbytes)
+        writer.close()
+    except BaseException:
+        writer.abort()
+        raise
+    return counts
+
+
+def _write_model_files(base_folder: Path, out: Path, out_dtype, settings: ApplySettings, adapter: LoraAdapter) -> None:
+    config_path = base_folder / "config.json"
+    if config_path.is_file():
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+        if out_dtype is not None:
+            config["torch_dtype"] = dtype_name(out_dtype)
+        (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    for name in _MODEL_FILES:
+        if (base_folder / name).is_file():
+            shutil.copyfile(base_folder / name, out / name)
+    scale = f" at scale {settings.scale:g}" if settings.scale != 1 else ""
+    (out / "README.md").write_text(
+        "---\nlibrary_name: transformers\ntags:\n- mergesmith\n- lora-applied\n---\n\n"
+        f"# {out.name}\n\nThe base model {settings.base} with the LoRA adapter {settings.adapter} applied{scale} "
+        "by Mergesmith.\n"
+    )
+
+
+def _out_dtype(name: str | None) -> torch.dtype | None:
+    if name is None:
+        return None
+    try:
+        return dtype_from_name(name)
+    except ValueError as error:
+        raise RecipeError(str(error), hint="Use bfloat16, float16 or float32.") from None
+
+
+def _adapter_folder(reference: str, progress: Progress | None) -> Path:
+    ref = ModelRef.parse(reference)
+    folder = local_folder(ref)
+    if folder is not None:
+        return folder
+    from guiapp.hub.resolve import resolve_model  # noqa: PLC0415 - the hub layer loads only for Hub ids
+
+    return Path(resolve_model(ref.model, revision=ref.revision, progress=progress))
+
+
+def _read_adapter_config(folder: Path) -> dict[str, Any]:
+    path = folder / ADAPTER_CONFIG
+    if not path.is_file():
+        raise CheckpointError(
+            f"{folder} has no {ADAPTER_CONFIG}, so it is not a PEFT adapter folder.",
+            hint="Choose the folder that holds adapter_config.json and adapter_model.safetensors.",
+        )
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise CheckpointError(f"{path} is not valid JSON ({error}).", hint="Restore the adapter's original file.") from None
+    kind = str(config.get("peft_type", "")).upper()
+    if kind != "LORA":
+        raise CheckpointError(
+            f"{folder} is a {kind or 'unknown'} adapter; Mergesmith applies LoRA adapters only.",
+            hint="Merge it with PEFT itself: PeftModel.from_pretrained(model, folder).merge_and_unload().",
+        )
+    if config.get("use_dora"):
+        raise CheckpointError(
+            f"{folder} is a DoRA adapter (use_dora: true); Mergesmith applies plain LoRA adapters only.",
+            hint="Merge it with PEFT itself: PeftModel.from_pretrained(model, folder).merge_and_unload().",
+        )
+    if config.get("target_parameters"):
+        raise CheckpointError(
+            f"{folder} adapts parameters directly (target_parameters), which Mergesmith does not apply yet.",
+            hint="Merge it with PEFT itself: PeftModel.from_pretrained(model, folder).merge_and_unload().",
+        )
+    return config
+
+
+def _read_adapter_tensors(folder: Path) -> dict[str, Any]:
+    safetensors_path = folder / ADAPTER_WEIGHTS
+    if safetensors_path.is_file():
+        from safetensors import safe_open  # noqa: PLC0415
+
+        from guiapp.engine.checkpoint import read_safetensors_header  # noqa: PLC0415
+
+        with safetensors_path.open("rb") as stream:
+            read_safetensors_header(stream, safetensors_path.stat().st_size, str(safetensors_path))
+        handle = safe_open(str(safetensors_path), framework="pt")
+        tensors = {key: handle.get_tensor(key) for key in handle.keys()}
+    elif (folder / "adapter_model.bin").is_file():
+        tensors = _load_pickle_weights(folder / "adapter_model.bin")
+    else:
+        foreign = sorted(p.name for p in folder.glob("*.safetensors"))
+        raise CheckpointError(
+            f"{folder} has no {ADAPTER_WEIGHTS}"
+            + (f" (it has {', '.join(foreign[:3])}: perhaps an adapter in another format)." if foreign else "."),
+            hint="Choose a PEFT adapter folder (adapter_config.json + adapter_model.safetensors).",
+        )
+    foreign_keys = [key for key in tensors if any(marker in key for marker in _FOREIGN_KEY_MARKERS)]
+    if foreign_keys:
+        raise CheckpointError(
+            f"{folder} holds a kohya / LyCORIS-style adapter (keys like {foreign_keys[0]}), not a PEFT LoRA adapter.",
+            hint="Convert it to PEFT's format first, or use the tool it was made for (kohya sd-scripts, ComfyUI).",
+        )
+    return tensors
+
+
+def _lora_modules(config: dict[str, Any], keys: list[str], scale: float, folder: Path) -> dict[str, LoraModule]:
+    r_default = int(config.get("r", 8))
+    alpha_default = float(config.get("lora_alpha", r_default))
+    rank_pattern = config.get("rank_pattern") or {}
+    alpha_pattern = config.get("alpha_pattern") or {}
+    keyset = set(keys)
+    modules: dict[str, LoraModule] = {}
+    for key in keys:
+        stripped = key.removeprefix(PEFT_PREFIX)
+        for a_suffix, b_suffix, embedding in ((LORA_A, LORA_B, False), (EMBEDDING_A, EMBEDDING_B, True)):
+            if not stripped.endswith("." + a_suffix):
+                continue
+            module = stripped[: -len(a_suffix) - 1]
+            b_key = key[: -len(a_suffix)] + b_suffix
+            if b_key not in keyset:
+                raise CheckpointError(f"{folder / ADAPTER_WEIGHTS} is incomplete: {key} has no matching {b_suffix}.")
+            bias_key = key[: -len(a_suffix)] + LORA_B_BIAS
+            rank = int(pattern_value(rank_pattern, module, r_default))
+            alpha = float(pattern_value(alpha_pattern, module, alpha_default))
+            scaling = alpha / (math.sqrt(rank) if config.get("use_rslora") else rank)
+            transposed = embedding or bool(config.get("fan_in_fan_out"))
+            modules[module] = LoraModule(
+                module, key, b_key, bias_key if bias_key in keyset else None, transposed, scaling * scale
+            )
+    return modules
+
+
+def _is_lora_key(key: str) -> bool:
+    return any(part in key for part in (".lora_A.", ".lora_B.", ".lora_embedding_A", ".lora_embedding_B"))
+
+
+def _match_module_names(adapter_modules: list[str], base_tensors: dict[str, TensorInfo]) -> dict[str, str]:
+    """Base module name -> adapter module name when the adapter's names carry a prefix more or less than the
+    checkpoint's (an adapter trained on BertModel applied to a BertForMaskedLM checkpoint, or the reverse)."""
+    base_modules = {split_module(name)[0] for name in base_tensors}
+    if not adapter_modules or any(module in base_modules for module in adapter_modules):
+        return {}
+    probe = adapter_modules[0]
+    for base_module in base_modules:
+        if base_module.endswith("." + probe):
+            prefix = base_module[: -len(probe)]
+            return {prefix + m: m for m in adapter_modules}
+        if probe.endswith("." + base_module):
+            prefix = probe[: -len(base_module)]
+            return {m.removeprefix(prefix): m for m in adapter_modules if m.startswith(prefix)}
+    return {}
+
+
+def _shape(shape: tuple[int, ...]) -> str:
+    return " × ".join(str(d) for d in shape)
+
+
+def _first(problems: list[str], count: int = 3) -> str:
+    more = f" (and {len(problems) - count} more)" if len(problems) > count else ""
+    return "; ".join(problems[:count]) + more

@@ -1,0 +1,551 @@
+"""Extracting a PEFT LoRA adapter from a fine-tune and its base, module by module.
+
+For each module `Δ = W_ft − W_base` is computed in float32 (float64 if asked) on the chosen device and factored
+by `lowrank.decompose`; unchanged modules are skipped and counted. What cannot be a LoRA is never dropped
+silently: changed norms, other 1-D tensors and conv kernels go whole into `modules_to_save`; a changed bias of a
+LoRA module rides along as PEFT's `lora_bias` (`lora_B.bias`), except next to embedding LoRAs (PEFT cannot
+combine the two), where the module is saved whole. Embeddings and the output head follow `embeddings`:
+saved whole (default), decomposed, or skipped (and reported).
+
+Every guard runs on headers and configs before any tensor is read; the adapter folder is written into a
+staging folder and appears only when complete.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+
+from guiapp import __version__
+from guiapp.engine.checkpoint import Checkpoint, TensorInfo, dtype_from_name, dtype_name
+from guiapp.engine.devices import resolve_device
+from guiapp.engine.lowrank import SOLVERS, RankRule, Solver, decompose, relative_error
+from guiapp.engine.output import PlannedTensor, ShardedWriter, StagedOutput, check_free_space
+from guiapp.engine.peft_format import (
+    ADAPTER_CONFIG,
+    ADAPTER_WEIGHTS,
+    CLASSIFIER_HEADS,
+    EMBEDDING_A,
+    EMBEDDING_B,
+    LORA_A,
+    LORA_B,
+    LORA_B_BIAS,
+    PEFT_PREFIX,
+    is_embedding,
+    is_output_head,
+    short_name,
+    split_module,
+    task_type_for,
+)
+from guiapp.engine.recipe import ModelRef
+from guiapp.engine.sources import ModelReader, open_reader
+from guiapp.errors import IncompatibleModelsError, NonFiniteResultError, RecipeError
+from guiapp.progress import Progress
+
+EMBEDDING_POLICIES = ("save", "lora", "skip")
+# ‖Δ‖_F at or below this fraction of ‖W_base‖_F counts as unchanged (rounding from a dtype round trip).
+UNCHANGED_TOLERANCE = 1e-6
+# Buffers some checkpoints carry that are not weights and may legitimately differ or be absent.
+_BUFFER_SUFFIXES = ("inv_freq", "position_ids", ".masked_bias")
+# transformers' Conv1D stores Linear weights transposed (in × out); PEFT expects fan_in_fan_out for them.
+_TRANSPOSED_LINEAR_MODELS = ("gpt2",)
+
+
+@dataclass(frozen=True)
+class ExtractionSettings:
+    """What `mergesmith extract-lora` and the window's Extract LoRA form ask for.
+
+    `dtype` is the adapter's storage dtype (None: the fine-tune's); `compute_dtype` float32 or float64;
+    `include`/`exclude` are regular expressions searched in module names.
+    """
+
+    base: str
+    model: str
+    out: Path
+    rule: RankRule = RankRule()
+    solver: Solver = "randomized"
+    include: str | None = None
+    exclude: str | None = None
+    embeddings: str = "save"
+    dtype: str | None = None
+    device: str = "cpu"
+    compute_dtype: str = "float32"
+    overwrite: bool = False
+
+
+@dataclass
+class ModuleReport:
+    """One module of the adapter: how it was stored and, for LoRA modules, how well."""
+
+    module: str
+    kind: str  # "lora", "embedding_lora", "bias_only" (lora_bias with zero factors) or "saved"
+    shape: list[int]
+    rank: int | None = None
+    retained_energy: float | None = None
+    relative_error: float | None = None
+    reason: str | None = None
+
+
+@dataclass
+class _Found:
+    """What the comparison found, held until the adapter is written (factors are small; saved tensors are
+    re-read from the memory-mapped fine-tune when written)."""
+
+    factors: dict[str, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
+    bias_deltas: dict[str, torch.Tensor] = field(default_factory=dict)
+    saved: dict[str, list[str]] = field(default_factory=dict)  # module -> fine-tune tensor names
+    reports: dict[str, ModuleReport] = field(default_factory=dict)
+    unchanged: list[str] = field(default_factory=list)
+    excluded: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+
+
+def extract_lora(settings: ExtractionSettings, progress: Progress | None = None) -> dict[str, Any]:
+    """Extract the adapter `settings` describe into `settings.out` and return a summary of it.
+
+    Raises, before reading any tensor: RecipeError for invalid settings, DeviceError for a missing device,
+    CheckpointError for unreadable models, IncompatibleModelsError for models that are not a base and its
+    fine-tune (other architecture, other tensors or shapes, another vocabulary), OutputError for an unusable
+    output folder. While running: IncompatibleModelsError "the two models are identical" when nothing changed,
+    NonFiniteResultError for NaN/infinity in a model, InsufficientResourcesError when the disk is full,
+    JobCancelled. Nothing is left at `settings.out` unless the job succeeds.
+    """
+    progress = progress or Progress()
+    started = time.monotonic()
+    include, exclude = _validate(settings)
+    device = resolve_device(settings.device)
+    compute = dtype_from_name(settings.compute_dtype)
+    progress.start_stage("Checking the models")
+    base_ref, model_ref = ModelRef.parse(settings.base), ModelRef.parse(settings.model)
+    base_reader = open_reader(base_ref, progress)
+    try:
+        model_reader = open_reader(model_ref, progress)
+        try:
+            base, tuned = base_reader.checkpoint, model_reader.checkpoint
+            _check_related(base, tuned, str(base_ref), str(model_ref))
+            task_type = task_type_for(base.config)
+            transposed = (base.config or {}).get("model_type") in _TRANSPOSED_LINEAR_MODELS
+            out_dtype = dtype_from_name(settings.dtype) if settings.dtype else _storage_dtype(tuned)
+            with StagedOutput(settings.out, overwrite=settings.overwrite, inputs=(base_reader.folder, model_reader.folder)) as staged:
+                found = _compare(
+                    base_reader, model_reader, settings, include, exclude, task_type, transposed, device, compute,
+                    out_dtype, progress,
+                )
+                _refuse_empty(found, str(base_ref), str(model_ref))
+                lora_bias = _settle_biases(found, tuned)
+                config = _adapter_config(found, base.tensors, task_type, base_ref, base_reader.folder, lora_bias, transposed)
+                plan = _write_weights(staged.path, found, tuned, model_reader, out_dtype, lora_bias, progress)
+                adapter_bytes = (staged.path / ADAPTER_WEIGHTS).stat().st_size
+                report = _report(found, settings, str(base_ref), str(model_ref), out_dtype, adapter_bytes, started)
+                (staged.path / ADAPTER_CONFIG).write_text(json.dumps(config, indent=2) + "\n")
+                (staged.path / "extraction_report.json").write_text(json.dumps(report, indent=2) + "\n")
+                (staged.path / "README.md").write_text(_card(config, report, str(model_ref)))
+                output = staged.commit()
+        finally:
+            model_reader.close()
+    finally:
+        base_reader.close()
+    for warning in report["warnings"]:
+        progress.log(f"Warning: {warning}")
+    totals = report["totals"]
+    return {
+        "output": str(output),
+        "adapter_bytes": adapter_bytes,
+        "tensors": len(plan),
+        "lora_modules": totals["lora_modules"],
+        "saved_modules": totals["saved_modules"],
+        "unchanged_modules": totals["unchanged_modules"],
+        "mean_retained_energy": totals["mean_retained_energy"],
+        "worst_modules": report["worst_modules"],
+        "warnings": report["warnings"],
+    }
+
+
+def _validate(settings: ExtractionSettings) -> tuple[re.Pattern | None, re.Pattern | None]:
+    settings.rule.validate()
+    if settings.solver not in SOLVERS:
+        raise RecipeError(f'"{settings.solver}" is not a solver.', hint="Use randomized (fast) or exact.")
+    if settings.embeddings not in EMBEDDING_POLICIES:
+        raise RecipeError(
+            f'"{settings.embeddings}" is not a way to handle embeddings.',
+            hint="Use save (store changed embeddings whole), lora (decompose them) or skip.",
+        )
+    for name in filter(None, (settings.dtype, settings.compute_dtype)):
+        try:
+            dtype_from_name(name)
+        except ValueError as error:
+            raise RecipeError(str(error), hint="Use bfloat16, float16 or float32.") from None
+    if dtype_from_name(settings.compute_dtype) not in (torch.float32, torch.float64):
+        raise RecipeError(
+            f"Decompositions run in float32 or float64, not {settings.compute_dtype}.",
+            hint="Half precision has no SVD kernels; the adapter can still be stored in bfloat16 (--dtype).",
+        )
+    patterns = []
+    for option, text in (("--include", settings.include), ("--exclude", settings.exclude)):
+        try:
+            patterns.append(re.compile(text) if text else None)
+        except re.error as error:
+            raise RecipeError(f'{option} "{text}" is not a valid regular expression ({error}).',
+                              hint=r"Example: --include 'self_attn\.(q|v)_proj'") from None
+    return patterns[0], patterns[1]
+
+
+def _check_related(base: Checkpoint, tuned: Checkpoint, base_label: str, model_label: str) -> None:
+    """Refuse, from configs and headers, a pair that is not a base and its fine-tune."""
+    base_config, tuned_config = base.config or {}, tuned.config or {}
+    for key in ("model_type", "architectures"):
+        mine, theirs = tuned_config.get(key), base_config.get(key)
+        if mine and theirs and mine != theirs:
+            def show(value):
+                return ", ".join(value) if isinstance(value, list) else value
+            raise IncompatibleModelsError(
+                f"{model_label} is a {show(mine)} model and {base_label} a {show(theirs)} ({key} in config.json): "
+                "a LoRA can only be extracted from a fine-tune and the base it was trained from.",
+                hint="Choose the base model the fine-tune was made from (its model card usually names it).",
+            )
+    base_names = {n for n, info in base.tensors.items() if _is_weight(n, info)}
+    tuned_names = {n for n, info in tuned.tensors.items() if _is_weight(n, info)}
+    for name in sorted(base_names & tuned_names):
+        a, b = tuned.tensors[name].shape, base.tensors[name].shape
+        if a == b:
+            continue
+        module = split_module(name)[0]
+        if (is_embedding(module, a) or is_output_head(module)) and a[1:] == b[1:]:
+            raise IncompatibleModelsError(
+                f"{model_label} has a vocabulary of {a[0]:,} tokens and {base_label} one of {b[0]:,} ({name}): "
+                "the fine-tune added or removed tokens, so its embeddings cannot be compared row by row.",
+                hint=f"Resize the base's embeddings to {a[0]:,} tokens first (in transformers: "
+                f"model.resize_token_embeddings({a[0]}), then save it) and extract from that resized base.",
+            )
+        raise IncompatibleModelsError(
+            f"{model_label} and {base_label} are not a fine-tune and its base: {name} is "
+            f"{_shape(a)} in one and {_shape(b)} in the other.",
+            hint="Choose the base model the fine-tune was made from (its model card usually names it).",
+        )
+    only_tuned, only_base = sorted(tuned_names - base_names), sorted(base_names - tuned_names)
+    if only_tuned or only_base:
+        parts = []
+        if only_tuned:
+            parts.append(f"{len(only_tuned)} tensors only in {model_label} (such as {only_tuned[0]})")
+        if only_base:
+            parts.append(f"{len(only_base)} only in {base_label} (such as {only_base[0]})")
+        raise IncompatibleModelsError(
+            f"{model_label} and {base_label} do not have the same tensors: " + " and ".join(parts) + ".",
+            hint="Choose the base model the fine-tune was made from; a model with tied embeddings must be "
+            "compared with a base that ties them too.",
+        )
+
+
+def _compare(
+    base_reader: ModelReader,
+    model_reader: ModelReader,
+    settings: ExtractionSettings,
+    include: re.Pattern | None,
+    exclude: re.Pattern | None,
+    task_type: str,
+    transposed: bool,
+    device: torch.device,
+    compute: torch.dtype,
+    out_dtype: torch.dtype,
+    progress: Progress,
+) -> _Found:
+    tuned = model_reader.checkpoint
+    modules: dict[str, list[str]] = {}
+    for name, info in tuned.tensors.items():
+        if _is_weight(name, info):
+            modules.setdefault(split_module(name)[0], []).append(name)
+    found = _Found()
+    total_bytes = 2 * sum(tuned.tensors[n].nbytes for names in modules.values() for n in names)
+    progress.start_stage("Extracting", total=len(modules), bytes_total=total_bytes)
+    forced_heads = CLASSIFIER_HEADS.get(task_type, ())
+    for module, names in modules.items():
+        changed = {}
+        for name in names:
+            base_tensor = base_reader.read(name).to(device, compute)
+            # Out of place: a float32 tensor read from a memory map may be the mapped data itself.
+            delta = model_reader.read(name).to(device, compute) - base_tensor
+            if not bool(torch.isfinite(delta).all()):
+                raise NonFiniteResultError(
+                    f"{name} contains NaN or infinity in {settings.model} or {settings.base}.",
+                    hint="The model file is damaged or the fine-tune diverged; download it again or use another checkpoint.",
+                )
+            if float(torch.linalg.vector_norm(delta)) > UNCHANGED_TOLERANCE * float(torch.linalg.vector_norm(base_tensor)):
+                changed[name] = delta
+            del base_tensor
+        weight = tuned.tensors.get(module + ".weight")
+        if short_name(module) in forced_heads:
+            _save(found, module, names, "the task's classification head (PEFT always loads it from the adapter)")
+        elif not changed:
+            found.unchanged.append(module)
+        elif (include and not include.search(module)) or (exclude and exclude.search(module)):
+            found.excluded.append(module)
+        elif weight is not None and (is_embedding(module, weight.shape) or is_output_head(module)) and settings.embeddings == "skip":
+            found.skipped.append(module)
+        else:
+            _store_module(found, module, names, changed, weight, settings, transposed, out_dtype)
+        progress.step(module, nbytes=2 * sum(tuned.tensors[n].nbytes for n in names))
+    return found
+
+
+def _store_module(
+    found: _Found,
+    module: str,
+    names: list[str],
+    changed: dict[str, torch.Tensor],
+    weight: TensorInfo | None,
+    settings: ExtractionSettings,
+    transposed: bool,
+    out_dtype: torch.dtype,
+) -> None:
+    """Decide how a changed module goes into the adapter and compute its factors if it is a LoRA."""
+    weight_name, bias_name = module + ".weight", module + ".bias"
+    embedding = weight is not None and is_embedding(module, weight.shape)
+    head = weight is not None and is_output_head(module)
+    lora_able = (
+        weight is not None
+        and len(weight.shape) == 2
+        and set(changed) <= {weight_name, bias_name}
+        and (settings.embeddings == "lora" or not (embedding or head))
+        and not (embedding and bias_name in changed)
+    )
+    if not lora_able:
+        what = ", ".join(split_module(n)[1] for n in changed)
+        _save(found, module, names, f"{what} changed" + (" (--embeddings save)" if embedding or head else ""))
+        return
+    if bias_name in changed:
+        found.bias_deltas[module] = changed[bias_name].to("cpu", out_dtype)
+    delta = changed.get(weight_name)
+    if delta is None:
+        # Only the bias changed: a rank-1 LoRA with zero factors carries it as lora_B.bias.
+        rows, cols = weight.shape
+        found.factors[module] = (torch.zeros(rows, 1, dtype=out_dtype), torch.zeros(1, cols, dtype=out_dtype))
+        found.reports[module] = ModuleReport(module, "bias_only", list(weight.shape), rank=1, reason="bias changed")
+        return
+    # PEFT's embedding LoRA and fan_in_fan_out layers store B·A as the transpose of the weight.
+    matrix = delta.T if (embedding or transposed) else delta
+    parts = decompose(matrix, settings.rule, settings.solver)
+    left, right = parts.left.to(out_dtype), parts.right.to(out_dtype)
+    error = relative_error(matrix, left, right)
+    found.factors[module] = (left.to("cpu"), right.to("cpu"))
+    found.reports[module] = ModuleReport(
+        module, "embedding_lora" if embedding else "lora", list(weight.shape), parts.rank,
+        round(parts.retained_energy, 6), round(error, 6),
+    )
+
+
+def _save(found: _Found, module: str, names: list[str], reason: str) -> None:
+    found.saved[module] = names
+    found.factors.pop(module, None)
+    found.bias_deltas.pop(module, None)
+    found.reports[module] = ModuleReport(module, "saved", [], reason=reason)
+
+
+def _refuse_empty(found: _Found, base_label: str, model_label: str) -> None:
+    if found.factors or found.saved:
+        return
+    if not found.excluded and not found.skipped:
+        raise IncompatibleModelsError(
+            f"The two models are identical: no tensor of {model_label} differs from {base_label}, so an adapter "
+            "would change nothing.",
+            hint="Check that you chose the fine-tuned model and not a copy of the base.",
+        )
+    left_out = found.excluded + found.skipped
+    raise RecipeError(
+        f"Every changed module was left out by the settings ({', '.join(left_out[:3])}"
+        + (f" and {len(left_out) - 3} more" if len(left_out) > 3 else "") + "), so the adapter would change nothing.",
+        hint="Widen --include / --exclude, or use --embeddings save if only the embeddings changed.",
+    )
+
+
+def _settle_biases(found: _Found, tuned: Checkpoint) -> bool:
+    """Whether the adapter uses lora_bias; PEFT cannot combine it with embedding LoRAs, so then the modules
+    whose bias changed are saved whole instead."""
+    if not found.bias_deltas:
+        return False
+    if any(report.kind == "embedding_lora" for report in found.reports.values()):
+        for module in list(found.bias_deltas):
+            names = [n for n in (module + ".weight", module + ".bias") if n in tuned.tensors]
+            _save(found, module, names, "bias changed (saved whole: PEFT has no LoRA bias next to embedding LoRAs)")
+        return False
+    return True
+
+
+def _adapter_config(
+    found: _Found,
+    base_tensors: dict[str, TensorInfo],
+    task_type: str,
+    base_ref: ModelRef,
+    base_folder: Path,
+    lora_bias: bool,
+    transposed: bool,
+) -> dict[str, Any]:
+    ranks = {module: found.reports[module].rank for module in found.factors}
+    default_rank = Counter(ranks.values()).most_common(1)[0][0] if ranks else 8
+    pattern = {module: rank for module, rank in ranks.items() if rank != default_rank}
+    return {
+        "peft_type": "LORA",
+        "task_type": task_type,
+        "base_model_name_or_path": base_ref.hub_id or str(base_folder),
+        "revision": base_ref.revision,
+        "r": default_rank,
+        "lora_alpha": default_rank,
+        "rank_pattern": pattern,
+        "alpha_pattern": dict(pattern),  # alpha = rank everywhere: scale 1, B·A is the update itself
+        "target_modules": _target_modules(list(found.factors), base_tensors, set(found.saved)),
+        "modules_to_save": sorted(found.saved) or None,
+        "lora_dropout": 0.0,
+        "lora_bias": lora_bias,
+        "bias": "none",
+        "fan_in_fan_out": transposed,
+        "use_rslora": False,
+        "use_dora": False,
+        "init_lora_weights": True,
+        "inference_mode": True,
+        "layers_to_transform": None,
+        "layers_pattern": None,
+    }
+
+
+def _target_modules(targets: list[str], base_tensors: dict[str, TensorInfo], saved: set[str]) -> list[str]:
+    """Module-name suffixes where every module of that name is a target, full names otherwise."""
+    by_suffix: dict[str, set[str]] = {}
+    for name in base_tensors:
+        module = split_module(name)[0]
+        if module not in saved:
+            by_suffix.setdefault(short_name(module), set()).add(module)
+    chosen: set[str] = set()
+    target_set = set(targets)
+    for suffix in {short_name(m) for m in targets}:
+        if by_suffix.get(suffix, set()) <= target_set:
+            chosen.add(suffix)
+        else:
+            chosen.update(m for m in targets if short_name(m) == suffix)
+    return sorted(chosen)
+
+
+def _write_weights(
+    folder: Path, found: _Found, tuned: Checkpoint, model_reader: ModelReader, out_dtype: torch.dtype,
+    lora_bias: bool, progress: Progress,
+) -> list[PlannedTensor]:
+    tensors: list[tuple[PlannedTensor, Any]] = []  # (plan entry, the tensor or a callable reading it)
+    for module, (left, right) in found.factors.items():
+        key = PEFT_PREFIX + module + "."
+        if found.reports[module].kind == "embedding_lora":
+            tensors.append((PlannedTensor(key + EMBEDDING_A, tuple(right.shape), out_dtype), right))
+            tensors.append((PlannedTensor(key + EMBEDDING_B, tuple(left.shape), out_dtype), left))
+            continue
+        tensors.append((PlannedTensor(key + LORA_A, tuple(right.shape), out_dtype), right))
+        tensors.append((PlannedTensor(key + LORA_B, tuple(left.shape), out_dtype), left))
+        if lora_bias:
+            bias = found.bias_deltas.get(module, torch.zeros(left.shape[0], dtype=out_dtype))
+            tensors.append((PlannedTensor(key + LORA_B_BIAS, tuple(bias.shape), out_dtype), bias))
+    for module, names in found.saved.items():
+        for name in names:
+            info = tuned.tensors[name]
+            dtype = out_dtype if info.dtype.is_floating_point else info.dtype
+            tensors.append((PlannedTensor(PEFT_PREFIX + name, info.shape, dtype), name))
+    plan = [planned for planned, _ in tensors]
+    check_free_space(folder, sum(p.nbytes for p in plan))
+    progress.start_stage("Writing the adapter", total=len(plan), bytes_total=sum(p.nbytes for p in plan))
+    writer = ShardedWriter(folder, plan, max_shard_bytes=2**62, filename_prefix="adapter_model")
+    try:
+        for planned, source in tensors:
+            tensor = model_reader.read(source) if isinstance(source, str) else source
+            writer.write(planned.name, tensor.to(planned.dtype))
+            progress.step(planned.name, nbytes=planned.nbytes)
+        writer.close()
+    except BaseException:
+        writer.abort()
+        raise
+    return plan
+
+
+def _report(
+    found: _Found, settings: ExtractionSettings, base_label: str, model_label: str, out_dtype: torch.dtype,
+    adapter_bytes: int, started: float,
+) -> dict[str, Any]:
+    lora = [r for r in found.reports.values() if r.kind in ("lora", "embedding_lora")]
+    worst = sorted(lora, key=lambda r: r.relative_error or 0.0, reverse=True)[:5]
+    warnings = []
+    if found.excluded:
+        warnings.append(f"{len(found.excluded)} changed modules were left out by --include/--exclude "
+                        f"(such as {found.excluded[0]}): the adapter does not reproduce them.")
+    if found.skipped:
+        warnings.append(f"Changed embeddings/output head were skipped (--embeddings skip): {', '.join(found.skipped)}.")
+    return {
+        "mergesmith_version": __version__,
+        "base": base_label,
+        "model": model_label,
+        "settings": {
+            "rank_mode": settings.rule.mode, "rank_value": settings.rule.value, "max_rank": settings.rule.max_rank,
+            "solver": settings.solver, "embeddings": settings.embeddings, "include": settings.include,
+            "exclude": settings.exclude, "dtype": dtype_name(out_dtype), "compute_dtype": settings.compute_dtype,
+            "device": settings.device,
+        },
+        "modules": [asdict(report) for report in found.reports.values()],
+        "unchanged_modules": found.unchanged,
+        "changed_but_excluded": found.excluded,
+        "changed_but_skipped": found.skipped,
+        "worst_modules": [{"module": r.module, "rank": r.rank, "relative_error": r.relative_error} for r in worst],
+        "warnings": warnings,
+        "totals": {
+            "lora_modules": sum(1 for r in found.reports.values() if r.kind != "saved"),
+            "saved_modules": len(found.saved),
+            "unchanged_modules": len(found.unchanged),
+            "mean_retained_energy": round(sum(r.retained_energy for r in lora) / len(lora), 6) if lora else None,
+            "mean_relative_error": round(sum(r.relative_error for r in lora) / len(lora), 6) if lora else None,
+            "max_relative_error": worst[0].relative_error if worst else None,
+            "mean_rank": round(sum(r.rank for r in lora) / len(lora), 2) if lora else None,
+            "adapter_bytes": adapter_bytes,
+            "elapsed_seconds": round(time.monotonic() - started, 2),
+        },
+    }
+
+
+def _card(config: dict[str, Any], report: dict[str, Any], model_label: str) -> str:
+    front = yaml.safe_dump(
+        {"library_name": "peft", "base_model": config["base_model_name_or_path"], "tags": ["lora", "mergesmith"]},
+        sort_keys=False,
+    ).strip()
+    totals = report["totals"]
+    saved = config["modules_to_save"] or []
+    energy = totals["mean_retained_energy"]
+    lines = [
+        "---", front, "---", "",
+        f"# LoRA extracted from {model_label}", "",
+        f"Extracted by Mergesmith {__version__} as the difference between {model_label} and its base "
+        f"{report['base']}, with the {report['settings']['solver']} solver.", "",
+        f"- LoRA modules: {totals['lora_modules']} (rank {config['r']}"
+        + (f", {len(config['rank_pattern'])} with other ranks" if config["rank_pattern"] else "") + ")",
+        f"- Mean retained energy: {energy:.4f}" if energy is not None else "- Mean retained energy: n/a",
+        f"- Modules saved whole: {', '.join(saved) if saved else 'none'}",
+        f"- Unchanged modules skipped: {totals['unchanged_modules']}", "",
+        "```python",
+        "from peft import PeftModel",
+        f"model = PeftModel.from_pretrained(base_model, \"path/to/this/folder\")",
+        "```", "",
+        "Per-module ranks and errors are in `extraction_report.json`.", "",
+    ]
+    return "\n".join(lines)
+
+
+def _is_weight(name: str, info: TensorInfo) -> bool:
+    return info.dtype.is_floating_point and not name.endswith(_BUFFER_SUFFIXES)
+
+
+def _storage_dtype(checkpoint: Checkpoint) -> torch.dtype:
+    counts = Counter(info.dtype for info in checkpoint.tensors.values() if info.dtype.is_floating_point)
+    dtype = counts.most_common(1)[0][0] if counts else torch.float32
+    return dtype if dtype.itemsize >= 2 else torch.bfloat16  # fp8 is no format for small factors
+
+
+def _shape(shape: tuple[int, ...]) -> str:
+    return " × ".join(str(d) for d in shape)

@@ -1,0 +1,86 @@
+"""The PEFT LoRA adapter format, as PEFT itself writes and reads it, shared by extraction and application.
+
+An adapter folder holds `adapter_model.safetensors` and `adapter_config.json`. Keys are the base model's module
+names under `base_model.model.`: `<module>.lora_A.weight` (r × in), `<module>.lora_B.weight` (out × r, with
+`<module>.lora_B.bias` when `lora_bias` is on), `<module>.lora_embedding_A` (r × vocab) and
+`<module>.lora_embedding_B` (dim × r) for embeddings, and `<module>.<parameter>` for `modules_to_save` entries
+(saved whole).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
+ADAPTER_CONFIG = "adapter_config.json"
+PEFT_PREFIX = "base_model.model."
+LORA_A, LORA_B = "lora_A.weight", "lora_B.weight"
+LORA_B_BIAS = "lora_B.bias"
+EMBEDDING_A, EMBEDDING_B = "lora_embedding_A", "lora_embedding_B"
+
+# Output projections onto the vocabulary: Linear layers, even where the name says "embed" (GPT-NeoX).
+_OUTPUT_HEADS = ("lm_head", "embed_out")
+# Heads PEFT itself always puts into modules_to_save for these task types, so an adapter must carry them.
+CLASSIFIER_HEADS = {"SEQ_CLS": ("classifier", "score"), "TOKEN_CLS": ("classifier", "score")}
+
+
+def split_module(tensor_name: str) -> tuple[str, str]:
+    """("model.layers.0.mlp.up_proj", "weight") from "model.layers.0.mlp.up_proj.weight"."""
+    module, _, leaf = tensor_name.rpartition(".")
+    return module, leaf
+
+
+def short_name(module: str) -> str:
+    """The last component of a module name, the form PEFT's `target_modules` suffixes use."""
+    return module.rpartition(".")[2]
+
+
+def is_output_head(module: str) -> bool:
+    return short_name(module) in _OUTPUT_HEADS
+
+
+def is_embedding(module: str, shape: tuple[int, ...]) -> bool:
+    """An nn.Embedding by name (embed_tokens, wte, word_embeddings, position_embeddings…) and 2-D shape."""
+    name = short_name(module)
+    return len(shape) == 2 and not is_output_head(module) and ("embed" in name or name in ("wte", "wpe"))
+
+
+def task_type_for(config: dict[str, Any] | None) -> str:
+    """PEFT's task type for a base model, from its config.json architectures.
+
+    `*ForCausalLM`/`*LMHeadModel` → CAUSAL_LM, `*ForSequenceClassification` → SEQ_CLS, token classification →
+    TOKEN_CLS, question answering → QUESTION_ANS, encoder-decoder generation → SEQ_2_SEQ_LM, and anything else
+    (encoder-only models, bare backbones) → FEATURE_EXTRACTION, which PEFT loads on any model.
+    """
+    config = config or {}
+    architectures = config.get("architectures") or []
+    architecture = architectures[0] if architectures else ""
+    if architecture.endswith("ForSequenceClassification"):
+        return "SEQ_CLS"
+    if architecture.endswith("ForTokenClassification"):
+        return "TOKEN_CLS"
+    if architecture.endswith("ForQuestionAnswering"):
+        return "QUESTION_ANS"
+    if architecture.endswith(("ForConditionalGeneration", "ForSeq2SeqLM")) and config.get("is_encoder_decoder"):
+        return "SEQ_2_SEQ_LM"
+    if architecture.endswith(("ForCausalLM", "LMHeadModel", "ForConditionalGeneration")):
+        return "CAUSAL_LM"
+    return "FEATURE_EXTRACTION"
+
+
+def pattern_value(patterns: dict[str, Any], module: str, default: Any) -> Any:
+    """The value PEFT gives `module` from a rank_pattern/alpha_pattern (first key matching as a name suffix)."""
+    for key, value in patterns.items():
+        if re.match(rf"(.*\.)?({key})$", module):
+            return value
+    return default
+
+
+def targets_module(target_modules: list[str] | str | None, module: str) -> bool:
+    """Whether PEFT's `target_modules` (a suffix list or a full-match regex) selects `module`."""
+    if target_modules is None:
+        return False
+    if isinstance(target_modules, str):
+        return re.fullmatch(target_modules, module) is not None
+    return module in target_modules or any(module.endswith(f".{target}") for target in target_modules)
