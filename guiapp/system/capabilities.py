@@ -94,6 +94,8 @@ def option(
         raise ValueError(f"unknown job kind {job!r}; expected one of {sorted(JOB_OPERATIONS)}")
     if storage_dtype not in DTYPE_NAMES:
         raise ValueError(f"unknown dtype {storage_dtype!r}; expected one of {DTYPE_NAMES}")
+    if compute_dtype is not None and compute_dtype not in COMPUTE_DTYPES:
+        raise ValueError(f"compute dtype {compute_dtype!r}: jobs compute in one of {COMPUTE_DTYPES}")
     if result.device(device) is None:
         present = ", ".join(d["id"] for d in result.devices) or "none"
         return Option(job, device, storage_dtype, False, None, f"there is no {device} on this machine ({present})")

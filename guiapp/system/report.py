@@ -50,13 +50,13 @@ def _device_details(device: dict) -> str:
 def _matrix(result: ProbeResult, device: str) -> list[str]:
     operations = list(dict.fromkeys(check.operation for check in result.checks if check.device == device))
     header = "".join(SHORT_DTYPE.get(dtype, dtype).ljust(DTYPE_COLUMN) for dtype in DTYPE_NAMES)
-    lines = [f"Operations on {device} (ok works, -- fails, ? not tested)", f"  {'':<{OPERATION_COLUMN}}{header}"]
+    lines = [f"Operations on {device} (ok works, -- fails, ? not tested)", f"  {'':<{OPERATION_COLUMN}}{header}".rstrip()]
     for operation in operations:
         cells = []
         for dtype in DTYPE_NAMES:
             check = result.check(device, dtype, operation)
             cells.append(("?" if check is None else "ok" if check.ok else "--").ljust(DTYPE_COLUMN))
-        lines.append(f"  {operation:<{OPERATION_COLUMN}}{''.join(cells)}")
+        lines.append(f"  {operation:<{OPERATION_COLUMN}}{''.join(cells)}".rstrip())
     failures = [check for check in result.failures() if check.device == device]
     if failures:
         lines += ["", f"Failures on {device}"]
@@ -66,7 +66,7 @@ def _matrix(result: ProbeResult, device: str) -> list[str]:
 
 def _speeds(result: ProbeResult, device: str) -> list[str]:
     reference = result.speed(device, "float32", "matmul")
-    lines = [f"Matrix multiplication speed on {device}"]
+    lines = [f"Speed on {device} (small fixed workloads)"]
     for dtype in DTYPE_NAMES:
         speed = result.speed(device, dtype, "matmul")
         if speed is None or not speed.gflops:
@@ -75,12 +75,12 @@ def _speeds(result: ProbeResult, device: str) -> list[str]:
         if reference and reference.gflops and dtype != "float32":
             ratio = speed.gflops / reference.gflops
             comparison = f"{ratio:.1f}× faster than float32" if ratio >= 1 else f"{1 / ratio:.0f}× slower than float32"
-        lines.append(f"  {dtype:<{OPERATION_COLUMN - 6}}{speed.gflops:>9.1f} GFLOP/s   {comparison}")
+        lines.append(f"  {dtype:<{OPERATION_COLUMN}}{speed.gflops:>9.1f} GFLOP/s   {comparison}".rstrip())
     for workload, unit in (("svd", "GFLOP/s"), ("elementwise", "GB/s")):
         speed = result.speed(device, "float32", workload)
         if speed is not None:
             value = speed.gflops if unit == "GFLOP/s" else speed.gbps
-            lines.append(f"  float32 {workload:<{OPERATION_COLUMN - 14}}{value:>9.1f} {unit}")
+            lines.append(f"  {'float32 ' + workload:<{OPERATION_COLUMN}}{value:>9.1f} {unit}")
     return lines
 
 
