@@ -43,6 +43,7 @@ def _build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"mergesmith {__version__}")
     commands = parser.add_subparsers(title="commands", metavar="COMMAND")
     _add_merge_commands(commands)
+    _add_lora_commands(commands)
     _add_hub_commands(commands)
     _add_system_commands(commands)
     return parser
@@ -392,3 +393,111 @@ def _run_explain(args: argparse.Namespace) -> int:
     explanation = explain(text)
     print(explanation.render_text())
     return EXIT_OK if explanation.recognised else EXIT_FAILED
+
+
+# --- LoRA: extract and apply ---------------------------------------------------------------------------------
+
+
+def _add_lora_commands(commands: argparse._SubParsersAction) -> None:
+    extract = commands.add_parser(
+        "extract-lora", help="Extract a PEFT LoRA adapter from a fine-tuned model and its base."
+    )
+    extract.add_argument("--base", required=True, help="The base model: a folder or a Hub id.")
+    extract.add_argument("--model", required=True, help="The fine-tuned model: a folder or a Hub id.")
+    extract.add_argument("--out", required=True, type=Path, help="The adapter folder to create.")
+    rank = extract.add_mutually_exclusive_group()
+    rank.add_argument("--rank", type=int, help="The same rank for every module (default: 32).")
+    rank.add_argument("--energy", type=float, help="Per module, the smallest rank keeping this fraction of the "
+                      "update's energy, e.g. 0.9.")
+    rank.add_argument("--threshold", type=float, help="Per module, keep directions at least this fraction as "
+                      "strong as the strongest, e.g. 0.05.")
+    extract.add_argument("--max-rank", type=int, default=None, help="Never give a module a higher rank than this.")
+    extract.add_argument("--solver", choices=("randomized", "exact"), default="randomized",
+                         help="randomized: fast, within 2 %% of the optimum (default); exact: full SVD.")
+    extract.add_argument("--include", default=None, help="Only modules whose name matches this regular expression.")
+    extract.add_argument("--exclude", default=None, help="Leave out modules whose name matches this regular expression.")
+    extract.add_argument("--embeddings", choices=("save", "lora", "skip"), default="save",
+                         help="Changed embeddings and output head: save whole (default), decompose, or skip.")
+    extract.add_argument("--dtype", default=None, help="Adapter storage dtype (default: the fine-tune's).")
+    extract.add_argument("--compute-dtype", choices=("float32", "float64"), default="float32",
+                         help="Precision of the decomposition (default: float32).")
+    extract.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N, mps or xpu (default: cpu).")
+    extract.add_argument("--overwrite", action="store_true", help="Replace OUT if it exists (once the adapter is done).")
+    extract.set_defaults(handler=_run_extract_lora)
+
+    apply = commands.add_parser("apply-lora", help="Apply a PEFT LoRA adapter to its base model: a full model folder.")
+    apply.add_argument("--base", required=True, help="The base model: a folder or a Hub id.")
+    apply.add_argument("--adapter", required=True, help="The adapter: a folder or a Hub id.")
+    apply.add_argument("--out", required=True, type=Path, help="The model folder to create.")
+    apply.add_argument("--scale", type=float, default=1.0, help="Multiply the adapter's effect (default: 1).")
+    apply.add_argument("--dtype", default=None, help="Output dtype (default: each tensor keeps the base's).")
+    apply.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N, mps or xpu (default: cpu).")
+    apply.add_argument("--out-shard-size", default="5GB", help="Largest output file, e.g. 2GB (default: 5GB).")
+    apply.add_argument("--overwrite", action="store_true", help="Replace OUT if it exists (once the model is done).")
+    apply.set_defaults(handler=_run_apply_lora)
+
+
+def _run_extract_lora(args: argparse.Namespace) -> int:
+    from guiapp.engine.lora_extract import ExtractionSettings, extract_lora  # noqa: PLC0415 - torch loads here
+    from guiapp.engine.lowrank import RankRule  # noqa: PLC0415
+
+    if args.energy is not None:
+        rule = RankRule("energy", args.energy, args.max_rank)
+    elif args.threshold is not None:
+        rule = RankRule("threshold", args.threshold, args.max_rank)
+    else:
+        rule = RankRule("fixed", args.rank if args.rank is not None else 32, args.max_rank)
+    settings = ExtractionSettings(
+        base=args.base, model=args.model, out=args.out, rule=rule, solver=args.solver, include=args.include,
+        exclude=args.exclude, embeddings=args.embeddings, dtype=args.dtype, device=args.device,
+        compute_dtype=args.compute_dtype, overwrite=args.overwrite,
+    )
+    summary, code = _run_with_summary(f"Extract LoRA → {args.out.name}", "extract-lora", vars(args),
+                                      lambda progress: extract_lora(settings, progress))
+    if code == EXIT_OK:
+        _print_extraction_summary(summary)
+    return code
+
+
+def _run_apply_lora(args: argparse.Namespace) -> int:
+    from guiapp.engine.lora_apply import ApplySettings, apply_lora  # noqa: PLC0415 - torch loads here
+
+    settings = ApplySettings(
+        base=args.base, adapter=args.adapter, out=args.out, scale=args.scale, dtype=args.dtype, device=args.device,
+        overwrite=args.overwrite, max_shard_size=args.out_shard_size,
+    )
+    summary, code = _run_with_summary(f"Apply LoRA → {args.out.name}", "apply-lora", vars(args),
+                                      lambda progress: apply_lora(settings, progress))
+    if code == EXIT_OK:
+        print(f"Model:   {summary['output']} ({summary['bytes'] / 1e9:.2f} GB, {summary['tensors']} tensors: "
+              f"{summary['changed']} changed by the adapter, {summary['replaced']} replaced)")
+    return code
+
+
+def _run_with_summary(title: str, kind: str, spec: dict, work) -> tuple[dict, int]:
+    """Run `work` as a job with terminal progress; returns its summary (empty on failure) and the exit code."""
+    from guiapp.jobs.runner import Job  # noqa: PLC0415
+
+    summary: dict = {}
+
+    def run(progress):
+        summary.update(work(progress))
+        return summary
+
+    spec = {key: str(value) if isinstance(value, Path) else value for key, value in spec.items() if key != "handler"}
+    return summary, run_in_terminal(Job(title=title, kind=kind, spec=spec, work=run))
+
+
+def _print_extraction_summary(summary: dict) -> None:
+    energy = summary["mean_retained_energy"]
+    print(f"Adapter: {summary['output']} ({summary['adapter_bytes'] / 1e6:.1f} MB)")
+    print(f"Modules: {summary['lora_modules']} as LoRA, {summary['saved_modules']} saved whole, "
+          f"{summary['unchanged_modules']} unchanged (skipped)")
+    if energy is not None:
+        print(f"Mean retained energy: {energy:.4f}")
+    if summary["worst_modules"]:
+        print("Worst modules (relative error):")
+        for worst in summary["worst_modules"]:
+            print(f"  {worst['module']:<48} rank {worst['rank']:<4} {worst['relative_error']:.4f}")
+    print("Per-module details: extraction_report.json in the adapter folder.")
+
