@@ -1,4 +1,7 @@
-"""Input-count rules shared by the methods that take a fixed number of models (MergeMethod.check_inputs)."""
+"""Input-count rules shared by the methods that take a fixed number of models (MergeMethod.check_inputs).
+
+Messages end with what was found and without a full stop: the validator appends where (" in slice 2") and ".".
+"""
 
 from __future__ import annotations
 
@@ -19,8 +22,8 @@ def base_and_one_model(title: str) -> InputRule:
             return None
         found = f"{_models(n_non_base)} besides the base" if has_base else "no base_model"
         return (
-            f"{title} blends exactly two models: a base_model and one other model. This recipe has {found}. "
-            "Set base_model and list one other model (to combine more, use ties, dare_ties or multislerp)."
+            f"{title} blends exactly two models, a base_model and one other model (to combine more, use ties, "
+            f"dare_ties or multislerp), but the recipe has {found}"
         )
 
     return check

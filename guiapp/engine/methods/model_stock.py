@@ -57,8 +57,8 @@ def _check_inputs(n_non_base: int, has_base: bool) -> str | None:
         return None
     found = f"{n_non_base} other model{'' if n_non_base == 1 else 's'}" if has_base else "no base_model"
     return (
-        f"Model Stock needs a base_model and at least two other models; this recipe has {found}. "
-        "Add models (they should be fine-tunes of the base)."
+        "Model Stock needs a base_model and at least two other models fine-tuned from it, "
+        f"but the recipe has {found}"
     )
 
 

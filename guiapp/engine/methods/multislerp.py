@@ -71,6 +71,10 @@ def merge(ctx: MergeContext) -> torch.Tensor:
     return result if base is None else result.add_(base)
 
 
+def _check_inputs(n_non_base: int, has_base: bool) -> str | None:
+    return None if n_non_base >= 1 else "Multi-SLERP needs at least one model besides the base"
+
+
 METHOD = MergeMethod(
     name="multislerp",
     title="Multi-SLERP (spherical interpolation of many models)",
@@ -88,5 +92,5 @@ METHOD = MergeMethod(
         ),
     ),
     merge=merge,
-    check_inputs=lambda n_non_base, has_base: None if n_non_base >= 1 else "Multi-SLERP needs at least one model.",
+    check_inputs=_check_inputs,
 )

@@ -66,8 +66,8 @@ def _check_inputs(n_non_base: int, has_base: bool) -> str | None:
     if n_non_base == 2:
         return None
     return (
-        f"NuSLERP blends exactly two models (plus an optional base_model), but this recipe has {n_non_base} "
-        f"model{'' if n_non_base == 1 else 's'} besides the base. List two models, or use multislerp for more."
+        "NuSLERP blends exactly two models plus an optional base_model (to combine more, use multislerp), "
+        f"but the recipe has {n_non_base} model{'' if n_non_base == 1 else 's'} besides the base"
     )
 
 

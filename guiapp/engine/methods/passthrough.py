@@ -24,9 +24,9 @@ def _check_inputs(n_non_base: int, has_base: bool) -> str | None:
     if count <= 1:
         return None
     return (
-        f"Passthrough copies tensors from a single model, but {count} models would supply each tensor "
-        "(a base_model not listed among the models counts as one more). Use slices with one source each to "
-        "stack layers, or a merging method such as linear to combine models."
+        "Passthrough copies each tensor from a single model (use slices with one source each to stack layers, "
+        f"or a method such as linear to combine models), but {count} models supply each tensor "
+        "(a base_model not listed among the models counts as one more)"
     )
 
 

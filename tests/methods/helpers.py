@@ -1,0 +1,55 @@
+"""Build a MergeContext the way the merge loop does: every declared parameter present, defaults filled in."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import torch
+
+from guiapp.engine.methods import get_method
+from guiapp.engine.methods.base import BaseRole, MergeContext
+
+
+def context(
+    method_name: str,
+    tensors: Sequence[Any],
+    *,
+    base_index: int | None = None,
+    model_params: Sequence[dict[str, Any]] | None = None,
+    seed: int = 0,
+    dtype: torch.dtype = torch.float32,
+    **params: Any,
+) -> MergeContext:
+    """A context for `method_name` over `tensors` (lists or tensors; converted to `dtype`)."""
+    method = get_method(method_name)
+    if method.base_role is BaseRole.INPUT:
+        assert base_index is None, "INPUT methods get no base index from the loop"
+    given = list(model_params) if model_params is not None else [{} for _ in tensors]
+    resolved_models = [
+        {spec.name: entry.get(spec.name, spec.default) for spec in method.per_model_params} for entry in given
+    ]
+    resolved = {spec.name: params.get(spec.name, spec.default) for spec in method.global_params}
+    return MergeContext(
+        tensor_name="model.layers.0.mlp.up_proj.weight",
+        tensors=[torch.as_tensor(t, dtype=dtype).clone() for t in tensors],
+        base_index=base_index,
+        model_params=resolved_models,
+        params=resolved,
+        model_names=[f"model-{i}" for i in range(len(tensors))],
+        generator=torch.Generator().manual_seed(seed),
+    )
+
+
+def run(method_name: str, tensors: Sequence[Any], **kwargs: Any) -> torch.Tensor:
+    """Merge `tensors` with `method_name` and return the result (inputs are checked to be left untouched)."""
+    ctx = context(method_name, tensors, **kwargs)
+    before = [t.clone() for t in ctx.tensors]
+    result = get_method(method_name).merge(ctx)
+    for original, after in zip(before, ctx.tensors):
+        assert torch.equal(original, after), "a merge method modified one of its inputs"
+    return result
+
+
+def run_with_stats(method_name: str, tensors: Sequence[Any], **kwargs: Any) -> tuple[torch.Tensor, dict]:
+    ctx = context(method_name, tensors, **kwargs)
+    return get_method(method_name).merge(ctx), ctx.stats
