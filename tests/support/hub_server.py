@@ -113,7 +113,9 @@ class HubServer:
         handler = type("BoundHubHandler", (_HubHandler,), {"hub": self})
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self._httpd.daemon_threads = True
-        self._thread = threading.Thread(target=self._httpd.serve_forever, name="test-hub", daemon=True)
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="test-hub", daemon=True
+        )
         self._thread.start()
         return self
 

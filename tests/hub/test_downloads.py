@@ -1,0 +1,109 @@
+"""Downloads into the HF cache: progress, only the needed files, resume, cancel, gated models, disk space."""
+
+from __future__ import annotations
+
+import shutil
+import threading
+import time
+from collections import namedtuple
+
+import pytest
+
+from guiapp.errors import GatedModelError, InsufficientResourcesError, JobCancelled, OfflineError
+from guiapp.hub.downloads import download_model, plan_download
+from guiapp.progress import CancelToken, Progress
+from tests.support.hub_server import TEST_TOKEN
+
+
+@pytest.fixture
+def published(hub_env, samples):
+    server = hub_env.server
+    server.add_model("org/base", samples.base)
+    server.add_model("org/large", samples.large)
+    server.add_model("org/gated", samples.base, gated=True)
+    server.add_model("org/members-only", samples.base, gated=True, allowed_users={"someone-else"})
+    return server
+
+
+def test_download_with_progress_events(published, hub_env, samples):
+    events = []
+    folder = download_model("org/base", progress=Progress(on_event=events.append))
+    assert folder.parent.parent == hub_env.cache_dir / "models--org--base"
+    assert sorted(p.name for p in folder.iterdir()) == ["config.json", "model.safetensors", "tokenizer.json"]
+    for name in ("config.json", "model.safetensors", "tokenizer.json"):
+        assert (folder / name).read_bytes() == (samples.base / name).read_bytes()
+    total = sum((samples.base / n).stat().st_size for n in ("config.json", "model.safetensors", "tokenizer.json"))
+    assert {e.stage for e in events} == {"Downloading"}
+    assert all(e.bytes_total == total and e.total == 3 for e in events)
+    done = [e.bytes_done for e in events]
+    assert done == sorted(done) and done[-1] == total and events[-1].done == 3
+    assert any(e.item.startswith("model.safetensors: ") and " of " in e.item for e in events)
+    assert events[-1].rate and events[-1].rate > 0
+    assert published.bytes_sent("org/base", "README.md") == 0
+    assert published.bytes_sent("org/base", "onnx/model.onnx") == 0
+
+
+def test_a_second_download_uses_the_cache(published):
+    download_model("org/base")
+    published.reset_counters()
+    plan = plan_download("org/base")
+    assert plan.cached == {"config.json", "model.safetensors", "tokenizer.json"} and plan.missing_bytes == 0
+    events = []
+    download_model("org/base", progress=Progress(on_event=events.append))
+    assert published.bytes_sent("org/base", "model.safetensors") == 0
+    assert events[-1].bytes_done == plan.total_bytes
+
+
+def test_resume_after_the_connection_drops(published, samples):
+    size = (samples.large / "model.safetensors").stat().st_size
+    published.drop_connection_once("org/large", "model.safetensors", after_bytes=size * 3 // 4)
+    folder = download_model("org/large")
+    assert (folder / "model.safetensors").read_bytes() == (samples.large / "model.safetensors").read_bytes()
+    resumed = [r for r in published.requests if r.method == "GET" and r.path.endswith("model.safetensors") and r.range]
+    assert resumed and resumed[-1].status == 206 and not resumed[-1].range.startswith("bytes=0-")
+    assert published.bytes_sent("org/large", "model.safetensors") < size * 3 // 2  # not fetched twice
+
+
+def test_cancel_takes_effect_within_a_second(published, hub_env, samples):
+    size = (samples.large / "model.safetensors").stat().st_size
+    published.slow_down(size / 4)  # about four seconds for the weights
+    token = CancelToken()
+    cancelled_at = []
+
+    def cancel_once_started(event):
+        if event.item.startswith("model.safetensors") and not cancelled_at:
+            cancelled_at.append(time.monotonic())
+            threading.Thread(target=token.cancel).start()
+
+    with pytest.raises(JobCancelled):
+        download_model("org/large", progress=Progress(on_event=cancel_once_started, cancel=token))
+    assert time.monotonic() - cancelled_at[0] < 1.0
+    assert published.bytes_sent("org/large", "model.safetensors") < size
+    repo = hub_env.cache_dir / "models--org--large"
+    assert not list(repo.rglob("model.safetensors")) and not list(repo.rglob("*.incomplete"))
+
+
+def test_gated_without_then_with_a_token(published, monkeypatch):
+    with pytest.raises(GatedModelError) as caught:
+        download_model("org/gated")
+    assert "accept the licence" in caught.value.hint and "token" in caught.value.hint
+    monkeypatch.setenv("HF_TOKEN", TEST_TOKEN)
+    assert (download_model("org/gated") / "model.safetensors").is_file()
+    with pytest.raises(GatedModelError) as caught:
+        download_model("org/members-only")  # a valid token whose user has not been granted access
+    assert "accept the licence with the account of your token" in caught.value.hint
+
+
+def test_free_space_is_checked_before_any_transfer(published, monkeypatch):
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(10**9, 10**9 - 1000, 1000))
+    with pytest.raises(InsufficientResourcesError) as caught:
+        download_model("org/large")
+    assert "org/large" in str(caught.value) and "1000 B free" in str(caught.value)
+    assert published.bytes_sent("org/large", "model.safetensors") == 0
+
+
+def test_unreachable_hub(published, hub_env):
+    hub_env.server.stop()
+    with pytest.raises(OfflineError, match="cannot be reached"):
+        download_model("org/base")
