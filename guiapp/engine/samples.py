@@ -161,3 +161,70 @@ def write_llama_finetune(
         tensors[name] = weight
     config["torch_dtype"] = str(storage_dtype).removeprefix("torch.")
     return write_checkpoint(folder, tensors, config, storage_dtype)
+
+
+@dataclass(frozen=True)
+class BertShape:
+    hidden: int = 32
+    intermediate: int = 64
+    layers: int = 2
+    heads: int = 4
+    vocab: int = 128
+    positions: int = 64
+
+
+def bert_config(shape: BertShape, dtype: torch.dtype) -> dict:
+    return {
+        "architectures": ["BertModel"],
+        "model_type": "bert",
+        "hidden_size": shape.hidden,
+        "intermediate_size": shape.intermediate,
+        "num_hidden_layers": shape.layers,
+        "num_attention_heads": shape.heads,
+        "vocab_size": shape.vocab,
+        "max_position_embeddings": shape.positions,
+        "type_vocab_size": 2,
+        "hidden_act": "gelu",
+        "layer_norm_eps": 1e-12,
+        "pad_token_id": 0,
+        "torch_dtype": str(dtype).removeprefix("torch."),
+    }
+
+
+def bert_tensors(shape: BertShape, generator: torch.Generator) -> dict[str, torch.Tensor]:
+    """Random float32 weights with the names and shapes of a transformers BertModel (encoder-only, with pooler)."""
+
+    def randn(*dims: int, scale: float = 0.02) -> torch.Tensor:
+        return torch.randn(*dims, generator=generator) * scale
+
+    def linear(prefix: str, rows: int, cols: int) -> None:
+        tensors[prefix + ".weight"] = randn(rows, cols)
+        tensors[prefix + ".bias"] = randn(rows)
+
+    def layer_norm(prefix: str) -> None:
+        tensors[prefix + ".weight"] = 1 + randn(shape.hidden, scale=0.1)
+        tensors[prefix + ".bias"] = randn(shape.hidden)
+
+    tensors = {
+        "embeddings.word_embeddings.weight": randn(shape.vocab, shape.hidden),
+        "embeddings.position_embeddings.weight": randn(shape.positions, shape.hidden),
+        "embeddings.token_type_embeddings.weight": randn(2, shape.hidden),
+    }
+    layer_norm("embeddings.LayerNorm")
+    for i in range(shape.layers):
+        prefix = f"encoder.layer.{i}."
+        for name in ("query", "key", "value"):
+            linear(prefix + f"attention.self.{name}", shape.hidden, shape.hidden)
+        linear(prefix + "attention.output.dense", shape.hidden, shape.hidden)
+        layer_norm(prefix + "attention.output.LayerNorm")
+        linear(prefix + "intermediate.dense", shape.intermediate, shape.hidden)
+        linear(prefix + "output.dense", shape.hidden, shape.intermediate)
+        layer_norm(prefix + "output.LayerNorm")
+    linear("pooler.dense", shape.hidden, shape.hidden)
+    return tensors
+
+
+def write_bert(folder: Path, shape: BertShape = BertShape(), dtype: torch.dtype = torch.float32, seed: int = 0) -> Path:
+    """A random BERT-style encoder model folder (a BertModel checkpoint)."""
+    generator = torch.Generator().manual_seed(seed)
+    return write_checkpoint(folder, bert_tensors(shape, generator), bert_config(shape, dtype), dtype)
