@@ -54,7 +54,7 @@ def test_form_errors_are_named():
         parse_recipe("merge_method: passthrough\nslices:\n  - sources:\n      - model: a/b\n        layer_range: [4, 2]\n")
     with pytest.raises(RecipeError, match="union"):
         parse_recipe("merge_method: linear\ntokenizer_source: union\nmodels:\n  - model: a/b\n")
-    with pytest.raises(RecipeError, match="bfloat16, float16"):
+    with pytest.raises(RecipeError, match="`dtype: int4` is not a dtype"):
         parse_recipe("merge_method: linear\ndtype: int4\nmodels:\n  - model: a/b\n")
 
 

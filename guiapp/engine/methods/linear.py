@@ -9,13 +9,11 @@ from guiapp.engine.methods.base import BaseRole, MergeContext, MergeMethod, Para
 
 def merge(ctx: MergeContext) -> torch.Tensor:
     weights = [float(p["weight"]) for p in ctx.model_params]
-    result = sum(w * x for w, x in zip(weights, ctx.tensors))
+    result = ctx.tensors[0] * weights[0]
+    for weight, tensor in zip(weights[1:], ctx.tensors[1:]):
+        result.add_(tensor, alpha=weight)
     if ctx.params["normalize"]:
-        # A zero sum is refused at validation time; this guards filters/gradients that reach zero on one tensor.
-        total = sum(weights)
-        if abs(total) < 1e-8:
-            raise ValueError(f"the weights of {ctx.tensor_name} add up to zero, so they cannot be normalised")
-        result = result / total
+        result.div_(sum(weights))  # a zero sum is refused by the plan, tensor by tensor
     return result
 
 

@@ -1,0 +1,183 @@
+"""Merge speed and memory against the I/O floor, measured in one run.
+
+    python benchmarks/merge.py [--size-gb 1.0] [--size-gb 0.5 ...] [--methods linear,ties]
+
+Builds Llama-shaped bf16 checkpoints (a base and two fine-tunes) of each size, then for linear,
+task_arithmetic, ties and slerp prints: wall time of the merge, peak private (anonymous) memory of the
+process doing it, and the ratio of the wall time to the I/O floor: reading every input tensor and writing
+the output with safetensors alone, measured on the same files in the same run. When mergekit is installed,
+the same recipes run through `mergekit-yaml` and our time over theirs is printed too.
+
+Targets (2 CPU cores): linear and task_arithmetic ≤ 2× the floor, ties and slerp ≤ 6×; peak private memory
+below 8 float32 copies of the largest tensor + 300 MB, at every model size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+RECIPES = {
+    "linear": "merge_method: linear\nmodels:\n  - model: {one}\n    parameters: {{weight: 0.5}}\n"
+              "  - model: {two}\n    parameters: {{weight: 0.5}}\ndtype: bfloat16\n",
+    "task_arithmetic": "merge_method: task_arithmetic\nbase_model: {base}\nmodels:\n  - model: {one}\n"
+                       "    parameters: {{weight: 0.5}}\n  - model: {two}\n    parameters: {{weight: 0.5}}\ndtype: bfloat16\n",
+    "ties": "merge_method: ties\nbase_model: {base}\nmodels:\n  - model: {one}\n    parameters: {{weight: 0.5, density: 0.5}}\n"
+            "  - model: {two}\n    parameters: {{weight: 0.5, density: 0.5}}\ndtype: bfloat16\n",
+    "slerp": "merge_method: slerp\nbase_model: {base}\nmodels:\n  - model: {base}\n  - model: {one}\n"
+             "parameters: {{t: 0.5}}\ndtype: bfloat16\n",
+}
+TARGETS = {"linear": 2.0, "task_arithmetic": 2.0, "ties": 6.0, "slerp": 6.0}
+
+_OURS = textwrap.dedent("""
+    import sys, time
+    from pathlib import Path
+    from guiapp.engine.merge import MergeSettings, run_merge
+    from guiapp.engine.recipe import load_recipe
+    recipe = load_recipe(Path(sys.argv[1]))
+    start = time.perf_counter()
+    run_merge(recipe, MergeSettings(Path(sys.argv[2])))
+    print(time.perf_counter() - start)
+""")
+
+_FLOOR = textwrap.dedent("""
+    import sys, time
+    from pathlib import Path
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+    inputs, output = [Path(p) for p in sys.argv[1].split(",")], Path(sys.argv[2])
+    start = time.perf_counter()
+    last = {}
+    for folder in inputs:
+        for file in sorted(folder.glob("*.safetensors")):
+            with safe_open(file, framework="pt") as handle:
+                # clone() copies out of the memory map, so every byte is really read
+                last.update({name: handle.get_tensor(name).clone() for name in handle.keys()})
+    output.mkdir()
+    save_file(last, output / "model.safetensors")
+    print(time.perf_counter() - start)
+""")
+
+
+def _private_bytes(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("RssAnon:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def run_measured(command: list[str]) -> tuple[float, int, str]:
+    """Run `command`; return (seconds it printed, or wall time; peak anonymous memory; stdout)."""
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    peak = 0
+    done = threading.Event()
+
+    def sample() -> None:
+        nonlocal peak
+        while not done.is_set():
+            peak = max(peak, _private_bytes(process.pid))
+            time.sleep(0.005)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    started = time.perf_counter()
+    sampler.start()
+    out, err = process.communicate()
+    wall = time.perf_counter() - started
+    done.set()
+    sampler.join()
+    if process.returncode != 0:
+        raise RuntimeError(f"{command[:3]} failed:\n{err[-3000:]}")
+    try:
+        seconds = float(out.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        seconds = wall
+    return seconds, peak, out
+
+
+def build_models(folder: Path, size_gb: float) -> tuple[Path, Path, Path, int]:
+    import torch
+
+    from guiapp.engine.samples import LlamaShape, llama_config, llama_tensors, write_checkpoint
+
+    per_layer = 2 * (2 * 2048 * 2048 + 2 * 2048 * 512 + 3 * 2048 * 5632)  # bf16 bytes
+    outer = 2 * 2 * 32000 * 2048
+    layers = max(1, round((size_gb * 1e9 - outer) / per_layer))
+    shape = LlamaShape(hidden=2048, intermediate=5632, layers=layers, heads=16, kv_heads=4, vocab=32000)
+    generator = torch.Generator().manual_seed(0)
+    base_tensors = {n: t.to(torch.bfloat16) for n, t in llama_tensors(shape, generator).items()}
+    config = llama_config(shape, torch.bfloat16)
+    base = write_checkpoint(folder / "base", base_tensors, config, shards=2)
+    tuned = []
+    for seed, name in ((1, "one"), (2, "two")):
+        generator = torch.Generator().manual_seed(seed)
+        tensors = {n: (t.float() + torch.randn(t.shape, generator=generator) * 0.002).to(torch.bfloat16)
+                   for n, t in base_tensors.items()}
+        tuned.append(write_checkpoint(folder / name, tensors, config, shards=2))
+    largest = max(t.numel() for t in base_tensors.values()) * 4
+    return base, tuned[0], tuned[1], largest
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--size-gb", type=float, action="append", help="model size in GB (repeatable); default 1.0")
+    parser.add_argument("--methods", default=",".join(RECIPES))
+    parser.add_argument("--workdir", type=Path, default=None)
+    args = parser.parse_args()
+    sizes = args.size_gb or [1.0]
+    methods = args.methods.split(",")
+    mergekit = shutil.which("mergekit-yaml")
+    work = Path(args.workdir or tempfile.mkdtemp(prefix="mergesmith-bench-"))
+    rows = []
+    for size in sizes:
+        folder = work / f"{size:g}GB"
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir(parents=True)
+        print(f"\nBuilding three {size:g} GB Llama-shaped bf16 models in {folder} …", flush=True)
+        base, one, two, largest = build_models(folder, size)
+        model_bytes = sum(f.stat().st_size for f in base.glob("*.safetensors"))
+        budget = 8 * largest + 300e6
+        for method in methods:
+            recipe = folder / f"{method}.yml"
+            recipe.write_text(RECIPES[method].format(base=base, one=one, two=two))
+            inputs = [base, one, two] if method in ("task_arithmetic", "ties") else ([one, two] if method == "linear" else [base, one])
+            floor, _, _ = run_measured([sys.executable, "-c", _FLOOR, ",".join(map(str, inputs)), str(folder / f"floor-{method}")])
+            ours, peak, _ = run_measured([sys.executable, "-c", _OURS, str(recipe), str(folder / f"out-{method}")])
+            row = {
+                "size_gb": round(model_bytes / 1e9, 2), "method": method, "seconds": round(ours, 2),
+                "floor_seconds": round(floor, 2), "ratio_to_floor": round(ours / floor, 2),
+                "target_ratio": TARGETS[method], "peak_private_mb": round(peak / 1e6),
+                "memory_budget_mb": round(budget / 1e6),
+            }
+            if mergekit:
+                start = time.perf_counter()
+                subprocess.run([mergekit, str(recipe), str(folder / f"mergekit-{method}"), "--lazy-unpickle"],
+                               check=True, capture_output=True)
+                theirs = time.perf_counter() - start
+                row["mergekit_seconds"] = round(theirs, 2)
+                row["ours_over_mergekit"] = round(ours / theirs, 3)
+            rows.append(row)
+            verdict = "ok" if row["ratio_to_floor"] <= row["target_ratio"] and peak <= budget else "MISSED"
+            extra = f", mergekit {row['mergekit_seconds']} s" if mergekit else ""
+            print(f"  {method:<16} {ours:7.2f} s  floor {floor:6.2f} s  ratio {ours / floor:5.2f} (≤ {TARGETS[method]})"
+                  f"  peak private {peak / 1e6:7.0f} MB (budget {budget / 1e6:.0f}){extra}  {verdict}", flush=True)
+            shutil.rmtree(folder / f"out-{method}", ignore_errors=True)
+            shutil.rmtree(folder / f"floor-{method}", ignore_errors=True)
+    if not mergekit:
+        print("\n(mergekit is not installed: `pip install mergekit` to compare side by side.)")
+    print(json.dumps(rows, indent=2))
+    shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
