@@ -1,0 +1,96 @@
+"""Memory and disk facts, the fit verdict, and time estimates."""
+
+from __future__ import annotations
+
+import psutil
+import pytest
+
+from guiapp.errors import DeviceError, InsufficientResourcesError
+from guiapp.system.resources import (
+    Disk,
+    FitLevel,
+    GpuMemory,
+    Memory,
+    disk,
+    estimate_time,
+    fit_verdict,
+    gpu_memory,
+    matmul_flop_count,
+    memory,
+    svd_flop_count,
+)
+
+GB = 10**9
+PLENTY = Disk(path=None, free=500 * GB, total=1000 * GB)
+
+
+def test_memory_is_this_machines():
+    facts = memory()
+    assert facts.total == psutil.virtual_memory().total
+    assert 0 < facts.available <= facts.total
+
+
+def test_disk_measures_the_nearest_existing_folder(tmp_path):
+    facts = disk(tmp_path / "not" / "yet" / "there")
+    assert facts.path == tmp_path
+    assert 0 < facts.free <= facts.total
+
+
+def test_gpu_memory_on_a_cpu_only_torch():
+    assert gpu_memory("cpu") is None
+    with pytest.raises(DeviceError) as raised:
+        gpu_memory("cuda:0")
+    assert "Torch not compiled with CUDA enabled" in raised.value.message
+    assert raised.value.retry_with == {"device": "cpu"}
+
+
+def test_a_small_job_fits_in_this_machines_ram(tmp_path):
+    fit = fit_verdict(100_000_000, 0, 50_000_000, "cpu", tmp_path / "out")
+    assert fit.level is FitLevel.FITS_IN_RAM and fit.fits
+    assert fit.disk_path == tmp_path and fit.ram_total == psutil.virtual_memory().total
+    assert "100.0 MB" in fit.reason
+
+
+@pytest.mark.parametrize(
+    ("peak_ram", "disk_needed", "level", "words"),
+    [
+        (4 * GB, 10 * GB, FitLevel.FITS_IN_RAM, "it needs 4.0 GB of the 16.0 GB of RAM available"),
+        (14 * GB, 10 * GB, FitLevel.TIGHT, "16.0 GB is available now; closing other programs helps"),
+        (20 * GB, 10 * GB, FitLevel.TIGHT, "it needs 20.0 GB of RAM"),
+        (40 * GB, 10 * GB, FitLevel.WILL_NOT_FIT, "this machine has 32.0 GB in all"),
+        (4 * GB, 600 * GB, FitLevel.WILL_NOT_FIT, "the output needs 600.0 GB"),
+        (4 * GB, 480 * GB, FitLevel.TIGHT, "nearly all of the 500.0 GB free"),
+    ],
+)
+def test_ram_and_disk_verdicts(peak_ram, disk_needed, level, words):
+    fit = fit_verdict(peak_ram, 0, disk_needed, "cpu", "/unused", ram=Memory(32 * GB, 16 * GB), space=PLENTY)
+    assert fit.level is level
+    assert words in fit.reason
+
+
+def test_gpu_verdicts_and_the_error_of_a_job_that_will_not_fit():
+    ram = Memory(64 * GB, 60 * GB)
+    fits = fit_verdict(8 * GB, 10 * GB, GB, "cuda:0", "/unused", ram=ram, vram=GpuMemory(24 * GB, 20 * GB),
+                       space=PLENTY)
+    assert fits.level is FitLevel.FITS_ON_GPU and "of the 20.0 GB free on cuda:0" in fits.reason
+    tight = fit_verdict(8 * GB, 19 * GB, GB, "cuda:0", "/unused", ram=ram, vram=GpuMemory(24 * GB, 20 * GB),
+                        space=PLENTY)
+    assert tight.level is FitLevel.TIGHT
+    too_big = fit_verdict(8 * GB, 30 * GB, GB, "cuda:0", "/unused", ram=ram, vram=GpuMemory(24 * GB, 20 * GB),
+                          space=PLENTY)
+    assert too_big.level is FitLevel.WILL_NOT_FIT and not too_big.fits
+    error = too_big.as_error()
+    assert isinstance(error, InsufficientResourcesError) and error.retry_with == {"device": "cpu"}
+    assert "30.0 GB needed on cuda:0, 20.0 GB free of 24.0 GB" in error.message
+
+
+def test_time_estimate_scales_with_work_and_uses_probed_speeds(probed):
+    svd_work = 50 * svd_flop_count(4096, 4096)
+    estimate = estimate_time(probed, "cpu", svd_flops=svd_work)
+    expected = svd_work / (probed.speed("cpu", "float32", "svd").gflops * 1e9)
+    assert estimate.seconds == pytest.approx(expected)
+    assert estimate_time(probed, "cpu", svd_flops=2 * svd_work).seconds == pytest.approx(2 * expected)
+    reading = estimate_time(probed, "cpu", matmul_flops=matmul_flop_count(4096, 4096, 16), read_bytes=1e9,
+                            read_bytes_per_second=1e8)
+    assert reading.seconds > 10 and "SVD" in reading.basis and str(reading).startswith("about ")
+    assert estimate_time(probed, "cuda:0", svd_flops=1e9) is None
