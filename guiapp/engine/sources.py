@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from guiapp.engine.checkpoint import Checkpoint, open_checkpoint
+from guiapp.engine.checkpoint import SAFETENSORS_DTYPES, Checkpoint, TensorInfo, open_checkpoint
 from guiapp.engine.plan import ModelHeaders
 from guiapp.engine.recipe import ModelRef
 from guiapp.errors import CheckpointError
@@ -39,11 +39,20 @@ def read_headers(ref: ModelRef) -> ModelHeaders:
     """
     folder = local_folder(ref)
     if folder is None:
-        from guiapp.hub.resolve import remote_headers  # noqa: PLC0415
+        from guiapp.hub.resolve import read_model_metadata  # noqa: PLC0415
 
-        return remote_headers(ref)
-    with open_checkpoint(folder) as checkpoint:
-        return ModelHeaders(ref, checkpoint.tensors, checkpoint.config)
+        metadata = read_model_metadata(ref.model, revision=ref.revision)
+        tensors = {
+            name: TensorInfo(name, record.shape, SAFETENSORS_DTYPES[record.dtype], record.file)
+            for name, record in metadata.tensors.items()
+        }
+        headers = ModelHeaders(ref, tensors, metadata.config)
+    else:
+        with open_checkpoint(folder) as checkpoint:
+            headers = ModelHeaders(ref, checkpoint.tensors, checkpoint.config)
+    if ref.adapter:
+        _open_adapter(ref, headers.tensors)
+    return headers
 
 
 @dataclass
@@ -75,9 +84,15 @@ def open_reader(ref: ModelRef, progress: Progress | None = None) -> ModelReader:
         from guiapp.hub.resolve import resolve_model  # noqa: PLC0415
 
         folder = resolve_model(ref.model, revision=ref.revision, progress=progress)
-    adapter = None
-    if ref.adapter:
-        from guiapp.engine.lora_apply import open_adapter_for_merge  # noqa: PLC0415
+    checkpoint = open_checkpoint(folder)
+    adapter = _open_adapter(ref, checkpoint.tensors, progress) if ref.adapter else None
+    return ModelReader(ref, folder, checkpoint, adapter)
 
-        adapter = open_adapter_for_merge(ref.adapter, progress=progress)
-    return ModelReader(ref, folder, open_checkpoint(folder), adapter)
+
+def _open_adapter(ref: ModelRef, base_tensors: dict[str, TensorInfo], progress: Progress | None = None):
+    """Open the LoRA adapter of a `model+adapter` reference, checked against the model's tensors."""
+    from guiapp.engine.lora_apply import open_adapter_for_merge  # noqa: PLC0415
+
+    adapter = open_adapter_for_merge(ref.adapter, progress=progress)
+    adapter.check_base(base_tensors, ref.model)
+    return adapter

@@ -101,7 +101,6 @@ def run_job(job: Job, listeners: JobListeners | None = None, cancel: CancelToken
     except Exception as failure:  # a job's failure is data for the user, not a crash of the app
         status, error = JobStatus.FAILED, failure
         trace = traceback.format_exc()
-        on_log(f"Failed: {failure}")
     result = JobResult(job, status, summary, error, trace, log, started, time.time())
     if listeners.on_done:
         listeners.on_done(result)
