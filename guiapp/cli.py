@@ -252,10 +252,17 @@ def _run_hub_search(args: argparse.Namespace) -> int:
     if not results:
         print("No models found.")
     for r in results:
-        size = f"{r.parameters / 1e9:.2f}B params" if r.parameters else ""
+        size = f"{_parameter_count(r.parameters)} params" if r.parameters else ""
         gated = "gated" if r.gated else ""
         print(f"{r.repo_id:<50} {r.downloads:>10} downloads {r.likes:>6} likes  {size:<14} {gated}")
     return EXIT_OK
+
+
+def _parameter_count(count: int) -> str:
+    for unit, size in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if count >= size:
+            return f"{count / size:.1f}{unit}"
+    return str(count)
 
 
 def _run_hub_info(args: argparse.Namespace) -> int:
@@ -263,7 +270,7 @@ def _run_hub_info(args: argparse.Namespace) -> int:
 
     from guiapp.hub.details import model_details, remote_tensors  # noqa: PLC0415
     from guiapp.hub.references import parse_reference  # noqa: PLC0415
-    from guiapp.hub.sizes import format_bytes  # noqa: PLC0415
+    from guiapp.system.units import format_bytes  # noqa: PLC0415
 
     _hub_setup(args)
     ref = parse_reference(args.repo)
@@ -323,7 +330,7 @@ def _run_hub_cache(args: argparse.Namespace) -> int:
     import json  # noqa: PLC0415
 
     from guiapp.hub.cache import scan_cache  # noqa: PLC0415
-    from guiapp.hub.sizes import format_bytes  # noqa: PLC0415
+    from guiapp.system.units import format_bytes  # noqa: PLC0415
 
     _hub_setup(args)
     models = scan_cache()
@@ -340,7 +347,7 @@ def _run_hub_cache(args: argparse.Namespace) -> int:
 
 def _run_hub_rm(args: argparse.Namespace) -> int:
     from guiapp.hub.cache import plan_deletion  # noqa: PLC0415
-    from guiapp.hub.sizes import format_bytes  # noqa: PLC0415
+    from guiapp.system.units import format_bytes  # noqa: PLC0415
 
     _hub_setup(args)
     plan = plan_deletion(args.repo)

@@ -19,7 +19,7 @@ from guiapp.errors import InsufficientResourcesError
 from guiapp.hub.connection import HubConnection, require_online
 from guiapp.hub.details import RepoFile, model_details
 from guiapp.hub.failures import hub_errors
-from guiapp.hub.sizes import format_bytes
+from guiapp.system.units import format_bytes
 from guiapp.progress import Progress
 
 # Cancel, resume and progress all happen at chunk boundaries; huggingface_hub's default 10 MiB chunk would

@@ -33,8 +33,9 @@ class ModelReference:
         return f"{self.repo_id}@{self.revision}" if self.revision else str(self.repo_id)
 
 
-def parse_reference(text: str) -> ModelReference:
-    """Read a reference: an existing folder wins; otherwise `org/name` or `org/name@revision` is a Hub model.
+def parse_reference(text: str, revision: str | None = None) -> ModelReference:
+    """Read a reference: an existing folder wins; otherwise `org/name` or `org/name@revision` is a Hub model
+    (`revision`, when given, replaces the one after "@").
 
     Raises ModelNotFoundError when the text is neither an existing folder nor a valid Hub id (e.g. a path
     that does not exist).
@@ -43,9 +44,9 @@ def parse_reference(text: str) -> ModelReference:
     path = Path(cleaned).expanduser()
     if path.is_dir():
         return ModelReference(text=text, folder=path.resolve())
-    repo_id, _, revision = cleaned.partition("@")
+    repo_id, _, written_revision = cleaned.partition("@")
     if _REPO_ID.match(repo_id):
-        return ModelReference(text=text, repo_id=repo_id, revision=revision or None)
+        return ModelReference(text=text, repo_id=repo_id, revision=revision or written_revision or None)
     raise ModelNotFoundError(
         f"'{text}' is not an existing folder and not a Hugging Face model id.",
         hint="Give the path of a model folder, or a Hub id like 'meta-llama/Llama-3.2-1B' (optionally '@revision').",

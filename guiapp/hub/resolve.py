@@ -30,15 +30,18 @@ class ModelMetadata:
     config: dict[str, Any]
 
 
-def resolve_model(reference: str, *, progress: Progress | None = None, offline: bool = False) -> Path:
-    """The local folder holding the model `reference` names ("path/to/folder", "org/name", "org/name@rev").
+def resolve_model(
+    reference: str, *, revision: str | None = None, progress: Progress | None = None, offline: bool = False
+) -> Path:
+    """The local folder holding the model `reference` names ("path/to/folder", "org/name", "org/name@rev";
+    `revision`, when given, replaces the one after "@").
 
     A local folder is returned as it is. A Hub model is downloaded into the HF cache as needed (only the
     files a merge needs) and its snapshot folder returned. Offline (`offline=True`, Mergesmith's offline
     switch, or HF_HUB_OFFLINE) only the cache is used. Raises OfflineError naming the model when offline and it
     is not fully downloaded, ModelNotFoundError for a bad reference, and the download errors of `download_model`.
     """
-    ref = parse_reference(reference)
+    ref = parse_reference(reference, revision)
     if ref.folder is not None:
         return ref.folder
     assert ref.repo_id is not None
@@ -47,15 +50,16 @@ def resolve_model(reference: str, *, progress: Progress | None = None, offline: 
     return download_model(ref.repo_id, ref.revision, progress=progress)
 
 
-def read_model_metadata(reference: str, *, offline: bool = False) -> ModelMetadata:
-    """Tensor names, shapes and dtypes plus config.json of the model `reference` names, without its weights.
+def read_model_metadata(reference: str, *, revision: str | None = None, offline: bool = False) -> ModelMetadata:
+    """Tensor names, shapes and dtypes plus config.json of the model `reference` names (at `revision`, when
+    given, instead of the one after "@"), without its weights.
 
     Local folders are read from disk; Hub models through HTTP range requests of the safetensors headers
     (config.json, being small, is downloaded into the cache), or from the cache when offline. Raises
     CheckpointError when there are no readable safetensors or no config, OfflineError when offline and the
     model is not in the cache, and the Hub errors of `remote_tensors`.
     """
-    ref = parse_reference(reference)
+    ref = parse_reference(reference, revision)
     if ref.folder is not None:
         return ModelMetadata(reference, read_folder_headers(ref.folder), _read_config(ref.folder, ref.label))
     assert ref.repo_id is not None

@@ -99,7 +99,7 @@ def test_free_space_is_checked_before_any_transfer(published, monkeypatch):
     monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(10**9, 10**9 - 1000, 1000))
     with pytest.raises(InsufficientResourcesError) as caught:
         download_model("org/large")
-    assert "org/large" in str(caught.value) and "1000 B free" in str(caught.value)
+    assert "org/large" in str(caught.value) and "1.0 KB free" in str(caught.value)
     assert published.bytes_sent("org/large", "model.safetensors") == 0
 
 

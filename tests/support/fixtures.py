@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from huggingface_hub import constants
+from huggingface_hub import constants, hf_api
 
 from tests.support.hub_server import HubServer
 
@@ -65,6 +65,8 @@ def hub_env(hub_server: HubServer, tmp_path: Path, monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(home / "token"))
     monkeypatch.setattr(constants, "HF_STORED_TOKENS_PATH", str(home / "stored_tokens"))
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    # huggingface_hub's module-level functions (login() checks the token with one) use a client made at import.
+    monkeypatch.setattr(hf_api.api, "endpoint", hub_server.url)
     connection.set_offline(False)
     yield HubEnvironment(server=hub_server, home=home, cache_dir=cache, config_dir=config)
     connection.set_offline(False)
