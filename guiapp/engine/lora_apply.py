@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from guiapp.engine.checkpoint import TensorInfo, _load_pickle_weights, dtype_from_name, dtype_name, open_checkpoint
+from guiapp.engine.checkpoint import TensorInfo, _load_pickle_weights, dtype_from_name, dtype_name
 from guiapp.engine.devices import resolve_device
 from guiapp.engine.output import PlannedTensor, ShardedWriter, StagedOutput, check_free_space, parse_size
 from guiapp.engine.peft_format import (
@@ -88,8 +88,8 @@ class LoraAdapter:
         folder = Path(folder)
         if not math.isfinite(scale):
             raise RecipeError(f"The scale must be a number (got {scale}).", hint="Example: --scale 0.5")
-        tensors = _read_adapter_tensors(folder)
         config = _read_adapter_config(folder)
+        tensors = _read_adapter_tensors(folder)
         return cls(folder, config, tensors, scale)
 
     @property
@@ -341,8 +341,9 @@ def _adapter_folder(reference: str, progress: Progress | None) -> Path:
 def _read_adapter_config(folder: Path) -> dict[str, Any]:
     path = folder / ADAPTER_CONFIG
     if not path.is_file():
+        full_model = " (it holds a full model)" if (folder / "config.json").is_file() else ""
         raise CheckpointError(
-            f"{folder} has no {ADAPTER_CONFIG}, so it is not a PEFT adapter folder.",
+            f"{folder} has no {ADAPTER_CONFIG}, so it is not a PEFT adapter folder{full_model}.",
             hint="Choose the folder that holds adapter_config.json and adapter_model.safetensors.",
         )
     try:

@@ -530,7 +530,7 @@ def _card(config: dict[str, Any], report: dict[str, Any], model_label: str) -> s
         f"- Unchanged modules skipped: {totals['unchanged_modules']}", "",
         "```python",
         "from peft import PeftModel",
-        f"model = PeftModel.from_pretrained(base_model, \"path/to/this/folder\")",
+        "model = PeftModel.from_pretrained(base_model, \"path/to/this/folder\")",
         "```", "",
         "Per-module ranks and errors are in `extraction_report.json`.", "",
     ]
