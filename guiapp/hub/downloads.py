@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from huggingface_hub import constants
-from tqdm.std import tqdm
+from huggingface_hub.utils import tqdm as hub_progress_bar
 
 from guiapp.errors import InsufficientResourcesError
 from guiapp.hub.connection import HubConnection, require_online
@@ -23,7 +23,7 @@ from guiapp.system.units import format_bytes
 from guiapp.progress import Progress
 
 # Cancel, resume and progress all happen at chunk boundaries; huggingface_hub's default 10 MiB chunk would
-# make a cancel wait (and a resume re-fetch) up to 10 MiB, far more than a second on most connections.
+# make a cancel wait (and a resume re-fetch) up to 10 MiB, more than a second on many connections.
 CHUNK_BYTES = 512 * 1024
 # Room left free on the cache's disk beyond the files themselves (lock files, refs, the OS's own needs).
 HEADROOM_BYTES = 64 * 1024 * 1024
@@ -91,7 +91,7 @@ def download_model(
     progress = progress or Progress()
     plan = plan_download(repo_id, revision, connection=connection)
     _check_free_space(plan, connection.cache_dir)
-    constants.DOWNLOAD_CHUNK_SIZE = min(constants.DOWNLOAD_CHUNK_SIZE, CHUNK_BYTES)
+    _use_cancellable_transfers()
 
     progress.start_stage("Downloading", total=len(plan.files), bytes_total=plan.total_bytes)
     snapshot = connection.cache_dir / repo_folder_name(repo_id=repo_id, repo_type="model") / "snapshots" / plan.commit
@@ -113,6 +113,17 @@ def download_model(
         counter.finish()
     progress.log(f"{repo_id}: {len(plan.files)} files in {snapshot}")
     return snapshot
+
+
+def _use_cancellable_transfers() -> None:
+    """Make every transfer report (and so check for cancel) at least every CHUNK_BYTES.
+
+    Xet transfers are switched off: hf_xet reports progress from its own threads, where the JobCancelled our
+    progress bar raises cannot stop the transfer, so a cancel would wait for the whole file. Without Xet the
+    Hub serves the same files over plain HTTP, which huggingface_hub resumes and we can cancel.
+    """
+    constants.DOWNLOAD_CHUNK_SIZE = min(constants.DOWNLOAD_CHUNK_SIZE, CHUNK_BYTES)
+    constants.HF_HUB_DISABLE_XET = True
 
 
 def _check_free_space(plan: DownloadPlan, cache_dir: Path) -> None:
@@ -146,14 +157,13 @@ class _FileCounter:
         self._progress.step(f"{self._file.name}: done", units=1, nbytes=self._file.size - self._done)
         self._done = self._file.size
 
-    def bar_class(self) -> type[tqdm]:
+    def bar_class(self) -> type[hub_progress_bar]:
         counter = self
 
-        class _ProgressBar(tqdm):
+        class _ProgressBar(hub_progress_bar):
             def __init__(self, *args: object, **kwargs: object) -> None:
                 kwargs["disable"] = True  # never draw: the window and the CLI draw their own
-                kwargs.pop("name", None)
-                super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+                super().__init__(*args, **kwargs)
                 if self.n:
                     counter.add(int(self.n))  # bytes a resumed download already had
 
