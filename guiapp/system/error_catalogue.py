@@ -202,7 +202,8 @@ def _types(*names: str) -> frozenset[str]:
 
 
 HALF = r"BFloat16|Half|Float8_e4m3fn(?:uz)?|Float8_e5m2(?:fnuz)?"
-LINEAR_ALGEBRA = r"\w*(?:svd|gesvd|geqrf|orgqr|ormqr|linalg|qr|eig|syevd|lu_|getrf|cholesky|potrf|triangular|lstsq|inverse)\w*"
+LINEAR_ALGEBRA = (r"\w*(?:svd|gesvd|geqrf|orgqr|ormqr|linalg|qr|eig|syevd|lu_|getrf|cholesky|potrf|triangular"
+                  r"|lstsq|inverse)\w*")
 
 CATALOGUE: tuple[Entry, ...] = (
     Entry(
@@ -290,9 +291,9 @@ CATALOGUE: tuple[Entry, ...] = (
         fix="Close other programs, merge fewer or smaller models at once, or write smaller output shards. "
         "Mergesmith estimates the memory a job needs and warns before it starts.",
         pattern=_patterns(
-            r"(?P<gpu>CUDA|HIP|XPU|MPS backend) out of memory(?:.*?Tried to allocate (?P<gib>[\d.]+ [KMGT]i?B))?",
+            r"(?P<gpu>CUDA|HIP|XPU|MPS backend) out of memory(?:.*?Tried to allocate (?P<gib>[\d.]+ [KMGTPE]i?B))?",
             r"DefaultCPUAllocator: can't allocate memory(?:: you tried to allocate (?P<bytes>\d+) bytes)?",
-            r"Unable to allocate (?P<array>[\d.]+ [KMGT]i?B) for an array",
+            r"Unable to allocate (?P<array>[\d.]+ [KMGTPE]i?B) for an array",
             r"(?P<gpu2>cuda|hip|xpu|mps)?\s*out of memory",
         ),
         types=_types("OutOfMemoryError", "MemoryError", "_ArrayMemoryError"),
@@ -501,8 +502,8 @@ CATALOGUE: tuple[Entry, ...] = (
         why="The problem is on the Hub's side, usually brief.",
         fix="Try again in a few minutes; https://status.huggingface.co shows ongoing incidents. Downloads "
         "resume where they stopped.",
-        pattern=_patterns(r"\b5\d\d Server Error", r"Bad Gateway", r"Service Unavailable", r"Gateway Time-?out",
-                          r"Internal Server Error"),
+        pattern=_patterns(r"\b5\d\d Server Error", r"Server error '5\d\d", r"Bad Gateway", r"Service Unavailable",
+                          r"Gateway Time-?out", r"Internal Server Error"),
     ),
     Entry(
         key="connection",
@@ -530,8 +531,8 @@ CATALOGUE: tuple[Entry, ...] = (
         "rather than float16; lower the weights or density if the task vectors add up to large values.",
         pattern=_patterns(
             r"probability tensor contains either `inf`, `nan` or element < 0",
-            r"\b(?:NaN|nan|inf)s? (?:values? )?(?:found|detected|encountered)",
-            r"contains? (?:NaN|nan|inf|non-finite)",
+            r"\b(?:NaN|inf)s? (?:values? )?(?:found|detected|encountered)",
+            r"contains? (?:NaN|inf|non-finite)\b",
             r"non-finite values?",
             r"returned nan values",
         ),
@@ -560,6 +561,7 @@ CATALOGUE: tuple[Entry, ...] = (
         fix="Use the adapter with the base model it was trained on (see its adapter_config.json, "
         "base_model_name_or_path), or fix target_modules.",
         pattern=re.compile(r"Target modules .* not found in the base model"),
+        types=_types("NoMatchingPeftModuleError"),
     ),
     Entry(
         key="remote_code",

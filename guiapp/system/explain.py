@@ -72,7 +72,7 @@ def explain(error: BaseException | str, context: Mapping[str, Any] | None = None
 
 def _explain_own(error: MergesmithError, context: dict[str, Any], raw: str) -> Explanation:
     """Mergesmith's errors say what happened themselves; the cause, when known, can still say why."""
-    cause = error.__cause__ or error.__context__
+    cause = error.__cause__ or (None if error.__suppress_context__ else error.__context__)
     cause_explanation = explain(cause, context) if cause is not None else None
     known_cause = cause_explanation if cause_explanation and cause_explanation.recognised else None
     return Explanation(
@@ -118,7 +118,8 @@ def _clues_from_chain(error: BaseException) -> Iterator[tuple[set[str], str]]:
         seen.add(id(current))
         names = {cls.__name__ for cls in type(current).__mro__}
         yield names, f"{type(current).__name__}: {current}"
-        current = current.__cause__ or current.__context__
+        # as Python's own traceback does: an explicit cause, else the implicit context unless suppressed
+        current = current.__cause__ or (None if current.__suppress_context__ else current.__context__)
 
 
 def _clues_from_text(text: str) -> list[tuple[set[str], str]]:
@@ -128,11 +129,16 @@ def _clues_from_text(text: str) -> list[tuple[set[str], str]]:
 def _with_context(what: str, context: Mapping[str, Any]) -> str:
     """Append the job's context ("model X, tensor Y") to a sentence, leaving out what it already names."""
     details = [f"{words} {context[key]}" for key, words in CONTEXT_WORDS
-               if context.get(key) and str(context[key]) not in what]
+               if context.get(key) and not _names(what, str(context[key]))]
     if not details:
         return what
     sentence, period = (what[:-1], ".") if what.endswith(".") else (what, "")
     return f"{sentence} ({', '.join(details)}){period}"
+
+
+def _names(text: str, value: str) -> bool:
+    """Whether `text` mentions `value` as a whole name ("cpu" is not named by "linalg_svd_cpu")."""
+    return re.search(rf"(?<![\w/.-]){re.escape(value)}(?![\w/-]|\.\w)", text) is not None
 
 
 def _first_paragraph(doc: str | None) -> str:

@@ -50,7 +50,8 @@ def _device_details(device: dict) -> str:
 def _matrix(result: ProbeResult, device: str) -> list[str]:
     operations = list(dict.fromkeys(check.operation for check in result.checks if check.device == device))
     header = "".join(SHORT_DTYPE.get(dtype, dtype).ljust(DTYPE_COLUMN) for dtype in DTYPE_NAMES)
-    lines = [f"Operations on {device} (ok works, -- fails, ? not tested)", f"  {'':<{OPERATION_COLUMN}}{header}".rstrip()]
+    lines = [f"Operations on {device} (ok works, -- fails, ? not tested)",
+             f"  {'':<{OPERATION_COLUMN}}{header}".rstrip()]
     for operation in operations:
         cells = []
         for dtype in DTYPE_NAMES:
@@ -74,7 +75,8 @@ def _speeds(result: ProbeResult, device: str) -> list[str]:
         comparison = ""
         if reference and reference.gflops and dtype != "float32":
             ratio = speed.gflops / reference.gflops
-            comparison = f"{ratio:.1f}× faster than float32" if ratio >= 1 else f"{1 / ratio:.0f}× slower than float32"
+            faster = ratio >= 1
+            comparison = f"{ratio:.1f}× faster than float32" if faster else f"{1 / ratio:.0f}× slower than float32"
         lines.append(f"  {dtype:<{OPERATION_COLUMN}}{speed.gflops:>9.1f} GFLOP/s   {comparison}".rstrip())
     for workload, unit in (("svd", "GFLOP/s"), ("elementwise", "GB/s")):
         speed = result.speed(device, "float32", workload)

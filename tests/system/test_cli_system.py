@@ -1,0 +1,54 @@
+"""`mergesmith probe` and `mergesmith explain` as a user runs them, in a separate process."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from guiapp.system.probe import cache_file, machine_fingerprint, store
+
+
+def mergesmith(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "guiapp", *args], input=stdin, capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_explain_recognises_pasted_text_and_exits_zero():
+    run = mergesmith("explain", "RuntimeError: \"svd_cuda_gesvdj\" not implemented for 'BFloat16'")
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.startswith("SVD or QR cannot run in half precision")
+    assert "What to do:" in run.stdout and "Details:" in run.stdout
+
+
+def test_explain_reads_a_traceback_from_stdin():
+    traceback_text = "Traceback (most recent call last):\n  File \"x.py\", line 1\nTypeError: Got unsupported " \
+                     "ScalarType BFloat16\n"
+    run = mergesmith("explain", "-", stdin=traceback_text)
+    assert run.returncode == 0 and "NumPy cannot hold bfloat16 tensors" in run.stdout
+
+
+def test_explain_admits_what_it_does_not_know_and_exits_one():
+    run = mergesmith("explain", "ZeroDivisionError: division by zero")
+    assert run.returncode == 1
+    assert run.stdout.startswith("Mergesmith does not recognise this error")
+    assert mergesmith("explain", "-", stdin="   \n").returncode == 2
+
+
+def test_explain_never_imports_torch():
+    code = ("import sys; from guiapp.cli import main; code = main(['explain', 'CUDA out of memory']); "
+            "print('torch' in sys.modules, code, file=sys.stderr)")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert run.stderr.strip().splitlines()[-1] == "False 0"
+
+
+def test_probe_prints_the_cached_matrix(probed, tmp_path, monkeypatch):
+    monkeypatch.setenv("MERGESMITH_CACHE_DIR", str(tmp_path))
+    store(probed, cache_file(machine_fingerprint()))  # so the command shows this session's probe without re-probing
+    table = mergesmith("probe")
+    assert table.returncode == 0, table.stderr
+    assert "Failures on cpu" in table.stdout
+    assert "svd in bfloat16: NotImplementedError: \"linalg_svd_cpu\" not implemented for 'BFloat16'" in table.stdout
+    assert "bfloat16 (computed in float32)" in table.stdout and "GFLOP/s" in table.stdout
+    as_json = mergesmith("probe", "--json")
+    assert json.loads(as_json.stdout)["probed_at"] == probed.probed_at
