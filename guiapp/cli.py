@@ -380,12 +380,13 @@ def _add_system_commands(commands: argparse._SubParsersAction) -> None:
 def _run_probe(args: argparse.Namespace) -> int:
     import json  # noqa: PLC0415
 
-    from guiapp.system.probe import probe  # noqa: PLC0415
+    from guiapp.system.probe import cached_probe, probe  # noqa: PLC0415
     from guiapp.system.report import format_probe_report  # noqa: PLC0415
 
-    if args.refresh:
+    result = None if args.refresh else cached_probe()
+    if result is None:
         print("Probing this machine (a few seconds)...", file=sys.stderr)
-    result = probe(refresh=args.refresh)
+        result = probe(refresh=True)
     print(json.dumps(result.to_json(), indent=2) if args.json else format_probe_report(result))
     return EXIT_OK if result.problem is None else EXIT_FAILED
 

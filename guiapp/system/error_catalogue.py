@@ -164,6 +164,11 @@ def _refine_disk_full(match: re.Match[str] | None, context: Mapping[str, Any]) -
     return {"what": what, "fix": fix}
 
 
+def _refine_path(match: re.Match[str] | None, context: Mapping[str, Any], problem: str) -> dict[str, Any]:
+    path = _group(match, "path") or _group(match, "path2") or context.get("file")
+    return {"what": f"{path} {problem}."} if path else {}
+
+
 HUB_REPO_URL = re.compile(
     r"huggingface\.co/(?:api/)?(?:(?:models|datasets|spaces)/)?(?P<repo>[\w.-]+/[\w.-]+)"
 )
@@ -580,9 +585,10 @@ CATALOGUE: tuple[Entry, ...] = (
         why="The folder belongs to another user, is on a read-only drive, or is locked by another program.",
         fix="Choose an output folder you own (for example in your home folder), or close the program that holds "
         "the file.",
-        pattern=_patterns(r"\[Errno 13\]", r"Permission denied", r"\[Errno 30\]", r"Read-only file system",
-                          r"Access is denied"),
+        pattern=_patterns(r"(?:\[Errno 13\] )?Permission denied(?:: '(?P<path>[^']+)')?",
+                          r"(?:\[Errno 30\] )?Read-only file system(?:: '(?P<path2>[^']+)')?", r"Access is denied"),
         types=_types("PermissionError"),
+        refine=lambda match, context: _refine_path(match, context, "could not be opened or written to"),
     ),
     Entry(
         key="file_not_found",
@@ -590,8 +596,9 @@ CATALOGUE: tuple[Entry, ...] = (
         what="A file or folder the job needs does not exist.",
         why="It was moved, deleted, or its path is mistyped; a drive may be disconnected.",
         fix="Check the path, or pick the model again in Mergesmith (Models → Local folders).",
-        pattern=_patterns(r"\[Errno 2\] No such file or directory"),
+        pattern=_patterns(r"\[Errno 2\] No such file or directory(?:: '(?P<path>[^']+)')?"),
         types=_types("FileNotFoundError"),
+        refine=lambda match, context: _refine_path(match, context, "does not exist"),
     ),
     Entry(
         key="missing_package",

@@ -42,13 +42,19 @@ class Explanation:
         sections = [self.title, ""]
         for label, text in (("What happened", self.what), ("Why", self.why), ("What to do", self.fix)):
             if text:
-                sections.append(textwrap.fill(f"{label}: {text}", width=width, subsequent_indent="  "))
+                sections.append(_wrap(f"{label}: {text}", width))
         if self.retry_with:
             settings = ", ".join(f"{key}={value}" for key, value in self.retry_with.items())
             sections.append(f"Retry with: {settings}")
         if self.raw.strip():
             sections += ["", "Details:", textwrap.indent(self.raw.rstrip(), "  ")]
         return "\n".join(sections)
+
+
+def _wrap(text: str, width: int) -> str:
+    """Wrap each line of `text` on its own (messages may hold a summary table), continuations indented."""
+    return "\n".join(textwrap.fill(line, width=width, subsequent_indent="    " if line.startswith(" ") else "  ")
+                     for line in text.splitlines())
 
 
 def explain(error: BaseException | str, context: Mapping[str, Any] | None = None) -> Explanation:
@@ -86,7 +92,10 @@ def _explain_own(error: MergesmithError, context: dict[str, Any], raw: str) -> E
 
 
 def _from_entry(entry: Entry, match: re.Match[str] | None, context: dict[str, Any], raw: str) -> Explanation:
-    refined = entry.refine(match, context) if entry.refine is not None else {}
+    try:
+        refined = entry.refine(match, context) if entry.refine is not None else {}
+    except Exception:  # noqa: BLE001 - an explanation must never fail; the entry's general words still apply
+        refined = {}
     retry_with = refined.get("retry_with", entry.retry_with)
     return Explanation(
         title=entry.title,

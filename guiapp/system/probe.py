@@ -115,18 +115,23 @@ def probe(refresh: bool = False, timeout: float = DEFAULT_TIMEOUT_SECONDS) -> Pr
     `refresh=True` probes again whatever the cache holds. Never raises for a probe that hangs or crashes: the
     returned result says so in `problem`. A cache folder that cannot be written only means no caching.
     """
-    fingerprint = machine_fingerprint()
-    path = cache_file(fingerprint)
     if not refresh:
-        cached = load_cached(path, fingerprint)
+        cached = cached_probe()
         if cached is not None:
             return cached
+    fingerprint = machine_fingerprint()
     result = run_probe_child(probe_child_command(), fingerprint, timeout=timeout)
     try:
-        store(result, path)
+        store(result, cache_file(fingerprint))
     except OSError:
         pass  # a read-only cache folder costs a re-probe next time, nothing else
     return result
+
+
+def cached_probe() -> ProbeResult | None:
+    """The stored result for this machine, without probing: None when there is none (or it is stale)."""
+    fingerprint = machine_fingerprint()
+    return load_cached(cache_file(fingerprint), fingerprint)
 
 
 def probe_child_command(

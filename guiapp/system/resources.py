@@ -132,9 +132,23 @@ class Fit:
         return self.level is not FitLevel.WILL_NOT_FIT
 
     def summary(self) -> str:
-        """Several readable lines: the verdict, then RAM, VRAM (on a GPU) and disk, needed against available."""
-        lines = [f"{self.level.value[0].upper()}{self.level.value[1:]}: {self.reason}",
-                 f"  RAM:  {format_bytes(self.peak_ram)} needed, {format_bytes(self.ram_available)} available "
+        """Readable lines: the verdict, then RAM, VRAM (on a GPU) and disk, needed against available."""
+        verdict = f"{self.level.value[0].upper()}{self.level.value[1:]}: {self.reason}"
+        return "\n".join([verdict, *self._numbers()])
+
+    def as_error(self) -> InsufficientResourcesError:
+        """The error a job raises when it refuses to start because it will not fit."""
+        gpu_too_small = self.device != "cpu" and self.vram_total is not None and self.peak_vram > self.vram_total
+        hint = "Free some space or memory, or choose another output folder"
+        hint += "; or run it on the CPU, which has more memory than this GPU." if gpu_too_small else "."
+        return InsufficientResourcesError(
+            "\n".join([f"This job will not fit: {self.reason}.", *self._numbers()]),
+            hint=hint + " (The CLI's --force starts it anyway.)",
+            retry_with={"device": "cpu"} if gpu_too_small else None,
+        )
+
+    def _numbers(self) -> list[str]:
+        lines = [f"  RAM:  {format_bytes(self.peak_ram)} needed, {format_bytes(self.ram_available)} available "
                  f"of {format_bytes(self.ram_total)}"]
         if self.device != "cpu":
             free = "unknown" if self.vram_free is None else format_bytes(self.vram_free)
@@ -142,18 +156,7 @@ class Fit:
             lines.append(f"  VRAM: {format_bytes(self.peak_vram)} needed on {self.device}, {free} free of {total}")
         lines.append(f"  Disk: {format_bytes(self.disk_needed)} needed, {format_bytes(self.disk_free)} free "
                      f"at {self.disk_path}")
-        return "\n".join(lines)
-
-    def as_error(self) -> InsufficientResourcesError:
-        """The error a job raises when it refuses to start because it will not fit."""
-        gpu_too_small = self.device != "cpu" and self.vram_total is not None and self.peak_vram > self.vram_total
-        retry = {"device": "cpu"} if gpu_too_small else None
-        return InsufficientResourcesError(
-            f"This job will not fit: {self.reason}.\n{self.summary()}",
-            hint="Free some space or memory, choose another output folder, or run it on the CPU if the GPU is "
-            "too small. (The CLI's --force starts it anyway.)",
-            retry_with=retry,
-        )
+        return lines
 
 
 def fit_verdict(

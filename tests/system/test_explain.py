@@ -206,6 +206,7 @@ def test_permission_denied_and_missing_files_for_real(tmp_path):
     assert denied.title == "Mergesmith cannot write there"
     missing = explained(lambda: open(tmp_path / "absent" / "config.json"))
     assert missing.title == "A file or folder is missing"
+    assert missing.what == f"{tmp_path / 'absent' / 'config.json'} does not exist."
 
 
 # --- the Hub ----------------------------------------------------------------------------------------------------
