@@ -64,31 +64,68 @@ def explain(error: BaseException | str, context: Mapping[str, Any] | None = None
     "destination", "needed_bytes"}; known keys are woven into "what happened". Never raises.
     """
     context = dict(context or {})
-    raw = error if isinstance(error, str) else "".join(traceback.format_exception(error)).strip()
     if isinstance(error, MergesmithError):
-        return _explain_own(error, context, raw)
-    clues = _clues_from_text(error) if isinstance(error, str) else list(_clues_from_chain(error))
+        cause = error.__cause__ or (None if error.__suppress_context__ else error.__context__)
+        known_cause = _from_catalogue(list(_clues_from_chain(cause)), context, "") if cause else None
+        return _own(type(error), error.message, error.hint, error.retry_with, known_cause, context, _traceback(error))
+    if isinstance(error, str):
+        clues = _clues_from_text(error)
+        own = _own_error_in_text(error)
+        if own is not None:  # a Mergesmith error pasted from a log: its class, and the catalogue for the cause
+            return _own(*own, None, None, _from_catalogue(clues, context, error), context, error)
+    else:
+        clues = list(_clues_from_chain(error))
+    raw = error if isinstance(error, str) else _traceback(error)
+    return _from_catalogue(clues, context, raw) or _unrecognised(_summary(error), context, raw)
+
+
+def _traceback(error: BaseException) -> str:
+    return "".join(traceback.format_exception(error)).strip()
+
+
+def _from_catalogue(clues: list[tuple[set[str], str]], context: dict[str, Any], raw: str) -> Explanation | None:
     for entry in CATALOGUE:
         for type_names, message in clues:
             matched, match = entry.matches(type_names, message)
             if matched:
                 return _from_entry(entry, match, context, raw)
-    return _unrecognised(_summary(error), context, raw)
+    return None
 
 
-def _explain_own(error: MergesmithError, context: dict[str, Any], raw: str) -> Explanation:
-    """Mergesmith's errors say what happened themselves; the cause, when known, can still say why."""
-    cause = error.__cause__ or (None if error.__suppress_context__ else error.__context__)
-    cause_explanation = explain(cause, context) if cause is not None else None
-    known_cause = cause_explanation if cause_explanation and cause_explanation.recognised else None
+def _own(
+    error_class: type[MergesmithError],
+    message: str,
+    hint: str | None,
+    retry_with: dict[str, Any] | None,
+    known_cause: Explanation | None,
+    context: dict[str, Any],
+    raw: str,
+) -> Explanation:
+    """Mergesmith's errors say what happened themselves; a cause the catalogue knows can still say why."""
     return Explanation(
-        title=type(error).title,
-        what=_with_context(error.message, context),
-        why=known_cause.why if known_cause else _first_paragraph(type(error).__doc__),
-        fix=error.hint or (known_cause.fix if known_cause else ""),
-        retry_with=error.retry_with or (known_cause.retry_with if known_cause else None),
+        title=error_class.title,
+        what=_with_context(message, context),
+        why=known_cause.why if known_cause else _first_paragraph(error_class.__doc__),
+        fix=hint or (known_cause.fix if known_cause else ""),
+        retry_with=retry_with or (known_cause.retry_with if known_cause else None),
         raw=raw,
     )
+
+
+def _own_error_in_text(text: str) -> tuple[type[MergesmithError], str] | None:
+    """The last "guiapp.errors.Name: message" (or bare "Name: message") line naming a Mergesmith error."""
+    classes = {cls.__name__: cls for cls in _subclasses(MergesmithError)}
+    found = None
+    for line in re.finditer(r"^(?:guiapp\.errors\.)?(\w+): (.+)$", text, re.MULTILINE):
+        if line.group(1) in classes:
+            found = (classes[line.group(1)], line.group(2).strip())
+    return found
+
+
+def _subclasses(cls: type) -> Iterator[type]:
+    yield cls
+    for subclass in cls.__subclasses__():
+        yield from _subclasses(subclass)
 
 
 def _from_entry(entry: Entry, match: re.Match[str] | None, context: dict[str, Any], raw: str) -> Explanation:

@@ -384,3 +384,20 @@ RuntimeError: "svd_cuda_gesvdj" not implemented for 'BFloat16'
     explanation = explain(traceback_text)
     assert explanation.recognised and explanation.title == "SVD or QR cannot run in half precision"
     assert explanation.raw == traceback_text
+
+
+def test_a_mergesmith_error_pasted_from_a_log():
+    log = """Traceback (most recent call last):
+  File "guiapp/engine/checkpoint.py", line 120, in read_safetensors_header
+safetensors_rust.SafetensorError: Error while deserializing header: header too large
+
+The above exception was the direct cause of the following exception:
+
+guiapp.errors.CheckpointError: model-00001-of-00002.safetensors in /models/tune is a Git LFS pointer
+"""
+    explanation = explain(log)
+    assert explanation.recognised and explanation.title == CheckpointError.title
+    assert explanation.what == "model-00001-of-00002.safetensors in /models/tune is a Git LFS pointer"
+    assert "Git LFS pointer" in explanation.why and explanation.retry_with == {"force_download": True}
+    hub = explain("huggingface_hub.errors.RevisionNotFoundError: 404 Client Error. Revision Not Found for url: x")
+    assert hub.title == "The model version was not found" and "branch" in hub.what
