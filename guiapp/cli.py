@@ -41,6 +41,9 @@ def _build_parser() -> argparse.ArgumentParser:
         "Without a command, opens the window.",
     )
     parser.add_argument("--version", action="version", version=f"mergesmith {__version__}")
+    parser.add_argument("--self-test", action="store_true",
+                        help="Open the window (offscreen without a display), merge the sample models through it, "
+                        "and exit 0 if everything worked.")
     commands = parser.add_subparsers(title="commands", metavar="COMMAND")
     _add_merge_commands(commands)
     _add_lora_commands(commands)
@@ -50,7 +53,11 @@ def _build_parser() -> argparse.ArgumentParser:
 
 
 def _launch_window(args: argparse.Namespace) -> int:
-    from guiapp.ui.app import run_app  # noqa: PLC0415 - Qt only loads when the window is wanted
+    if args.self_test:
+        from guiapp.ui.self_test import run_self_test  # noqa: PLC0415 - Qt only loads when the window is wanted
+
+        return run_self_test()
+    from guiapp.ui.app import run_app  # noqa: PLC0415
 
     return run_app()
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
+from typing import Any
 
-from guiapp.engine.recipe import Recipe
+from guiapp.engine.recipe import Recipe, recipe_from_dict
 from guiapp.jobs.runner import Job
 
 
@@ -23,3 +25,92 @@ def merge_job(recipe: Recipe, output: Path, *, device: str = "cpu", seed: int = 
         return run_merge(recipe, settings, progress).summary()
 
     return Job(title=f"Merge ({recipe.merge_method}) → {Path(output).name}", kind="merge", spec=spec, work=work)
+
+
+def extract_job(base: str, model: str, out: Path, *, rank_mode: str = "fixed", rank_value: float = 32,
+                max_rank: int | None = None, solver: str = "randomized", include: str | None = None,
+                exclude: str | None = None, embeddings: str = "save", dtype: str | None = None,
+                device: str = "cpu", compute_dtype: str = "float32", overwrite: bool = False) -> Job:
+    """A job that extracts a LoRA adapter of `model` against `base` into `out`."""
+    spec = {"base": base, "model": model, "out": str(out), "rank_mode": rank_mode, "rank_value": rank_value,
+            "max_rank": max_rank, "solver": solver, "include": include, "exclude": exclude,
+            "embeddings": embeddings, "dtype": dtype, "device": device, "compute_dtype": compute_dtype,
+            "overwrite": overwrite}
+
+    def work(progress):
+        from guiapp.engine.lora_extract import ExtractionSettings, extract_lora  # noqa: PLC0415 - torch
+        from guiapp.engine.lowrank import RankRule  # noqa: PLC0415
+
+        settings = ExtractionSettings(
+            base=base, model=model, out=Path(out), rule=RankRule(rank_mode, rank_value, max_rank), solver=solver,
+            include=include, exclude=exclude, embeddings=embeddings, dtype=dtype, device=device,
+            compute_dtype=compute_dtype, overwrite=overwrite,
+        )
+        return extract_lora(settings, progress)
+
+    return Job(title=f"Extract LoRA → {Path(out).name}", kind="extract", spec=spec, work=work)
+
+
+def apply_job(base: str, adapter: str, out: Path, *, scale: float = 1.0, dtype: str | None = None,
+              device: str = "cpu", overwrite: bool = False, max_shard_size: str = "5GB") -> Job:
+    """A job that writes `base` with `adapter` applied as a full model folder at `out`."""
+    spec = {"base": base, "adapter": adapter, "out": str(out), "scale": scale, "dtype": dtype, "device": device,
+            "overwrite": overwrite, "max_shard_size": max_shard_size}
+
+    def work(progress):
+        from guiapp.engine.lora_apply import ApplySettings, apply_lora  # noqa: PLC0415 - torch
+
+        settings = ApplySettings(base=base, adapter=adapter, out=Path(out), scale=scale, dtype=dtype,
+                                 device=device, overwrite=overwrite, max_shard_size=max_shard_size)
+        return apply_lora(settings, progress)
+
+    return Job(title=f"Apply LoRA → {Path(out).name}", kind="apply", spec=spec, work=work)
+
+
+def download_job(repo_id: str, revision: str | None = None) -> Job:
+    """A job that downloads what a merge needs of `repo_id` into the Hugging Face cache."""
+    spec = {"repo_id": repo_id, "revision": revision}
+
+    def work(progress):
+        from guiapp.hub.downloads import download_model  # noqa: PLC0415
+
+        return {"output": str(download_model(repo_id, revision, progress=progress))}
+
+    return Job(title=f"Download {repo_id}", kind="download", spec=spec, work=work)
+
+
+def job_from_spec(kind: str, spec: dict[str, Any]) -> Job:
+    """Rebuild a job from the spec it recorded (the Jobs page's Retry, and history after a restart).
+
+    Raises RecipeError when the spec's recipe is no longer valid, ValueError for an unknown kind.
+    """
+    if kind == "merge":
+        return merge_job(recipe_from_dict(copy.deepcopy(spec["recipe"])), Path(spec["output"]),
+                         device=spec.get("device", "cpu"), seed=spec.get("seed", 0),
+                         shard_bytes=spec.get("shard_bytes"), overwrite=spec.get("overwrite", False))
+    if kind == "extract":
+        return extract_job(**{**spec, "out": Path(spec["out"])})
+    if kind == "apply":
+        return apply_job(**{**spec, "out": Path(spec["out"])})
+    if kind == "download":
+        return download_job(spec["repo_id"], spec.get("revision"))
+    raise ValueError(f"unknown job kind {kind!r}")
+
+
+# Which retry_with keys belong in a merge's recipe rather than in the job's own settings.
+_RECIPE_KEYS = ("dtype", "out_dtype", "tokenizer_source")
+
+
+def retry(kind: str, spec: dict[str, Any], changes: dict[str, Any]) -> Job:
+    """The job `spec` describes with an Explanation's `retry_with` changes applied.
+
+    Changes name job settings (device, overwrite…) or, for merges, recipe keys (dtype, out_dtype,
+    tokenizer_source). `force_download` needs nothing more here: a retried job reads its files again.
+    """
+    spec = copy.deepcopy(spec)
+    for key, value in changes.items():
+        if kind == "merge" and key in _RECIPE_KEYS:
+            spec["recipe"][key] = value
+        elif key in spec:
+            spec[key] = value
+    return job_from_spec(kind, spec)

@@ -1,0 +1,105 @@
+"""The jobs list the window shows, kept across restarts as JSON in Mergesmith's config folder.
+
+Each `JobRecord` is what a user needs to see a finished job again: its title, settings (for Retry), status,
+times, result summary, the tail of its log and, after a failure, the explanation. Secrets never reach the
+file: any setting whose name says token, password or secret is dropped before saving.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from guiapp.system.paths import settings_file
+
+HISTORY_NAME = "jobs_history.json"
+MAX_RECORDS = 200
+MAX_LOG_LINES = 400
+_SECRET_KEY = re.compile(r"(^|_)(token|password|secret|api_key)$", re.IGNORECASE)
+
+
+@dataclass
+class JobRecord:
+    """One job as the Jobs page lists it. `key` is unique across restarts (job ids restart at 1)."""
+
+    key: str
+    title: str
+    kind: str
+    spec: dict[str, Any]
+    status: str
+    created: float
+    started: float | None = None
+    finished: float | None = None
+    summary: dict[str, Any] = field(default_factory=dict)
+    log: list[str] = field(default_factory=list)
+    explanation: dict[str, Any] | None = None
+
+    @property
+    def output(self) -> str | None:
+        """The folder the job wrote (or will write), for "Open output folder"."""
+        return self.summary.get("output") or self.spec.get("output") or self.spec.get("out")
+
+    def add_log(self, line: str) -> None:
+        self.log.append(line)
+        del self.log[:-MAX_LOG_LINES]
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["spec"] = without_secrets(self.spec)
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> JobRecord:
+        known = {f.name for f in fields(cls)}
+        return cls(**{key: value for key, value in data.items() if key in known})
+
+
+def without_secrets(value: Any) -> Any:
+    """A copy of `value` (nested dicts and lists) without keys that name a secret."""
+    if isinstance(value, dict):
+        return {k: without_secrets(v) for k, v in value.items() if not _SECRET_KEY.search(str(k))}
+    if isinstance(value, list):
+        return [without_secrets(v) for v in value]
+    return value
+
+
+def history_path() -> Path:
+    return settings_file(HISTORY_NAME)
+
+
+def load_history() -> list[JobRecord]:
+    """The saved records, oldest first; a missing or damaged file is an empty history, never an error.
+
+    Jobs that were queued or running when the app last stopped are marked as interrupted.
+    """
+    try:
+        entries = json.loads(history_path().read_text(encoding="utf-8")).get("jobs", [])
+        records = [JobRecord.from_json(entry) for entry in entries if isinstance(entry, dict)]
+    except (OSError, ValueError, TypeError, AttributeError):
+        return []
+    for record in records:
+        if record.status in ("queued", "running"):
+            record.status = "interrupted"
+            record.add_log("Mergesmith was closed before this job finished.")
+    return records
+
+
+def save_history(records: list[JobRecord]) -> None:
+    """Write the newest `MAX_RECORDS` records (write then rename: a crash never leaves half a file).
+
+    An unwritable config folder costs the history, not the job, so OSError is swallowed here.
+    """
+    path = history_path()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=".jobs_history.", suffix=".tmp")
+        with os.fdopen(handle, "w", encoding="utf-8") as stream:
+            json.dump({"jobs": [r.to_json() for r in records[-MAX_RECORDS:]]}, stream, indent=1, default=str)
+        os.replace(temporary, path)
+    except OSError:
+        pass

@@ -1,0 +1,45 @@
+"""Starting the window: QApplication, the qasync event loop, the main window, then the slow loading.
+
+Nothing here (or in what it imports at module level) imports torch: the window is shown first and the method
+registry, torch and the capability probe load on a worker thread afterwards.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from typing import Sequence
+
+from PySide6.QtCore import QTimer
+from PySide6.QtWidgets import QApplication
+
+from guiapp import __version__
+
+
+def create_window(argv: Sequence[str] | None = None, *, keep_history: bool = True):
+    """The application object and the (not yet shown) main window, with saved settings applied."""
+    from guiapp.ui.main_window import MainWindow  # noqa: PLC0415
+    from guiapp.ui.pages.settings import apply_offline_setting, apply_saved_settings  # noqa: PLC0415
+    from guiapp.ui.state import AppState  # noqa: PLC0415
+
+    app = QApplication.instance() or QApplication(list(argv if argv is not None else sys.argv))
+    app.setOrganizationName("Mergesmith")
+    app.setApplicationName("Mergesmith")
+    app.setApplicationVersion(__version__)
+    apply_saved_settings()
+    apply_offline_setting()
+    return app, MainWindow(AppState(keep_history=keep_history))
+
+
+def run_app(argv: Sequence[str] | None = None) -> int:
+    """Show the window and run until it is closed; returns the exit code."""
+    import qasync  # noqa: PLC0415
+
+    app, window = create_window(argv)
+    loop = qasync.QEventLoop(app)
+    asyncio.set_event_loop(loop)
+    window.show()
+    QTimer.singleShot(0, window.state.start_loading)  # after the first paint
+    with loop:
+        loop.run_forever()
+    return 0

@@ -1,0 +1,165 @@
+"""The main window: a page list on the left, the pages on the right, menus and shortcuts.
+
+Pages talk to each other through `AppState` signals (Models → Merge/LoRA, Welcome → Merge, any page → Jobs).
+Closing with a job running asks first, then cancels it and waits for it to stop cleanly.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QSettings, Qt
+from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtWidgets import (
+    QHBoxLayout, QListWidget, QListWidgetItem, QMainWindow, QMessageBox, QStackedWidget, QWidget,
+)
+
+from guiapp.ui.pages.hardware import HardwarePage
+from guiapp.ui.pages.jobs import JobsPage
+from guiapp.ui.pages.lora import LoraPage
+from guiapp.ui.pages.merge import MergePage
+from guiapp.ui.pages.models import ModelsPage
+from guiapp.ui.pages.settings import SettingsPage
+from guiapp.ui.state import AppState
+from guiapp.ui.welcome import WelcomePage
+
+PAGES = (("welcome", "Start"), ("models", "Models"), ("merge", "Merge"), ("lora", "LoRA"), ("jobs", "Jobs"),
+         ("hardware", "Hardware"), ("settings", "Settings"))
+SHUTDOWN_TIMEOUT_SECONDS = 15
+
+
+class MainWindow(QMainWindow):
+    def __init__(self, state: AppState) -> None:
+        super().__init__()
+        self.state = state
+        self.setWindowTitle("Mergesmith")
+        self.welcome = WelcomePage()
+        self.models = ModelsPage(state)
+        self.merge = MergePage(state)
+        self.lora = LoraPage(state)
+        self.jobs = JobsPage(state)
+        self.hardware = HardwarePage(state)
+        self.settings = SettingsPage(state)
+        self.pages = {"welcome": self.welcome, "models": self.models, "merge": self.merge, "lora": self.lora,
+                      "jobs": self.jobs, "hardware": self.hardware, "settings": self.settings}
+
+        self.nav = QListWidget(accessibleName="Pages")
+        self.nav.setFixedWidth(150)
+        self.stack = QStackedWidget()
+        for key, label in PAGES:
+            item = QListWidgetItem(label)
+            item.setData(Qt.ItemDataRole.UserRole, key)
+            self.nav.addItem(item)
+            self.stack.addWidget(self.pages[key])
+        self.nav.currentRowChanged.connect(self.stack.setCurrentIndex)
+        central = QWidget()
+        layout = QHBoxLayout(central)
+        layout.addWidget(self.nav)
+        layout.addWidget(self.stack, 1)
+        self.setCentralWidget(central)
+        self._build_menus()
+        self.statusBar().showMessage("Loading PyTorch and the merge methods in the background…")
+
+        self.welcome.go_to.connect(self.show_page)
+        self.welcome.samples_ready.connect(self._sample_ready)
+        self.settings.show_welcome.connect(lambda: self.show_page("welcome"))
+        state.show_page.connect(self.show_page)
+        state.use_as_base.connect(lambda ref: (self.merge.set_base(ref), self.show_page("merge")))
+        state.add_to_merge.connect(lambda ref: (self.merge.add_model(ref), self.show_page("merge")))
+        state.extract_from.connect(lambda model, base: (self.lora.set_extract_models(model, base or None),
+                                                        self.show_page("lora")))
+        for page in (self.merge, self.lora):
+            page.job_submitted.connect(self._job_submitted)
+        self.jobs.retried.connect(self.jobs.select)
+        state.jobs.record_changed.connect(lambda _: self._update_jobs_label())
+        state.jobs.record_added.connect(lambda _: self._update_jobs_label())
+        state.methods_ready.connect(lambda _: self.statusBar().showMessage("Ready.", 5000))
+        state.probe_failed.connect(lambda e: self.statusBar().showMessage(f"Could not load everything: {e}"))
+        self._restore()
+        self._update_jobs_label()
+
+    def _build_menus(self) -> None:
+        file_menu = self.menuBar().addMenu("&File")
+        self._action(file_menu, "&Import recipe…", QKeySequence.StandardKey.Open,
+                     lambda: (self.show_page("merge"), self.merge.import_recipe()))
+        self._action(file_menu, "&Export recipe…", QKeySequence.StandardKey.Save,
+                     lambda: (self.show_page("merge"), self.merge.export_recipe()))
+        file_menu.addSeparator()
+        self._action(file_menu, "&Quit", QKeySequence.StandardKey.Quit, self.close)
+        go = self.menuBar().addMenu("&Go")
+        self._action(go, "&Find models", QKeySequence.StandardKey.Find,
+                     lambda: (self.show_page("models"), self.models.focus_search()))
+        for number, (key, label) in enumerate(PAGES, start=1):
+            self._action(go, label, QKeySequence(f"Ctrl+{number}"), lambda _=False, k=key: self.show_page(k))
+        help_menu = self.menuBar().addMenu("&Help")
+        self._action(help_menu, "&About Mergesmith", None, self._about)
+
+    def _action(self, menu, text: str, shortcut, slot) -> QAction:
+        action = QAction(text, self)
+        if shortcut is not None:
+            action.setShortcut(shortcut)
+        action.triggered.connect(slot)
+        menu.addAction(action)
+        return action
+
+    def _about(self) -> None:
+        try:
+            from guiapp.ui.about import AboutDialog  # noqa: PLC0415 - owned by packaging; may not exist yet
+        except ImportError:
+            from guiapp import __version__  # noqa: PLC0415
+
+            QMessageBox.about(self, "About Mergesmith", f"Mergesmith {__version__}")
+            return
+        AboutDialog(self).exec()
+
+    def show_page(self, key: str) -> None:
+        self.nav.setCurrentRow([k for k, _ in PAGES].index(key))
+
+    def current_page(self) -> str:
+        return PAGES[self.nav.currentRow()][0]
+
+    def _sample_ready(self, document: dict, output: str) -> None:
+        self.merge.load_sample(document, output)
+        self.show_page("merge")
+
+    def _job_submitted(self, key: str) -> None:
+        self.jobs.select(key)
+        self.show_page("jobs")
+
+    def _update_jobs_label(self) -> None:
+        active = len(self.state.jobs.active())
+        self.nav.item([k for k, _ in PAGES].index("jobs")).setText(f"Jobs ({active} active)" if active else "Jobs")
+
+    # --- window state and closing ---------------------------------------------------------------------------
+
+    def _restore(self) -> None:
+        settings = QSettings()
+        if not self.restoreGeometry(settings.value("window/geometry", b"")):
+            self.resize(1280, 820)
+        self.restoreState(settings.value("window/state", b""))
+        first_run = not settings.value("window/welcomed", False, type=bool)
+        self.show_page("welcome" if first_run else settings.value("window/page", "merge"))
+
+    def _save(self) -> None:
+        settings = QSettings()
+        settings.setValue("window/geometry", self.saveGeometry())
+        settings.setValue("window/state", self.saveState())
+        settings.setValue("window/page", self.current_page())
+        settings.setValue("window/welcomed", True)
+
+    def closeEvent(self, event) -> None:  # noqa: N802 - Qt's name
+        active = self.state.jobs.active()
+        if active:
+            box = QMessageBox(QMessageBox.Icon.Question, "A job is still running",
+                              f"{active[0].title} is still running"
+                              + (f" ({len(active) - 1} more waiting)" if len(active) > 1 else "")
+                              + ".\nQuit anyway? The job is cancelled and leaves nothing half-written behind.",
+                              QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No, self)
+            box.button(QMessageBox.StandardButton.Yes).setText("Cancel the job and quit")
+            box.button(QMessageBox.StandardButton.No).setText("Keep running")
+            box.setDefaultButton(QMessageBox.StandardButton.No)
+            if box.exec() != QMessageBox.StandardButton.Yes:
+                event.ignore()
+                return
+        self._save()
+        self.statusBar().showMessage("Stopping…")
+        self.state.jobs.shutdown(SHUTDOWN_TIMEOUT_SECONDS)
+        event.accept()

@@ -1,0 +1,157 @@
+"""The Hardware page: this machine's devices, RAM, VRAM and disk, and the capability matrix from the probe
+(each operation in each dtype: works / fails, with the exact error as tooltip / slow), with Re-probe."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QBrush, QColor
+from PySide6.QtWidgets import (
+    QAbstractItemView, QComboBox, QHBoxLayout, QHeaderView, QLabel, QPushButton, QTableWidget, QTableWidgetItem,
+    QVBoxLayout, QWidget,
+)
+
+from guiapp.ui.background import call_in_background
+from guiapp.ui.theme import set_status_style, status_colour
+
+JOB_WORDS = {"merge": "Merge", "extract": "Extract LoRA", "apply": "Apply LoRA"}
+
+
+class HardwarePage(QWidget):
+    def __init__(self, state, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.state = state
+        self.summary = QLabel("Checking what this machine can do… (the first time takes a few seconds)", wordWrap=True)
+        self.memory = QLabel(wordWrap=True)
+        self.device_combo = QComboBox(accessibleName="Device")
+        self.device_combo.currentIndexChanged.connect(lambda _: self._show_device())
+        self.reprobe_button = QPushButton("Re-probe")
+        self.reprobe_button.setToolTip("Test every device and dtype again (after a driver or PyTorch update)")
+        self.reprobe_button.clicked.connect(self.reprobe)
+        top = QHBoxLayout()
+        top.addWidget(QLabel("Device"))
+        top.addWidget(self.device_combo, 1)
+        top.addWidget(self.reprobe_button)
+        self.jobs_table = _table("What each job can store on this device")
+        self.matrix = _table("Operations × dtypes")
+        layout = QVBoxLayout(self)
+        layout.addWidget(self.summary)
+        layout.addWidget(self.memory)
+        layout.addLayout(top)
+        layout.addWidget(QLabel("<b>What each job can store on this device</b> (every job computes in float32)"))
+        layout.addWidget(self.jobs_table, 2)
+        layout.addWidget(QLabel("<b>Operations tested in each dtype</b> (hover a ✗ for the exact error)"))
+        layout.addWidget(self.matrix, 3)
+        state.probe_ready.connect(self.show_probe)
+        state.probe_failed.connect(self._failed)
+        if state.probe is not None:
+            self.show_probe(state.probe)
+        self._show_memory()
+
+    def reprobe(self) -> None:
+        self.summary.setText("Probing this machine… (a few seconds; the window stays usable)")
+        set_status_style(self.summary, "muted")
+        self.reprobe_button.setEnabled(False)
+        self.state.reprobe(refresh=True)
+
+    def _failed(self, error: BaseException) -> None:
+        self.reprobe_button.setEnabled(True)
+        self.summary.setText(f"The probe could not run: {getattr(error, 'message', None) or error}")
+        set_status_style(self.summary, "problem")
+
+    def show_probe(self, result: Any) -> None:
+        from guiapp.system.capabilities import describe_device  # noqa: PLC0415
+
+        self.reprobe_button.setEnabled(True)
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(result.probed_at)) if result.probed_at else "never"
+        versions = ", ".join(f"{k} {v}" for k, v in result.versions.items())
+        text = f"Probed {when} in {result.duration_seconds:.1f} s ({versions})."
+        if result.problem:
+            text += f"\nProblem: {result.problem}. Re-probe to try again."
+        self.summary.setText(text)
+        set_status_style(self.summary, "warning" if result.problem else None)
+        current = self.device_combo.currentData()
+        self.device_combo.blockSignals(True)
+        self.device_combo.clear()
+        for device in result.devices:
+            self.device_combo.addItem(describe_device(device), device["id"])
+        self.device_combo.blockSignals(False)
+        index = self.device_combo.findData(current)
+        self.device_combo.setCurrentIndex(max(index, 0))
+        self._show_device()
+        self._show_memory()
+
+    def _show_memory(self) -> None:
+        def facts() -> str:
+            from guiapp.hub.connection import HubConnection  # noqa: PLC0415
+            from guiapp.system.resources import disk, memory  # noqa: PLC0415
+            from guiapp.system.units import format_bytes  # noqa: PLC0415
+
+            ram = memory()
+            lines = [f"RAM: {format_bytes(ram.available)} available of {format_bytes(ram.total)}."]
+            for device in (self.state.probe.devices if self.state.probe else []):
+                if device["kind"] != "cpu" and device.get("memory_total"):
+                    free = f"{format_bytes(device['memory_free'])} free of " if device.get("memory_free") else ""
+                    lines.append(f"VRAM on {device['id']}: {free}{format_bytes(device['memory_total'])}.")
+            if len(lines) == 1:
+                lines.append("VRAM: no GPU found by this PyTorch build.")
+            cache = HubConnection.current().cache_dir
+            space = disk(cache)
+            lines.append(f"Disk: {format_bytes(space.free)} free of {format_bytes(space.total)} at {space.path} "
+                         "(the model cache).")
+            return "\n".join(lines)
+
+        call_in_background(facts, self.memory.setText, lambda e: self.memory.setText(str(e)))
+
+    def _show_device(self) -> None:
+        from guiapp.system.capabilities import JOB_OPERATIONS, dtype_options  # noqa: PLC0415
+        from guiapp.system.probe import DTYPE_NAMES  # noqa: PLC0415
+
+        result, device = self.state.probe, self.device_combo.currentData()
+        if result is None or device is None:
+            return
+        self.jobs_table.setColumnCount(len(DTYPE_NAMES))
+        self.jobs_table.setHorizontalHeaderLabels(list(DTYPE_NAMES))
+        self.jobs_table.setRowCount(len(JOB_OPERATIONS))
+        self.jobs_table.setVerticalHeaderLabels([JOB_WORDS[job] for job in JOB_OPERATIONS])
+        for row, job in enumerate(JOB_OPERATIONS):
+            for column, choice in enumerate(dtype_options(result, job, device)):
+                if not choice.possible:
+                    item = _cell("✗ no", choice.reason, "problem")
+                elif choice.slow:
+                    item = _cell("slow", choice.note, "warning")
+                else:
+                    item = _cell("✓ yes", choice.note or "works", "good")
+                self.jobs_table.setItem(row, column, item)
+        operations = list(dict.fromkeys(c.operation for c in result.checks if c.device == device))
+        self.matrix.setColumnCount(len(DTYPE_NAMES))
+        self.matrix.setHorizontalHeaderLabels(list(DTYPE_NAMES))
+        self.matrix.setRowCount(len(operations))
+        self.matrix.setVerticalHeaderLabels(operations)
+        for row, operation in enumerate(operations):
+            for column, dtype in enumerate(DTYPE_NAMES):
+                check = result.check(device, dtype, operation)
+                if check is None:
+                    item = _cell("?", "not tested", "muted")
+                elif check.ok:
+                    item = _cell("✓", "works", "good")
+                else:
+                    item = _cell("✗", check.error or "fails", "problem")
+                self.matrix.setItem(row, column, item)
+
+
+def _table(name: str) -> QTableWidget:
+    table = QTableWidget(accessibleName=name)
+    table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+    table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
+    return table
+
+
+def _cell(text: str, tooltip: str | None, kind: str) -> QTableWidgetItem:
+    item = QTableWidgetItem(text)
+    item.setToolTip(tooltip or "")
+    item.setTextAlignment(Qt.AlignmentFlag.AlignCenter)
+    item.setForeground(QBrush(QColor(status_colour(kind))))
+    return item

@@ -1,0 +1,289 @@
+"""The Jobs page: the queue and the history (merges, extractions, downloads), and the selected job in full.
+
+For the selected job: an overall progress bar, stage, current tensor, rate, ETA, elapsed, Cancel, its log,
+Open output folder, and after a failure the explanation with "Retry with suggested settings".
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime
+from pathlib import Path
+
+from PySide6.QtCore import Qt, QTimer, QUrl, Signal
+from PySide6.QtGui import QDesktopServices, QFontDatabase
+from PySide6.QtWidgets import (
+    QFormLayout, QHBoxLayout, QLabel, QListWidget, QListWidgetItem, QPlainTextEdit, QProgressBar, QPushButton,
+    QSplitter, QVBoxLayout, QWidget,
+)
+
+from guiapp.ui.theme import set_status_style
+from guiapp.ui.widgets.explanation import ExplanationPanel
+
+STATUS_WORDS = {"queued": "Waiting", "running": "Running", "done": "Done", "failed": "Failed",
+                "cancelled": "Cancelled", "interrupted": "Interrupted"}
+STATUS_STYLE = {"done": "good", "failed": "problem", "cancelled": "warning", "interrupted": "warning"}
+KIND_WORDS = {"merge": "Merge", "extract": "Extract LoRA", "apply": "Apply LoRA", "download": "Download"}
+
+
+class JobsPage(QWidget):
+    retried = Signal(str)
+
+    def __init__(self, state, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.state = state
+        self.bridge = state.jobs
+        self.selected: str | None = None
+
+        self.list = QListWidget(accessibleName="Jobs")
+        self.list.currentItemChanged.connect(self._selection_changed)
+        self.clear_button = QPushButton("Clear finished")
+        self.clear_button.setToolTip("Remove finished, failed and cancelled jobs from this list")
+        self.clear_button.clicked.connect(self._clear_finished)
+        left = QWidget()
+        left_layout = QVBoxLayout(left)
+        left_layout.setContentsMargins(0, 0, 0, 0)
+        left_layout.addWidget(QLabel("<b>Queue and history</b>"))
+        left_layout.addWidget(self.list, 1)
+        left_layout.addWidget(self.clear_button)
+
+        self.title = QLabel("No job selected.", wordWrap=True)
+        font = self.title.font()
+        font.setPointSizeF(font.pointSizeF() * 1.2)
+        font.setBold(True)
+        self.title.setFont(font)
+        self.status = QLabel(wordWrap=True)
+        self.bar = QProgressBar(accessibleName="Job progress")
+        self.bar.setRange(0, 1000)
+        self.bar.setFormat("%p%")
+        self.stage, self.item, self.rate, self.eta, self.elapsed = (QLabel() for _ in range(5))
+        self.item.setWordWrap(True)
+        facts = QFormLayout()
+        for name, label in (("Stage", self.stage), ("Now", self.item), ("Rate", self.rate), ("Time left", self.eta),
+                            ("Elapsed", self.elapsed)):
+            facts.addRow(name, label)
+        self.cancel_button = QPushButton("Cancel job")
+        self.cancel_button.clicked.connect(self.cancel_selected)
+        self.open_button = QPushButton("Open output folder")
+        self.open_button.clicked.connect(self.open_output)
+        buttons = QHBoxLayout()
+        buttons.addWidget(self.cancel_button)
+        buttons.addWidget(self.open_button)
+        buttons.addStretch()
+        self.summary = QLabel(wordWrap=True)
+        self.summary.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.explanation = ExplanationPanel()
+        self.explanation.retry_requested.connect(lambda _: self.retry_selected())
+        self.log = QPlainTextEdit(readOnly=True, accessibleName="Job log")
+        self.log.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
+        self.log.setMaximumBlockCount(2000)
+        right = QWidget()
+        right_layout = QVBoxLayout(right)
+        right_layout.setContentsMargins(0, 0, 0, 0)
+        for widget in (self.title, self.status, self.bar):
+            right_layout.addWidget(widget)
+        right_layout.addLayout(facts)
+        right_layout.addLayout(buttons)
+        right_layout.addWidget(self.summary)
+        right_layout.addWidget(self.explanation)
+        right_layout.addWidget(QLabel("<b>Log</b>"))
+        right_layout.addWidget(self.log, 1)
+
+        splitter = QSplitter()
+        splitter.addWidget(left)
+        splitter.addWidget(right)
+        splitter.setStretchFactor(0, 1)
+        splitter.setStretchFactor(1, 2)
+        layout = QVBoxLayout(self)
+        layout.addWidget(splitter)
+
+        self._clock = QTimer(self, interval=1000)
+        self._clock.timeout.connect(self._tick)
+        self._clock.start()
+        self.bridge.record_added.connect(self._record_added)
+        self.bridge.record_changed.connect(self._record_changed)
+        self.bridge.progress.connect(self._progress)
+        self.bridge.log_line.connect(self._log_line)
+        for record in self.bridge.records:
+            self._record_added(record.key, select=False)
+        if self.list.count():
+            self.list.setCurrentRow(0)
+        self._show_selected()
+
+    # --- list ----------------------------------------------------------------------------------------------
+
+    def _item(self, key: str) -> QListWidgetItem | None:
+        for row in range(self.list.count()):
+            if self.list.item(row).data(Qt.ItemDataRole.UserRole) == key:
+                return self.list.item(row)
+        return None
+
+    def _record_added(self, key: str, select: bool = True) -> None:
+        item = QListWidgetItem()
+        item.setData(Qt.ItemDataRole.UserRole, key)
+        self.list.insertItem(0, item)  # newest first
+        self._label_item(key)
+        if select:
+            self.list.setCurrentItem(item)
+
+    def _label_item(self, key: str) -> None:
+        record, item = self.bridge.record(key), self._item(key)
+        if record is None or item is None:
+            return
+        when = datetime.fromtimestamp(record.created).strftime("%d %b %H:%M")
+        item.setText(f"{STATUS_WORDS.get(record.status, record.status)} · {record.title}\n"
+                     f"{KIND_WORDS.get(record.kind, record.kind)}, {when}")
+        item.setToolTip(record.title)
+
+    def _record_changed(self, key: str) -> None:
+        self._label_item(key)
+        if key == self.selected:
+            self._show_selected()
+
+    def _selection_changed(self, current: QListWidgetItem | None, _previous=None) -> None:
+        self.selected = current.data(Qt.ItemDataRole.UserRole) if current else None
+        self._show_selected()
+
+    def select(self, key: str) -> None:
+        item = self._item(key)
+        if item is not None:
+            self.list.setCurrentItem(item)
+
+    def _clear_finished(self) -> None:
+        self.bridge.clear_finished()
+        keep = {r.key for r in self.bridge.records}
+        for row in reversed(range(self.list.count())):
+            if self.list.item(row).data(Qt.ItemDataRole.UserRole) not in keep:
+                self.list.takeItem(row)
+        if self.selected not in keep:
+            self.selected = None
+        self._show_selected()
+
+    # --- the selected job ------------------------------------------------------------------------------------
+
+    def _show_selected(self) -> None:
+        record = self.bridge.record(self.selected) if self.selected else None
+        has = record is not None
+        for widget in (self.bar, self.cancel_button, self.open_button, self.log):
+            widget.setEnabled(has)
+        if not has:
+            self.title.setText("No job selected." if self.list.count() else
+                               "No jobs yet. Run a merge or an extraction and it appears here.")
+            for label in (self.status, self.stage, self.item, self.rate, self.eta, self.elapsed, self.summary):
+                label.clear()
+            self.bar.setValue(0)
+            self.log.clear()
+            self.explanation.show_explanation(None)
+            return
+        self.title.setText(record.title)
+        self.status.setText(STATUS_WORDS.get(record.status, record.status))
+        set_status_style(self.status, STATUS_STYLE.get(record.status))
+        active = record.status in ("queued", "running")
+        self.cancel_button.setEnabled(active)
+        self.open_button.setEnabled(bool(record.output) and record.status == "done")
+        if record.status == "done":
+            self.bar.setValue(1000)
+        elif record.key in self.bridge.latest:
+            self._progress(record.key, self.bridge.latest[record.key])
+        else:
+            self.bar.setValue(0)
+        if not active:
+            self.rate.clear()
+            self.eta.clear()
+        self._tick()
+        self.summary.setText(summary_text(record))
+        self.explanation.show_explanation(record.explanation)
+        self.log.setPlainText("\n".join(record.log))
+        self.log.verticalScrollBar().setValue(self.log.verticalScrollBar().maximum())
+
+    def _progress(self, key: str, event) -> None:
+        if key != self.selected:
+            return
+        self.bar.setValue(int(event.fraction * 1000))
+        self.stage.setText(f"{event.stage} ({event.done} of {event.total})" if event.total else event.stage)
+        self.item.setText(event.item)
+        self.rate.setText(f"{event.rate / 1e6:.1f} MB/s" if event.rate else "")
+        self.eta.setText(_duration(event.eta) if event.eta is not None else "")
+
+    def _log_line(self, key: str, line: str) -> None:
+        if key == self.selected:
+            self.log.appendPlainText(line)
+
+    def _tick(self) -> None:
+        record = self.bridge.record(self.selected) if self.selected else None
+        if record is None or record.started is None:
+            self.elapsed.setText("")
+            return
+        end = record.finished or time.time()
+        self.elapsed.setText(_duration(end - record.started))
+
+    # --- actions -------------------------------------------------------------------------------------------
+
+    def cancel_selected(self) -> None:
+        if self.selected:
+            self.bridge.cancel(self.selected)
+            self.status.setText("Cancelling… (stops after the current tensor)")
+
+    def open_output(self) -> None:
+        record = self.bridge.record(self.selected) if self.selected else None
+        if record and record.output and Path(record.output).exists():
+            QDesktopServices.openUrl(QUrl.fromLocalFile(str(record.output)))
+
+    def retry_selected(self) -> None:
+        from guiapp.errors import MergesmithError  # noqa: PLC0415
+
+        try:
+            record = self.bridge.retry(self.selected)
+        except MergesmithError as error:
+            self.status.setText(f"Cannot retry: {error.message}")
+            set_status_style(self.status, "problem")
+            return
+        self.retried.emit(record.key)
+
+
+def summary_text(record) -> str:
+    """What a finished job produced, in a sentence or two (the extraction report included)."""
+    from guiapp.system.units import format_bytes  # noqa: PLC0415
+
+    summary = record.summary or {}
+    if record.status != "done" or not summary:
+        return ""
+    if record.kind == "merge":
+        text = (f"Wrote {summary.get('tensors')} tensors ({format_bytes(summary.get('output_bytes', 0))}) to "
+                f"{summary.get('output')} in {summary.get('seconds', 0):.1f} s.")
+        return text + "".join(f"\nWarning: {w}" for w in summary.get("warnings") or [])
+    if record.kind == "extract":
+        return extraction_report(summary)
+    if record.kind == "apply":
+        return (f"Wrote {summary.get('output')} ({format_bytes(summary.get('bytes', 0))}): {summary.get('changed')} "
+                f"tensors changed by the adapter, {summary.get('replaced')} replaced.")
+    return f"Saved in {summary.get('output')}."
+
+
+def extraction_report(summary: dict) -> str:
+    """The extraction's end report: size, retained energy, worst modules, and a warning when nearly empty."""
+    from guiapp.system.units import format_bytes  # noqa: PLC0415
+
+    totals = summary.get("totals", summary)
+    energy = totals.get("mean_retained_energy")
+    lines = [f"Adapter: {summary.get('output')} ({format_bytes(totals.get('adapter_bytes') or 0)}).",
+             f"Modules: {totals.get('lora_modules')} as LoRA, {totals.get('saved_modules')} saved whole, "
+             f"{totals.get('unchanged_modules')} unchanged."]
+    if energy is not None:
+        lines.append(f"Mean retained energy: {energy:.1%}.")
+    worst = summary.get("worst_modules") or []
+    if worst:
+        lines.append("Worst modules: " + ", ".join(f"{w['module']} (rank {w['rank']}, error "
+                                                   f"{w['relative_error']:.1%})" for w in worst[:3]) + ".")
+    if not totals.get("lora_modules") and not totals.get("saved_modules"):
+        lines.append("Warning: this adapter is nearly empty: the fine-tune hardly differs from the base.")
+    elif energy is not None and energy < 0.5:
+        lines.append("Warning: the adapter keeps less than half of the fine-tune's changes; raise the rank.")
+    lines += [f"Note: {w}" for w in summary.get("warnings") or []]
+    return "\n".join(lines)
+
+
+def _duration(seconds: float) -> str:
+    from guiapp.system.units import format_seconds  # noqa: PLC0415
+
+    return format_seconds(max(0.0, seconds))

@@ -1,0 +1,379 @@
+"""The LoRA page: Extract LoRA (fine-tune − base → adapter) and Apply LoRA (base + adapter → full model).
+
+Both forms take their device and dtype dropdowns from the probe, check the models from their headers on a
+worker thread (debounced) and show the estimate before Run. When an extraction this page started finishes,
+its report (adapter size, retained energy, worst modules, nearly-empty warning) appears under the form.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import (
+    QCheckBox, QComboBox, QDoubleSpinBox, QFileDialog, QFormLayout, QGroupBox, QHBoxLayout, QLabel, QLineEdit,
+    QPushButton, QScrollArea, QSpinBox, QTabWidget, QVBoxLayout, QWidget,
+)
+
+from guiapp.ui.background import LatestCall, call_in_background
+from guiapp.ui.pages.jobs import extraction_report
+from guiapp.ui.pages.merge import default_output_folder
+from guiapp.ui.text import error_text
+from guiapp.ui.theme import set_status_style
+from guiapp.ui.widgets.model_picker import ModelPicker, library_entries
+from guiapp.ui.widgets.options import OptionCombo, device_choices, dtype_choices
+
+ADAPTER_DTYPES = ("bfloat16", "float16", "float32")
+MODEL_DTYPES = ("bfloat16", "float16", "float32", "float64")
+RANK_MODES = {  # mode: (label, minimum, maximum, step, decimals, default, help)
+    "fixed": ("Fixed rank", 1, 4096, 1, 0, 32, "The same rank for every module."),
+    "energy": ("Keep energy", 0.01, 1.0, 0.01, 3, 0.9, "Per module, the smallest rank keeping this fraction of "
+               "the fine-tune's change."),
+    "threshold": ("Threshold", 0.001, 0.999, 0.01, 3, 0.05, "Per module, keep directions at least this fraction "
+                  "as strong as the strongest."),
+}
+RUNTIME_BYTES = 300_000_000
+
+
+@dataclass
+class PairCheck:
+    """Two models read from their headers: whether they pair up, and the job's size."""
+
+    problem: str = ""
+    matrices: int = 0
+    read_bytes: int = 0
+    largest_bytes: int = 0
+    svd_flops: float = 0.0
+    fit: Any = None
+    time: Any = None
+
+
+class LoraPage(QWidget):
+    job_submitted = Signal(str)
+
+    def __init__(self, state, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.state = state
+        self._extract_key: str | None = None
+        self.tabs = QTabWidget()
+        self.tabs.addTab(self._scrolled(self._build_extract()), "Extract LoRA")
+        self.tabs.addTab(self._scrolled(self._build_apply()), "Apply LoRA")
+        layout = QVBoxLayout(self)
+        layout.addWidget(self.tabs)
+        self._checker = LatestCall(500, self)
+        self._apply_checker = LatestCall(500, self)
+        state.probe_ready.connect(lambda _: self._refresh_capabilities())
+        state.jobs.record_changed.connect(self._job_changed)
+        state.methods_ready.connect(lambda _: call_in_background(library_entries, self._show_library))
+        self._refresh_capabilities()
+
+    @staticmethod
+    def _scrolled(widget: QWidget) -> QScrollArea:
+        scroll = QScrollArea(widgetResizable=True)
+        scroll.setWidget(widget)
+        return scroll
+
+    # --- extract ---------------------------------------------------------------------------------------------
+
+    def _build_extract(self) -> QWidget:
+        page = QWidget()
+        column = QVBoxLayout(page)
+        column.addWidget(QLabel("Turn a fine-tuned model into a small LoRA adapter: the difference from its base "
+                                "model, compressed.", wordWrap=True))
+        models = QGroupBox("Models")
+        form = QFormLayout(models)
+        self.x_base = ModelPicker("The base model the fine-tune started from")
+        self.x_model = ModelPicker("The fine-tuned model")
+        for picker in (self.x_base, self.x_model):
+            picker.changed.connect(self._extract_changed)
+        form.addRow("Base model", self.x_base)
+        form.addRow("Fine-tuned model", self.x_model)
+        self.x_check = QLabel(wordWrap=True)
+        form.addRow("", self.x_check)
+        column.addWidget(models)
+
+        rank = QGroupBox("Rank")
+        form = QFormLayout(rank)
+        self.rank_mode = QComboBox(accessibleName="Rank mode")
+        for mode, spec in RANK_MODES.items():
+            self.rank_mode.addItem(spec[0], mode)
+            self.rank_mode.setItemData(self.rank_mode.count() - 1, spec[6], Qt.ItemDataRole.ToolTipRole)
+        self.rank_value = QDoubleSpinBox(accessibleName="Rank value")
+        self.rank_mode.currentIndexChanged.connect(self._rank_mode_changed)
+        self.max_rank = QSpinBox(accessibleName="Maximum rank", minimum=0, maximum=65536)
+        self.max_rank.setSpecialValueText("no limit")
+        self.solver = QComboBox(accessibleName="Solver")
+        self.solver.addItem("Fast (randomized, within 2 % of the best)", "randomized")
+        self.solver.addItem("Exact (full SVD, slower)", "exact")
+        form.addRow("Rank mode", self.rank_mode)
+        form.addRow("Value", self.rank_value)
+        form.addRow("Maximum rank", self.max_rank)
+        form.addRow("Solver", self.solver)
+        column.addWidget(rank)
+        self._rank_mode_changed()
+
+        modules = QGroupBox("Modules")
+        form = QFormLayout(modules)
+        self.include = QLineEdit(placeholderText="all modules (a regular expression, e.g. self_attn)")
+        self.exclude = QLineEdit(placeholderText="none (a regular expression, e.g. lm_head)")
+        self.embeddings = QComboBox(accessibleName="Embeddings")
+        self.embeddings.addItem("Save them whole (safest)", "save")
+        self.embeddings.addItem("Decompose them too (smaller)", "lora")
+        self.embeddings.addItem("Leave them out (reported)", "skip")
+        form.addRow("Only modules matching", self.include)
+        form.addRow("Leave out modules matching", self.exclude)
+        form.addRow("Embeddings and output head", self.embeddings)
+        column.addWidget(modules)
+
+        output = QGroupBox("Output")
+        form = QFormLayout(output)
+        self.x_device, self.x_dtype = OptionCombo(), OptionCombo()
+        self.x_device.setAccessibleName("Device")
+        self.x_dtype.setAccessibleName("Adapter dtype")
+        self.x_device.choice_changed.connect(lambda _: self._refresh_capabilities())
+        self.x_device.choice_changed.connect(lambda _: self._extract_changed())
+        form.addRow("Device", self.x_device)
+        form.addRow("Adapter dtype", self.x_dtype)
+        form.addRow("", QLabel("The decomposition is always computed in float32.", wordWrap=True))
+        self.x_out, x_out_row = self._folder_row("lora-adapter")
+        self.x_out.textChanged.connect(self._extract_changed)
+        form.addRow("Adapter folder", x_out_row)
+        self.x_overwrite = QCheckBox("Replace the folder if it already exists")
+        form.addRow("", self.x_overwrite)
+        column.addWidget(output)
+
+        self.x_estimate = QLabel("Choose both models to see the estimate.", wordWrap=True)
+        self.x_run = QPushButton("Extract LoRA")
+        self.x_run.clicked.connect(self.run_extract)
+        self.x_report = QLabel(wordWrap=True)
+        self.x_report.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        column.addWidget(self.x_estimate)
+        column.addWidget(self.x_run, 0, Qt.AlignmentFlag.AlignLeft)
+        column.addWidget(self.x_report)
+        column.addStretch()
+        return page
+
+    def _folder_row(self, name: str) -> tuple[QLineEdit, QWidget]:
+        edit = QLineEdit(str(default_output_folder() / name))
+        browse = QPushButton("Browse…")
+        browse.clicked.connect(lambda: self._browse(edit, name))
+        row = QWidget()
+        layout = QHBoxLayout(row)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(edit, 1)
+        layout.addWidget(browse)
+        return edit, row
+
+    def _browse(self, edit: QLineEdit, name: str) -> None:
+        folder = QFileDialog.getExistingDirectory(self, "Where to write it", str(default_output_folder()))
+        if folder:
+            edit.setText(str(Path(folder) / name))
+
+    def _rank_mode_changed(self) -> None:
+        _, low, high, step, decimals, default, tip = RANK_MODES[self.rank_mode.currentData()]
+        self.rank_value.setDecimals(decimals)
+        self.rank_value.setRange(low, high)
+        self.rank_value.setSingleStep(step)
+        self.rank_value.setValue(default)
+        self.rank_value.setToolTip(tip)
+
+    def set_extract_models(self, model: str, base: str | None = None) -> None:
+        """Pre-fill from the library ("Extract LoRA from this"): the fine-tune, and its base when known."""
+        self.tabs.setCurrentIndex(0)
+        self.x_model.set_text(model)
+        if base:
+            self.x_base.set_text(base)
+
+    def _extract_changed(self, *_: Any) -> None:
+        base, model = self.x_base.text(), self.x_model.text()
+        if not (base and model):
+            self.x_check.clear()
+            return
+        self.x_check.setText("Checking the models…")
+        set_status_style(self.x_check, "muted")
+        device, out, probe = self.x_device.value() or "cpu", self.x_out.text(), self.state.probe
+        self._checker.request(lambda: check_pair(base, model, device, out, probe), self._show_extract_check,
+                              lambda error: self._show_extract_check(PairCheck(problem=error_text(error))))
+
+    def _show_extract_check(self, check: PairCheck) -> None:
+        from guiapp.system.units import format_bytes, format_seconds  # noqa: PLC0415
+
+        if check.problem:
+            self.x_check.setText(check.problem)
+            set_status_style(self.x_check, "problem")
+            self.x_estimate.setText("The estimate appears once both models can be read.")
+            return
+        self.x_check.setText(f"✓ These models pair up: {check.matrices} weight matrices to compare.")
+        set_status_style(self.x_check, "good")
+        lines = [f"Reads {format_bytes(check.read_bytes)}."]
+        if check.fit is not None:
+            lines.append(f"{check.fit.level.value.capitalize()}: about {format_bytes(check.fit.peak_ram)} of RAM "
+                         f"at most; {format_bytes(check.fit.disk_free)} free for the adapter.")
+        if check.time is not None:
+            lines.append(f"Time: about {format_seconds(check.time.seconds)}.")
+        self.x_estimate.setText("\n".join(lines))
+
+    def run_extract(self) -> str | None:
+        from guiapp.jobs.specs import extract_job  # noqa: PLC0415
+
+        if not (self.x_base.text() and self.x_model.text() and self.x_out.text().strip()):
+            self.x_check.setText("Choose the base model, the fine-tuned model and the adapter folder first.")
+            set_status_style(self.x_check, "problem")
+            return None
+        job = extract_job(
+            self.x_base.text(), self.x_model.text(), Path(self.x_out.text().strip()).expanduser(),
+            rank_mode=self.rank_mode.currentData(), rank_value=_rank_value(self.rank_mode.currentData(),
+                                                                           self.rank_value.value()),
+            max_rank=self.max_rank.value() or None, solver=self.solver.currentData(),
+            include=self.include.text().strip() or None, exclude=self.exclude.text().strip() or None,
+            embeddings=self.embeddings.currentData(), dtype=self.x_dtype.value(),
+            device=self.x_device.value() or "cpu", overwrite=self.x_overwrite.isChecked(),
+        )
+        record = self.state.jobs.submit(job)
+        self._extract_key = record.key
+        self.x_report.setText("Running… (progress on the Jobs page)")
+        set_status_style(self.x_report, "muted")
+        self.job_submitted.emit(record.key)
+        return record.key
+
+    def _job_changed(self, key: str) -> None:
+        if key != self._extract_key:
+            return
+        record = self.state.jobs.record(key)
+        if record.status == "done":
+            report = extraction_report(record.summary)
+            self.x_report.setText(report)
+            set_status_style(self.x_report, "warning" if "Warning" in report else None)
+        elif record.status in ("failed", "cancelled"):
+            self.x_report.setText(f"The extraction {record.status}: the Jobs page says why.")
+            set_status_style(self.x_report, "problem")
+
+    # --- apply -----------------------------------------------------------------------------------------------
+
+    def _build_apply(self) -> QWidget:
+        page = QWidget()
+        column = QVBoxLayout(page)
+        column.addWidget(QLabel("Bake a LoRA adapter into its base model, giving a full model folder.", wordWrap=True))
+        models = QGroupBox("Models")
+        form = QFormLayout(models)
+        self.a_base = ModelPicker("The base model the adapter was trained on")
+        self.a_adapter = ModelPicker("The adapter: org/name or a folder with adapter_config.json")
+        for picker in (self.a_base, self.a_adapter):
+            picker.changed.connect(self._apply_changed)
+        form.addRow("Base model", self.a_base)
+        form.addRow("Adapter", self.a_adapter)
+        self.a_scale = QDoubleSpinBox(accessibleName="Scale", minimum=-10, maximum=10, singleStep=0.1, value=1.0)
+        self.a_scale.setToolTip("1 applies the adapter as trained; 0.5 half its effect.")
+        form.addRow("Strength", self.a_scale)
+        self.a_check = QLabel(wordWrap=True)
+        form.addRow("", self.a_check)
+        column.addWidget(models)
+        output = QGroupBox("Output")
+        form = QFormLayout(output)
+        self.a_device, self.a_dtype = OptionCombo(), OptionCombo()
+        self.a_device.setAccessibleName("Device")
+        self.a_dtype.setAccessibleName("Model dtype")
+        self.a_device.choice_changed.connect(lambda _: self._refresh_capabilities())
+        form.addRow("Device", self.a_device)
+        form.addRow("Model dtype", self.a_dtype)
+        self.a_out, a_out_row = self._folder_row("model-with-lora")
+        form.addRow("Model folder", a_out_row)
+        self.a_overwrite = QCheckBox("Replace the folder if it already exists")
+        form.addRow("", self.a_overwrite)
+        column.addWidget(output)
+        self.a_run = QPushButton("Apply LoRA")
+        self.a_run.clicked.connect(self.run_apply)
+        column.addWidget(self.a_run, 0, Qt.AlignmentFlag.AlignLeft)
+        column.addStretch()
+        return page
+
+    def _apply_changed(self, *_: Any) -> None:
+        base, adapter = self.a_base.text(), self.a_adapter.text()
+        if not (base and adapter):
+            self.a_check.clear()
+            return
+        self._apply_checker.request(lambda: check_adapter(base, adapter), self._show_apply_check,
+                                    lambda error: self._show_apply_check(error_text(error)))
+
+    def _show_apply_check(self, problem: str) -> None:
+        self.a_check.setText(problem or "✓ The adapter fits this base model.")
+        set_status_style(self.a_check, "problem" if problem else "good")
+
+    def run_apply(self) -> str | None:
+        from guiapp.jobs.specs import apply_job  # noqa: PLC0415
+
+        if not (self.a_base.text() and self.a_adapter.text() and self.a_out.text().strip()):
+            self.a_check.setText("Choose the base model, the adapter and the output folder first.")
+            set_status_style(self.a_check, "problem")
+            return None
+        job = apply_job(self.a_base.text(), self.a_adapter.text(), Path(self.a_out.text().strip()).expanduser(),
+                        scale=self.a_scale.value(), dtype=self.a_dtype.value(), device=self.a_device.value() or "cpu",
+                        overwrite=self.a_overwrite.isChecked())
+        record = self.state.jobs.submit(job)
+        self.job_submitted.emit(record.key)
+        return record.key
+
+    # --- shared ----------------------------------------------------------------------------------------------
+
+    def _refresh_capabilities(self) -> None:
+        probe = self.state.probe
+        for job, device, dtype, dtypes, default in (
+            ("extract", self.x_device, self.x_dtype, ADAPTER_DTYPES, "Same as the fine-tune"),
+            ("apply", self.a_device, self.a_dtype, MODEL_DTYPES, "Same as the base model"),
+        ):
+            device.set_choices(device_choices(probe, job))
+            dtype.set_choices(dtype_choices(probe, job, device.value() or "cpu", dtypes, default))
+
+    def _show_library(self, entries: list[str]) -> None:
+        for picker in (self.x_base, self.x_model, self.a_base, self.a_adapter):
+            picker.set_library(entries)
+
+
+def _rank_value(mode: str, value: float) -> float:
+    return int(value) if mode == "fixed" else value
+
+
+
+def check_pair(base: str, model: str, device: str, out: str, probe: Any) -> PairCheck:
+    """Read both models' headers and say whether they pair up, and what extracting costs (worker thread)."""
+    from guiapp.engine.recipe import ModelRef  # noqa: PLC0415
+    from guiapp.engine.sources import read_headers  # noqa: PLC0415
+    from guiapp.system.resources import estimate_time, fit_verdict, svd_flop_count  # noqa: PLC0415
+
+    base_headers, model_headers = read_headers(ModelRef.parse(base)), read_headers(ModelRef.parse(model))
+    missing = sorted(set(model_headers.tensors) - set(base_headers.tensors))
+    if missing:
+        return PairCheck(problem=f"The fine-tune has tensors the base does not (such as {missing[0]}): these are "
+                         "not a base model and its fine-tune.")
+    differing = [n for n, t in model_headers.tensors.items() if tuple(t.shape) != tuple(base_headers.tensors[n].shape)]
+    if differing:
+        name = differing[0]
+        return PairCheck(problem=f"{name} has another shape in the fine-tune ({list(model_headers.tensors[name].shape)}"
+                         f" against {list(base_headers.tensors[name].shape)}): these models do not pair up.")
+    matrices = [t for t in model_headers.tensors.values() if len(t.shape) == 2]
+    read_bytes = sum(t.nbytes for t in model_headers.tensors.values()) + sum(t.nbytes for t in base_headers.tensors.values())
+    largest = max((t.shape[0] * t.shape[1] * 4 for t in matrices), default=0)
+    flops = sum(svd_flop_count(*t.shape) for t in matrices)
+    check = PairCheck(matrices=len(matrices), read_bytes=read_bytes, largest_bytes=largest, svd_flops=flops)
+    try:
+        check.fit = fit_verdict(6 * largest + RUNTIME_BYTES, 6 * largest if device != "cpu" else 0,
+                                sum(t.nbytes for t in matrices) // 4, device, Path(out).expanduser())
+    except Exception:  # an output drive that cannot be examined is reported when the job starts
+        check.fit = None
+    if probe is not None:
+        check.time = estimate_time(probe, device, svd_flops=flops, read_bytes=read_bytes)
+    return check
+
+
+def check_adapter(base: str, adapter: str) -> str:
+    """"" when the adapter at `adapter` fits the base's tensors, else why not (worker thread)."""
+    from guiapp.engine.lora_apply import open_adapter_for_merge  # noqa: PLC0415
+    from guiapp.engine.recipe import ModelRef  # noqa: PLC0415
+    from guiapp.engine.sources import read_headers  # noqa: PLC0415
+
+    headers = read_headers(ModelRef.parse(base))
+    lora = open_adapter_for_merge(adapter)
+    lora.check_base(headers.tensors, base)
+    return ""

@@ -1,0 +1,170 @@
+"""The Settings page: folders, the Hub token (through huggingface_hub: Mergesmith never stores it), offline
+mode and the colour scheme. Choices are kept in QSettings; the token is not."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from PySide6.QtCore import QSettings, Signal
+from PySide6.QtWidgets import (
+    QCheckBox, QComboBox, QFileDialog, QFormLayout, QGroupBox, QHBoxLayout, QLabel, QLineEdit, QPushButton,
+    QVBoxLayout, QWidget,
+)
+
+from guiapp.ui.background import call_in_background
+from guiapp.ui.text import error_text
+from guiapp.ui.theme import apply_scheme, set_status_style
+
+CACHE_KEY, OUTPUT_KEY, OFFLINE_KEY, THEME_KEY = "paths/hf_cache", "paths/output", "hub/offline", "ui/theme"
+
+
+def apply_saved_settings() -> None:
+    """Apply what must be in place before the Hub client is imported or the window drawn (called at start)."""
+    settings = QSettings()
+    cache = settings.value(CACHE_KEY, "")
+    if cache and "HF_HUB_CACHE" not in os.environ:
+        os.environ["HF_HUB_CACHE"] = cache
+    apply_scheme(settings.value(THEME_KEY, "system"))
+
+
+def apply_offline_setting() -> None:
+    from guiapp.hub.connection import set_offline  # noqa: PLC0415
+
+    set_offline(QSettings().value(OFFLINE_KEY, False, type=bool))
+
+
+class SettingsPage(QWidget):
+    show_welcome = Signal()
+
+    def __init__(self, state, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.state = state
+        settings = QSettings()
+
+        folders = QGroupBox("Folders")
+        form = QFormLayout(folders)
+        self.output_edit = QLineEdit(settings.value(OUTPUT_KEY, str(Path.home() / "Mergesmith")),
+                                     accessibleName="Default output folder")
+        self.output_edit.editingFinished.connect(lambda: QSettings().setValue(OUTPUT_KEY, self.output_edit.text()))
+        form.addRow("Default output folder", self._with_browse(self.output_edit, OUTPUT_KEY))
+        self.cache_edit = QLineEdit(settings.value(CACHE_KEY, ""), accessibleName="Model cache folder")
+        self.cache_edit.setPlaceholderText(_current_cache())
+        self.cache_edit.editingFinished.connect(lambda: QSettings().setValue(CACHE_KEY, self.cache_edit.text()))
+        form.addRow("Model cache folder", self._with_browse(self.cache_edit, CACHE_KEY))
+        form.addRow("", QLabel("Shared with other Hugging Face tools. A new cache folder is used from the next "
+                               "start of Mergesmith.", wordWrap=True))
+
+        hub = QGroupBox("Hugging Face Hub")
+        form = QFormLayout(hub)
+        self.account = QLabel("Checking…", wordWrap=True)
+        form.addRow("Account", self.account)
+        self.token_edit = QLineEdit(echoMode=QLineEdit.EchoMode.Password, accessibleName="Access token",
+                                    placeholderText="hf_… (from huggingface.co/settings/tokens)")
+        self.sign_in_button = QPushButton("Sign in")
+        self.sign_in_button.clicked.connect(self.sign_in)
+        self.token_edit.returnPressed.connect(self.sign_in)
+        self.sign_out_button = QPushButton("Sign out")
+        self.sign_out_button.clicked.connect(self.sign_out)
+        row = QHBoxLayout()
+        row.addWidget(self.token_edit, 1)
+        row.addWidget(self.sign_in_button)
+        row.addWidget(self.sign_out_button)
+        form.addRow("Access token", row)
+        form.addRow("", QLabel("Needed for gated and private models. The token is kept by huggingface_hub "
+                               "(like `hf auth login`), never in Mergesmith's files.", wordWrap=True))
+        self.offline_check = QCheckBox("Work offline (use only local folders and downloaded models)")
+        self.offline_check.setChecked(settings.value(OFFLINE_KEY, False, type=bool))
+        self.offline_check.toggled.connect(self.set_offline)
+        form.addRow("", self.offline_check)
+
+        look = QGroupBox("Appearance and start")
+        form = QFormLayout(look)
+        self.theme_combo = QComboBox(accessibleName="Colour scheme")
+        for label, key in (("Follow the system", "system"), ("Light", "light"), ("Dark", "dark")):
+            self.theme_combo.addItem(label, key)
+        self.theme_combo.setCurrentIndex(max(0, self.theme_combo.findData(settings.value(THEME_KEY, "system"))))
+        self.theme_combo.currentIndexChanged.connect(self._theme_changed)
+        form.addRow("Colour scheme", self.theme_combo)
+        welcome = QPushButton("Show the welcome again")
+        welcome.clicked.connect(self.show_welcome)
+        form.addRow("", welcome)
+        form.addRow("", QLabel("The window's size, position and last page are restored at each start.", wordWrap=True))
+
+        layout = QVBoxLayout(self)
+        for group in (folders, hub, look):
+            layout.addWidget(group)
+        layout.addStretch()
+        self._account_checked = False
+
+    def showEvent(self, event) -> None:  # noqa: N802 - Qt's name
+        # The Hub is asked who the token belongs to only when the page is first opened, not at start.
+        super().showEvent(event)
+        if not self._account_checked:
+            self._account_checked = True
+            self.refresh_account()
+
+    def _with_browse(self, edit: QLineEdit, key: str) -> QWidget:
+        browse = QPushButton("Browse…")
+
+        def choose() -> None:
+            folder = QFileDialog.getExistingDirectory(self, "Choose a folder", edit.text() or edit.placeholderText())
+            if folder:
+                edit.setText(folder)
+                QSettings().setValue(key, folder)
+
+        browse.clicked.connect(choose)
+        row = QWidget()
+        layout = QHBoxLayout(row)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(edit, 1)
+        layout.addWidget(browse)
+        return row
+
+    def refresh_account(self) -> None:
+        def who() -> str:
+            from guiapp.hub.tokens import signed_in_user, token_source  # noqa: PLC0415
+
+            source = token_source()
+            if source is None:
+                return "Not signed in. Public models work without an account."
+            user = signed_in_user()
+            return f"Signed in as {user}" + (" (from the HF_TOKEN environment variable)" if source == "HF_TOKEN" else "")
+
+        call_in_background(who, self._show_account, lambda e: self._show_account(getattr(e, "message", str(e)), True))
+
+    def _show_account(self, text: str, problem: bool = False) -> None:
+        self.account.setText(text)
+        set_status_style(self.account, "problem" if problem else None)
+
+    def sign_in(self) -> None:
+        from guiapp.hub.tokens import sign_in  # noqa: PLC0415
+
+        token = self.token_edit.text().strip()
+        if not token:
+            self._show_account("Paste an access token first.", True)
+            return
+        self.token_edit.clear()
+        self.account.setText("Signing in…")
+        call_in_background(lambda: sign_in(token), lambda user: self._show_account(f"Signed in as {user}"),
+                           lambda e: self._show_account(error_text(e), True))
+
+    def sign_out(self) -> None:
+        from guiapp.hub.tokens import sign_out  # noqa: PLC0415
+
+        call_in_background(sign_out, lambda _: self.refresh_account(), lambda e: self._show_account(error_text(e), True))
+
+    def set_offline(self, offline: bool) -> None:
+        QSettings().setValue(OFFLINE_KEY, offline)
+        apply_offline_setting()
+
+    def _theme_changed(self) -> None:
+        scheme = self.theme_combo.currentData()
+        QSettings().setValue(THEME_KEY, scheme)
+        apply_scheme(scheme)
+
+
+def _current_cache() -> str:
+    from huggingface_hub import constants  # noqa: PLC0415
+
+    return constants.HF_HUB_CACHE

@@ -1,0 +1,78 @@
+"""What every page shares: the job bridge, and the slow things loaded after the window is shown.
+
+The method registry imports torch (seconds) and the capability probe may run a child process the first time,
+so both load on a worker thread once the window is visible; pages show "Loading…" until `methods_ready` and
+`probe_ready` arrive (or read `methods` / `probe` when they are already there).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from PySide6.QtCore import QObject, Signal
+
+from guiapp.ui.background import call_in_background
+from guiapp.ui.job_bridge import JobBridge
+
+
+class AppState(QObject):
+    methods_ready = Signal(object)  # dict name -> MergeMethod
+    probe_ready = Signal(object)  # ProbeResult
+    probe_failed = Signal(object)  # the exception
+    # Cross-page requests from the Models page and the welcome: a model reference for a form.
+    use_as_base = Signal(str)
+    add_to_merge = Signal(str)
+    extract_from = Signal(str, str)  # fine-tune, its base when known (else "")
+    show_page = Signal(str)
+
+    def __init__(self, parent: QObject | None = None, *, keep_history: bool = True) -> None:
+        super().__init__(parent)
+        self.jobs = JobBridge(self, keep_history=keep_history)
+        self.methods: dict[str, Any] | None = None
+        self.probe: Any = None
+        self.probing = False
+
+    def start_loading(self) -> None:
+        """Load the method registry (torch), then the probe result, off the UI thread."""
+        call_in_background(_load_methods, self._methods_loaded, self._methods_failed)
+
+    def reprobe(self, refresh: bool = True) -> None:
+        if self.probing:
+            return
+        self.probing = True
+
+        def run():
+            from guiapp.system.probe import probe  # noqa: PLC0415
+
+            return probe(refresh=refresh)
+
+        call_in_background(run, self._probed, self._probe_failed)
+
+    def _methods_loaded(self, methods: dict[str, Any]) -> None:
+        self.methods = methods
+        self.methods_ready.emit(methods)
+        self.reprobe(refresh=False)
+
+    def _methods_failed(self, error: BaseException) -> None:
+        self.probe_failed.emit(error)
+
+    def _probed(self, result: Any) -> None:
+        self.probing = False
+        self.set_probe(result)
+
+    def _probe_failed(self, error: BaseException) -> None:
+        self.probing = False
+        self.probe_failed.emit(error)
+
+    def set_probe(self, result: Any) -> None:
+        """Use `result` as this machine's capability matrix (also how tests hand in a probe they built)."""
+        self.probe = result
+        self.probe_ready.emit(result)
+
+
+def _load_methods() -> dict[str, Any]:
+    from guiapp.engine.methods import METHODS  # noqa: PLC0415 - imports torch: never on the UI thread
+
+    import guiapp.engine.merge  # noqa: F401, PLC0415 - warms the engine so the first validation is quick
+
+    return dict(METHODS)

@@ -1,0 +1,14 @@
+"""Turning errors and text into what a label shows."""
+
+from __future__ import annotations
+
+
+def error_text(error: BaseException) -> str:
+    """A Mergesmith error's message and hint ("what happened. What to do."), or a foreign error's text."""
+    message = getattr(error, "message", None) or str(error) or type(error).__name__
+    hint = getattr(error, "hint", None)
+    return message + (f" {hint}" if hint else "")
+
+
+def html_escape(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("\n", "<br>")

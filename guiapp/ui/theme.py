@@ -1,0 +1,68 @@
+"""Colours that stay legible in light and dark themes, and the colour scheme setting.
+
+Widgets use the palette for everything else; only status colours (problem, warning, good) are chosen here, in
+a darker shade on light backgrounds and a lighter one on dark backgrounds.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QColor, QGuiApplication, QPalette
+from PySide6.QtWidgets import QApplication, QWidget
+
+SCHEMES = {"system": Qt.ColorScheme.Unknown, "light": Qt.ColorScheme.Light, "dark": Qt.ColorScheme.Dark}
+_STATUS = {  # (on light, on dark)
+    "problem": ("#b3261e", "#ff8a80"),
+    "warning": ("#8a5300", "#ffcc66"),
+    "good": ("#1b6e20", "#8be28f"),
+    "muted": ("#5f6368", "#b0b4b9"),
+}
+
+
+def is_dark(palette: QPalette | None = None) -> bool:
+    palette = palette or QGuiApplication.palette()
+    return palette.color(QPalette.ColorRole.Window).lightness() < 128
+
+
+def status_colour(kind: str) -> str:
+    light, dark = _STATUS[kind]
+    return dark if is_dark() else light
+
+
+def set_status_style(widget: QWidget, kind: str | None) -> None:
+    """Colour a label's text as a problem / warning / good / muted message (None: the normal text colour)."""
+    widget.setStyleSheet(f"color: {status_colour(kind)};" if kind else "")
+
+
+def apply_scheme(name: str) -> None:
+    """Follow the system ("system") or force "light" / "dark".
+
+    The colour scheme is asked of the platform first; where it cannot switch (some Linux desktops, offscreen)
+    a forced dark scheme falls back to our own dark palette, so both choices always take effect.
+    """
+    app = QApplication.instance()
+    app.setStyle("Fusion")
+    scheme = SCHEMES.get(name, Qt.ColorScheme.Unknown)
+    app.styleHints().setColorScheme(scheme)
+    palette = app.style().standardPalette()
+    if scheme is Qt.ColorScheme.Dark and not is_dark(palette):
+        palette = dark_palette()
+    app.setPalette(palette)
+
+
+def dark_palette() -> QPalette:
+    palette = QPalette()
+    role, group = QPalette.ColorRole, QPalette.ColorGroup
+    colours = {
+        role.Window: "#2b2d30", role.WindowText: "#e8eaed", role.Base: "#1f2023", role.AlternateBase: "#2a2b2e",
+        role.ToolTipBase: "#3c3f43", role.ToolTipText: "#e8eaed", role.PlaceholderText: "#9aa0a6",
+        role.Text: "#e8eaed", role.Button: "#3a3c40", role.ButtonText: "#e8eaed", role.BrightText: "#ffffff",
+        role.Light: "#4a4d52", role.Midlight: "#3f4246", role.Mid: "#35373b", role.Dark: "#1a1b1e",
+        role.Shadow: "#000000", role.Highlight: "#4c8bf5", role.HighlightedText: "#ffffff",
+        role.Link: "#8ab4f8", role.LinkVisited: "#c58af9",
+    }
+    for colour_role, colour in colours.items():
+        palette.setColor(colour_role, QColor(colour))
+    for colour_role in (role.WindowText, role.Text, role.ButtonText):
+        palette.setColor(group.Disabled, colour_role, QColor("#7f8388"))
+    return palette

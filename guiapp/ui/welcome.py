@@ -1,0 +1,94 @@
+"""The first page a new user sees: what the two jobs are, and "Try it with sample models".
+
+The samples are two tiny fine-tunes of one tiny base model, generated on this computer (no download), and a
+TIES merge of them pre-filled on the Merge page: pressing Run shows a whole job work in seconds.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
+
+from guiapp.ui.background import call_in_background
+from guiapp.ui.text import error_text
+from guiapp.ui.theme import set_status_style
+
+
+class WelcomePage(QWidget):
+    samples_ready = Signal(object, str)  # recipe document, output folder
+    go_to = Signal(str)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        title = QLabel("Welcome to Mergesmith")
+        font = title.font()
+        font.setPointSizeF(font.pointSizeF() * 1.8)
+        font.setBold(True)
+        title.setFont(font)
+        intro = QLabel(
+            "<p><b>Merge</b> combines several fine-tunes of the same base model into one model that keeps what "
+            "each of them learned.</p><p><b>Extract LoRA</b> turns a fine-tuned model into a small adapter: its "
+            "difference from the base model, which you can share or apply to the base later.</p>", wordWrap=True)
+        self.try_button = QPushButton("Try it with sample models")
+        self.try_button.setDefault(True)
+        self.try_button.clicked.connect(lambda: self.try_samples())
+        try_note = QLabel("Writes two tiny models (under 1 MB) to your computer and fills in a merge of them. "
+                          "Nothing is downloaded; the merge takes seconds.", wordWrap=True)
+        self.status = QLabel(wordWrap=True)
+        search = QPushButton("Find models on the Hub")
+        search.clicked.connect(lambda: self.go_to.emit("models"))
+        merge = QPushButton("Start a merge")
+        merge.clicked.connect(lambda: self.go_to.emit("merge"))
+        extract = QPushButton("Extract a LoRA")
+        extract.clicked.connect(lambda: self.go_to.emit("lora"))
+        others = QHBoxLayout()
+        for button in (search, merge, extract):
+            others.addWidget(button)
+        others.addStretch()
+        column = QVBoxLayout()
+        column.addWidget(title)
+        column.addWidget(intro)
+        column.addSpacing(12)
+        column.addWidget(self.try_button, 0, Qt.AlignmentFlag.AlignLeft)
+        column.addWidget(try_note)
+        column.addWidget(self.status)
+        column.addSpacing(12)
+        column.addWidget(QLabel("Or start on your own:"))
+        column.addLayout(others)
+        column.addStretch()
+        box = QWidget()
+        box.setLayout(column)
+        box.setMaximumWidth(720)
+        layout = QHBoxLayout(self)
+        layout.addStretch()
+        layout.addWidget(box, 3)
+        layout.addStretch()
+
+    def try_samples(self, folder: Path | None = None) -> None:
+        """Generate the sample models (worker thread), then hand the demo recipe to the Merge page."""
+        from guiapp.jobs.demo import default_demo_folder  # noqa: PLC0415 - no torch at import
+
+        folder = Path(folder or default_demo_folder())
+        self.try_button.setEnabled(False)
+        self.status.setText(f"Writing the sample models to {folder}…")
+        set_status_style(self.status, "muted")
+
+        def prepare():
+            from guiapp.jobs.demo import prepare_demo  # noqa: PLC0415
+
+            return prepare_demo(folder)
+
+        call_in_background(prepare, lambda recipe: self._ready(recipe, folder), self._failed)
+
+    def _ready(self, recipe, folder: Path) -> None:
+        self.try_button.setEnabled(True)
+        self.status.setText("The sample merge is ready on the Merge page: press Run merge.")
+        set_status_style(self.status, "good")
+        self.samples_ready.emit(recipe.document, str(folder / "merged"))
+
+    def _failed(self, error: BaseException) -> None:
+        self.try_button.setEnabled(True)
+        self.status.setText(f"The sample models could not be written: {error_text(error)}")
+        set_status_style(self.status, "problem")

@@ -1,0 +1,194 @@
+"""Editors built from a merge method's parameter schema (`ParamSpec`): the UI never names a parameter.
+
+A number gets a slider with a numeric entry beside it (the slider only where the schema gives a range); a
+boolean a check box. The "list" toggle turns a number into a free YAML value, which is how gradients across
+layers (`[0.1, 0.5, 0.9]`) and filters (`[{filter: self_attn, value: 0.5}, {value: 0.3}]`) are entered.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import (
+    QCheckBox, QDoubleSpinBox, QFormLayout, QHBoxLayout, QLabel, QLineEdit, QSlider, QToolButton, QWidget,
+)
+
+from guiapp.ui.theme import set_status_style
+
+SLIDER_STEPS = 1000
+UNBOUNDED = 1e6
+
+
+class ParamEditor(QWidget):
+    """One parameter's value. `value()` is None while the user has not set it (the method's default applies)."""
+
+    changed = Signal()
+
+    def __init__(self, spec: Any, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.spec = spec
+        self._explicit = False
+        self._updating = False
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(2, 0, 2, 0)
+        tip = f"{spec.name}: {spec.help}" if spec.help else spec.name
+        self.setToolTip(tip)
+        self.check: QCheckBox | None = None
+        self.slider: QSlider | None = None
+        self.spin: QDoubleSpinBox | None = None
+        self.text = QLineEdit(placeholderText="[0.2, 0.5, 0.8] or [{filter: mlp, value: 0.5}]")
+        self.text.setToolTip("A list of numbers is a gradient from the first layer to the last; a list of "
+                             "{filter, value} entries sets values by tensor name.")
+        self.text.setVisible(False)
+        self.text.textEdited.connect(self._text_edited)
+        if spec.kind == "bool":
+            self.check = QCheckBox(accessibleName=spec.name)
+            self.check.toggled.connect(self._user_changed)
+            layout.addWidget(self.check)
+        else:
+            self.spin = QDoubleSpinBox(accessibleName=spec.name)
+            self.spin.setDecimals(0 if spec.kind == "int" else 4)
+            self.spin.setSingleStep(1 if spec.kind == "int" else 0.05)
+            low = spec.minimum if spec.minimum is not None else -UNBOUNDED
+            high = spec.maximum if spec.maximum is not None else UNBOUNDED
+            self.spin.setRange(low, high)
+            self.spin.setMinimumWidth(80)
+            self.spin.valueChanged.connect(self._spin_changed)
+            if spec.minimum is not None and spec.maximum is not None and math.isfinite(high - low):
+                self.slider = QSlider(Qt.Orientation.Horizontal, accessibleName=f"{spec.name} slider")
+                self.slider.setRange(0, SLIDER_STEPS)
+                self.slider.setMinimumWidth(90)
+                self.slider.valueChanged.connect(self._slider_changed)
+                layout.addWidget(self.slider, 1)
+            layout.addWidget(self.spin)
+            self.list_button = QToolButton(text="list", checkable=True)
+            self.list_button.setToolTip("Enter a gradient across layers or per-tensor filters instead of one number")
+            self.list_button.toggled.connect(self._list_toggled)
+            layout.addWidget(self.text, 1)
+            layout.addWidget(self.list_button)
+        self.set_value(None)
+
+    # --- public ---------------------------------------------------------------------------------------------
+
+    def value(self) -> Any:
+        if not self._explicit:
+            return None
+        if self.check is not None:
+            return self.check.isChecked()
+        if self.list_button.isChecked():
+            return self._parsed_text()
+        number = self.spin.value()
+        return int(number) if self.spec.kind == "int" else round(number, 6)
+
+    def set_value(self, value: Any) -> None:
+        """Show `value` (None: the default, not written to the recipe) without emitting `changed`."""
+        self._updating = True
+        try:
+            self._explicit = value is not None
+            shown = self.spec.default if value is None else value
+            if self.check is not None:
+                self.check.setChecked(bool(shown))
+            elif isinstance(shown, (list, dict)):
+                import yaml  # noqa: PLC0415 - lists only appear once recipes are loaded
+
+                self.list_button.setChecked(True)
+                self.text.setText(yaml.safe_dump(shown, default_flow_style=True, sort_keys=False).strip())
+            else:
+                self.list_button.setChecked(False)
+                number = float(shown) if isinstance(shown, (int, float)) else 0.0
+                self.spin.setValue(number)
+                self._sync_slider(number)
+        finally:
+            self._updating = False
+
+    def set_explicit_default(self) -> None:
+        """Write the shown value into the recipe (new model rows start with their weights visible)."""
+        self._explicit = True
+
+    # --- internals ------------------------------------------------------------------------------------------
+
+    def _parsed_text(self) -> Any:
+        import yaml  # noqa: PLC0415
+
+        try:
+            value = yaml.safe_load(self.text.text() or "null")
+        except yaml.YAMLError:
+            return self.text.text()  # plan_merge reports the bad value next to the models
+        return value
+
+    def _user_changed(self, *_: Any) -> None:
+        if not self._updating:
+            self._explicit = True
+            self.changed.emit()
+
+    def _spin_changed(self, number: float) -> None:
+        if self._updating:
+            return
+        self._updating = True
+        self._sync_slider(number)
+        self._updating = False
+        self._user_changed()
+
+    def _slider_changed(self, position: int) -> None:
+        if self._updating:
+            return
+        low, high = self.spin.minimum(), self.spin.maximum()
+        self._updating = True
+        self.spin.setValue(low + (high - low) * position / SLIDER_STEPS)
+        self._updating = False
+        self._user_changed()
+
+    def _sync_slider(self, number: float) -> None:
+        if self.slider is not None:
+            low, high = self.spin.minimum(), self.spin.maximum()
+            self.slider.setValue(round((number - low) / (high - low) * SLIDER_STEPS) if high > low else 0)
+
+    def _list_toggled(self, on: bool) -> None:
+        self.text.setVisible(on)
+        self.spin.setVisible(not on)
+        if self.slider is not None:
+            self.slider.setVisible(not on)
+        if on and not self._updating and not self.text.text():
+            self.text.setText(f"[{self.spin.value():g}, {self.spin.value():g}]")
+        self._user_changed()
+
+    def _text_edited(self, _: str) -> None:
+        parsed = self._parsed_text()
+        set_status_style(self.text, "problem" if isinstance(parsed, str) else None)
+        self._user_changed()
+
+
+class ParamForm(QWidget):
+    """The method-wide parameters of a method, one labelled editor per `ParamSpec`."""
+
+    changed = Signal()
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.layout_ = QFormLayout(self)
+        self.layout_.setContentsMargins(0, 0, 0, 0)
+        self.editors: dict[str, ParamEditor] = {}
+
+    def set_specs(self, specs: tuple[Any, ...]) -> None:
+        while self.layout_.rowCount():
+            self.layout_.removeRow(0)
+        self.editors = {}
+        for spec in specs:
+            editor = ParamEditor(spec)
+            editor.changed.connect(self.changed)
+            label = QLabel(f"{spec.name}{' *' if spec.required else ''}")
+            label.setToolTip(spec.help)
+            label.setBuddy(editor.spin or editor.check)
+            self.layout_.addRow(label, editor)
+            self.editors[spec.name] = editor
+        if not specs:
+            self.layout_.addRow(QLabel("This method has no method-wide parameters."))
+
+    def values(self) -> dict[str, Any]:
+        return {name: editor.value() for name, editor in self.editors.items() if editor.value() is not None}
+
+    def set_values(self, values: dict[str, Any]) -> None:
+        for name, editor in self.editors.items():
+            editor.set_value(values.get(name))
