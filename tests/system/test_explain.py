@@ -401,3 +401,56 @@ guiapp.errors.CheckpointError: model-00001-of-00002.safetensors in /models/tune 
     assert "Git LFS pointer" in explanation.why and explanation.retry_with == {"force_download": True}
     hub = explain("huggingface_hub.errors.RevisionNotFoundError: 404 Client Error. Revision Not Found for url: x")
     assert hub.title == "The model version was not found" and "branch" in hub.what
+
+
+@pytest.mark.parametrize(
+    ("pasted", "title"),
+    [
+        ("RuntimeError: \"linalg_svd_cpu\" not implemented for 'Half'", "SVD or QR cannot run in half precision"),
+        ("NotImplementedError: \"geqrf_cpu\" not implemented for 'Half'", "SVD or QR cannot run in half precision"),
+        ("RuntimeError: \"addmm_impl_cpu_\" not implemented for 'Half'",
+         "float16 arithmetic is not available on the CPU"),
+        ("TypeError: Got unsupported ScalarType BFloat16", "NumPy cannot hold bfloat16 tensors"),
+        ("RuntimeError: expected m1 and m2 to have the same dtype, but got: float != c10::BFloat16",
+         "Two tensors in one operation have different dtypes"),
+        ("RuntimeError: mat1 and mat2 must have the same dtype", "Two tensors in one operation have different dtypes"),
+        ("RuntimeError: expected dtype float for `end` but got dtype c10::BFloat16",
+         "Two tensors in one operation have different dtypes"),
+        ("RuntimeError: quantile() input tensor is too large", "The tensor is too large for torch.quantile"),
+        ("RuntimeError: [enforce fail at alloc_cpu.cpp:117] . DefaultCPUAllocator: can't allocate memory: you tried "
+         "to allocate 4294967296 bytes. Error code 12 (Cannot allocate memory)", "Out of memory"),
+        ("AssertionError: Torch not compiled with XPU enabled", "This torch build cannot use that GPU"),
+        ("RuntimeError: Tensor on device cpu is not on the expected device meta!", "Tensors are on different devices"),
+        ("RuntimeError: Error(s) in loading state_dict for LlamaForCausalLM:\n\tsize mismatch for "
+         "model.embed_tokens.weight: copying a param with shape torch.Size([32002, 4096]) from checkpoint, the shape "
+         "in current model is torch.Size([32000, 4096]).", "The models' shapes do not match"),
+        ("safetensors_rust.SafetensorError: Error while deserializing header: invalid header length",
+         "A model file is damaged or not a safetensors file"),
+        ("SafetensorError: Error while deserializing header: HeaderTooLarge",
+         "A model file is damaged or not a safetensors file"),
+        ("_pickle.UnpicklingError: Weights only load failed. Re-running `torch.load` with `weights_only` set to "
+         "`False` will likely succeed", "A model file contains code"),
+        ("OSError: [Errno 28] No space left on device", "The disk is full"),
+        ("huggingface_hub.errors.GatedRepoError: 403 Client Error.", "This model needs your permission first"),
+        ("huggingface_hub.errors.RepositoryNotFoundError: 401 Client Error.", "The model was not found"),
+        ("huggingface_hub.errors.RevisionNotFoundError: 404 Client Error.", "The model version was not found"),
+        ("huggingface_hub.errors.EntryNotFoundError: 404 Client Error.", "A file is missing from the model"),
+        ("huggingface_hub.errors.LocalEntryNotFoundError: An error happened", "The files are not in the local cache"),
+        ("huggingface_hub.errors.OfflineModeIsEnabled: Cannot reach https://huggingface.co", "Offline"),
+        ("requests.exceptions.ConnectionError: HTTPSConnectionPool(host='huggingface.co', port=443): Max retries "
+         "exceeded with url: /api/models (Caused by NameResolutionError: Temporary failure in name resolution)",
+         "The Hub could not be reached"),
+        ("HTTPError: 429 Client Error: Too Many Requests for url: https://huggingface.co/api/models",
+         "The Hub asked us to slow down"),
+        ("HTTPError: 502 Server Error: Bad Gateway for url: https://huggingface.co/api/models",
+         "The Hub is having trouble"),
+        ("ValueError: merged tensor model.layers.0.mlp.up_proj.weight contains NaN",
+         "The result contains NaN or infinity"),
+        ("The two models are identical: no tensor of org/tune differs from org/base",
+         "There is nothing to extract"),
+    ],
+)
+def test_every_row_of_the_catalogue_as_pasted_text(pasted, title):
+    explanation = explain(pasted)
+    assert explanation.recognised and explanation.title == title
+    assert explanation.why and explanation.fix
