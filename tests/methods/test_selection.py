@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from guiapp.engine.methods import _reduce
+from guiapp.engine.methods import _reduce, _selection
 from guiapp.engine.methods._selection import kth_largest, top_k_mask
 
 
@@ -20,7 +20,7 @@ def reference_top_k(values: list[float], k: int) -> list[int]:
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_top_k_matches_the_reference_on_many_tied_cases(dtype):
     generator = torch.Generator().manual_seed(1)
-    for _ in range(200):
+    for _ in range(80):
         n = int(torch.randint(1, 40, (), generator=generator))
         scale = 10.0 ** int(torch.randint(-30, 30, (), generator=generator))
         values = torch.randint(0, 4, (n,), generator=generator).to(dtype) * scale
@@ -41,14 +41,38 @@ def test_kth_largest_on_a_large_random_tensor_matches_a_sort():
     values = torch.rand(300_000, generator=torch.Generator().manual_seed(2)) ** 3
     ordered = torch.sort(values, descending=True).values
     for k in (1, 7, 150_000, 299_999, 300_000):
-        value, taken = kth_largest(values, k)
+        value, taken, tied = kth_largest(values, k)
         assert float(value) == float(ordered[k - 1])
-        assert taken == int((ordered[:k] == value).sum())
+        assert taken == int((ordered[:k] == value).sum()) and tied == int((values == value).sum())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_top_k_on_large_tensors_with_many_ties(dtype):
+    generator = torch.Generator().manual_seed(4)
+    for levels, k in [(3, 100_000), (50, 12_345), (1000, 199_999), (1, 5)]:
+        values = torch.randint(0, levels, (200_000,), generator=generator).to(dtype)
+        expected = torch.zeros(200_000, dtype=torch.bool)
+        expected[torch.sort(values, descending=True, stable=True).indices[:k]] = True
+        assert torch.equal(top_k_mask(values, k), expected), (levels, k)
+
+
+@pytest.mark.parametrize("wrong", ["too_low", "too_high"])
+def test_a_bracket_that_misses_is_widened_and_the_answer_stays_exact(monkeypatch, wrong):
+    values = torch.rand(100_000, generator=torch.Generator().manual_seed(5))
+    k = 40_000
+    ordered = torch.sort(values, descending=True).values
+    if wrong == "too_low":  # the whole bracket lies below the k-th largest
+        bracket = (ordered[60_000], ordered[70_000])
+    else:
+        bracket = (ordered[1_000], ordered[2_000])
+    monkeypatch.setattr(_selection, "_bracket", lambda flat, k: bracket)
+    value, taken, tied = kth_largest(values, k)
+    assert float(value) == float(ordered[k - 1]) and taken == tied == 1
 
 
 def test_kth_largest_refuses_bad_input():
     with pytest.raises(ValueError):
-        kth_largest(torch.ones(3, dtype=torch.float16), 1)
+        kth_largest(torch.ones(3, dtype=torch.int32), 1)
     with pytest.raises(ValueError):
         kth_largest(torch.ones(3), 4)
 
@@ -64,9 +88,14 @@ def test_reductions_accumulate_in_float64():
     assert _reduce.mean_square(b) == pytest.approx(float(np.mean(b64 * b64)), rel=1e-12)
 
 
-def test_row_dots_work_on_rows_and_on_transposed_views():
+def test_vector_dots_along_rows_and_columns():
     a = torch.arange(12, dtype=torch.float32).reshape(3, 4)
     b = torch.ones(3, 4)
-    assert _reduce.row_dots(a, b).tolist() == [6.0, 22.0, 38.0]
-    assert _reduce.row_dots(a.T, b.T).tolist() == [12.0, 15.0, 18.0, 21.0]
-    assert _reduce.row_dots(torch.tensor([1.0, 2.0]), torch.tensor([3.0, 4.0])).tolist() == [11.0]
+    assert _reduce.vector_dots(a, b).tolist() == [6.0, 22.0, 38.0]
+    assert _reduce.vector_dots(a, b, dim=0).tolist() == [12.0, 15.0, 18.0, 21.0]
+    assert _reduce.vector_dots(a.T, b.T).tolist() == [12.0, 15.0, 18.0, 21.0]
+    vector = _reduce.vector_dots(torch.tensor([1.0, 2.0]), torch.tensor([3.0, 4.0]), dim=0)
+    assert vector.shape == () and float(vector) == 11.0
+    cube = torch.arange(24, dtype=torch.float64).reshape(2, 3, 4)
+    assert _reduce.vector_dots(cube, cube).numpy() == pytest.approx((cube * cube).sum(-1).numpy())
+    assert _reduce.vector_dots(cube, cube, dim=0).numpy() == pytest.approx((cube * cube).sum(0).numpy())

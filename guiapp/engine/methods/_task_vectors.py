@@ -29,26 +29,27 @@ class Sparsifier(str, Enum):
     DELLA = "della"  # DELLA: keep with a probability that grows with the entry's rank in its row
 
 
-def magnitude_mask(delta: torch.Tensor, density: float) -> torch.Tensor:
-    """Keep exactly max(1, int(d·numel)) entries with the largest |δ| (d <= 0: none)."""
+def magnitude_mask(delta: torch.Tensor, density: float, scratch: torch.Tensor) -> torch.Tensor:
+    """Keep exactly max(1, int(d·numel)) entries with the largest |δ| (d <= 0: none). Overwrites `scratch`."""
     if density <= 0:
         return torch.zeros_like(delta, dtype=torch.bool)
-    return top_k_mask(delta.abs(), max(1, int(density * delta.numel())))
+    return top_k_mask(torch.abs(delta, out=scratch), max(1, int(density * delta.numel())))
 
 
-def random_mask(delta: torch.Tensor, density: float, generator: torch.Generator) -> torch.Tensor:
-    """Keep each entry independently with probability d."""
-    draws = torch.rand(delta.shape, generator=generator, device=delta.device, dtype=torch.float32)
-    return draws < density
+def random_mask(
+    delta: torch.Tensor, density: float, generator: torch.Generator, scratch: torch.Tensor
+) -> torch.Tensor:
+    """Keep each entry independently with probability d. Overwrites `scratch`."""
+    return torch.rand(delta.shape, generator=generator, out=scratch) < density
 
 
-def outlier_mask(delta: torch.Tensor, density: float, gamma: float) -> torch.Tensor:
-    """Breadcrumbs: rank |δ| descending, skip the top int(gamma·N), keep the next int(d·N)."""
+def outlier_mask(delta: torch.Tensor, density: float, gamma: float, scratch: torch.Tensor) -> torch.Tensor:
+    """Breadcrumbs: rank |δ| descending, skip the top int(gamma·N), keep the next int(d·N). Overwrites `scratch`."""
     n = delta.numel()
     target = int(density * n)
     n_bottom = max(0, n - target - int(gamma * n))
     n_top = n - target - n_bottom
-    magnitudes = delta.abs()
+    magnitudes = torch.abs(delta, out=scratch)
     kept = top_k_mask(magnitudes, n_top + target)
     if n_top:
         kept &= ~top_k_mask(magnitudes, n_top)
@@ -84,23 +85,25 @@ def sparsify(
     *,
     rescale: bool,
     generator: torch.Generator,
+    scratch: torch.Tensor,
     where: str,
 ) -> int:
     """Sparsify `delta` in place with one model's params; return how many entries were kept.
 
     Density >= 1 leaves δ untouched (no pruning, no outlier removal, no rescale). With `rescale`, the kept
     entries are scaled so the L1 norm matches the unpruned δ (skipped when either sum is below 1e-7).
+    `scratch` is a float buffer of δ's shape and dtype that this overwrites.
     Raises RecipeError (naming `where`: model and tensor) when DELLA's density ± epsilon leaves (0, 1).
     """
     density = float(params["density"])
     if density >= 1:
         return delta.numel()
     if sparsifier is Sparsifier.MAGNITUDE:
-        mask = magnitude_mask(delta, density)
+        mask = magnitude_mask(delta, density, scratch)
     elif sparsifier is Sparsifier.RANDOM:
-        mask = random_mask(delta, density, generator)
+        mask = random_mask(delta, density, generator, scratch)
     elif sparsifier is Sparsifier.OUTLIERS:
-        mask = outlier_mask(delta, density, float(params["gamma"]))
+        mask = outlier_mask(delta, density, float(params["gamma"]), scratch)
     elif density <= 0:
         mask = torch.zeros_like(delta, dtype=torch.bool)
     else:
@@ -112,9 +115,10 @@ def sparsify(
                 hint="Lower epsilon, or move density away from 0 and 1 (e.g. density 0.5, epsilon 0.1).",
             )
         mask = della_mask(delta, density, epsilon, generator)
+    kept = int(torch.count_nonzero(mask))
     l1_before = _reduce.sum_abs(delta) if rescale else 0.0
-    delta.mul_(mask)
-    kept = int(mask.sum())
+    # Multiplying by a float copy of the mask: float × bool runs several times slower on CPU.
+    delta.mul_(scratch.copy_(mask))
     del mask
     if rescale:
         l1_after = _reduce.sum_abs(delta)
@@ -123,29 +127,33 @@ def sparsify(
     return kept
 
 
-def _sign_consensus(weighted: list[torch.Tensor], weights: list[float], with_divisor: bool):
+def _sign_consensus(
+    weighted: list[torch.Tensor], weights: list[float], elected: torch.Tensor, with_divisor: bool
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """TIES' elect-and-merge: keep each entry only in the models whose sign matches the sign of the sum.
 
     The elected sign is + where the sum is >= 0; a zero entry has no sign, so it never agrees. Returns
-    (Σ agreeing δ'_i, Σ agreeing w_i with 0 replaced by 1, or None when `with_divisor` is false). Consumes
-    `weighted` (its tensors are reused as accumulators to keep memory at a few copies).
+    (Σ agreeing δ'_i, Σ agreeing w_i with 0 replaced by 1, or None without `with_divisor`). Reuses the
+    tensors of `weighted` and the buffer `elected` (δ's shape) to stay at a few copies of the tensor.
     """
-    total = weighted[0].clone()
-    for delta in weighted[1:]:
-        total.add_(delta)
-    positive = total >= 0
-    del total
-    mixed: torch.Tensor | None = None
-    divisor = torch.zeros_like(weighted[0]) if with_divisor else None
-    for weight in weights:
-        delta = weighted.pop(0)
-        agrees = torch.where(positive, delta > 0, delta < 0)
-        delta.mul_(agrees)
-        mixed = delta if mixed is None else mixed.add_(delta)
+    torch.add(weighted[0], weighted[1], out=elected) if len(weighted) > 1 else elected.copy_(weighted[0])
+    for delta in weighted[2:]:
+        elected.add_(delta)
+    torch.ge(elected, 0, out=elected).mul_(2).sub_(1)  # ±1
+    # With s = ±1, relu(s·δ') is |δ'| where δ' agrees with s and 0 elsewhere (exact: s·δ' only flips a sign);
+    # summing those and multiplying by s at the end gives Σ agreeing δ'_i in float arithmetic only.
+    for delta in weighted:
+        delta.mul_(elected).clamp_(min=0)
+    mixed = weighted[0]
+    divisor = torch.sign(mixed).mul_(weights[0]) if with_divisor else None
+    for delta, weight in zip(weighted[1:], weights[1:]):
+        mixed.add_(delta)
         if divisor is not None:
-            divisor.add_(agrees, alpha=weight)
+            divisor.add_(delta.sign_(), alpha=weight)
+    mixed.mul_(elected)
     if divisor is not None:
-        divisor.masked_fill_(divisor == 0, 1.0)
+        no_vote = torch.eq(divisor, 0, out=elected)
+        divisor.add_(no_vote)
     return mixed, divisor
 
 
@@ -167,6 +175,7 @@ def merge_task_vectors(
     if not inputs:
         return base
     rescale = bool(ctx.params.get("rescale", False))
+    scratch = torch.empty_like(base) if (sparsifier is not None or consensus) else None
     weighted: list[torch.Tensor] = []
     weights: list[float] = []
     kept = 0
@@ -175,7 +184,8 @@ def merge_task_vectors(
         if sparsifier is not None:
             where = f'model "{ctx.model_names[i]}" at tensor {ctx.tensor_name}'
             kept += sparsify(
-                delta, sparsifier, ctx.model_params[i], rescale=rescale, generator=ctx.generator, where=where
+                delta, sparsifier, ctx.model_params[i], rescale=rescale, generator=ctx.generator,
+                scratch=scratch, where=where,
             )
         weight = float(ctx.model_params[i]["weight"])
         weighted.append(delta.mul_(weight))
@@ -184,7 +194,7 @@ def merge_task_vectors(
         ctx.stats["kept_fraction"] = kept / (base.numel() * len(inputs)) if base.numel() else 1.0
     normalize = bool(ctx.params["normalize"])
     if consensus:
-        mixed, divisor = _sign_consensus(weighted, weights, with_divisor=normalize)
+        mixed, divisor = _sign_consensus(weighted, weights, scratch, with_divisor=normalize)
     else:
         mixed = weighted[0]
         for delta in weighted[1:]:

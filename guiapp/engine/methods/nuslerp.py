@@ -20,28 +20,18 @@ def nuslerp(t: float, v0: torch.Tensor, v1: torch.Tensor, *, flatten: bool, row_
 
     Coefficients are computed per vector in float64; (numerically) parallel vectors are interpolated linearly.
     """
-    shape = v0.shape
-    if flatten:
-        v0, v1 = v0.reshape(1, -1), v1.reshape(1, -1)
-    elif row_wise:
-        v0, v1 = v0.transpose(0, -1), v1.transpose(0, -1)
-    dots = _reduce.row_dots(v0, v1)
-    norms0 = _reduce.row_dots(v0, v0).sqrt_().clamp_(min=_NORM_CLAMP)
-    norms1 = _reduce.row_dots(v1, v1).sqrt_().clamp_(min=_NORM_CLAMP)
-    cos = (dots / (norms0 * norms1)).clamp_(-1.0, 1.0)
+    dim = 0 if row_wise and not flatten else -1
+    a, b = (v0.reshape(1, -1), v1.reshape(1, -1)) if flatten else (v0, v1)
+    norms_a = _reduce.vector_dots(a, a, dim).sqrt_().clamp_(min=_NORM_CLAMP)
+    norms_b = _reduce.vector_dots(b, b, dim).sqrt_().clamp_(min=_NORM_CLAMP)
+    cos = _reduce.vector_dots(a, b, dim).div_(norms_a * norms_b).clamp_(-1.0, 1.0)
     theta = torch.acos(cos)
-    sin_theta = torch.sin(theta)
     parallel = 1.0 - cos * cos <= _PARALLEL_SIN2
-    safe_sin = torch.where(parallel, torch.ones_like(sin_theta), sin_theta)
-    c0 = torch.where(parallel, torch.full_like(cos, 1.0 - t), torch.sin((1.0 - t) * theta) / safe_sin)
-    c1 = torch.where(parallel, torch.full_like(cos, t), torch.sin(t * theta) / safe_sin)
-    vector_shape = v0.shape[:-1] + (1,)
-    c0 = c0.to(v0.dtype).view(vector_shape)
-    c1 = c1.to(v0.dtype).view(vector_shape)
-    result = torch.addcmul(v0 * c0, v1, c1)
-    if row_wise and not flatten:
-        result = result.transpose(0, -1)
-    return result.reshape(shape)
+    sin_theta = torch.where(parallel, torch.ones_like(theta), torch.sin(theta))
+    c0 = torch.where(parallel, torch.full_like(cos, 1.0 - t), torch.sin((1.0 - t) * theta) / sin_theta)
+    c1 = torch.where(parallel, torch.full_like(cos, t), torch.sin(t * theta) / sin_theta)
+    c0, c1 = (c.to(a.dtype).unsqueeze(dim) for c in (c0, c1))
+    return (a * c0).addcmul_(b, c1).reshape(v0.shape)
 
 
 def merge(ctx: MergeContext) -> torch.Tensor:
