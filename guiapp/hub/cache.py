@@ -45,7 +45,8 @@ class CachedModel:
             "last_used": self.last_used.isoformat(),
             "last_modified": self.last_modified.isoformat(),
             "revisions": [
-                {"commit": r.commit, "refs": list(r.refs), "size": r.size, "folder": str(r.folder)} for r in self.revisions
+                {"commit": r.commit, "refs": list(r.refs), "size": r.size, "folder": str(r.folder)}
+                for r in self.revisions
             ],
             "folder": str(self.folder),
         }

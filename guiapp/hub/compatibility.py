@@ -15,7 +15,13 @@ from guiapp.hub.headers import TensorRecord
 from guiapp.hub.resolve import ModelMetadata, read_model_metadata
 
 # Tensors whose first dimension is the vocabulary size (Llama/Mistral/Qwen, GPT-2, BLOOM, GPT-NeoX names).
-_VOCABULARY_TENSORS = ("embed_tokens.weight", "lm_head.weight", "wte.weight", "word_embeddings.weight", "embed_out.weight")
+_VOCABULARY_TENSORS = (
+    "embed_tokens.weight",
+    "lm_head.weight",
+    "wte.weight",
+    "word_embeddings.weight",
+    "embed_out.weight",
+)
 _EXAMPLES = 3
 
 
@@ -59,7 +65,9 @@ def check_compatibility(references: Sequence[str], *, offline: bool = False) -> 
             readable.append(read_model_metadata(reference, offline=offline))
         except MergesmithError as error:
             hint = f" {error.hint}" if error.hint else ""
-            problems.append(CompatibilityProblem(reference, "unreadable", f"{reference} cannot be checked: {error}{hint}"))
+            problems.append(
+                CompatibilityProblem(reference, "unreadable", f"{reference} cannot be checked: {error}{hint}")
+            )
     if readable:
         problems = list(compare_metadata(readable).problems) + problems
     return CompatibilityReport(tuple(references), tuple(problems))
@@ -75,47 +83,61 @@ def compare_metadata(models: Sequence[ModelMetadata]) -> CompatibilityReport:
 
 
 def _compare(base: ModelMetadata, other: ModelMetadata) -> list[CompatibilityProblem]:
-    problems = []
-    name, base_name = other.reference, base.reference
-    base_arch, other_arch = _architecture(base), _architecture(other)
-    if base_arch and other_arch and base_arch != other_arch:
-        problems.append(
-            CompatibilityProblem(
-                name, "architecture", f"{name} is a {other_arch} model but {base_name} is a {base_arch} model; "
-                "only models of the same architecture can be merged."
-            )
-        )  # fmt: skip
     vocabulary = _vocabulary_problem(base, other)
-    if vocabulary is not None:
-        problems.append(vocabulary)
-    vocab_tensors = set(vocabulary.tensors) if vocabulary else set()
+    found = [_architecture_problem(base, other), vocabulary, _shape_problem(base, other, vocabulary)]
+    return [p for p in found if p is not None] + _presence_problems(base, other)
+
+
+def _architecture_problem(base: ModelMetadata, other: ModelMetadata) -> CompatibilityProblem | None:
+    base_arch, other_arch = _architecture(base), _architecture(other)
+    if not (base_arch and other_arch) or base_arch == other_arch:
+        return None
+    return CompatibilityProblem(
+        other.reference,
+        "architecture",
+        f"{other.reference} is a {other_arch} model but {base.reference} is a {base_arch} model; "
+        "only models of the same architecture can be merged.",
+    )
+
+
+def _shape_problem(
+    base: ModelMetadata, other: ModelMetadata, vocabulary: CompatibilityProblem | None
+) -> CompatibilityProblem | None:
+    explained = set(vocabulary.tensors) if vocabulary else set()
     mismatched = [
-        t for t, record in other.tensors.items()
-        if t in base.tensors and t not in vocab_tensors and record.shape != base.tensors[t].shape
-    ]  # fmt: skip
-    if mismatched:
-        examples = "; ".join(
-            f"{t}: {_shape(other.tensors[t])} vs {_shape(base.tensors[t])}" for t in mismatched[:_EXAMPLES]
-        )
+        name
+        for name, record in other.tensors.items()
+        if name in base.tensors and name not in explained and record.shape != base.tensors[name].shape
+    ]
+    if not mismatched:
+        return None
+    examples = [f"{n}: {_shape(other.tensors[n])} vs {_shape(base.tensors[n])}" for n in mismatched]
+    return CompatibilityProblem(
+        other.reference,
+        "shape",
+        f"{len(mismatched)} tensors of {other.reference} have other shapes than in {base.reference} "
+        f"({_first_few(examples, '; ')}): the models have different sizes.",
+        tuple(mismatched),
+    )
+
+
+def _presence_problems(base: ModelMetadata, other: ModelMetadata) -> list[CompatibilityProblem]:
+    """Tensors one model has and the other lacks ("missing" from `other`, or "extra" in it)."""
+    problems = []
+    for kind, having, lacking in (("missing", base, other), ("extra", other, base)):
+        absent = [name for name in having.tensors if name not in lacking.tensors]
+        if not absent:
+            continue
+        tied = " (it ties its output layer to the embeddings)" if "lm_head.weight" in absent and _ties(lacking) else ""
         problems.append(
             CompatibilityProblem(
-                name, "shape",
-                f"{len(mismatched)} tensors of {name} have other shapes than in {base_name} ({examples}"
-                + (", …" if len(mismatched) > _EXAMPLES else "") + "): the models have different sizes.",
-                tuple(mismatched),
+                other.reference,
+                kind,
+                f"{lacking.reference} lacks {len(absent)} tensors that {having.reference} has "
+                f"({_first_few(absent, ', ')}){tied}.",
+                tuple(absent),
             )
-        )  # fmt: skip
-    missing = [t for t in base.tensors if t not in other.tensors]
-    extra = [t for t in other.tensors if t not in base.tensors]
-    for kind, tensors, where, lacking in (("missing", missing, name, base_name), ("extra", extra, base_name, name)):
-        if tensors:
-            listed = ", ".join(tensors[:_EXAMPLES]) + (", …" if len(tensors) > _EXAMPLES else "")
-            tied = " (it ties its output layer to the embeddings)" if "lm_head.weight" in tensors and _ties(base if kind == "extra" else other) else ""
-            problems.append(
-                CompatibilityProblem(
-                    name, kind, f"{where} lacks {len(tensors)} tensors that {lacking} has ({listed}){tied}.", tuple(tensors)
-                )
-            )
+        )
     return problems
 
 
@@ -146,6 +168,10 @@ def _architecture(model: ModelMetadata) -> str | None:
 
 def _ties(model: ModelMetadata) -> bool:
     return bool(model.config.get("tie_word_embeddings"))
+
+
+def _first_few(items: list[str], separator: str) -> str:
+    return separator.join(items[:_EXAMPLES]) + (", …" if len(items) > _EXAMPLES else "")
 
 
 def _shape(record: TensorRecord) -> str:

@@ -81,7 +81,9 @@ class ModelDetails:
         }
 
 
-def model_details(repo_id: str, revision: str | None = None, *, connection: HubConnection | None = None) -> ModelDetails:
+def model_details(
+    repo_id: str, revision: str | None = None, *, connection: HubConnection | None = None
+) -> ModelDetails:
     """Facts about `repo_id` at `revision` (default main), from one model-info request.
 
     Raises OfflineError when offline, ModelNotFoundError / RevisionNotFoundError when the model or version does
@@ -99,7 +101,8 @@ def model_details(repo_id: str, revision: str | None = None, *, connection: HubC
         revision=revision or "main",
         commit=info.sha,
         author=info.author or info.id.partition("/")[0] or None,
-        licence=card.get("license") or next((t.removeprefix("license:") for t in tags if t.startswith("license:")), None),
+        licence=card.get("license")
+        or next((t.removeprefix("license:") for t in tags if t.startswith("license:")), None),
         gated=bool(info.gated),
         downloads=info.downloads or 0,
         likes=info.likes or 0,

@@ -19,8 +19,8 @@ from guiapp.errors import InsufficientResourcesError
 from guiapp.hub.connection import HubConnection, require_online
 from guiapp.hub.details import RepoFile, model_details
 from guiapp.hub.failures import hub_errors
-from guiapp.system.units import format_bytes
 from guiapp.progress import Progress
+from guiapp.system.units import format_bytes
 
 # Cancel, resume and progress all happen at chunk boundaries; huggingface_hub's default 10 MiB chunk would
 # make a cancel wait (and a resume re-fetch) up to 10 MiB, more than a second on many connections.

@@ -47,10 +47,12 @@ def translate(error: BaseException, repo_id: str | None, revision: str | None = 
     if isinstance(error, hf.GatedRepoError):
         status = _status(error)
         if status == 401:
-            hint = f"Open {page}, accept the licence there, then sign in with an access token (Settings › Hub token)."
+            hint = f"Open {page}, accept the licence there, then sign in with an access token (Mergesmith's Hub sign-in, or `hf auth login`)."
         else:
             hint = f"Open {page} and accept the licence with the account of your token; access can take a while."
-        return GatedModelError(f"{model} is gated: its files can only be downloaded after its licence is accepted.", hint=hint)
+        return GatedModelError(
+            f"{model} is gated: its files can only be downloaded after its licence is accepted.", hint=hint
+        )
     if isinstance(error, hf.RevisionNotFoundError):
         return RevisionNotFoundError(
             f"{model} has no branch, tag or commit named '{revision}'.",

@@ -51,4 +51,3 @@ def parse_reference(text: str, revision: str | None = None) -> ModelReference:
         f"'{text}' is not an existing folder and not a Hugging Face model id.",
         hint="Give the path of a model folder, or a Hub id like 'meta-llama/Llama-3.2-1B' (optionally '@revision').",
     )
-

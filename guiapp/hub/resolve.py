@@ -101,7 +101,9 @@ def _read_config(folder: Path, label: str) -> dict[str, Any]:
             try:
                 return json.loads(path.read_text())
             except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-                raise CheckpointError(f"{path} cannot be read as JSON ({error}).", hint="Restore or re-download it.")
+                raise CheckpointError(
+                    f"{path} cannot be read as JSON ({error}).", hint="Restore or re-download it."
+                ) from error
     raise CheckpointError(
         f"{label} has no config.json, so its architecture is unknown.",
         hint="Choose a folder with a complete model (config.json next to the weights).",
@@ -118,7 +120,11 @@ def _download_config(ref: ModelReference) -> dict[str, Any]:
         for name in CONFIG_FILES:
             try:
                 path = hf_hub_download(
-                    ref.repo_id, name, revision=ref.revision, cache_dir=connection.cache_dir, endpoint=connection.endpoint
+                    ref.repo_id,
+                    name,
+                    revision=ref.revision,
+                    cache_dir=connection.cache_dir,
+                    endpoint=connection.endpoint,
                 )
             except EntryNotFoundError:
                 continue

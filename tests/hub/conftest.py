@@ -64,4 +64,3 @@ def _write_adapter(folder: Path) -> Path:
               "base_model_name_or_path": "org/base", "task_type": "CAUSAL_LM"}  # fmt: skip
     (folder / "adapter_config.json").write_text(json.dumps(config))
     return folder
-

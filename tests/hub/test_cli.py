@@ -43,7 +43,9 @@ def test_search_and_info(published, hub_env):
 
     code, out, _ = run(hub_env, "hub", "info", "org/finetune", "--json", "--tensors")
     info = json.loads(out)
-    assert code == 0 and info["base_models"] == ["org/base"] and info["tensors"]["lm_head.weight"]["shape"] == [512, 128]
+    assert (
+        code == 0 and info["base_models"] == ["org/base"] and info["tensors"]["lm_head.weight"]["shape"] == [512, 128]
+    )
     assert published.bytes_sent("org/finetune", "model.safetensors") <= 100_001
     code, out, _ = run(hub_env, "hub", "info", "org/base")
     assert code == 0 and "apache-2.0" in out and "needed for merging" in out

@@ -48,7 +48,9 @@ def test_download_size_counts_only_what_a_merge_needs(published, samples):
     names = {f.name for f in details.files}
     assert {"README.md", "onnx/model.onnx", "tokenizer.json", "config.json", "model.safetensors"} <= names
     assert {f.name for f in details.needed_files} == {"config.json", "model.safetensors", "tokenizer.json"}
-    assert details.download_size == sum((samples.base / n).stat().st_size for n in ("config.json", "model.safetensors", "tokenizer.json"))
+    assert details.download_size == sum(
+        (samples.base / n).stat().st_size for n in ("config.json", "model.safetensors", "tokenizer.json")
+    )
     assert details.repo_size > details.download_size
     assert (details.licence, details.downloads, details.likes) == ("apache-2.0", 7, 3)
     assert details.to_json()["download_size"] == details.download_size

@@ -16,18 +16,50 @@ def catalogue(hub_env, samples):
     """Six models with distinct popularity, dates, tasks and libraries."""
     now = datetime.now(timezone.utc)
     server = hub_env.server
-    server.add_model("llama-org/llama-small", samples.base, downloads=500, likes=5, trending_score=1,
-                     last_modified=now - timedelta(days=30), card_data={"license": "llama3"})
-    server.add_model("llama-org/llama-chat", samples.finetune, downloads=100, likes=50, trending_score=9,
-                     last_modified=now - timedelta(days=1))
-    server.add_model("llama-org/llama-gated", samples.base, gated=True, downloads=300, likes=1, trending_score=3,
-                     last_modified=now - timedelta(days=10))
-    server.add_model("other/llama-big", samples.large, downloads=50, likes=20, trending_score=5,
-                     last_modified=now)
-    server.add_model("other/mistral-tiny", samples.wider, downloads=900, likes=0, trending_score=0,
-                     last_modified=now - timedelta(days=100), pipeline_tag="text-classification")
-    server.add_model("other/llama-adapter", samples.adapter, downloads=10, likes=2, library_name="peft",
-                     last_modified=now - timedelta(days=2))
+    server.add_model(
+        "llama-org/llama-small",
+        samples.base,
+        downloads=500,
+        likes=5,
+        trending_score=1,
+        last_modified=now - timedelta(days=30),
+        card_data={"license": "llama3"},
+    )
+    server.add_model(
+        "llama-org/llama-chat",
+        samples.finetune,
+        downloads=100,
+        likes=50,
+        trending_score=9,
+        last_modified=now - timedelta(days=1),
+    )
+    server.add_model(
+        "llama-org/llama-gated",
+        samples.base,
+        gated=True,
+        downloads=300,
+        likes=1,
+        trending_score=3,
+        last_modified=now - timedelta(days=10),
+    )
+    server.add_model("other/llama-big", samples.large, downloads=50, likes=20, trending_score=5, last_modified=now)
+    server.add_model(
+        "other/mistral-tiny",
+        samples.wider,
+        downloads=900,
+        likes=0,
+        trending_score=0,
+        last_modified=now - timedelta(days=100),
+        pipeline_tag="text-classification",
+    )
+    server.add_model(
+        "other/llama-adapter",
+        samples.adapter,
+        downloads=10,
+        likes=2,
+        library_name="peft",
+        last_modified=now - timedelta(days=2),
+    )
     return server
 
 

@@ -265,7 +265,9 @@ class _HubHandler(BaseHTTPRequestHandler):
 
     def send_response(self, code: int, message: str | None = None) -> None:
         # Recorded before the client can see the answer, so a test reading `requests` never races the server.
-        self.hub._record(RequestRecord(self.command, self.path, self.headers.get("Range"), code, self._user() is not None))
+        self.hub._record(
+            RequestRecord(self.command, self.path, self.headers.get("Range"), code, self._user() is not None)
+        )
         super().send_response(code, message)
 
     def _route(self, path: str, query: dict[str, list[str]], head: bool) -> None:
@@ -514,4 +516,3 @@ def _parameter_bounds(text: str) -> tuple[float, float]:
             number = float(match.group(1)) * units[match.group(2)]
             low, high = (number, high) if key == "min" else (low, number)
     return low, high
-
