@@ -24,22 +24,27 @@ JOB_OPERATIONS: dict[str, tuple[str, ...]] = {
     "extract": ("matmul", "svd", "qr", "randn", "norm", "kthvalue", "sum", "clamp", "mul", "add"),
     "apply": ("matmul", "addmm", "add", "mul"),
 }
+# Merge methods accumulate whole-tensor reductions (norms, dot products, sums) in float64 whatever the compute
+# dtype, so a device without float64 (Apple MPS) cannot run them.
+JOB_FLOAT64_OPERATIONS: dict[str, tuple[str, ...]] = {
+    "merge": ("cast_from_float32", "sum", "mul", "matmul"),
+    "extract": (),
+    "apply": (),
+}
 HOST_STORAGE_OPERATIONS = ("safetensors",)
 
 OPERATION_WORDS = {
-    "matmul": "matrix multiplication",
-    "addmm": "matrix multiply-add",
-    "svd": "SVD",
-    "qr": "QR decomposition",
-    "randn": "random numbers",
-    "topk": "top-k selection",
-    "kthvalue": "k-th value selection",
-    "quantile": "quantiles",
-    "bernoulli": "random masks",
-    "norm": "norms",
-    "safetensors": "saving to safetensors",
-    "numpy": "conversion to NumPy",
-    "to_host": "copying to and from the CPU",
+    "matmul": "matrix multiplication in {dtype}",
+    "addmm": "matrix multiply-add in {dtype}",
+    "svd": "SVD in {dtype}",
+    "qr": "QR decomposition in {dtype}",
+    "randn": "random numbers in {dtype}",
+    "topk": "top-k selection in {dtype}",
+    "kthvalue": "k-th value selection in {dtype}",
+    "bernoulli": "random masks in {dtype}",
+    "norm": "norms in {dtype}",
+    "safetensors": "saving {dtype} to safetensors",
+    "to_host": "copying {dtype} tensors to and from the CPU",
 }
 
 # A compute device below this fraction of the CPU's float32 matmul speed (5× slower) is flagged slow.
@@ -87,8 +92,7 @@ def option(
     """Whether `job` ("merge", "extract", "apply") can store `storage_dtype` on `device`, and how.
 
     `compute_dtype` None picks float32 (float64 for float64 storage), or the other one where the first lacks an
-    operation. Raises ValueError for an
-    unknown job kind or dtype name (a programming error, not a user one).
+    operation. Raises ValueError for an unknown job kind, dtype or compute dtype (a programming error).
     """
     if job not in JOB_OPERATIONS:
         raise ValueError(f"unknown job kind {job!r}; expected one of {sorted(JOB_OPERATIONS)}")
@@ -105,7 +109,7 @@ def option(
         candidates = tuple(sorted(COMPUTE_DTYPES, key=lambda dtype: dtype != storage_dtype))
     refusals = []
     for candidate in candidates:
-        failure = _first_failure(result, device, candidate, _needed(job, storage_dtype, candidate))
+        failure = _first_failure(result, device, _needed(job, storage_dtype, candidate))
         if failure is None:
             return _possible(result, job, device, storage_dtype, candidate)
         refusals.append(failure)
@@ -152,26 +156,25 @@ def describe_device(device: dict) -> str:
 
 
 def _needed(job: str, storage_dtype: str, compute_dtype: str) -> list[tuple[str, str, bool]]:
-    """(dtype, operation, on host) triples the job needs: storage casts, host file I/O, compute operations."""
+    """(dtype, operation, on host) triples the job needs: storage casts, host file I/O, compute, reductions."""
     needed = [(storage_dtype, f"cast_to_{compute_dtype}", False), (storage_dtype, f"cast_from_{compute_dtype}", False)]
     needed += [(storage_dtype, "to_host", False)]
     needed += [(storage_dtype, operation, True) for operation in HOST_STORAGE_OPERATIONS]
     needed += [(compute_dtype, operation, False) for operation in JOB_OPERATIONS[job]]
+    needed += [("float64", operation, False) for operation in JOB_FLOAT64_OPERATIONS[job]]
     return needed
 
 
-def _first_failure(
-    result: ProbeResult, device: str, compute_dtype: str, needed: list[tuple[str, str, bool]]
-) -> str | None:
+def _first_failure(result: ProbeResult, device: str, needed: list[tuple[str, str, bool]]) -> str | None:
     for dtype, operation, on_host in needed:
         where = "cpu" if on_host else device
         check = result.check(where, dtype, operation)
-        words = _operation_words(operation)
+        words = _operation_words(operation, dtype)
         if check is None:
             untested = "the probe did not get that far" if result.problem else "it was not probed"
-            return f"{words} in {dtype} on {where} was not tested ({untested})"
+            return f"{words} on {where} was not tested ({untested})"
         if not check.ok:
-            return f"{words} in {dtype} fails on {where} ({check.error})"
+            return f"{words} fails on {where} ({check.error})"
     return None
 
 
@@ -188,12 +191,13 @@ def _possible(result: ProbeResult, job: str, device: str, storage_dtype: str, co
     return Option(job, device, storage_dtype, True, compute_dtype, None, slow, "; ".join(notes))
 
 
-def _operation_words(operation: str) -> str:
+def _operation_words(operation: str, dtype: str) -> str:
+    """The check in words, for a refusal reason: "SVD in float32", "converting float64 to float32"."""
     if operation.startswith("cast_to_"):
-        return f"converting to {operation.removeprefix('cast_to_')}"
+        return f"converting {dtype} to {operation.removeprefix('cast_to_')}"
     if operation.startswith("cast_from_"):
-        return f"converting from {operation.removeprefix('cast_from_')}"
-    return OPERATION_WORDS.get(operation, operation)
+        return f"converting {operation.removeprefix('cast_from_')} to {dtype}"
+    return OPERATION_WORDS.get(operation, f"{operation} in {{dtype}}").format(dtype=dtype)
 
 
 def _job_words(job: str) -> str:

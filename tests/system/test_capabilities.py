@@ -43,7 +43,7 @@ def test_float8_storage_follows_the_matrix(probed):
     broken = _with_check(probed, "float8_e4m3fn", "safetensors", "SafetensorError: unsupported dtype F8_E4M3")
     refused = option(broken, "merge", "cpu", "float8_e4m3fn")
     assert not refused.possible and refused.compute_dtype is None
-    assert "saving to safetensors" in refused.reason and "unsupported dtype F8_E4M3" in refused.reason
+    assert "saving float8_e4m3fn to safetensors fails on cpu" in refused.reason and "unsupported dtype F8_E4M3" in refused.reason
     assert "not available" in refused.label
 
 
@@ -55,6 +55,16 @@ def test_compute_falls_back_to_float64_when_float32_lacks_an_operation(probed):
     with_neither = _with_check(no_svd, "float64", "svd", "NotImplementedError: no svd")
     refused = option(with_neither, "extract", "cpu", "bfloat16")
     assert not refused.possible and "SVD in float32 fails on cpu" in refused.reason
+
+
+def test_merges_need_float64_reductions_extractions_do_not(probed):
+    # Like Apple's MPS: no float64 at all. Merge methods accumulate in float64, extractions need only float32.
+    no_float64 = probed
+    for operation in ("cast_from_float32", "sum", "mul", "matmul"):
+        no_float64 = _with_check(no_float64, "float64", operation, "TypeError: Cannot convert to float64")
+    merge = option(no_float64, "merge", "cpu", "bfloat16")
+    assert not merge.possible and "converting float32 to float64 fails on cpu" in merge.reason
+    assert option(no_float64, "extract", "cpu", "bfloat16").possible
 
 
 def test_a_device_slower_than_the_cpu_is_flagged(probed):
