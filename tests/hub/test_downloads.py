@@ -9,7 +9,7 @@ from collections import namedtuple
 
 import pytest
 
-from guiapp.errors import GatedModelError, InsufficientResourcesError, JobCancelled, OfflineError
+from guiapp.errors import ConnectionLostError, GatedModelError, InsufficientResourcesError, JobCancelled, OfflineError
 from guiapp.hub.downloads import download_model, plan_download
 from guiapp.progress import CancelToken, Progress
 from tests.support.hub_server import TEST_TOKEN
@@ -56,12 +56,21 @@ def test_a_second_download_uses_the_cache(published):
 
 def test_resume_after_the_connection_drops(published, samples):
     size = (samples.large / "model.safetensors").stat().st_size
-    published.drop_connection_once("org/large", "model.safetensors", after_bytes=size * 3 // 4)
+    published.drop_connection("org/large", "model.safetensors", after_bytes=size * 3 // 4)
     folder = download_model("org/large")
     assert (folder / "model.safetensors").read_bytes() == (samples.large / "model.safetensors").read_bytes()
     resumed = [r for r in published.requests if r.method == "GET" and r.path.endswith("model.safetensors") and r.range]
     assert resumed and resumed[-1].status == 206 and not resumed[-1].range.startswith("bytes=0-")
     assert published.bytes_sent("org/large", "model.safetensors") < size * 3 // 2  # not fetched twice
+
+
+@pytest.mark.slow  # huggingface_hub waits a second before each of its five resume attempts
+def test_a_connection_that_keeps_breaking_is_reported(published, hub_env):
+    published.drop_connection("org/large", "model.safetensors", after_bytes=1000, times=10)
+    with pytest.raises(ConnectionLostError) as caught:
+        download_model("org/large")
+    assert "org/large" in str(caught.value) and "start the download again" in caught.value.hint
+    assert not list((hub_env.cache_dir / "models--org--large").rglob("*.incomplete"))
 
 
 def test_cancel_takes_effect_within_a_second(published, hub_env, samples):

@@ -3,7 +3,7 @@
 It answers what `huggingface_hub` asks (see /work/shared/spec/hub-contract.md): search with `Link` pagination,
 model info, the file tree, HEAD/GET `resolve` with ETag / X-Repo-Commit / Content-Length and Range (206),
 errors with `X-Error-Code`, gated models behind a token, `whoami-v2`. For the hard cases it can drop the
-connection halfway through a file once, send slowly, or answer 429/500, and it counts the bytes it sends per file.
+connection halfway through a file (once or more), send slowly, or answer 429/500, and it counts the bytes it sends per file.
 
     with HubServer() as hub:
         hub.add_model("org/tiny", folder, gated=True)
@@ -85,6 +85,12 @@ class RequestRecord:
 
 
 @dataclass
+class _Drop:
+    after_bytes: int | None
+    times: int
+
+
+@dataclass
 class _Failure:
     status: int
     times: int
@@ -100,7 +106,7 @@ class HubServer:
         self.models: dict[str, ServedModel] = {}
         self.requests: list[RequestRecord] = []
         self._bytes: dict[tuple[str, str], int] = {}
-        self._drops: dict[tuple[str, str], int | None] = {}
+        self._drops: dict[tuple[str, str], _Drop] = {}
         self._failures: list[_Failure] = []
         self.bytes_per_second: float | None = None
         self._lock = threading.Lock()
@@ -187,10 +193,10 @@ class HubServer:
 
     # --- faults and counters ---------------------------------------------------------------------------------
 
-    def drop_connection_once(self, repo_id: str, filename: str, after_bytes: int | None = None) -> None:
-        """The next GET of that file stops after `after_bytes` (default: half of what was asked) and hangs up."""
+    def drop_connection(self, repo_id: str, filename: str, *, after_bytes: int | None = None, times: int = 1) -> None:
+        """The next `times` GETs of that file stop after `after_bytes` (default: half of what was asked) and hang up."""
         with self._lock:
-            self._drops[(repo_id, filename)] = after_bytes
+            self._drops[(repo_id, filename)] = _Drop(after_bytes, times)
 
     def fail_next(self, status: int, *, times: int = 1, path_contains: str = "") -> None:
         """Answer the next `times` requests whose path contains `path_contains` with `status` (429, 500…)."""
@@ -223,9 +229,11 @@ class HubServer:
 
     def _take_drop(self, repo_id: str, filename: str) -> tuple[bool, int | None]:
         with self._lock:
-            if (repo_id, filename) in self._drops:
-                return True, self._drops.pop((repo_id, filename))
-        return False, None
+            drop = self._drops.get((repo_id, filename))
+            if drop is None or drop.times <= 0:
+                return False, None
+            drop.times -= 1
+            return True, drop.after_bytes
 
     def _count(self, repo_id: str, filename: str, nbytes: int) -> None:
         with self._lock:
