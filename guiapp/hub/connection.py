@@ -29,7 +29,7 @@ def set_offline(enabled: bool) -> None:
 
 def is_offline() -> bool:
     """True when online features must not touch the network."""
-    return _offline_requested or constants.is_offline_mode()
+    return _offline_requested or bool(constants.HF_HUB_OFFLINE)
 
 
 def require_online(action: str) -> None:

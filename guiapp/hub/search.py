@@ -127,6 +127,10 @@ class SearchResults:
 
     def _open(self) -> Iterator[Any]:
         query = self.query
+        options: dict[str, Any] = {}
+        parameter_range = _parameter_range(query.min_parameters, query.max_parameters)
+        if parameter_range:  # only passed when used: older huggingface_hub versions lack the argument
+            options["num_parameters"] = parameter_range
         self._items = iter(
             self._connection.api().list_models(
                 search=query.text or None,
@@ -135,9 +139,9 @@ class SearchResults:
                 pipeline_tag=query.pipeline_tag or None,
                 filter=query.library or None,
                 gated=query.gated,
-                num_parameters=_parameter_range(query.min_parameters, query.max_parameters),
                 limit=query.limit,
                 expand=_EXPAND,  # type: ignore[arg-type]
+                **options,
             )
         )
         return self._items
