@@ -15,13 +15,14 @@ from guiapp.errors import DeviceError
 from guiapp.system.probe import COMPUTE_DTYPES, DTYPE_NAMES, ProbeResult
 from guiapp.system.units import format_bytes
 
-# The operations each job kind runs in its compute dtype. Randomized SVD is built from randn, matmul, qr, svd.
+# The operations each job kind runs in its compute dtype (as guiapp.engine uses them: merge methods select by
+# sorting and random masks, slerp needs acos/sin; extraction's randomized SVD is randn, matmul, qr, svd).
 JOB_OPERATIONS: dict[str, tuple[str, ...]] = {
     "merge": (
-        "add", "mul", "sum", "abs", "sign", "clamp", "norm", "lerp", "acos", "sin", "topk", "kthvalue",
-        "bernoulli", "matmul",
+        "add", "mul", "sum", "abs", "sign", "clamp", "norm", "lerp", "acos", "sin", "sort", "argsort", "rand",
+        "compare", "where", "count_nonzero", "softmax", "matmul",
     ),
-    "extract": ("matmul", "svd", "qr", "randn", "norm", "kthvalue", "sum", "clamp", "mul", "add"),
+    "extract": ("matmul", "svd", "qr", "randn", "norm", "sum", "mul", "add", "compare"),
     "apply": ("matmul", "addmm", "add", "mul"),
 }
 # Merge methods accumulate whole-tensor reductions (norms, dot products, sums) in float64 whatever the compute
@@ -38,9 +39,13 @@ OPERATION_WORDS = {
     "addmm": "matrix multiply-add in {dtype}",
     "svd": "SVD in {dtype}",
     "qr": "QR decomposition in {dtype}",
-    "randn": "random numbers in {dtype}",
+    "randn": "normal random numbers in {dtype}",
     "topk": "top-k selection in {dtype}",
     "kthvalue": "k-th value selection in {dtype}",
+    "sort": "sorting in {dtype}",
+    "argsort": "ranking in {dtype}",
+    "rand": "random numbers in {dtype}",
+    "softmax": "softmax in {dtype}",
     "bernoulli": "random masks in {dtype}",
     "norm": "norms in {dtype}",
     "safetensors": "saving {dtype} to safetensors",
