@@ -401,6 +401,8 @@ def _run_probe(args: argparse.Namespace) -> int:
 def _run_explain(args: argparse.Namespace) -> int:
     from guiapp.system.explain import explain  # noqa: PLC0415
 
+    if args.text == "-" and sys.stdin.isatty():
+        print("Paste the error text, then press Ctrl-D (Ctrl-Z and Enter on Windows):", file=sys.stderr)
     text = sys.stdin.read() if args.text == "-" else args.text
     if not text.strip():
         print("Nothing to explain: paste an error message or traceback, or pipe it in.", file=sys.stderr)
