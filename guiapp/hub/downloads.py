@@ -15,7 +15,7 @@ from pathlib import Path
 from huggingface_hub import constants
 from huggingface_hub.utils import tqdm as hub_progress_bar
 
-from guiapp.errors import InsufficientResourcesError
+from guiapp.errors import CheckpointError, InsufficientResourcesError
 from guiapp.hub.connection import HubConnection, require_online
 from guiapp.hub.details import RepoFile, model_details
 from guiapp.hub.failures import hub_errors
@@ -79,9 +79,10 @@ def download_model(
     """Download what a merge needs of `repo_id` at `revision` (default main) and return its snapshot folder.
 
     Reports the stage "Downloading": files done of total, bytes, rate and ETA; `item` names the current file
-    and how far it is. Raises JobCancelled when cancelled (finished files stay in the cache), before any
-    transfer InsufficientResourcesError when the disk is too small, and GatedModelError, ModelNotFoundError,
-    RevisionNotFoundError, OfflineError, RateLimitedError, ConnectionLostError for Hub failures.
+    and how far it is. Raises JobCancelled when cancelled (finished files stay in the cache); before any
+    transfer, CheckpointError when the repo has no weights and InsufficientResourcesError when the disk is too
+    small; GatedModelError, ModelNotFoundError, RevisionNotFoundError, OfflineError, RateLimitedError and
+    ConnectionLostError for Hub failures.
     """
     from huggingface_hub import hf_hub_download  # noqa: PLC0415
     from huggingface_hub.file_download import repo_folder_name  # noqa: PLC0415
@@ -90,6 +91,11 @@ def download_model(
     connection = connection or HubConnection.current()
     progress = progress or Progress()
     plan = plan_download(repo_id, revision, connection=connection)
+    if not any(f.name.endswith((".safetensors", ".bin")) for f in plan.files):
+        raise CheckpointError(
+            f"{repo_id} has no model weights Mergesmith can use (no .safetensors or .bin files at its top level).",
+            hint=f"Check its files on {connection.model_page(repo_id)}; it may hold another format (GGUF, ONNX).",
+        )
     _check_free_space(plan, connection.cache_dir)
     _use_cancellable_transfers()
 

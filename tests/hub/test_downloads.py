@@ -9,7 +9,14 @@ from collections import namedtuple
 
 import pytest
 
-from guiapp.errors import ConnectionLostError, GatedModelError, InsufficientResourcesError, JobCancelled, OfflineError
+from guiapp.errors import (
+    CheckpointError,
+    ConnectionLostError,
+    GatedModelError,
+    InsufficientResourcesError,
+    JobCancelled,
+    OfflineError,
+)
 from guiapp.hub.downloads import download_model, plan_download
 from guiapp.progress import CancelToken, Progress
 from tests.support.hub_server import TEST_TOKEN
@@ -110,6 +117,13 @@ def test_free_space_is_checked_before_any_transfer(published, monkeypatch):
         download_model("org/large")
     assert "org/large" in str(caught.value) and "1.0 KB free" in str(caught.value)
     assert published.bytes_sent("org/large", "model.safetensors") == 0
+
+
+def test_a_repo_without_weights_is_refused_before_downloading(published, samples):
+    published.add_model("org/onnx-only", samples.base / "onnx")
+    with pytest.raises(CheckpointError, match="no model weights"):
+        download_model("org/onnx-only")
+    assert published.bytes_sent("org/onnx-only", "model.onnx") == 0
 
 
 def test_unreachable_hub(published, hub_env):
