@@ -102,9 +102,8 @@ def download_model(
     progress.start_stage("Downloading", total=len(plan.files), bytes_total=plan.total_bytes)
     snapshot = connection.cache_dir / repo_folder_name(repo_id=repo_id, repo_type="model") / "snapshots" / plan.commit
     for file in plan.files:
-        if file.name in plan.cached:
-            progress.step(f"{file.name}: already downloaded", units=1, nbytes=file.size)
-            continue
+        # Cached files go through hf_hub_download too: it only checks them (one HEAD request) and records the
+        # requested branch or tag in the cache, so that `org/name@tag` also resolves offline later.
         counter = _FileCounter(progress, file)
         with hub_errors(repo_id, plan.revision):
             path = hf_hub_download(

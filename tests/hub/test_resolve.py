@@ -70,7 +70,9 @@ def test_metadata_of_local_and_offline_models(published, samples):
 
 def test_revision_argument_overrides_the_reference(published):
     assert parse_reference("org/base@main", "v1.0").revision == "v1.0"
-    folder = resolve_model("org/base", revision="v1.0")
+    folder = resolve_model("org/base")
+    assert resolve_model("org/base", revision="v1.0") == folder  # already cached: the tag is recorded
+    assert resolve_model("org/base@v1.0", offline=True) == folder
     assert folder.name == published.models["org/base"].sha
     with pytest.raises(RevisionNotFoundError, match="'v2.0'"):
         read_model_metadata("org/base", revision="v2.0")
