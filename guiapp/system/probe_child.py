@@ -194,10 +194,10 @@ def _accelerators(recorder: Recorder) -> list[dict[str, Any]]:
 def _synchronize(device: str) -> None:
     """Wait for queued GPU work, so errors and timings belong to the operation that caused them."""
     kind = device.split(":")[0]
-    if kind == "cpu":
-        return
-    backend = getattr(torch, "cuda" if kind == "cuda" else kind)
-    backend.synchronize()
+    if kind == "mps":
+        torch.mps.synchronize()
+    elif kind in ("cuda", "xpu"):
+        getattr(torch, kind).synchronize(device)
 
 
 def _probe_device(recorder: Recorder, device: str, dtypes: list[str], operations: list[str], timing: bool) -> None:
