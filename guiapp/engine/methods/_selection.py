@@ -4,8 +4,8 @@ Every rank-based choice (TIES' magnitude pruning, Breadcrumbs' window, SCE's var
 `top_k_mask`, so they all order entries the same way: by value, and among equal values the lower flat index
 counts as the larger. `torch.quantile` refuses more than 2^24 entries and `torch.kthvalue`/`topk` take seconds
 on a 58 M-entry weight, so large tensors use a sample to bracket the k-th largest value, count exactly how many
-entries lie above the bracket, and sort only the few entries inside it. The answer is exact whatever the sample;
-an unlucky sample only costs another pass with a wider bracket.
+entries lie above the bracket, and select among the few entries inside it the same way (sorting once they are
+few). The answer is exact whatever the sample; an unlucky sample only costs another pass with a wider bracket.
 """
 
 from __future__ import annotations
@@ -46,12 +46,17 @@ def kth_largest(values: torch.Tensor, k: int) -> tuple[torch.Tensor, int, int]:
             lower = None  # too high: open it downwards
         else:
             break
+    if upper is not None and lower is not None and bool(upper == lower):
+        return upper, k - above, at_least - above  # the bracket is a single value: all ties
+    if at_least - above == n:
+        return _kth_in(flat, k)  # the bracket excluded nothing: no progress to make by recursing
     if lower is None:
         inside.fill_(True)
     if upper is not None:
         inside.logical_and_(torch.le(flat, upper, out=outside))
     del outside
-    return _kth_in(flat[inside], k - above)
+    # Every entry equal to the answer lies inside the bracket, so the counts of the subproblem are final.
+    return kth_largest(flat[inside], k - above)
 
 
 def _kth_in(flat: torch.Tensor, k: int) -> tuple[torch.Tensor, int, int]:
