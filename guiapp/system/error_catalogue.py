@@ -28,6 +28,11 @@ TORCH_DTYPE_WORDS = {
 
 @dataclass(frozen=True)
 class Entry:
+    """One known failure: how to recognise it (class names, message pattern) and how to explain it.
+
+    `key` is a stable name ("gated_repo", "out_of_memory") that the window can attach actions to.
+    """
+
     key: str
     title: str
     what: str

@@ -27,7 +27,11 @@ CONTEXT_WORDS = (("job", "job"), ("model", "model"), ("tensor", "tensor"), ("fil
 
 @dataclass(frozen=True)
 class Explanation:
-    """A failure in the user's terms. `raw` is the original message and traceback, shown behind "Details"."""
+    """A failure in the user's terms. `raw` is the original message and traceback, shown behind "Details".
+
+    `kind` names what was recognised, for actions beyond retrying (a token dialog for "gated_repo" or
+    "invalid_token"): the catalogue entry's key, the class name of a Mergesmith error, or "" when unrecognised.
+    """
 
     title: str
     what: str
@@ -36,6 +40,7 @@ class Explanation:
     retry_with: dict[str, Any] | None = None
     raw: str = ""
     recognised: bool = True
+    kind: str = ""
 
     def render_text(self, width: int = RENDER_WIDTH) -> str:
         """Plain text for a terminal: title, what happened, why, what to do, retry settings, then the details."""
@@ -109,6 +114,7 @@ def _own(
         fix=hint or (known_cause.fix if known_cause else ""),
         retry_with=retry_with or (known_cause.retry_with if known_cause else None),
         raw=raw,
+        kind=error_class.__name__,
     )
 
 
@@ -141,6 +147,7 @@ def _from_entry(entry: Entry, match: re.Match[str] | None, context: dict[str, An
         fix=refined.get("fix", entry.fix),
         retry_with=dict(retry_with) if retry_with else None,
         raw=raw,
+        kind=entry.key,
     )
 
 

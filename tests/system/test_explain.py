@@ -245,7 +245,7 @@ API = "https://huggingface.co/api/models"
 )
 def test_hub_http_errors(status, url, headers, title, fix_words):
     explanation = explain(_hub_error(status, url, **headers))
-    assert explanation.recognised and explanation.title == title
+    assert explanation.recognised and explanation.title == title and explanation.kind
     assert fix_words in explanation.fix
 
 
@@ -284,7 +284,7 @@ def test_gated_repo_as_transformers_reports_it():
 
 def test_nan_results():
     sampling = explained(lambda: torch.multinomial(torch.tensor([float("nan"), 1.0]), 1))
-    assert sampling.title == "The result contains NaN or infinity"
+    assert sampling.title == "The result contains NaN or infinity" and sampling.kind == "non_finite"
     assert "bfloat16" in sampling.fix and sampling.retry_with == {"dtype": "bfloat16"}
     own = explain(NonFiniteResultError("model.layers.3.mlp.up_proj.weight became NaN after the DARE sum",
                                        hint="Store in bfloat16.", retry_with={"dtype": "bfloat16"}))
@@ -322,6 +322,7 @@ def test_own_errors_map_directly_and_keep_their_cause():
     gated = explain(GatedModelError("meta-llama/Llama-3.1-8B needs its licence accepted.",
                                     hint="Accept it on the model page.", retry_with={"token": "set"}))
     assert gated.title == GatedModelError.title and gated.fix == "Accept it on the model page."
+    assert gated.kind == "GatedModelError"
     assert gated.retry_with == {"token": "set"} and gated.why.startswith("The model's licence must be accepted")
 
     cancelled = explain(JobCancelled())
@@ -346,7 +347,7 @@ def test_own_error_borrows_why_and_fix_from_a_known_cause(tmp_path):
 
 def test_unknown_errors_are_admitted():
     unknown = explain(raised(lambda: int("twelve")), {"model": "org/model"})
-    assert not unknown.recognised
+    assert not unknown.recognised and unknown.kind == ""
     assert unknown.title == "Mergesmith does not recognise this error"
     assert "invalid literal for int()" in unknown.what and "org/model" in unknown.what
     assert explain("").recognised is False
