@@ -14,6 +14,7 @@ from guiapp.errors import (
     ConnectionLostError,
     GatedModelError,
     InsufficientResourcesError,
+    InvalidTokenError,
     JobCancelled,
     OfflineError,
 )
@@ -108,6 +109,13 @@ def test_gated_without_then_with_a_token(published, monkeypatch):
     with pytest.raises(GatedModelError) as caught:
         download_model("org/members-only")  # a valid token whose user has not been granted access
     assert "accept the licence with the account of your token" in caught.value.hint
+
+
+def test_a_wrong_token_is_reported_as_such(published, monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", "hf_expired")
+    with pytest.raises(InvalidTokenError) as caught:
+        download_model("org/base")
+    assert "token" in caught.value.hint
 
 
 def test_free_space_is_checked_before_any_transfer(published, monkeypatch):

@@ -266,6 +266,8 @@ class _HubHandler(BaseHTTPRequestHandler):
             failure = self.hub._take_failure(split.path)
             if failure is not None:
                 self._error(failure, "", f"Simulated HTTP {failure}", retry_after=failure == 429)
+            elif self.headers.get("Authorization") and self._user() is None:  # like the Hub: on every endpoint
+                self._error(401, "", "Invalid credentials in Authorization header")
             else:
                 self._route(split.path, parse_qs(split.query), head)
         except (BrokenPipeError, ConnectionResetError):
@@ -455,11 +457,7 @@ class _HubHandler(BaseHTTPRequestHandler):
         return False
 
     def _access_ok(self, model: ServedModel) -> bool:
-        authorization = self.headers.get("Authorization")
         user = self._user()
-        if authorization and user is None:
-            self._error(401, "", "Invalid credentials in Authorization header")
-            return False
         if not model.gated:
             return True
         if user is None:
