@@ -100,7 +100,7 @@ def test_probe_imports_no_torch_in_the_parent():
 def _fake_child(tmp_path, body: str) -> list[str]:
     """A child process that writes the start of a real record stream, then does `body` (hang, crash…)."""
     script = tmp_path / "child.py"
-    script.write_text(textwrap.dedent(f"""
+    script.write_text(textwrap.dedent("""
         import json, os, sys, time
         out = open(sys.argv[sys.argv.index("--out") + 1], "a")
         def write(**record):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import psutil
 import pytest
 
@@ -21,7 +23,7 @@ from guiapp.system.resources import (
 )
 
 GB = 10**9
-PLENTY = Disk(path=None, free=500 * GB, total=1000 * GB)
+PLENTY = Disk(path=Path("/data"), free=500 * GB, total=1000 * GB)
 
 
 def test_memory_is_this_machines():
