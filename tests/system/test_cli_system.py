@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -52,3 +53,16 @@ def test_probe_prints_the_cached_matrix(probed, tmp_path, monkeypatch):
     assert "bfloat16 (computed in float32)" in table.stdout and "GFLOP/s" in table.stdout
     as_json = mergesmith("probe", "--json")
     assert json.loads(as_json.stdout)["probed_at"] == probed.probed_at
+
+
+def test_probe_reports_an_unfinished_probe_and_exits_one(probed, tmp_path, monkeypatch):
+    monkeypatch.setenv("MERGESMITH_CACHE_DIR", str(tmp_path))
+    unfinished = dataclasses.replace(
+        probed, checks=probed.checks[:10],
+        problem="The probe crashed (killed by signal SIGSEGV) while testing cpu float64 qr. Combinations not "
+        "tested are treated as unavailable.")
+    store(unfinished, cache_file(machine_fingerprint()))
+    table = mergesmith("probe")
+    assert table.returncode == 1
+    assert "Problem: The probe crashed (killed by signal SIGSEGV)" in table.stdout
+    assert "mergesmith probe --refresh" in table.stdout and "?" in table.stdout
