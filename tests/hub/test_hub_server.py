@@ -1,0 +1,31 @@
+"""The test Hub itself answers huggingface_hub as the contract says (other test areas rely on it)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from huggingface_hub import HfApi, snapshot_download
+from huggingface_hub.errors import GatedRepoError
+
+from tests.support.hub_server import TEST_TOKEN
+
+
+def test_tree_and_snapshot_download(hub_server, samples, tmp_path):
+    hub_server.add_model("org/base", samples.base)
+    api = HfApi(endpoint=hub_server.url)
+    files = sorted(p.relative_to(samples.base).as_posix() for p in samples.base.rglob("*") if p.is_file())
+    assert sorted(api.list_repo_files("org/base")) == files
+    folder = snapshot_download("org/base", endpoint=hub_server.url, cache_dir=tmp_path)
+    assert (tmp_path / "models--org--base" / "refs" / "main").read_text() == hub_server.models["org/base"].sha
+    for name in files:
+        assert (samples.base / name).read_bytes() == (Path(folder) / name).read_bytes()
+
+
+def test_gated_access_and_auth_check(hub_server, samples):
+    hub_server.add_model("org/gated", samples.base, gated=True)
+    api = HfApi(endpoint=hub_server.url)
+    with pytest.raises(GatedRepoError):
+        api.auth_check("org/gated", token=False)
+    api.auth_check("org/gated", token=TEST_TOKEN)
+    assert api.whoami(token=TEST_TOKEN)["name"] == "tester"
