@@ -37,52 +37,75 @@ def sum_abs(x: torch.Tensor) -> float:
 
 def dot(a: torch.Tensor, b: torch.Tensor) -> float:
     """The dot product of `a` and `b` flattened (same number of entries)."""
+    return gram(a, b)[2]
+
+
+def gram(a: torch.Tensor, b: torch.Tensor) -> tuple[float, float, float]:
+    """(a·a, b·b, a·b) of `a` and `b` flattened, in one pass over both (each converted to float64 once)."""
     buffer_a, buffer_b = _buffer(a), _buffer(b)
     flat_b = b.reshape(-1)
-    partials = []
+    squares_a, squares_b, crossed = [], [], []
     for start, chunk in _flat_chunks(a):
         n = chunk.numel()
         part_a, part_b = buffer_a[:n].copy_(chunk), buffer_b[:n].copy_(flat_b[start : start + n])
-        partials.append(torch.dot(part_a, part_b))
-    return math.fsum(float(p) for p in partials)
+        squares_a.append(torch.dot(part_a, part_a))
+        squares_b.append(torch.dot(part_b, part_b))
+        crossed.append(torch.dot(part_a, part_b))
+    return tuple(math.fsum(float(p) for p in parts) for parts in (squares_a, squares_b, crossed))
 
 
 def norm(x: torch.Tensor) -> float:
     """The Euclidean norm of `x` flattened."""
-    return math.sqrt(dot(x, x))
+    buffer = _buffer(x)
+    partials = []
+    for _, chunk in _flat_chunks(x):
+        part = buffer[: chunk.numel()].copy_(chunk)
+        partials.append(torch.dot(part, part))
+    return math.sqrt(math.fsum(float(p) for p in partials))
 
 
 def mean_square(x: torch.Tensor) -> float:
     """The mean of the squared entries of `x` (0 for an empty tensor)."""
-    return dot(x, x) / x.numel() if x.numel() else 0.0
+    return norm(x) ** 2 / x.numel() if x.numel() else 0.0
 
 
 def vector_dots(a: torch.Tensor, b: torch.Tensor, dim: int = -1) -> torch.Tensor:
     """Dot products of the matching vectors of `a` and `b` laid along `dim` (-1: rows, 0: columns), in float64.
 
-    The result has the shape of `a` without `dim` (a 1-D tensor is a single vector: a 0-d result). Works
+    The result has the shape of `a` without `dim` (a 1-D tensor is a single vector: a 0-d result).
+    """
+    return vector_gram(a, b, dim)[2]
+
+
+def vector_gram(a: torch.Tensor, b: torch.Tensor, dim: int = -1) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per vector along `dim` (-1: rows, 0: columns): (a·a, b·b, a·b) in float64, in one pass over both.
+
+    Each result has the shape of `a` without `dim` (a 1-D tensor is a single vector: 0-d results). Works
     through contiguous chunks of rows either way, so column vectors cost no transposed copy.
     """
     if dim not in (0, -1):
-        raise ValueError(f"vector_dots works along dim 0 or -1, not {dim}")
+        raise ValueError(f"vector_gram works along dim 0 or -1, not {dim}")
     shape = tuple(a.shape)
     if dim == -1:
         rows_a, rows_b = a.reshape(-1, shape[-1] if shape else 1), b.reshape(-1, shape[-1] if shape else 1)
-        result = torch.empty(rows_a.shape[0], dtype=torch.float64, device=a.device)
+        results = [torch.empty(rows_a.shape[0], dtype=torch.float64, device=a.device) for _ in range(3)]
     else:
         rows_a, rows_b = a.reshape(shape[0] if shape else 1, -1), b.reshape(shape[0] if shape else 1, -1)
-        result = torch.zeros(rows_a.shape[1], dtype=torch.float64, device=a.device)
+        results = [torch.zeros(rows_a.shape[1], dtype=torch.float64, device=a.device) for _ in range(3)]
     n_rows, width = rows_a.shape
     step = max(1, _CHUNK // max(width, 1))
     buffer_a = torch.empty((min(step, n_rows), width), dtype=torch.float64, device=a.device)
     buffer_b = torch.empty_like(buffer_a)
+    products = torch.empty_like(buffer_a)
     for start in range(0, n_rows, step):
         stop = min(start + step, n_rows)
-        products = buffer_a[: stop - start].copy_(rows_a[start:stop]).mul_(
-            buffer_b[: stop - start].copy_(rows_b[start:stop])
-        )
-        if dim == -1:
-            torch.sum(products, dim=1, out=result[start:stop])
-        else:
-            result.add_(products.sum(dim=0))
-    return result.view(shape[:-1] if dim == -1 else shape[1:])
+        part_a = buffer_a[: stop - start].copy_(rows_a[start:stop])
+        part_b = buffer_b[: stop - start].copy_(rows_b[start:stop])
+        for result, (left, right) in zip(results, ((part_a, part_a), (part_b, part_b), (part_a, part_b))):
+            product = torch.mul(left, right, out=products[: stop - start])
+            if dim == -1:
+                torch.sum(product, dim=1, out=result[start:stop])
+            else:
+                result.add_(product.sum(dim=0))
+    out_shape = shape[:-1] if dim == -1 else shape[1:]
+    return tuple(result.view(out_shape) for result in results)

@@ -22,9 +22,9 @@ def nuslerp(t: float, v0: torch.Tensor, v1: torch.Tensor, *, flatten: bool, row_
     """
     dim = 0 if row_wise and not flatten else -1
     a, b = (v0.reshape(1, -1), v1.reshape(1, -1)) if flatten else (v0, v1)
-    norms_a = _reduce.vector_dots(a, a, dim).sqrt_().clamp_(min=_NORM_CLAMP)
-    norms_b = _reduce.vector_dots(b, b, dim).sqrt_().clamp_(min=_NORM_CLAMP)
-    cos = _reduce.vector_dots(a, b, dim).div_(norms_a * norms_b).clamp_(-1.0, 1.0)
+    squares_a, squares_b, crossed = _reduce.vector_gram(a, b, dim)
+    norms = squares_a.sqrt_().clamp_(min=_NORM_CLAMP) * squares_b.sqrt_().clamp_(min=_NORM_CLAMP)
+    cos = crossed.div_(norms).clamp_(-1.0, 1.0)
     theta = torch.acos(cos)
     parallel = 1.0 - cos * cos <= _PARALLEL_SIN2
     sin_theta = torch.where(parallel, torch.ones_like(theta), torch.sin(theta))

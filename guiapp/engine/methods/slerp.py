@@ -22,13 +22,14 @@ def slerp(t: float, x0: torch.Tensor, x1: torch.Tensor) -> torch.Tensor:
     The angle comes from the flattened tensors' unit vectors (float64 dot product); the weights apply to the
     un-normalised tensors. Nearly parallel or antiparallel (|cos| > 0.9995) falls back to linear interpolation.
     """
-    n0, n1 = _reduce.norm(x0), _reduce.norm(x1)
-    cos = _reduce.dot(x0, x1) / (n0 if n0 > _NORM_EPS else 1.0) / (n1 if n1 > _NORM_EPS else 1.0)
+    square0, square1, crossed = _reduce.gram(x0, x1)
+    n0, n1 = math.sqrt(square0), math.sqrt(square1)
+    cos = crossed / (n0 if n0 > _NORM_EPS else 1.0) / (n1 if n1 > _NORM_EPS else 1.0)
     if abs(cos) > _PARALLEL_DOT:
         return torch.lerp(x0, x1, t)
     theta = math.acos(cos)
     sin_theta = math.sin(theta)
-    return torch.add(x0 * (math.sin((1 - t) * theta) / sin_theta), x1, alpha=math.sin(t * theta) / sin_theta)
+    return (x0 * (math.sin((1 - t) * theta) / sin_theta)).add_(x1, alpha=math.sin(t * theta) / sin_theta)
 
 
 def merge(ctx: MergeContext) -> torch.Tensor:
