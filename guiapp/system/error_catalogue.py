@@ -97,9 +97,9 @@ def _refine_numpy(match: re.Match[str] | None, context: Mapping[str, Any]) -> di
 def _refine_out_of_memory(match: re.Match[str] | None, context: Mapping[str, Any]) -> dict[str, Any]:
     gpu = _group(match, "gpu") or _group(match, "gpu2")
     asked = _group(match, "gib") or _group(match, "array")
-    amount = f" (it asked for {asked} more)" if asked else ""
     if _group(match, "bytes"):
-        amount = f" (it asked for {format_bytes(int(_group(match, 'bytes') or 0))} more)"
+        asked = format_bytes(int(_group(match, "bytes") or 0))
+    amount = f"; it asked for {asked} more" if asked else ""
     if gpu or str(context.get("device", "cpu")) != "cpu":
         where = f"the GPU ({gpu})" if gpu else f"the GPU ({context.get('device')})"
         return {
