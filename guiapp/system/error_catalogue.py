@@ -398,7 +398,8 @@ CATALOGUE: tuple[Entry, ...] = (
         why="The output (or the download) needs more space than the drive has left.",
         fix="Free some space or choose an output folder on another drive, then run it again. Mergesmith checks "
         "the free space before it starts and removes the partial output of a failed job.",
-        pattern=_patterns(r"No space left on device(?:: '(?P<path>[^']+)')?", r"\[Errno 28\]", r"Disk quota exceeded",
+        pattern=_patterns(r"(?:\[Errno 28\] )?No space left on device(?:: '(?P<path>[^']+)')?", r"\[Errno 28\]",
+                          r"Disk quota exceeded",
                           r"ENOSPC", r"There is not enough space on the disk"),
         refine=_refine_disk_full,
     ),

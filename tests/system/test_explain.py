@@ -455,3 +455,8 @@ def test_every_row_of_the_catalogue_as_pasted_text(pasted, title):
     explanation = explain(pasted)
     assert explanation.recognised and explanation.title == title
     assert explanation.why and explanation.fix
+
+
+def test_disk_full_names_the_file_being_written():
+    explanation = explain("OSError: [Errno 28] No space left on device: '/out/model-00002-of-00004.safetensors'")
+    assert explanation.what == "The disk filled up while writing to /out/model-00002-of-00004.safetensors."
