@@ -29,3 +29,13 @@ def test_gated_access_and_auth_check(hub_server, samples):
         api.auth_check("org/gated", token=False)
     api.auth_check("org/gated", token=TEST_TOKEN)
     assert api.whoami(token=TEST_TOKEN)["name"] == "tester"
+
+
+def test_a_stopped_server_answers_no_more(hub_server, samples):
+    hub_server.add_model("org/base", samples.base)
+    api = HfApi(endpoint=hub_server.url)
+    assert api.model_info("org/base").id == "org/base"  # leaves a kept-alive connection in the client's pool
+    hub_server.stop()
+    with pytest.raises(Exception) as caught:
+        api.model_info("org/base")
+    assert type(caught.value).__name__ in {"ConnectError", "RemoteProtocolError"}

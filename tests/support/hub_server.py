@@ -261,6 +261,9 @@ class _HubHandler(BaseHTTPRequestHandler):
     # --- routing --------------------------------------------------------------------------------------------
 
     def _dispatch(self, head: bool) -> None:
+        if self.hub._httpd is None:  # stopped: kept-alive connections must not go on being served
+            self.close_connection = True
+            return
         split = urlsplit(self.path)
         try:
             failure = self.hub._take_failure(split.path)
