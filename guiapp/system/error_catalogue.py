@@ -399,8 +399,7 @@ CATALOGUE: tuple[Entry, ...] = (
         fix="Free some space or choose an output folder on another drive, then run it again. Mergesmith checks "
         "the free space before it starts and removes the partial output of a failed job.",
         pattern=_patterns(r"(?:\[Errno 28\] )?No space left on device(?:: '(?P<path>[^']+)')?", r"\[Errno 28\]",
-                          r"Disk quota exceeded",
-                          r"ENOSPC", r"There is not enough space on the disk"),
+                          r"Disk quota exceeded", r"ENOSPC", r"There is not enough space on the disk"),
         refine=_refine_disk_full,
     ),
     Entry(
