@@ -112,8 +112,9 @@ class ProbeResult:
 def probe(refresh: bool = False, timeout: float = DEFAULT_TIMEOUT_SECONDS) -> ProbeResult:
     """The capability matrix of this machine: from the cache when it matches, else probed now (a few seconds).
 
-    `refresh=True` probes again whatever the cache holds. Never raises for a probe that hangs or crashes: the
-    returned result says so in `problem`. A cache folder that cannot be written only means no caching.
+    `refresh=True` probes again whatever the cache holds. Probing blocks for its duration, so the window calls
+    this off its GUI thread. Never raises for a probe that hangs or crashes: the returned result says so in
+    `problem`. A cache folder that cannot be written only means no caching.
     """
     if not refresh:
         cached = cached_probe()
