@@ -43,11 +43,15 @@ def hub_errors(repo_id: str | None = None, revision: str | None = None) -> Itera
 def translate(error: BaseException, repo_id: str | None, revision: str | None = None) -> BaseException:
     """The Mergesmith error for `error`, or `error` itself when it is not a Hub or network failure."""
     model = repo_id or "the model"
-    page = HubConnection.current().model_page(repo_id) if repo_id else HubConnection.current().endpoint
+    connection = HubConnection.current()
+    page = connection.model_page(repo_id) if repo_id else connection.endpoint
     if isinstance(error, hf.GatedRepoError):
         status = _status(error)
         if status == 401:
-            hint = f"Open {page}, accept the licence there, then sign in with an access token (Mergesmith's Hub sign-in, or `hf auth login`)."
+            hint = (
+                f"Open {page}, accept the licence there, then sign in with an access token "
+                "(Mergesmith's Hub sign-in, or `hf auth login`)."
+            )
         else:
             hint = f"Open {page} and accept the licence with the account of your token; access can take a while."
         return GatedModelError(

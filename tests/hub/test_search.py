@@ -67,15 +67,24 @@ def _ids(query: SearchQuery, page_size: int = 50) -> list[str]:
     return [r.repo_id for r in ModelSearch(page_size=page_size).start(query).next_page()]
 
 
+SMALL, CHAT, GATED, BIG, ADAPTER = (
+    "llama-org/llama-small",
+    "llama-org/llama-chat",
+    "llama-org/llama-gated",
+    "other/llama-big",
+    "other/llama-adapter",
+)
+
+
 @pytest.mark.parametrize(
     ("sort", "expected"),
     [
-        ("downloads", ["llama-org/llama-small", "llama-org/llama-gated", "llama-org/llama-chat", "other/llama-big", "other/llama-adapter"]),
-        ("likes", ["llama-org/llama-chat", "other/llama-big", "llama-org/llama-small", "other/llama-adapter", "llama-org/llama-gated"]),
-        ("trending", ["llama-org/llama-chat", "other/llama-big", "llama-org/llama-gated", "llama-org/llama-small", "other/llama-adapter"]),
-        ("updated", ["other/llama-big", "llama-org/llama-chat", "other/llama-adapter", "llama-org/llama-gated", "llama-org/llama-small"]),
+        ("downloads", [SMALL, GATED, CHAT, BIG, ADAPTER]),
+        ("likes", [CHAT, BIG, SMALL, ADAPTER, GATED]),
+        ("trending", [CHAT, BIG, GATED, SMALL, ADAPTER]),
+        ("updated", [BIG, CHAT, ADAPTER, GATED, SMALL]),
     ],
-)  # fmt: skip
+)
 def test_text_search_with_each_sort(catalogue, sort, expected):
     assert _ids(SearchQuery(text="llama", sort=sort)) == expected
 
