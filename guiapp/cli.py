@@ -63,9 +63,19 @@ def _launch_window(args: argparse.Namespace) -> int:
 
 
 def _print_explanation(error: BaseException) -> None:
+    """Print the explanation without the traceback, which is saved to a file for bug reports instead."""
     from guiapp.system.explain import explain  # noqa: PLC0415
+    from guiapp.system.probe import cache_dir  # noqa: PLC0415
 
-    print(explain(error).render_text(), file=sys.stderr)
+    explanation = explain(error)
+    print(explanation.render_text(details=False), file=sys.stderr)
+    details = cache_dir() / "last-error.txt"
+    try:
+        details.parent.mkdir(parents=True, exist_ok=True)
+        details.write_text(explanation.raw + "\n", encoding="utf-8")
+    except OSError:
+        return
+    print(f"\nThe full error report is in {details}.", file=sys.stderr)
 
 
 # --- progress on a terminal -------------------------------------------------------------------------------
@@ -221,7 +231,9 @@ def _add_hub_commands(commands: argparse._SubParsersAction) -> None:
     info.set_defaults(handler=_run_hub_info)
 
     check = hub_commands.add_parser("check", help="Check from headers alone whether models can be merged.")
-    check.add_argument("models", nargs="+", help="Hub ids (optionally @revision) and local folders; the first is the base.")
+    check.add_argument(
+        "models", nargs="+", help="Hub ids (optionally @revision) and local folders; the first is the base."
+    )
     check.set_defaults(handler=_run_hub_check)
 
     download = hub_commands.add_parser("download", help="Download the files a merge needs into the Hugging Face cache.")
@@ -289,18 +301,22 @@ def _run_hub_info(args: argparse.Namespace) -> int:
     if args.json:
         data = details.to_json()
         if args.tensors:
-            data["tensors"] = {t.name: {"shape": list(t.shape), "dtype": t.dtype, "file": t.file} for t in tensors.values()}
+            data["tensors"] = {
+                t.name: {"shape": list(t.shape), "dtype": t.dtype, "file": t.file} for t in tensors.values()
+            }
         print(json.dumps(data, indent=2))
         return EXIT_OK
     by_dtype = ", ".join(f"{count:,} {dtype}" for dtype, count in details.parameters_by_dtype.items())
     print(f"Model:         {details.repo_id} @ {details.revision} ({details.commit[:10]})")
     print(f"Page:          {details.page_url}")
-    print(f"Licence:       {details.licence or 'not stated'}{' (gated: accept it on the page)' if details.gated else ''}")
+    gated = " (gated: accept it on the page)" if details.gated else ""
+    print(f"Licence:       {details.licence or 'not stated'}{gated}")
     print(f"Base model:    {', '.join(details.base_models) or '-'}")
     print(f"Parameters:    {by_dtype or 'unknown (no safetensors)'}")
     print(f"Download:      {format_bytes(details.download_size)} needed for merging "
           f"(repo: {format_bytes(details.repo_size)}, {len(details.files)} files)")
-    print(f"Popularity:    {details.downloads} downloads, {details.likes} likes; updated {details.last_modified or '-'}")
+    print(f"Popularity:    {details.downloads} downloads, {details.likes} likes")
+    print(f"Updated:       {details.last_modified or '-'}")
     for t in tensors.values():
         print(f"  {t.name:<60} {t.dtype:<5} {'×'.join(map(str, t.shape))}")
     return EXIT_OK
@@ -358,7 +374,10 @@ def _run_hub_rm(args: argparse.Namespace) -> int:
 
     _hub_setup(args)
     plan = plan_deletion(args.repo)
-    question = f"Delete {plan.repo_id} ({len(plan.commits)} revisions) from the cache? This frees {format_bytes(plan.freed_bytes)}."
+    question = (
+        f"Delete {plan.repo_id} ({len(plan.commits)} revisions) from the cache? "
+        f"This frees {format_bytes(plan.freed_bytes)}."
+    )
     if not args.yes:
         answer = input(f"{question} [y/N] ").strip().lower()
         if answer not in ("y", "yes"):
