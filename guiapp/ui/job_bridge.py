@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from dataclasses import asdict
 
-from PySide6.QtCore import QObject, Qt, Signal
+from PySide6.QtCore import QCoreApplication, QObject, Qt, Signal
 
 from guiapp.jobs.history import JobRecord, load_history, save_history
 from guiapp.jobs.runner import Job, JobListeners, JobResult, JobRunner, JobStatus
@@ -92,6 +92,8 @@ class JobBridge(QObject):
     def shutdown(self, timeout: float | None = 10.0) -> None:
         """Cancel every job and wait (up to `timeout` s) for the worker to stop."""
         self._runner.shutdown(timeout)
+        # The worker's last signals (the cancelled job's end) are still queued: deliver them before saving.
+        QCoreApplication.sendPostedEvents(self)
         self._save()
 
     # --- worker thread --------------------------------------------------------------------------------------

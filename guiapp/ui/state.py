@@ -31,9 +31,11 @@ class AppState(QObject):
         self.methods: dict[str, Any] | None = None
         self.probe: Any = None
         self.probing = False
+        self._probe_after_methods = True
 
-    def start_loading(self) -> None:
-        """Load the method registry (torch), then the probe result, off the UI thread."""
+    def start_loading(self, probe: bool = True) -> None:
+        """Load the method registry (torch), then (with `probe`) this machine's probe result, off the UI thread."""
+        self._probe_after_methods = probe
         call_in_background(_load_methods, self._methods_loaded, self._methods_failed)
 
     def reprobe(self, refresh: bool = True) -> None:
@@ -51,7 +53,8 @@ class AppState(QObject):
     def _methods_loaded(self, methods: dict[str, Any]) -> None:
         self.methods = methods
         self.methods_ready.emit(methods)
-        self.reprobe(refresh=False)
+        if self._probe_after_methods:
+            self.reprobe(refresh=False)
 
     def _methods_failed(self, error: BaseException) -> None:
         self.probe_failed.emit(error)

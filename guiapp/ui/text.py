@@ -12,3 +12,8 @@ def error_text(error: BaseException) -> str:
 
 def html_escape(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("\n", "<br>")
+
+
+def sentence(text: str) -> str:
+    """`text` with its first letter capitalised and the rest untouched ("fits in RAM" → "Fits in RAM")."""
+    return text[:1].upper() + text[1:]

@@ -20,7 +20,7 @@ from PySide6.QtWidgets import (
 from guiapp.ui.background import LatestCall, call_in_background
 from guiapp.ui.pages.jobs import extraction_report
 from guiapp.ui.pages.merge import default_output_folder
-from guiapp.ui.text import error_text
+from guiapp.ui.text import error_text, sentence
 from guiapp.ui.theme import set_status_style
 from guiapp.ui.widgets.model_picker import ModelPicker, library_entries
 from guiapp.ui.widgets.options import OptionCombo, device_choices, dtype_choices
@@ -209,7 +209,7 @@ class LoraPage(QWidget):
         set_status_style(self.x_check, "good")
         lines = [f"Reads {format_bytes(check.read_bytes)}."]
         if check.fit is not None:
-            lines.append(f"{check.fit.level.value.capitalize()}: about {format_bytes(check.fit.peak_ram)} of RAM "
+            lines.append(f"{sentence(check.fit.level.value)}: about {format_bytes(check.fit.peak_ram)} of RAM "
                          f"at most; {format_bytes(check.fit.disk_free)} free for the adapter.")
         if check.time is not None:
             lines.append(f"Time: about {format_seconds(check.time.seconds)}.")

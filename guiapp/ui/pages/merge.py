@@ -23,7 +23,7 @@ from PySide6.QtWidgets import (
 )
 
 from guiapp.ui.background import LatestCall, call_in_background
-from guiapp.ui.text import error_text
+from guiapp.ui.text import error_text, sentence
 from guiapp.ui.theme import set_status_style
 from guiapp.ui.widgets.model_picker import ModelPicker, library_entries
 from guiapp.ui.widgets.options import OptionCombo, device_choices, dtype_choices
@@ -595,7 +595,7 @@ class MergePage(QWidget):
         self.estimate.setText("\n".join(lines))
         if result.fit is not None:
             level = result.fit.level.name
-            self.fit_label.setText(f"{result.fit.level.value.capitalize()}: {result.fit.reason}.")
+            self.fit_label.setText(f"{sentence(result.fit.level.value)}: {result.fit.reason}.")
             self.fit_label.setToolTip(result.fit.summary())
             set_status_style(self.fit_label, {"WILL_NOT_FIT": "problem", "TIGHT": "warning"}.get(level, "good"))
         self.run_message.setText("Ready.")
@@ -668,16 +668,14 @@ def validate(document: dict[str, Any], device: str, output: str, probe: Any) -> 
     """Check `document` from the models' headers and estimate the job (worker thread; never raises)."""
     from guiapp.engine.merge import plan_merge  # noqa: PLC0415
     from guiapp.engine.recipe import recipe_from_dict  # noqa: PLC0415
-    from guiapp.errors import IncompatibleModelsError, RecipeError  # noqa: PLC0415
+    from guiapp.errors import RecipeError  # noqa: PLC0415
     from guiapp.system.resources import estimate_time, fit_verdict  # noqa: PLC0415
 
     try:
         plan = plan_merge(recipe_from_dict(document))
     except RecipeError as error:
         return Validation(error, _field_of(error))
-    except IncompatibleModelsError as error:
-        return Validation(error, "base" if "base" in error.message.lower() and "base_model" not in document else "models")
-    except Exception as error:  # unreadable model, Hub errors: they concern the models
+    except Exception as error:  # incompatible or unreadable models, Hub errors: they concern the models
         return Validation(error, "models")
     largest = max((sum(_numel(t.shape) for _ in t.inputs) for t in plan.tasks), default=0) * 4
     working = WORKING_COPIES * largest

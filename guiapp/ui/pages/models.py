@@ -41,6 +41,7 @@ class ModelsPage(QWidget):
         self.tabs.addTab(self._build_downloaded(), "Downloaded")
         self.tabs.addTab(self._build_local(), "Local folders")
         self.tabs.currentChanged.connect(self._tab_changed)
+        state.jobs.record_changed.connect(self._job_changed)
         layout = QVBoxLayout(self)
         layout.addWidget(self.tabs)
 
@@ -313,13 +314,15 @@ class ModelsPage(QWidget):
         layout.addLayout(buttons)
         return page
 
-    def refresh_cache(self) -> None:
+    def refresh_cache(self, note: str = "") -> None:
+        """List the cache again; `note` (what was just done) is shown after the totals."""
         from guiapp.hub.cache import scan_cache  # noqa: PLC0415
 
         self.cache_status.setText("Reading the cache…")
-        call_in_background(scan_cache, self._show_cache, lambda e: self.cache_status.setText(error_text(e)))
+        call_in_background(scan_cache, lambda models: self._show_cache(models, note),
+                           lambda e: self.cache_status.setText(error_text(e)))
 
-    def _show_cache(self, models: list[Any]) -> None:
+    def _show_cache(self, models: list[Any], note: str = "") -> None:
         from guiapp.hub.connection import HubConnection  # noqa: PLC0415
         from guiapp.system.units import format_bytes  # noqa: PLC0415
 
@@ -333,8 +336,8 @@ class ModelsPage(QWidget):
                 item.setData(Qt.ItemDataRole.UserRole, model.repo_id)
                 self.cache_table.setItem(row, column, item)
         total = sum(m.size for m in models)
-        self.cache_status.setText(f"{len(models)} models, {format_bytes(total)} in {HubConnection.current().cache_dir}"
-                                  if models else "No models downloaded yet.")
+        self.cache_status.setText((f"{len(models)} models, {format_bytes(total)} in {HubConnection.current().cache_dir}."
+                                   if models else "No models downloaded yet.") + (f" {note}" if note else ""))
 
     def _selected_cached(self) -> str | None:
         items = self.cache_table.selectedItems()
@@ -364,8 +367,7 @@ class ModelsPage(QWidget):
     def _deleted(self, plan: Any) -> None:
         from guiapp.system.units import format_bytes  # noqa: PLC0415
 
-        self.refresh_cache()
-        self.cache_status.setText(f"Deleted {plan.repo_id}; freed {format_bytes(plan.freed_bytes)}.")
+        self.refresh_cache(f"Deleted {plan.repo_id}; freed {format_bytes(plan.freed_bytes)}.")
 
     # --- local folders -------------------------------------------------------------------------------------
 
@@ -382,7 +384,7 @@ class ModelsPage(QWidget):
         remove.clicked.connect(self._remove_local)
         local_base = QPushButton("Use as base")
         local_base.clicked.connect(lambda: self._hand_over_local(self.state.use_as_base))
-        local_add = QPushButton("Add to merge")
+        local_add = self.local_add_button = QPushButton("Add to merge")
         local_add.clicked.connect(lambda: self._hand_over_local(self.state.add_to_merge))
         local_extract = QPushButton("Extract LoRA from this")
         local_extract.clicked.connect(lambda: (folder := self._selected_local()) and self.state.extract_from.emit(folder, ""))
@@ -433,6 +435,11 @@ class ModelsPage(QWidget):
     def _hand_over_local(self, signal) -> None:
         if folder := self._selected_local():
             signal.emit(folder)
+
+    def _job_changed(self, key: str) -> None:
+        record = self.state.jobs.record(key)
+        if record.kind == "download" and record.status == "done" and self.tabs.currentIndex() == 1:
+            self.refresh_cache()
 
     def _tab_changed(self, index: int) -> None:
         if index == 1:

@@ -7,7 +7,6 @@ layers (`[0.1, 0.5, 0.9]`) and filters (`[{filter: self_attn, value: 0.5}, {valu
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from PySide6.QtCore import Qt, Signal
@@ -49,19 +48,22 @@ class ParamEditor(QWidget):
             layout.addWidget(self.check)
         else:
             self.spin = QDoubleSpinBox(accessibleName=spec.name)
-            self.spin.setDecimals(0 if spec.kind == "int" else 4)
+            tiny = (spec.default not in (None, 0) and abs(spec.default) < 1e-3) or (spec.maximum or 1) < 0.1
+            self.spin.setDecimals(0 if spec.kind == "int" else 8 if tiny else 4)
             self.spin.setSingleStep(1 if spec.kind == "int" else 0.05)
             low = spec.minimum if spec.minimum is not None else -UNBOUNDED
             high = spec.maximum if spec.maximum is not None else UNBOUNDED
             self.spin.setRange(low, high)
             self.spin.setMinimumWidth(80)
             self.spin.valueChanged.connect(self._spin_changed)
-            if spec.minimum is not None and spec.maximum is not None and math.isfinite(high - low):
-                self.slider = QSlider(Qt.Orientation.Horizontal, accessibleName=f"{spec.name} slider")
-                self.slider.setRange(0, SLIDER_STEPS)
-                self.slider.setMinimumWidth(90)
-                self.slider.valueChanged.connect(self._slider_changed)
-                layout.addWidget(self.slider, 1)
+            self.slider_range = _slider_range(spec)
+            self.slider = QSlider(Qt.Orientation.Horizontal, accessibleName=f"{spec.name} slider")
+            self.slider.setRange(0, SLIDER_STEPS)
+            self.slider.setMinimumWidth(90)
+            self.slider.setToolTip(f"{tip}\nThe slider covers {self.slider_range[0]:g} to {self.slider_range[1]:g}; "
+                                   "type any other value in the box.")
+            self.slider.valueChanged.connect(self._slider_changed)
+            layout.addWidget(self.slider, 1)
             layout.addWidget(self.spin)
             self.list_button = QToolButton(text="list", checkable=True)
             self.list_button.setToolTip("Enter a gradient across layers or per-tensor filters instead of one number")
@@ -134,22 +136,20 @@ class ParamEditor(QWidget):
     def _slider_changed(self, position: int) -> None:
         if self._updating:
             return
-        low, high = self.spin.minimum(), self.spin.maximum()
+        low, high = self.slider_range
         self._updating = True
         self.spin.setValue(low + (high - low) * position / SLIDER_STEPS)
         self._updating = False
         self._user_changed()
 
     def _sync_slider(self, number: float) -> None:
-        if self.slider is not None:
-            low, high = self.spin.minimum(), self.spin.maximum()
-            self.slider.setValue(round((number - low) / (high - low) * SLIDER_STEPS) if high > low else 0)
+        low, high = self.slider_range
+        self.slider.setValue(round((min(max(number, low), high) - low) / (high - low) * SLIDER_STEPS))
 
     def _list_toggled(self, on: bool) -> None:
         self.text.setVisible(on)
         self.spin.setVisible(not on)
-        if self.slider is not None:
-            self.slider.setVisible(not on)
+        self.slider.setVisible(not on)
         if on and not self._updating and not self.text.text():
             self.text.setText(f"[{self.spin.value():g}, {self.spin.value():g}]")
         self._user_changed()
@@ -158,6 +158,15 @@ class ParamEditor(QWidget):
         parsed = self._parsed_text()
         set_status_style(self.text, "problem" if isinstance(parsed, str) else None)
         self._user_changed()
+
+
+def _slider_range(spec: Any) -> tuple[float, float]:
+    """The slider's span: the schema's range, or where a parameter without one sensibly lives (0 to 1 for a
+    weight, up to twice a larger default); the numeric box still takes any value the schema allows."""
+    low = spec.minimum if spec.minimum is not None else (min(0.0, spec.default or 0.0) * 2)
+    default = abs(spec.default or 0.0)
+    high = spec.maximum if spec.maximum is not None else max(1.0, 2 * default)
+    return float(low), float(high) if high > low else float(low) + 1.0
 
 
 class ParamForm(QWidget):

@@ -1,0 +1,118 @@
+"""The window under test: real widgets (offscreen), the real engine on small generated models, the real probe.
+
+Each test gets its own config folder (jobs history) and QSettings file, so nothing leaks between tests or into
+the user's settings. The window loads the real method registry (torch) but is handed the probe result made
+once per session, so tests do not each run the probe child.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import QSettings
+
+from guiapp.engine.samples import LlamaShape, write_llama, write_llama_finetune
+from guiapp.system.probe import Check, ProbeResult, machine_fingerprint, probe_child_command, run_probe_child
+from tests.support.fixtures import hub_env, hub_server  # noqa: F401 - fixtures for the search tests
+
+SMALL = LlamaShape(hidden=64, intermediate=128, layers=2, heads=4, kv_heads=2, vocab=256)
+WIDER = dataclasses.replace(SMALL, intermediate=192)
+# Big enough that a merge takes a second or more here, so progress is seen moving and a cancel lands mid-job.
+MEDIUM = LlamaShape(hidden=512, intermediate=1536, layers=6, heads=8, kv_heads=4, vocab=4096)
+
+
+@dataclass(frozen=True)
+class Models:
+    base: Path
+    tune_a: Path
+    tune_b: Path
+    wider: Path
+    medium_base: Path
+    medium_a: Path
+    medium_b: Path
+
+
+@pytest.fixture(scope="session")
+def models(tmp_path_factory: pytest.TempPathFactory) -> Models:
+    root = tmp_path_factory.mktemp("ui-models")
+    base = write_llama(root / "base", SMALL, seed=0)
+    medium_base = write_llama(root / "medium-base", MEDIUM, seed=10)
+    return Models(
+        base=base,
+        tune_a=write_llama_finetune(root / "tune-a", base, seed=1),
+        tune_b=write_llama_finetune(root / "tune-b", base, seed=2),
+        wider=write_llama(root / "wider", WIDER, seed=3),
+        medium_base=medium_base,
+        medium_a=write_llama_finetune(root / "medium-a", medium_base, seed=11, delta_rank=None),
+        medium_b=write_llama_finetune(root / "medium-b", medium_base, seed=12, delta_rank=None),
+    )
+
+
+@pytest.fixture(scope="session")
+def probed() -> ProbeResult:
+    result = run_probe_child(probe_child_command(), machine_fingerprint(), timeout=120)
+    assert result.problem is None, result.problem
+    return result
+
+
+@pytest.fixture(autouse=True)
+def isolated_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MERGESMITH_CONFIG_DIR", str(tmp_path / "config"))
+    QSettings.setDefaultFormat(QSettings.Format.IniFormat)
+    QSettings.setPath(QSettings.Format.IniFormat, QSettings.Scope.UserScope, str(tmp_path / "qsettings"))
+    QSettings().clear()
+
+
+@pytest.fixture
+def make_window(qtbot, probed):
+    """Builds the main window like `run_app` does, methods loaded, with the session's probe (or `probe`)."""
+    from guiapp.ui.app import create_window
+
+    windows = []
+
+    def make(probe: ProbeResult | None = None):
+        _, window = create_window([])
+        qtbot.addWidget(window)
+        window.resize(1280, 860)
+        window.show()
+        window.state.start_loading(probe=False)
+        qtbot.waitUntil(lambda: window.state.methods is not None, timeout=60_000)
+        window.state.set_probe(probe or probed)
+        windows.append(window)
+        return window
+
+    yield make
+    for window in windows:
+        window.state.jobs.shutdown(10)
+
+
+@pytest.fixture
+def window(make_window):
+    return make_window()
+
+
+def broken_float16(result: ProbeResult) -> ProbeResult:
+    """The probe of a machine whose CPU cannot convert float16 (as some torch builds cannot)."""
+    checks = [dataclasses.replace(c, ok=False, error="RuntimeError: \"copy_\" not implemented for 'Half'")
+              if (c.device, c.dtype) == ("cpu", "float16") and c.operation.startswith("cast_to_") else c
+              for c in result.checks]
+    return dataclasses.replace(result, checks=checks)
+
+
+def with_gpu(result: ProbeResult) -> ProbeResult:
+    """The probe of this machine plus a GPU that passed every check: a machine this one is not."""
+    gpu = {"id": "cuda:0", "kind": "cuda", "name": "Test GPU", "memory_total": 8_000_000_000,
+           "memory_free": 7_000_000_000}
+    checks = result.checks + [Check("cuda:0", c.dtype, c.operation, c.ok, c.error) for c in result.checks
+                              if c.device == "cpu"]
+    speeds = result.speeds + [dataclasses.replace(s, device="cuda:0") for s in result.speeds if s.device == "cpu"]
+    return dataclasses.replace(result, devices=result.devices + [gpu], checks=checks, speeds=speeds)
+
+
+def wait_for_job(qtbot, window, key: str, timeout: int = 60_000):
+    record = window.state.jobs.record(key)
+    qtbot.waitUntil(lambda: record.status not in ("queued", "running"), timeout=timeout)
+    return record

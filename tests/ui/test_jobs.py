@@ -1,0 +1,168 @@
+"""Jobs run from the pages: progress, cancel, failures explained with Retry, extraction report, history,
+and closing the window with a job running."""
+
+from __future__ import annotations
+
+import time
+
+import yaml
+from PySide6.QtCore import Qt, QTimer
+from PySide6.QtWidgets import QApplication, QMessageBox
+
+from guiapp.jobs.history import load_history
+from tests.ui.conftest import wait_for_job, with_gpu
+
+
+def _medium_recipe(models, method="ties"):
+    return {"merge_method": method, "base_model": str(models.medium_base),
+            "models": [{"model": str(models.medium_a), "parameters": {"weight": 0.5, "density": 0.5}},
+                       {"model": str(models.medium_b), "parameters": {"weight": 0.5, "density": 0.5}}]}
+
+
+def _prepare(window, recipe, output):
+    page = window.merge
+    page.yaml_edit.setPlainText(yaml.safe_dump(recipe, sort_keys=False))
+    page.output_edit.setText(str(output))
+
+
+def _bar_values(window):
+    values = []
+    window.jobs.bar.valueChanged.connect(values.append)
+    return values
+
+
+def test_a_merge_runs_to_completion_with_moving_progress(qtbot, window, models, tmp_path):
+    _prepare(window, _medium_recipe(models), tmp_path / "merged")
+    values = _bar_values(window)
+    qtbot.mouseClick(window.merge.run_button, Qt.MouseButton.LeftButton)
+    assert window.current_page() == "jobs"
+    record = wait_for_job(qtbot, window, window.jobs.selected)
+    assert record.status == "done", record.log
+    assert any(0 < v < 1000 for v in values), values  # seen part-way, not only empty and full
+    assert window.jobs.bar.value() == 1000
+    assert "Wrote" in window.jobs.summary.text() and window.jobs.open_button.isEnabled()
+    assert (tmp_path / "merged" / "config.json").is_file()
+    assert window.jobs.elapsed.text().endswith("s")
+    assert "Done" in window.jobs.log.toPlainText()
+
+
+def test_cancel_stops_the_job_within_two_seconds(qtbot, window, models, tmp_path):
+    _prepare(window, _medium_recipe(models, "della"), tmp_path / "cancelled")
+    key = window.merge.run()
+    record = window.state.jobs.record(key)
+    qtbot.waitUntil(lambda: window.state.jobs.latest.get(key) is not None
+                    and window.state.jobs.latest[key].stage == "Merging", timeout=30_000)
+    clicked = time.monotonic()
+    qtbot.mouseClick(window.jobs.cancel_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: record.status == "cancelled", timeout=5_000)
+    assert time.monotonic() - clicked < 2.0
+    assert not (tmp_path / "cancelled").exists()  # nothing half-written left behind
+    assert window.jobs.status.text() == "Cancelled"
+    assert not window.jobs.cancel_button.isEnabled()
+
+
+def test_existing_output_folder_is_explained_and_retry_overwrites(qtbot, window, models, tmp_path):
+    output = tmp_path / "taken"
+    output.mkdir()
+    recipe = {"merge_method": "linear", "models": [{"model": str(models.tune_a), "parameters": {"weight": 0.5}},
+                                                   {"model": str(models.tune_b), "parameters": {"weight": 0.5}}]}
+    _prepare(window, recipe, output)
+    qtbot.waitUntil(lambda: "already exists" in window.merge.output_message.text(), timeout=20_000)
+    record = wait_for_job(qtbot, window, window.merge.run())
+    assert record.status == "failed"
+    panel = window.jobs.explanation
+    assert not panel.isHidden()
+    assert panel.title.text() == "The output folder cannot be used"
+    assert "already exists" in panel.what.text()
+    assert "Traceback" in panel.details.toPlainText() and panel.details.isHidden()
+    qtbot.mouseClick(panel.details_button, Qt.MouseButton.LeftButton)
+    assert not panel.details.isHidden()
+    assert not panel.retry_button.isHidden() and "overwrite = True" in panel.retry_button.toolTip()
+    qtbot.mouseClick(panel.retry_button, Qt.MouseButton.LeftButton)
+    retried = wait_for_job(qtbot, window, window.jobs.selected)
+    assert retried.key != record.key and retried.status == "done"
+    assert retried.spec["overwrite"] is True
+    assert (output / "model.safetensors").is_file()
+
+
+def test_a_device_this_machine_lacks_is_explained_and_retried_on_the_cpu(qtbot, make_window, probed, models, tmp_path):
+    window = make_window(with_gpu(probed))
+    page = window.merge
+    assert page.device_combo.is_enabled_choice("cuda:0")
+    _prepare(window, {"merge_method": "linear", "models": [
+        {"model": str(models.tune_a), "parameters": {"weight": 1.0}}]}, tmp_path / "gpu")
+    page.device_combo.select("cuda:0")
+    record = wait_for_job(qtbot, window, page.run())
+    assert record.status == "failed"
+    panel = window.jobs.explanation
+    assert panel.title.text() == "The chosen device cannot be used"
+    assert "cuda:0" in panel.what.text()
+    assert "device = cpu" in panel.retry_button.toolTip()
+    qtbot.mouseClick(panel.retry_button, Qt.MouseButton.LeftButton)
+    retried = wait_for_job(qtbot, window, window.jobs.selected)
+    assert retried.status == "done" and retried.spec["device"] == "cpu"
+
+
+def test_an_extraction_runs_to_completion_with_its_report(qtbot, window, models, tmp_path):
+    window.show_page("lora")
+    page = window.lora
+    page.x_base.set_text(str(models.medium_base))
+    page.x_model.set_text(str(models.medium_a))
+    page.rank_value.setValue(8)
+    page.x_out.setText(str(tmp_path / "adapter"))
+    qtbot.waitUntil(lambda: "pair up" in page.x_check.text(), timeout=20_000)
+    assert "Reads" in page.x_estimate.text()
+    values = _bar_values(window)
+    qtbot.mouseClick(page.x_run, Qt.MouseButton.LeftButton)
+    record = wait_for_job(qtbot, window, window.jobs.selected, timeout=120_000)
+    assert record.status == "done", record.log
+    assert any(0 < v < 1000 for v in values), values
+    assert (tmp_path / "adapter" / "adapter_config.json").is_file()
+    report = page.x_report.text()
+    assert "Adapter:" in report and "Mean retained energy" in report and "Worst modules" in report
+    assert "Adapter:" in window.jobs.summary.text()
+
+
+def test_history_survives_a_restart_without_secrets(qtbot, make_window, models, tmp_path):
+    window = make_window()
+    recipe = {"merge_method": "linear", "models": [{"model": str(models.tune_a), "parameters": {"weight": 1.0}}],
+              "hf_token": "hf_secret"}
+    _prepare(window, recipe, tmp_path / "one")
+    record = wait_for_job(qtbot, window, window.merge.run())
+    assert record.status == "done"
+    window.state.jobs.shutdown()
+    saved = load_history()
+    assert [r.key for r in saved] == [record.key]
+    assert "hf_secret" not in (tmp_path / "config" / "jobs_history.json").read_text()
+    again = make_window()
+    assert again.jobs.list.count() == 1
+    again.jobs.list.setCurrentRow(0)
+    assert again.jobs.title.text() == record.title and again.jobs.status.text() == "Done"
+
+
+def test_closing_with_a_running_job_asks_then_cancels(qtbot, window, models, tmp_path):
+    _prepare(window, _medium_recipe(models, "della"), tmp_path / "closing")
+    key = window.merge.run()
+    record = window.state.jobs.record(key)
+    qtbot.waitUntil(lambda: record.status == "running", timeout=30_000)
+    answers = []
+
+    def answer(button):
+        box = QApplication.activeModalWidget()
+        if isinstance(box, QMessageBox):
+            answers.append(box.text())
+            box.button(button).click()
+        else:
+            QTimer.singleShot(50, lambda: answer(button))
+
+    QTimer.singleShot(50, lambda: answer(QMessageBox.StandardButton.No))
+    window.close()
+    assert window.isVisible() and record.status == "running"  # "Keep running" keeps everything as it was
+    QTimer.singleShot(50, lambda: answer(QMessageBox.StandardButton.Yes))
+    started = time.monotonic()
+    window.close()
+    assert not window.isVisible()
+    assert time.monotonic() - started < 5
+    assert len(answers) == 2 and "still running" in answers[0]
+    assert not (tmp_path / "closing").exists()
+    assert load_history()[-1].status == "cancelled"

@@ -1,0 +1,36 @@
+"""Starting the window: no torch on the way to a visible window, and `mergesmith --self-test` passes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+SHOW_WINDOW = """
+import sys
+from guiapp.ui.app import create_window
+app, window = create_window([])
+window.show()
+app.processEvents()
+heavy = sorted(name for name in ("torch", "numpy", "safetensors", "guiapp.engine.methods") if name in sys.modules)
+print("visible" if window.isVisible() else "hidden", ",".join(heavy) or "-")
+"""
+
+
+def test_showing_the_window_does_not_import_torch(tmp_path):
+    env = {**os.environ, "QT_QPA_PLATFORM": "offscreen", "MERGESMITH_CONFIG_DIR": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", SHOW_WINDOW], capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["visible", "-"], done.stdout
+
+
+def test_self_test_exits_zero(tmp_path):
+    env = {**os.environ, "HOME": str(tmp_path)}  # nothing may land in the real home either
+    env.pop("QT_QPA_PLATFORM", None)  # --self-test must choose offscreen by itself without a display
+    env.pop("DISPLAY", None)
+    env.pop("WAYLAND_DISPLAY", None)
+    done = subprocess.run([sys.executable, "-m", "guiapp", "--self-test"], capture_output=True, text=True, env=env,
+                          timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Self-test passed" in done.stdout
+    assert not (tmp_path / "Mergesmith").exists()

@@ -1,0 +1,75 @@
+"""The window as a whole: first-run welcome with the sample models, keyboard navigation, window state,
+the Hardware page's matrix, and the colour scheme."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QKeySequence, QPalette
+from PySide6.QtWidgets import QApplication
+
+from guiapp.ui.app import create_window
+from tests.ui.conftest import broken_float16, wait_for_job
+
+
+def test_first_run_welcome_tries_the_sample_models(qtbot, window, tmp_path):
+    assert window.current_page() == "welcome"
+    window.welcome.try_samples(tmp_path / "samples")
+    qtbot.waitUntil(lambda: window.current_page() == "merge", timeout=60_000)
+    page = window.merge
+    assert page.method_combo.currentData() == "ties" and page.table.rowCount() == 2
+    assert page.output_edit.text() == str(tmp_path / "samples" / "merged")
+    qtbot.waitUntil(lambda: page.run_message.text() == "Ready.", timeout=20_000)
+    qtbot.mouseClick(page.run_button, Qt.MouseButton.LeftButton)
+    assert wait_for_job(qtbot, window, window.jobs.selected).status == "done"
+
+
+def test_keyboard_reaches_every_page_and_the_state_is_restored(qtbot, make_window):
+    window = make_window()
+    for number, page in enumerate(("welcome", "models", "merge", "lora", "jobs", "hardware", "settings"), start=1):
+        qtbot.keySequence(window, QKeySequence(f"Ctrl+{number}"))
+        assert window.current_page() == page
+    qtbot.keySequence(window, QKeySequence("Ctrl+3"))
+    window.resize(1100, 700)
+    window.close()
+    _, again = create_window([])
+    qtbot.addWidget(again)
+    assert again.current_page() == "merge"  # not the welcome any more: the page last open
+    assert (again.width(), again.height()) == (1100, 700)
+    again.state.jobs.shutdown()
+
+
+def test_tab_order_follows_the_merge_form(qtbot, window):
+    window.show_page("merge")
+    page = window.merge
+    page.method_combo.setFocus()
+    order = []
+    for _ in range(4):
+        qtbot.keyClick(QApplication.focusWidget(), Qt.Key.Key_Tab)
+        order.append(QApplication.focusWidget())
+    assert page.base_picker.combo in order or page.base_picker.combo.lineEdit() in order
+
+
+def test_hardware_page_shows_the_matrix_with_reasons(qtbot, make_window, probed):
+    window = make_window(broken_float16(probed))
+    page = window.hardware
+    window.show_page("hardware")
+    assert page.device_combo.currentData() == "cpu"
+    dtypes = [page.jobs_table.horizontalHeaderItem(c).text() for c in range(page.jobs_table.columnCount())]
+    merge_float16 = page.jobs_table.item(0, dtypes.index("float16"))
+    assert merge_float16.text() == "✗ no" and "Half" in merge_float16.toolTip()
+    assert page.jobs_table.item(0, dtypes.index("bfloat16")).text() == "✓ yes"
+    operations = [page.matrix.verticalHeaderItem(r).text() for r in range(page.matrix.rowCount())]
+    assert "svd" in operations and "matmul" in operations
+    qtbot.waitUntil(lambda: "RAM:" in page.memory.text(), timeout=10_000)
+    assert "Disk:" in page.memory.text()
+
+
+def test_dark_scheme_is_legible(qtbot, window):
+    window.show_page("settings")
+    combo = window.settings.theme_combo
+    combo.setCurrentIndex(combo.findData("dark"))
+    palette = QApplication.palette()
+    window_colour, text = palette.color(QPalette.ColorRole.Window), palette.color(QPalette.ColorRole.WindowText)
+    assert window_colour.lightness() < 80 and text.lightness() > 180
+    combo.setCurrentIndex(combo.findData("system"))
+    assert QApplication.palette().color(QPalette.ColorRole.Window).lightness() > 128
