@@ -1,0 +1,189 @@
+"""LoRA extraction benchmark: the randomized solver against the exact one on Llama-shaped deltas.
+
+For each matrix (attention 2048², MLP 2048×5632, attention 4096²) and spectrum (a planted rank-32 update plus
+noise, and a heavy-tailed power-law spectrum like real fine-tune deltas) it prints, for ranks 16, 64 and 256:
+the wall time of the randomized solver and of the exact full SVD, both Frobenius errors relative to ‖Δ‖, the
+randomized error's ratio to the optimum, and the speedup. Then it measures the peak memory of one randomized
+decomposition in a fresh process, and (unless --no-end-to-end) runs `extract_lora` on a generated Llama-shaped
+pair with both solvers.
+
+Run: .venv/bin/python benchmarks/extract.py [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from guiapp.engine.lowrank import RankRule, decompose, relative_error  # noqa: E402
+
+SHAPES = {"attn 2048²": (2048, 2048), "mlp 2048×5632": (5632, 2048), "attn 4096²": (4096, 4096)}
+RANKS = (16, 64, 256)
+
+
+def planted(rows: int, cols: int, generator: torch.Generator) -> torch.Tensor:
+    """A rank-32 update (scale of a fine-tune delta) plus full-rank noise at 5 % of its norm."""
+    update = torch.randn(rows, 32, generator=generator) @ torch.randn(32, cols, generator=generator)
+    update *= 1e-3 / 32**0.5
+    noise = torch.randn(rows, cols, generator=generator)
+    return update + noise * (0.05 * float(update.norm()) / float(noise.norm()))
+
+
+def heavy_tailed(rows: int, cols: int, generator: torch.Generator) -> torch.Tensor:
+    """Singular values s_i ∝ i^-0.5 over the full rank, with random singular vectors."""
+    k = min(rows, cols)
+    left = torch.linalg.qr(torch.randn(rows, k, generator=generator)).Q
+    right = torch.linalg.qr(torch.randn(cols, k, generator=generator)).Q
+    spectrum = torch.arange(1, k + 1, dtype=torch.float32) ** -0.5 * 1e-3
+    return (left * spectrum) @ right.T
+
+
+def solver_table(shapes: dict[str, tuple[int, int]]) -> list[dict]:
+    rows_out = []
+    for label, (rows, cols) in shapes.items():
+        for kind, make in (("planted", planted), ("heavy-tailed", heavy_tailed)):
+            delta = make(rows, cols, torch.Generator().manual_seed(0))
+            start = time.perf_counter()
+            singular_values = torch.linalg.svd(delta, full_matrices=False).S
+            exact_seconds = time.perf_counter() - start
+            energy = singular_values.double().square()
+            for rank in RANKS:
+                optimum = float((energy[rank:].sum() / energy.sum()).sqrt())
+                start = time.perf_counter()
+                parts = decompose(delta, RankRule("fixed", rank), "randomized")
+                seconds = time.perf_counter() - start
+                error = relative_error(delta, parts.left, parts.right)
+                row = {
+                    "matrix": label, "spectrum": kind, "rank": rank, "randomized_s": seconds,
+                    "exact_s": exact_seconds, "randomized_error": error, "exact_error": optimum,
+                    "ratio": error / optimum, "speedup": exact_seconds / seconds,
+                }
+                rows_out.append(row)
+                print(
+                    f"{label:<14} {kind:<12} r={rank:<4} randomized {seconds:7.3f}s  exact {exact_seconds:7.2f}s  "
+                    f"error {error:.5f} vs optimum {optimum:.5f}  ratio {error / optimum:.4f}  "
+                    f"speedup {exact_seconds / seconds:6.1f}×",
+                    flush=True,
+                )
+    return rows_out
+
+
+class PeakMemory:
+    """Samples this process's resident memory every millisecond in a thread; `.peak_mb` above the start."""
+
+    def __enter__(self) -> PeakMemory:
+        import psutil  # noqa: PLC0415
+
+        self._process = psutil.Process()
+        gc.collect()
+        self.start = self._process.memory_info().rss
+        self.peak = self.start
+        self._running = True
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._running = False
+        self._thread.join()
+
+    def _sample(self) -> None:
+        while self._running:
+            self.peak = max(self.peak, self._process.memory_info().rss)
+            time.sleep(0.001)
+
+    @property
+    def peak_mb(self) -> float:
+        return (self.peak - self.start) / 1e6
+
+
+def memory_probe(rows: int, cols: int, rank: int) -> None:
+    """Child process: the memory one randomized decomposition needs beyond the matrix itself."""
+    delta = planted(rows, cols, torch.Generator().manual_seed(0))
+    with PeakMemory() as memory:
+        decompose(delta, RankRule("fixed", rank), "randomized")
+    print(json.dumps({"matrix_mb": delta.numel() * 4 / 1e6, "extra_peak_mb": memory.peak_mb}))
+
+
+def extraction_probe(base: str, tuned: str, out: str, solver: str) -> None:
+    """Child process: one extract_lora run, its wall time and the memory it needs beyond the loaded libraries."""
+    from guiapp.engine.lora_extract import ExtractionSettings, extract_lora  # noqa: PLC0415
+
+    with PeakMemory() as memory:
+        start = time.perf_counter()
+        summary = extract_lora(ExtractionSettings(base, tuned, Path(out), rule=RankRule("fixed", 64), solver=solver))
+        seconds = time.perf_counter() - start
+    print(json.dumps({"seconds": seconds, "peak_mb": memory.peak_mb, "energy": summary["mean_retained_energy"],
+                      "adapter_mb": summary["adapter_bytes"] / 1e6}))
+
+
+def child(*args: str) -> dict:
+    output = subprocess.run([sys.executable, __file__, *args], check=True, capture_output=True, text=True).stdout
+    return json.loads(output.strip().splitlines()[-1])
+
+
+def measure_memory(rows: int, cols: int, rank: int) -> dict:
+    result = child("--memory-probe", str(rows), str(cols), str(rank))
+    print(f"peak memory, randomized rank {rank} on {rows}×{cols}: matrix {result['matrix_mb']:.0f} MB, "
+          f"extra peak {result['extra_peak_mb']:.0f} MB", flush=True)
+    return result
+
+
+def end_to_end(hidden: int, intermediate: int, layers: int) -> None:
+    """extract_lora on a generated Llama-shaped pair, each solver in a fresh process: wall time and peak memory."""
+    from guiapp.engine.samples import LlamaShape, write_llama, write_llama_finetune  # noqa: PLC0415
+
+    with tempfile.TemporaryDirectory() as folder:
+        folder = Path(folder)
+        shape = LlamaShape(hidden=hidden, intermediate=intermediate, layers=layers, heads=16, kv_heads=4, vocab=4096)
+        base = write_llama(folder / "base", shape, dtype=torch.bfloat16)
+        tuned = write_llama_finetune(folder / "tuned", base, delta_rank=32, noise=1e-4)
+        model_mb = sum(p.stat().st_size for p in base.glob("*.safetensors")) / 1e6
+        largest_mb = hidden * intermediate * 4 / 1e6
+        for solver in ("randomized", "exact"):
+            result = child("--extraction-probe", str(base), str(tuned), str(folder / f"lora-{solver}"), solver)
+            print(f"extract_lora {solver:<10} hidden {hidden}, {layers} layers ({model_mb:.0f} MB bf16 model, largest "
+                  f"float32 matrix {largest_mb:.0f} MB): {result['seconds']:6.1f}s, mean retained energy "
+                  f"{result['energy']:.4f}, adapter {result['adapter_mb']:.1f} MB, peak memory {result['peak_mb']:.0f} MB",
+                  flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="Only the 2048-wide matrices.")
+    parser.add_argument("--no-end-to-end", action="store_true", help="Skip the extract_lora runs.")
+    parser.add_argument("--memory-probe", nargs=3, type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--extraction-probe", nargs=4, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.memory_probe:
+        memory_probe(*args.memory_probe)
+        return
+    if args.extraction_probe:
+        extraction_probe(*args.extraction_probe)
+        return
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads", flush=True)
+    shapes = {k: v for k, v in SHAPES.items() if not (args.quick and "4096" in k)}
+    rows = solver_table(shapes)
+    target = [r for r in rows if "4096" in r["matrix"] and r["rank"] <= 64]
+    if target:
+        print(f"4096-wide, rank ≤ 64: slowest speedup {min(r['speedup'] for r in target):.0f}×, "
+              f"worst ratio to optimum {max(r['ratio'] for r in target):.4f}")
+    print(f"all cases: worst ratio to optimum {max(r['ratio'] for r in rows):.4f}")
+    measure_memory(4096, 4096, 256)
+    if not args.no_end_to_end:
+        end_to_end(hidden=2048, intermediate=5632, layers=1)
+
+
+if __name__ == "__main__":
+    main()
