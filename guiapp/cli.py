@@ -63,9 +63,19 @@ def _launch_window(args: argparse.Namespace) -> int:
 
 
 def _print_explanation(error: BaseException) -> None:
+    """Print the explanation without the traceback, which is saved to a file for bug reports instead."""
     from guiapp.system.explain import explain  # noqa: PLC0415
+    from guiapp.system.probe import cache_dir  # noqa: PLC0415
 
-    print(explain(error).render_text(), file=sys.stderr)
+    explanation = explain(error)
+    print(explanation.render_text(details=False), file=sys.stderr)
+    details = cache_dir() / "last-error.txt"
+    try:
+        details.parent.mkdir(parents=True, exist_ok=True)
+        details.write_text(explanation.raw + "\n", encoding="utf-8")
+    except OSError:
+        return
+    print(f"\nThe full error report is in {details}.", file=sys.stderr)
 
 
 # --- progress on a terminal -------------------------------------------------------------------------------

@@ -42,8 +42,9 @@ class Explanation:
     recognised: bool = True
     kind: str = ""
 
-    def render_text(self, width: int = RENDER_WIDTH) -> str:
-        """Plain text for a terminal: title, what happened, why, what to do, retry settings, then the details."""
+    def render_text(self, width: int = RENDER_WIDTH, details: bool = True) -> str:
+        """Plain text for a terminal: title, what happened, why, what to do, retry settings, then the details
+        (the raw error and traceback) unless `details` is False."""
         sections = [self.title, ""]
         for label, text in (("What happened", self.what), ("Why", self.why), ("What to do", self.fix)):
             if text:
@@ -51,7 +52,7 @@ class Explanation:
         if self.retry_with:
             settings = ", ".join(f"{key}={value}" for key, value in self.retry_with.items())
             sections.append(f"Retry with: {settings}")
-        if self.raw.strip():
+        if details and self.raw.strip():
             sections += ["", "Details:", textwrap.indent(self.raw.rstrip(), "  ")]
         return "\n".join(sections)
 
