@@ -153,6 +153,7 @@ def _add_merge_commands(commands: argparse._SubParsersAction) -> None:
     merge.add_argument("--dry-run", action="store_true", help="Validate and print the plan; write nothing.")
     merge.add_argument("--seed", type=int, default=0, help="Seed for the random methods (DARE, DELLA).")
     merge.add_argument("--overwrite", action="store_true", help="Replace OUT_DIR if it exists (once the merge is done).")
+    merge.add_argument("--force", action="store_true", help="Start even when the estimate says it will not fit.")
     merge.set_defaults(handler=_run_merge)
 
     demo = commands.add_parser("demo", help="Generate two small sample models and merge them (no download).")
@@ -172,24 +173,29 @@ def _run_merge(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     recipe = load_recipe(args.recipe)
     if args.dry_run:
-        return _print_plan(recipe, args.out_dir)
+        return _print_plan(recipe, args.out_dir, args.device)
     return run_in_terminal(merge_job(recipe, args.out_dir, device=args.device, seed=args.seed,
-                                     shard_bytes=shard_bytes, overwrite=args.overwrite))
+                                     shard_bytes=shard_bytes, overwrite=args.overwrite, force=args.force))
 
 
-def _print_plan(recipe, out_dir: Path) -> int:
+def _print_plan(recipe, out_dir: Path, device: str) -> int:
     from guiapp.engine.merge import plan_merge  # noqa: PLC0415
+    from guiapp.jobs.estimates import estimate_merge  # noqa: PLC0415
+    from guiapp.system.probe import cached_probe  # noqa: PLC0415
+    from guiapp.system.units import format_bytes  # noqa: PLC0415
 
     plan = plan_merge(recipe)
+    estimate = estimate_merge(plan, device, out_dir, cached_probe())
     print(f"Method:        {plan.method.name} ({plan.method.summary})")
     for model in plan.models:
         role = " (base)" if recipe.base_model == model.ref else ""
         print(f"Model:         {model.label}{role}")
     print(f"Tensors:       {len(plan.tasks)}")
-    print(f"Output:        {out_dir} ({plan.output_bytes / 1e9:.2f} GB as {str(plan.out_dtype).removeprefix('torch.')})")
-    print(f"Reads:         {plan.input_bytes / 1e9:.2f} GB, computed in {str(plan.compute_dtype).removeprefix('torch.')}")
+    print(f"Output:        {out_dir} ({format_bytes(plan.output_bytes)} as {str(plan.out_dtype).removeprefix('torch.')})")
+    print(f"Reads:         {format_bytes(plan.input_bytes)}, computed in {str(plan.compute_dtype).removeprefix('torch.')}")
     for warning in plan.warnings:
         print(f"Warning:       {warning}")
+    print("Estimate:      " + estimate.summary().replace("\n", "\n               "))
     print("The recipe is valid. Nothing was written (--dry-run).")
     return EXIT_OK
 

@@ -11,7 +11,7 @@ import zlib
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -78,12 +78,18 @@ def plan_merge(recipe: Recipe, progress: Progress | None = None) -> MergePlan:
     return plan
 
 
-def run_merge(recipe: Recipe, settings: MergeSettings, progress: Progress | None = None) -> MergeOutcome:
+def run_merge(
+    recipe: Recipe,
+    settings: MergeSettings,
+    progress: Progress | None = None,
+    before_start: Callable[[MergePlan], None] | None = None,
+) -> MergeOutcome:
     """Merge `recipe` into `settings.output`.
 
-    Everything that can be checked from headers is checked before any download or computation. On failure or
-    cancellation nothing is left at `settings.output` (an existing folder there is kept unless the merge
-    completes with `overwrite`). Raises the MergesmithError subclasses of the problem found.
+    Everything that can be checked from headers is checked before any download or computation; `before_start`
+    is then called with the plan (the jobs layer estimates the job there and may refuse it by raising). On
+    failure or cancellation nothing is left at `settings.output` (an existing folder there is kept unless the
+    merge completes with `overwrite`). Raises the MergesmithError subclasses of the problem found.
     """
     progress = progress or Progress()
     started = time.monotonic()
@@ -92,6 +98,8 @@ def run_merge(recipe: Recipe, settings: MergeSettings, progress: Progress | None
     with StagedOutput(settings.output, overwrite=settings.overwrite, inputs=local_inputs) as staged:
         plan = plan_merge(recipe, progress)
         check_free_space(staged.path, plan.output_bytes + _DISK_MARGIN_BYTES)
+        if before_start is not None:
+            before_start(plan)
         progress.start_stage("Preparing models", total=len(plan.models))
         readers = []
         try:

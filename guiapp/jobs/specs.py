@@ -11,18 +11,30 @@ from guiapp.jobs.runner import Job
 
 
 def merge_job(recipe: Recipe, output: Path, *, device: str = "cpu", seed: int = 0,
-              shard_bytes: int | None = None, overwrite: bool = False) -> Job:
-    """A job that runs `recipe` into `output`; its spec records every setting so it can be retried changed."""
+              shard_bytes: int | None = None, overwrite: bool = False, force: bool = False) -> Job:
+    """A job that runs `recipe` into `output`; its spec records every setting so it can be retried changed.
+
+    Before any download or computation the job logs its estimate (memory, disk, time) and refuses to start,
+    with the numbers, when it will not fit this machine, unless `force`.
+    """
     spec = {"recipe": recipe.document, "output": str(output), "device": device, "seed": seed,
-            "shard_bytes": shard_bytes, "overwrite": overwrite}
+            "shard_bytes": shard_bytes, "overwrite": overwrite, "force": force}
 
     def work(progress):
         from guiapp.engine.merge import MergeSettings, run_merge  # noqa: PLC0415 - torch loads with the job
         from guiapp.engine.output import DEFAULT_SHARD_BYTES  # noqa: PLC0415
+        from guiapp.jobs.estimates import estimate_merge  # noqa: PLC0415
+        from guiapp.system.probe import cached_probe  # noqa: PLC0415
+
+        def check_fit(plan) -> None:
+            estimate = estimate_merge(plan, device, Path(output), cached_probe())
+            progress.log("Estimate: " + estimate.summary().replace("\n", "\n  "))
+            if not estimate.fit.fits and not force:
+                raise estimate.fit.as_error()
 
         settings = MergeSettings(Path(output), device=device, seed=seed,
                                  shard_bytes=shard_bytes or DEFAULT_SHARD_BYTES, overwrite=overwrite)
-        return run_merge(recipe, settings, progress).summary()
+        return run_merge(recipe, settings, progress, before_start=check_fit).summary()
 
     return Job(title=f"Merge ({recipe.merge_method}) → {Path(output).name}", kind="merge", spec=spec, work=work)
 

@@ -1,0 +1,138 @@
+"""What a job will need before it starts: memory, disk and time, from headers alone, and whether it fits.
+
+Memory is private (anonymous) memory: model files are memory-mapped, so the pages of the inputs belong to the
+page cache, which the system reclaims under pressure; what cannot be reclaimed is the float32 working set of
+the tensors being merged. The merge loop holds one tensor's inputs, the method's temporaries and the output
+cast, plus the next tensor's inputs read ahead.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+from guiapp.system.resources import Fit, TimeEstimate, fit_verdict
+
+# Float32 copies of one tensor a method holds while it merges n inputs, as constant + per_input × n, measured
+# with benchmarks/method_memory.py (peak anonymous memory of a 16 M-element tensor merged at n = 3 and n = 5).
+METHOD_COPIES: dict[str, tuple[float, float]] = {
+    "linear": (1.0, 0.0),
+    "task_arithmetic": (0.0, 1.0),
+    "ties": (4.2, 0.4),
+    "dare_ties": (3.0, 0.5),
+    "dare_linear": (3.0, 0.5),
+    "breadcrumbs": (1.6, 0.9),
+    "breadcrumbs_ties": (2.3, 0.75),
+    "della": (1.3, 1.65),
+    "della_linear": (1.3, 1.65),
+    "slerp": (0.25, 1.0),
+    "nuslerp": (0.0, 2.0),
+    "multislerp": (0.0, 1.42),
+    "karcher": (0.25, 1.0),
+    "model_stock": (0.0, 2.0),
+    "sce": (0.0, 1.84),
+    "ram": (0.0, 2.67),
+    "ramplus_tl": (0.0, 2.92),
+    "nearswap": (0.0, 1.5),
+    "arcee_fusion": (0.0, 2.0),
+    "passthrough": (1.0, 0.0),
+}
+_UNKNOWN_METHOD_COPIES = (2.0, 2.0)
+# Python, torch and Mergesmith themselves, when the estimate is made in a process that has not loaded torch yet.
+_RUNTIME_BYTES = 350 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class JobEstimate:
+    """A job's needs and the verdict for this machine. `peak_ram` includes the process that runs it."""
+
+    peak_ram: int
+    peak_vram: int
+    output_bytes: int
+    time: TimeEstimate | None
+    fit: Fit
+
+    def summary(self) -> str:
+        time = f"\n  Time: {self.time}" if self.time else ""
+        return self.fit.summary() + time
+
+
+def merge_working_set(plan) -> int:
+    """Peak private bytes the merge loop adds while running `plan` (a guiapp.engine.plan.MergePlan)."""
+    compute_size = plan.compute_dtype.itemsize
+    constant, per_input = METHOD_COPIES.get(plan.method.name, _UNKNOWN_METHOD_COPIES)
+
+    def read_copies(task) -> int:
+        total = 0
+        for item in task.inputs:
+            info = plan.models[item.model].tensors[item.tensor]
+            converted = not task.floating or info.dtype != plan.compute_dtype or item.rows is not None \
+                or plan.read_dtype not in (None, plan.compute_dtype)
+            if converted:
+                total += math.prod(task.shape) * (compute_size if task.floating else info.dtype.itemsize)
+        return total
+
+    def compute(task) -> int:
+        numel = math.prod(task.shape)
+        out = numel * plan.out_tensor_dtype(task).itemsize
+        if task.copy or not task.floating:
+            return out
+        copies = constant + per_input * len(task.inputs)
+        return int(copies * numel * compute_size) + out
+
+    reads = [read_copies(task) for task in plan.tasks]
+    peak = 0
+    for index, task in enumerate(plan.tasks):
+        ahead = reads[index + 1] if index + 1 < len(plan.tasks) else 0
+        peak = max(peak, reads[index] + compute(task) + ahead)
+    return peak
+
+
+def private_memory() -> int:
+    """Anonymous (not file-backed) resident memory of this process: RssAnon on Linux, else USS."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("RssAnon:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return psutil.Process().memory_full_info().uss
+
+
+def process_baseline() -> int:
+    """Private memory of this process now, plus torch's if it is not loaded yet."""
+    return private_memory() + (0 if "torch" in sys.modules else _RUNTIME_BYTES)
+
+
+def estimate_merge(plan, device: str, destination: Path, probe_result=None) -> JobEstimate:
+    """Estimate the merge `plan` on `device` into `destination`: memory, disk, time and the fit verdict.
+
+    `probe_result` (guiapp.system.probe.ProbeResult) gives the time estimate; without it, time is None.
+    Raises OutputError / DeviceError when the destination's drive or the GPU cannot be examined.
+    """
+    working = merge_working_set(plan)
+    on_gpu = device != "cpu"
+    peak_ram = process_baseline() + (_largest_output(plan) if on_gpu else working)
+    peak_vram = working if on_gpu else 0
+    time = None
+    if probe_result is not None:
+        from guiapp.system.resources import estimate_time  # noqa: PLC0415
+
+        elementwise = sum(math.prod(t.shape) for t in plan.tasks) * plan.compute_dtype.itemsize
+        constant, per_input = METHOD_COPIES.get(plan.method.name, _UNKNOWN_METHOD_COPIES)
+        work = elementwise * (constant + per_input * max(1, len(plan.models))) * 4
+        probed_device = device if probe_result.device(device) or device == "cpu" else f"{device}:0"
+        time = estimate_time(probe_result, probed_device,
+                             str(plan.compute_dtype).removeprefix("torch."),
+                             elementwise_bytes=work, read_bytes=plan.input_bytes)
+    fit = fit_verdict(peak_ram, peak_vram, plan.output_bytes, device, destination)
+    return JobEstimate(peak_ram, peak_vram, plan.output_bytes, time, fit)
+
+
+def _largest_output(plan) -> int:
+    return max((math.prod(t.shape) * plan.out_tensor_dtype(t).itemsize for t in plan.tasks), default=0)

@@ -1,0 +1,107 @@
+"""Estimates against reality: the merge estimate is within 25 % of the peak private memory a real merge uses,
+and a job that cannot fit is refused before it reads a byte of weights."""
+
+from __future__ import annotations
+
+import json
+import struct
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from guiapp.engine.samples import LlamaShape, write_llama, write_llama_finetune
+from guiapp.errors import InsufficientResourcesError
+from guiapp.jobs.runner import JobStatus, run_job
+from guiapp.jobs.specs import merge_job
+from tests.engine.helpers import recipe
+
+_CHILD = textwrap.dedent("""
+    import sys
+    from pathlib import Path
+    from guiapp.engine.merge import MergeSettings, plan_merge, run_merge
+    from guiapp.engine.recipe import parse_recipe
+    from guiapp.jobs.estimates import estimate_merge
+    recipe = parse_recipe(Path(sys.argv[1]).read_text())
+    print(estimate_merge(plan_merge(recipe), "cpu", Path(sys.argv[2])).peak_ram, flush=True)
+    run_merge(recipe, MergeSettings(Path(sys.argv[2])))
+""")
+
+
+def _peak_private(command: list[str]) -> tuple[int, str]:
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    peak = 0
+    status = Path(f"/proc/{process.pid}/status")
+    while process.poll() is None:
+        try:
+            for line in status.read_text().splitlines():
+                if line.startswith("RssAnon:"):
+                    peak = max(peak, int(line.split()[1]) * 1024)
+        except OSError:
+            pass
+        time.sleep(0.002)
+    out, err = process.communicate()
+    assert process.returncode == 0, err
+    return peak, out
+
+
+@pytest.fixture(scope="module")
+def wide_vocab_trio(tmp_path_factory):
+    """Models whose largest tensors (32000 × 512 embeddings) dominate the working set, as in real LLMs."""
+    folder = tmp_path_factory.mktemp("estimate")
+    shape = LlamaShape(hidden=512, intermediate=2048, layers=3, heads=8, kv_heads=2, vocab=32000)
+    base = write_llama(folder / "base", shape, seed=0)
+    return base, write_llama_finetune(folder / "one", base, seed=1, delta_rank=None), \
+        write_llama_finetune(folder / "two", base, seed=2, delta_rank=None)
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="measures RssAnon from /proc")
+@pytest.mark.parametrize("method", ["linear", "ties", "slerp", "della"])
+def test_memory_estimate_is_within_a_quarter_of_the_measured_peak(method, wide_vocab_trio, tmp_path):
+    base, one, two = wide_vocab_trio
+    extra = {"ties": ", density: 0.5", "della": ", density: 0.5, epsilon: 0.1"}.get(method, "")
+    if method == "slerp":
+        text = f"merge_method: slerp\nbase_model: {base}\nmodels:\n  - model: {one}\nparameters: {{t: 0.5}}\n"
+    elif method == "linear":
+        text = (f"merge_method: linear\nmodels:\n  - model: {one}\n    parameters: {{weight: 0.5}}\n"
+                f"  - model: {two}\n    parameters: {{weight: 0.5}}\n")
+    else:
+        text = (f"merge_method: {method}\nbase_model: {base}\nmodels:\n  - model: {one}\n    parameters: {{weight: 0.5{extra}}}\n"
+                f"  - model: {two}\n    parameters: {{weight: 0.5{extra}}}\n")
+    recipe_file = tmp_path / "recipe.yml"
+    recipe_file.write_text(text)
+    measured, out = _peak_private([sys.executable, "-c", _CHILD, str(recipe_file), str(tmp_path / "out")])
+    estimated = int(out.splitlines()[0])
+    assert 0.75 * measured <= estimated <= 1.25 * measured, (estimated, measured)
+
+
+def _huge_sparse_model(folder: Path, rows: int, cols: int) -> Path:
+    """A model whose header announces a bf16 tensor of rows × cols; the file is sparse, so it costs no disk."""
+    folder.mkdir()
+    nbytes = rows * cols * 2
+    header = json.dumps({"model.embed_tokens.weight": {"dtype": "BF16", "shape": [rows, cols],
+                                                       "data_offsets": [0, nbytes]}}).encode()
+    header += b" " * (-len(header) % 8)
+    path = folder / "model.safetensors"
+    with path.open("wb") as stream:
+        stream.write(struct.pack("<Q", len(header)) + header)
+        stream.truncate(8 + len(header) + nbytes)
+    (folder / "config.json").write_text(json.dumps({"model_type": "llama", "torch_dtype": "bfloat16"}))
+    return folder
+
+
+def test_a_merge_that_cannot_fit_is_refused_with_the_numbers(tmp_path):
+    first = _huge_sparse_model(tmp_path / "a", 1_000_000, 4096)  # 8 GB each in bf16, 16 GB as float32
+    second = _huge_sparse_model(tmp_path / "b", 1_000_000, 4096)
+    job = merge_job(recipe(f"merge_method: linear\nmodels:\n  - model: {first}\n    parameters: {{weight: 1}}\n"
+                           f"  - model: {second}\n    parameters: {{weight: 1}}\n"), tmp_path / "out")
+    result = run_job(job)
+    assert result.status is JobStatus.FAILED
+    assert isinstance(result.error, InsufficientResourcesError)
+    assert "will not fit" in str(result.error) and "RAM" in str(result.error)
+    assert "--force" in result.error.hint
+    assert not (tmp_path / "out").exists() and sorted(p.name for p in tmp_path.iterdir()) == ["a", "b"]
+    assert any(line.startswith("Estimate:") for line in result.log)
