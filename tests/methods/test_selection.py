@@ -88,14 +88,33 @@ def test_reductions_accumulate_in_float64():
     assert _reduce.mean_square(b) == pytest.approx(float(np.mean(b64 * b64)), rel=1e-12)
 
 
-def test_vector_dots_along_rows_and_columns():
+def test_vector_gram_along_rows_and_columns():
     a = torch.arange(12, dtype=torch.float32).reshape(3, 4)
     b = torch.ones(3, 4)
-    assert _reduce.vector_dots(a, b).tolist() == [6.0, 22.0, 38.0]
-    assert _reduce.vector_dots(a, b, dim=0).tolist() == [12.0, 15.0, 18.0, 21.0]
-    assert _reduce.vector_dots(a.T, b.T).tolist() == [12.0, 15.0, 18.0, 21.0]
-    vector = _reduce.vector_dots(torch.tensor([1.0, 2.0]), torch.tensor([3.0, 4.0]), dim=0)
+    squares_a, squares_b, crossed = _reduce.vector_gram(a, b)
+    assert crossed.tolist() == [6.0, 22.0, 38.0] and squares_b.tolist() == [4.0, 4.0, 4.0]
+    assert squares_a.tolist() == [14.0, 126.0, 366.0]
+    assert _reduce.vector_gram(a, b, dim=0)[2].tolist() == [12.0, 15.0, 18.0, 21.0]
+    assert _reduce.vector_gram(a.T, b.T)[2].tolist() == [12.0, 15.0, 18.0, 21.0]
+    vector = _reduce.vector_gram(torch.tensor([1.0, 2.0]), torch.tensor([3.0, 4.0]), dim=0)[2]
     assert vector.shape == () and float(vector) == 11.0
-    cube = torch.arange(24, dtype=torch.float64).reshape(2, 3, 4)
-    assert _reduce.vector_dots(cube, cube).numpy() == pytest.approx((cube * cube).sum(-1).numpy())
-    assert _reduce.vector_dots(cube, cube, dim=0).numpy() == pytest.approx((cube * cube).sum(0).numpy())
+
+
+@pytest.mark.parametrize("chunk", [1, 5, 1 << 20])
+def test_chunking_does_not_change_the_results(monkeypatch, chunk):
+    monkeypatch.setattr(_reduce, "_CHUNK", chunk)
+    generator = torch.Generator().manual_seed(6)
+    cube = torch.randn(2, 3, 4, generator=generator, dtype=torch.float64)
+    other = torch.randn(2, 3, 4, generator=generator, dtype=torch.float64)
+    for dim, axis in ((-1, -1), (0, 0)):
+        squares, _, crossed = _reduce.vector_gram(cube, other, dim)
+        assert squares.numpy() == pytest.approx((cube * cube).sum(axis).numpy(), rel=1e-12)
+        assert crossed.numpy() == pytest.approx((cube * other).sum(axis).numpy(), rel=1e-12)
+    flat_squares, _, flat_crossed = _reduce.vector_gram(cube.reshape(1, -1), other.reshape(1, -1))
+    assert float(flat_crossed[0]) == pytest.approx(float((cube * other).sum()), rel=1e-12)
+    assert _reduce.gram(cube, other) == pytest.approx(
+        (float((cube * cube).sum()), float((other * other).sum()), float((cube * other).sum())), rel=1e-12
+    )
+    assert _reduce.dot(cube, other) == pytest.approx(float((cube * other).sum()), rel=1e-12)
+    assert _reduce.sum_abs(cube) == pytest.approx(float(cube.abs().sum()), rel=1e-12)
+    assert _reduce.norm(cube) == pytest.approx(float(cube.norm()), rel=1e-12)

@@ -19,12 +19,12 @@ def model_stock(base: torch.Tensor, tensors: list[torch.Tensor], *, filter_wise:
     """
     width = base.shape[-1] if (filter_wise and base.dim()) else base.numel()
     deltas = [(x - base).reshape(-1, width) for x in tensors]
-    norms = [_reduce.vector_dots(d, d).sqrt_() for d in deltas]
     cosines = []
     for i in range(len(deltas)):
         for j in range(i + 1, len(deltas)):
-            products = (norms[i] * norms[j]).clamp_(min=_NORM_PRODUCT_CLAMP)
-            cosines.append((_reduce.vector_dots(deltas[i], deltas[j]) / products).clamp_(-1.0, 1.0))
+            squares_i, squares_j, crossed = _reduce.vector_gram(deltas[i], deltas[j])
+            products = (squares_i.sqrt_() * squares_j.sqrt_()).clamp_(min=_NORM_PRODUCT_CLAMP)
+            cosines.append(crossed.div_(products).clamp_(-1.0, 1.0))
     del deltas
     cos = torch.stack(cosines).mean(dim=0)
     n = len(tensors)
