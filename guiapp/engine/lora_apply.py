@@ -32,6 +32,7 @@ from guiapp.engine.peft_format import (
     LORA_B,
     LORA_B_BIAS,
     PEFT_PREFIX,
+    is_output_head,
     pattern_value,
     split_module,
 )
@@ -116,6 +117,8 @@ class LoraAdapter:
             base_name = adapter_names.get(lora.module, lora.module) + ".weight"
             expected = self._delta_shape(lora)
             info = base_tensors.get(base_name)
+            if info is None and self._tied_head(lora.module, base_tensors):
+                continue
             if info is None:
                 problems.append(f"{lora.module} is not in the base model")
             elif math.prod(info.shape) != math.prod(expected) or info.shape[0] != expected[0]:
@@ -127,6 +130,8 @@ class LoraAdapter:
             base_name = f"{adapter_names.get(module, module)}.{leaf}"
             shape = tuple(self._tensors[key].shape)
             info = base_tensors.get(base_name)
+            if info is None and self._tied_head(module, base_tensors):
+                continue
             if info is None:
                 problems.append(f"{name} (saved whole in the adapter) is not in the base model")
             elif info.shape != shape:
@@ -194,6 +199,13 @@ class LoraAdapter:
             for lora in self.modules.values()
             for key in (lora.b_key, lora.bias_key)
             if key is not None
+        )
+
+    def _tied_head(self, module: str, base_tensors: dict[str, TensorInfo]) -> bool:
+        """An output head the adapter carries only because PEFT ties it to the embedding (ensure_weight_tying),
+        for a base that stores no head of its own: its entries mirror the embedding's and are not applied."""
+        return bool(self.config.get("ensure_weight_tying")) and is_output_head(module) and not any(
+            split_module(name)[0] == module for name in base_tensors
         )
 
     def _delta_shape(self, lora: LoraModule) -> tuple[int, ...]:

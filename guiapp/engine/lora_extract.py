@@ -55,6 +55,8 @@ EMBEDDING_POLICIES = ("save", "lora", "skip")
 UNCHANGED_TOLERANCE = 1e-6
 # Buffers some checkpoints carry that are not weights and may legitimately differ or be absent.
 _BUFFER_SUFFIXES = ("inv_freq", "position_ids", ".masked_bias")
+# The output head of causal LMs whose head is tied to the input embedding.
+TIED_HEAD = "lm_head"
 # transformers' Conv1D stores Linear weights transposed (in × out); PEFT expects fan_in_fan_out for them.
 _TRANSPOSED_LINEAR_MODELS = ("gpt2",)
 
@@ -106,6 +108,7 @@ class _Found:
     unchanged: list[str] = field(default_factory=list)
     excluded: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
+    tied_embedding: str | None = None  # the input embedding, when the adapter holds it and the head is tied to it
 
 
 def extract_lora(settings: ExtractionSettings, progress: Progress | None = None) -> dict[str, Any]:
@@ -141,6 +144,7 @@ def extract_lora(settings: ExtractionSettings, progress: Progress | None = None)
                 )
                 _refuse_empty(found, str(base_ref), str(model_ref))
                 lora_bias = _settle_biases(found, tuned)
+                found.tied_embedding = _tied_embedding(found, base, task_type)
                 config = _adapter_config(found, base.tensors, task_type, base_ref, base_reader.folder, lora_bias, transposed)
                 plan = _write_weights(staged.path, found, tuned, model_reader, out_dtype, lora_bias, progress)
                 adapter_bytes = (staged.path / ADAPTER_WEIGHTS).stat().st_size
@@ -365,6 +369,21 @@ def _refuse_empty(found: _Found, base_label: str, model_label: str) -> None:
     )
 
 
+def _tied_embedding(found: _Found, base: Checkpoint, task_type: str) -> str | None:
+    """The input embedding, when the adapter holds it and the base's output head is tied to it (a causal LM
+    whose checkpoint has no head of its own)."""
+    if task_type != "CAUSAL_LM" or any(is_output_head(split_module(name)[0]) for name in base.tensors):
+        return None
+    embeddings = [
+        split_module(name)[0] for name, info in base.tensors.items()
+        if name.endswith(".weight") and is_embedding(split_module(name)[0], info.shape)
+    ]
+    if not embeddings:
+        return None
+    largest = max(embeddings, key=lambda module: base.tensors[module + ".weight"].shape[0])
+    return largest if largest in found.factors or largest in found.saved else None
+
+
 def _settle_biases(found: _Found, tuned: Checkpoint) -> bool:
     """Whether the adapter uses lora_bias; PEFT cannot combine it with embedding LoRAs, so then the modules
     whose bias changed are saved whole instead."""
@@ -411,6 +430,8 @@ def _adapter_config(
         "inference_mode": True,
         "layers_to_transform": None,
         "layers_pattern": None,
+        # PEFT keeps a tied output head tied only when asked, and then expects the head's entries too.
+        "ensure_weight_tying": found.tied_embedding is not None,
     }
 
 
@@ -452,6 +473,14 @@ def _write_weights(
             info = tuned.tensors[name]
             dtype = out_dtype if info.dtype.is_floating_point else info.dtype
             tensors.append((PlannedTensor(PEFT_PREFIX + name, info.shape, dtype), name))
+    if found.tied_embedding in found.factors:
+        left, right = found.factors[found.tied_embedding]
+        key = PEFT_PREFIX + TIED_HEAD + "."
+        tensors.append((PlannedTensor(key + LORA_A, (left.shape[1], left.shape[0]), out_dtype), left.T.contiguous()))
+        tensors.append((PlannedTensor(key + LORA_B, (right.shape[1], right.shape[0]), out_dtype), right.T.contiguous()))
+    elif found.tied_embedding in found.saved:
+        info = tuned.tensors[found.tied_embedding + ".weight"]
+        tensors.append((PlannedTensor(PEFT_PREFIX + TIED_HEAD + ".weight", info.shape, out_dtype), info.name))
     plan = [planned for planned, _ in tensors]
     check_free_space(folder, sum(p.nbytes for p in plan))
     progress.start_stage("Writing the adapter", total=len(plan), bytes_total=sum(p.nbytes for p in plan))

@@ -208,3 +208,19 @@ def test_apply_follows_peft_scaling_rslora_and_patterns(llama_base, tmp_path):
     halved, base = model_tensors(tmp_path / "half"), model_tensors(llama_base)
     name = "model.layers.1.self_attn.q_proj.weight"
     assert torch.allclose(halved[name] - base[name], 0.5 * (merged[name] - base[name]), atol=1e-6)
+
+
+@pytest.mark.parametrize("embeddings", ["save", "lora"])
+def test_tied_embeddings_stay_tied_in_peft_and_in_apply(embeddings, tmp_path):
+    from guiapp.engine.samples import write_llama  # noqa: PLC0415
+
+    base = write_llama(tmp_path / "base", dtype=torch.float32, tie_embeddings=True)
+    tuned = finetune(base, tmp_path / "tuned")
+    summary = extract(base, tuned, tmp_path / "lora", RankRule("fixed", 8), embeddings=embeddings)
+    folder = Path(summary["output"])
+    assert adapter_config(folder)["ensure_weight_tying"] is True
+    assert torch.allclose(llama_logits(base, folder), llama_logits(tuned), atol=1e-4)
+    apply_lora(ApplySettings(str(base), str(folder), tmp_path / "full"))
+    applied = model_tensors(tmp_path / "full")
+    assert "lm_head.weight" not in applied
+    assert max_relative_difference(applied, model_tensors(tuned)) < 1e-5
