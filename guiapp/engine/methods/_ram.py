@@ -17,23 +17,26 @@ def ram(
     its unique active count (at least epsilon); several: their mean; none: the base. r = 0 is plain RAM.
     """
     deltas = [x - base for x in tensors]
-    active = [delta.abs() > epsilon for delta in deltas]
-    counts = torch.zeros(base.shape, dtype=torch.int32, device=base.device)
+    scratch = torch.empty_like(base)
+    active = [torch.abs(delta, out=scratch) > epsilon for delta in deltas]
+    counts = torch.zeros(base.shape, dtype=torch.uint8, device=base.device)
     for mask in active:
         counts.add_(mask)
     unique = counts == 1
     shared = counts > 1
-    share = counts.clamp_(min=1).to(base.dtype).reciprocal_()
+    # 1/count where several models are active (and 1 where one is): the share of each active model.
+    share = scratch.copy_(counts.clamp_(min=1)).reciprocal_()
     del counts
-    merged = torch.zeros_like(base)
+    merged: torch.Tensor | None = None
     for delta, mask in zip(deltas, active):
-        boost = 1.0
+        factor = share
         if r:
-            n_unique = int((mask & unique).sum())
-            n_shared = int((mask & shared).sum())
+            n_unique = int(torch.count_nonzero(mask & unique))
+            n_shared = int(torch.count_nonzero(mask & shared))
             boost = 1.0 + r * min(max(n_shared / max(n_unique, epsilon), 0.0), alpha)
-        factor = torch.where(unique, torch.full_like(share, boost), share)
-        merged.add_(delta.mul_(mask).mul_(factor))
+            factor = torch.where(unique, torch.tensor(boost, dtype=share.dtype, device=share.device), share)
+        delta.mul_(mask).mul_(factor)
+        merged = delta if merged is None else merged.add_(delta)
     return merged.add_(base)
 
 

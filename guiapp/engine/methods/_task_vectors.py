@@ -136,8 +136,8 @@ def _sign_consensus(
     (Σ agreeing δ'_i, Σ agreeing w_i with 0 replaced by 1, or None without `with_divisor`). Reuses the
     tensors of `weighted` and the buffer `elected` (δ's shape) to stay at a few copies of the tensor.
     """
-    torch.add(weighted[0], weighted[1], out=elected) if len(weighted) > 1 else elected.copy_(weighted[0])
-    for delta in weighted[2:]:
+    elected.copy_(weighted[0])
+    for delta in weighted[1:]:
         elected.add_(delta)
     torch.ge(elected, 0, out=elected).mul_(2).sub_(1)  # ±1
     # With s = ±1, relu(s·δ') is |δ'| where δ' agrees with s and 0 elsewhere (exact: s·δ' only flips a sign);
