@@ -116,5 +116,8 @@ def test_chunking_does_not_change_the_results(monkeypatch, chunk):
         (float((cube * cube).sum()), float((other * other).sum()), float((cube * other).sum())), rel=1e-12
     )
     assert _reduce.dot(cube, other) == pytest.approx(float((cube * other).sum()), rel=1e-12)
+    assert _reduce.dots(cube, [other, cube]) == pytest.approx(
+        [float((cube * other).sum()), float((cube * cube).sum())], rel=1e-12
+    )
     assert _reduce.sum_abs(cube) == pytest.approx(float(cube.abs().sum()), rel=1e-12)
     assert _reduce.norm(cube) == pytest.approx(float(cube.norm()), rel=1e-12)

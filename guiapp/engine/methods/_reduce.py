@@ -38,13 +38,20 @@ def sum_abs(x: torch.Tensor) -> float:
 
 def dot(a: torch.Tensor, b: torch.Tensor) -> float:
     """The dot product of `a` and `b` flattened (same number of entries)."""
-    buffer_a, buffer_b = _buffer(a), _buffer(b)
-    flat_b = b.reshape(-1)
-    partials = []
+    return dots(a, [b])[0]
+
+
+def dots(a: torch.Tensor, others: list[torch.Tensor]) -> list[float]:
+    """The dot products of `a` with each of `others` (flattened), converting each chunk of `a` only once."""
+    buffer_a, buffer_other = _buffer(a), _buffer(a)
+    flats = [other.reshape(-1) for other in others]
+    partials: list[list[torch.Tensor]] = [[] for _ in others]
     for start, chunk in _flat_chunks(a):
         n = chunk.numel()
-        partials.append(buffer_a[:n].copy_(chunk) @ buffer_b[:n].copy_(flat_b[start : start + n]))
-    return math.fsum(float(p) for p in partials)
+        part_a = buffer_a[:n].copy_(chunk)
+        for flat, sums in zip(flats, partials):
+            sums.append(part_a @ buffer_other[:n].copy_(flat[start : start + n]))
+    return [math.fsum(float(p) for p in sums) for sums in partials]
 
 
 def gram(a: torch.Tensor, b: torch.Tensor) -> tuple[float, float, float]:

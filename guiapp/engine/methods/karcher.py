@@ -38,8 +38,8 @@ def karcher_mean(tensors: list[torch.Tensor], *, max_iter: int, tol: float) -> t
         # T = Σ α_i θ_i/sin θ_i (u_i − cos θ_i · mean), over the inputs not already at the mean.
         tangent = torch.zeros_like(mean)
         mean_coefficient = 0.0
-        for x, n in valid:
-            cos = max(-1.0, min(1.0, _reduce.dot(mean, x) / n))
+        for (x, n), crossed in zip(valid, _reduce.dots(mean, [x for x, _ in valid])):
+            cos = max(-1.0, min(1.0, crossed / n))
             theta = math.acos(cos)
             if theta < tol:
                 continue

@@ -46,7 +46,7 @@ def multislerp(
         )
     mean.div_(mean_norm)
     # The tangent vectors at the mean m: τ = Σ w_i (u_i − (u_i·m) m) = Σ w_i u_i − (Σ w_i u_i·m) m.
-    projection = math.fsum(uw * _reduce.dot(x, mean) for x, uw in zip(tensors, unit_weights))
+    projection = math.fsum(uw * d for uw, d in zip(unit_weights, _reduce.dots(mean, tensors)))
     tangent = mean * -projection
     for x, unit_weight in zip(tensors, unit_weights):
         tangent.add_(x, alpha=unit_weight)
