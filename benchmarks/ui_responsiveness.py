@@ -66,11 +66,14 @@ def run(folder: Path, hidden: int, layers: int) -> int:
         record = window.state.jobs.record(key)
         wait(lambda: record.status not in ("queued", "running"), 600)
         timer.stop()
-        stalls = sorted(max(0.0, (b - a) * 1000 - BEAT_MS) for a, b in zip(beats, beats[1:]))
+        late = [(max(0.0, (b - a) * 1000 - BEAT_MS), a - beats[0]) for a, b in zip(beats, beats[1:])]
+        stalls = sorted(stall for stall, _ in late)
         worst, p99 = stalls[-1], stalls[int(0.99 * (len(stalls) - 1))]
         seconds = record.finished - record.started
         print(f"{label}: {record.status} in {seconds:.1f} s; {len(beats)} heartbeats; event-loop stall worst "
               f"{worst:.1f} ms, p99 {p99:.1f} ms (target worst < 50 ms)", flush=True)
+        print("  longest stalls (ms at s after submit): " + ", ".join(
+            f"{stall:.0f} at {when:.2f}" for stall, when in sorted(late, reverse=True)[:5]), flush=True)
         return record.status == "done" and worst < 50
 
     import yaml

@@ -142,6 +142,10 @@ class JobBridge(QObject):
         record.finished = result.finished
         record.summary = result.summary
         record.explanation = explanation
+        if explanation is not None:  # the log tells the whole story, the failure included
+            line = f"Failed: {explanation['what']}"
+            record.add_log(line)
+            self.log_line.emit(record.key, line)
         self._save()
         self.record_changed.emit(record.key)
 

@@ -42,7 +42,11 @@ class MainWindow(QMainWindow):
                       "jobs": self.jobs, "hardware": self.hardware, "settings": self.settings}
 
         self.nav = QListWidget(accessibleName="Pages")
-        self.nav.setFixedWidth(150)
+        self.nav.setFixedWidth(170)
+        self.nav.setSpacing(3)
+        font = self.nav.font()
+        font.setPointSizeF(font.pointSizeF() * 1.15)
+        self.nav.setFont(font)
         self.stack = QStackedWidget()
         for key, label in PAGES:
             item = QListWidgetItem(label)

@@ -30,8 +30,17 @@ def status_colour(kind: str) -> str:
 
 
 def set_status_style(widget: QWidget, kind: str | None) -> None:
-    """Colour a label's text as a problem / warning / good / muted message (None: the normal text colour)."""
-    widget.setStyleSheet(f"color: {status_colour(kind)};" if kind else "")
+    """Colour a widget's text as a problem / warning / good / muted message (None: the normal text colour).
+
+    The colour comes from the application style sheet (`status_style_sheet`), so it follows a scheme change.
+    """
+    widget.setProperty("status", kind or "")
+    widget.style().unpolish(widget)
+    widget.style().polish(widget)
+
+
+def status_style_sheet() -> str:
+    return "\n".join(f'*[status="{kind}"] {{ color: {status_colour(kind)}; }}' for kind in _STATUS)
 
 
 def apply_scheme(name: str) -> None:
@@ -48,6 +57,7 @@ def apply_scheme(name: str) -> None:
     if scheme is Qt.ColorScheme.Dark and not is_dark(palette):
         palette = dark_palette()
     app.setPalette(palette)
+    app.setStyleSheet(status_style_sheet())
 
 
 def dark_palette() -> QPalette:

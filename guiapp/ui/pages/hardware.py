@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QEvent, Qt
 from PySide6.QtGui import QBrush, QColor
 from PySide6.QtWidgets import (
     QAbstractItemView, QComboBox, QHBoxLayout, QHeaderView, QLabel, QPushButton, QTableWidget, QTableWidgetItem,
@@ -41,14 +41,20 @@ class HardwarePage(QWidget):
         layout.addWidget(self.memory)
         layout.addLayout(top)
         layout.addWidget(QLabel("<b>What each job can store on this device</b> (every job computes in float32)"))
-        layout.addWidget(self.jobs_table, 2)
+        layout.addWidget(self.jobs_table)
         layout.addWidget(QLabel("<b>Operations tested in each dtype</b> (hover a ✗ for the exact error)"))
-        layout.addWidget(self.matrix, 3)
+        layout.addWidget(self.matrix, 1)
         state.probe_ready.connect(self.show_probe)
         state.probe_failed.connect(self._failed)
         if state.probe is not None:
             self.show_probe(state.probe)
         self._show_memory()
+
+    def changeEvent(self, event) -> None:  # noqa: N802 - Qt's name
+        # The cells' colours are chosen for the palette: choose again when the scheme changes.
+        super().changeEvent(event)
+        if event.type() == QEvent.Type.PaletteChange and self.state.probe is not None:
+            self._show_device()
 
     def reprobe(self) -> None:
         self.summary.setText("Probing this machine… (a few seconds; the window stays usable)")
@@ -125,6 +131,8 @@ class HardwarePage(QWidget):
                 else:
                     item = _cell("✓ yes", choice.note or "works", "good")
                 self.jobs_table.setItem(row, column, item)
+        rows_height = sum(self.jobs_table.rowHeight(r) for r in range(self.jobs_table.rowCount()))
+        self.jobs_table.setFixedHeight(rows_height + self.jobs_table.horizontalHeader().height() + 4)
         operations = list(dict.fromkeys(c.operation for c in result.checks if c.device == device))
         self.matrix.setColumnCount(len(DTYPE_NAMES))
         self.matrix.setHorizontalHeaderLabels(list(DTYPE_NAMES))

@@ -187,6 +187,8 @@ class JobsPage(QWidget):
             self._progress(record.key, self.bridge.latest[record.key])
         else:
             self.bar.setValue(0)
+            for label in (self.stage, self.item, self.rate, self.eta):
+                label.clear()
         if not active:
             self.rate.clear()
             self.eta.clear()

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QSettings, Qt, QTimer, Signal
-from PySide6.QtGui import QFontDatabase
+from PySide6.QtCore import QEvent, QSettings, Qt, QTimer, Signal
+from PySide6.QtGui import QFontDatabase, QPalette
 from PySide6.QtWidgets import (
     QAbstractItemView, QCheckBox, QComboBox, QFileDialog, QFormLayout, QGroupBox, QHBoxLayout, QHeaderView,
     QLabel, QLineEdit, QPlainTextEdit, QPushButton, QScrollArea, QSplitter, QStackedWidget, QTableWidget,
@@ -299,14 +299,24 @@ class MergePage(QWidget):
     def _method(self) -> Any:
         return self.methods.get(self.method_combo.currentData())
 
+    def _show_paper(self, method: Any) -> None:
+        # Rich text takes the link colour when set, so it is set again when the palette changes.
+        link = self.palette().color(QPalette.ColorRole.Link).name()
+        self.method_paper.setText(f'<a href="{method.paper}" style="color: {link}">Paper: {method.paper}</a>'
+                                  if method.paper else "No paper: a standard technique.")
+        self.method_paper.setToolTip(method.paper or "")
+
+    def changeEvent(self, event) -> None:  # noqa: N802 - Qt's name
+        super().changeEvent(event)
+        if event.type() == QEvent.Type.PaletteChange and self._method() is not None:
+            self._show_paper(self._method())
+
     def _method_changed(self) -> None:
         method = self._method()
         if method is None:
             return
         self.method_summary.setText(method.summary)
-        self.method_paper.setText(f'<a href="{method.paper}">Paper: {method.paper}</a>' if method.paper else
-                                  "No paper: a standard technique.")
-        self.method_paper.setToolTip(method.paper or "")
+        self._show_paper(method)
         role = method.base_role.value
         self.base_label.setText({"required": "Base model *", "optional": "Base model (optional)"}.get(role, "Base model"))
         self.base_picker.setToolTip({"required": "This method measures each model's changes against the base.",
@@ -335,9 +345,10 @@ class MergePage(QWidget):
             self.table.horizontalHeaderItem(column).setToolTip(spec.help)
         header = self.table.horizontalHeader()
         header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        header.setMinimumSectionSize(60)
         for column in range(1, len(specs) + 1):
             header.setSectionResizeMode(column, QHeaderView.ResizeMode.Interactive)
-            self.table.setColumnWidth(column, 230)
+            self.table.setColumnWidth(column, 190)
         header.setSectionResizeMode(len(specs) + 1, QHeaderView.ResizeMode.ResizeToContents)
 
     def _add_row(self, ref: str, values: dict[str, Any], extra: dict[str, Any] | None = None,
@@ -346,7 +357,9 @@ class MergePage(QWidget):
         row = self.table.rowCount()
         self.table.insertRow(row)
         picker = QLineEdit(ref, accessibleName=f"Model {row + 1}")
+        picker.setToolTip(ref)
         picker.textChanged.connect(self._form_changed)
+        picker.textChanged.connect(picker.setToolTip)
         self.table.setCellWidget(row, 0, picker)
         editors: dict[str, ParamEditor] = {}
         for column, spec in enumerate(method.per_model_params, start=1):

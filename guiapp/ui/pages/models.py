@@ -177,7 +177,7 @@ class ModelsPage(QWidget):
             self.results.insertRow(row)
             cells = (summary.repo_id, _count(summary.parameters), f"{summary.downloads:,}", f"{summary.likes:,}",
                      summary.last_modified.strftime("%Y-%m-%d") if summary.last_modified else "",
-                     "🔒 gated" if summary.gated else "")
+                     "Gated" if summary.gated else "")
             for column, text in enumerate(cells):
                 item = QTableWidgetItem(text)
                 item.setData(Qt.ItemDataRole.UserRole, summary.repo_id)

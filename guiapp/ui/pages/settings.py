@@ -8,7 +8,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QSettings, Signal
 from PySide6.QtWidgets import (
-    QCheckBox, QComboBox, QFileDialog, QFormLayout, QGroupBox, QHBoxLayout, QLabel, QLineEdit, QPushButton,
+    QApplication, QCheckBox, QComboBox, QFileDialog, QFormLayout, QGroupBox, QHBoxLayout, QLabel, QLineEdit, QPushButton,
     QVBoxLayout, QWidget,
 )
 
@@ -26,6 +26,9 @@ def apply_saved_settings() -> None:
     if cache and "HF_HUB_CACHE" not in os.environ:
         os.environ["HF_HUB_CACHE"] = cache
     apply_scheme(settings.value(THEME_KEY, "system"))
+    # When the desktop switches between light and dark, follow it (a forced choice is applied again as is).
+    QApplication.instance().styleHints().colorSchemeChanged.connect(
+        lambda _: apply_scheme(QSettings().value(THEME_KEY, "system")))
 
 
 def apply_offline_setting() -> None:
@@ -88,7 +91,10 @@ class SettingsPage(QWidget):
         form.addRow("Colour scheme", self.theme_combo)
         welcome = QPushButton("Show the welcome again")
         welcome.clicked.connect(self.show_welcome)
-        form.addRow("", welcome)
+        welcome_row = QHBoxLayout()
+        welcome_row.addWidget(welcome)
+        welcome_row.addStretch()
+        form.addRow("", welcome_row)
         form.addRow("", QLabel("The window's size, position and last page are restored at each start.", wordWrap=True))
 
         layout = QVBoxLayout(self)

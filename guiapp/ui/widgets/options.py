@@ -48,14 +48,17 @@ class OptionCombo(QComboBox):
         self.select(current)
 
     def select(self, value: str | None) -> bool:
-        """Pick the entry holding `value` if it is enabled; otherwise the first enabled one. True if picked."""
+        """Pick the entry holding `value` if it is enabled; otherwise the first enabled one. True if picked.
+
+        When nothing is enabled the first entry is shown anyway: its text says why it cannot be used.
+        """
         for row in range(self._model.rowCount()):
             item = self._model.item(row)
             if item.data(Qt.ItemDataRole.UserRole) == value and item.isEnabled():
                 self.setCurrentIndex(row)
                 return True
-        first = next((r for r in range(self._model.rowCount()) if self._model.item(r).isEnabled()), -1)
-        self.setCurrentIndex(first)
+        first = next((r for r in range(self._model.rowCount()) if self._model.item(r).isEnabled()), 0)
+        self.setCurrentIndex(first if self._model.rowCount() else -1)
         return False
 
     def value(self) -> str | None:

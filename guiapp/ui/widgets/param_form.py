@@ -32,6 +32,7 @@ class ParamEditor(QWidget):
         self._updating = False
         layout = QHBoxLayout(self)
         layout.setContentsMargins(2, 0, 2, 0)
+        layout.setSpacing(3)
         tip = f"{spec.name}: {spec.help}" if spec.help else spec.name
         self.setToolTip(tip)
         self.check: QCheckBox | None = None
@@ -54,18 +55,18 @@ class ParamEditor(QWidget):
             low = spec.minimum if spec.minimum is not None else -UNBOUNDED
             high = spec.maximum if spec.maximum is not None else UNBOUNDED
             self.spin.setRange(low, high)
-            self.spin.setMinimumWidth(80)
+            self.spin.setMinimumWidth(72)
             self.spin.valueChanged.connect(self._spin_changed)
             self.slider_range = _slider_range(spec)
             self.slider = QSlider(Qt.Orientation.Horizontal, accessibleName=f"{spec.name} slider")
             self.slider.setRange(0, SLIDER_STEPS)
-            self.slider.setMinimumWidth(90)
+            self.slider.setMinimumWidth(50)
             self.slider.setToolTip(f"{tip}\nThe slider covers {self.slider_range[0]:g} to {self.slider_range[1]:g}; "
                                    "type any other value in the box.")
             self.slider.valueChanged.connect(self._slider_changed)
             layout.addWidget(self.slider, 1)
             layout.addWidget(self.spin)
-            self.list_button = QToolButton(text="list", checkable=True)
+            self.list_button = QToolButton(text="list", checkable=True, accessibleName=f"{spec.name} as a list")
             self.list_button.setToolTip("Enter a gradient across layers or per-tensor filters instead of one number")
             self.list_button.toggled.connect(self._list_toggled)
             layout.addWidget(self.text, 1)
