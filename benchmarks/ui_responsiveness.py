@@ -12,12 +12,23 @@ from __future__ import annotations
 
 import argparse
 import os
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 BEAT_MS = 5
+WRITE_MODELS = """
+import sys
+from pathlib import Path
+from guiapp.engine.samples import LlamaShape, write_llama, write_llama_finetune
+folder, hidden, layers = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+shape = LlamaShape(hidden=hidden, intermediate=int(hidden * 2.75), layers=layers, heads=16, kv_heads=4, vocab=8192)
+base = write_llama(folder / "base", shape, seed=0)
+for i in (1, 2):
+    write_llama_finetune(folder / f"tune-{i}", base, seed=i, delta_rank=16)
+"""
 
 
 def main() -> int:
@@ -36,14 +47,13 @@ def run(folder: Path, hidden: int, layers: int) -> int:
     from PySide6.QtCore import QEventLoop, QSettings, QTimer
     from PySide6.QtWidgets import QApplication
 
-    from guiapp.engine.samples import LlamaShape, write_llama, write_llama_finetune
     from guiapp.ui.app import create_window
 
-    shape = LlamaShape(hidden=hidden, intermediate=int(hidden * 2.75), layers=layers, heads=16, kv_heads=4,
-                       vocab=8192)
     print(f"Writing a base and two fine-tunes (hidden {hidden}, {layers} layers)…", flush=True)
-    base = write_llama(folder / "base", shape, seed=0)
-    tunes = [write_llama_finetune(folder / f"tune-{i}", base, seed=i, delta_rank=16) for i in (1, 2)]
+    # In a child process, so that this one starts like the app does: no torch threads before the first job.
+    subprocess.run([sys.executable, "-c", WRITE_MODELS, str(folder), str(hidden), str(layers)], check=True)
+    base = folder / "base"
+    tunes = [folder / "tune-1", folder / "tune-2"]
     size = sum(f.stat().st_size for f in base.glob("*.safetensors"))
     print(f"Each model: {size / 1e6:.0f} MB", flush=True)
 
