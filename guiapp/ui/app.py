@@ -6,7 +6,6 @@ registry, torch and the capability probe load on a worker thread afterwards.
 
 from __future__ import annotations
 
-import asyncio
 import sys
 from typing import Sequence
 
@@ -33,6 +32,8 @@ def create_window(argv: Sequence[str] | None = None, *, keep_history: bool = Tru
 
 def run_app(argv: Sequence[str] | None = None) -> int:
     """Show the window and run until it is closed; returns the exit code."""
+    import asyncio  # noqa: PLC0415 - not needed to show the window
+
     import qasync  # noqa: PLC0415
 
     app, window = create_window(argv)

@@ -48,7 +48,10 @@ class HardwarePage(QWidget):
         state.probe_failed.connect(self._failed)
         if state.probe is not None:
             self.show_probe(state.probe)
-        self._show_memory()
+
+    def showEvent(self, event) -> None:  # noqa: N802 - Qt's name
+        super().showEvent(event)
+        self._show_memory()  # free memory and disk change: read them whenever the page is opened
 
     def changeEvent(self, event) -> None:  # noqa: N802 - Qt's name
         # The cells' colours are chosen for the palette: choose again when the scheme changes.
@@ -87,7 +90,8 @@ class HardwarePage(QWidget):
         index = self.device_combo.findData(current)
         self.device_combo.setCurrentIndex(max(index, 0))
         self._show_device()
-        self._show_memory()
+        if self.isVisible():
+            self._show_memory()
 
     def _show_memory(self) -> None:
         def facts() -> str:
