@@ -105,6 +105,25 @@ def run_measured(command: list[str]) -> tuple[float, int, str]:
     return seconds, peak, out
 
 
+def _max_difference(ours: Path, theirs: Path) -> float:
+    """The largest |ours − theirs| over all tensors, relative to the largest |theirs| of that tensor."""
+    from safetensors.torch import load_file
+
+    def load(folder: Path) -> dict:
+        tensors = {}
+        for file in folder.glob("*.safetensors"):
+            tensors.update(load_file(file))
+        return tensors
+
+    a, b = load(ours), load(theirs)
+    worst = 0.0
+    for name, tensor in b.items():
+        if name in a:
+            scale = float(tensor.float().abs().max()) or 1.0
+            worst = max(worst, float((a[name].float() - tensor.float()).abs().max()) / scale)
+    return worst
+
+
 def build_models(folder: Path, size_gb: float) -> tuple[Path, Path, Path, int]:
     import torch
 
@@ -133,10 +152,12 @@ def main() -> None:
     parser.add_argument("--size-gb", type=float, action="append", help="model size in GB (repeatable); default 1.0")
     parser.add_argument("--methods", default=",".join(RECIPES))
     parser.add_argument("--workdir", type=Path, default=None)
+    parser.add_argument("--mergekit", default=shutil.which("mergekit-yaml"),
+                        help="path of mergekit-yaml (e.g. from another virtual environment); default: on PATH")
     args = parser.parse_args()
     sizes = args.size_gb or [1.0]
     methods = args.methods.split(",")
-    mergekit = shutil.which("mergekit-yaml")
+    mergekit = args.mergekit
     work = Path(args.workdir or tempfile.mkdtemp(prefix="mergesmith-bench-"))
     rows = []
     for size in sizes:
@@ -166,9 +187,12 @@ def main() -> None:
                 theirs = time.perf_counter() - start
                 row["mergekit_seconds"] = round(theirs, 2)
                 row["ours_over_mergekit"] = round(ours / theirs, 3)
+                row["max_difference_vs_mergekit"] = _max_difference(folder / f"out-{method}", folder / f"mergekit-{method}")
+                shutil.rmtree(folder / f"mergekit-{method}", ignore_errors=True)
             rows.append(row)
             verdict = "ok" if row["ratio_to_floor"] <= row["target_ratio"] and peak <= budget else "MISSED"
-            extra = f", mergekit {row['mergekit_seconds']} s" if mergekit else ""
+            extra = (f", mergekit {row['mergekit_seconds']} s (ours/theirs {row['ours_over_mergekit']}), largest "
+                     f"difference {row['max_difference_vs_mergekit']:.2g}") if mergekit else ""
             print(f"  {method:<16} {ours:7.2f} s  floor {floor:6.2f} s  ratio {ours / floor:5.2f} (≤ {TARGETS[method]})"
                   f"  peak private {peak / 1e6:7.0f} MB (budget {budget / 1e6:.0f}){extra}  {verdict}", flush=True)
             shutil.rmtree(folder / f"out-{method}", ignore_errors=True)

@@ -130,27 +130,36 @@ def _merge_tensors(
     writer = ShardedWriter(folder, planned, settings.shard_bytes)
     progress.start_stage("Merging", total=len(plan.tasks), bytes_total=plan.input_bytes)
     stats: list[dict[str, Any]] = []
-    # Reading (page faults, dtype casts) overlaps the computation of the previous tensor.
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="mergesmith-read") as pool:
-        pending: Future | None = pool.submit(_read_inputs, plan, readers, plan.tasks[0], device)
+    # Reading the next tensor (page faults, dtype casts) and writing the previous one overlap the computation
+    # of the current one; at most one tensor waits on each side, so memory stays a few tensors.
+    with ThreadPoolExecutor(1, thread_name_prefix="mergesmith-read") as reads, \
+            ThreadPoolExecutor(1, thread_name_prefix="mergesmith-write") as writes:
+        pending_read: Future | None = reads.submit(_read_inputs, plan, readers, plan.tasks[0], device)
+        pending_write: Future | None = None
         try:
             for index, task in enumerate(plan.tasks):
-                tensors = pending.result()
-                pending = (
-                    pool.submit(_read_inputs, plan, readers, plan.tasks[index + 1], device)
+                tensors = pending_read.result()
+                pending_read = (
+                    reads.submit(_read_inputs, plan, readers, plan.tasks[index + 1], device)
                     if index + 1 < len(plan.tasks) else None
                 )
                 tick = time.perf_counter()
                 result, extra = _compute(plan, task, tensors, device, settings.seed)
                 del tensors
-                writer.write(task.name, result)
+                if pending_write is not None:
+                    pending_write.result()
+                pending_write = writes.submit(writer.write, task.name, result)
+                del result
                 stats.append({"tensor": task.name, "seconds": time.perf_counter() - tick, **extra})
                 nbytes = sum(plan.models[i.model].tensors[i.tensor].nbytes for i in task.inputs)
                 progress.step(task.name, nbytes=nbytes)
+            if pending_write is not None:
+                pending_write.result()
         except BaseException:
+            for future in (pending_read, pending_write):
+                if future is not None and not future.cancel():
+                    future.exception()  # let it finish before the file is closed under it
             writer.abort()
-            if pending is not None:
-                pending.cancel()
             raise
     writer.close()
     return stats
@@ -202,32 +211,36 @@ def _compute(
         )
         result = plan.method.merge(context)
         extra.update(context.stats)
-    _check_finite(plan, task, tensors, result, "computing it")
-    result = result.to(plan.out_dtype)
-    _check_finite(plan, task, tensors, result, f"storing it as {str(plan.out_dtype).removeprefix('torch.')}")
-    return result.cpu(), extra
+    stored = result.to(plan.out_dtype)
+    if not _all_finite(stored):
+        raise _non_finite_error(plan, task, tensors, computed_finite=_all_finite(result))
+    return stored.cpu(), extra
 
 
-def _check_finite(plan: MergePlan, task: TensorTask, tensors: list[torch.Tensor], result: torch.Tensor, when: str) -> None:
+def _all_finite(tensor: torch.Tensor) -> bool:
     # NaN and inf propagate into the sum, which costs one pass and no allocation; only a sum that overflowed
     # although every element is finite needs the exact, slower check.
-    if bool(torch.isfinite(result.sum(dtype=torch.float32))) or bool(torch.isfinite(result).all()):
-        return
-    broken = [plan.models[i.model].label for i, t in zip(task.inputs, tensors) if not bool(torch.isfinite(t).all())]
+    return bool(torch.isfinite(tensor.sum(dtype=torch.float32))) or bool(torch.isfinite(tensor).all())
+
+
+def _non_finite_error(
+    plan: MergePlan, task: TensorTask, tensors: list[torch.Tensor], computed_finite: bool
+) -> NonFiniteResultError:
+    broken = [plan.models[i.model].label for i, t in zip(task.inputs, tensors) if not _all_finite(t)]
+    dtype = str(plan.out_dtype).removeprefix("torch.")
+    retry = None
     if broken:
         cause = f"the input {', '.join(broken)} already contains NaN or infinity in this tensor"
         hint = "That model file is damaged or was saved after a training run that diverged; use another copy."
-        retry = None
-    elif "storing" in when:
-        cause = "the merged values are too large for the output dtype"
+    elif computed_finite:
+        cause = f"the merged values are too large to be stored as {dtype}"
         hint = "Store the result as bfloat16 or float32 instead (out_dtype)."
         retry = {"out_dtype": "bfloat16"}
     else:
         cause = "the computation overflowed"
         hint = "Check the weights and lambda for extreme values."
-        retry = None
-    raise NonFiniteResultError(
-        f"{task.name} came out as NaN or infinity when {when}: {cause}. Nothing was written.",
+    return NonFiniteResultError(
+        f"{task.name} came out as NaN or infinity: {cause}. Nothing was written.",
         hint=hint,
         retry_with=retry,
     )

@@ -245,7 +245,7 @@ def test_nan_in_an_input_stops_the_job_naming_the_tensor(tmp_path):
 def test_fp16_overflow_is_caught_and_bfloat16_offered(tmp_path):
     shape = LlamaShape(layers=1)
     model = write_llama(tmp_path / "m", shape, dtype=torch.float16)
-    with pytest.raises(NonFiniteResultError, match="too large for the output dtype") as caught:
+    with pytest.raises(NonFiniteResultError, match="too large to be stored as float16") as caught:
         _merge(f"merge_method: linear\nparameters: {{normalize: false}}\nmodels:\n  - model: {model}\n"
                f"    parameters: {{weight: 1.0e+7}}\n", tmp_path / "out")
     assert caught.value.retry_with == {"out_dtype": "bfloat16"}
@@ -304,9 +304,11 @@ def test_cli_merge_end_to_end(llama_trio, tmp_path):
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "out" / "model.safetensors.index.json").is_file()
     again = _cli("merge", recipe_file, tmp_path / "out")
-    assert again.returncode == 1 and "already exists" in again.stderr and "Traceback" not in again.stderr
+    assert again.returncode == 1 and "already exists" in " ".join(again.stderr.split())
+    assert "Traceback" not in again.stderr
     usage = _cli("merge", recipe_file)
     assert usage.returncode == 2
     recipe_file.write_text("merge_method: linear\nmodels: [\n")
     bad = _cli("merge", recipe_file, tmp_path / "other")
-    assert bad.returncode == 1 and "not valid YAML" in bad.stderr and not (tmp_path / "other").exists()
+    assert bad.returncode == 1 and "not valid YAML" in " ".join(bad.stderr.split())
+    assert not (tmp_path / "other").exists()
