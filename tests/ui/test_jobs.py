@@ -3,8 +3,11 @@ and closing the window with a job running."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 import time
 
+import pytest
 import yaml
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import QApplication, QMessageBox
@@ -121,6 +124,18 @@ def test_an_extraction_runs_to_completion_with_its_report(qtbot, window, models,
     report = page.x_report.text()
     assert "Adapter:" in report and "Mean retained energy" in report and "Worst modules" in report
     assert "Adapter:" in window.jobs.summary.text()
+    # and back: the adapter applied to the base gives a full model
+    page.tabs.setCurrentIndex(1)
+    page.a_base.set_text(str(models.medium_base))
+    page.a_adapter.set_text(str(tmp_path / "adapter"))
+    page.a_out.setText(str(tmp_path / "applied"))
+    qtbot.waitUntil(lambda: "fits this base model" in page.a_check.text(), timeout=20_000)
+    assert "Reads and writes" in page.a_estimate.text()
+    qtbot.mouseClick(page.a_run, Qt.MouseButton.LeftButton)
+    applied = wait_for_job(qtbot, window, window.jobs.selected, timeout=120_000)
+    assert applied.status == "done", applied.log
+    assert (tmp_path / "applied" / "config.json").is_file()
+    assert "changed by the adapter" in window.jobs.summary.text()
 
 
 def test_history_survives_a_restart_without_secrets(qtbot, make_window, models, tmp_path):
@@ -166,3 +181,30 @@ def test_closing_with_a_running_job_asks_then_cancels(qtbot, window, models, tmp
     assert len(answers) == 2 and "still running" in answers[0]
     assert not (tmp_path / "closing").exists()
     assert load_history()[-1].status == "cancelled"
+
+
+@pytest.fixture
+def tiny_disk(tmp_path):
+    """A 4 MB filesystem for the output (needs root and permission to mount, else the test is skipped)."""
+    if not hasattr(os, "geteuid") or os.geteuid() != 0:
+        pytest.skip("mounting a tiny filesystem needs root")
+    mount = tmp_path / "tiny-disk"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)], capture_output=True)
+    if done.returncode != 0:
+        pytest.skip("this machine does not allow mounting a filesystem")
+    yield mount
+    subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def test_a_full_disk_is_seen_before_the_merge_and_explained(qtbot, window, models, tiny_disk):
+    _prepare(window, _medium_recipe(models), tiny_disk / "merged")
+    page = window.merge
+    qtbot.waitUntil(lambda: page.fit_label.text().startswith("Will not fit"), timeout=20_000)
+    assert "only" in page.fit_label.text() and "Disk:" in page.fit_label.toolTip()
+    record = wait_for_job(qtbot, window, page.run())
+    assert record.status == "failed"
+    panel = window.jobs.explanation
+    assert panel.title.text() == "Not enough space or memory"
+    assert "disk" in panel.what.text() and "another disk" in panel.fix.text()
+    assert list(tiny_disk.iterdir()) == []  # nothing was started on it

@@ -279,10 +279,13 @@ class LoraPage(QWidget):
         form.addRow("Device", self.a_device)
         form.addRow("Model dtype", self.a_dtype)
         self.a_out, a_out_row = self._folder_row("model-with-lora")
+        self.a_out.textChanged.connect(self._apply_changed)
         form.addRow("Model folder", a_out_row)
         self.a_overwrite = QCheckBox("Replace the folder if it already exists")
         form.addRow("", self.a_overwrite)
         column.addWidget(output)
+        self.a_estimate = QLabel("Choose the base model and the adapter to see the estimate.", wordWrap=True)
+        column.addWidget(self.a_estimate)
         self.a_run = QPushButton("Apply LoRA")
         self.a_run.clicked.connect(self.run_apply)
         column.addWidget(self.a_run, 0, Qt.AlignmentFlag.AlignLeft)
@@ -294,12 +297,26 @@ class LoraPage(QWidget):
         if not (base and adapter):
             self.a_check.clear()
             return
-        self._apply_checker.request(lambda: check_adapter(base, adapter), self._show_apply_check,
-                                    lambda error: self._show_apply_check(error_text(error)))
+        self.a_check.setText("Checking the adapter against the base model…")
+        set_status_style(self.a_check, "muted")
+        device, out = self.a_device.value() or "cpu", self.a_out.text()
+        self._apply_checker.request(lambda: check_adapter(base, adapter, device, out), self._show_apply_check,
+                                    lambda error: self._show_apply_check(PairCheck(problem=error_text(error))))
 
-    def _show_apply_check(self, problem: str) -> None:
-        self.a_check.setText(problem or "✓ The adapter fits this base model.")
-        set_status_style(self.a_check, "problem" if problem else "good")
+    def _show_apply_check(self, check: PairCheck) -> None:
+        from guiapp.system.units import format_bytes  # noqa: PLC0415
+
+        if check.problem:
+            self.a_check.setText(check.problem)
+            set_status_style(self.a_check, "problem")
+            self.a_estimate.setText("The estimate appears once the adapter fits the base model.")
+            return
+        self.a_check.setText(f"✓ The adapter fits this base model ({check.matrices} modules changed).")
+        set_status_style(self.a_check, "good")
+        lines = [f"Reads and writes about {format_bytes(check.read_bytes)}."]
+        if check.fit is not None:
+            lines.append(f"{sentence(check.fit.level.value)}: {check.fit.reason}.")
+        self.a_estimate.setText("\n".join(lines))
 
     def run_apply(self) -> str | None:
         from guiapp.jobs.specs import apply_job  # noqa: PLC0415
@@ -367,13 +384,22 @@ def check_pair(base: str, model: str, device: str, out: str, probe: Any) -> Pair
     return check
 
 
-def check_adapter(base: str, adapter: str) -> str:
-    """"" when the adapter at `adapter` fits the base's tensors, else why not (worker thread)."""
+def check_adapter(base: str, adapter: str, device: str, out: str) -> PairCheck:
+    """Whether the adapter fits the base's tensors (raises the engine's error if not), and what applying costs."""
     from guiapp.engine.lora_apply import open_adapter_for_merge  # noqa: PLC0415
     from guiapp.engine.recipe import ModelRef  # noqa: PLC0415
     from guiapp.engine.sources import read_headers  # noqa: PLC0415
+    from guiapp.system.resources import fit_verdict  # noqa: PLC0415
 
     headers = read_headers(ModelRef.parse(base))
     lora = open_adapter_for_merge(adapter)
     lora.check_base(headers.tensors, base)
-    return ""
+    size = sum(t.nbytes for t in headers.tensors.values())
+    largest = max((t.nbytes for t in headers.tensors.values()), default=0) * 4  # as float32
+    check = PairCheck(matrices=len(lora.modules) + len(lora.replacements), read_bytes=size, largest_bytes=largest)
+    try:
+        check.fit = fit_verdict(4 * largest + RUNTIME_BYTES, 4 * largest if device != "cpu" else 0, size, device,
+                                Path(out).expanduser())
+    except Exception:  # an output drive that cannot be examined is reported when the job starts
+        check.fit = None
+    return check
