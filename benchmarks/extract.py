@@ -90,15 +90,24 @@ def solver_table(shapes: dict[str, tuple[int, int]]) -> list[dict]:
     return rows_out
 
 
+def anonymous_memory() -> int:
+    """Bytes of anonymous (allocated) memory of this process, from /proc (Linux).
+
+    Resident memory would also count the pages of memory-mapped model files that were read, which the kernel
+    can drop at any time: that is page cache, not memory the job needs.
+    """
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("RssAnon:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError("no RssAnon in /proc/self/status")
+
+
 class PeakMemory:
-    """Samples this process's resident memory every millisecond in a thread; `.peak_mb` above the start."""
+    """Samples this process's anonymous memory every millisecond in a thread; `.peak_mb` above the start."""
 
     def __enter__(self) -> PeakMemory:
-        import psutil  # noqa: PLC0415
-
-        self._process = psutil.Process()
         gc.collect()
-        self.start = self._process.memory_info().rss
+        self.start = anonymous_memory()
         self.peak = self.start
         self._running = True
         self._thread = threading.Thread(target=self._sample, daemon=True)
@@ -111,7 +120,7 @@ class PeakMemory:
 
     def _sample(self) -> None:
         while self._running:
-            self.peak = max(self.peak, self._process.memory_info().rss)
+            self.peak = max(self.peak, anonymous_memory())
             time.sleep(0.001)
 
     @property
@@ -175,6 +184,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="Only the 2048-wide matrices.")
     parser.add_argument("--no-end-to-end", action="store_true", help="Skip the extract_lora runs.")
+    parser.add_argument("--no-table", action="store_true", help="Skip the solver table (memory and end-to-end only).")
     parser.add_argument("--memory-probe", nargs=3, type=int, help=argparse.SUPPRESS)
     parser.add_argument("--extraction-probe", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -186,12 +196,13 @@ def main() -> None:
         return
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads", flush=True)
     shapes = {k: v for k, v in SHAPES.items() if not (args.quick and "4096" in k)}
-    rows = solver_table(shapes)
-    target = [r for r in rows if "4096" in r["matrix"] and r["rank"] <= 64]
-    if target:
-        print(f"4096-wide, rank ≤ 64: slowest speedup {min(r['speedup'] for r in target):.0f}×, "
-              f"worst ratio to optimum {max(r['ratio'] for r in target):.4f}")
-    print(f"all cases: worst ratio to optimum {max(r['ratio'] for r in rows):.4f}")
+    if not args.no_table:
+        rows = solver_table(shapes)
+        target = [r for r in rows if "4096" in r["matrix"] and r["rank"] <= 64]
+        if target:
+            print(f"4096-wide, rank ≤ 64: slowest speedup {min(r['speedup'] for r in target):.0f}×, "
+                  f"worst ratio to optimum {max(r['ratio'] for r in target):.4f}")
+        print(f"all cases: worst ratio to optimum {max(r['ratio'] for r in rows):.4f}")
     measure_memory(4096, 4096, 256)
     if not args.no_end_to_end:
         end_to_end(hidden=2048, intermediate=5632, layers=1)

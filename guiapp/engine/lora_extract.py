@@ -55,6 +55,8 @@ EMBEDDING_POLICIES = ("save", "lora", "skip")
 UNCHANGED_TOLERANCE = 1e-6
 # Buffers some checkpoints carry that are not weights and may legitimately differ or be absent.
 _BUFFER_SUFFIXES = ("inv_freq", "position_ids", ".masked_bias")
+# Tensors that are only compared, never decomposed, are read in blocks of about this many elements.
+_COMPARE_BLOCK = 1 << 24
 # The output head of causal LMs whose head is tied to the input embedding.
 TIED_HEAD = "lm_head"
 # transformers' Conv1D stores Linear weights transposed (in × out); PEFT expects fan_in_fan_out for them.
@@ -271,32 +273,63 @@ def _compare(
     progress.start_stage("Extracting", total=len(modules), bytes_total=total_bytes)
     forced_heads = CLASSIFIER_HEADS.get(task_type, ())
     for module, names in modules.items():
+        weight = tuned.tensors.get(module + ".weight")
+        vocabulary = weight is not None and (is_embedding(module, weight.shape) or is_output_head(module))
+        may_decompose = weight is not None and len(weight.shape) == 2 and (settings.embeddings == "lora" or not vocabulary)
         changed = {}
         for name in names:
-            base_tensor = base_reader.read(name).to(device, compute)
-            # Out of place: a float32 tensor read from a memory map may be the mapped data itself.
-            delta = model_reader.read(name).to(device, compute) - base_tensor
-            if not bool(torch.isfinite(delta).all()):
-                raise NonFiniteResultError(
-                    f"{name} contains NaN or infinity in {settings.model} or {settings.base}.",
-                    hint="The model file is damaged or the fine-tune diverged; download it again or use another checkpoint.",
-                )
-            if float(torch.linalg.vector_norm(delta)) > UNCHANGED_TOLERANCE * float(torch.linalg.vector_norm(base_tensor)):
+            is_changed, delta = _difference(base_reader, model_reader, name, device, compute, may_decompose, settings)
+            if is_changed:
                 changed[name] = delta
-            del base_tensor
-        weight = tuned.tensors.get(module + ".weight")
         if short_name(module) in forced_heads:
             _save(found, module, names, "the task's classification head (PEFT always loads it from the adapter)")
         elif not changed:
             found.unchanged.append(module)
         elif (include and not include.search(module)) or (exclude and exclude.search(module)):
             found.excluded.append(module)
-        elif weight is not None and (is_embedding(module, weight.shape) or is_output_head(module)) and settings.embeddings == "skip":
+        elif vocabulary and settings.embeddings == "skip":
             found.skipped.append(module)
         else:
             _store_module(found, module, names, changed, weight, settings, transposed, out_dtype)
         progress.step(module, nbytes=2 * sum(tuned.tensors[n].nbytes for n in names))
     return found
+
+
+def _difference(
+    base_reader: ModelReader,
+    model_reader: ModelReader,
+    name: str,
+    device: torch.device,
+    compute: torch.dtype,
+    keep_delta: bool,
+    settings: ExtractionSettings,
+) -> tuple[bool, torch.Tensor | None]:
+    """Whether tensor `name` changed beyond rounding, and its update when `keep_delta` (else None).
+
+    Tensors that will not be decomposed (embeddings to save whole, norms) are compared in row blocks, so a large
+    vocabulary never needs three full float32 copies at once. Raises NonFiniteResultError for NaN/infinity.
+    """
+    base_tensor, tuned_tensor = base_reader.read(name), model_reader.read(name)
+    if keep_delta or base_tensor.ndim == 0:
+        blocks = [(base_tensor, tuned_tensor)]
+    else:
+        rows = max(1, _COMPARE_BLOCK // max(1, base_tensor[0].numel()))
+        blocks = list(zip(base_tensor.split(rows), tuned_tensor.split(rows)))
+    delta_energy = base_energy = 0.0
+    delta = None
+    for base_block, tuned_block in blocks:
+        base_part = base_block.to(device, compute)
+        # Out of place: a float32 tensor read from a memory map may be the mapped data itself.
+        delta = tuned_block.to(device, compute) - base_part
+        if not bool(torch.isfinite(delta).all()):
+            raise NonFiniteResultError(
+                f"{name} contains NaN or infinity in {settings.model} or {settings.base}.",
+                hint="The model file is damaged or the fine-tune diverged; download it again or use another checkpoint.",
+            )
+        delta_energy += float(torch.linalg.vector_norm(delta)) ** 2
+        base_energy += float(torch.linalg.vector_norm(base_part)) ** 2
+    changed = delta_energy**0.5 > UNCHANGED_TOLERANCE * base_energy**0.5
+    return changed, (delta if keep_delta and changed else None)
 
 
 def _store_module(

@@ -15,7 +15,14 @@ from guiapp.engine.lora_apply import ApplySettings, apply_lora
 from guiapp.engine.lora_extract import ExtractionSettings, extract_lora
 from guiapp.engine.lowrank import RankRule
 from guiapp.engine.samples import LlamaShape, write_llama
-from guiapp.errors import CheckpointError, IncompatibleModelsError, JobCancelled, OutputError, RecipeError
+from guiapp.errors import (
+    CheckpointError,
+    IncompatibleModelsError,
+    JobCancelled,
+    NonFiniteResultError,
+    OutputError,
+    RecipeError,
+)
 from guiapp.progress import CancelToken, Progress
 from tests.lora.helpers import adapter_config, adapter_report, adapter_tensors, extract, finetune, model_tensors
 
@@ -231,3 +238,23 @@ def test_cli_rank_modes_are_exclusive(llama_base, tmp_path):
     with pytest.raises(SystemExit) as caught:
         main(["extract-lora", "--base", "a", "--model", "b", "--out", "c", "--rank", "4", "--energy", "0.9"])
     assert caught.value.code == 2
+
+
+def test_tensors_compared_in_blocks_give_the_same_adapter(llama_base, llama_planted, tmp_path, monkeypatch):
+    whole = adapter_tensors(Path(extract(llama_base, llama_planted, tmp_path / "whole")["output"]))
+    from guiapp.engine import lora_extract  # noqa: PLC0415
+
+    monkeypatch.setattr(lora_extract, "_COMPARE_BLOCK", 100)  # embeddings and norms now span many blocks
+    blocks = adapter_tensors(Path(extract(llama_base, llama_planted, tmp_path / "blocks")["output"]))
+    assert whole.keys() == blocks.keys() and all(torch.equal(whole[k], blocks[k]) for k in whole)
+
+
+def test_a_model_with_nan_is_refused_by_tensor_name(llama_base, tmp_path):
+    tensors = model_tensors(llama_base)
+    tensors["model.embed_tokens.weight"][3, 5] = float("nan")
+    broken = tmp_path / "broken"
+    shutil.copytree(llama_base, broken)
+    save_file(tensors, broken / "model.safetensors")
+    with pytest.raises(NonFiniteResultError, match="model.embed_tokens.weight"):
+        extract(llama_base, broken, tmp_path / "lora")
+    assert not (tmp_path / "lora").exists() and no_leftovers(tmp_path)
