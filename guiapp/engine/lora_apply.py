@@ -37,7 +37,7 @@ from guiapp.engine.peft_format import (
     split_module,
 )
 from guiapp.engine.recipe import ModelRef
-from guiapp.engine.sources import local_folder, open_reader
+from guiapp.engine.sources import ModelReader, local_folder, open_reader
 from guiapp.errors import CheckpointError, IncompatibleModelsError, NonFiniteResultError, RecipeError
 from guiapp.progress import Progress
 
@@ -258,8 +258,8 @@ def apply_lora(settings: ApplySettings, progress: Progress | None = None) -> dic
     progress.start_stage("Checking the base model and the adapter")
     base_ref = ModelRef.parse(settings.base)
     reader = open_reader(base_ref, progress)
-    adapter = LoraAdapter.open(_adapter_folder(settings.adapter, progress), scale=settings.scale)
     try:
+        adapter = LoraAdapter.open(_adapter_folder(settings.adapter, progress), scale=settings.scale)
         base = reader.checkpoint
         adapter.check_base(base.tensors, str(base_ref))
         if adapter.changes_nothing():
@@ -276,8 +276,8 @@ def apply_lora(settings: ApplySettings, progress: Progress | None = None) -> dic
             total_bytes = sum(t.nbytes for t in plan)
             check_free_space(staged.path, total_bytes)
             writer = ShardedWriter(staged.path, plan, shard_bytes)
-            counts = _stream(base, adapter, plan, writer, device, progress)
-            _write_model_files(reader.folder, staged.path, out_dtype, settings, adapter)
+            counts = _stream(reader, adapter, plan, writer, device, progress)
+            _write_model_files(reader.folder, staged.path, out_dtype, settings)
             output = staged.commit()
     finally:
         reader.close()
@@ -285,7 +285,9 @@ def apply_lora(settings: ApplySettings, progress: Progress | None = None) -> dic
     return {"output": str(output), "tensors": len(plan), "bytes": total_bytes, **counts}
 
 
-def _stream(base, adapter: LoraAdapter, plan: list[PlannedTensor], writer: ShardedWriter, device, progress) -> dict[str, int]:
+def _stream(
+    base: ModelReader, adapter: LoraAdapter, plan: list[PlannedTensor], writer: ShardedWriter, device, progress: Progress
+) -> dict[str, int]:
     counts = {"changed": 0, "replaced": 0}
     progress.start_stage("Applying the adapter", total=len(plan), bytes_total=sum(t.nbytes for t in plan))
     try:
@@ -313,7 +315,7 @@ def _stream(base, adapter: LoraAdapter, plan: list[PlannedTensor], writer: Shard
     return counts
 
 
-def _write_model_files(base_folder: Path, out: Path, out_dtype, settings: ApplySettings, adapter: LoraAdapter) -> None:
+def _write_model_files(base_folder: Path, out: Path, out_dtype: torch.dtype | None, settings: ApplySettings) -> None:
     config_path = base_folder / "config.json"
     if config_path.is_file():
         config = json.loads(config_path.read_text(encoding="utf-8"))
