@@ -37,6 +37,7 @@ def run_app(argv: Sequence[str] | None = None) -> int:
     import qasync  # noqa: PLC0415
 
     app, window = create_window(argv)
+    sys.excepthook = lambda kind, error, trace: show_unexpected(window, error)
     loop = qasync.QEventLoop(app)
     asyncio.set_event_loop(loop)
     window.show()
@@ -44,3 +45,17 @@ def run_app(argv: Sequence[str] | None = None) -> int:
     with loop:
         loop.run_forever()
     return 0
+
+
+def show_unexpected(parent, error: BaseException) -> None:
+    """A bug of ours, reported as an explanation (the traceback behind Details) instead of a console dump."""
+    from PySide6.QtWidgets import QMessageBox  # noqa: PLC0415
+
+    from guiapp.system.explain import explain  # noqa: PLC0415
+
+    explanation = explain(error)
+    box = QMessageBox(QMessageBox.Icon.Warning, "Something went wrong", explanation.title, parent=parent)
+    box.setInformativeText(f"{explanation.what}\n\n{explanation.fix}\n\nYour jobs keep running; "
+                           "the window may need a restart if this page stops responding.")
+    box.setDetailedText(explanation.raw)
+    box.exec()

@@ -58,19 +58,16 @@ class LatestCall(QObject):
         self._next: tuple | None = None
         self._timer = QTimer(self, singleShot=True, interval=delay_ms)
         self._timer.timeout.connect(self._start)
-        self.busy = False
 
     def request(self, function: Callable[[], Any], on_result: Callable[[Any], None],
                 on_error: Callable[[BaseException], None] | None = None) -> None:
         self._generation += 1
         self._next = (self._generation, function, on_result, on_error)
-        self.busy = True
         self._timer.start()
 
     def cancel(self) -> None:
         self._generation += 1
         self._timer.stop()
-        self.busy = False
 
     def _start(self) -> None:
         if self._next is None:
@@ -80,7 +77,6 @@ class LatestCall(QObject):
 
         def answered(callback, value) -> None:
             if generation == self._generation:
-                self.busy = False
                 if callback is not None:
                     callback(value)
 

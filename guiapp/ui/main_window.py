@@ -19,6 +19,7 @@ from guiapp.ui.pages.merge import MergePage
 from guiapp.ui.pages.models import ModelsPage
 from guiapp.ui.pages.settings import SettingsPage
 from guiapp.ui.state import AppState
+from guiapp.ui.text import error_text
 from guiapp.ui.welcome import WelcomePage
 
 PAGES = (("welcome", "Start"), ("models", "Models"), ("merge", "Merge"), ("lora", "LoRA"), ("jobs", "Jobs"),
@@ -65,7 +66,6 @@ class MainWindow(QMainWindow):
         self.welcome.go_to.connect(self.show_page)
         self.welcome.samples_ready.connect(self._sample_ready)
         self.settings.show_welcome.connect(lambda: self.show_page("welcome"))
-        state.show_page.connect(self.show_page)
         state.use_as_base.connect(lambda ref: (self.merge.set_base(ref), self.show_page("merge")))
         state.add_to_merge.connect(lambda ref: (self.merge.add_model(ref), self.show_page("merge")))
         state.extract_from.connect(lambda model, base: (self.lora.set_extract_models(model, base or None),
@@ -76,7 +76,8 @@ class MainWindow(QMainWindow):
         state.jobs.record_changed.connect(lambda _: self._update_jobs_label())
         state.jobs.record_added.connect(lambda _: self._update_jobs_label())
         state.methods_ready.connect(lambda _: self.statusBar().showMessage("Ready.", 5000))
-        state.probe_failed.connect(lambda e: self.statusBar().showMessage(f"Could not load everything: {e}"))
+        state.methods_failed.connect(lambda e: self.statusBar().showMessage(
+            f"The merge engine could not be loaded: {error_text(e)}"))
         self._restore()
         self._update_jobs_label()
 
@@ -86,6 +87,7 @@ class MainWindow(QMainWindow):
                      lambda: (self.show_page("merge"), self.merge.import_recipe()))
         self._action(file_menu, "&Export recipe…", QKeySequence.StandardKey.Save,
                      lambda: (self.show_page("merge"), self.merge.export_recipe()))
+        self._action(file_menu, "&Run the job on this page", QKeySequence("Ctrl+R"), self.run_current)
         file_menu.addSeparator()
         self._action(file_menu, "&Quit", QKeySequence.StandardKey.Quit, self.close)
         go = self.menuBar().addMenu("&Go")
@@ -113,6 +115,14 @@ class MainWindow(QMainWindow):
             QMessageBox.about(self, "About Mergesmith", f"Mergesmith {__version__}")
             return
         AboutDialog(self).exec()
+
+    def run_current(self) -> None:
+        """Ctrl+R: run what the current page prepares (the merge, the extraction or the application)."""
+        page = self.current_page()
+        if page == "merge":
+            self.merge.run()
+        elif page == "lora":
+            (self.lora.run_extract if self.lora.tabs.currentIndex() == 0 else self.lora.run_apply)()
 
     def show_page(self, key: str) -> None:
         self.nav.setCurrentRow([k for k, _ in PAGES].index(key))

@@ -18,12 +18,12 @@ from guiapp.ui.job_bridge import JobBridge
 class AppState(QObject):
     methods_ready = Signal(object)  # dict name -> MergeMethod
     probe_ready = Signal(object)  # ProbeResult
+    methods_failed = Signal(object)  # the exception: the engine (torch) could not be loaded
     probe_failed = Signal(object)  # the exception
     # Cross-page requests from the Models page and the welcome: a model reference for a form.
     use_as_base = Signal(str)
     add_to_merge = Signal(str)
     extract_from = Signal(str, str)  # fine-tune, its base when known (else "")
-    show_page = Signal(str)
 
     def __init__(self, parent: QObject | None = None, *, keep_history: bool = True) -> None:
         super().__init__(parent)
@@ -57,7 +57,7 @@ class AppState(QObject):
             self.reprobe(refresh=False)
 
     def _methods_failed(self, error: BaseException) -> None:
-        self.probe_failed.emit(error)
+        self.methods_failed.emit(error)
 
     def _probed(self, result: Any) -> None:
         self.probing = False

@@ -44,8 +44,6 @@ class PairCheck:
     problem: str = ""
     matrices: int = 0
     read_bytes: int = 0
-    largest_bytes: int = 0
-    svd_flops: float = 0.0
     fit: Any = None
     time: Any = None
 
@@ -373,7 +371,7 @@ def check_pair(base: str, model: str, device: str, out: str, probe: Any) -> Pair
     read_bytes = sum(t.nbytes for t in model_headers.tensors.values()) + sum(t.nbytes for t in base_headers.tensors.values())
     largest = max((t.shape[0] * t.shape[1] * 4 for t in matrices), default=0)
     flops = sum(svd_flop_count(*t.shape) for t in matrices)
-    check = PairCheck(matrices=len(matrices), read_bytes=read_bytes, largest_bytes=largest, svd_flops=flops)
+    check = PairCheck(matrices=len(matrices), read_bytes=read_bytes)
     try:
         check.fit = fit_verdict(6 * largest + RUNTIME_BYTES, 6 * largest if device != "cpu" else 0,
                                 sum(t.nbytes for t in matrices) // 4, device, Path(out).expanduser())
@@ -396,7 +394,7 @@ def check_adapter(base: str, adapter: str, device: str, out: str) -> PairCheck:
     lora.check_base(headers.tensors, base)
     size = sum(t.nbytes for t in headers.tensors.values())
     largest = max((t.nbytes for t in headers.tensors.values()), default=0) * 4  # as float32
-    check = PairCheck(matrices=len(lora.modules) + len(lora.replacements), read_bytes=size, largest_bytes=largest)
+    check = PairCheck(matrices=len(lora.modules) + len(lora.replacements), read_bytes=size)
     try:
         check.fit = fit_verdict(4 * largest + RUNTIME_BYTES, 4 * largest if device != "cpu" else 0, size, device,
                                 Path(out).expanduser())

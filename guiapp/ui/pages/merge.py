@@ -77,6 +77,7 @@ class MergePage(QWidget):
         layout = QVBoxLayout(self)
         layout.addWidget(self.stack)
         state.methods_ready.connect(self.set_methods)
+        state.methods_failed.connect(self._engine_failed)
         state.probe_ready.connect(lambda _: self._refresh_capabilities())
         if state.methods is not None:
             self.set_methods(state.methods)
@@ -257,6 +258,14 @@ class MergePage(QWidget):
             self.apply_document(self.document)
         else:
             self._method_changed()
+
+    def _engine_failed(self, error: BaseException) -> None:
+        from guiapp.system.explain import explain  # noqa: PLC0415
+
+        explanation = explain(error)
+        self.loading.setWordWrap(True)
+        self.loading.setText(f"The merge engine could not be loaded.\n\n{explanation.what}\n\n{explanation.fix}")
+        set_status_style(self.loading, "problem")
 
     def _load_library(self) -> None:
         def show(entries: list[str]) -> None:
