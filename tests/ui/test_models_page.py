@@ -33,8 +33,9 @@ def test_search_as_you_type_and_open_details(qtbot, window, hub_env, models):
     page = _search(qtbot, window, "tiny")
     rows = {page.results.item(r, 0).text(): r for r in range(page.results.rowCount())}
     assert set(rows) == {"smith/tiny-base", "smith/tiny-chat", "smith/tiny-gated"}
-    assert page.results.item(rows["smith/tiny-gated"], 5).text() == "Gated"
-    assert page.results.item(rows["smith/tiny-base"], 2).text() == "500"
+    assert page.results.item(rows["smith/tiny-gated"], 6).text() == "Gated"
+    assert page.results.item(rows["smith/tiny-base"], 3).text() == "500"
+    assert page.results.item(rows["smith/tiny-base"], 1).text().endswith("KB")  # bf16 weights: 2 bytes each
     # typing on replaces the results (the earlier, stale search is dropped)
     qtbot.keyClicks(page.search_edit, "-chat")
     qtbot.waitUntil(lambda: page.results.rowCount() == 1, timeout=15_000)

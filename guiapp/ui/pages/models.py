@@ -69,15 +69,16 @@ class ModelsPage(QWidget):
         bar.addWidget(self.size_combo)
         bar.addWidget(self.hide_gated)
 
-        self.results = QTableWidget(0, 6, accessibleName="Search results")
-        self.results.setHorizontalHeaderLabels(["Model", "Parameters", "Downloads", "Likes", "Updated", "Gated"])
+        self.results = QTableWidget(0, 7, accessibleName="Search results")
+        self.results.setHorizontalHeaderLabels(["Model", "Size", "Parameters", "Downloads", "Likes", "Updated",
+                                                "Gated"])
         self.results.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.results.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         self.results.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.results.verticalHeader().setVisible(False)
         header = self.results.horizontalHeader()
         header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
-        for column in range(1, 6):
+        for column in range(1, 7):
             header.setSectionResizeMode(column, QHeaderView.ResizeMode.ResizeToContents)
         self.results.itemSelectionChanged.connect(self._result_selected)
         self.search_status = QLabel(wordWrap=True)
@@ -175,13 +176,14 @@ class ModelsPage(QWidget):
         for summary in page:
             row = self.results.rowCount()
             self.results.insertRow(row)
-            cells = (summary.repo_id, _count(summary.parameters), f"{summary.downloads:,}", f"{summary.likes:,}",
+            cells = (summary.repo_id, _weights_size(summary.parameters_by_dtype), _count(summary.parameters),
+                     f"{summary.downloads:,}", f"{summary.likes:,}",
                      summary.last_modified.strftime("%Y-%m-%d") if summary.last_modified else "",
                      "Gated" if summary.gated else "")
             for column, text in enumerate(cells):
                 item = QTableWidgetItem(text)
                 item.setData(Qt.ItemDataRole.UserRole, summary.repo_id)
-                if column == 5 and summary.gated:
+                if column == 6 and summary.gated:
                     item.setToolTip("Accept the licence on the model's Hub page (signed in) to download it")
                 self.results.setItem(row, column, item)
         count = self.results.rowCount()
@@ -458,6 +460,20 @@ def _model_fit(size: int, probe: Any) -> Any:
         return fit_verdict(size, size, size, gpu or "cpu", HubConnection.current().cache_dir)
     except Exception:  # no badge rather than no details
         return None
+
+
+# Bytes per parameter of the dtype names the Hub reports for safetensors weights.
+_DTYPE_BYTES = {"F64": 8, "I64": 8, "F32": 4, "I32": 4, "BF16": 2, "F16": 2, "I16": 2, "F8_E4M3": 1, "F8_E5M2": 1,
+                "I8": 1, "U8": 1, "BOOL": 1}
+
+
+def _weights_size(parameters_by_dtype: dict[str, int]) -> str:
+    """The size of the weights ("14.5 GB") from the parameter counts by dtype; "" when the Hub gives none."""
+    from guiapp.system.units import format_bytes  # noqa: PLC0415
+
+    if not parameters_by_dtype:
+        return ""
+    return format_bytes(sum(count * _DTYPE_BYTES.get(dtype.upper(), 2) for dtype, count in parameters_by_dtype.items()))
 
 
 def _count(value: int | None) -> str:
