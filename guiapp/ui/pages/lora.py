@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import (
     QCheckBox, QComboBox, QDoubleSpinBox, QFileDialog, QFormLayout, QGroupBox, QHBoxLayout, QLabel, QLineEdit,
     QPushButton, QScrollArea, QSpinBox, QTabWidget, QVBoxLayout, QWidget,
@@ -56,7 +56,8 @@ class LoraPage(QWidget):
         self.state = state
         self._extract_key: str | None = None
         self.tabs = QTabWidget()
-        self.tabs.addTab(self._scrolled(self._build_extract()), "Extract LoRA")
+        self.extract_scroll = self._scrolled(self._build_extract())
+        self.tabs.addTab(self.extract_scroll, "Extract LoRA")
         self.tabs.addTab(self._scrolled(self._build_apply()), "Apply LoRA")
         layout = QVBoxLayout(self)
         layout.addWidget(self.tabs)
@@ -244,6 +245,7 @@ class LoraPage(QWidget):
             report = extraction_report(record.summary)
             self.x_report.setText(report)
             set_status_style(self.x_report, "warning" if "Warning" in report else None)
+            QTimer.singleShot(0, lambda: self.extract_scroll.ensureWidgetVisible(self.x_report))  # once laid out
         elif record.status in ("failed", "cancelled"):
             self.x_report.setText(f"The extraction {record.status}: the Jobs page says why.")
             set_status_style(self.x_report, "problem")
