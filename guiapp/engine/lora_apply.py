@@ -32,6 +32,7 @@ from guiapp.engine.peft_format import (
     LORA_B,
     LORA_B_BIAS,
     PEFT_PREFIX,
+    is_embedding,
     is_output_head,
     pattern_value,
     split_module,
@@ -202,9 +203,12 @@ class LoraAdapter:
         )
 
     def _tied_head(self, module: str, base_tensors: dict[str, TensorInfo]) -> bool:
-        """An output head the adapter carries only because PEFT ties it to the embedding (ensure_weight_tying),
-        for a base that stores no head of its own: its entries mirror the embedding's and are not applied."""
-        return bool(self.config.get("ensure_weight_tying")) and is_output_head(module) and not any(
+        """An output head of an adapter that also changes the embedding, for a base that stores no head of its
+        own (its head is the embedding): the head's entries mirror the embedding's, for PEFT, and add nothing."""
+        changes_embedding = any(
+            is_embedding(name, (0, 0)) for name in [*self.modules, *(split_module(n)[0] for n in self.replacements)]
+        )
+        return changes_embedding and is_output_head(module) and not any(
             split_module(name)[0] == module for name in base_tensors
         )
 

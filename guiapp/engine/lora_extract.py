@@ -59,6 +59,7 @@ _BUFFER_SUFFIXES = ("inv_freq", "position_ids", ".masked_bias")
 _COMPARE_BLOCK = 1 << 24
 # The output head of causal LMs whose head is tied to the input embedding.
 TIED_HEAD = "lm_head"
+PEFT_TIED_EMBEDDINGS = ("embed_tokens",)
 # transformers' Conv1D stores Linear weights transposed (in × out); PEFT expects fan_in_fan_out for them.
 _TRANSPOSED_LINEAR_MODELS = ("gpt2",)
 
@@ -439,6 +440,11 @@ def _adapter_config(
     lora_bias: bool,
     transposed: bool,
 ) -> dict[str, Any]:
+    # A tied head must stay tied in PEFT (ensure_weight_tying, which then expects the head's entries too). PEFT
+    # finds the embedding of a saved head only by the name embed_tokens; for others (GPT-2's wte) the saved
+    # head's weight loads into the shared parameter instead, and an embedding LoRA needs the head as a target.
+    peft_ties = found.tied_embedding is not None and short_name(found.tied_embedding) in PEFT_TIED_EMBEDDINGS
+    head_target = [TIED_HEAD] if found.tied_embedding in found.factors and not peft_ties else []
     ranks = {module: found.reports[module].rank for module in found.factors}
     default_rank = Counter(ranks.values()).most_common(1)[0][0] if ranks else 8
     pattern = {module: rank for module, rank in ranks.items() if rank != default_rank}
@@ -451,7 +457,7 @@ def _adapter_config(
         "lora_alpha": default_rank,
         "rank_pattern": pattern,
         "alpha_pattern": dict(pattern),  # alpha = rank everywhere: scale 1, B·A is the update itself
-        "target_modules": _target_modules(list(found.factors), base_tensors, set(found.saved)),
+        "target_modules": _target_modules(list(found.factors), base_tensors, set(found.saved)) + head_target,
         "modules_to_save": sorted(found.saved) or None,
         "lora_dropout": 0.0,
         "lora_bias": lora_bias,
@@ -463,8 +469,7 @@ def _adapter_config(
         "inference_mode": True,
         "layers_to_transform": None,
         "layers_pattern": None,
-        # PEFT keeps a tied output head tied only when asked, and then expects the head's entries too.
-        "ensure_weight_tying": found.tied_embedding is not None,
+        "ensure_weight_tying": peft_ties or bool(head_target),
     }
 
 

@@ -28,7 +28,7 @@ peft = pytest.importorskip("peft")
 TOKENS = torch.randint(0, 256, (2, 12), generator=torch.Generator().manual_seed(0))
 
 
-def llama_logits(folder: Path, adapter: Path | None = None) -> torch.Tensor:
+def causal_logits(folder: Path, adapter: Path | None = None) -> torch.Tensor:
     model = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
     if adapter is not None:
         model = load_peft(model, adapter)
@@ -42,7 +42,8 @@ def load_peft(model, adapter: Path):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         model = peft.PeftModel.from_pretrained(model, adapter)
-    assert not [w for w in caught if "adapter keys" in str(w.message) or "nexpected" in str(w.message)]
+    complaints = ("adapter keys", "nexpected", "weight_tying")
+    assert not [str(w.message) for w in caught if any(text in str(w.message) for text in complaints)]
     return model
 
 
@@ -85,9 +86,9 @@ def test_adapter_folder_is_a_peft_lora_for_a_causal_lm(llama_base, planted_adapt
 
 
 def test_peft_loads_the_adapter_and_reproduces_the_finetune(llama_base, llama_planted, planted_adapter):
-    base_logits = llama_logits(llama_base)
-    tuned_logits = llama_logits(llama_planted)
-    adapted = llama_logits(llama_base, Path(planted_adapter["output"]))
+    base_logits = causal_logits(llama_base)
+    tuned_logits = causal_logits(llama_planted)
+    adapted = causal_logits(llama_base, Path(planted_adapter["output"]))
     assert (base_logits - tuned_logits).abs().max() > 0.05  # the fine-tune really differs
     assert torch.allclose(adapted, tuned_logits, atol=1e-4)
 
@@ -120,10 +121,10 @@ def test_with_noise_peft_logits_stay_within_the_rank_error(llama_base, tmp_path)
     summary = extract(llama_base, noisy, tmp_path / "lora", RankRule("fixed", 4))
     worst = adapter_report(Path(summary["output"]))["totals"]["max_relative_error"]
     assert 0.01 < worst < 0.5  # the noise is really there and the planted part is captured
-    tuned, base = llama_logits(noisy), llama_logits(llama_base)
-    adapted = llama_logits(llama_base, Path(summary["output"]))
+    tuned, base = causal_logits(noisy), causal_logits(llama_base)
+    adapted = causal_logits(llama_base, Path(summary["output"]))
     apply_lora(ApplySettings(str(llama_base), summary["output"], tmp_path / "full"))
-    assert torch.allclose(adapted, llama_logits(tmp_path / "full"), atol=1e-4)  # PEFT and apply agree
+    assert torch.allclose(adapted, causal_logits(tmp_path / "full"), atol=1e-4)  # PEFT and apply agree
     # Each applied weight is exactly as far from the fine-tune as the report's rank error says…
     applied, expected, original = model_tensors(tmp_path / "full"), model_tensors(noisy), model_tensors(llama_base)
     for module in [m for m in adapter_report(Path(summary["output"]))["modules"] if m["kind"] == "lora"]:
@@ -142,7 +143,7 @@ def test_module_ranks_go_into_rank_pattern_and_peft_builds_them(llama_base, tmp_
     assert config["r"] == config["lora_alpha"] == 4
     expected = {f"model.layers.{i}.self_attn.{p}": r for i in range(2) for p, r in (("q_proj", 2), ("v_proj", 6))}
     assert config["rank_pattern"] == config["alpha_pattern"] == expected
-    assert torch.allclose(llama_logits(llama_base, Path(summary["output"])), llama_logits(tuned), atol=1e-4)
+    assert torch.allclose(causal_logits(llama_base, Path(summary["output"])), causal_logits(tuned), atol=1e-4)
 
 
 def test_embeddings_and_head_as_lora(llama_base, llama_planted, tmp_path):
@@ -153,7 +154,7 @@ def test_embeddings_and_head_as_lora(llama_base, llama_planted, tmp_path):
     assert tensors["base_model.model.model.embed_tokens.lora_embedding_B"].shape == (64, 8)
     assert tensors["base_model.model.lm_head.lora_A.weight"].shape == (8, 64)
     assert "lm_head" not in (adapter_config(folder)["modules_to_save"] or [])
-    assert torch.allclose(llama_logits(llama_base, folder), llama_logits(llama_planted), atol=1e-4)
+    assert torch.allclose(causal_logits(llama_base, folder), causal_logits(llama_planted), atol=1e-4)
     apply_lora(ApplySettings(str(llama_base), str(folder), tmp_path / "full"))
     assert max_relative_difference(model_tensors(tmp_path / "full"), model_tensors(llama_planted)) < 1e-5
 
@@ -219,8 +220,34 @@ def test_tied_embeddings_stay_tied_in_peft_and_in_apply(embeddings, tmp_path):
     summary = extract(base, tuned, tmp_path / "lora", RankRule("fixed", 8), embeddings=embeddings)
     folder = Path(summary["output"])
     assert adapter_config(folder)["ensure_weight_tying"] is True
-    assert torch.allclose(llama_logits(base, folder), llama_logits(tuned), atol=1e-4)
+    assert torch.allclose(causal_logits(base, folder), causal_logits(tuned), atol=1e-4)
     apply_lora(ApplySettings(str(base), str(folder), tmp_path / "full"))
     applied = model_tensors(tmp_path / "full")
     assert "lm_head.weight" not in applied
     assert max_relative_difference(applied, model_tensors(tuned)) < 1e-5
+
+
+@pytest.mark.parametrize("embeddings", ["save", "lora"])
+def test_gpt2_conv1d_layers_get_fan_in_fan_out_factors(embeddings, tmp_path):
+    config = transformers.GPT2Config(vocab_size=256, n_positions=64, n_embd=32, n_layer=2, n_head=4,
+                                     bos_token_id=0, eos_token_id=0)
+    torch.manual_seed(0)
+    transformers.GPT2LMHeadModel(config).save_pretrained(tmp_path / "base")
+    base = tmp_path / "base"
+    tuned = finetune(base, tmp_path / "tuned")
+    summary = extract(base, tuned, tmp_path / "lora", RankRule("fixed", 8), embeddings=embeddings)
+    folder = Path(summary["output"])
+    adapter = adapter_config(folder)
+    assert adapter["fan_in_fan_out"] is True and adapter["lora_bias"] is (embeddings == "save")
+    tensors = adapter_tensors(folder)
+    if embeddings == "save":
+        # Conv1D stores (in × out): lora_A is still r × in, lora_B out × r
+        assert tensors["base_model.model.transformer.h.0.attn.c_attn.lora_A.weight"].shape == (8, 32)
+        assert tensors["base_model.model.transformer.h.0.attn.c_attn.lora_B.weight"].shape == (96, 8)
+    else:
+        # the head tied to wte is an explicit target: PEFT ties only heads of embeddings named embed_tokens
+        assert tensors["base_model.model.transformer.wte.lora_embedding_A"].shape == (8, 256)
+        assert "lm_head" in adapter["target_modules"]
+    assert torch.allclose(causal_logits(base, folder), causal_logits(tuned), atol=1e-4)
+    apply_lora(ApplySettings(str(base), str(folder), tmp_path / "full"))
+    assert max_relative_difference(model_tensors(tmp_path / "full"), model_tensors(tuned)) < 1e-5
