@@ -76,11 +76,3 @@ def pattern_value(patterns: dict[str, Any], module: str, default: Any) -> Any:
             return value
     return default
 
-
-def targets_module(target_modules: list[str] | str | None, module: str) -> bool:
-    """Whether PEFT's `target_modules` (a suffix list or a full-match regex) selects `module`."""
-    if target_modules is None:
-        return False
-    if isinstance(target_modules, str):
-        return re.fullmatch(target_modules, module) is not None
-    return module in target_modules or any(module.endswith(f".{target}") for target in target_modules)

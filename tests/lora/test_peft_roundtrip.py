@@ -251,3 +251,26 @@ def test_gpt2_conv1d_layers_get_fan_in_fan_out_factors(embeddings, tmp_path):
     assert torch.allclose(causal_logits(base, folder), causal_logits(tuned), atol=1e-4)
     apply_lora(ApplySettings(str(base), str(folder), tmp_path / "full"))
     assert max_relative_difference(model_tensors(tmp_path / "full"), model_tensors(tuned)) < 1e-5
+
+
+def test_sequence_classifier_adapter_is_seq_cls_and_carries_its_head(llama_base, tmp_path):
+    config = transformers.AutoConfig.from_pretrained(llama_base)
+    config.num_labels, config.pad_token_id = 3, 0
+    torch.manual_seed(0)
+    transformers.LlamaForSequenceClassification(config).save_pretrained(tmp_path / "base")
+    base = tmp_path / "base"
+    tuned = finetune(base, tmp_path / "tuned", only=r"q_proj|v_proj")  # the head itself is unchanged
+    folder = Path(extract(base, tuned, tmp_path / "lora", RankRule("fixed", 8))["output"])
+    adapter = adapter_config(folder)
+    assert adapter["task_type"] == "SEQ_CLS"
+    assert "score" in adapter["modules_to_save"]  # PEFT loads the head from every SEQ_CLS adapter
+
+    def scores(adapter_folder: Path | None) -> torch.Tensor:
+        model = transformers.AutoModelForSequenceClassification.from_pretrained(base if adapter_folder else tuned)
+        if adapter_folder is not None:
+            model = load_peft(model, adapter_folder)
+        model.eval()
+        with torch.no_grad():
+            return model(TOKENS).logits
+
+    assert torch.allclose(scores(folder), scores(None), atol=1e-4)
