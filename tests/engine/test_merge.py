@@ -312,3 +312,23 @@ def test_cli_merge_end_to_end(llama_trio, tmp_path):
     bad = _cli("merge", recipe_file, tmp_path / "other")
     assert bad.returncode == 1 and "not valid YAML" in " ".join(bad.stderr.split())
     assert not (tmp_path / "other").exists()
+
+
+def test_ctrl_c_in_the_cli_leaves_nothing(tmp_path):
+    import signal  # noqa: PLC0415
+
+    shape = LlamaShape(hidden=512, intermediate=2048, layers=8, heads=8, kv_heads=2, vocab=32000)
+    model = write_llama(tmp_path / "model", shape, dtype=torch.float32)
+    recipe_file = tmp_path / "recipe.yml"
+    recipe_file.write_text(f"merge_method: ties\nbase_model: {model}\nmodels:\n  - model: {model}\n"
+                           f"    parameters: {{weight: 1, density: 0.5}}\n")
+    process = subprocess.Popen([sys.executable, "-m", "guiapp", "merge", str(recipe_file), str(tmp_path / "out")],
+                               stderr=subprocess.PIPE, text=True)
+    for line in process.stderr:
+        if line.startswith("Merging"):
+            process.send_signal(signal.SIGINT)
+            break
+    rest = process.stderr.read()
+    assert process.wait(timeout=60) == 1
+    assert "Interrupted" in rest and "Traceback" not in rest
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model", "recipe.yml"]

@@ -1,0 +1,55 @@
+"""Output on disks that are read-only, too small from the start, or fill up midway: a clear message, nothing
+left behind, inputs untouched."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from guiapp.engine.merge import MergeSettings, run_merge
+from guiapp.engine.samples import LlamaShape, write_llama
+from guiapp.errors import InsufficientResourcesError, OutputError
+from guiapp.progress import Progress
+from tests.engine.helpers import fingerprint, recipe
+from tests.support.filesystems import small_filesystem
+
+
+@pytest.fixture
+def model(tmp_path):
+    return write_llama(tmp_path / "model", LlamaShape(hidden=128, intermediate=256, layers=2), dtype=torch.float32)
+
+
+def _text(model) -> str:
+    return f"merge_method: linear\nmodels:\n  - model: {model}\n    parameters: {{weight: 1}}\n"
+
+
+def test_read_only_disk(model, tmp_path):
+    with small_filesystem(tmp_path / "ro", "1M", read_only=True) as disk:
+        with pytest.raises(OutputError, match="read-only"):
+            run_merge(recipe(_text(model)), MergeSettings(disk / "out"))
+
+
+def test_disk_too_small_is_refused_before_any_work(model, tmp_path):
+    before = fingerprint(model)
+    with small_filesystem(tmp_path / "small", "1M") as disk:
+        with pytest.raises(InsufficientResourcesError, match="needs .* but the disk holding") as caught:
+            run_merge(recipe(_text(model)), MergeSettings(disk / "out"))
+        assert "Free at least" in caught.value.hint
+        assert list(disk.iterdir()) == []
+    assert fingerprint(model) == before
+
+
+def test_disk_that_fills_up_midway(model, tmp_path):
+    with small_filesystem(tmp_path / "fills", "80M") as disk:
+        def fill_the_disk(event):
+            if event.stage == "Merging" and event.done == 1:
+                with (disk / "someone-else.bin").open("wb") as other:
+                    try:
+                        while True:
+                            other.write(b"\0" * 1_000_000)
+                    except OSError:
+                        pass
+
+        with pytest.raises(InsufficientResourcesError, match="filled up"):
+            run_merge(recipe(_text(model)), MergeSettings(disk / "out"), Progress(on_event=fill_the_disk))
+        assert sorted(p.name for p in disk.iterdir()) == ["someone-else.bin"]
