@@ -332,3 +332,23 @@ def test_ctrl_c_in_the_cli_leaves_nothing(tmp_path):
     assert process.wait(timeout=60) == 1
     assert "Interrupted" in rest and "Traceback" not in rest
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model", "recipe.yml"]
+
+
+def test_tokenizer_and_generation_files_come_from_the_base(tmp_path):
+    base = write_llama(tmp_path / "base", LlamaShape(layers=1), seed=0)
+    other = write_llama(tmp_path / "other", LlamaShape(layers=1), seed=1)
+    (base / "tokenizer.json").write_text('{"from": "base"}')
+    (base / "generation_config.json").write_text('{"max_new_tokens": 7}')
+    (other / "tokenizer.json").write_text('{"from": "other"}')
+    out = tmp_path / "out"
+    _merge(f"merge_method: task_arithmetic\nbase_model: {base}\nmodels:\n  - model: {other}\n    parameters: {{weight: 1}}\n", out)
+    assert json.loads((out / "tokenizer.json").read_text()) == {"from": "base"}
+    assert json.loads((out / "generation_config.json").read_text()) == {"max_new_tokens": 7}
+
+
+def test_demo_generates_sample_models_and_merges_them(tmp_path):
+    done = _cli("demo", "--out", tmp_path / "demo")
+    assert done.returncode == 0, done.stderr
+    merged = tmp_path / "demo" / "merged"
+    assert (merged / "model.safetensors").is_file() and (merged / "mergesmith_recipe.yml").is_file()
+    assert yaml.safe_load((merged / "mergesmith_recipe.yml").read_text())["merge_method"] == "ties"
