@@ -362,9 +362,11 @@ def _store_module(
         found.bias_deltas[module] = changed[bias_name].to("cpu", out_dtype)
     delta = changed.get(weight_name)
     if delta is None:
-        # Only the bias changed: a rank-1 LoRA with zero factors carries it as lora_B.bias.
-        rows, cols = weight.shape
-        found.factors[module] = (torch.zeros(rows, 1, dtype=out_dtype), torch.zeros(1, cols, dtype=out_dtype))
+        # Only the bias changed (BitFit): a rank-1 LoRA with zero factors carries it as lora_B.bias.
+        out_features, in_features = reversed(weight.shape) if transposed else weight.shape
+        found.factors[module] = (
+            torch.zeros(out_features, 1, dtype=out_dtype), torch.zeros(1, in_features, dtype=out_dtype)
+        )
         found.reports[module] = ModuleReport(module, "bias_only", list(weight.shape), rank=1, reason="bias changed")
         return
     # PEFT's embedding LoRA and fan_in_fan_out layers store B·A as the transpose of the weight.

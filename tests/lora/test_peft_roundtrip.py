@@ -227,23 +227,24 @@ def test_tied_embeddings_stay_tied_in_peft_and_in_apply(embeddings, tmp_path):
     assert max_relative_difference(applied, model_tensors(tuned)) < 1e-5
 
 
-@pytest.mark.parametrize("embeddings", ["save", "lora"])
-def test_gpt2_conv1d_layers_get_fan_in_fan_out_factors(embeddings, tmp_path):
+@pytest.mark.parametrize(("embeddings", "only"), [("save", None), ("lora", None), ("save", r"\.bias$")])
+def test_gpt2_conv1d_layers_get_fan_in_fan_out_factors(embeddings, only, tmp_path):
     config = transformers.GPT2Config(vocab_size=256, n_positions=64, n_embd=32, n_layer=2, n_head=4,
                                      bos_token_id=0, eos_token_id=0)
     torch.manual_seed(0)
     transformers.GPT2LMHeadModel(config).save_pretrained(tmp_path / "base")
     base = tmp_path / "base"
-    tuned = finetune(base, tmp_path / "tuned")
+    tuned = finetune(base, tmp_path / "tuned", only=only)
     summary = extract(base, tuned, tmp_path / "lora", RankRule("fixed", 8), embeddings=embeddings)
     folder = Path(summary["output"])
     adapter = adapter_config(folder)
     assert adapter["fan_in_fan_out"] is True and adapter["lora_bias"] is (embeddings == "save")
     tensors = adapter_tensors(folder)
+    rank = 1 if only else 8  # biases only: rank-1 zero factors carry lora_B.bias
     if embeddings == "save":
         # Conv1D stores (in × out): lora_A is still r × in, lora_B out × r
-        assert tensors["base_model.model.transformer.h.0.attn.c_attn.lora_A.weight"].shape == (8, 32)
-        assert tensors["base_model.model.transformer.h.0.attn.c_attn.lora_B.weight"].shape == (96, 8)
+        assert tensors["base_model.model.transformer.h.0.attn.c_attn.lora_A.weight"].shape == (rank, 32)
+        assert tensors["base_model.model.transformer.h.0.attn.c_attn.lora_B.weight"].shape == (96, rank)
     else:
         # the head tied to wte is an explicit target: PEFT ties only heads of embeddings named embed_tokens
         assert tensors["base_model.model.transformer.wte.lora_embedding_A"].shape == (8, 256)
@@ -274,3 +275,16 @@ def test_sequence_classifier_adapter_is_seq_cls_and_carries_its_head(llama_base,
             return model(TOKENS).logits
 
     assert torch.allclose(scores(folder), scores(None), atol=1e-4)
+
+
+def test_bias_only_finetunes_give_a_small_adapter_that_peft_applies(bert_pair, tmp_path):
+    base = bert_pair[0]
+    tuned = finetune(base, tmp_path / "bitfit", only=r"\.bias$")  # BitFit: only biases were trained
+    folder = Path(extract(base, tuned, tmp_path / "lora", RankRule("fixed", 8))["output"])
+    tensors = adapter_tensors(folder)
+    assert tensors["base_model.model.encoder.layer.0.attention.self.query.lora_B.bias"].abs().sum() > 0
+    assert not any(name.endswith("query.weight") for name in tensors)  # no weight is stored whole
+    assert adapter_config(folder)["r"] == 1
+    assert torch.allclose(encoder_states(base, folder), encoder_states(tuned), atol=1e-5)
+    apply_lora(ApplySettings(str(base), str(folder), tmp_path / "full"))
+    assert max_relative_difference(model_tensors(tmp_path / "full"), model_tensors(tuned)) < 1e-6
