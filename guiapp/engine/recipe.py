@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import difflib
 import math
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,14 +16,12 @@ from typing import Any
 import yaml
 
 from guiapp.errors import RecipeError
+from guiapp.hub.references import is_hub_id
 
 TOP_LEVEL_KEYS = {
     "merge_method", "models", "slices", "modules", "base_model", "parameters", "dtype", "out_dtype",
     "tokenizer_source", "tokenizer", "chat_template",
 }
-
-_HUB_ID = re.compile(r"^[\w.\-]+/[\w.\-]+$")
-
 
 @dataclass(frozen=True)
 class ModelRef:
@@ -56,8 +53,8 @@ class ModelRef:
 
     @property
     def is_local(self) -> bool:
-        path = Path(self.model).expanduser()
-        return path.exists() or not _HUB_ID.match(self.model)
+        """A folder that exists, or anything that cannot be a Hub id (a missing folder is reported later)."""
+        return Path(self.model).expanduser().exists() or not is_hub_id(self.model)
 
     @property
     def hub_id(self) -> str | None:

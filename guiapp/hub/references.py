@@ -33,6 +33,11 @@ class ModelReference:
         return f"{self.repo_id}@{self.revision}" if self.revision else str(self.repo_id)
 
 
+def is_hub_id(text: str) -> bool:
+    """True when `text` has the form of a Hub repo id (`name` or `org/name`, without a revision)."""
+    return bool(_REPO_ID.match(text))
+
+
 def parse_reference(text: str, revision: str | None = None) -> ModelReference:
     """Read a reference: an existing folder wins; otherwise `org/name` or `org/name@revision` is a Hub model
     (`revision`, when given, replaces the one after "@").
@@ -45,7 +50,7 @@ def parse_reference(text: str, revision: str | None = None) -> ModelReference:
     if path.is_dir():
         return ModelReference(text=text, folder=path.resolve())
     repo_id, _, written_revision = cleaned.partition("@")
-    if _REPO_ID.match(repo_id):
+    if is_hub_id(repo_id):
         return ModelReference(text=text, repo_id=repo_id, revision=revision or written_revision or None)
     raise ModelNotFoundError(
         f"'{text}' is not an existing folder and not a Hugging Face model id.",
