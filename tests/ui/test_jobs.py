@@ -37,11 +37,16 @@ def _bar_values(window):
 def test_a_merge_runs_to_completion_with_moving_progress(qtbot, window, models, tmp_path):
     _prepare(window, _medium_recipe(models), tmp_path / "merged")
     values = _bar_values(window)
+    updates = []
+    window.state.jobs.progress.connect(lambda key, event: updates.append(event.stage))
     qtbot.mouseClick(window.merge.run_button, Qt.MouseButton.LeftButton)
     assert window.current_page() == "jobs"
     record = wait_for_job(qtbot, window, window.jobs.selected)
     assert record.status == "done", record.log
     assert any(0 < v < 1000 for v in values), values  # seen part-way, not only empty and full
+    # at most ten updates a second reach the window, plus the first and last of each stage
+    stages = len(set(updates))
+    assert len(updates) <= 10 * (record.finished - record.started) + 2 * stages + 1, (len(updates), stages)
     assert window.jobs.bar.value() == 1000
     assert "Wrote" in window.jobs.summary.text() and window.jobs.open_button.isEnabled()
     assert (tmp_path / "merged" / "config.json").is_file()

@@ -33,10 +33,6 @@ RECIPE_DTYPES = ("bfloat16", "float16", "float32", "float64")  # what a recipe's
 FORM_KEYS = ("merge_method", "base_model", "models", "slices", "parameters", "out_dtype", "tokenizer_source")
 VALIDATION_DELAY_MS = 500
 YAML_DELAY_MS = 400
-# A streaming merge holds the inputs of about two tensors in float32 (one being read ahead) plus the method's
-# temporaries; the runtime itself (Python, torch) needs a few hundred MB on top.
-WORKING_COPIES = 4
-RUNTIME_BYTES = 300_000_000
 
 
 @dataclass
@@ -691,7 +687,7 @@ def validate(document: dict[str, Any], device: str, output: str, probe: Any) -> 
     from guiapp.engine.merge import plan_merge  # noqa: PLC0415
     from guiapp.engine.recipe import recipe_from_dict  # noqa: PLC0415
     from guiapp.errors import RecipeError  # noqa: PLC0415
-    from guiapp.system.resources import estimate_time, fit_verdict  # noqa: PLC0415
+    from guiapp.jobs.estimates import estimate_merge  # noqa: PLC0415
 
     try:
         plan = plan_merge(recipe_from_dict(document))
@@ -699,19 +695,14 @@ def validate(document: dict[str, Any], device: str, output: str, probe: Any) -> 
         return Validation(error, _field_of(error))
     except Exception as error:  # incompatible or unreadable models, Hub errors: they concern the models
         return Validation(error, "models")
-    largest = max((sum(_numel(t.shape) for _ in t.inputs) for t in plan.tasks), default=0) * 4
-    working = WORKING_COPIES * largest
-    fit = time = None
+    result = Validation(tensors=len(plan.tasks), models=len(plan.models), output_bytes=plan.output_bytes,
+                        input_bytes=plan.input_bytes, warnings=tuple(plan.warnings))
     try:
-        fit = fit_verdict(working + RUNTIME_BYTES, working if device != "cpu" else 0, plan.output_bytes, device,
-                          Path(output).expanduser() if output else Path.home())
-    except Exception:  # the output drive cannot be examined: the output folder's own message says so
-        fit = None
-    if probe is not None:
-        f32_bytes = sum(_numel(t.shape) * 4 * len(t.inputs) for t in plan.tasks)
-        time = estimate_time(probe, device, elementwise_bytes=8 * f32_bytes, read_bytes=plan.input_bytes)
-    return Validation(tensors=len(plan.tasks), models=len(plan.models), output_bytes=plan.output_bytes,
-                      input_bytes=plan.input_bytes, warnings=tuple(plan.warnings), fit=fit, time=time)
+        estimate = estimate_merge(plan, device, Path(output).expanduser() if output else Path.home(), probe)
+    except Exception:  # the output drive or GPU cannot be examined: the job says so when it starts
+        return result
+    result.fit, result.time = estimate.fit, estimate.time
+    return result
 
 
 def _field_of(error: Any) -> str:
@@ -723,10 +714,3 @@ def _field_of(error: Any) -> str:
         if any(word in text for word in words):
             return "models" if field == "params" and "models[" in text else field
     return "models"
-
-
-def _numel(shape: tuple[int, ...]) -> int:
-    count = 1
-    for dim in shape:
-        count *= dim
-    return count
