@@ -34,3 +34,22 @@ def test_self_test_exits_zero(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     assert "Self-test passed" in done.stdout
     assert not (tmp_path / "Mergesmith").exists()
+
+
+RUN_APP = """
+import sys
+from PySide6.QtCore import QTimer
+from PySide6.QtWidgets import QApplication
+from guiapp.ui.app import run_app
+app = QApplication([])
+QTimer.singleShot(1500, QApplication.closeAllWindows)  # as if the user closed the window
+code = run_app([])
+print("exit", code, "torch" in sys.modules)
+"""
+
+
+def test_the_app_runs_on_the_qasync_loop_and_exits_when_closed(tmp_path):
+    env = {**os.environ, "QT_QPA_PLATFORM": "offscreen", "MERGESMITH_CONFIG_DIR": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", RUN_APP], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["exit", "0", "True"], done.stdout  # torch came in the background meanwhile
