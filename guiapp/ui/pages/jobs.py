@@ -131,8 +131,11 @@ class JobsPage(QWidget):
         if record is None or item is None:
             return
         when = datetime.fromtimestamp(record.created).strftime("%d %b %H:%M")
-        item.setText(f"{STATUS_WORDS.get(record.status, record.status)} · {record.title}\n"
-                     f"{KIND_WORDS.get(record.kind, record.kind)}, {when}")
+        status = STATUS_WORDS.get(record.status, record.status)
+        latest = self.bridge.latest.get(key)
+        if record.status == "running" and latest is not None:
+            status = f"{latest.stage} {latest.fraction:.0%}"
+        item.setText(f"{status} · {record.title}\n{KIND_WORDS.get(record.kind, record.kind)}, {when}")
         item.setToolTip(record.title)
 
     def _record_changed(self, key: str) -> None:
@@ -199,6 +202,7 @@ class JobsPage(QWidget):
         self.log.verticalScrollBar().setValue(self.log.verticalScrollBar().maximum())
 
     def _progress(self, key: str, event) -> None:
+        self._label_item(key)
         if key != self.selected:
             return
         self.bar.setValue(int(event.fraction * 1000))
