@@ -34,8 +34,14 @@ class WelcomePage(QWidget):
         self.try_button = QPushButton("Try it with sample models")
         self.try_button.setDefault(True)
         self.try_button.clicked.connect(lambda: self.try_samples())
-        try_note = QLabel("Writes two tiny models (under 1 MB) to your computer and fills in a merge of them. "
-                          "Nothing is downloaded; the merge takes seconds.", wordWrap=True)
+        button_font = self.try_button.font()
+        button_font.setBold(True)
+        button_font.setPointSizeF(button_font.pointSizeF() * 1.15)
+        self.try_button.setFont(button_font)
+        self.try_button.setMinimumHeight(36)
+        try_note = QLabel("Writes three tiny models to your computer (a base model and two fine-tunes of it, under "
+                          "1 MB in all) and fills in a merge of the fine-tunes. Nothing is downloaded; the merge "
+                          "takes seconds.", wordWrap=True)
         self.status = QLabel(wordWrap=True)
         search = QPushButton("Find models on the Hub")
         search.clicked.connect(lambda: self.go_to.emit("models"))
