@@ -43,7 +43,9 @@ from guiapp.errors import CheckpointError, IncompatibleModelsError, NonFiniteRes
 from guiapp.progress import Progress
 
 # Key fragments of adapters written by kohya's sd-scripts and LyCORIS (LoHa, LoKr), which are not PEFT's format.
-_FOREIGN_KEY_MARKERS = ("lora_unet_", "lora_te_", "lora_te1_", "lora_te2_", "lora_down.", "lora_up.", "hada_w1", "lokr_w1")
+_FOREIGN_KEY_MARKERS = (
+    "lora_unet_", "lora_te_", "lora_te1_", "lora_te2_", "lora_down.", "lora_up.", "hada_w1", "lokr_w1",
+)
 _MODEL_FILES = (
     "generation_config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",
     "vocab.json", "merges.txt", "vocab.txt", "added_tokens.json", "chat_template.jinja", "spiece.model",
@@ -123,8 +125,12 @@ class LoraAdapter:
             if info is None:
                 problems.append(f"{lora.module} is not in the base model")
             elif math.prod(info.shape) != math.prod(expected) or info.shape[0] != expected[0]:
-                problems.append(f"{lora.module}: the adapter changes a {_shape(expected)} weight, the base's is {_shape(info.shape)}")
-            if lora.bias_key is not None and (adapter_names.get(lora.module, lora.module) + ".bias") not in base_tensors:
+                problems.append(
+                    f"{lora.module}: the adapter changes a {_shape(expected)} weight, "
+                    f"the base's is {_shape(info.shape)}"
+                )
+            base_bias = adapter_names.get(lora.module, lora.module) + ".bias"
+            if lora.bias_key is not None and base_bias not in base_tensors:
                 problems.append(f"{lora.module}: the adapter changes a bias the base model does not have")
         for name, key in self.replacements.items():
             module, leaf = split_module(name)
@@ -144,7 +150,8 @@ class LoraAdapter:
         raise IncompatibleModelsError(
             f"The adapter {self.label} does not fit the base model {base_label}: {_first(problems)}.{made_for}",
             hint="Apply it to the model it was trained on"
-            + (" (if only the vocabulary differs, resize the base's embeddings to the adapter's vocabulary first)" if vocabulary else "")
+            + (" (if only the vocabulary differs, resize the base's embeddings to the adapter's vocabulary first)"
+               if vocabulary else "")
             + ".",
         )
 
@@ -290,7 +297,12 @@ def apply_lora(settings: ApplySettings, progress: Progress | None = None) -> dic
 
 
 def _stream(
-    base: ModelReader, adapter: LoraAdapter, plan: list[PlannedTensor], writer: ShardedWriter, device, progress: Progress
+    base: ModelReader,
+    adapter: LoraAdapter,
+    plan: list[PlannedTensor],
+    writer: ShardedWriter,
+    device: torch.device,
+    progress: Progress,
 ) -> dict[str, int]:
     counts = {"changed": 0, "replaced": 0}
     progress.start_stage("Applying the adapter", total=len(plan), bytes_total=sum(t.nbytes for t in plan))
@@ -367,7 +379,9 @@ def _read_adapter_config(folder: Path) -> dict[str, Any]:
     try:
         config = json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise CheckpointError(f"{path} is not valid JSON ({error}).", hint="Restore the adapter's original file.") from None
+        raise CheckpointError(
+            f"{path} is not valid JSON ({error}).", hint="Restore the adapter's original file."
+        ) from None
     kind = str(config.get("peft_type", "")).upper()
     if kind != "LORA":
         raise CheckpointError(

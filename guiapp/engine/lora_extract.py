@@ -140,7 +140,8 @@ def extract_lora(settings: ExtractionSettings, progress: Progress | None = None)
             task_type = task_type_for(base.config)
             transposed = (base.config or {}).get("model_type") in _TRANSPOSED_LINEAR_MODELS
             out_dtype = dtype_from_name(settings.dtype) if settings.dtype else _storage_dtype(tuned)
-            with StagedOutput(settings.out, overwrite=settings.overwrite, inputs=(base_reader.folder, model_reader.folder)) as staged:
+            inputs = (base_reader.folder, model_reader.folder)
+            with StagedOutput(settings.out, overwrite=settings.overwrite, inputs=inputs) as staged:
                 found = _compare(
                     base_reader, model_reader, settings, include, exclude, task_type, transposed, device, compute,
                     out_dtype, progress,
@@ -148,7 +149,9 @@ def extract_lora(settings: ExtractionSettings, progress: Progress | None = None)
                 _refuse_empty(found, str(base_ref), str(model_ref))
                 lora_bias = _settle_biases(found, tuned)
                 found.tied_embedding = _tied_embedding(found, base, task_type)
-                config = _adapter_config(found, base.tensors, task_type, base_ref, base_reader.folder, lora_bias, transposed)
+                config = _adapter_config(
+                    found, base.tensors, task_type, base_ref, base_reader.folder, lora_bias, transposed
+                )
                 plan = _write_weights(staged.path, found, tuned, model_reader, out_dtype, lora_bias, progress)
                 adapter_bytes = (staged.path / ADAPTER_WEIGHTS).stat().st_size
                 report = _report(found, settings, str(base_ref), str(model_ref), out_dtype, adapter_bytes, started)
@@ -276,7 +279,9 @@ def _compare(
     for module, names in modules.items():
         weight = tuned.tensors.get(module + ".weight")
         vocabulary = weight is not None and (is_embedding(module, weight.shape) or is_output_head(module))
-        may_decompose = weight is not None and len(weight.shape) == 2 and (settings.embeddings == "lora" or not vocabulary)
+        may_decompose = (
+            weight is not None and len(weight.shape) == 2 and (settings.embeddings == "lora" or not vocabulary)
+        )
         changed = {}
         for name in names:
             is_changed, delta = _difference(base_reader, model_reader, name, device, compute, may_decompose, settings)
@@ -325,7 +330,8 @@ def _difference(
         if not bool(torch.isfinite(delta).all()):
             raise NonFiniteResultError(
                 f"{name} contains NaN or infinity in {settings.model} or {settings.base}.",
-                hint="The model file is damaged or the fine-tune diverged; download it again or use another checkpoint.",
+                hint="The model file is damaged or the fine-tune diverged; download it again or use another "
+                "checkpoint.",
             )
         delta_energy += float(torch.linalg.vector_norm(delta)) ** 2
         base_energy += float(torch.linalg.vector_norm(base_part)) ** 2

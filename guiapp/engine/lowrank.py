@@ -57,7 +57,9 @@ class RankRule:
         if self.mode not in RANK_MODES:
             raise RecipeError(f'"{self.mode}" is not a rank mode.', hint="Use fixed (--rank), energy or threshold.")
         if self.mode == "fixed" and (self.value != int(self.value) or self.value < 1):
-            raise RecipeError(f"The rank must be a whole number of at least 1 (got {self.value}).", hint="Example: --rank 32")
+            raise RecipeError(
+                f"The rank must be a whole number of at least 1 (got {self.value}).", hint="Example: --rank 32"
+            )
         if self.mode == "energy" and not 0 < self.value <= 1:
             raise RecipeError(
                 f"The energy to keep must be a fraction between 0 and 1 (got {self.value}).",
@@ -69,7 +71,9 @@ class RankRule:
                 hint="Example: --threshold 0.05 keeps directions at least 5 % as strong as the strongest.",
             )
         if self.max_rank is not None and self.max_rank < 1:
-            raise RecipeError(f"The maximum rank must be at least 1 (got {self.max_rank}).", hint="Example: --max-rank 128")
+            raise RecipeError(
+                f"The maximum rank must be at least 1 (got {self.max_rank}).", hint="Example: --max-rank 128"
+            )
 
     def cap(self, shape: tuple[int, int]) -> int:
         """The largest rank this rule may give a matrix of `shape`."""
@@ -83,7 +87,7 @@ class RankRule:
 
 @dataclass(frozen=True)
 class Decomposition:
-    """Δ ≈ left @ right with left = U·diag(√s) (out × r) and right = diag(√s)·Vᵀ (r × in), in float32/64."""
+    """Δ ≈ left @ right: left = U·diag(√s) (out × r), right = diag(√s)·Vᵀ (r × in), in float32/64."""
 
     left: torch.Tensor
     right: torch.Tensor
