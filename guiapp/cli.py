@@ -480,54 +480,49 @@ def _add_lora_commands(commands: argparse._SubParsersAction) -> None:
 
 
 def _run_extract_lora(args: argparse.Namespace) -> int:
-    from guiapp.engine.lora_extract import ExtractionSettings, extract_lora  # noqa: PLC0415 - torch loads here
-    from guiapp.engine.lowrank import RankRule  # noqa: PLC0415
+    from guiapp.jobs.specs import extract_job  # noqa: PLC0415 - torch loads with the job
 
     if args.energy is not None:
-        rule = RankRule("energy", args.energy, args.max_rank)
+        rank_mode, rank_value = "energy", args.energy
     elif args.threshold is not None:
-        rule = RankRule("threshold", args.threshold, args.max_rank)
+        rank_mode, rank_value = "threshold", args.threshold
     else:
-        rule = RankRule("fixed", args.rank if args.rank is not None else 32, args.max_rank)
-    settings = ExtractionSettings(
-        base=args.base, model=args.model, out=args.out, rule=rule, solver=args.solver, include=args.include,
-        exclude=args.exclude, embeddings=args.embeddings, dtype=args.dtype, device=args.device,
-        compute_dtype=args.compute_dtype, overwrite=args.overwrite,
+        rank_mode, rank_value = "fixed", args.rank if args.rank is not None else 32
+    job = extract_job(
+        args.base, args.model, args.out, rank_mode=rank_mode, rank_value=rank_value, max_rank=args.max_rank,
+        solver=args.solver, include=args.include, exclude=args.exclude, embeddings=args.embeddings,
+        dtype=args.dtype, device=args.device, compute_dtype=args.compute_dtype, overwrite=args.overwrite,
     )
-    summary, code = _run_with_summary(f"Extract LoRA → {args.out.name}", "extract-lora", vars(args),
-                                      lambda progress: extract_lora(settings, progress))
+    summary, code = _run_with_summary(job)
     if code == EXIT_OK:
         _print_extraction_summary(summary)
     return code
 
 
 def _run_apply_lora(args: argparse.Namespace) -> int:
-    from guiapp.engine.lora_apply import ApplySettings, apply_lora  # noqa: PLC0415 - torch loads here
+    from guiapp.jobs.specs import apply_job  # noqa: PLC0415 - torch loads with the job
 
-    settings = ApplySettings(
-        base=args.base, adapter=args.adapter, out=args.out, scale=args.scale, dtype=args.dtype, device=args.device,
-        overwrite=args.overwrite, max_shard_size=args.out_shard_size,
-    )
-    summary, code = _run_with_summary(f"Apply LoRA → {args.out.name}", "apply-lora", vars(args),
-                                      lambda progress: apply_lora(settings, progress))
+    job = apply_job(args.base, args.adapter, args.out, scale=args.scale, dtype=args.dtype, device=args.device,
+                    overwrite=args.overwrite, max_shard_size=args.out_shard_size)
+    summary, code = _run_with_summary(job)
     if code == EXIT_OK:
         print(f"Model:   {summary['output']} ({summary['bytes'] / 1e9:.2f} GB, {summary['tensors']} tensors: "
               f"{summary['changed']} changed by the adapter, {summary['replaced']} replaced)")
     return code
 
 
-def _run_with_summary(title: str, kind: str, spec: dict, work) -> tuple[dict, int]:
-    """Run `work` as a job with terminal progress; returns its summary (empty on failure) and the exit code."""
-    from guiapp.jobs.runner import Job  # noqa: PLC0415
-
+def _run_with_summary(job) -> tuple[dict, int]:
+    """Run `job` with terminal progress; returns the summary its work returned (empty on failure) and the exit
+    code."""
     summary: dict = {}
+    work = job.work
 
-    def run(progress):
+    def keep_summary(progress):
         summary.update(work(progress))
         return summary
 
-    spec = {key: str(value) if isinstance(value, Path) else value for key, value in spec.items() if key != "handler"}
-    return summary, run_in_terminal(Job(title=title, kind=kind, spec=spec, work=run))
+    job.work = keep_summary
+    return summary, run_in_terminal(job)
 
 
 def _print_extraction_summary(summary: dict) -> None:
