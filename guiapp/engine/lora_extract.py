@@ -26,6 +26,7 @@ import yaml
 
 from guiapp import __version__
 from guiapp.engine.checkpoint import Checkpoint, TensorInfo, dtype_from_name, dtype_name
+from guiapp.engine.plan import ModelHeaders
 from guiapp.engine.devices import resolve_device
 from guiapp.engine.lowrank import SOLVERS, RankRule, Solver, decompose, relative_error
 from guiapp.engine.output import PlannedTensor, ShardedWriter, StagedOutput, check_free_space
@@ -46,7 +47,7 @@ from guiapp.engine.peft_format import (
     task_type_for,
 )
 from guiapp.engine.recipe import ModelRef
-from guiapp.engine.sources import ModelReader, open_reader
+from guiapp.engine.sources import ModelReader, local_folder, open_reader, read_headers
 from guiapp.errors import IncompatibleModelsError, NonFiniteResultError, RecipeError
 from guiapp.progress import Progress
 
@@ -131,17 +132,18 @@ def extract_lora(settings: ExtractionSettings, progress: Progress | None = None)
     compute = dtype_from_name(settings.compute_dtype)
     progress.start_stage("Checking the models")
     base_ref, model_ref = ModelRef.parse(settings.base), ModelRef.parse(settings.model)
-    base_reader = open_reader(base_ref, progress)
-    try:
-        model_reader = open_reader(model_ref, progress)
+    local_inputs = tuple(p for p in (local_folder(base_ref), local_folder(model_ref)) if p is not None)
+    with StagedOutput(settings.out, overwrite=settings.overwrite, inputs=local_inputs) as staged:
+        # Headers first (over HTTP range requests for Hub models): an unrelated pair is refused before a download.
+        _check_related(read_headers(base_ref), read_headers(model_ref), str(base_ref), str(model_ref))
+        base_reader = open_reader(base_ref, progress)
         try:
-            base, tuned = base_reader.checkpoint, model_reader.checkpoint
-            _check_related(base, tuned, str(base_ref), str(model_ref))
-            task_type = task_type_for(base.config)
-            transposed = (base.config or {}).get("model_type") in _TRANSPOSED_LINEAR_MODELS
-            out_dtype = dtype_from_name(settings.dtype) if settings.dtype else _storage_dtype(tuned)
-            inputs = (base_reader.folder, model_reader.folder)
-            with StagedOutput(settings.out, overwrite=settings.overwrite, inputs=inputs) as staged:
+            model_reader = open_reader(model_ref, progress)
+            try:
+                base, tuned = base_reader.checkpoint, model_reader.checkpoint
+                task_type = task_type_for(base.config)
+                transposed = (base.config or {}).get("model_type") in _TRANSPOSED_LINEAR_MODELS
+                out_dtype = dtype_from_name(settings.dtype) if settings.dtype else _storage_dtype(tuned)
                 found = _compare(
                     base_reader, model_reader, settings, include, exclude, task_type, transposed, device, compute,
                     out_dtype, progress,
@@ -158,11 +160,11 @@ def extract_lora(settings: ExtractionSettings, progress: Progress | None = None)
                 (staged.path / ADAPTER_CONFIG).write_text(json.dumps(config, indent=2) + "\n")
                 (staged.path / "extraction_report.json").write_text(json.dumps(report, indent=2) + "\n")
                 (staged.path / "README.md").write_text(_card(config, report, str(model_ref)))
-                output = staged.commit()
+            finally:
+                model_reader.close()
         finally:
-            model_reader.close()
-    finally:
-        base_reader.close()
+            base_reader.close()
+        output = staged.commit()
     for warning in report["warnings"]:
         progress.log(f"Warning: {warning}")
     totals = report["totals"]
@@ -208,7 +210,7 @@ def _validate(settings: ExtractionSettings) -> tuple[re.Pattern | None, re.Patte
     return patterns[0], patterns[1]
 
 
-def _check_related(base: Checkpoint, tuned: Checkpoint, base_label: str, model_label: str) -> None:
+def _check_related(base: ModelHeaders, tuned: ModelHeaders, base_label: str, model_label: str) -> None:
     """Refuse, from configs and headers, a pair that is not a base and its fine-tune."""
     base_config, tuned_config = base.config or {}, tuned.config or {}
     for key in ("model_type", "architectures"):

@@ -58,3 +58,15 @@ def test_model_plus_adapter_is_applied_on_the_fly(tmp_path):
     other = write_llama(tmp_path / "other", LlamaShape(layers=2, hidden=96), dtype=torch.float32)
     with pytest.raises(IncompatibleModelsError, match="does not fit the base model"):
         plan_merge(recipe(f"merge_method: passthrough\nmodels:\n  - model: {other}+{adapter}\n"))
+
+
+def test_extraction_from_the_hub_refuses_an_unrelated_pair_before_downloading(hub_env, tmp_path):
+    small = write_llama(tmp_path / "small", LlamaShape(hidden=128, intermediate=512, layers=2), seed=0)
+    wide = write_llama(tmp_path / "wide", LlamaShape(hidden=192, intermediate=512, layers=2), seed=0)
+    hub_env.server.add_model("acme/small", small)
+    hub_env.server.add_model("acme/wide", wide)
+    with pytest.raises(IncompatibleModelsError):
+        extract_lora(ExtractionSettings(base="acme/small", model="acme/wide", out=tmp_path / "adapter"))
+    assert hub_env.server.bytes_sent("acme/small", "model.safetensors") <= 100_001
+    assert hub_env.server.bytes_sent("acme/wide", "model.safetensors") <= 100_001
+    assert not (tmp_path / "adapter").exists()
