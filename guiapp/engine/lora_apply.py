@@ -38,7 +38,7 @@ from guiapp.engine.peft_format import (
     split_module,
 )
 from guiapp.engine.recipe import ModelRef
-from guiapp.engine.sources import ModelReader, local_folder, open_reader
+from guiapp.engine.sources import ModelReader, local_folder, open_reader, read_headers
 from guiapp.errors import CheckpointError, IncompatibleModelsError, NonFiniteResultError, RecipeError
 from guiapp.progress import Progress
 
@@ -268,30 +268,32 @@ def apply_lora(settings: ApplySettings, progress: Progress | None = None) -> dic
         raise RecipeError(str(error), hint="Example: 5GB") from None
     progress.start_stage("Checking the base model and the adapter")
     base_ref = ModelRef.parse(settings.base)
-    reader = open_reader(base_ref, progress)
-    try:
-        adapter = LoraAdapter.open(_adapter_folder(settings.adapter, progress), scale=settings.scale)
-        base = reader.checkpoint
-        adapter.check_base(base.tensors, str(base_ref))
-        if adapter.changes_nothing():
-            raise IncompatibleModelsError(
-                f"The adapter {adapter.label} changes nothing: all its lora_B weights are zero, so the output would be "
-                f"a copy of {base_ref}.",
-                hint="This adapter was probably saved before training; use the trained adapter.",
-            )
-        plan = [
-            PlannedTensor(name, info.shape, out_dtype if out_dtype and info.dtype.is_floating_point else info.dtype)
-            for name, info in base.tensors.items()
-        ]
-        with StagedOutput(settings.out, overwrite=settings.overwrite, inputs=(reader.folder, adapter.folder)) as staged:
-            total_bytes = sum(t.nbytes for t in plan)
-            check_free_space(staged.path, total_bytes)
+    adapter = LoraAdapter.open(_adapter_folder(settings.adapter, progress), scale=settings.scale)
+    # The base's headers (over HTTP range requests for a Hub model) are enough to refuse a mismatch before a download.
+    base_headers = read_headers(base_ref)
+    adapter.check_base(base_headers.tensors, str(base_ref))
+    if adapter.changes_nothing():
+        raise IncompatibleModelsError(
+            f"The adapter {adapter.label} changes nothing: all its lora_B weights are zero, so the output would be "
+            f"a copy of {base_ref}.",
+            hint="This adapter was probably saved before training; use the trained adapter.",
+        )
+    plan = [
+        PlannedTensor(name, info.shape, out_dtype if out_dtype and info.dtype.is_floating_point else info.dtype)
+        for name, info in base_headers.tensors.items()
+    ]
+    inputs = tuple(p for p in (local_folder(base_ref), adapter.folder) if p is not None)
+    with StagedOutput(settings.out, overwrite=settings.overwrite, inputs=inputs) as staged:
+        total_bytes = sum(t.nbytes for t in plan)
+        check_free_space(staged.path, total_bytes)
+        reader = open_reader(base_ref, progress)
+        try:
             writer = ShardedWriter(staged.path, plan, shard_bytes)
             counts = _stream(reader, adapter, plan, writer, device, progress)
             _write_model_files(reader.folder, staged.path, out_dtype, settings)
-            output = staged.commit()
-    finally:
-        reader.close()
+        finally:
+            reader.close()
+        output = staged.commit()
     progress.log(f"Wrote {output}: {counts['changed']} tensors changed, {counts['replaced']} replaced.")
     return {"output": str(output), "tensors": len(plan), "bytes": total_bytes, **counts}
 
