@@ -131,9 +131,7 @@ class JobBridge(QObject):
         self.progress.emit(key, event)
 
     def _on_log(self, job_id: int, line: str) -> None:
-        key = self._keys[job_id]
-        self.record(key).add_log(line)
-        self.log_line.emit(key, line)
+        self._add_log(self.record(self._keys[job_id]), line)
 
     def _on_done(self, result: JobResult, explanation: dict | None) -> None:
         record = self.record(self._keys[result.job.id])
@@ -142,12 +140,20 @@ class JobBridge(QObject):
         record.finished = result.finished
         record.summary = result.summary
         record.explanation = explanation
-        if explanation is not None:  # the log tells the whole story, the failure included
-            line = f"Failed: {explanation['what']}"
-            record.add_log(line)
-            self.log_line.emit(record.key, line)
+        # The log tells the whole story, its end included.
+        if explanation is not None:
+            self._add_log(record, f"Failed: {explanation['what']}")
+        elif result.status is JobStatus.DONE:
+            from guiapp.system.units import format_seconds  # noqa: PLC0415
+
+            self._add_log(record, f"Finished in {format_seconds(result.elapsed)}; the result is in "
+                                  f"{record.output}.")
         self._save()
         self.record_changed.emit(record.key)
+
+    def _add_log(self, record: JobRecord, line: str) -> None:
+        record.add_log(line)
+        self.log_line.emit(record.key, line)
 
     def _save(self) -> None:
         if self._keep_history:
