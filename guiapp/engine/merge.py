@@ -165,6 +165,23 @@ def _merge_tensors(
     return stats
 
 
+# Elementwise methods merge blocks of this many entries, which stay in the CPU's cache through every step.
+BLOCK_ELEMENTS = 1 << 20
+_PAGE = 4096
+
+
+def _in_blocks(plan: MergePlan, task: TensorTask) -> bool:
+    return plan.method.elementwise and task.floating and not task.copy and len(task.shape) > 0 \
+        and _numel(task.shape) > BLOCK_ELEMENTS
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    count = 1
+    for dim in shape:
+        count *= dim
+    return count
+
+
 def _read_inputs(plan: MergePlan, readers: list[ModelReader], task: TensorTask, device: torch.device) -> list[torch.Tensor]:
     tensors = []
     for item in task.inputs:
@@ -175,12 +192,19 @@ def _read_inputs(plan: MergePlan, readers: list[ModelReader], task: TensorTask, 
                 model, name = item.pad_from
                 padding = readers[model].read(name)[item.rows : task.shape[0]]
                 tensor = torch.cat([tensor, padding.to(tensor.dtype)])
-        if task.floating:
-            if plan.read_dtype is not None:
-                tensor = tensor.to(plan.read_dtype)
-            tensor = tensor.to(device=device, dtype=plan.compute_dtype)
+        if _in_blocks(plan, task):
+            # Stored as is; touching one byte per page brings the file's pages in ahead of the computation.
+            tensor.reshape(-1).view(torch.uint8)[::_PAGE].sum()
+        elif task.floating:
+            tensor = _to_compute(plan, tensor, device)
         tensors.append(tensor)
     return tensors
+
+
+def _to_compute(plan: MergePlan, tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
+    if plan.read_dtype is not None:
+        tensor = tensor.to(plan.read_dtype)
+    return tensor.to(device=device, dtype=plan.compute_dtype)
 
 
 def _compute(
@@ -197,24 +221,53 @@ def _compute(
         return tensors[0].cpu(), extra
     if task.copy:
         result = tensors[0]
+    elif _in_blocks(plan, task):
+        return _compute_in_blocks(plan, task, tensors, device, seed)
     else:
-        generator = torch.Generator(device=device)
-        generator.manual_seed(seed * 1_000_003 + zlib.crc32(task.name.encode()))
-        context = MergeContext(
-            tensor_name=task.name,
-            tensors=tensors,
-            base_index=task.base_index,
-            model_params=task.model_params,
-            params=task.params,
-            model_names=[plan.models[i.model].label for i in task.inputs],
-            generator=generator,
-        )
-        result = plan.method.merge(context)
-        extra.update(context.stats)
+        result = _merge_one(plan, task, tensors, device, seed, extra)
     stored = result.to(plan.out_dtype)
     if not _all_finite(stored):
         raise _non_finite_error(plan, task, tensors, computed_finite=_all_finite(result))
     return stored.cpu(), extra
+
+
+def _compute_in_blocks(
+    plan: MergePlan, task: TensorTask, tensors: list[torch.Tensor], device: torch.device, seed: int
+) -> tuple[torch.Tensor, dict[str, Any]]:
+    stored = torch.empty(task.shape, dtype=plan.out_dtype, device=device)
+    rows = task.shape[0]
+    block_rows = max(1, BLOCK_ELEMENTS // max(1, _numel(task.shape[1:])))
+    computed_finite = True
+    extra: dict[str, Any] = {}
+    for start in range(0, rows, block_rows):
+        block = [_to_compute(plan, tensor[start : start + block_rows], device) for tensor in tensors]
+        result = _merge_one(plan, task, block, device, seed, extra)
+        computed_finite = computed_finite and _all_finite(result)
+        stored[start : start + block_rows] = result
+    if not _all_finite(stored):
+        converted = [_to_compute(plan, tensor, device) for tensor in tensors]
+        raise _non_finite_error(plan, task, converted, computed_finite)
+    return stored.cpu(), extra
+
+
+def _merge_one(
+    plan: MergePlan, task: TensorTask, tensors: list[torch.Tensor], device: torch.device, seed: int,
+    stats: dict[str, Any],
+) -> torch.Tensor:
+    generator = torch.Generator(device=device)
+    generator.manual_seed(seed * 1_000_003 + zlib.crc32(task.name.encode()))
+    context = MergeContext(
+        tensor_name=task.name,
+        tensors=tensors,
+        base_index=task.base_index,
+        model_params=task.model_params,
+        params=task.params,
+        model_names=[plan.models[i.model].label for i in task.inputs],
+        generator=generator,
+    )
+    result = plan.method.merge(context)
+    stats.update(context.stats)
+    return result
 
 
 def _all_finite(tensor: torch.Tensor) -> bool:

@@ -274,4 +274,5 @@ def task_vector_method(
         base_role=BaseRole.REQUIRED,
         params=tuple(params),
         merge=lambda ctx: merge_task_vectors(ctx, sparsifier, consensus),
+        elementwise=sparsifier is None and not consensus,
     )

@@ -88,7 +88,9 @@ class MergeMethod:
     """A merge method: schema plus the per-tensor function.
 
     `check_inputs(n_non_base, has_base)` returns None when the method can merge that many inputs, else a
-    message for the user; it runs at validation time, before any tensor is read.
+    message for the user; it runs at validation time, before any tensor is read. `elementwise` methods compute
+    each entry from the inputs' entries at the same position alone, so the loop may merge a tensor in blocks of
+    rows that stay in the CPU's cache.
     """
 
     name: str
@@ -100,6 +102,7 @@ class MergeMethod:
     merge: Callable[[MergeContext], torch.Tensor]
     lone_tensor: LoneTensorPolicy = LoneTensorPolicy.MERGE_AVAILABLE
     check_inputs: Callable[[int, bool], str | None] = lambda n_non_base, has_base: None
+    elementwise: bool = False
 
     def param(self, name: str) -> ParamSpec | None:
         return next((p for p in self.params if p.name == name), None)

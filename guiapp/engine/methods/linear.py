@@ -28,4 +28,5 @@ METHOD = MergeMethod(
         ParamSpec("normalize", ParamKind.BOOL, default=True, help="Divide by the sum of the weights."),
     ),
     merge=merge,
+    elementwise=True,
 )

@@ -35,6 +35,7 @@ METHOD = MergeMethod(
         ),
     ),
     merge=merge,
+    elementwise=True,
     lone_tensor=LoneTensorPolicy.COPY_IF_BASE,
     check_inputs=base_and_one_model("NearSwap"),
 )

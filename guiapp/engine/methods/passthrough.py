@@ -40,5 +40,6 @@ METHOD = MergeMethod(
         ParamSpec("scale", ParamKind.FLOAT, default=1.0, per_model=True, help="Multiplies this model's tensors."),
     ),
     merge=merge,
+    elementwise=True,
     check_inputs=_check_inputs,
 )
