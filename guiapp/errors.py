@@ -13,17 +13,26 @@ from typing import Any
 class MergesmithError(Exception):
     """Base class. `str(error)` is the user-facing message; `hint` says what to do about it.
 
-    `retry_with` optionally holds job-spec changes that fix the problem (e.g. {"device": "cpu"}); the window
-    offers them as "Retry with suggested settings".
+    `why` says why it is a problem when that is not obvious from the message (the class's docstring stands in
+    otherwise). `retry_with` optionally holds job-spec changes that fix the problem (e.g. {"device": "cpu"});
+    the window offers them as "Retry with suggested settings".
     """
 
     title = "The job could not finish"
 
-    def __init__(self, message: str, *, hint: str | None = None, retry_with: dict[str, Any] | None = None):
+    def __init__(
+        self,
+        message: str,
+        *,
+        hint: str | None = None,
+        retry_with: dict[str, Any] | None = None,
+        why: str | None = None,
+    ):
         super().__init__(message)
         self.message = message
         self.hint = hint
         self.retry_with = retry_with
+        self.why = why
 
 
 class RecipeError(MergesmithError):

@@ -190,7 +190,9 @@ class StagedOutput:
         if self.destination.exists() and not overwrite:
             raise OutputError(
                 f"{self.destination} already exists.",
-                hint="Choose a new output folder, or allow overwriting it (--overwrite).",
+                why="Mergesmith never writes over an existing folder unless asked to, so nothing there is lost.",
+                hint="Choose a new output folder, or allow replacing it (the old folder is replaced only once the "
+                "new output is complete).",
                 retry_with={"overwrite": True},
             )
         if self.destination.exists() and not self.destination.is_dir():

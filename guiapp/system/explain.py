@@ -73,7 +73,8 @@ def explain(error: BaseException | str, context: Mapping[str, Any] | None = None
     if isinstance(error, MergesmithError):
         cause = error.__cause__ or (None if error.__suppress_context__ else error.__context__)
         known_cause = _from_catalogue(list(_clues_from_chain(cause)), context, "") if cause else None
-        return _own(type(error), error.message, error.hint, error.retry_with, known_cause, context, _traceback(error))
+        return _own(type(error), error.message, error.hint, error.retry_with, known_cause, context, _traceback(error),
+                    error.why)
     if isinstance(error, str):
         clues = _clues_from_text(error)
         own = _own_error_in_text(error)
@@ -106,12 +107,13 @@ def _own(
     known_cause: Explanation | None,
     context: dict[str, Any],
     raw: str,
+    why: str | None = None,
 ) -> Explanation:
     """Mergesmith's errors say what happened themselves; a cause the catalogue knows can still say why."""
     return Explanation(
         title=error_class.title,
         what=_with_context(message, context),
-        why=known_cause.why if known_cause else _first_paragraph(error_class.__doc__),
+        why=why or (known_cause.why if known_cause else _first_paragraph(error_class.__doc__)),
         fix=hint or (known_cause.fix if known_cause else ""),
         retry_with=retry_with or (known_cause.retry_with if known_cause else None),
         raw=raw,
