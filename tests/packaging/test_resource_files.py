@@ -1,0 +1,39 @@
+"""The window finds its icons from a source checkout and from an installed wheel (the bundle is checked by
+test_bundle.py, which runs the frozen app)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from guiapp.ui.resource_files import icon_file, resources_dir
+from tests.packaging.helpers import RESOURCES, ROOT
+
+
+def test_checkout_uses_the_top_level_resources():
+    assert resources_dir() == RESOURCES
+    assert icon_file().name == "mergesmith.svg" and icon_file().is_file()
+    assert icon_file(48).is_file()
+
+
+def test_installed_wheel_finds_its_resources(tmp_path):
+    wheels, venv = tmp_path / "wheels", tmp_path / "venv"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(wheels), str(ROOT)],
+        check=True,
+    )
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    # This interpreter's pip installs into the new environment (which has no pip of its own, to stay fast).
+    subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "-q", *map(str, wheels.glob("*.whl"))],
+        check=True,
+    )
+    shown = subprocess.run(
+        [str(python), "-c", "from guiapp.ui.resource_files import icon_file; print(icon_file(48))"],
+        capture_output=True, text=True, cwd=tmp_path,
+    )
+    assert shown.returncode == 0, shown.stderr
+    found = shown.stdout.strip()
+    assert found == str(venv / "share" / "mergesmith" / "icons" / "mergesmith-48.png")
+    assert (RESOURCES / "icons" / "mergesmith-48.png").read_bytes() == open(found, "rb").read()
