@@ -5,7 +5,8 @@
 Builds Llama-shaped bf16 checkpoints (a base and two fine-tunes) of each size, then for linear,
 task_arithmetic, ties and slerp prints: wall time of the merge, peak private (anonymous) memory of the
 process doing it, and the ratio of the wall time to the I/O floor: reading every input tensor and writing
-the output with safetensors alone, measured on the same files in the same run. When mergekit is installed,
+the output with safetensors alone, measured on the same files in the same run. The floor and the merge run
+--repeat times, alternating, and the fastest of each counts (shared machines are noisy). When mergekit is installed,
 the same recipes run through `mergekit-yaml` and our time over theirs is printed too.
 
 Targets (2 CPU cores): linear and task_arithmetic ≤ 2× the floor, ties and slerp ≤ 6×; peak private memory
@@ -152,6 +153,8 @@ def main() -> None:
     parser.add_argument("--size-gb", type=float, action="append", help="model size in GB (repeatable); default 1.0")
     parser.add_argument("--methods", default=",".join(RECIPES))
     parser.add_argument("--workdir", type=Path, default=None)
+    parser.add_argument("--repeat", type=int, default=3,
+                        help="runs of the floor and of our merge, alternating; the fastest of each counts")
     parser.add_argument("--mergekit", default=shutil.which("mergekit-yaml"),
                         help="path of mergekit-yaml (e.g. from another virtual environment); default: on PATH")
     args = parser.parse_args()
@@ -172,8 +175,16 @@ def main() -> None:
             recipe = folder / f"{method}.yml"
             recipe.write_text(RECIPES[method].format(base=base, one=one, two=two))
             inputs = [base, one, two] if method in ("task_arithmetic", "ties") else ([one, two] if method == "linear" else [base, one])
-            floor, _, _ = run_measured([sys.executable, "-c", _FLOOR, ",".join(map(str, inputs)), str(folder / f"floor-{method}")])
-            ours, peak, _ = run_measured([sys.executable, "-c", _OURS, str(recipe), str(folder / f"out-{method}")])
+            floors, ours_runs, peaks = [], [], []
+            for _ in range(args.repeat):
+                shutil.rmtree(folder / f"floor-{method}", ignore_errors=True)
+                shutil.rmtree(folder / f"out-{method}", ignore_errors=True)
+                floors.append(run_measured([sys.executable, "-c", _FLOOR, ",".join(map(str, inputs)),
+                                            str(folder / f"floor-{method}")])[0])
+                seconds, peak, _ = run_measured([sys.executable, "-c", _OURS, str(recipe), str(folder / f"out-{method}")])
+                ours_runs.append(seconds)
+                peaks.append(peak)
+            floor, ours, peak = min(floors), min(ours_runs), max(peaks)
             row = {
                 "size_gb": round(model_bytes / 1e9, 2), "method": method, "seconds": round(ours, 2),
                 "floor_seconds": round(floor, 2), "ratio_to_floor": round(ours / floor, 2),

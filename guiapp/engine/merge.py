@@ -235,19 +235,23 @@ def _compute_in_blocks(
     plan: MergePlan, task: TensorTask, tensors: list[torch.Tensor], device: torch.device, seed: int
 ) -> tuple[torch.Tensor, dict[str, Any]]:
     stored = torch.empty(task.shape, dtype=plan.out_dtype, device=device)
-    rows = task.shape[0]
-    block_rows = max(1, BLOCK_ELEMENTS // max(1, _numel(task.shape[1:])))
-    computed_finite = True
     extra: dict[str, Any] = {}
-    for start in range(0, rows, block_rows):
-        block = [_to_compute(plan, tensor[start : start + block_rows], device) for tensor in tensors]
-        result = _merge_one(plan, task, block, device, seed, extra)
-        computed_finite = computed_finite and _all_finite(result)
-        stored[start : start + block_rows] = result
+    for rows in _row_blocks(task.shape):
+        block = [_to_compute(plan, tensor[rows], device) for tensor in tensors]
+        stored[rows] = _merge_one(plan, task, block, device, seed, extra)
     if not _all_finite(stored):
-        converted = [_to_compute(plan, tensor, device) for tensor in tensors]
-        raise _non_finite_error(plan, task, converted, computed_finite)
+        # Rare, so it may be slow: merge again to tell an overflow of the cast from NaN in the computation.
+        computed_finite = all(
+            _all_finite(_merge_one(plan, task, [_to_compute(plan, t[rows], device) for t in tensors], device, seed, {}))
+            for rows in _row_blocks(task.shape)
+        )
+        raise _non_finite_error(plan, task, [_to_compute(plan, t, device) for t in tensors], computed_finite)
     return stored.cpu(), extra
+
+
+def _row_blocks(shape: tuple[int, ...]) -> list[slice]:
+    block_rows = max(1, BLOCK_ELEMENTS // max(1, _numel(shape[1:])))
+    return [slice(start, start + block_rows) for start in range(0, shape[0], block_rows)]
 
 
 def _merge_one(
