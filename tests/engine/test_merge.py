@@ -352,3 +352,36 @@ def test_demo_generates_sample_models_and_merges_them(tmp_path):
     merged = tmp_path / "demo" / "merged"
     assert (merged / "model.safetensors").is_file() and (merged / "mergesmith_recipe.yml").is_file()
     assert yaml.safe_load((merged / "mergesmith_recipe.yml").read_text())["merge_method"] == "ties"
+
+
+def test_large_tensors_merged_in_blocks_match_and_are_checked(tmp_path):
+    from guiapp.engine.merge import BLOCK_ELEMENTS  # noqa: PLC0415
+    from guiapp.engine.methods import METHODS  # noqa: PLC0415
+    from guiapp.engine.methods.base import MergeContext  # noqa: PLC0415
+
+    shape = LlamaShape(layers=1, vocab=BLOCK_ELEMENTS // 64 * 3 + 5)  # embeddings span several blocks
+    first = write_llama(tmp_path / "a", shape, dtype=torch.float16, seed=1)
+    second = write_llama(tmp_path / "b", shape, dtype=torch.float16, seed=2)
+    out = tmp_path / "out"
+    _merge(f"merge_method: linear\nmodels:\n  - model: {first}\n    parameters: {{weight: 0.3}}\n"
+           f"  - model: {second}\n    parameters: {{weight: 0.9}}\n", out)
+    a, b, merged = load_folder(first), load_folder(second), load_folder(out)
+    name = "model.embed_tokens.weight"
+    assert a[name].numel() > 3 * BLOCK_ELEMENTS
+    # Blocks give exactly what the method gives on the whole tensor, which is the weighted mean (to rounding).
+    whole = METHODS["linear"].merge(MergeContext(name, [a[name].float(), b[name].float()], None,
+                                                 [{"weight": 0.3}, {"weight": 0.9}], {"normalize": True}, ["a", "b"],
+                                                 torch.Generator()))
+    assert torch.equal(merged[name], whole.half())
+    hand = (0.3 * a[name].float() + 0.9 * b[name].float()) / 1.2
+    assert torch.allclose(merged[name].float(), hand, rtol=1e-3, atol=1e-6)
+
+    with pytest.raises(NonFiniteResultError, match=f"{name}.*too large to be stored as float16"):
+        _merge(f"merge_method: linear\nparameters: {{normalize: false}}\nmodels:\n  - model: {first}\n"
+               f"    parameters: {{weight: 1.0e+7}}\n", tmp_path / "overflow")
+    tensors = load_folder(first)
+    tensors[name][-1, -1] = float("nan")
+    broken = write_checkpoint(tmp_path / "nan", tensors, llama_config(shape, torch.float16))
+    with pytest.raises(NonFiniteResultError, match=f"{name}.*{broken}"):
+        _merge(f"merge_method: linear\nmodels:\n  - model: {broken}\n    parameters: {{weight: 1}}\n", tmp_path / "n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b", "nan", "out"]
