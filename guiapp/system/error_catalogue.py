@@ -581,7 +581,7 @@ CATALOGUE: tuple[Entry, ...] = (
         "means trusting its authors with your machine.",
         fix="Mergesmith never runs code from repositories. Look for a version of the model that uses a standard "
         "architecture, or wait until transformers supports it.",
-        pattern=_patterns(r"contains custom code which must be executed", r"trust_remote_code=True"),
+        pattern=_patterns(r"contains custom code which must be executed", r"trust_remote_code\s*=\s*True"),
     ),
     Entry(
         key="permission_denied",
