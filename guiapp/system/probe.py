@@ -275,9 +275,11 @@ def machine_fingerprint() -> dict[str, str]:
     """What the probe result depends on, read without importing torch or waking a GPU driver.
 
     The torch build, Python, the CPU model, the display/compute devices on the PCI bus (vendor:device ids),
-    the NVIDIA/AMD driver versions, the visible-device variables, and the OS release. Any change re-probes.
+    the NVIDIA/AMD driver versions, the visible-device variables, the OS release, and the probe's own code (a
+    new Mergesmith may check more operations). Any change re-probes.
     """
     return {
+        "probe": _probe_code_digest(),
         "torch": _distribution_version("torch"),
         "python": platform.python_version(),
         "executable": sys.executable,
@@ -294,6 +296,16 @@ def machine_fingerprint() -> dict[str, str]:
         ),
         "mac": platform.mac_ver()[0],
     }
+
+
+def _probe_code_digest() -> str:
+    """A digest of the probe child's source, or Mergesmith's version where the source is not on disk (bundles)."""
+    from guiapp import __version__  # noqa: PLC0415
+
+    try:
+        return hashlib.sha256(Path(__file__).with_name("probe_child.py").read_bytes()).hexdigest()[:16]
+    except OSError:
+        return __version__
 
 
 def _distribution_version(name: str) -> str:
