@@ -57,9 +57,31 @@ def _launch_window(args: argparse.Namespace) -> int:
         from guiapp.ui.self_test import run_self_test  # noqa: PLC0415 - Qt only loads when the window is wanted
 
         return run_self_test()
+    problem = _display_problem()
+    if problem:
+        print(problem, file=sys.stderr)
+        return EXIT_FAILED
     from guiapp.ui.app import run_app  # noqa: PLC0415
 
     return run_app()
+
+
+def _display_problem() -> str | None:
+    """Why the window cannot open on this Linux session (Qt would abort with a cryptic plugin error), or None."""
+    import os  # noqa: PLC0415
+
+    if not sys.platform.startswith("linux") or os.environ.get("QT_QPA_PLATFORM") or os.environ.get("WAYLAND_DISPLAY"):
+        return None
+    if not os.environ.get("DISPLAY"):
+        return ("Mergesmith's window needs a desktop session, and none was found (no DISPLAY or WAYLAND_DISPLAY).\n"
+                "Start it from your desktop, or use the command line: `mergesmith --help` lists the jobs it runs.")
+    import ctypes.util  # noqa: PLC0415
+
+    if ctypes.util.find_library("xcb-cursor") is None:
+        return ("Mergesmith's window needs the system library libxcb-cursor, which is not installed.\n"
+                "Install it (Debian/Ubuntu: sudo apt install libxcb-cursor0; Fedora: sudo dnf install "
+                "xcb-util-cursor), then start Mergesmith again.")
+    return None
 
 
 def _print_explanation(error: BaseException) -> None:
