@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from guiapp.errors import CheckpointError
@@ -137,7 +139,12 @@ def remote_tensors(
                 f"{repo_id} has no safetensors weights, so its tensors cannot be listed without downloading them.",
                 hint="Choose a version of the model published in safetensors format.",
             )
-        if "model.safetensors" in names or "model.safetensors.index.json" in names:
+        if "model.safetensors.index.json" in names:
+            # Read the index here rather than through get_safetensors_metadata, which would request whatever its
+            # weight_map names (`../…` included): only shards the repo lists are read.
+            shards = _indexed_shards(repo_id, info.sha, weights, connection or HubConnection.current())
+            files = {name: api.parse_safetensors_file_metadata(repo_id, name, revision=info.sha) for name in shards}
+        elif "model.safetensors" in names:
             files = api.get_safetensors_metadata(repo_id, revision=info.sha).files_metadata
         else:  # adapters and checkpoints with other file names
             files = {name: api.parse_safetensors_file_metadata(repo_id, name, revision=info.sha) for name in weights}
@@ -146,6 +153,32 @@ def remote_tensors(
         header = {name: {"dtype": t.dtype, "shape": t.shape} for name, t in metadata.tensors.items()}
         records.update(parse_header(header, filename))
     return records
+
+
+def _indexed_shards(repo_id: str, commit: str, listed: list[str], connection: HubConnection) -> list[str]:
+    """The shard files `repo_id`'s index names (downloaded into the cache: a merge needs it anyway).
+
+    Raises CheckpointError when the index names a file the repo does not list at its top level.
+    """
+    from huggingface_hub import hf_hub_download  # noqa: PLC0415
+
+    index = hf_hub_download(repo_id, "model.safetensors.index.json", revision=commit,
+                            cache_dir=connection.cache_dir, endpoint=connection.endpoint)
+    try:
+        shards = sorted(set(json.loads(Path(index).read_text(encoding="utf-8"))["weight_map"].values()))
+    except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, AttributeError):
+        raise CheckpointError(f"The index of {repo_id} (model.safetensors.index.json) is damaged.",
+                              hint="Tell the model's authors; choose another version of the model.") from None
+    strangers = [name for name in shards if name not in listed]
+    if strangers:
+        raise CheckpointError(
+            f"The index of {repo_id} names {', '.join(strangers)}, which is not one of the repo's weight files "
+            "(a name outside the model folder, or a file that is missing).",
+            why="Mergesmith reads and writes only the files a repo lists, so a damaged or hostile index cannot "
+            "make it touch anything else.",
+            hint="Tell the model's authors; until it is fixed, choose another version of the model.",
+        )
+    return shards
 
 
 def _base_models(value: Any) -> tuple[str, ...]:
