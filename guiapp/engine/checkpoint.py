@@ -18,7 +18,7 @@ from typing import Any, BinaryIO
 
 import torch
 
-from guiapp.errors import CheckpointError, UnsafeCheckpointError
+from guiapp.errors import CheckpointError, InsufficientResourcesError, UnsafeCheckpointError
 
 SAFETENSORS_DTYPES: dict[str, torch.dtype] = {
     "F64": torch.float64,
@@ -197,6 +197,13 @@ class Checkpoint:
                 try:
                     handle = safe_open(str(self.folder / info.file), framework="pt")
                 except Exception as error:  # safetensors raises its own SafetensorError
+                    if "Cannot allocate memory" in str(error):  # mapping the file failed, not the file (ENOMEM)
+                        raise InsufficientResourcesError(
+                            f"There is not enough memory to map {self.folder / info.file}: {error}",
+                            why="Memory-mapping a model file needs address space for the whole file; a memory "
+                            "limit on this process (ulimit -v, a container) or exhausted RAM refused it.",
+                            hint="Close other programs or raise the memory limit, or merge smaller models.",
+                        ) from None
                     raise CheckpointError(f"{self.folder / info.file} cannot be read: {error}", hint=_REDOWNLOAD) from None
                 self._open_files[info.file] = handle
             return handle.get_tensor(name)

@@ -97,7 +97,8 @@ def translate(error: BaseException, repo_id: str | None, revision: str | None = 
         status = _status(error)
         if status == 429:
             return RateLimitedError(
-                "The Hub is limiting how many requests this machine may send right now (HTTP 429).",
+                f"The Hub is limiting how many requests this machine may send right now (HTTP 429) while reading "
+                f"{model}.",
                 hint="Wait a minute and try again. Signing in with a token raises the limit.",
             )
         if status == 401:

@@ -48,9 +48,36 @@ class GpuMemory:
 
 
 def memory() -> Memory:
-    """Physical RAM now: total and available to a new job (free plus reclaimable caches)."""
+    """RAM this process may use now: total and available to a new job (free plus reclaimable caches), lowered
+    to the limits the process runs under (a container's cgroup memory.max, a `ulimit -v` address-space limit):
+    a job that fits the machine but not its limit would be killed or fail halfway."""
     facts = psutil.virtual_memory()
-    return Memory(total=facts.total, available=facts.available)
+    total, available = facts.total, facts.available
+    for limit, used in _memory_limits():
+        total, available = min(total, limit), min(available, max(0, limit - used))
+    return Memory(total=total, available=available)
+
+
+def _memory_limits() -> list[tuple[int, int]]:
+    """(limit, in use) of the cgroup v2 memory limit and of RLIMIT_AS, where they are set (Linux)."""
+    limits = []
+    try:
+        import resource  # noqa: PLC0415 - POSIX only
+
+        soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+        if soft != resource.RLIM_INFINITY:
+            limits.append((soft, psutil.Process().memory_info().vms))
+    except (ImportError, OSError):
+        pass
+    try:
+        group = Path("/proc/self/cgroup").read_text().split("::", 1)[1].strip()
+        folder = Path("/sys/fs/cgroup") / group.lstrip("/")
+        limit = (folder / "memory.max").read_text().strip()
+        if limit != "max":
+            limits.append((int(limit), int((folder / "memory.current").read_text())))
+    except (OSError, IndexError, ValueError):
+        pass
+    return limits
 
 
 def disk(path: Path | str) -> Disk:
