@@ -1,0 +1,143 @@
+"""Fault class "process": cancels at random points, `kill -9` of a CLI merge, closing the window mid-job."""
+
+from __future__ import annotations
+
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from PySide6.QtCore import QTimer
+from PySide6.QtWidgets import QApplication, QMessageBox
+
+from guiapp.engine.recipe import parse_recipe
+from guiapp.engine.samples import LlamaShape, write_llama
+from guiapp.errors import JobCancelled
+from guiapp.jobs.history import load_history
+from guiapp.jobs.runner import JobListeners, JobStatus, run_job
+from guiapp.jobs.specs import merge_job
+from guiapp.progress import CancelToken
+from tests.faults.harness import fingerprint, leftovers, looks_finished
+from tests.ui.conftest import isolated_settings, make_window, models, probed, window  # noqa: F401 - the window
+
+CANCELS = 20
+# Big enough that a CLI merge spends a few seconds merging, so a kill lands in the middle of writing.
+SLOW = LlamaShape(hidden=512, intermediate=2048, layers=8, heads=8, kv_heads=2, vocab=32000)
+
+
+def _ties(trio) -> str:
+    return (f"merge_method: ties\nbase_model: {trio.base}\nmodels:\n"
+            f"  - model: {trio.one}\n    parameters: {{weight: 0.5, density: 0.5}}\n"
+            f"  - model: {trio.two}\n    parameters: {{weight: 0.5, density: 0.5}}\n")
+
+
+def test_cancel_at_random_points(trio, tmp_path, seen):
+    """Count a whole job's progress events, then cancel twenty jobs each at a random one of them."""
+    events = []
+    reference = run_job(merge_job(parse_recipe(_ties(trio)), tmp_path / "reference"),
+                        JobListeners(on_event=lambda job, event: events.append(event.stage)))
+    assert reference.status is JobStatus.DONE
+    inputs = [trio.base, trio.one, trio.two]
+    before = fingerprint(*inputs)
+    picks = random.Random(8).sample(range(len(events)), min(CANCELS, len(events)))
+    outcomes = []
+    for attempt, at in enumerate(picks):
+        token = CancelToken()
+        count = []
+
+        def cancel_at(job, event, at=at, token=token, count=count):
+            count.append(event)
+            if len(count) == at + 1:
+                token.cancel()
+
+        out = tmp_path / f"out-{attempt}"
+        result = run_job(merge_job(parse_recipe(_ties(trio)), out), JobListeners(on_event=cancel_at), token)
+        outcomes.append((events[at], result.status))
+        if result.status is JobStatus.CANCELLED:
+            assert not out.exists(), f"cancelled at event {at} ({events[at]}) but {out} exists"
+        else:  # a cancel after the last check: the job finished, and its output is whole
+            assert result.status is JobStatus.DONE and (out / "model.safetensors").is_file()
+        assert leftovers(tmp_path) == []
+    assert fingerprint(*inputs) == before
+    cancelled = [stage for stage, status in outcomes if status is JobStatus.CANCELLED]
+    assert len(cancelled) >= CANCELS * 3 // 4, outcomes
+    final = run_job(merge_job(parse_recipe(_ties(trio)), tmp_path / "after"))
+    assert final.status is JobStatus.DONE  # the next job works
+    stages = ", ".join(sorted(set(cancelled)))
+    seen("process", f"cancel at {len(picks)} random points ({len(cancelled)} landed; stages: {stages})",
+         f"Cancelled: {JobCancelled().message}")
+
+
+@pytest.fixture(scope="module")
+def slow_model(tmp_path_factory) -> Path:
+    return write_llama(tmp_path_factory.mktemp("slow") / "model", SLOW, dtype=torch.float32, seed=0)
+
+
+def _cli(*args) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "guiapp", *map(str, args)], stderr=subprocess.PIPE, text=True)
+
+
+def test_kill_9_of_a_cli_merge_midway(slow_model, tmp_path, seen):
+    recipe = tmp_path / "recipe.yml"
+    recipe.write_text(f"merge_method: ties\nbase_model: {slow_model}\nmodels:\n  - model: {slow_model}\n"
+                      f"    parameters: {{weight: 1, density: 0.5}}\n")
+    before = fingerprint(slow_model, recipe)
+    out = tmp_path / "merged"
+    process = _cli("merge", recipe, out, "--out-shard-size", "20MB")
+    for line in process.stderr:
+        if line.startswith("Merging"):
+            break
+    time.sleep(0.5)  # well into the merge: shards are being written
+    process.send_signal(signal.SIGKILL)
+    assert process.wait(timeout=30) == -signal.SIGKILL
+    process.stderr.close()
+    staged = leftovers(tmp_path)
+    assert staged and all(f".mergesmith-partial-{process.pid}-" in name for name in staged)
+    assert any((tmp_path / name).iterdir() for name in staged)  # it had started writing
+    assert not out.exists() and not looks_finished(out)
+    assert fingerprint(slow_model, recipe) == before
+
+    # The next start: any job writing next to it removes the dead process's staging folder.
+    again = _cli("merge", recipe, tmp_path / "second", "--out-shard-size", "20MB")
+    _, err = again.communicate(timeout=180)
+    assert again.returncode == 0, err
+    assert leftovers(tmp_path) == [] and not out.exists() and looks_finished(tmp_path / "second")
+    seen("process", "kill -9 of a CLI merge midway, then the next start",
+         f"(killed: no message possible) {len(staged)} staging folder, removed by the next job; "
+         f"no {out.name} folder")
+
+
+def test_closing_the_window_during_a_job(qtbot, window, models, tmp_path, seen):
+    recipe = {"merge_method": "della", "base_model": str(models.medium_base),
+              "models": [{"model": str(models.medium_a), "parameters": {"weight": 0.5, "density": 0.5}},
+                         {"model": str(models.medium_b), "parameters": {"weight": 0.5, "density": 0.5}}]}
+    inputs = [models.medium_base, models.medium_a, models.medium_b]
+    before = fingerprint(*inputs)
+    window.merge.yaml_edit.setPlainText(yaml.safe_dump(recipe, sort_keys=False))
+    window.merge.output_edit.setText(str(tmp_path / "closing"))
+    merging = []
+    window.state.jobs.progress.connect(lambda key, event: merging.append(event.stage == "Merging" and event.done))
+    record = window.state.jobs.record(window.merge.run())
+    qtbot.waitUntil(lambda: record.status == "running" and any(merging), timeout=30_000)  # mid-merge
+    asked = []
+
+    def quit_anyway():
+        box = QApplication.activeModalWidget()
+        if isinstance(box, QMessageBox):
+            asked.append(box.text())
+            box.button(QMessageBox.StandardButton.Yes).click()
+        else:
+            QTimer.singleShot(50, quit_anyway)
+
+    QTimer.singleShot(50, quit_anyway)
+    window.close()
+    assert not window.isVisible() and asked
+    assert not (tmp_path / "closing").exists() and leftovers(tmp_path) == []
+    assert fingerprint(*inputs) == before
+    assert load_history()[-1].status == "cancelled"
+    seen("process", "closing the window during a merge", f"A job is still running: {asked[0].splitlines()[0]}")
