@@ -23,7 +23,12 @@ pytestmark = [
     pytest.mark.skipif(not sys.platform.startswith("linux"), reason="CI builds and runs the Linux bundle"),
 ]
 
-CUDA_LIBRARY = re.compile(r"(cuda|cudnn|cublas|cufft|curand|cusolver|cusparse|nccl|nvrtc|nvjitlink|nvToolsExt|cupti|caffe2_nvrtc)", re.I)
+# NVIDIA's libraries and torch's CUDA parts, by file name (libcudart.so.12, cublas64_12.dll, libtorch_cuda.so, …).
+CUDA_LIBRARY = re.compile(
+    r"^(lib)?(cuda|cudart|cudnn|cublas|cufft|cufile|curand|cusolver|cusparse|cupti|nccl|nvrtc|nvjitlink|nvtoolsext"
+    r"|nvshmem|torch_cuda|c10_cuda|caffe2_nvrtc)",
+    re.I,
+)
 SHARED_LIBRARY = re.compile(r"\.(so(\.\d+)*|dll|dylib)$")
 TEST_FILE = re.compile(r"(^|/)(tests?/|test_[^/]*\.py$|[^/]*_test(\.so)?$)")
 
