@@ -28,8 +28,11 @@ ASSUMED_READ_BYTES_PER_SECOND = 500e6
 
 @dataclass(frozen=True)
 class Memory:
+    """`limited`: `total` is a limit set on this process (ulimit -v, a container), not the machine's RAM."""
+
     total: int
     available: int
+    limited: bool = False
 
 
 @dataclass(frozen=True)
@@ -52,10 +55,11 @@ def memory() -> Memory:
     to the limits the process runs under (a container's cgroup memory.max, a `ulimit -v` address-space limit):
     a job that fits the machine but not its limit would be killed or fail halfway."""
     facts = psutil.virtual_memory()
-    total, available = facts.total, facts.available
+    total, available, limited = facts.total, facts.available, False
     for limit, used in _memory_limits():
+        limited = limited or limit < total
         total, available = min(total, limit), min(available, max(0, limit - used))
-    return Memory(total=total, available=available)
+    return Memory(total=total, available=available, limited=limited)
 
 
 def _memory_limits() -> list[tuple[int, int]]:
@@ -215,8 +219,9 @@ def fit_verdict(
         problems.append((FitLevel.TIGHT, f"the output needs {format_bytes(disk_bytes)}, nearly all of the "
                          f"{format_bytes(space.free)} free at {space.path}"))
     if peak_ram_bytes > ram.total:
-        problems.append((FitLevel.WILL_NOT_FIT, f"it needs {format_bytes(peak_ram_bytes)} of RAM and this machine "
-                         f"has {format_bytes(ram.total)} in all"))
+        limit = (f"Mergesmith may use only {format_bytes(ram.total)} (the memory limit it runs under)" if ram.limited
+                 else f"this machine has {format_bytes(ram.total)} in all")
+        problems.append((FitLevel.WILL_NOT_FIT, f"it needs {format_bytes(peak_ram_bytes)} of RAM and {limit}"))
     elif peak_ram_bytes > TIGHT_FRACTION_OF_RAM * ram.available:
         problems.append((FitLevel.TIGHT, f"it needs {format_bytes(peak_ram_bytes)} of RAM and "
                          f"{format_bytes(ram.available)} is available now; closing other programs helps"))

@@ -54,7 +54,7 @@ def seen(request: pytest.FixtureRequest):
 
     def record(fault_class: str, case: str, saw: Explanation | str) -> None:
         text = headline(saw) if isinstance(saw, Explanation) else saw
-        text = re.sub(r"(?:/[\w.+@-]+)+/([\w.+@-]+)", r"\1", text)  # a path by its last name: the table is shared
+        text = re.sub(r"(?<![\w.])(?:/[\w.+@-]+)+/([\w.+@-]+)", r"\1", text)  # a path by its last name
         _SEEN.append(Seen(fault_class, case, " ".join(text.split()), request.node.nodeid))
 
     return record

@@ -7,6 +7,7 @@ failure as the window would, and records (fault class, case, what the user saw) 
 from __future__ import annotations
 
 import hashlib
+import itertools
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -72,3 +73,12 @@ def fails_cleanly(job: Job, *, inputs: list[Path], out: Path | None) -> tuple[Jo
         assert not out.exists(), f"{out} was left behind"
         assert leftovers(out.parent) == []
     return result, explanation
+
+
+def cli_explanation(stderr: str) -> tuple[str, str]:
+    """The explanation's title and what happened (its wrapped lines joined), as the CLI printed them."""
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    start = next(i for i, line in enumerate(lines) if line.startswith("What happened: "))
+    what = [lines[start].removeprefix("What happened: ")]
+    what += [line.strip() for line in itertools.takewhile(lambda line: line.startswith("  "), lines[start + 1:])]
+    return lines[start - 1], " ".join(what)

@@ -16,7 +16,7 @@ from guiapp.engine.samples import LlamaShape, write_llama
 from guiapp.jobs.runner import JobListeners, JobStatus, run_job
 from guiapp.jobs.specs import download_job, merge_job, retry
 from guiapp.system.explain import explain
-from tests.faults.harness import fails_cleanly, fingerprint, leftovers
+from tests.faults.harness import cli_explanation, fails_cleanly, fingerprint, leftovers
 from tests.support.filesystems import small_filesystem
 
 # A few MB: big enough that a dropped connection or a filling disk lands in the middle of a file.
@@ -102,13 +102,6 @@ def _limited_cli(*args: str) -> subprocess.CompletedProcess:
                           preexec_fn=limit_address_space)
 
 
-def _told(stderr: str) -> tuple[str, str]:
-    """The explanation's title and first line of what happened, as printed by the CLI."""
-    lines = [line for line in stderr.splitlines() if line.strip()]
-    start = next(i for i, line in enumerate(lines) if line.startswith("What happened: ")) - 1
-    return lines[start], lines[start + 1].removeprefix("What happened: ")
-
-
 @pytest.mark.parametrize("force", [False, True], ids=["refused by the estimate", "forced past the estimate"])
 def test_memory_too_small_under_a_real_address_space_limit(force, hungry, tmp_path, seen):
     model, recipe = hungry
@@ -117,11 +110,11 @@ def test_memory_too_small_under_a_real_address_space_limit(force, hungry, tmp_pa
     done = _limited_cli("merge", str(recipe), str(out), *(["--force"] if force else []))
     assert done.returncode == 1, done.stderr  # an exit with an explanation, not a crash (no signal, no 137)
     assert "Traceback" not in done.stderr
-    title, what = _told(done.stderr)
+    title, what = cli_explanation(done.stderr)
     if force:
         assert title in ("Out of memory", "Not enough space or memory") and "memory" in done.stderr
     else:
-        assert title == "Not enough space or memory" and "will not fit" in what and "Merging" not in done.stderr
+        assert title == "Not enough space or memory" and "memory limit" in what and "Merging" not in done.stderr
     assert fingerprint(model) == before and not out.exists() and leftovers(tmp_path) == []
     seen("environment", f"RLIMIT_AS {ADDRESS_SPACE_LIMIT / 1e9:.1f} GB, "
          f"{'--force' if force else 'estimate'}", f"{title}: {what}")

@@ -18,7 +18,7 @@ from guiapp.engine.samples import llama_config, llama_tensors, write_checkpoint,
 from guiapp.jobs.runner import JobStatus, run_job
 from guiapp.jobs.specs import extract_job, merge_job
 from tests.faults.conftest import SMALL
-from tests.faults.harness import fails_cleanly, fingerprint, leftovers, looks_finished
+from tests.faults.harness import cli_explanation, fails_cleanly, fingerprint, leftovers, looks_finished
 
 
 def _linear(*models: Path) -> str:
@@ -163,9 +163,9 @@ def test_recipe_with_yaml_tags_that_construct_objects(trio, tmp_path, seen):
     assert not marker.exists(), "a YAML tag constructed an object"
     assert fingerprint(trio.one, recipe_file) == before and not (tmp_path / "out").exists()
     assert leftovers(tmp_path) == []
-    title, what = [line for line in done.stderr.splitlines() if line.strip()][:2]
-    assert title == "The recipe has a problem" and "python/object/apply" in done.stderr
-    seen("inputs", "recipe with a YAML tag that constructs an object", f"{title}: {what.removeprefix('What happened: ')}")
+    title, what = cli_explanation(done.stderr)
+    assert title == "The recipe has a problem" and "python/object/apply" in what
+    seen("inputs", "recipe with a YAML tag that constructs an object", f"{title}: {what}")
 
 
 def test_absurd_merge_parameters(trio, tmp_path, seen):
