@@ -44,12 +44,31 @@ def main(argv: list[str] | None = None) -> int:
     )
     app = args.dist / ("Mergesmith.app" if sys.platform == "darwin" else "Mergesmith")
     print(f"Built {app} in {time.monotonic() - started:.0f} s: {folder_size(app) / 1e6:.0f} MB")
+    warn_about_missing_x11_libraries(app)
 
     if not args.no_archive:
         started = time.monotonic()
         archive = make_archive(app, args.dist / archive_stem())
         print(f"Archived {archive} in {time.monotonic() - started:.0f} s: {archive.stat().st_size / 1e6:.0f} MB")
     return 0
+
+
+# Qt's X11 plugin needs these and many desktops lack some of them. PyInstaller bundles a library only when the
+# build machine has it, so a build without them makes an app whose window opens only where they are installed.
+X11_LIBRARIES = ("libxcb-cursor.so.0", "libxcb-icccm.so.4", "libxcb-keysyms.so.1")
+
+
+def warn_about_missing_x11_libraries(app: Path) -> None:
+    if not sys.platform.startswith("linux"):
+        return
+    missing = [name for name in X11_LIBRARIES if not any(app.rglob(name))]
+    if missing:
+        print(
+            f"Warning: {', '.join(missing)} not found on this machine, so not bundled: the window will only open on"
+            " X11 desktops that have them. Install them and build again:"
+            " apt-get install libxcb-cursor0 libxcb-icccm4 libxcb-keysyms1",
+            file=sys.stderr,
+        )
 
 
 def archive_stem() -> str:

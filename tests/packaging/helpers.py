@@ -17,9 +17,10 @@ ICONS = RESOURCES / "icons"
 INSTALLER = ROOT / "packaging" / "install-desktop-entry.sh"
 
 
-def load_make_icons():
-    """resources/make_icons.py is a script, not a package module: load it by path for its declared sizes."""
-    spec = importlib.util.spec_from_file_location("make_icons", RESOURCES / "make_icons.py")
+def load_script(path: Path):
+    """Load a script (resources/make_icons.py, packaging/build.py) by path: neither folder is a Python package,
+    and `packaging` is also the name of a PyPI library."""
+    spec = importlib.util.spec_from_file_location(path.stem, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

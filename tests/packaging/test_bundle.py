@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -16,7 +17,7 @@ import time
 import pytest
 
 from guiapp import __version__
-from tests.packaging.helpers import ROOT, exec_path, run_installer, validate_desktop_file
+from tests.packaging.helpers import ROOT, exec_path, load_script, run_installer, validate_desktop_file
 
 pytestmark = [
     pytest.mark.slow,
@@ -61,6 +62,23 @@ def test_bundled_app_passes_its_self_test(app):
     result = run_app(app, "--self-test")
     print(f"\n--self-test: {time.monotonic() - started:.1f} s")
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_bundled_app_opens_its_window_on_x11(app):
+    # A real X server (Xvfb) and Qt's xcb plugin, as on a desktop, with the X11 libraries the bundle carries.
+    xvfb_run = shutil.which("xvfb-run")
+    assert xvfb_run, "xvfb-run is missing: apt-get install xvfb xauth"
+    environment = {key: value for key, value in os.environ.items() if key not in ("DISPLAY", "WAYLAND_DISPLAY")}
+    result = subprocess.run(
+        [xvfb_run, "-a", str(app / "mergesmith"), "--self-test"],
+        capture_output=True, text=True, env={**environment, "QT_QPA_PLATFORM": "xcb"}, timeout=600,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_bundle_carries_the_x11_libraries_qt_needs(app):
+    build_script = load_script(ROOT / "packaging" / "build.py")
+    assert all(any(app.rglob(name)) for name in build_script.X11_LIBRARIES), "install them on the build machine (see build.py)"
 
 
 def test_bundled_cli_answers(app):

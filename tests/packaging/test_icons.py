@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.packaging.helpers import ICONS, load_make_icons, png_size
+from tests.packaging.helpers import ICONS, RESOURCES, load_script, png_size
 
-make_icons = load_make_icons()
+make_icons = load_script(RESOURCES / "make_icons.py")
 
 
 def test_the_committed_svg_is_the_one_the_script_draws():
