@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 import torch
 
+from guiapp.engine.allocator import reuse_freed_memory
 from guiapp.engine.devices import resolve_device
 from guiapp.engine.methods.base import MergeContext
 from guiapp.engine.model_card import write_merge_metadata
@@ -106,7 +107,8 @@ def run_merge(
             for model in plan.models:
                 readers.append(open_reader(model.ref, progress))
                 progress.step(model.label)
-            stats = _merge_tensors(plan, readers, staged.path, device, settings, progress)
+            with reuse_freed_memory():
+                stats = _merge_tensors(plan, readers, staged.path, device, settings, progress)
             write_merge_metadata(staged.path, plan, [r.folder for r in readers])
         finally:
             for reader in readers:
@@ -275,9 +277,10 @@ def _merge_one(
 
 
 def _all_finite(tensor: torch.Tensor) -> bool:
-    # NaN and inf propagate into the sum, which costs one pass and no allocation; only a sum that overflowed
-    # although every element is finite needs the exact, slower check.
-    return bool(torch.isfinite(tensor.sum(dtype=torch.float32))) or bool(torch.isfinite(tensor).all())
+    # NaN and inf propagate into the sum, which costs one pass and no allocation (asking sum for another dtype
+    # would convert the whole tensor first); only a sum that overflowed although every element is finite needs
+    # the exact, slower check.
+    return bool(torch.isfinite(tensor.sum())) or bool(torch.isfinite(tensor).all())
 
 
 def _non_finite_error(

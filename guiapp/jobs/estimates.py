@@ -17,24 +17,26 @@ import psutil
 
 from guiapp.system.resources import Fit, TimeEstimate, fit_verdict
 
-# Float32 copies of one tensor a method holds while it merges n inputs, as constant + per_input × n, measured
-# with benchmarks/method_memory.py (peak anonymous memory of a 16 M-element tensor merged at n = 3 and n = 5).
+# Float32 copies of one tensor a method holds while it merges n inputs, as constant + per_input × n: measured
+# with benchmarks/method_memory.py (a 16 M-element tensor merged at n = 3 and n = 5), then raised where whole
+# merges peaked higher (tests/jobs/test_estimates.py compares with real merges; freed memory kept for reuse
+# during a job fragments a little).
 METHOD_COPIES: dict[str, tuple[float, float]] = {
     "linear": (1.0, 0.0),
     "task_arithmetic": (0.0, 1.0),
-    "ties": (4.2, 0.4),
+    "ties": (5.5, 0.4),
     "dare_ties": (3.0, 0.5),
     "dare_linear": (3.0, 0.5),
     "breadcrumbs": (1.6, 0.9),
     "breadcrumbs_ties": (2.3, 0.75),
-    "della": (1.3, 1.65),
-    "della_linear": (1.3, 1.65),
+    "della": (5.0, 1.65),
+    "della_linear": (5.0, 1.65),
     "slerp": (0.25, 1.0),
     "nuslerp": (0.0, 2.0),
     "multislerp": (0.0, 1.42),
     "karcher": (0.25, 1.0),
     "model_stock": (0.0, 2.0),
-    "sce": (0.0, 1.84),
+    "sce": (1.0, 1.84),
     "ram": (0.0, 2.67),
     "ramplus_tl": (0.0, 2.92),
     "nearswap": (0.0, 1.5),
@@ -42,6 +44,9 @@ METHOD_COPIES: dict[str, tuple[float, float]] = {
     "passthrough": (1.0, 0.0),
 }
 _UNKNOWN_METHOD_COPIES = (2.0, 2.0)
+# What a job adds besides tensors: the reader and writer threads, torch's worker threads and their allocator
+# arenas, open memory maps' bookkeeping (measured: 50–80 MB on Linux).
+_JOB_OVERHEAD_BYTES = 64 * 1024 * 1024
 # Python, torch and Mergesmith themselves, when the estimate is made in a process that has not loaded torch yet.
 _RUNTIME_BYTES = 350 * 1024 * 1024
 
@@ -63,6 +68,8 @@ class JobEstimate:
 
 def merge_working_set(plan) -> int:
     """Peak private bytes the merge loop adds while running `plan` (a guiapp.engine.plan.MergePlan)."""
+    from guiapp.engine.merge import BLOCK_ELEMENTS  # noqa: PLC0415 - the engine (and torch) is loaded by then
+
     compute_size = plan.compute_dtype.itemsize
     constant, per_input = METHOD_COPIES.get(plan.method.name, _UNKNOWN_METHOD_COPIES)
 
@@ -84,12 +91,20 @@ def merge_working_set(plan) -> int:
         copies = constant + per_input * len(task.inputs)
         return int(copies * numel * compute_size) + out
 
-    reads = [read_copies(task) for task in plan.tasks]
+    def in_blocks(task) -> bool:
+        return plan.method.elementwise and task.floating and not task.copy and math.prod(task.shape) > BLOCK_ELEMENTS
+
+    block_bytes = int((constant + (per_input + 1) * max(1, len(plan.models))) * BLOCK_ELEMENTS * compute_size)
+    reads = [0 if in_blocks(task) else read_copies(task) for task in plan.tasks]
+    outputs = [math.prod(task.shape) * plan.out_tensor_dtype(task).itemsize for task in plan.tasks]
     peak = 0
     for index, task in enumerate(plan.tasks):
+        # The next tensor's inputs are read ahead, the previous output is still being written.
         ahead = reads[index + 1] if index + 1 < len(plan.tasks) else 0
-        peak = max(peak, reads[index] + compute(task) + ahead)
-    return peak
+        behind = outputs[index - 1] if index > 0 else 0
+        working = outputs[index] + block_bytes if in_blocks(task) else reads[index] + compute(task)
+        peak = max(peak, working + ahead + behind)
+    return peak + _JOB_OVERHEAD_BYTES
 
 
 def private_memory() -> int:
