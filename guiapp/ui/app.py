@@ -10,9 +10,11 @@ import sys
 from typing import Sequence
 
 from PySide6.QtCore import QTimer
+from PySide6.QtGui import QIcon
 from PySide6.QtWidgets import QApplication
 
 from guiapp import __version__
+from guiapp.ui.resource_files import icon_file
 
 
 def create_window(argv: Sequence[str] | None = None, *, keep_history: bool = True):
@@ -25,6 +27,10 @@ def create_window(argv: Sequence[str] | None = None, *, keep_history: bool = Tru
     app.setOrganizationName("Mergesmith")
     app.setApplicationName("Mergesmith")
     app.setApplicationVersion(__version__)
+    app.setDesktopFileName("mergesmith")  # lets desktops match the window to the menu entry and its icon
+    icon = icon_file(256)
+    if icon.is_file():
+        app.setWindowIcon(QIcon(str(icon)))
     apply_saved_settings()
     apply_offline_setting()
     return app, MainWindow(AppState(keep_history=keep_history))

@@ -107,13 +107,8 @@ class MainWindow(QMainWindow):
         return action
 
     def _about(self) -> None:
-        try:
-            from guiapp.ui.about import AboutDialog  # noqa: PLC0415 - owned by packaging; may not exist yet
-        except ImportError:
-            from guiapp import __version__  # noqa: PLC0415
+        from guiapp.ui.about import AboutDialog  # noqa: PLC0415 - only when asked for
 
-            QMessageBox.about(self, "About Mergesmith", f"Mergesmith {__version__}")
-            return
         AboutDialog(self).exec()
 
     def run_current(self) -> None:
