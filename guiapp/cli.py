@@ -487,6 +487,7 @@ def _add_lora_commands(commands: argparse._SubParsersAction) -> None:
                          help="Precision of the decomposition (default: float32).")
     extract.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N, mps or xpu (default: cpu).")
     extract.add_argument("--overwrite", action="store_true", help="Replace OUT if it exists (once the adapter is done).")
+    extract.add_argument("--force", action="store_true", help="Start even when the estimate says it will not fit.")
     extract.set_defaults(handler=_run_extract_lora)
 
     apply = commands.add_parser("apply-lora", help="Apply a PEFT LoRA adapter to its base model: a full model folder.")
@@ -498,6 +499,7 @@ def _add_lora_commands(commands: argparse._SubParsersAction) -> None:
     apply.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N, mps or xpu (default: cpu).")
     apply.add_argument("--out-shard-size", default="5GB", help="Largest output file, e.g. 2GB (default: 5GB).")
     apply.add_argument("--overwrite", action="store_true", help="Replace OUT if it exists (once the model is done).")
+    apply.add_argument("--force", action="store_true", help="Start even when the estimate says it will not fit.")
     apply.set_defaults(handler=_run_apply_lora)
 
 
@@ -514,6 +516,7 @@ def _run_extract_lora(args: argparse.Namespace) -> int:
         args.base, args.model, args.out, rank_mode=rank_mode, rank_value=rank_value, max_rank=args.max_rank,
         solver=args.solver, include=args.include, exclude=args.exclude, embeddings=args.embeddings,
         dtype=args.dtype, device=args.device, compute_dtype=args.compute_dtype, overwrite=args.overwrite,
+        force=args.force,
     )
     summary, code = _run_with_summary(job)
     if code == EXIT_OK:
@@ -525,7 +528,7 @@ def _run_apply_lora(args: argparse.Namespace) -> int:
     from guiapp.jobs.specs import apply_job  # noqa: PLC0415 - torch loads with the job
 
     job = apply_job(args.base, args.adapter, args.out, scale=args.scale, dtype=args.dtype, device=args.device,
-                    overwrite=args.overwrite, max_shard_size=args.out_shard_size)
+                    overwrite=args.overwrite, max_shard_size=args.out_shard_size, force=args.force)
     summary, code = _run_with_summary(job)
     if code == EXIT_OK:
         print(f"Model:   {summary['output']} ({summary['bytes'] / 1e9:.2f} GB, {summary['tensors']} tensors: "

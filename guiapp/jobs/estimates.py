@@ -141,8 +141,7 @@ def estimate_merge(plan, device: str, destination: Path, probe_result=None) -> J
         elementwise = sum(math.prod(t.shape) for t in plan.tasks) * plan.compute_dtype.itemsize
         constant, per_input = METHOD_COPIES.get(plan.method.name, _UNKNOWN_METHOD_COPIES)
         work = elementwise * (constant + per_input * max(1, len(plan.models))) * 4
-        probed_device = device if probe_result.device(device) or device == "cpu" else f"{device}:0"
-        time = estimate_time(probe_result, probed_device,
+        time = estimate_time(probe_result, _probed(probe_result, device),
                              str(plan.compute_dtype).removeprefix("torch."),
                              elementwise_bytes=work, read_bytes=plan.input_bytes)
     fit = fit_verdict(peak_ram, peak_vram, plan.output_bytes, device, destination)
@@ -151,3 +150,53 @@ def estimate_merge(plan, device: str, destination: Path, probe_result=None) -> J
 
 def _largest_output(plan) -> int:
     return max((math.prod(t.shape) * plan.out_tensor_dtype(t).itemsize for t in plan.tasks), default=0)
+
+
+# Float32 copies of the largest matrix an extraction holds: base, fine-tune, their difference, and the
+# decomposition's factors and workspace (measured by benchmarks/extract.py: about five).
+_EXTRACT_COPIES = 5
+# Applying an adapter holds the base tensor, its float32 copy, the update and the cast result.
+_APPLY_COPIES = 4
+
+
+def estimate_extraction(base, model, device: str, destination: Path, probe_result=None, rank: int = 32,
+                        solver: str = "randomized") -> JobEstimate:
+    """Estimate extracting a LoRA of `model` against `base` (guiapp.engine.plan.ModelHeaders of each).
+
+    Raises OutputError / DeviceError when the destination's drive or the GPU cannot be examined.
+    """
+    from guiapp.system.resources import estimate_time, matmul_flop_count, svd_flop_count  # noqa: PLC0415
+
+    matrices = [info.shape for info in model.tensors.values() if len(info.shape) == 2]
+    largest = max((rows * cols * 4 for rows, cols in matrices), default=0)
+    working = _EXTRACT_COPIES * largest + _JOB_OVERHEAD_BYTES
+    on_gpu = device != "cpu"
+    peak_ram = process_baseline() + (2 * largest if on_gpu else working)
+    # An adapter of this rank, in the fine-tune's storage precision (about 2 bytes an entry).
+    output_bytes = sum((rows + cols) * min(rank, rows, cols) * 2 for rows, cols in matrices)
+    time = None
+    if probe_result is not None:
+        read_bytes = sum(i.nbytes for i in model.tensors.values()) + sum(i.nbytes for i in base.tensors.values())
+        if solver == "exact":
+            work = {"svd_flops": sum(svd_flop_count(rows, cols) for rows, cols in matrices)}
+        else:  # range finder, power iterations and the small SVD: about eight passes of matmuls
+            work = {"matmul_flops": sum(8 * matmul_flop_count(rows, cols, rank + 10) for rows, cols in matrices)}
+        time = estimate_time(probe_result, _probed(probe_result, device), read_bytes=read_bytes, **work)
+    fit = fit_verdict(peak_ram, working if on_gpu else 0, output_bytes, device, destination)
+    return JobEstimate(peak_ram, working if on_gpu else 0, output_bytes, time, fit)
+
+
+def estimate_apply(base, device: str, destination: Path) -> JobEstimate:
+    """Estimate writing `base` (its ModelHeaders) with an adapter applied: a full model's worth of disk."""
+    largest = max((info.numel * 4 for info in base.tensors.values()), default=0)
+    working = _APPLY_COPIES * largest + _JOB_OVERHEAD_BYTES
+    on_gpu = device != "cpu"
+    peak_ram = process_baseline() + (2 * largest if on_gpu else working)
+    output_bytes = sum(info.nbytes for info in base.tensors.values())
+    fit = fit_verdict(peak_ram, working if on_gpu else 0, output_bytes, device, destination)
+    return JobEstimate(peak_ram, working if on_gpu else 0, output_bytes, None, fit)
+
+
+def _probed(probe_result, device: str) -> str:
+    """The probe's name for `device` ("cuda" is probed as "cuda:0")."""
+    return device if device == "cpu" or probe_result.device(device) else f"{device}:0"

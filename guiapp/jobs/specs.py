@@ -27,10 +27,7 @@ def merge_job(recipe: Recipe, output: Path, *, device: str = "cpu", seed: int = 
         from guiapp.system.probe import cached_probe  # noqa: PLC0415
 
         def check_fit(plan) -> None:
-            estimate = estimate_merge(plan, device, Path(output), cached_probe())
-            progress.log("Estimate: " + estimate.summary().replace("\n", "\n  "))
-            if not estimate.fit.fits and not force:
-                raise estimate.fit.as_error()
+            _check_fit(estimate_merge(plan, device, Path(output), cached_probe()), progress, force)
 
         settings = MergeSettings(Path(output), device=device, seed=seed,
                                  shard_bytes=shard_bytes or DEFAULT_SHARD_BYTES, overwrite=overwrite)
@@ -42,16 +39,29 @@ def merge_job(recipe: Recipe, output: Path, *, device: str = "cpu", seed: int = 
 def extract_job(base: str, model: str, out: Path, *, rank_mode: str = "fixed", rank_value: float = 32,
                 max_rank: int | None = None, solver: str = "randomized", include: str | None = None,
                 exclude: str | None = None, embeddings: str = "save", dtype: str | None = None,
-                device: str = "cpu", compute_dtype: str = "float32", overwrite: bool = False) -> Job:
-    """A job that extracts a LoRA adapter of `model` against `base` into `out`."""
+                device: str = "cpu", compute_dtype: str = "float32", overwrite: bool = False,
+                force: bool = False) -> Job:
+    """A job that extracts a LoRA adapter of `model` against `base` into `out`.
+
+    It logs its estimate first and refuses, with the numbers, an extraction that will not fit, unless `force`.
+    """
     spec = {"base": base, "model": model, "out": str(out), "rank_mode": rank_mode, "rank_value": rank_value,
             "max_rank": max_rank, "solver": solver, "include": include, "exclude": exclude,
             "embeddings": embeddings, "dtype": dtype, "device": device, "compute_dtype": compute_dtype,
-            "overwrite": overwrite}
+            "overwrite": overwrite, "force": force}
 
     def work(progress):
         from guiapp.engine.lora_extract import ExtractionSettings, extract_lora  # noqa: PLC0415 - torch
         from guiapp.engine.lowrank import RankRule  # noqa: PLC0415
+        from guiapp.engine.recipe import ModelRef  # noqa: PLC0415
+        from guiapp.engine.sources import read_headers  # noqa: PLC0415
+        from guiapp.jobs.estimates import estimate_extraction  # noqa: PLC0415
+        from guiapp.system.probe import cached_probe  # noqa: PLC0415
+
+        rank = int(rank_value) if rank_mode == "fixed" else (max_rank or 32)
+        estimate = estimate_extraction(read_headers(ModelRef.parse(base)), read_headers(ModelRef.parse(model)),
+                                       device, Path(out), cached_probe(), rank=rank, solver=solver)
+        _check_fit(estimate, progress, force)
 
         settings = ExtractionSettings(
             base=base, model=model, out=Path(out), rule=RankRule(rank_mode, rank_value, max_rank), solver=solver,
@@ -64,13 +74,19 @@ def extract_job(base: str, model: str, out: Path, *, rank_mode: str = "fixed", r
 
 
 def apply_job(base: str, adapter: str, out: Path, *, scale: float = 1.0, dtype: str | None = None,
-              device: str = "cpu", overwrite: bool = False, max_shard_size: str = "5GB") -> Job:
-    """A job that writes `base` with `adapter` applied as a full model folder at `out`."""
+              device: str = "cpu", overwrite: bool = False, max_shard_size: str = "5GB", force: bool = False) -> Job:
+    """A job that writes `base` with `adapter` applied as a full model folder at `out` (refused, with the
+    numbers, when it will not fit, unless `force`)."""
     spec = {"base": base, "adapter": adapter, "out": str(out), "scale": scale, "dtype": dtype, "device": device,
-            "overwrite": overwrite, "max_shard_size": max_shard_size}
+            "overwrite": overwrite, "max_shard_size": max_shard_size, "force": force}
 
     def work(progress):
         from guiapp.engine.lora_apply import ApplySettings, apply_lora  # noqa: PLC0415 - torch
+        from guiapp.engine.recipe import ModelRef  # noqa: PLC0415
+        from guiapp.engine.sources import read_headers  # noqa: PLC0415
+        from guiapp.jobs.estimates import estimate_apply  # noqa: PLC0415
+
+        _check_fit(estimate_apply(read_headers(ModelRef.parse(base)), device, Path(out)), progress, force)
 
         settings = ApplySettings(base=base, adapter=adapter, out=Path(out), scale=scale, dtype=dtype,
                                  device=device, overwrite=overwrite, max_shard_size=max_shard_size)
@@ -99,7 +115,8 @@ def job_from_spec(kind: str, spec: dict[str, Any]) -> Job:
     if kind == "merge":
         return merge_job(recipe_from_dict(copy.deepcopy(spec["recipe"])), Path(spec["output"]),
                          device=spec.get("device", "cpu"), seed=spec.get("seed", 0),
-                         shard_bytes=spec.get("shard_bytes"), overwrite=spec.get("overwrite", False))
+                         shard_bytes=spec.get("shard_bytes"), overwrite=spec.get("overwrite", False),
+                         force=spec.get("force", False))
     if kind == "extract":
         return extract_job(**{**spec, "out": Path(spec["out"])})
     if kind == "apply":
@@ -126,3 +143,10 @@ def retry(kind: str, spec: dict[str, Any], changes: dict[str, Any]) -> Job:
         elif key in spec:
             spec[key] = value
     return job_from_spec(kind, spec)
+
+
+def _check_fit(estimate, progress, force: bool) -> None:
+    """Log a job's estimate; refuse it (InsufficientResourcesError with the numbers) if it will not fit."""
+    progress.log("Estimate: " + estimate.summary().replace("\n", "\n  "))
+    if not estimate.fit.fits and not force:
+        raise estimate.fit.as_error()

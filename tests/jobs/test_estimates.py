@@ -105,3 +105,16 @@ def test_a_merge_that_cannot_fit_is_refused_with_the_numbers(tmp_path):
     assert "--force" in result.error.hint
     assert not (tmp_path / "out").exists() and sorted(p.name for p in tmp_path.iterdir()) == ["a", "b"]
     assert any(line.startswith("Estimate:") for line in result.log)
+
+
+def test_extraction_and_apply_that_cannot_fit_are_refused_before_reading(tmp_path):
+    from guiapp.jobs.specs import apply_job, extract_job  # noqa: PLC0415
+
+    base = _huge_sparse_model(tmp_path / "base", 1_000_000, 4096)
+    tuned = _huge_sparse_model(tmp_path / "tuned", 1_000_000, 4096)
+    for job in (extract_job(str(base), str(tuned), tmp_path / "adapter"),
+                apply_job(str(base), str(tmp_path / "no-adapter-needed-yet"), tmp_path / "full")):
+        result = run_job(job)
+        assert result.status is JobStatus.FAILED and isinstance(result.error, InsufficientResourcesError), result.error
+        assert "will not fit" in str(result.error)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["base", "tuned"]

@@ -34,7 +34,6 @@ RANK_MODES = {  # mode: (label, minimum, maximum, step, decimals, default, help)
     "threshold": ("Threshold", 0.001, 0.999, 0.01, 3, 0.05, "Per module, keep directions at least this fraction "
                   "as strong as the strongest."),
 }
-RUNTIME_BYTES = 300_000_000
 
 
 @dataclass
@@ -357,7 +356,7 @@ def check_pair(base: str, model: str, device: str, out: str, probe: Any) -> Pair
     """Read both models' headers and say whether they pair up, and what extracting costs (worker thread)."""
     from guiapp.engine.recipe import ModelRef  # noqa: PLC0415
     from guiapp.engine.sources import read_headers  # noqa: PLC0415
-    from guiapp.system.resources import estimate_time, fit_verdict, svd_flop_count  # noqa: PLC0415
+    from guiapp.jobs.estimates import estimate_extraction  # noqa: PLC0415
 
     base_headers, model_headers = read_headers(ModelRef.parse(base)), read_headers(ModelRef.parse(model))
     missing = sorted(set(model_headers.tensors) - set(base_headers.tensors))
@@ -371,16 +370,12 @@ def check_pair(base: str, model: str, device: str, out: str, probe: Any) -> Pair
                          f" against {list(base_headers.tensors[name].shape)}): these models do not pair up.")
     matrices = [t for t in model_headers.tensors.values() if len(t.shape) == 2]
     read_bytes = sum(t.nbytes for t in model_headers.tensors.values()) + sum(t.nbytes for t in base_headers.tensors.values())
-    largest = max((t.shape[0] * t.shape[1] * 4 for t in matrices), default=0)
-    flops = sum(svd_flop_count(*t.shape) for t in matrices)
     check = PairCheck(matrices=len(matrices), read_bytes=read_bytes)
     try:
-        check.fit = fit_verdict(6 * largest + RUNTIME_BYTES, 6 * largest if device != "cpu" else 0,
-                                sum(t.nbytes for t in matrices) // 4, device, Path(out).expanduser())
+        estimate = estimate_extraction(base_headers, model_headers, device, Path(out).expanduser(), probe)
     except Exception:  # an output drive that cannot be examined is reported when the job starts
-        check.fit = None
-    if probe is not None:
-        check.time = estimate_time(probe, device, svd_flops=flops, read_bytes=read_bytes)
+        return check
+    check.fit, check.time = estimate.fit, estimate.time
     return check
 
 
@@ -389,17 +384,16 @@ def check_adapter(base: str, adapter: str, device: str, out: str) -> PairCheck:
     from guiapp.engine.lora_apply import open_adapter_for_merge  # noqa: PLC0415
     from guiapp.engine.recipe import ModelRef  # noqa: PLC0415
     from guiapp.engine.sources import read_headers  # noqa: PLC0415
-    from guiapp.system.resources import fit_verdict  # noqa: PLC0415
 
     headers = read_headers(ModelRef.parse(base))
     lora = open_adapter_for_merge(adapter)
     lora.check_base(headers.tensors, base)
-    size = sum(t.nbytes for t in headers.tensors.values())
-    largest = max((t.nbytes for t in headers.tensors.values()), default=0) * 4  # as float32
-    check = PairCheck(matrices=len(lora.modules) + len(lora.replacements), read_bytes=size)
+    from guiapp.jobs.estimates import estimate_apply  # noqa: PLC0415
+
+    check = PairCheck(matrices=len(lora.modules) + len(lora.replacements),
+                      read_bytes=sum(t.nbytes for t in headers.tensors.values()))
     try:
-        check.fit = fit_verdict(4 * largest + RUNTIME_BYTES, 4 * largest if device != "cpu" else 0, size, device,
-                                Path(out).expanduser())
+        check.fit = estimate_apply(headers, device, Path(out).expanduser()).fit
     except Exception:  # an output drive that cannot be examined is reported when the job starts
         check.fit = None
     return check
