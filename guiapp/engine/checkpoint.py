@@ -170,17 +170,7 @@ class Checkpoint:
     def config(self) -> dict[str, Any] | None:
         """The folder's config.json, or None when there is none. Raises CheckpointError if it is not JSON."""
         path = self.folder / "config.json"
-        if not path.is_file():
-            return None
-        try:
-            config = json.loads(path.read_text(encoding="utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as error:
-            raise CheckpointError(
-                f"{path} is not valid JSON ({error}).", hint="Restore the model's original config.json."
-            ) from None
-        if not isinstance(config, dict):
-            raise CheckpointError(f"{path} does not hold a configuration object.", hint="Restore the original file.")
-        return config
+        return read_json_object(path, hint="Restore the model's original config.json.") if path.is_file() else None
 
     @property
     def total_bytes(self) -> int:
@@ -209,7 +199,7 @@ class Checkpoint:
             return handle.get_tensor(name)
         state = self._pickled.get(info.file)
         if state is None:
-            state = _load_pickle_weights(self.folder / info.file)
+            state = load_pickle_weights(self.folder / info.file)
             self._pickled[info.file] = state
         return state[name]
 
@@ -222,6 +212,17 @@ class Checkpoint:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def read_json_object(path: Path, hint: str) -> dict[str, Any]:
+    """The JSON object stored in `path`. Raises CheckpointError naming the file when it is not one."""
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise CheckpointError(f"{path} is not valid JSON ({error}).", hint=hint) from None
+    if not isinstance(document, dict):
+        raise CheckpointError(f"{path} does not hold a JSON object.", hint=hint)
+    return document
 
 
 def open_checkpoint(folder: Path) -> Checkpoint:
@@ -245,7 +246,7 @@ def open_checkpoint(folder: Path) -> Checkpoint:
                 for name, e in header.items()
             }
         else:
-            state = _load_pickle_weights(path)
+            state = load_pickle_weights(path)
             entries = {name: TensorInfo(name, tuple(t.shape), t.dtype, file) for name, t in state.items()}
         for name, info in entries.items():
             if name in tensors:
@@ -293,7 +294,7 @@ def _weight_files(folder: Path) -> list[str]:
     )
 
 
-def _load_pickle_weights(path: Path) -> dict[str, torch.Tensor]:
+def load_pickle_weights(path: Path) -> dict[str, torch.Tensor]:
     """Load an old-format PyTorch checkpoint without ever running code from it."""
     with path.open("rb") as stream:
         what = describe_non_safetensors(stream.read(64))

@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from guiapp.engine.checkpoint import TensorInfo, _load_pickle_weights, dtype_from_name, dtype_name
+from guiapp.engine.checkpoint import TensorInfo, dtype_from_name, dtype_name, load_pickle_weights, read_json_object
 from guiapp.engine.devices import resolve_device
 from guiapp.engine.output import PlannedTensor, ShardedWriter, StagedOutput, check_free_space, parse_size
 from guiapp.engine.peft_format import (
@@ -378,12 +378,7 @@ def _read_adapter_config(folder: Path) -> dict[str, Any]:
             f"{folder} has no {ADAPTER_CONFIG}, so it is not a PEFT adapter folder{full_model}.",
             hint="Choose the folder that holds adapter_config.json and adapter_model.safetensors.",
         )
-    try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise CheckpointError(
-            f"{path} is not valid JSON ({error}).", hint="Restore the adapter's original file."
-        ) from None
+    config = read_json_object(path, hint="Restore the adapter's original file.")
     kind = str(config.get("peft_type", "")).upper()
     if kind != "LORA":
         raise CheckpointError(
@@ -415,7 +410,7 @@ def _read_adapter_tensors(folder: Path) -> dict[str, Any]:
         handle = safe_open(str(safetensors_path), framework="pt")
         tensors = {key: handle.get_tensor(key) for key in handle.keys()}
     elif (folder / "adapter_model.bin").is_file():
-        tensors = _load_pickle_weights(folder / "adapter_model.bin")
+        tensors = load_pickle_weights(folder / "adapter_model.bin")
     else:
         foreign = sorted(p.name for p in folder.glob("*.safetensors"))
         raise CheckpointError(
