@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ import torch
 
 from guiapp.engine.checkpoint import TensorInfo, dtype_from_name, dtype_name, load_pickle_weights, read_json_object
 from guiapp.engine.devices import resolve_device
+from guiapp.engine.model_card import copy_companion_files
 from guiapp.engine.output import PlannedTensor, ShardedWriter, StagedOutput, check_free_space, parse_size
 from guiapp.engine.peft_format import (
     ADAPTER_CONFIG,
@@ -46,11 +46,6 @@ from guiapp.progress import Progress
 _FOREIGN_KEY_MARKERS = (
     "lora_unet_", "lora_te_", "lora_te1_", "lora_te2_", "lora_down.", "lora_up.", "hada_w1", "lokr_w1",
 )
-_MODEL_FILES = (
-    "generation_config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",
-    "vocab.json", "merges.txt", "vocab.txt", "added_tokens.json", "chat_template.jinja", "spiece.model",
-)
-
 
 @dataclass(frozen=True)
 class LoraModule:
@@ -339,10 +334,10 @@ def _write_model_files(base_folder: Path, out: Path, out_dtype: torch.dtype | No
         config = json.loads(config_path.read_text(encoding="utf-8"))
         if out_dtype is not None:
             config["torch_dtype"] = dtype_name(out_dtype)
+            if "dtype" in config:
+                config["dtype"] = dtype_name(out_dtype)
         (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-    for name in _MODEL_FILES:
-        if (base_folder / name).is_file():
-            shutil.copyfile(base_folder / name, out / name)
+    copy_companion_files(out, base_folder, base_folder)
     scale = f" at scale {settings.scale:g}" if settings.scale != 1 else ""
     (out / "README.md").write_text(
         "---\nlibrary_name: transformers\ntags:\n- mergesmith\n- lora-applied\n---\n\n"

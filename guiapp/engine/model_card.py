@@ -20,15 +20,17 @@ def write_merge_metadata(folder: Path, plan: MergePlan, model_folders: list[Path
     """Write config.json, tokenizer and generation files, README.md and mergesmith_recipe.yml into `folder`."""
     if plan.config is not None:
         (folder / "config.json").write_text(json.dumps(plan.config, indent=2) + "\n")
-    tokenizer_folder = model_folders[plan.tokenizer_model]
-    for name in TOKENIZER_FILES:
-        if (tokenizer_folder / name).is_file():
-            shutil.copyfile(tokenizer_folder / name, folder / name)
-    generation = model_folders[plan.config_model] / "generation_config.json"
-    if generation.is_file():
-        shutil.copyfile(generation, folder / "generation_config.json")
+    copy_companion_files(folder, model_folders[plan.tokenizer_model], model_folders[plan.config_model])
     (folder / "mergesmith_recipe.yml").write_text(recipe_yaml(plan.recipe.document))
     (folder / "README.md").write_text(merge_card(plan))
+
+
+def copy_companion_files(folder: Path, tokenizer_folder: Path, config_folder: Path) -> None:
+    """Copy the tokenizer files of `tokenizer_folder` and the generation settings of `config_folder` into `folder`."""
+    for source, names in ((tokenizer_folder, TOKENIZER_FILES), (config_folder, ("generation_config.json",))):
+        for name in names:
+            if (source / name).is_file():
+                shutil.copyfile(source / name, folder / name)
 
 
 def recipe_yaml(document: dict) -> str:
