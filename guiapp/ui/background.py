@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
 from PySide6.QtCore import QObject, Qt, QTimer, Signal
+from shiboken6 import isValid
 
 _POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="mergesmith-ui")
 _pending: set[_Relay] = set()  # keeps each relay alive until its answer is delivered
@@ -49,7 +50,7 @@ class LatestCall(QObject):
     """Debounced background calls of which only the newest is answered.
 
     `request(function, on_result, on_error)` (re)starts a `delay_ms` timer; when it fires the call starts, and
-    an answer arriving after a newer request was made is dropped.
+    an answer arriving after a newer request was made, or after this object was deleted with its page, is dropped.
     """
 
     def __init__(self, delay_ms: int, parent: QObject | None = None) -> None:
@@ -76,7 +77,8 @@ class LatestCall(QObject):
         self._next = None
 
         def answered(callback, value) -> None:
-            if generation == self._generation:
+            # The page that asked may be gone (the window closed while the call ran): its answer is dropped.
+            if isValid(self) and generation == self._generation:
                 if callback is not None:
                     callback(value)
 

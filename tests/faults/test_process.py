@@ -141,3 +141,23 @@ def test_closing_the_window_during_a_job(qtbot, window, models, tmp_path, seen):
     assert fingerprint(*inputs) == before
     assert load_history()[-1].status == "cancelled"
     seen("process", "closing the window during a merge", f"A job is still running: {asked[0].splitlines()[0]}")
+
+
+def test_the_window_deleted_while_a_check_runs_in_the_background(qtbot, probed, models, seen):
+    """The Merge page checks a recipe on a worker thread; its answer must not reach widgets that are gone."""
+    from guiapp.ui.app import create_window  # noqa: PLC0415
+
+    _, window = create_window([])  # not handed to qtbot, which would close it again after it is deleted
+    window.show()
+    window.state.start_loading(probe=False)
+    qtbot.waitUntil(lambda: window.state.methods is not None, timeout=60_000)
+    window.state.set_probe(probed)
+    validator = window.merge._validator
+    recipe = {"merge_method": "ties", "base_model": str(models.medium_base),
+              "models": [{"model": str(models.medium_a), "parameters": {"weight": 0.5, "density": 0.5}}]}
+    window.merge.yaml_edit.setPlainText(yaml.safe_dump(recipe, sort_keys=False))
+    qtbot.waitUntil(lambda: validator._next is None, timeout=10_000)  # the check has started on its thread
+    window.close()
+    window.deleteLater()
+    qtbot.wait(1500)  # the answer arrives now; pytest-qt fails the test on any exception it raises
+    seen("process", "the window deleted while a recipe check runs", "(nothing: the late answer is dropped)")
