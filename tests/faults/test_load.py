@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import ctypes
 import gc
+import os
+import re
+import subprocess
+import sys
 import time
 
 import pytest
@@ -13,9 +17,10 @@ from PySide6.QtCore import QTimer
 
 from guiapp.jobs.estimates import private_memory
 from tests.faults.harness import leftovers
-from tests.ui.conftest import isolated_settings, make_window, models, probed, window  # noqa: F401 - the window
+from tests.ui.conftest import isolated_settings, make_window, models, probed, window  # noqa: F401 - in the child
 
 JOBS = 10
+_CHILD = "MERGESMITH_LOAD_TEST_CHILD"  # set in the process that runs the jobs
 METHODS = ["linear", "ties", "della", "slerp", "task_arithmetic"]
 MAX_GROWTH_BYTES = 50 * 1024 * 1024
 HEARTBEAT_MS = 20
@@ -60,8 +65,20 @@ def _settled(qtbot, window, models, tmp_path, name: str) -> int:
     return min(samples)
 
 
-@pytest.mark.slow  # about 45 s with the window's start: 20 merges in all
-def test_ten_jobs_back_to_back(qtbot, window, models, tmp_path, seen):
+@pytest.mark.slow  # about 50 s: a fresh process, the window's start and 20 merges
+def test_ten_jobs_back_to_back(request, tmp_path, seen):
+    """Measured in a process of its own: what earlier tests left in this one's allocator (up to ~80 MB of freed
+    memory kept in glibc's per-thread arenas, which malloc_trim does not shrink) would drown a leak's signal."""
+    if not os.environ.get(_CHILD):
+        env = {key: value for key, value in os.environ.items() if key != "MERGESMITH_RELIABILITY_DOC"}
+        done = subprocess.run([sys.executable, "-m", "pytest", f"{__file__}::test_ten_jobs_back_to_back", "-q", "-s",
+                               "-p", "no:cacheprovider", "--basetemp", str(tmp_path / "child")],
+                              env={**env, _CHILD: "1"}, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+        case, saw = re.search(r"^LOAD (.+) \| (.+)$", done.stdout, re.MULTILINE).groups()
+        seen("load", case, saw)
+        return
+    qtbot, window, models = (request.getfixturevalue(name) for name in ("qtbot", "window", "models"))
     jobs = window.state.jobs
     # Warm up: every method once, so torch, the methods and the allocator's pools are loaded before measuring.
     warm = [jobs.record(_submit(qtbot, window, _recipe(models, m), tmp_path / f"warm-{m}")) for m in METHODS]
@@ -93,6 +110,5 @@ def test_ten_jobs_back_to_back(qtbot, window, models, tmp_path, seen):
           f"({growth / 2**20:+.1f} MB); heartbeat: {len(beats)} beats, worst gap {worst_gap * 1000:.0f} ms")
     assert growth < MAX_GROWTH_BYTES, f"memory grew by {growth / 2**20:.1f} MB over {JOBS} jobs"
     assert worst_gap < MAX_HEARTBEAT_GAP_S, f"the window froze for {worst_gap:.2f} s"
-    seen("load", f"{JOBS} merges queued back to back in the window ({elapsed:.0f} s)",
-         f"Done x{JOBS}: RssAnon {growth / 2**20:+.1f} MB over the {JOBS}, "
-         f"window answered every {worst_gap * 1000:.0f} ms at worst")
+    print(f"LOAD {JOBS} merges queued back to back in the window ({elapsed:.0f} s) | Done x{JOBS}: RssAnon "
+          f"{growth / 2**20:+.1f} MB over the {JOBS}, window answered every {worst_gap * 1000:.0f} ms at worst")

@@ -89,10 +89,10 @@ def test_kill_9_of_a_cli_merge_midway(slow_model, tmp_path, seen):
     before = fingerprint(slow_model, recipe)
     out = tmp_path / "merged"
     process = _cli("merge", recipe, out, "--out-shard-size", "20MB")
-    for line in process.stderr:
-        if line.startswith("Merging"):
-            break
-    time.sleep(0.5)  # well into the merge: shards are being written
+    deadline = time.monotonic() + 120
+    while not list(tmp_path.glob(".merged.mergesmith-partial-*/*.safetensors")):  # kill once it writes shards
+        assert process.poll() is None and time.monotonic() < deadline, "the merge ended before it could be killed"
+        time.sleep(0.01)
     process.send_signal(signal.SIGKILL)
     assert process.wait(timeout=30) == -signal.SIGKILL
     process.stderr.close()
