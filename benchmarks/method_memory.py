@@ -3,8 +3,7 @@
     python benchmarks/method_memory.py [--elements 16777216]
 
 Each method merges one random tensor with 3 and with 5 inputs (fewer where the method takes exactly two) in a
-fresh process, keeping freed memory for reuse as the merge loop does; the peak anonymous memory above the
-inputs gives copies = constant + per_input × n, the figures
+fresh process; the peak anonymous memory above the inputs gives copies = constant + per_input × n, the figures
 guiapp/jobs/estimates.py uses (METHOD_COPIES). The table printed last can be pasted there.
 """
 
@@ -17,7 +16,6 @@ import textwrap
 
 _CHILD = textwrap.dedent("""
     import sys, threading, time, torch
-    from guiapp.engine.allocator import reuse_freed_memory
     from guiapp.engine.methods import METHODS
     from guiapp.engine.methods.base import BaseRole, MergeContext
 
@@ -46,8 +44,7 @@ _CHILD = textwrap.dedent("""
     sampler.start()
     context = MergeContext(name, tensors, 0 if has_base else None, per_model, params,
                            [str(i) for i in range(inputs)], torch.Generator().manual_seed(0))
-    with reuse_freed_memory():  # as in the merge loop
-        method.merge(context)
+    method.merge(context)
     done.set()
     sampler.join()
     print((peak[0] - before) / (elements * 4))

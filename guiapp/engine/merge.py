@@ -15,7 +15,6 @@ from typing import Any, Callable
 
 import torch
 
-from guiapp.engine.allocator import reuse_freed_memory
 from guiapp.engine.devices import resolve_device
 from guiapp.engine.methods.base import MergeContext
 from guiapp.engine.model_card import write_merge_metadata
@@ -107,8 +106,7 @@ def run_merge(
             for model in plan.models:
                 readers.append(open_reader(model.ref, progress))
                 progress.step(model.label)
-            with reuse_freed_memory():
-                stats = _merge_tensors(plan, readers, staged.path, device, settings, progress)
+            stats = _merge_tensors(plan, readers, staged.path, device, settings, progress)
             write_merge_metadata(staged.path, plan, [r.folder for r in readers])
         finally:
             for reader in readers:

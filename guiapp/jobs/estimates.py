@@ -19,24 +19,23 @@ from guiapp.system.resources import Fit, TimeEstimate, fit_verdict
 
 # Float32 copies of one tensor a method holds while it merges n inputs, as constant + per_input × n: measured
 # with benchmarks/method_memory.py (a 16 M-element tensor merged at n = 3 and n = 5), then raised where whole
-# merges peaked higher (tests/jobs/test_estimates.py compares with real merges; freed memory kept for reuse
-# during a job fragments a little).
+# merges peaked higher (tests/jobs/test_estimates.py compares with real merges).
 METHOD_COPIES: dict[str, tuple[float, float]] = {
     "linear": (1.0, 0.0),
     "task_arithmetic": (0.0, 1.0),
-    "ties": (5.5, 0.4),
+    "ties": (4.2, 0.4),
     "dare_ties": (3.0, 0.5),
     "dare_linear": (3.0, 0.5),
     "breadcrumbs": (1.6, 0.9),
     "breadcrumbs_ties": (2.3, 0.75),
-    "della": (5.0, 1.65),
-    "della_linear": (5.0, 1.65),
-    "slerp": (0.25, 1.0),
+    "della": (2.5, 1.65),
+    "della_linear": (2.5, 1.65),
+    "slerp": (0.0, 0.85),
     "nuslerp": (0.0, 2.0),
     "multislerp": (0.0, 1.42),
     "karcher": (0.25, 1.0),
     "model_stock": (0.0, 2.0),
-    "sce": (1.0, 1.84),
+    "sce": (0.5, 1.84),
     "ram": (0.0, 2.67),
     "ramplus_tl": (0.0, 2.92),
     "nearswap": (0.0, 1.5),
