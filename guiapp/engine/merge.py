@@ -6,6 +6,7 @@ current one is computed), never a model or a shard. The output appears under its
 
 from __future__ import annotations
 
+import math
 import time
 import zlib
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -172,14 +173,8 @@ _PAGE = 4096
 
 def _in_blocks(plan: MergePlan, task: TensorTask) -> bool:
     return plan.method.elementwise and task.floating and not task.copy and len(task.shape) > 0 \
-        and _numel(task.shape) > BLOCK_ELEMENTS
+        and math.prod(task.shape) > BLOCK_ELEMENTS
 
-
-def _numel(shape: tuple[int, ...]) -> int:
-    count = 1
-    for dim in shape:
-        count *= dim
-    return count
 
 
 def _read_inputs(plan: MergePlan, readers: list[ModelReader], task: TensorTask, device: torch.device) -> list[torch.Tensor]:
@@ -250,7 +245,7 @@ def _compute_in_blocks(
 
 
 def _row_blocks(shape: tuple[int, ...]) -> list[slice]:
-    block_rows = max(1, BLOCK_ELEMENTS // max(1, _numel(shape[1:])))
+    block_rows = max(1, BLOCK_ELEMENTS // max(1, math.prod(shape[1:])))
     return [slice(start, start + block_rows) for start in range(0, shape[0], block_rows)]
 
 

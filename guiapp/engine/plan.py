@@ -7,6 +7,7 @@ vocabulary mismatches, missing tensors, input counts the method cannot merge.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -85,18 +86,12 @@ class MergePlan:
 
     @property
     def output_bytes(self) -> int:
-        return sum(_numel(t.shape) * self.out_tensor_dtype(t).itemsize for t in self.tasks)
+        return sum(math.prod(t.shape) * self.out_tensor_dtype(t).itemsize for t in self.tasks)
 
     @property
     def input_bytes(self) -> int:
         return sum(self.models[i.model].tensors[i.tensor].nbytes for t in self.tasks for i in t.inputs)
 
-
-def _numel(shape: tuple[int, ...]) -> int:
-    count = 1
-    for dim in shape:
-        count *= dim
-    return count
 
 
 @dataclass
