@@ -152,8 +152,7 @@ def _merge_tensors(
                 pending_write = writes.submit(writer.write, task.name, result)
                 del result
                 stats.append({"tensor": task.name, "seconds": time.perf_counter() - tick, **extra})
-                nbytes = sum(plan.models[i.model].tensors[i.tensor].nbytes for i in task.inputs)
-                progress.step(task.name, nbytes=nbytes)
+                progress.step(task.name, nbytes=plan.task_input_bytes(task))
             if pending_write is not None:
                 pending_write.result()
         except BaseException:
@@ -171,10 +170,10 @@ BLOCK_ELEMENTS = 1 << 20
 _PAGE = 4096
 
 
-def _in_blocks(plan: MergePlan, task: TensorTask) -> bool:
+def merges_in_blocks(plan: MergePlan, task: TensorTask) -> bool:
+    """Whether the loop merges `task` block by block (elementwise methods on tensors larger than a block)."""
     return plan.method.elementwise and task.floating and not task.copy and len(task.shape) > 0 \
         and math.prod(task.shape) > BLOCK_ELEMENTS
-
 
 
 def _read_inputs(plan: MergePlan, readers: list[ModelReader], task: TensorTask, device: torch.device) -> list[torch.Tensor]:
@@ -187,7 +186,7 @@ def _read_inputs(plan: MergePlan, readers: list[ModelReader], task: TensorTask, 
                 model, name = item.pad_from
                 padding = readers[model].read(name)[item.rows : task.shape[0]]
                 tensor = torch.cat([tensor, padding.to(tensor.dtype)])
-        if _in_blocks(plan, task):
+        if merges_in_blocks(plan, task):
             # Stored as is; touching one byte per page brings the file's pages in ahead of the computation.
             tensor.reshape(-1).view(torch.uint8)[::_PAGE].sum()
         elif task.floating:
@@ -216,7 +215,7 @@ def _compute(
         return tensors[0].cpu(), extra
     if task.copy:
         result = tensors[0]
-    elif _in_blocks(plan, task):
+    elif merges_in_blocks(plan, task):
         return _compute_in_blocks(plan, task, tensors, device, seed)
     else:
         result = _merge_one(plan, task, tensors, device, seed, extra)

@@ -90,7 +90,10 @@ class MergePlan:
 
     @property
     def input_bytes(self) -> int:
-        return sum(self.models[i.model].tensors[i.tensor].nbytes for t in self.tasks for i in t.inputs)
+        return sum(self.task_input_bytes(task) for task in self.tasks)
+
+    def task_input_bytes(self, task: TensorTask) -> int:
+        return sum(self.models[i.model].tensors[i.tensor].nbytes for i in task.inputs)
 
 
 

@@ -67,7 +67,7 @@ class JobEstimate:
 
 def merge_working_set(plan) -> int:
     """Peak private bytes the merge loop adds while running `plan` (a guiapp.engine.plan.MergePlan)."""
-    from guiapp.engine.merge import BLOCK_ELEMENTS  # noqa: PLC0415 - the engine (and torch) is loaded by then
+    from guiapp.engine.merge import BLOCK_ELEMENTS, merges_in_blocks  # noqa: PLC0415 - the engine is loaded by then
 
     compute_size = plan.compute_dtype.itemsize
     constant, per_input = METHOD_COPIES.get(plan.method.name, _UNKNOWN_METHOD_COPIES)
@@ -90,18 +90,15 @@ def merge_working_set(plan) -> int:
         copies = constant + per_input * len(task.inputs)
         return int(copies * numel * compute_size) + out
 
-    def in_blocks(task) -> bool:
-        return plan.method.elementwise and task.floating and not task.copy and math.prod(task.shape) > BLOCK_ELEMENTS
-
     block_bytes = int((constant + (per_input + 1) * max(1, len(plan.models))) * BLOCK_ELEMENTS * compute_size)
-    reads = [0 if in_blocks(task) else read_copies(task) for task in plan.tasks]
+    reads = [0 if merges_in_blocks(plan, task) else read_copies(task) for task in plan.tasks]
     outputs = [math.prod(task.shape) * plan.out_tensor_dtype(task).itemsize for task in plan.tasks]
     peak = 0
     for index, task in enumerate(plan.tasks):
         # The next tensor's inputs are read ahead, the previous output is still being written.
         ahead = reads[index + 1] if index + 1 < len(plan.tasks) else 0
         behind = outputs[index - 1] if index > 0 else 0
-        working = outputs[index] + block_bytes if in_blocks(task) else reads[index] + compute(task)
+        working = outputs[index] + block_bytes if merges_in_blocks(plan, task) else reads[index] + compute(task)
         peak = max(peak, working + ahead + behind)
     return peak + _JOB_OVERHEAD_BYTES
 
