@@ -79,6 +79,24 @@ def _refine_half_kernel(match: re.Match[str] | None, context: Mapping[str, Any])
                     "version of it on this device."}
 
 
+TORCH_DTYPE_NAME = re.compile(r"(?<![\w:])(?:c10::)?(BFloat16|Half|Float|float|Double|double)\b")
+
+
+def _refine_mixed_dtypes(match: re.Match[str] | None, context: Mapping[str, Any]) -> dict[str, Any]:
+    """Name the two dtypes when the message's line does ("got: float != c10::BFloat16")."""
+    if match is None:
+        return {}
+    line_start = match.string.rfind("\n", 0, match.start()) + 1
+    line_end = match.string.find("\n", match.end())
+    line = match.string[line_start:line_end if line_end >= 0 else None]
+    named = [_dtype_words(name) for name in TORCH_DTYPE_NAME.findall(line)]
+    dtypes = list(dict.fromkeys(named))
+    if len(dtypes) < 2:
+        return {}
+    return {"what": f"An operation combined {dtypes[0]} and {dtypes[1]} tensors, and it needs one dtype for all "
+                    "of them."}
+
+
 def _refine_missing_package(match: re.Match[str] | None, context: Mapping[str, Any]) -> dict[str, Any]:
     module = _group(match, "module")
     if not module:
@@ -273,14 +291,22 @@ CATALOGUE: tuple[Entry, ...] = (
         fix="Cast both sides to one dtype first (inputs.to(model.dtype)), or run under torch.autocast; with "
         "QLoRA set bnb_4bit_compute_dtype to the model's dtype. Mergesmith casts every tensor to its compute "
         "dtype before using it.",
+        # Every wording torch 2.x uses for products (mm, addmm, bmm, baddbmm, linear, dot, einsum, attention…)
+        # on CPU and CUDA: "expected mat1 and mat2 to have the same dtype", "self and mat2 must have the same
+        # dtype", "Input dtypes must be the same", "expected scalar type Float but found BFloat16"…
         pattern=_patterns(
-            r"expected m1 and m2 to have the same dtype",
-            r"(?:mat1 and mat2|self and mat2|both arguments|tensors?) (?:must|should) have the same dtype",
+            r"expected \w+ and \w+ to have the same dtype",
+            r"\b(?:must|should) have (?:the )?same dtype",
+            r"to have the same dtype, but got",
+            r"dtypes must be the same",
             r"expected (?:scalar type|dtype) \w+ (?:for `\w+` )?but (?:found|got)",
+            r"Expected out tensor to have dtype \w+, but got",
+            r"mixed dtype \(\w+\): expect",
             r"Input type \(.*?\) and (?:weight|bias) type \(.*?\) should be the same",
             r"expected both vectors to have same dtype",
             r"result type \w+ can't be cast to the desired output type",
         ),
+        refine=_refine_mixed_dtypes,
     ),
     Entry(
         key="quantile_too_large",

@@ -65,20 +65,62 @@ def test_numpy_and_bfloat16():
     assert ".float().numpy()" in numpy_error.fix
 
 
-@pytest.mark.parametrize(
-    "action",
-    [
-        lambda: torch.randn(4, 4) @ torch.randn(4, 4, dtype=torch.bfloat16),
-        lambda: torch.addmm(torch.randn(4, 4), torch.randn(4, 4), torch.randn(4, 4, dtype=torch.bfloat16)),
-        lambda: torch.lerp(torch.randn(4), torch.randn(4, dtype=torch.bfloat16), 0.5),
-        lambda: torch.nn.functional.linear(torch.randn(2, 4), torch.randn(3, 4, dtype=torch.bfloat16)),
-    ],
-    ids=["matmul", "addmm", "lerp", "linear"],
-)
+def _bf16(*shape: int) -> torch.Tensor:
+    return torch.ones(*shape, dtype=torch.bfloat16)
+
+
+# Each way torch combines a float32 tensor with a bfloat16 one in a product, as torch raises it on this machine.
+MIXED_DTYPE_CALLS = {
+    "matmul": lambda: torch.ones(2, 3) @ _bf16(3, 2),
+    "matmul-reversed": lambda: _bf16(2, 3) @ torch.ones(3, 2),
+    "matmul-float16": lambda: torch.ones(2, 3) @ torch.ones(3, 2, dtype=torch.float16),
+    "matmul-float64": lambda: torch.ones(2, 3) @ torch.ones(3, 2, dtype=torch.float64),
+    "matmul-batched": lambda: torch.ones(1, 2, 3) @ _bf16(1, 3, 2),
+    "matmul-vectors": lambda: torch.ones(3) @ _bf16(3),
+    "mm": lambda: torch.mm(torch.ones(2, 3), _bf16(3, 2)),
+    "mv": lambda: torch.mv(torch.ones(2, 3), _bf16(3)),
+    "dot": lambda: torch.dot(torch.ones(3), _bf16(3)),
+    "addmm": lambda: torch.addmm(torch.ones(2, 2), torch.ones(2, 3), _bf16(3, 2)),
+    "addmm-bias": lambda: torch.addmm(_bf16(2, 2), torch.ones(2, 3), torch.ones(3, 2)),
+    "addmm-out": lambda: torch.addmm(torch.ones(2, 2), torch.ones(2, 3), torch.ones(3, 2), out=_bf16(2, 2)),
+    "addmv": lambda: torch.addmv(torch.ones(2), torch.ones(2, 3), _bf16(3)),
+    "bmm": lambda: torch.bmm(torch.ones(1, 2, 3), _bf16(1, 3, 2)),
+    "baddbmm": lambda: torch.baddbmm(torch.ones(1, 2, 2), torch.ones(1, 2, 3), _bf16(1, 3, 2)),
+    "baddbmm-input": lambda: torch.baddbmm(_bf16(1, 2, 2), torch.ones(1, 2, 3), torch.ones(1, 3, 2)),
+    "addbmm": lambda: torch.addbmm(torch.ones(2, 2), torch.ones(1, 2, 3), _bf16(1, 3, 2)),
+    "F.linear": lambda: torch.nn.functional.linear(torch.ones(2, 3), _bf16(2, 3)),
+    "F.linear-bias": lambda: torch.nn.functional.linear(torch.ones(2, 3), torch.ones(2, 3), _bf16(2)),
+    "F.linear-3d": lambda: torch.nn.functional.linear(torch.ones(1, 2, 3), _bf16(2, 3)),
+    "nn.Linear": lambda: torch.nn.Linear(3, 2).to(torch.bfloat16)(torch.ones(2, 3)),
+    "F.bilinear": lambda: torch.nn.functional.bilinear(torch.ones(1, 3), torch.ones(1, 3), _bf16(2, 3, 3)),
+    "einsum": lambda: torch.einsum("ij,jk->ik", torch.ones(2, 3), _bf16(3, 2)),
+    "tensordot": lambda: torch.tensordot(torch.ones(2, 3), _bf16(3, 2), dims=1),
+    "conv1d": lambda: torch.nn.functional.conv1d(torch.ones(1, 1, 4), _bf16(1, 1, 2)),
+    "attention": lambda: torch.nn.functional.scaled_dot_product_attention(
+        torch.ones(1, 2, 3), _bf16(1, 2, 3), torch.ones(1, 2, 3)),
+    "layer_norm": lambda: torch.nn.functional.layer_norm(torch.ones(2, 3), (3,), _bf16(3)),
+    "lerp": lambda: torch.lerp(torch.randn(4), torch.randn(4, dtype=torch.bfloat16), 0.5),
+}
+
+
+@pytest.mark.parametrize("action", MIXED_DTYPE_CALLS.values(), ids=MIXED_DTYPE_CALLS.keys())
 def test_mixed_dtypes(action):
     explanation = explained(action)
     assert explanation.title == "Two tensors in one operation have different dtypes"
     assert "inputs.to(model.dtype)" in explanation.fix and "autocast" in explanation.fix
+
+
+@pytest.mark.parametrize(("pasted", "dtypes"), [
+    ("RuntimeError: expected mat1 and mat2 to have the same dtype, but got: float != c10::BFloat16",
+     "float32 and bfloat16"),
+    ("RuntimeError: expected m1 and m2 to have the same dtype, but got: c10::Half != float", "float16 and float32"),
+    ("RuntimeError: mat1 and mat2 must have the same dtype, but got Float and BFloat16", "float32 and bfloat16"),
+])
+def test_mixed_dtypes_pasted_name_both_dtypes(pasted, dtypes):
+    # The first is what PEFT's QLoRA generate prints in bfloat16 (CUDA's wording, which this CPU cannot raise).
+    explanation = explain(pasted)
+    assert explanation.title == "Two tensors in one operation have different dtypes"
+    assert f"combined {dtypes} tensors" in explanation.what
 
 
 def test_quantile_on_a_large_tensor():
