@@ -18,7 +18,7 @@ from guiapp.engine.checkpoint import TensorInfo, dtype_from_name, dtype_name
 from guiapp.engine.layers import comes_before_layers, count_layers, is_vocabulary_tensor, split_layer_name
 from guiapp.engine.methods import get_method
 from guiapp.engine.methods.base import BaseRole, LoneTensorPolicy, MergeMethod, ParamKind, ParamSpec
-from guiapp.engine.recipe import ModelRef, Recipe, Source, is_missing, layer_position, lookup
+from guiapp.engine.recipe import ModelRef, Recipe, Source, as_number, is_missing, layer_position, lookup
 from guiapp.errors import IncompatibleModelsError, RecipeError
 
 _LAYER_COUNT_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers")
@@ -409,8 +409,10 @@ def _checked(spec: ParamSpec, value: Any, out_name: str, model_label: str | None
         if isinstance(value, (int, float)) and value in (0, 1):
             return bool(value)
         raise RecipeError(f"`{spec.name}`{whose} must be true or false, got {value!r}.")
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    number = as_number(value)
+    if number is None:
         raise RecipeError(f"`{spec.name}`{whose} must be a number, got {value!r} (tensor {out_name}).")
+    value = number
     if spec.kind is ParamKind.INT:
         if float(value) != int(value):
             raise RecipeError(f"`{spec.name}`{whose} must be a whole number, got {value!r}.")

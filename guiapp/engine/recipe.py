@@ -255,6 +255,22 @@ def _source(entry: Any, where: str, allow_range: bool) -> Source:
 _MISSING = object()
 
 
+def as_number(value: Any) -> int | float | None:
+    """`value` as a number: numbers as they are, and text that spells one (YAML 1.1 reads `1e-5`, with no dot
+    before the exponent, as a string; mergekit accepts it, so Mergesmith does too). None for anything else."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return value
+    if isinstance(value, str):
+        try:
+            number = float(value.strip())
+        except ValueError:
+            return None
+        return number if math.isfinite(number) else None
+    return None
+
+
 def layer_position(index: int, count: int) -> float:
     """The gradient position t of layer `index` in a slice of `count` layers (1 when the slice has one layer)."""
     return 1.0 if count <= 1 else index / (count - 1)
@@ -280,7 +296,9 @@ def evaluate(value: Any, tensor_name: str, t: float) -> Any:
                 if pattern is None or pattern == "*" or str(pattern) in tensor_name:
                     return evaluate(entry["value"], tensor_name, t)
             return _MISSING
-        if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
+        numbers = [as_number(v) for v in value]
+        if all(n is not None for n in numbers):
+            value = numbers
             position = t * (len(value) - 1)
             low = math.floor(position)
             high = min(len(value) - 1, low + 1)
