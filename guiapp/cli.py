@@ -7,6 +7,7 @@ Exit codes: 0 done, 1 failed (an explanation is printed), 2 bad usage. Commands 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import Callable, Sequence
@@ -124,8 +125,10 @@ class TerminalProgress:
             filled = int(event.fraction * width)
             rate = f" {event.rate / 1e6:6.1f} MB/s" if event.rate else ""
             eta = f" ETA {_duration(event.eta)}" if event.eta is not None else ""
-            line = f"\r{event.stage:<18} [{'#' * filled}{'.' * (width - filled)}] {event.done}/{event.total}{rate}{eta}"
-            self._stream.write(line[:120].ljust(120))
+            line = f"{event.stage:<18} [{'#' * filled}{'.' * (width - filled)}] {event.done}/{event.total}{rate}{eta}"
+            # One column short of the width: a character in the last column makes some terminals wrap.
+            columns = self._columns() - 1
+            self._stream.write("\r" + line[:columns].ljust(columns))
             self._stream.flush()
             self._line_open = True
         else:
@@ -133,6 +136,13 @@ class TerminalProgress:
             if decile > self._last_decile and event.done:
                 self._last_decile = decile
                 print(f"  {event.done}/{event.total} ({event.fraction:.0%}) {event.item}", file=self._stream, flush=True)
+
+    def _columns(self) -> int:
+        """The terminal's width now (it may have been resized), or 80 when the stream cannot say."""
+        try:
+            return os.get_terminal_size(self._stream.fileno()).columns or 80
+        except (OSError, ValueError, AttributeError):
+            return 80
 
     def on_log(self, job, line: str) -> None:
         self.finish()

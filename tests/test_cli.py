@@ -26,3 +26,50 @@ def test_without_a_display_the_window_explains_instead_of_crashing():
     result = _run(env=env)
     assert result.returncode == 1
     assert "needs a desktop session" in result.stderr and "mergesmith --help" in result.stderr
+
+
+def _screen_rows(text: str, columns: int) -> int:
+    """How many rows a terminal `columns` wide advances while showing `text`: a newline, or a character written
+    past the last column (the terminal wraps it onto a new row)."""
+    rows, column = 0, 0
+    for character in text:
+        if character == "\r":
+            column = 0
+        elif character == "\n":
+            rows, column = rows + 1, 0
+        else:
+            if column == columns:
+                rows, column = rows + 1, 0
+            column += 1
+    return rows
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="uses a Linux pseudo-terminal")
+def test_progress_fits_an_80_column_terminal(tmp_path):
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+    with subprocess.Popen([sys.executable, "-m", "guiapp", "demo", "--out", str(tmp_path)],
+                          stdin=follower, stdout=follower, stderr=follower) as process:
+        os.close(follower)
+        output = b""
+        while True:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # EIO: the child closed the terminal
+                break
+            if not chunk:
+                break
+            output += chunk
+        assert process.wait(timeout=300) == 0
+    os.close(leader)
+    text = output.decode()
+    merging = text[text.index("\rMerging"):text.index("Done:")]
+    assert "21/21" in merging
+    # 22 redraws (0/21 … 21/21) on one row, closed by one newline before the summary.
+    assert _screen_rows(merging, 80) == 1, merging
+    assert all(len(redraw) < 80 for redraw in merging.strip().split("\r"))
