@@ -3,8 +3,9 @@
     python benchmarks/method_memory.py [--elements 16777216]
 
 Each method merges one random tensor with 3 and with 5 inputs (fewer where the method takes exactly two) in a
-fresh process; the peak anonymous memory above the inputs gives copies = constant + per_input × n, the figures
-guiapp/jobs/estimates.py uses (METHOD_COPIES). The table printed last can be pasted there.
+fresh process; the peak anonymous memory above the inputs gives copies = constant + per_input × n, the figures each
+method declares as `working_copies=WorkingCopies(constant, per_input)` in its module under guiapp/engine/methods/
+(the estimator in guiapp/jobs/estimates.py reads them from there). The lines printed last can be pasted there.
 """
 
 from __future__ import annotations
@@ -78,10 +79,9 @@ def main() -> None:
             slope = max(0.0, (high - low) / 2)
             table[name] = (round(max(0.0, low - 3 * slope), 2), round(slope, 2))
         print(f"{name:18s} constant {table[name][0]:5.2f}  per input {table[name][1]:5.2f}", flush=True)
-    print("\nMETHOD_COPIES = {")
+    print()
     for name, (constant, per_input) in table.items():
-        print(f'    "{name}": ({constant}, {per_input}),')
-    print("}")
+        print(f"{name}: working_copies=WorkingCopies({constant}, {per_input}),")
 
 
 if __name__ == "__main__":

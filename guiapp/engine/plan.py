@@ -325,7 +325,7 @@ def _plan_tensor(
     ]
     params = _resolve_params(method.global_params, [slice_inputs.parameters, recipe.parameters], out_name, t,
                              out_name, None)
-    _check_weight_sum(method, model_params, params, out_name)
+    method.check_params(model_params, params, out_name)
     return [TensorTask(out_name, shape, inputs, base_position, model_params, params)]
 
 
@@ -425,14 +425,6 @@ def _checked(spec: ParamSpec, value: Any, out_name: str, model_label: str | None
             hint=spec.help,
         )
     return float(value) if spec.kind is ParamKind.FLOAT else value
-
-
-def _check_weight_sum(method: MergeMethod, model_params, params, out_name: str) -> None:
-    if method.name == "linear" and params.get("normalize") and abs(sum(p["weight"] for p in model_params)) < 1e-8:
-        raise RecipeError(
-            f"The weights add up to zero for {out_name}, so linear cannot normalise by them.",
-            hint="Change the weights so that they do not cancel out, or set `normalize: false`.",
-        )
 
 
 def _unused_parameter_warnings(recipe: Recipe, method: MergeMethod) -> list[str]:

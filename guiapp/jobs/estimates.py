@@ -17,32 +17,6 @@ import psutil
 
 from guiapp.system.resources import Fit, TimeEstimate, fit_verdict
 
-# Float32 copies of one tensor a method holds while it merges n inputs, as constant + per_input × n: measured
-# with benchmarks/method_memory.py (a 16 M-element tensor merged at n = 3 and n = 5), then raised where whole
-# merges peaked higher (tests/jobs/test_estimates.py compares with real merges).
-METHOD_COPIES: dict[str, tuple[float, float]] = {
-    "linear": (1.0, 0.0),
-    "task_arithmetic": (0.0, 1.0),
-    "ties": (4.2, 0.4),
-    "dare_ties": (3.0, 0.5),
-    "dare_linear": (3.0, 0.5),
-    "breadcrumbs": (1.6, 0.9),
-    "breadcrumbs_ties": (2.3, 0.75),
-    "della": (2.5, 1.65),
-    "della_linear": (2.5, 1.65),
-    "slerp": (0.0, 0.85),
-    "nuslerp": (0.0, 2.0),
-    "multislerp": (0.0, 1.42),
-    "karcher": (0.25, 1.0),
-    "model_stock": (0.0, 2.0),
-    "sce": (0.5, 1.84),
-    "ram": (0.0, 2.67),
-    "ramplus_tl": (0.0, 2.92),
-    "nearswap": (0.0, 1.5),
-    "arcee_fusion": (0.0, 2.0),
-    "passthrough": (1.0, 0.0),
-}
-_UNKNOWN_METHOD_COPIES = (2.0, 2.0)
 # What a job adds besides tensors: the reader and writer threads, torch's worker threads and their allocator
 # arenas, open memory maps' bookkeeping (measured: 50–80 MB on Linux).
 _JOB_OVERHEAD_BYTES = 64 * 1024 * 1024
@@ -70,7 +44,7 @@ def merge_working_set(plan) -> int:
     from guiapp.engine.merge import BLOCK_ELEMENTS, merges_in_blocks  # noqa: PLC0415 - the engine is loaded by then
 
     compute_size = plan.compute_dtype.itemsize
-    constant, per_input = METHOD_COPIES.get(plan.method.name, _UNKNOWN_METHOD_COPIES)
+    copies = plan.method.working_copies
 
     def read_copies(task) -> int:
         total = 0
@@ -87,10 +61,11 @@ def merge_working_set(plan) -> int:
         out = numel * plan.out_tensor_dtype(task).itemsize
         if task.copy or not task.floating:
             return out
-        copies = constant + per_input * len(task.inputs)
-        return int(copies * numel * compute_size) + out
+        return int(copies.for_inputs(len(task.inputs)) * numel * compute_size) + out
 
-    block_bytes = int((constant + (per_input + 1) * max(1, len(plan.models))) * BLOCK_ELEMENTS * compute_size)
+    # In blocks, each input's block is read into a compute-dtype copy besides the method's own copies.
+    block_bytes = int((copies.for_inputs(max(1, len(plan.models))) + max(1, len(plan.models)))
+                      * BLOCK_ELEMENTS * compute_size)
     reads = [0 if merges_in_blocks(plan, task) else read_copies(task) for task in plan.tasks]
     outputs = [math.prod(task.shape) * plan.out_tensor_dtype(task).itemsize for task in plan.tasks]
     peak = 0
@@ -135,8 +110,7 @@ def estimate_merge(plan, device: str, destination: Path, probe_result=None) -> J
         from guiapp.system.resources import estimate_time  # noqa: PLC0415
 
         elementwise = sum(math.prod(t.shape) for t in plan.tasks) * plan.compute_dtype.itemsize
-        constant, per_input = METHOD_COPIES.get(plan.method.name, _UNKNOWN_METHOD_COPIES)
-        work = elementwise * (constant + per_input * max(1, len(plan.models))) * 4
+        work = elementwise * plan.method.working_copies.for_inputs(max(1, len(plan.models))) * 4
         time = estimate_time(probe_result, _probed(probe_result, device),
                              str(plan.compute_dtype).removeprefix("torch."),
                              elementwise_bytes=work, read_bytes=plan.input_bytes)

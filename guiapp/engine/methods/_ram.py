@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from guiapp.engine.methods.base import BaseRole, MergeContext, MergeMethod, ParamKind, ParamSpec
+from guiapp.engine.methods.base import BaseRole, MergeContext, MergeMethod, ParamKind, ParamSpec, WorkingCopies
 from guiapp.errors import IncompatibleModelsError
 
 
@@ -86,4 +86,5 @@ def ram_method(*, boosted: bool) -> MergeMethod:
         base_role=BaseRole.REQUIRED,
         params=tuple(params),
         merge=lambda ctx: _merge(ctx, boosted=boosted),
+        working_copies=WorkingCopies(0.0, 2.92) if boosted else WorkingCopies(0.0, 2.67),
     )

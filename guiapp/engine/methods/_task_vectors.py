@@ -14,7 +14,7 @@ import torch
 
 from guiapp.engine.methods import _reduce
 from guiapp.engine.methods._selection import top_k_mask
-from guiapp.engine.methods.base import BaseRole, MergeContext, MergeMethod, ParamKind, ParamSpec
+from guiapp.engine.methods.base import BaseRole, MergeContext, MergeMethod, ParamKind, ParamSpec, WorkingCopies
 from guiapp.errors import IncompatibleModelsError, RecipeError
 
 # Below these L1 sums a rescale factor would be noise over noise (mergekit's issue #609: inf, then NaN).
@@ -219,6 +219,7 @@ def task_vector_method(
     consensus: bool,
     normalize: bool,
     rescale: bool,
+    working_copies: WorkingCopies,
 ) -> MergeMethod:
     """Declare one task-vector method: its schema (per merge-methods.md §2's table) and its merge function."""
     params = [
@@ -274,5 +275,6 @@ def task_vector_method(
         base_role=BaseRole.REQUIRED,
         params=tuple(params),
         merge=lambda ctx: merge_task_vectors(ctx, sparsifier, consensus),
+        working_copies=working_copies,
         elementwise=sparsifier is None and not consensus,
     )

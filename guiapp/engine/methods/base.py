@@ -28,6 +28,22 @@ class BaseRole(str, Enum):
     INPUT = "input"  # no special role: an unlisted base is simply one more input (linear, karcher, passthrough)
 
 
+@dataclass(frozen=True)
+class WorkingCopies:
+    """Float32 copies of one tensor a method holds while it merges n inputs: `constant + per_input × n`.
+
+    Measured with benchmarks/method_memory.py (a 16 M-element tensor merged at n = 3 and n = 5), then raised
+    where whole merges peaked higher (tests/jobs/test_estimates.py compares with real merges). The estimator
+    uses it for memory and, as a measure of work, for time.
+    """
+
+    constant: float
+    per_input: float
+
+    def for_inputs(self, count: int) -> float:
+        return self.constant + self.per_input * count
+
+
 class LoneTensorPolicy(str, Enum):
     """What to do with a tensor that only some inputs have (merge-methods.md §1, "Shapes and missing tensors")."""
 
@@ -88,7 +104,10 @@ class MergeMethod:
     """A merge method: schema plus the per-tensor function.
 
     `check_inputs(n_non_base, has_base)` returns None when the method can merge that many inputs, else a
-    message for the user; it runs at validation time, before any tensor is read. `elementwise` methods compute
+    message for the user; it runs at validation time, before any tensor is read. `check_params(model_params,
+    params, tensor_name)` checks the resolved parameters of one output tensor together (a constraint no single
+    parameter's range expresses) and raises RecipeError when they cannot be used. `working_copies` is what the
+    estimator needs to know about the method's memory. `elementwise` methods compute
     each entry from the inputs' entries at the same position alone, so the loop may merge a tensor in blocks of
     rows that stay in the CPU's cache.
     """
@@ -100,8 +119,10 @@ class MergeMethod:
     base_role: BaseRole
     params: tuple[ParamSpec, ...]
     merge: Callable[[MergeContext], torch.Tensor]
+    working_copies: WorkingCopies
     lone_tensor: LoneTensorPolicy = LoneTensorPolicy.MERGE_AVAILABLE
     check_inputs: Callable[[int, bool], str | None] = lambda n_non_base, has_base: None
+    check_params: Callable[[list[dict[str, Any]], dict[str, Any], str], None] = lambda model_params, params, name: None
     elementwise: bool = False
 
     def param(self, name: str) -> ParamSpec | None:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
-from guiapp.engine.methods.base import BaseRole, MergeContext, MergeMethod, ParamKind, ParamSpec
+from guiapp.engine.methods.base import BaseRole, MergeContext, MergeMethod, ParamKind, ParamSpec, WorkingCopies
+from guiapp.errors import RecipeError
 
 
 def merge(ctx: MergeContext) -> torch.Tensor:
@@ -13,8 +16,17 @@ def merge(ctx: MergeContext) -> torch.Tensor:
     for weight, tensor in zip(weights[1:], ctx.tensors[1:]):
         result.add_(tensor, alpha=weight)
     if ctx.params["normalize"]:
-        result.div_(sum(weights))  # a zero sum is refused by the plan, tensor by tensor
+        result.div_(sum(weights))  # a zero sum is refused by check_params, tensor by tensor
     return result
+
+
+def check_params(model_params: list[dict[str, Any]], params: dict[str, Any], tensor_name: str) -> None:
+    """Refuse normalising by weights that cancel out (RecipeError): the result would be a division by zero."""
+    if params["normalize"] and abs(sum(p["weight"] for p in model_params)) < 1e-8:
+        raise RecipeError(
+            f"The weights add up to zero for {tensor_name}, so linear cannot normalise by them.",
+            hint="Change the weights so that they do not cancel out, or set `normalize: false`.",
+        )
 
 
 METHOD = MergeMethod(
@@ -28,5 +40,7 @@ METHOD = MergeMethod(
         ParamSpec("normalize", ParamKind.BOOL, default=True, help="Divide by the sum of the weights."),
     ),
     merge=merge,
+    working_copies=WorkingCopies(1.0, 0.0),
+    check_params=check_params,
     elementwise=True,
 )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from guiapp.engine.methods import _reduce
-from guiapp.engine.methods.base import BaseRole, LoneTensorPolicy, MergeContext, MergeMethod, ParamKind, ParamSpec
+from guiapp.engine.methods.base import BaseRole, LoneTensorPolicy, MergeContext, MergeMethod, ParamKind, ParamSpec, WorkingCopies
 from guiapp.errors import IncompatibleModelsError
 
 _NORM_PRODUCT_CLAMP = 1e-6
@@ -75,6 +75,7 @@ METHOD = MergeMethod(
         ),
     ),
     merge=merge,
+    working_copies=WorkingCopies(0.0, 2.0),
     lone_tensor=LoneTensorPolicy.MODEL_STOCK,
     check_inputs=_check_inputs,
 )

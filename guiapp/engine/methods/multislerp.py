@@ -7,7 +7,7 @@ import math
 import torch
 
 from guiapp.engine.methods import _reduce
-from guiapp.engine.methods.base import BaseRole, MergeContext, MergeMethod, ParamKind, ParamSpec
+from guiapp.engine.methods.base import BaseRole, MergeContext, MergeMethod, ParamKind, ParamSpec, WorkingCopies
 from guiapp.errors import IncompatibleModelsError, RecipeError
 
 
@@ -92,5 +92,6 @@ METHOD = MergeMethod(
         ),
     ),
     merge=merge,
+    working_copies=WorkingCopies(0.0, 1.42),
     check_inputs=_check_inputs,
 )

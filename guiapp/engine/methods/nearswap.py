@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from guiapp.engine.methods._input_rules import base_and_one_model
-from guiapp.engine.methods.base import BaseRole, LoneTensorPolicy, MergeContext, MergeMethod, ParamKind, ParamSpec
+from guiapp.engine.methods.base import BaseRole, LoneTensorPolicy, MergeContext, MergeMethod, ParamKind, ParamSpec, WorkingCopies
 
 _DISTANCE_FLOOR = 1e-6
 
@@ -35,6 +35,7 @@ METHOD = MergeMethod(
         ),
     ),
     merge=merge,
+    working_copies=WorkingCopies(0.0, 1.5),
     elementwise=True,
     lone_tensor=LoneTensorPolicy.COPY_IF_BASE,
     check_inputs=base_and_one_model("NearSwap"),

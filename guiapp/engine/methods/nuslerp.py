@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from guiapp.engine.methods import _reduce
-from guiapp.engine.methods.base import BaseRole, LoneTensorPolicy, MergeContext, MergeMethod, ParamKind, ParamSpec
+from guiapp.engine.methods.base import BaseRole, LoneTensorPolicy, MergeContext, MergeMethod, ParamKind, ParamSpec, WorkingCopies
 from guiapp.errors import IncompatibleModelsError
 
 _NORM_CLAMP = 1e-7
@@ -82,6 +82,7 @@ METHOD = MergeMethod(
         ),
     ),
     merge=merge,
+    working_copies=WorkingCopies(0.0, 2.0),
     lone_tensor=LoneTensorPolicy.COPY_ONLY_COPY,
     check_inputs=_check_inputs,
 )

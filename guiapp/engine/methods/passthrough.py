@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from guiapp.engine.methods.base import BaseRole, MergeContext, MergeMethod, ParamKind, ParamSpec
+from guiapp.engine.methods.base import BaseRole, MergeContext, MergeMethod, ParamKind, ParamSpec, WorkingCopies
 from guiapp.errors import IncompatibleModelsError
 
 
@@ -40,6 +40,7 @@ METHOD = MergeMethod(
         ParamSpec("scale", ParamKind.FLOAT, default=1.0, per_model=True, help="Multiplies this model's tensors."),
     ),
     merge=merge,
+    working_copies=WorkingCopies(1.0, 0.0),
     elementwise=True,
     check_inputs=_check_inputs,
 )

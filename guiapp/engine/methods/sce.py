@@ -8,7 +8,7 @@ import torch
 
 from guiapp.engine.methods import _reduce
 from guiapp.engine.methods._selection import top_k_mask
-from guiapp.engine.methods.base import BaseRole, MergeContext, MergeMethod, ParamKind, ParamSpec
+from guiapp.engine.methods.base import BaseRole, MergeContext, MergeMethod, ParamKind, ParamSpec, WorkingCopies
 from guiapp.errors import IncompatibleModelsError
 
 _WEIGHT_SUM_EPS = 1e-6
@@ -94,4 +94,5 @@ METHOD = MergeMethod(
         ),
     ),
     merge=merge,
+    working_copies=WorkingCopies(0.5, 1.84),
 )

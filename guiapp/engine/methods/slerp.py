@@ -8,7 +8,7 @@ import torch
 
 from guiapp.engine.methods import _reduce
 from guiapp.engine.methods._input_rules import base_and_one_model
-from guiapp.engine.methods.base import BaseRole, LoneTensorPolicy, MergeContext, MergeMethod, ParamKind, ParamSpec
+from guiapp.engine.methods.base import BaseRole, LoneTensorPolicy, MergeContext, MergeMethod, ParamKind, ParamSpec, WorkingCopies
 
 # Above this cosine the angle is too small for sin θ to divide by safely; plain interpolation is as good.
 _PARALLEL_DOT = 0.9995
@@ -50,6 +50,7 @@ METHOD = MergeMethod(
         ),
     ),
     merge=merge,
+    working_copies=WorkingCopies(0.0, 0.85),
     lone_tensor=LoneTensorPolicy.COPY_ONLY_COPY,
     check_inputs=base_and_one_model("SLERP"),
 )

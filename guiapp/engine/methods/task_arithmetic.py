@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from guiapp.engine.methods._task_vectors import task_vector_method
+from guiapp.engine.methods.base import WorkingCopies
 
 METHOD = task_vector_method(
     name="task_arithmetic",
@@ -13,4 +14,5 @@ METHOD = task_vector_method(
     consensus=False,
     normalize=False,
     rescale=False,
+    working_copies=WorkingCopies(0.0, 1.0),
 )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from guiapp.engine.methods._task_vectors import Sparsifier, task_vector_method
+from guiapp.engine.methods.base import WorkingCopies
 
 METHOD = task_vector_method(
     name="ties",
@@ -13,4 +14,5 @@ METHOD = task_vector_method(
     consensus=True,
     normalize=True,
     rescale=False,
+    working_copies=WorkingCopies(4.2, 0.4),
 )
