@@ -7,6 +7,7 @@ Listeners (the CLI's progress bar, the window's Qt bridge) receive immutable `Pr
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from dataclasses import dataclass
@@ -84,6 +85,7 @@ class Progress:
         self._done = 0
         self._bytes_done = 0
         self._stage_start = self._start
+        self._pause_at = _pause_point()
 
     def start_stage(self, stage: str, total: int = 0, bytes_total: int = 0) -> None:
         """Begin a stage ("Merging", "Downloading"…) of `total` units and `bytes_total` bytes."""
@@ -98,6 +100,8 @@ class Progress:
         self._done += units
         self._bytes_done += nbytes
         self._emit(item)
+        if self._pause_at and self._pause_at[0] == self._stage and self._done >= self._pause_at[1]:
+            self._pause_until(self._pause_at[2])
         self.check_cancelled()
 
     def log(self, line: str) -> None:
@@ -106,6 +110,12 @@ class Progress:
 
     def check_cancelled(self) -> None:
         self.cancel_token.raise_if_cancelled()
+
+    def _pause_until(self, release: str) -> None:
+        self._pause_at = None  # once per job
+        self.log(f"Paused after step {self._done} of {self._stage} until {release} exists ({PAUSE_VARIABLE}).")
+        while not os.path.exists(release) and not self.cancel_token.cancelled:
+            time.sleep(0.02)
 
     def _emit(self, item: str) -> None:
         if self._on_event is None:
@@ -131,3 +141,15 @@ class Progress:
                 eta=eta,
             )
         )
+
+
+# A test hook, inert unless set: "<stage>:<step>:<file>" holds a job once, after that step of that stage (e.g.
+# "Merging:2:/tmp/go" after the second tensor) until the file exists, logging a line first, so that a test acts
+# on a job mid-stage (Ctrl-C, kill) at a point it controls however fast or loaded the machine is.
+PAUSE_VARIABLE = "MERGESMITH_TEST_PAUSE"
+
+
+def _pause_point() -> tuple[str, int, str] | None:
+    stage, _, rest = os.environ.get(PAUSE_VARIABLE, "").partition(":")
+    step, _, release = rest.partition(":")
+    return (stage, int(step), release) if step.isdigit() and release else None

@@ -13,7 +13,14 @@ import yaml
 
 from guiapp.engine.merge import MergeSettings, plan_merge, run_merge
 from guiapp.engine.samples import LlamaShape, llama_config, llama_tensors, write_checkpoint, write_llama
-from guiapp.errors import IncompatibleModelsError, JobCancelled, NonFiniteResultError, OutputError, RecipeError
+from guiapp.errors import (
+    CheckpointError,
+    IncompatibleModelsError,
+    JobCancelled,
+    NonFiniteResultError,
+    OutputError,
+    RecipeError,
+)
 from guiapp.progress import CancelToken, Progress
 from tests.engine.helpers import fingerprint, leftovers, load_folder, recipe
 
@@ -147,22 +154,25 @@ slices:
 def test_validation_errors_name_what_is_wrong(llama_trio, tmp_path):
     base, one, two = llama_trio
     cases = [
-        (f"merge_method: dare_tie\nbase_model: {base}\nmodels:\n  - model: {one}\n", 'Did you mean "dare_ties"'),
+        (f"merge_method: dare_tie\nbase_model: {base}\nmodels:\n  - model: {one}\n", 'Did you mean "dare_ties"',
+         RecipeError),
         (f"merge_method: linear\nmodels:\n  - model: {one}\n  - model: {two}\n    parameters: {{weight: 1}}\n",
-         f"`weight` is missing for {one}"),
+         f"`weight` is missing for {one}", RecipeError),
         (f"merge_method: ties\nbase_model: {base}\nmodels:\n  - model: {one}\n    parameters: {{weight: 1, density: 5}}\n",
-         "`density` of .* is 5"),
-        (f"merge_method: ties\nmodels:\n  - model: {one}\n    parameters: {{weight: 1}}\n", "needs a base model"),
+         "`density` of .* is 5", RecipeError),
+        (f"merge_method: ties\nmodels:\n  - model: {one}\n    parameters: {{weight: 1}}\n", "needs a base model",
+         RecipeError),
         (f"merge_method: passthrough\nslices:\n  - sources:\n      - model: {one}\n        layer_range: [0, 9]\n",
-         "goes past the end: the model has 3 layers"),
+         "goes past the end: the model has 3 layers", RecipeError),
         (f"merge_method: ties\nbase_model: {base}\nslices:\n  - sources:\n      - model: {one}\n        layer_range: [0, 3]\n"
-         f"        parameters: {{weight: 1}}\n", "base model .* is not among the inputs of slice 1"),
+         f"        parameters: {{weight: 1}}\n", "base model .* is not among the inputs of slice 1", RecipeError),
         (f"merge_method: linear\nmodels:\n  - model: {one}\n    parameters: {{weight: 1}}\n"
-         f"  - model: {two}\n    parameters: {{weight: -1}}\n", "weights add up to zero"),
-        (f"merge_method: linear\nmodels:\n  - model: {tmp_path / 'nowhere'}\n    parameters: {{weight: 1}}\n", "does not exist"),
+         f"  - model: {two}\n    parameters: {{weight: -1}}\n", "weights add up to zero", RecipeError),
+        (f"merge_method: linear\nmodels:\n  - model: {tmp_path / 'nowhere'}\n    parameters: {{weight: 1}}\n",
+         "does not exist", CheckpointError),
     ]
-    for text, message in cases:
-        with pytest.raises((RecipeError, IncompatibleModelsError, Exception), match=message):
+    for text, message, kind in cases:
+        with pytest.raises(kind, match=message):
             plan_merge(recipe(text))
     assert leftovers(tmp_path) == []
 
@@ -315,17 +325,23 @@ def test_cli_merge_end_to_end(llama_trio, tmp_path):
 
 
 def test_ctrl_c_in_the_cli_leaves_nothing(tmp_path):
+    """Ctrl-C lands mid-merge by construction: the job holds after its second tensor (MERGESMITH_TEST_PAUSE) until
+    the test has signalled, so the merge cannot end first however fast the machine is."""
+    import os  # noqa: PLC0415
     import signal  # noqa: PLC0415
 
-    shape = LlamaShape(hidden=512, intermediate=2048, layers=8, heads=8, kv_heads=2, vocab=32000)
-    model = write_llama(tmp_path / "model", shape, dtype=torch.float32)
+    from guiapp.progress import PAUSE_VARIABLE  # noqa: PLC0415
+
+    model = write_llama(tmp_path / "model", LlamaShape(layers=2), dtype=torch.float32)
     recipe_file = tmp_path / "recipe.yml"
     recipe_file.write_text(f"merge_method: ties\nbase_model: {model}\nmodels:\n  - model: {model}\n"
                            f"    parameters: {{weight: 1, density: 0.5}}\n")
+    never = tmp_path / "never-released"  # the signal, not this file, ends the pause
     process = subprocess.Popen([sys.executable, "-m", "guiapp", "merge", str(recipe_file), str(tmp_path / "out")],
-                               stderr=subprocess.PIPE, text=True)
+                               stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, PAUSE_VARIABLE: f"Merging:2:{never}"})
     for line in process.stderr:
-        if line.startswith("Merging"):
+        if line.startswith("Paused after step 2 of Merging"):
             process.send_signal(signal.SIGINT)
             break
     rest = process.stderr.read()
