@@ -37,3 +37,9 @@ def resolve_device(name: str) -> torch.device:
             retry_with={"device": f"{device.type}:0"},
         )
     return device
+
+
+def use_cpu_threads(count: int) -> None:
+    """Let torch operations started from the calling thread use `count` CPU threads (see guiapp/system/threads.py)."""
+    if torch.get_num_threads() != count:
+        torch.set_num_threads(count)

@@ -9,14 +9,16 @@ from __future__ import annotations
 import math
 import time
 import zlib
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 import torch
 
-from guiapp.engine.devices import resolve_device
+from guiapp.engine.devices import resolve_device, use_cpu_threads
 from guiapp.engine.methods.base import MergeContext
 from guiapp.engine.model_card import write_merge_metadata
 from guiapp.engine.output import DEFAULT_SHARD_BYTES, PlannedTensor, ShardedWriter, StagedOutput, check_free_space
@@ -25,6 +27,7 @@ from guiapp.engine.recipe import Recipe
 from guiapp.engine.sources import ModelReader, local_folder, open_reader, read_headers
 from guiapp.errors import IncompatibleModelsError, NonFiniteResultError
 from guiapp.progress import Progress
+from guiapp.system.threads import ThreadPolicy, WorkKind
 
 # Room for config, tokenizer and card files, and for the file system's own overhead.
 _DISK_MARGIN_BYTES = 64 * 1024 * 1024
@@ -39,6 +42,7 @@ class MergeSettings:
     seed: int = 0
     shard_bytes: int = DEFAULT_SHARD_BYTES
     overwrite: bool = False
+    threads: ThreadPolicy = field(default_factory=ThreadPolicy)
 
 
 @dataclass
@@ -133,8 +137,10 @@ def _merge_tensors(
     stats: list[dict[str, Any]] = []
     # Reading the next tensor (page faults, dtype casts) and writing the previous one overlap the computation
     # of the current one; at most one tensor waits on each side, so memory stays a few tensors.
-    with ThreadPoolExecutor(1, thread_name_prefix="mergesmith-read") as reads, \
-            ThreadPoolExecutor(1, thread_name_prefix="mergesmith-write") as writes:
+    # Reading and writing are bound by memory and disk: one torch thread each.
+    with ThreadPoolExecutor(1, "mergesmith-read", initializer=use_cpu_threads, initargs=(1,)) as reads, \
+            ThreadPoolExecutor(1, "mergesmith-write", initializer=use_cpu_threads, initargs=(1,)) as writes, \
+            _threads_restored():
         pending_read: Future | None = reads.submit(_read_inputs, plan, readers, plan.tasks[0], device)
         pending_write: Future | None = None
         try:
@@ -144,6 +150,7 @@ def _merge_tensors(
                     reads.submit(_read_inputs, plan, readers, plan.tasks[index + 1], device)
                     if index + 1 < len(plan.tasks) else None
                 )
+                use_cpu_threads(settings.threads.threads_for(_work_kind(plan, task)))
                 tick = time.perf_counter()
                 result, extra = _compute(plan, task, tensors, device, settings.seed)
                 del tensors
@@ -151,7 +158,8 @@ def _merge_tensors(
                     pending_write.result()
                 pending_write = writes.submit(writer.write, task.name, result)
                 del result
-                stats.append({"tensor": task.name, "seconds": time.perf_counter() - tick, **extra})
+                stats.append({"tensor": task.name, "seconds": time.perf_counter() - tick,
+                              "threads": torch.get_num_threads(), **extra})
                 progress.step(task.name, nbytes=plan.task_input_bytes(task))
             if pending_write is not None:
                 pending_write.result()
@@ -163,6 +171,22 @@ def _merge_tensors(
             raise
     writer.close()
     return stats
+
+
+@contextmanager
+def _threads_restored() -> Iterator[None]:
+    """The calling thread's torch thread count is set per tensor; afterwards it is what it was."""
+    before = torch.get_num_threads()
+    try:
+        yield
+    finally:
+        use_cpu_threads(before)
+
+
+def _work_kind(plan: MergePlan, task: TensorTask) -> WorkKind:
+    if plan.method.elementwise or task.copy or not task.floating:
+        return WorkKind.ELEMENTWISE
+    return WorkKind.DENSE
 
 
 # Elementwise methods merge blocks of this many entries, which stay in the CPU's cache through every step.
