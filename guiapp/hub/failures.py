@@ -74,7 +74,7 @@ def translate(error: BaseException, repo_id: str | None, revision: str | None = 
         )
     if isinstance(error, hf.LocalEntryNotFoundError):
         if _caused_by(error, _UNREACHABLE) or _caused_by_type(error, hf.OfflineModeIsEnabled):
-            return _unreachable(model)
+            return _unreachable(model, connection.endpoint)
         return OfflineError(
             f"{model} is not fully downloaded, and the Hub cannot be used right now.",
             hint="Go online and download it once; afterwards it works offline.",
@@ -104,7 +104,7 @@ def translate(error: BaseException, repo_id: str | None, revision: str | None = 
         if status == 401:
             return InvalidTokenError(
                 "The Hub did not accept the access token.",
-                hint="Sign in again with a valid token (huggingface.co › Settings › Access Tokens).",
+                hint=f"Sign in again with a valid token ({connection.endpoint}/settings/tokens).",
             )
         if status is not None and status >= 500:
             return HubError(
@@ -113,7 +113,7 @@ def translate(error: BaseException, repo_id: str | None, revision: str | None = 
             )
         return HubError(f"The Hub refused the request for {model}: {_first_line(error)}", hint="Try again later.")
     if _caused_by(error, _UNREACHABLE):
-        return _unreachable(model)
+        return _unreachable(model, connection.endpoint)
     if _caused_by(error, _INTERRUPTED) or "Consistency check failed" in str(error):
         return ConnectionLostError(
             f"The connection broke while downloading {model}, and resuming failed.",
@@ -122,9 +122,9 @@ def translate(error: BaseException, repo_id: str | None, revision: str | None = 
     return error
 
 
-def _unreachable(model: str) -> OfflineError:
+def _unreachable(model: str, endpoint: str) -> OfflineError:
     return OfflineError(
-        f"The Hugging Face Hub cannot be reached, so {model} cannot be read from it.",
+        f"The Hub at {endpoint} cannot be reached, so {model} cannot be read from it.",
         hint="Check the network connection (and any proxy); models already downloaded keep working offline.",
     )
 
