@@ -9,7 +9,9 @@ Nothing here imports torch or huggingface_hub.
 
 from __future__ import annotations
 
+import os
 import re
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
@@ -192,15 +194,32 @@ def _refine_path(match: re.Match[str] | None, context: Mapping[str, Any], proble
     return {"what": f"{path} {problem}."} if path else {}
 
 
-HUB_REPO_URL = re.compile(
-    r"huggingface\.co/(?:api/)?(?:(?:models|datasets|spaces)/)?(?P<repo>[\w.-]+/[\w.-]+)"
-)
+PUBLIC_HUB = "https://huggingface.co"
+# The public Hub's address as the entries below write it; not status.huggingface.co, which is another site.
+PUBLIC_HUB_ADDRESS = re.compile(r"(?:https://)?(?<![\w.])huggingface\.co\b(?!\.\w)")
+# A repo id ends with a letter, digit, _ or -: never with the full stop of the sentence around a link.
+REPO_IN_URL = r"/(?:api/)?(?:(?:models|datasets|spaces)/)?(?P<repo>[\w.-]+/[\w.-]*[\w-])"
+
+
+def hub_endpoint() -> str:
+    """The Hub huggingface_hub talks to (HF_ENDPOINT, a mirror, a test Hub), read without importing it."""
+    constants = sys.modules.get("huggingface_hub.constants")
+    endpoint = getattr(constants, "ENDPOINT", None) or os.environ.get("HF_ENDPOINT") or PUBLIC_HUB
+    return endpoint.rstrip("/")
+
+
+def on_hub_in_use(text: str) -> str:
+    """`text` with the public Hub's address replaced by the Hub in use, when HF_ENDPOINT names another."""
+    endpoint = hub_endpoint()
+    return text if endpoint == PUBLIC_HUB else PUBLIC_HUB_ADDRESS.sub(endpoint, text)
 
 
 def _repo(match: re.Match[str] | None, context: Mapping[str, Any]) -> str | None:
     if context.get("model"):
         return str(context["model"])
-    found = HUB_REPO_URL.search(match.string) if match is not None else None
+    hosts = {"huggingface.co", hub_endpoint().split("://")[-1]}
+    pattern = "(?:" + "|".join(re.escape(host) for host in hosts) + ")" + REPO_IN_URL
+    found = re.search(pattern, match.string) if match is not None else None
     return found.group("repo") if found else None
 
 
@@ -210,7 +229,7 @@ def _refine_gated(match: re.Match[str] | None, context: Mapping[str, Any]) -> di
         return {}
     return {
         "what": f"The model {repo} is gated: its files can only be read after you accept its licence.",
-        "fix": f"Open https://huggingface.co/{repo} while logged in, accept the licence (some need the authors' "
+        "fix": f"Open {hub_endpoint()}/{repo} while logged in, accept the licence (some need the authors' "
         "approval, which can take a while), then give Mergesmith a Hugging Face access token (Settings, or "
         "`hf auth login`) and try again.",
     }
@@ -219,6 +238,12 @@ def _refine_gated(match: re.Match[str] | None, context: Mapping[str, Any]) -> di
 def _refine_repository(match: re.Match[str] | None, context: Mapping[str, Any]) -> dict[str, Any]:
     repo = _repo(match, context)
     return {"what": f"The Hub has no model called {repo} that you can see."} if repo else {}
+
+
+def _refine_server_error(match: re.Match[str] | None, context: Mapping[str, Any]) -> dict[str, Any]:
+    if hub_endpoint() == PUBLIC_HUB:
+        return {}
+    return {"fix": "Try again in a few minutes. Downloads resume where they stopped."}
 
 
 def _patterns(*alternatives: str) -> re.Pattern[str]:
@@ -540,6 +565,7 @@ CATALOGUE: tuple[Entry, ...] = (
         "resume where they stopped.",
         pattern=_patterns(r"\b5\d\d Server Error", r"Server error '5\d\d", r"Bad Gateway", r"Service Unavailable",
                           r"Gateway Time-?out", r"Internal Server Error"),
+        refine=_refine_server_error,
     ),
     Entry(
         key="connection",

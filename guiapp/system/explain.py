@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator, Mapping
 
 from guiapp.errors import MergesmithError
-from guiapp.system.error_catalogue import CATALOGUE, Entry
+from guiapp.system.error_catalogue import CATALOGUE, Entry, on_hub_in_use
 
 RENDER_WIDTH = 100
 # Names in pasted text that look like exception classes: "torch.OutOfMemoryError", "GatedRepoError: ..."
@@ -59,7 +59,9 @@ class Explanation:
 
 def _wrap(text: str, width: int) -> str:
     """Wrap each line of `text` on its own (messages may hold a summary table), continuations indented."""
-    return "\n".join(textwrap.fill(line, width=width, subsequent_indent="    " if line.startswith(" ") else "  ")
+    # Never broken inside a word: a link cut at a hyphen cannot be clicked or copied.
+    return "\n".join(textwrap.fill(line, width=width, subsequent_indent="    " if line.startswith(" ") else "  ",
+                                   break_long_words=False, break_on_hyphens=False)
                      for line in text.splitlines())
 
 
@@ -145,9 +147,9 @@ def _from_entry(entry: Entry, match: re.Match[str] | None, context: dict[str, An
     retry_with = refined.get("retry_with", entry.retry_with)
     return Explanation(
         title=entry.title,
-        what=_with_context(refined.get("what", entry.what), context),
-        why=refined.get("why", entry.why),
-        fix=refined.get("fix", entry.fix),
+        what=_with_context(on_hub_in_use(refined.get("what", entry.what)), context),
+        why=on_hub_in_use(refined.get("why", entry.why)),
+        fix=on_hub_in_use(refined.get("fix", entry.fix)),
         retry_with=dict(retry_with) if retry_with else None,
         raw=raw,
         kind=entry.key,

@@ -502,3 +502,45 @@ def test_every_row_of_the_catalogue_as_pasted_text(pasted, title):
 def test_disk_full_names_the_file_being_written():
     explanation = explain("OSError: [Errno 28] No space left on device: '/out/model-00002-of-00004.safetensors'")
     assert explanation.what == "The disk filled up while writing to /out/model-00002-of-00004.safetensors."
+
+
+# --- the Hub in use, and links -------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def mirror(monkeypatch) -> str:
+    """huggingface_hub pointed at another Hub, as HF_ENDPOINT does."""
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "ENDPOINT", "https://hub.example.org")
+    return "https://hub.example.org"
+
+
+@pytest.mark.parametrize("error", [
+    ConnectionRefusedError(111, "Connection refused"),
+    "httpx.ConnectError: [Errno -2] Name or service not known",
+    "huggingface_hub.errors.GatedRepoError: 401 Client Error. Cannot access gated repo for url "
+    "https://hub.example.org/api/models/meta-llama/Llama-2-7b-hf.",
+    "huggingface_hub.errors.RepositoryNotFoundError: 404 Client Error. Repository Not Found for url: x",
+    "Invalid credentials in Authorization header",
+    "403 Client Error: Forbidden for url",
+    "503 Server Error: Service Unavailable for url",
+], ids=["refused", "dns", "gated", "not-found", "token", "forbidden", "server"])
+def test_explanations_name_the_hub_in_use(mirror, error):
+    text = explain(error).render_text(details=False)
+    assert "huggingface.co" not in text
+    assert mirror in text or "Retry" in text or "server error" in text
+
+
+def test_the_gated_link_ends_where_the_model_name_ends():
+    pasted = ("huggingface_hub.errors.GatedRepoError: 403 Client Error. Cannot access gated repo for url "
+              "https://huggingface.co/api/models/meta-llama/Llama-2-7b-hf. Access to model meta-llama/Llama-2-7b-hf "
+              "is restricted and you are not in the authorized list. Visit https://huggingface.co/meta-llama/"
+              "Llama-2-7b-hf.")
+    explanation = explain(pasted)
+    assert "https://huggingface.co/meta-llama/Llama-2-7b-hf " in explanation.fix
+    assert "meta-llama/Llama-2-7b-hf is gated" in explanation.what
+    # Rendered for a narrow terminal, a link stays whole on its line: never broken at a hyphen.
+    rendered = explanation.render_text(width=60, details=False)
+    assert "https://huggingface.co/meta-llama/Llama-2-7b-hf\n" in rendered or \
+        "https://huggingface.co/meta-llama/Llama-2-7b-hf " in rendered
