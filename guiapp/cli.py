@@ -26,13 +26,51 @@ def main(argv: Sequence[str] | None = None) -> int:
     if handler is None:
         return _launch_window(args)
     try:
-        return handler(args)
+        code = handler(args)
+        sys.stdout.flush()  # here, where a closed pipe can still be told apart, not at interpreter exit
+        return code
     except KeyboardInterrupt:
         print("\nInterrupted. Nothing was left behind.", file=sys.stderr)
         return EXIT_FAILED
+    except BrokenPipeError as error:
+        if not _output_closed():
+            _print_explanation(error)
+            return EXIT_FAILED
+        _discard_output()
+        return EXIT_OK
     except Exception as error:  # every failure ends as an explanation, never a bare traceback
         _print_explanation(error)
         return EXIT_FAILED
+
+
+def _output_closed() -> bool:
+    """Whether stdout or stderr is a pipe whose reader has gone (`mergesmith … | head` after head exited).
+
+    Such a pipe is where the output was going, not a failure: like other Unix tools, the command then ends
+    quietly. A BrokenPipeError from anywhere else (a socket to the Hub) is a real failure."""
+    import select  # noqa: PLC0415
+
+    if not hasattr(select, "poll"):  # Windows: a broken pipe there can only be the output's
+        return True
+    poll = select.poll()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            poll.register(stream.fileno(), select.POLLOUT)
+        except (OSError, ValueError, AttributeError):
+            continue
+    return any(events & select.POLLERR for _, events in poll.poll(0))
+
+
+def _discard_output() -> None:
+    """Point stdout and stderr at the null device, so that Python's flush at exit does not report the closed
+    pipe again."""
+    null = os.open(os.devnull, os.O_WRONLY)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            os.dup2(null, stream.fileno())
+        except (OSError, ValueError, AttributeError):
+            continue
+    os.close(null)
 
 
 def _build_parser() -> argparse.ArgumentParser:
