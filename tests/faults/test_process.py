@@ -6,6 +6,7 @@ import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -143,21 +144,44 @@ def test_closing_the_window_during_a_job(qtbot, window, models, tmp_path, seen):
     seen("process", "closing the window during a merge", f"A job is still running: {asked[0].splitlines()[0]}")
 
 
-def test_the_window_deleted_while_a_check_runs_in_the_background(qtbot, probed, models, seen):
-    """The Merge page checks a recipe on a worker thread; its answer must not reach widgets that are gone."""
+def test_the_window_deleted_while_a_check_runs_in_the_background(qtbot, probed, models, seen, monkeypatch):
+    """The Merge page checks a recipe on a worker thread; its answer must not reach widgets that are gone.
+
+    The real check is held on its thread until the window has been deleted, then let go, so its answer always
+    arrives late."""
+    from shiboken6 import isValid  # noqa: PLC0415
+
+    from guiapp.ui import background  # noqa: PLC0415
     from guiapp.ui.app import create_window  # noqa: PLC0415
+
+    started, release, answered = threading.Event(), threading.Event(), []
+    run_in_background = background.call_in_background
+
+    def held(function, on_result, on_error=None):
+        def check():
+            started.set()
+            assert release.wait(60), "the test never let the check go"
+            return function()
+
+        run_in_background(check, lambda value: (answered.append(value), on_result(value)),
+                          lambda error: (answered.append(error), on_error(error)))
 
     _, window = create_window([])  # not handed to qtbot, which would close it again after it is deleted
     window.show()
     window.state.start_loading(probe=False)
     qtbot.waitUntil(lambda: window.state.methods is not None, timeout=60_000)
     window.state.set_probe(probed)
+    monkeypatch.setattr(background, "call_in_background", held)  # from here on, background calls wait for release
     validator = window.merge._validator
     recipe = {"merge_method": "ties", "base_model": str(models.medium_base),
               "models": [{"model": str(models.medium_a), "parameters": {"weight": 0.5, "density": 0.5}}]}
     window.merge.yaml_edit.setPlainText(yaml.safe_dump(recipe, sort_keys=False))
-    qtbot.waitUntil(lambda: validator._next is None, timeout=10_000)  # the check has started on its thread
+    qtbot.waitUntil(started.is_set, timeout=30_000)  # the check runs on its thread
     window.close()
     window.deleteLater()
-    qtbot.wait(1500)  # the answer arrives now; pytest-qt fails the test on any exception it raises
+    qtbot.waitUntil(lambda: not isValid(validator), timeout=30_000)  # the page and its widgets are gone
+    release.set()
+    # The answer arrives now; pytest-qt fails the test on any exception it raises in Qt's loop.
+    qtbot.waitUntil(lambda: bool(answered), timeout=60_000)
+    qtbot.wait(100)
     seen("process", "the window deleted while a recipe check runs", "(nothing: the late answer is dropped)")
