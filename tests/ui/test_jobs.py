@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import time
 
 import pytest
 import yaml
@@ -26,6 +25,18 @@ def _prepare(window, recipe, output):
     page = window.merge
     page.yaml_edit.setPlainText(yaml.safe_dump(recipe, sort_keys=False))
     page.output_edit.setText(str(output))
+
+
+def _hold_after_first_tensor(monkeypatch, tmp_path) -> None:
+    """Jobs started from here on stay after their first merged tensor until cancelled (the release file never
+    appears), so a test acts on a running job however fast the machine is."""
+    from guiapp.progress import PAUSE_VARIABLE  # noqa: PLC0415
+
+    monkeypatch.setenv(PAUSE_VARIABLE, f"Merging:1:{tmp_path / 'never-released'}")
+
+
+def _held(record) -> bool:
+    return record.status == "running" and any(line.startswith("Paused after step 1 of Merging") for line in record.log)
 
 
 def _bar_values(window):
@@ -54,16 +65,16 @@ def test_a_merge_runs_to_completion_with_moving_progress(qtbot, window, models, 
     assert "Done" in window.jobs.log.toPlainText()
 
 
-def test_cancel_stops_the_job_within_two_seconds(qtbot, window, models, tmp_path):
+def test_cancel_stops_the_job_at_its_next_step(qtbot, window, models, tmp_path, monkeypatch):
+    _hold_after_first_tensor(monkeypatch, tmp_path)
     _prepare(window, _medium_recipe(models, "della"), tmp_path / "cancelled")
     key = window.merge.run()
     record = window.state.jobs.record(key)
-    qtbot.waitUntil(lambda: window.state.jobs.latest.get(key) is not None
-                    and window.state.jobs.latest[key].stage == "Merging", timeout=30_000)
-    clicked = time.monotonic()
+    qtbot.waitUntil(lambda: _held(record), timeout=60_000)
     qtbot.mouseClick(window.jobs.cancel_button, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: record.status == "cancelled", timeout=5_000)
-    assert time.monotonic() - clicked < 2.0
+    qtbot.waitUntil(lambda: record.status not in ("queued", "running"), timeout=60_000)
+    assert record.status == "cancelled"
+    assert window.state.jobs.latest[key].done == 1  # stopped where it was: no tensor merged after the click
     assert not (tmp_path / "cancelled").exists()  # nothing half-written left behind
     assert window.jobs.status.text() == "Cancelled"
     assert not window.jobs.cancel_button.isEnabled()
@@ -160,11 +171,12 @@ def test_history_survives_a_restart_without_secrets(qtbot, make_window, models, 
     assert again.jobs.title.text() == record.title and again.jobs.status.text() == "Done"
 
 
-def test_closing_with_a_running_job_asks_then_cancels(qtbot, window, models, tmp_path):
+def test_closing_with_a_running_job_asks_then_cancels(qtbot, window, models, tmp_path, monkeypatch):
+    _hold_after_first_tensor(monkeypatch, tmp_path)
     _prepare(window, _medium_recipe(models, "della"), tmp_path / "closing")
     key = window.merge.run()
     record = window.state.jobs.record(key)
-    qtbot.waitUntil(lambda: record.status == "running", timeout=30_000)
+    qtbot.waitUntil(lambda: _held(record), timeout=60_000)
     answers = []
 
     def answer(button):
@@ -179,10 +191,8 @@ def test_closing_with_a_running_job_asks_then_cancels(qtbot, window, models, tmp
     window.close()
     assert window.isVisible() and record.status == "running"  # "Keep running" keeps everything as it was
     QTimer.singleShot(50, lambda: answer(QMessageBox.StandardButton.Yes))
-    started = time.monotonic()
-    window.close()
+    window.close()  # the job is held until cancelled: only the cancel can end it and record it as cancelled
     assert not window.isVisible()
-    assert time.monotonic() - started < 5
     assert len(answers) == 2 and "still running" in answers[0]
     assert not (tmp_path / "closing").exists()
     assert load_history()[-1].status == "cancelled"
