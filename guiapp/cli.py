@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
+import threading
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from guiapp import __version__
 
@@ -25,6 +27,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     handler: Handler | None = getattr(args, "handler", None)
     if handler is None:
         return _launch_window(args)
+    previous_sigterm = _stop_on_sigterm()
     try:
         code = handler(args)
         sys.stdout.flush()  # here, where a closed pipe can still be told apart, not at interpreter exit
@@ -34,13 +37,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_FAILED
     except BrokenPipeError as error:
         if not _output_closed():
-            _print_explanation(error)
+            _print_explanation(error, args)
             return EXIT_FAILED
         _discard_output()
         return EXIT_OK
     except Exception as error:  # every failure ends as an explanation, never a bare traceback
-        _print_explanation(error)
+        _print_explanation(error, args)
         return EXIT_FAILED
+    finally:
+        if previous_sigterm is not None:
+            signal.signal(signal.SIGTERM, previous_sigterm)
+
+
+def _stop_on_sigterm():
+    """Make SIGTERM (a `kill`, a service manager stopping us) end a command as Ctrl-C does: the job is abandoned
+    and its staging folder removed. Returns the previous handler, or None where signals cannot be set here."""
+
+    def interrupt(signum, frame) -> None:
+        raise KeyboardInterrupt
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signal.SIGTERM, interrupt)
 
 
 def _output_closed() -> bool:
@@ -123,13 +141,35 @@ def _display_problem() -> str | None:
     return None
 
 
-def _print_explanation(error: BaseException) -> None:
-    """Print the explanation without the traceback, which is saved to a file for bug reports instead."""
+# How each of an explanation's retry_with settings is given on the command line: (the option's argparse dest,
+# the flag). A setting that the running command has no flag for (force_download, a recipe's dtype) is not printed.
+RETRY_FLAGS: dict[str, tuple[str, str]] = {
+    "overwrite": ("overwrite", "--overwrite"),
+    "force": ("force", "--force"),
+    "device": ("device", "--device {value}"),
+    "dtype": ("dtype", "--dtype {value}"),
+}
+
+
+def _retry_flags(changes: Mapping[str, Any], args: argparse.Namespace | None) -> str | None:
+    """"Retry with: --overwrite --device cpu" for the flags of the running command, or None if it has none."""
+    flags = []
+    for key, value in changes.items():
+        dest, flag = RETRY_FLAGS.get(key, ("", ""))
+        if not flag or args is None or not hasattr(args, dest) or value is False:
+            continue
+        flags.append(flag.format(value=value))
+    return f"Retry with: {' '.join(flags)}" if flags else None
+
+
+def _print_explanation(error: BaseException, args: argparse.Namespace | None = None) -> None:
+    """Print the explanation without the traceback, which is saved to a file for bug reports instead; its retry
+    settings as the flags of the command `args` ran (none without it)."""
     from guiapp.system.explain import explain  # noqa: PLC0415
     from guiapp.system.probe import cache_dir  # noqa: PLC0415
 
     explanation = explain(error)
-    print(explanation.render_text(details=False), file=sys.stderr)
+    print(explanation.render_text(details=False, retry=lambda changes: _retry_flags(changes, args)), file=sys.stderr)
     details = cache_dir() / "last-error.txt"
     try:
         details.parent.mkdir(parents=True, exist_ok=True)
@@ -197,8 +237,9 @@ def _duration(seconds: float) -> str:
     return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
 
 
-def run_in_terminal(job) -> int:
-    """Run `job` here with terminal progress; print its explanation on failure. Returns the exit code."""
+def run_in_terminal(job, args: argparse.Namespace | None = None) -> int:
+    """Run `job` here with terminal progress; print its explanation on failure (retry settings as the flags of
+    the command `args` ran). Returns the exit code."""
     from guiapp.jobs.runner import JobListeners, JobStatus, run_job  # noqa: PLC0415
 
     printer = TerminalProgress()
@@ -207,7 +248,7 @@ def run_in_terminal(job) -> int:
     if result.status is JobStatus.DONE:
         return EXIT_OK
     if result.status is JobStatus.FAILED:
-        _print_explanation(result.error)
+        _print_explanation(result.error, args)
     return EXIT_FAILED
 
 
@@ -245,7 +286,7 @@ def _run_merge(args: argparse.Namespace) -> int:
     if args.dry_run:
         return _print_plan(recipe, args.out_dir, args.device)
     return run_in_terminal(merge_job(recipe, args.out_dir, device=args.device, seed=args.seed,
-                                     shard_bytes=shard_bytes, overwrite=args.overwrite, force=args.force))
+                                     shard_bytes=shard_bytes, overwrite=args.overwrite, force=args.force), args)
 
 
 def _print_plan(recipe, out_dir: Path, device: str) -> int:
@@ -278,7 +319,7 @@ def _run_demo(args: argparse.Namespace) -> int:
     print(f"Writing two small sample models to {folder} …", file=sys.stderr)
     recipe = prepare_demo(folder)
     output = folder / "merged"
-    code = run_in_terminal(merge_job(recipe, output, overwrite=True))
+    code = run_in_terminal(merge_job(recipe, output, overwrite=True), args)
     if code == EXIT_OK:
         print(f"The merged sample model is in {output}. Its recipe: {output / 'mergesmith_recipe.yml'}")
     return code
@@ -503,7 +544,7 @@ def _run_explain(args: argparse.Namespace) -> int:
         print("Nothing to explain: paste an error message or traceback, or pipe it in.", file=sys.stderr)
         return EXIT_USAGE
     explanation = explain(text)
-    print(explanation.render_text())
+    print(explanation.render_text(retry=lambda changes: None))  # no command of ours to retry
     return EXIT_OK if explanation.recognised else EXIT_FAILED
 
 
@@ -566,7 +607,7 @@ def _run_extract_lora(args: argparse.Namespace) -> int:
         dtype=args.dtype, device=args.device, compute_dtype=args.compute_dtype, overwrite=args.overwrite,
         force=args.force,
     )
-    summary, code = _run_with_summary(job)
+    summary, code = _run_with_summary(job, args)
     if code == EXIT_OK:
         _print_extraction_summary(summary)
     return code
@@ -577,14 +618,14 @@ def _run_apply_lora(args: argparse.Namespace) -> int:
 
     job = apply_job(args.base, args.adapter, args.out, scale=args.scale, dtype=args.dtype, device=args.device,
                     overwrite=args.overwrite, max_shard_size=args.out_shard_size, force=args.force)
-    summary, code = _run_with_summary(job)
+    summary, code = _run_with_summary(job, args)
     if code == EXIT_OK:
         print(f"Model:   {summary['output']} ({summary['bytes'] / 1e9:.2f} GB, {summary['tensors']} tensors: "
               f"{summary['changed']} changed by the adapter, {summary['replaced']} replaced)")
     return code
 
 
-def _run_with_summary(job) -> tuple[dict, int]:
+def _run_with_summary(job, args: argparse.Namespace) -> tuple[dict, int]:
     """Run `job` with terminal progress; returns the summary its work returned (empty on failure) and the exit
     code."""
     summary: dict = {}
@@ -595,7 +636,7 @@ def _run_with_summary(job) -> tuple[dict, int]:
         return summary
 
     job.work = keep_summary
-    return summary, run_in_terminal(job)
+    return summary, run_in_terminal(job, args)
 
 
 def _print_extraction_summary(summary: dict) -> None:

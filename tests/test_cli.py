@@ -5,16 +5,34 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-from guiapp.engine.samples import LlamaShape, write_llama
+from guiapp.engine.samples import LlamaShape, write_llama, write_llama_finetune
 from tests.support.fixtures import hub_env, hub_server  # noqa: F401 - the test Hub for the pipe tests
 
 
+TINY = LlamaShape(hidden=16, intermediate=32, layers=1, heads=2, kv_heads=1, vocab=32)
+
+
 def _run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "guiapp", *args], capture_output=True, text=True, timeout=60,
+    return subprocess.run([sys.executable, "-m", "guiapp", *args], capture_output=True, text=True, timeout=300,
                           env=env)
+
+
+@pytest.fixture(scope="module")
+def tiny_pair(tmp_path_factory) -> tuple[Path, Path]:
+    """A tiny base model and a fine-tune of it."""
+    folder = tmp_path_factory.mktemp("pair")
+    base = write_llama(folder / "base", TINY, seed=0)
+    return base, write_llama_finetune(folder / "tune", base, seed=1, delta_rank=None)
+
+
+@pytest.fixture
+def cli_env(tmp_path) -> dict[str, str]:
+    """The environment for a CLI run whose error report goes to a temporary folder."""
+    return {**os.environ, "MERGESMITH_CACHE_DIR": str(tmp_path / "cache")}
 
 
 def test_version_and_usage():
@@ -90,8 +108,7 @@ def _run_into_a_closed_pipe(*args: str, env: dict[str, str]) -> tuple[int, str]:
 
 
 def test_a_closed_pipe_ends_quietly(hub_env, tmp_path):
-    model = write_llama(tmp_path / "model", LlamaShape(hidden=16, intermediate=32, layers=1, heads=2, kv_heads=1,
-                                                       vocab=32), seed=0)
+    model = write_llama(tmp_path / "model", TINY, seed=0)
     for index in range(30):
         hub_env.server.add_model(f"org/model-{index}", model)
     env = {**hub_env.env, "MERGESMITH_CACHE_DIR": str(tmp_path / "cache")}
@@ -112,3 +129,51 @@ def test_an_unreachable_hub_is_named_by_its_address(tmp_path):
     result = _run("hub", "info", "org/model", env=env)
     assert result.returncode == 1
     assert endpoint in result.stderr and "huggingface.co" not in result.stderr
+
+
+def test_retry_settings_are_printed_as_the_commands_flags(tiny_pair, tmp_path, cli_env):
+    base, tune = tiny_pair
+    (tmp_path / "adapter").mkdir()  # an empty folder: replaced only when asked to
+    result = _run("extract-lora", "--base", str(base), "--model", str(tune), "--out", str(tmp_path / "adapter"),
+                  env=cli_env)
+    assert result.returncode == 1
+    assert "Retry with: --overwrite\n" in result.stderr and "overwrite=True" not in result.stderr
+    # A pasted error has no command of ours to retry: its settings are not printed as if it had.
+    pasted = _run("explain", "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", env=cli_env)
+    assert pasted.returncode == 0 and "Run it on the CPU" in pasted.stdout and "Retry with" not in pasted.stdout
+
+
+def test_extracting_from_the_same_model_twice_says_why(tiny_pair, tmp_path, cli_env):
+    base, _ = tiny_pair
+    result = _run("extract-lora", "--base", str(base), "--model", str(base), "--out", str(tmp_path / "adapter"),
+                  env=cli_env)
+    assert result.returncode == 1 and "identical" in result.stderr
+    why = next(line for line in result.stderr.splitlines() if line.startswith("Why:"))
+    assert "difference" in why and "shapes" not in why
+
+
+def test_an_adapter_given_as_a_model_is_named_as_one(tiny_pair, tmp_path, cli_env):
+    import json
+
+    import torch
+    from safetensors.torch import save_file
+
+    base, tune = tiny_pair
+    adapter = tmp_path / "my-adapter"
+    adapter.mkdir()
+    save_file({"base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight": torch.zeros(2, TINY.hidden),
+               "base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight": torch.zeros(TINY.hidden, 2)},
+              adapter / "adapter_model.safetensors")
+    (adapter / "adapter_config.json").write_text(json.dumps({"peft_type": "LORA", "r": 2, "lora_alpha": 2,
+                                                             "target_modules": ["q_proj"]}))
+    result = _run("extract-lora", "--base", str(base), "--model", str(adapter), "--out", str(tmp_path / "out"),
+                  env=cli_env)
+    assert result.returncode == 1
+    assert "adapter" in result.stderr and "apply-lora" in result.stderr
+    assert "no .safetensors" not in result.stderr
+    recipe = tmp_path / "recipe.yml"
+    recipe.write_text(f"merge_method: linear\nmodels:\n  - model: {tune}\n    parameters: {{weight: 0.5}}\n"
+                      f"  - model: {adapter}\n    parameters: {{weight: 0.5}}\ndtype: float32\n")
+    merged = _run("merge", str(recipe), str(tmp_path / "merged"), env=cli_env)
+    assert merged.returncode == 1 and "adapter" in merged.stderr
+    assert f"+{adapter}" in merged.stderr.replace("\n  ", " ")  # the recipe's base+adapter syntax

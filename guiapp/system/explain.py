@@ -13,7 +13,7 @@ import re
 import textwrap
 import traceback
 from dataclasses import dataclass
-from typing import Any, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 from guiapp.errors import MergesmithError
 from guiapp.system.error_catalogue import CATALOGUE, Entry, on_hub_in_use
@@ -42,16 +42,22 @@ class Explanation:
     recognised: bool = True
     kind: str = ""
 
-    def render_text(self, width: int = RENDER_WIDTH, details: bool = True) -> str:
+    def render_text(self, width: int = RENDER_WIDTH, details: bool = True,
+                    retry: Callable[[Mapping[str, Any]], str | None] | None = None) -> str:
         """Plain text for a terminal: title, what happened, why, what to do, retry settings, then the details
-        (the raw error and traceback) unless `details` is False."""
+        (the raw error and traceback) unless `details` is False.
+
+        `retry` words the retry settings for where the text is shown (the CLI's flags), None to leave them out;
+        without it they read "Retry with: key=value"."""
         sections = [self.title, ""]
         for label, text in (("What happened", self.what), ("Why", self.why), ("What to do", self.fix)):
             if text:
                 sections.append(_wrap(f"{label}: {text}", width))
         if self.retry_with:
             settings = ", ".join(f"{key}={value}" for key, value in self.retry_with.items())
-            sections.append(f"Retry with: {settings}")
+            line = retry(self.retry_with) if retry is not None else f"Retry with: {settings}"
+            if line:
+                sections.append(line)
         if details and self.raw.strip():
             sections += ["", "Details:", textwrap.indent(self.raw.rstrip(), "  ")]
         return "\n".join(sections)
