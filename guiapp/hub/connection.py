@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from huggingface_hub import constants
 
 from guiapp.errors import OfflineError
+from guiapp.hub.server_checks import check_hub_answers
 
 if TYPE_CHECKING:
     from huggingface_hub import HfApi
@@ -51,7 +52,9 @@ class HubConnection:
 
     @classmethod
     def current(cls) -> HubConnection:
-        """huggingface_hub's endpoint and cache folder as configured now."""
+        """huggingface_hub's endpoint and cache folder as configured now; from here on, every answer from the
+        Hub is checked (see guiapp.hub.server_checks) before huggingface_hub uses it."""
+        check_hub_answers()
         return cls(endpoint=constants.ENDPOINT.rstrip("/"), cache_dir=Path(constants.HF_HUB_CACHE))
 
     def api(self) -> HfApi:

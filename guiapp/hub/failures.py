@@ -12,6 +12,7 @@ from guiapp.errors import (
     ConnectionLostError,
     GatedModelError,
     HubError,
+    HubResponseError,
     InvalidTokenError,
     MergesmithError,
     ModelNotFoundError,
@@ -24,6 +25,9 @@ from guiapp.hub.connection import HubConnection
 # Matched by class name so the mapping holds whichever HTTP library huggingface_hub uses (requests, httpx, httpx2).
 _UNREACHABLE = {"ConnectError", "ConnectionError", "ConnectTimeout", "NameResolutionError"}
 _INTERRUPTED = {"RemoteProtocolError", "ReadError", "ReadTimeout", "TimeoutException", "ChunkedEncodingError"}
+# What huggingface_hub raises when an answer's JSON is not what it expects (a date it cannot parse, a string
+# where a list belongs, a body that is not JSON at all): inside a block of Hub calls, the answer is at fault.
+_UNREADABLE_ANSWER = (ValueError, TypeError, KeyError, AttributeError, IndexError, OverflowError, RecursionError)
 
 
 @contextmanager
@@ -66,6 +70,11 @@ def translate(error: BaseException, repo_id: str | None, revision: str | None = 
         return ModelNotFoundError(
             f"There is no model named '{model}' on the Hub, or it is private and your token cannot see it.",
             hint="Check the spelling (organisation/name). For a private model, sign in with a token that can read it.",
+        )
+    if isinstance(error, hf.HFValidationError):
+        return ModelNotFoundError(
+            f"'{model}' is not a model id or version the Hub accepts: {_first_line(error)}",
+            hint="A Hub id looks like 'organisation/name', optionally followed by '@' and a branch, tag or commit.",
         )
     if isinstance(error, hf.OfflineModeIsEnabled):
         return OfflineError(
@@ -119,6 +128,14 @@ def translate(error: BaseException, repo_id: str | None, revision: str | None = 
             f"The connection broke while downloading {model}, and resuming failed.",
             hint="Check the network and start the download again; finished files are kept.",
         )
+    if isinstance(error, _UNREADABLE_ANSWER):
+        return HubResponseError(
+            f"The Hub at {connection.endpoint} sent an answer about {model} that Mergesmith cannot read "
+            f"({type(error).__name__}: {_first_line(error)}).",
+            why="Its fields are not of the kinds the Hugging Face Hub sends (for example a date that is not a date, "
+            "or text where a list belongs).",
+            hint="Try again later. If HF_ENDPOINT points to a mirror, check that it is up to date and trustworthy.",
+        )
     return error
 
 
@@ -152,5 +169,9 @@ def _caused_by_type(error: BaseException, kind: type[BaseException]) -> bool:
 
 
 def _first_line(error: BaseException) -> str:
+    """The error's first line, at most 300 characters (a server's text can be anything)."""
     text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
+    if not text:
+        return type(error).__name__
+    line = text.splitlines()[0]
+    return line if len(line) <= 300 else line[:299] + "…"

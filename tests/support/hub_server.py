@@ -526,3 +526,77 @@ def _parameter_bounds(text: str) -> tuple[float, float]:
             number = float(match.group(1)) * units[match.group(2)]
             low, high = (number, high) if key == "min" else (low, number)
     return low, high
+
+
+# --- a hostile Hub (a compromised mirror), for the fault suite ------------------------------------------------------
+
+
+@dataclass
+class HostileModes:
+    """What a hostile Hub does on top of serving its models; change the fields of the object `make_hostile` returns.
+
+    `etag` / `repo_commit`: sent as every file's ETag / X-Repo-Commit (e.g. a `../` path). `info_fields`: replace
+    fields of every model-info and search answer (e.g. {"sha": None}). `gzip_bomb_bytes`: model-info answers are a
+    gzip body that expands to this many zero bytes. `echo_authorization`: error bodies repeat the request's
+    Authorization header, as a careless server might.
+    """
+
+    etag: str | None = None
+    repo_commit: str | None = None
+    info_fields: dict = field(default_factory=dict)
+    gzip_bomb_bytes: int = 0
+    echo_authorization: bool = False
+
+
+def make_hostile(server: HubServer) -> HostileModes:
+    """Turn the running `server` hostile from its next request on; returns the modes to set."""
+    assert server._httpd is not None, "start the server first"
+    modes = HostileModes()
+    server._httpd.RequestHandlerClass = type("HostileHubHandler", (_HostileHubHandler,), {"hub": server, "modes": modes})
+    return modes
+
+
+class _HostileHubHandler(_HubHandler):
+    modes: HostileModes
+
+    def send_header(self, keyword: str, value: str) -> None:
+        if keyword == "ETag" and self.modes.etag is not None:
+            value = self.modes.etag
+        elif keyword == "X-Repo-Commit" and self.modes.repo_commit is not None:
+            value = self.modes.repo_commit
+        super().send_header(keyword, value)
+
+    def _info(self, model: ServedModel, full: bool) -> dict:
+        return {**super()._info(model, full), **self.modes.info_fields}
+
+    def _json(self, payload: object, headers: dict[str, str] | None = None) -> None:
+        if not (self.modes.gzip_bomb_bytes and urlsplit(self.path).path.startswith("/api/models/")):
+            return super()._json(payload, headers)
+        first, repeated, count = _zero_bomb_parts(self.modes.gzip_bomb_bytes)
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Encoding", "gzip")
+        self.send_header("Content-Length", str(len(first) + len(repeated) * (count - 1)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(first)
+            for _ in range(count - 1):
+                self.wfile.write(repeated)
+        return None
+
+    def _error(self, status: int, code: str, message: str, *, retry_after: bool = False) -> None:
+        if self.modes.echo_authorization:
+            message = f"{message} (your request said Authorization: {self.headers.get('Authorization')})"
+        super()._error(status, code, message, retry_after=retry_after)
+
+
+def _zero_bomb_parts(total: int) -> tuple[bytes, bytes, int]:
+    """A gzip stream of `total` zero bytes (MiB steps) as (first block, block repeated, block count), built from
+    two compressed MiB: after a full flush the compressor's output for the same input repeats exactly."""
+    import zlib  # noqa: PLC0415 - only the bomb needs it
+
+    chunk = bytes(1 << 20)
+    compressor = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    first = compressor.compress(chunk) + compressor.flush(zlib.Z_FULL_FLUSH)
+    repeated = compressor.compress(chunk) + compressor.flush(zlib.Z_FULL_FLUSH)
+    return first, repeated, max(total >> 20, 1)

@@ -1,0 +1,180 @@
+"""Fault class "hostile hub": a compromised mirror (HF_ENDPOINT) sends `../` paths as ETags, commits and versions,
+a gzip bomb as model info, fields of the wrong kind, and echoes the access token in its error bodies.
+
+Nothing may be written outside the Hugging Face cache, the user gets a clear message naming the endpoint, and the
+token (or a password in HF_ENDPOINT) never reaches the screen, last-error.txt, the job log or the history.
+"""
+
+from __future__ import annotations
+
+import base64
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from guiapp.cli import main
+from tests.faults.harness import cli_explanation
+from tests.support.hub_server import TEST_TOKEN, make_hostile
+
+ESCAPE = "../../../../escaped/evil.pth"  # from the cache's blobs/ folder: up to the test's own folder
+HOSTILE_TITLE = "The Hub sent an answer Mergesmith cannot use"
+
+
+@pytest.fixture
+def hostile(hub_env, trio):
+    hub_env.server.add_model("org/model", trio.two)
+    return make_hostile(hub_env.server)
+
+
+def _everything_outside(root: Path, cache: Path) -> set[str]:
+    """Every path under `root` except inside the HF cache: what a hostile Hub must not change."""
+    return {str(p.relative_to(root)) for p in root.rglob("*") if cache not in p.parents and p != cache}
+
+
+def _run_cli(capsys, *argv: str) -> tuple[int, str]:
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out + captured.err
+
+
+@pytest.mark.parametrize(
+    ("case", "mode", "value", "named"),
+    [
+        ("ETag with ../", "etag", f'"{ESCAPE}"', "ETag"),
+        ("weak ETag with ../", "etag", f'W/"{ESCAPE}"', "ETag"),
+        ("absolute ETag", "etag", '"/tmp/mergesmith-escaped-evil.pth"', "ETag"),
+        ("X-Repo-Commit with ../", "repo_commit", "../../../../escaped", "X-Repo-Commit"),
+        ("model info sha ../../..", "sha", "../../../../escaped", "sha"),
+        ("model info sha null", "sha", None, "sha"),
+    ],
+)
+def test_server_values_that_become_paths_are_refused(hub_env, hostile, tmp_path, capsys, seen, case, mode, value,
+                                                     named):
+    if mode == "sha":
+        hostile.info_fields["sha"] = value
+    else:
+        setattr(hostile, mode, value)
+    before = _everything_outside(tmp_path, hub_env.cache_dir)
+
+    code, shown = _run_cli(capsys, "hub", "download", "org/model")
+
+    assert code == 1
+    assert _everything_outside(tmp_path, hub_env.cache_dir) == before, "a file was written outside the cache"
+    assert not Path("/tmp/mergesmith-escaped-evil.pth").exists()
+    title, what = cli_explanation(shown)
+    assert title == HOSTILE_TITLE, shown
+    assert hub_env.server.url in what, "the message must name the endpoint"
+    assert named in what and "not a valid" in what, what
+    seen("hostile hub", case, f"{title}: {what}")
+
+
+def test_a_server_sha_never_becomes_a_refs_file(hub_env, hostile, trio, tmp_path, capsys, seen):
+    """A merge reads a Hub model's tensor list with the server's sha as the version (the refs file's name)."""
+    hostile.info_fields["sha"] = "../../../../escaped"
+    recipe = tmp_path / "recipe.yml"
+    recipe.write_text(f"merge_method: linear\nmodels:\n  - model: {trio.one}\n    parameters: {{weight: 1}}\n"
+                      "  - model: org/model\n    parameters: {weight: 1}\n")
+    before = _everything_outside(tmp_path, hub_env.cache_dir)
+
+    code, shown = _run_cli(capsys, "merge", str(recipe), str(tmp_path / "out"))
+
+    assert code == 1
+    assert _everything_outside(tmp_path, hub_env.cache_dir) == before
+    title, what = cli_explanation(shown)
+    assert title == HOSTILE_TITLE and hub_env.server.url in what and "sha" in what, shown
+    seen("hostile hub", "merge with a server sha ../", f"{title}: {what}")
+
+
+def test_a_version_with_dotdot_is_refused_before_any_request(hub_env, hostile, tmp_path, capsys, seen):
+    before = _everything_outside(tmp_path, hub_env.cache_dir)
+    hub_env.server.reset_counters()
+
+    code, shown = _run_cli(capsys, "hub", "download", "org/model@../../../../escaped")
+
+    assert code == 1 and hub_env.server.requests == []
+    assert _everything_outside(tmp_path, hub_env.cache_dir) == before
+    title, what = cli_explanation(shown)
+    assert "does not recognise" not in title and "../../../../escaped" in what, shown
+    seen("hostile hub", "version ../../.. typed by the user", f"{title}: {what}")
+
+
+def test_a_gzip_bomb_as_model_info_is_refused(hub_env, hostile, capsys, seen):
+    hostile.gzip_bomb_bytes = 256 * 1024 * 1024  # about 250 KB on the wire
+
+    code, shown = _run_cli(capsys, "hub", "info", "org/model")
+
+    assert code == 1
+    title, what = cli_explanation(shown)
+    assert title == HOSTILE_TITLE and "MiB" in what and hub_env.server.url in what, shown
+    seen("hostile hub", "gzip bomb of 256 MiB as model info", f"{title}: {what}")
+
+
+@pytest.mark.parametrize(
+    ("case", "fields"),
+    [
+        ("lastModified unparseable", {"lastModified": "yesterday"}),
+        ("tags a string", {"tags": "llama"}),
+        ("downloads a huge number", {"downloads": 10**40, "likes": -5}),
+        ("downloads a string", {"downloads": "many"}),
+        ("siblings not a list", {"siblings": "model.safetensors"}),
+        ("sibling without size", {"siblings": [{"rfilename": "model.safetensors", "size": "big"}]}),
+        ("gated a list", {"gated": ["manual"]}),
+        ("author a number", {"author": 7}),
+    ],
+)
+def test_odd_model_info_fields_never_end_unrecognised(hub_env, hostile, capsys, seen, case, fields):
+    hostile.info_fields.update(fields)
+
+    code, shown = _run_cli(capsys, "hub", "info", "org/model")
+
+    assert "does not recognise" not in shown and "Traceback" not in shown, shown
+    if code == 0:
+        seen("hostile hub", f"model info: {case}", "tolerated: " + shown.splitlines()[0])
+    else:
+        title, what = cli_explanation(shown)
+        assert title == HOSTILE_TITLE and hub_env.server.url in what, shown
+        seen("hostile hub", f"model info: {case}", f"{title}: {what}")
+
+
+def _cli(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "guiapp", *args], capture_output=True, text=True, timeout=120,
+                          env=env, cwd=cwd)
+
+
+def test_a_token_echoed_by_the_server_is_never_shown_or_saved(hub_env, hostile, tmp_path, seen):
+    hostile.echo_authorization = True
+    hub_env.server.fail_next(403, times=10, path_contains="/api/models/")
+    cache = tmp_path / "mergesmith-cache"
+    env = {**hub_env.env, "HF_TOKEN": TEST_TOKEN, "MERGESMITH_CACHE_DIR": str(cache)}
+
+    done = _cli(["hub", "info", "org/model"], env, tmp_path)
+
+    assert done.returncode == 1
+    report = (cache / "last-error.txt").read_text()
+    assert any(r.authorized for r in hub_env.server.requests), "the token was not sent: the case proves nothing"
+    for text in (done.stdout, done.stderr, report):
+        assert TEST_TOKEN not in text and "hf_mergesmith" not in text
+    assert "Bearer ***" in report or "Bearer" not in report
+    title, what = cli_explanation(done.stderr)
+    seen("hostile hub", "server echoes the Authorization header", f"{title}: {what}")
+
+
+def test_a_password_in_hf_endpoint_is_never_shown_or_saved(hub_env, hostile, tmp_path, seen):
+    hostile.echo_authorization = True
+    cache = tmp_path / "mergesmith-cache"
+    endpoint = hub_env.server.url.replace("http://", "http://someone:s3cret-pass@")
+    env = {**hub_env.env, "HF_ENDPOINT": endpoint, "MERGESMITH_CACHE_DIR": str(cache)}
+
+    done = _cli(["hub", "info", "org/missing"], env, tmp_path)
+
+    assert done.returncode == 1
+    report = (cache / "last-error.txt").read_text()
+    basic = base64.b64encode(b"someone:s3cret-pass").decode()
+    for text in (done.stdout, done.stderr, report):
+        assert "s3cret-pass" not in text and basic not in text, text
+    title, what = cli_explanation(done.stderr)
+    assert "does not recognise" not in title
+    seen("hostile hub", "a password in HF_ENDPOINT", f"{title}: {what}")
+
