@@ -104,6 +104,7 @@ def _build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(title="commands", metavar="COMMAND")
     _add_merge_commands(commands)
     _add_lora_commands(commands)
+    _add_try_commands(commands)
     _add_hub_commands(commands)
     _add_system_commands(commands)
     return parser
@@ -652,3 +653,70 @@ def _print_extraction_summary(summary: dict) -> None:
             print(f"  {worst['module']:<48} rank {worst['rank']:<4} {worst['relative_error']:.4f}")
     print("Per-module details: extraction_report.json in the adapter folder.")
 
+# --- try: generate side by side, perplexity ------------------------------------------------------------------
+
+
+def _add_try_commands(commands: argparse._SubParsersAction) -> None:
+    model_help = "A model folder, a Hub id, or BASE+ADAPTER (a PEFT LoRA adapter on its base), as in recipes."
+    try_ = commands.add_parser("try", help="Generate text with one to four models side by side.")
+    try_.add_argument("models", nargs="+", metavar="MODEL", help=model_help)
+    try_.add_argument("--prompt", required=True, help="The prompt (the model's chat template is applied if it has one).")
+    try_.add_argument("--max-new-tokens", type=int, default=128, help="Stop after this many new tokens (default: 128).")
+    try_.add_argument("--sample", action="store_true", help="Sample instead of picking the likeliest token.")
+    try_.add_argument("--seed", type=int, default=0, help="Seed for --sample (default: 0).")
+    try_.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N, mps or xpu (default: cpu).")
+    try_.add_argument("--dtype", default=None, help="Run in this dtype where the device can (default: the model's).")
+    try_.set_defaults(handler=_run_try)
+    perplexity = commands.add_parser(
+        "perplexity", help="Perplexity of one to four models on your text (encoders: similarity of sentence pairs).")
+    perplexity.add_argument("models", nargs="+", metavar="MODEL", help=model_help)
+    perplexity.add_argument("--text", required=True, type=Path, help="A .txt file, or .jsonl with a \"text\" field.")
+    perplexity.add_argument("--window", type=int, default=512, help="Tokens per window (default: 512).")
+    perplexity.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N, mps or xpu (default: cpu).")
+    perplexity.add_argument("--dtype", default=None, help="Run in this dtype where the device can (default: the model's).")
+    perplexity.add_argument("--json", action="store_true", help="Print one JSON object per model.")
+    perplexity.set_defaults(handler=_run_perplexity)
+
+
+def _run_try(args: argparse.Namespace) -> int:
+    from guiapp.jobs.runner import JobListeners, JobStatus, run_job  # noqa: PLC0415
+    from guiapp.jobs.tryout import try_job  # noqa: PLC0415
+
+    current = {"index": -1}
+
+    def on_output(index: int, text: str) -> None:
+        if index != current["index"]:
+            current["index"] = index
+            print(f"\n=== {args.models[index]} ===", flush=True)
+        print(text, end="", flush=True)
+
+    job = try_job(args.models, args.prompt, max_new_tokens=args.max_new_tokens, sample=args.sample, seed=args.seed,
+                  device=args.device, dtype=args.dtype, on_output=on_output)
+    result = run_job(job, JobListeners(on_log=lambda job_, line: print(line, file=sys.stderr)))
+    print()
+    if result.status is JobStatus.FAILED:
+        _print_explanation(result.error, args)
+    return EXIT_OK if result.status is JobStatus.DONE else EXIT_FAILED
+
+
+def _run_perplexity(args: argparse.Namespace) -> int:
+    import json  # noqa: PLC0415
+
+    from guiapp.engine.inference import read_text_file  # noqa: PLC0415
+    from guiapp.jobs.tryout import perplexity_job  # noqa: PLC0415
+
+    job = perplexity_job(args.models, read_text_file(args.text), window=args.window, device=args.device,
+                         dtype=args.dtype)
+    summary, code = _run_with_summary(job, args)
+    if code != EXIT_OK:
+        return code
+    for entry in summary["results"]:
+        if args.json:
+            print(json.dumps(entry))
+        elif entry["perplexity"] is not None:
+            print(f"{entry['model']}: perplexity {entry['perplexity']:.3f} over {entry['tokens']} tokens "
+                  f"({entry['dtype']})")
+        else:
+            print(f"{entry['model']}: encoder, mean cosine similarity {entry['mean_similarity']:.4f} over "
+                  f"{len(entry['similarities'])} sentence pairs ({entry['dtype']})")
+    return EXIT_OK

@@ -138,3 +138,9 @@ class InvalidTokenError(HubError):
     """The Hub did not accept the access token."""
 
     title = "The access token was not accepted"
+
+
+class UnsupportedModelError(MergesmithError):
+    """The model cannot be run here: transformers does not know its architecture, or it needs code from its repo."""
+
+    title = "This model cannot be run here"

@@ -24,6 +24,8 @@ JOB_OPERATIONS: dict[str, tuple[str, ...]] = {
     ),
     "extract": ("matmul", "svd", "qr", "randn", "norm", "sum", "mul", "add", "compare"),
     "apply": ("matmul", "addmm", "add", "mul"),
+    # Running a model (Try, perplexity): its layers compute in the dtype the model is loaded in.
+    "try": ("matmul", "addmm", "add", "mul", "sum", "softmax", "norm", "compare", "where"),
 }
 # Merge methods accumulate whole-tensor reductions (norms, dot products, sums) in float64 whatever the compute
 # dtype, so a device without float64 (Apple MPS) cannot run them.
@@ -31,6 +33,7 @@ JOB_FLOAT64_OPERATIONS: dict[str, tuple[str, ...]] = {
     "merge": ("cast_from_float32", "sum", "mul", "matmul"),
     "extract": (),
     "apply": (),
+    "try": (),
 }
 HOST_STORAGE_OPERATIONS = ("safetensors",)
 
@@ -151,6 +154,33 @@ def require(result: ProbeResult, job: str, device: str, storage_dtype: str) -> O
     )
 
 
+def inference_option(result: ProbeResult, device: str, storage_dtype: str) -> Option:
+    """The dtype a model stored as `storage_dtype` runs in on `device` (job kind "try"), as one `Option`.
+
+    Unlike a merge, a model runs in the dtype it is loaded in: the storage dtype itself when `device` computes
+    every operation of a forward pass in it at full speed; otherwise float32 (a half dtype without kernels here,
+    or emulated far slower than float32), with a note saying so. Model, adapter and inputs all use
+    `compute_dtype`. An impossible combination comes back with `possible` False and the reason; raises ValueError
+    for an unknown dtype.
+    """
+    if storage_dtype not in DTYPE_NAMES:
+        raise ValueError(f"unknown dtype {storage_dtype!r}; expected one of {DTYPE_NAMES}")
+    if result.device(device) is None:
+        return option(result, "try", device, storage_dtype)
+    native = [(storage_dtype, operation, False) for operation in JOB_OPERATIONS["try"]]
+    native_failure = _first_failure(result, device, native)
+    if native_failure is None:
+        candidate = _possible(result, "try", device, storage_dtype, storage_dtype)
+        if not candidate.slow:
+            return candidate
+        native_failure = f"{storage_dtype} is {candidate.note.removeprefix('slow: ')}"
+    fallback = option(result, "try", device, storage_dtype)
+    if not fallback.possible:
+        return fallback
+    return Option("try", device, storage_dtype, True, fallback.compute_dtype, None, fallback.slow,
+                  f"computed in {fallback.compute_dtype}: {native_failure}")
+
+
 def describe_device(device: dict) -> str:
     """A readable one-line name: "CPU: AMD EPYC, 2 cores, 23.5 GB RAM", "cuda:0: NVIDIA RTX 4090, 24.0 GB"."""
     if device["kind"] == "cpu":
@@ -206,4 +236,4 @@ def _operation_words(operation: str, dtype: str) -> str:
 
 
 def _job_words(job: str) -> str:
-    return {"merge": "a merge", "extract": "a LoRA extraction", "apply": "applying a LoRA"}[job]
+    return {"merge": "a merge", "extract": "a LoRA extraction", "apply": "applying a LoRA", "try": "trying a model"}[job]

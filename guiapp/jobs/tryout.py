@@ -1,0 +1,205 @@
+"""Try jobs: generate side by side, perplexity and encoder similarity for one to four models.
+
+Each model's dtype comes from the probe for job kind "try" (its storage dtype where the device computes in it
+at full speed, float32 otherwise), unless the caller names one. Whether the models stay loaded together or are
+loaded one at a time is decided before loading, from their size in that dtype against the memory free now.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from guiapp.errors import DeviceError, RecipeError
+from guiapp.jobs.runner import Job
+from guiapp.progress import Progress
+
+MAX_MODELS = 4
+# Room left for activations, the KV cache and the tokenizer when judging whether models fit together.
+_LOADED_MODEL_OVERHEAD = 1.2
+
+OutputListener = Callable[[int, str], None]
+
+
+@dataclass(frozen=True)
+class TryModelPlan:
+    """One model of a Try job: its reference, storage dtype, the dtype it runs in, and bytes once loaded."""
+
+    reference: str
+    storage_dtype: str
+    run_dtype: str
+    note: str
+    loaded_bytes: int
+
+
+@dataclass(frozen=True)
+class TryPlan:
+    """The models of a Try job and whether they are kept loaded together (`together`) or loaded in turn."""
+
+    device: str
+    models: list[TryModelPlan]
+    together: bool
+    reason: str
+
+    def describe(self) -> list[str]:
+        from guiapp.system.units import format_bytes  # noqa: PLC0415
+
+        lines = [f"{m.reference}: runs in {m.run_dtype}" + (f" ({m.note})" if m.note else "")
+                 + f", about {format_bytes(m.loaded_bytes)} loaded" for m in self.models]
+        return lines + [self.reason]
+
+
+@dataclass
+class ModelShelf:
+    """Models kept loaded between Try jobs (the window's Try page keeps one); keyed by reference, dtype, device."""
+
+    loaded: dict[tuple[str, str, str], Any] = field(default_factory=dict)
+
+    def take(self, key: tuple[str, str, str], load: Callable[[], Any], keep: bool) -> Any:
+        if key in self.loaded:
+            return self.loaded[key]
+        if not keep:
+            self.loaded.clear()
+        model = load()
+        if keep:
+            self.loaded[key] = model
+        return model
+
+    def clear(self) -> None:
+        self.loaded.clear()
+
+
+def plan_try(references: list[str], device: str = "cpu", dtype: str | None = None, probe_result=None) -> TryPlan:
+    """Decide each model's run dtype and whether all fit in memory together, from headers alone.
+
+    `dtype` None keeps each model's storage dtype (as the probe allows). Raises RecipeError for no models or more
+    than four, DeviceError when the probe says the device cannot run the dtype at all, and the header readers'
+    CheckpointError / HubError subclasses.
+    """
+    import torch  # noqa: PLC0415
+
+    from guiapp.engine.recipe import ModelRef  # noqa: PLC0415
+    from guiapp.engine.sources import read_headers  # noqa: PLC0415
+    from guiapp.system.capabilities import inference_option  # noqa: PLC0415
+    from guiapp.system.probe import probe  # noqa: PLC0415
+    from guiapp.system.resources import gpu_memory, memory  # noqa: PLC0415
+    from guiapp.system.units import format_bytes  # noqa: PLC0415
+
+    if not 1 <= len(references) <= MAX_MODELS:
+        raise RecipeError(f"Try compares one to {MAX_MODELS} models; {len(references)} were given.",
+                          hint=f"Pick between one and {MAX_MODELS} models.")
+    probe_result = probe_result or probe()
+    plans = []
+    for reference in references:
+        headers = read_headers(ModelRef.parse(reference))
+        storage = dtype or _storage_dtype(headers.tensors.values())
+        chosen = inference_option(probe_result, device, storage)
+        if not chosen.possible:
+            raise DeviceError(f"{reference} cannot run in {storage} on {device}: {chosen.reason}.",
+                              hint="Pick another device or dtype; the dropdowns offer what works here.",
+                              retry_with={"device": "cpu"} if device != "cpu" else None)
+        parameters = sum(info.numel for info in headers.tensors.values())
+        loaded = int(parameters * getattr(torch, chosen.compute_dtype).itemsize * _LOADED_MODEL_OVERHEAD)
+        plans.append(TryModelPlan(reference, storage, chosen.compute_dtype, chosen.note, loaded))
+    needed = sum(p.loaded_bytes for p in plans)
+    free = memory().available if device == "cpu" else (gpu_memory(device).free or 0)
+    together = needed <= free
+    what = "The model fits in memory" if len(plans) == 1 else f"All {len(plans)} models fit in memory together"
+    reason = (f"{what} ({format_bytes(needed)} of {format_bytes(free)} free)."
+              if together else f"The models need {format_bytes(needed)} together and {format_bytes(free)} is free: "
+              "they are loaded one at a time.")
+    return TryPlan(device, plans, together, reason)
+
+
+def _storage_dtype(tensors) -> str:
+    """The floating dtype holding most of a model's parameters ("float32" when it has none)."""
+    counts: dict[str, int] = {}
+    for info in tensors:
+        if info.dtype.is_floating_point:
+            name = str(info.dtype).removeprefix("torch.")
+            counts[name] = counts.get(name, 0) + info.numel
+    return max(counts, key=counts.get) if counts else "float32"
+
+
+def _load(model_plan: TryModelPlan, device: str, shelf: ModelShelf, keep: bool, progress: Progress):
+    import torch  # noqa: PLC0415
+
+    from guiapp.engine.inference import load_model, resolve_source  # noqa: PLC0415
+
+    def load():
+        progress.start_stage(f"Loading {model_plan.reference}")
+        return load_model(resolve_source(model_plan.reference, progress), getattr(torch, model_plan.run_dtype),
+                          device, progress)
+
+    return shelf.take((model_plan.reference, model_plan.run_dtype, device), load, keep)
+
+
+def try_job(references: list[str], prompt: str, *, max_new_tokens: int = 128, sample: bool = False, seed: int = 0,
+            device: str = "cpu", dtype: str | None = None, on_output: OutputListener | None = None,
+            shelf: ModelShelf | None = None, probe_result=None) -> Job:
+    """A job that generates a continuation of `prompt` with each model in turn.
+
+    `on_output(index, text)` receives each model's text as it streams (from the job's thread). The summary has
+    "generations": one {"model", "text", "tokens", "dtype"} per model. Cancel stops at the next token.
+    """
+    spec = {"references": list(references), "prompt": prompt, "max_new_tokens": max_new_tokens, "sample": sample,
+            "seed": seed, "device": device, "dtype": dtype}
+
+    def work(progress: Progress) -> dict[str, Any]:
+        from guiapp.engine.inference import GenerationSettings, generate  # noqa: PLC0415
+
+        plan = plan_try(references, device, dtype, probe_result)
+        for line in plan.describe():
+            progress.log(line)
+        settings = GenerationSettings(max_new_tokens=max_new_tokens, sample=sample, seed=seed)
+        models_shelf = shelf or ModelShelf()
+        generations = []
+        for index, model_plan in enumerate(plan.models):
+            loaded = _load(model_plan, device, models_shelf, plan.together, progress)
+            listener = (lambda text, index=index: on_output(index, text)) if on_output else None
+            result = generate(loaded, prompt, settings, progress, listener)
+            generations.append({"model": model_plan.reference, "text": result.text, "tokens": result.token_ids,
+                                "dtype": model_plan.run_dtype})
+        return {"generations": generations}
+
+    return Job(title=f"Try {len(references)} model(s)", kind="try", spec=spec, work=work)
+
+
+def perplexity_job(references: list[str], text: str, *, window: int = 512, device: str = "cpu",
+                   dtype: str | None = None, shelf: ModelShelf | None = None, probe_result=None) -> Job:
+    """A job computing each model's perplexity on `text` (for an encoder: the cosine similarity of the text's
+    sentence pairs, see `guiapp.engine.inference.sentence_pairs`).
+
+    The summary has "results": per model {"model", "kind", "perplexity", "tokens", "dtype"} for a causal LM, or
+    {"model", "kind", "perplexity": None, "similarities", "mean_similarity", "dtype"} for an encoder. Cancel
+    stops between windows.
+    """
+    spec = {"references": list(references), "text": text, "window": window, "device": device, "dtype": dtype}
+
+    def work(progress: Progress) -> dict[str, Any]:
+        from guiapp.engine.inference import CAUSAL, perplexity, sentence_pairs, similarities  # noqa: PLC0415
+
+        plan = plan_try(references, device, dtype, probe_result)
+        for line in plan.describe():
+            progress.log(line)
+        models_shelf = shelf or ModelShelf()
+        results = []
+        for model_plan in plan.models:
+            loaded = _load(model_plan, device, models_shelf, plan.together, progress)
+            entry: dict[str, Any] = {"model": model_plan.reference, "kind": loaded.kind, "dtype": model_plan.run_dtype}
+            if loaded.kind == CAUSAL:
+                measured = perplexity(loaded, text, window, progress)
+                entry.update(perplexity=measured.perplexity, tokens=measured.tokens)
+            else:
+                pairs = sentence_pairs(text)
+                if not pairs:
+                    raise RecipeError(f"{model_plan.reference} is an encoder: it is compared on sentence pairs, "
+                                      "and the text has none.",
+                                      hint="Write pairs as two sentences on one line separated by a tab, or as "
+                                      "consecutive lines.")
+                scores = similarities(loaded, pairs, progress)
+                entry.update(perplexity=None, similarities=scores, mean_similarity=sum(scores) / len(scores))
+            results.append(entry)
+        return {"results": results}
+
+    return Job(title=f"Perplexity of {len(references)} model(s)", kind="perplexity", spec=spec, work=work)

@@ -1,0 +1,44 @@
+"""`mergesmith try` and `mergesmith perplexity` on models the tests build."""
+
+from __future__ import annotations
+
+import json
+import math
+
+from guiapp.cli import EXIT_FAILED, EXIT_OK, main
+from tests.tryout.models import SENTENCES
+
+
+def test_try_prints_each_models_text(causal_fp32, causal_fp16, try_probe, capsys):
+    code = main(["try", str(causal_fp32), str(causal_fp16), "--prompt", "the cat sat", "--max-new-tokens", "6"])
+    out = capsys.readouterr().out
+    assert code == EXIT_OK
+    first, second = out.split(f"=== {causal_fp16} ===")
+    assert f"=== {causal_fp32} ===" in first and first.split("===")[-1].strip() and second.strip()
+
+
+def test_perplexity_json_has_one_object_per_model(causal_fp32, causal_bf16, bf16_adapter, try_probe, tmp_path,
+                                                  capsys):
+    text = tmp_path / "text.txt"
+    text.write_text(" ".join(SENTENCES))
+    adapted = f"{causal_bf16}+{bf16_adapter}"
+    code = main(["perplexity", str(causal_fp32), adapted, "--text", str(text), "--json"])
+    lines = capsys.readouterr().out.splitlines()
+    assert code == EXIT_OK
+    objects = [json.loads(line) for line in lines]
+    assert [o["model"] for o in objects] == [str(causal_fp32), adapted]
+    assert all(math.isfinite(o["perplexity"]) and o["perplexity"] > 1 for o in objects)
+
+
+def test_unknown_architecture_is_explained_not_a_traceback(causal_fp32, try_probe, tmp_path, capsys):
+    folder = tmp_path / "strange"
+    folder.mkdir()
+    for file in causal_fp32.iterdir():
+        (folder / file.name).write_bytes(file.read_bytes())
+    config = json.loads((folder / "config.json").read_text())
+    config.update(model_type="frobnicator", architectures=["FrobnicatorForCausalLM"])
+    (folder / "config.json").write_text(json.dumps(config))
+    code = main(["try", str(folder), "--prompt", "hello"])
+    err = " ".join(capsys.readouterr().err.split())  # the explanation is wrapped to the terminal's width
+    assert code == EXIT_FAILED
+    assert "transformers does not know this architecture" in err and "Traceback" not in err
