@@ -111,14 +111,17 @@ def _build_parser() -> argparse.ArgumentParser:
 
 
 def _launch_window(args: argparse.Namespace) -> int:
+    import os  # noqa: PLC0415
+
+    # The self-test opens the window offscreen when there is no display: only a display it cannot use stops it.
+    problem = _display_problem() if not args.self_test or os.environ.get("DISPLAY") else None
+    if problem:
+        print(problem, file=sys.stderr)
+        return EXIT_FAILED
     if args.self_test:
         from guiapp.ui.self_test import run_self_test  # noqa: PLC0415 - Qt only loads when the window is wanted
 
         return run_self_test()
-    problem = _display_problem()
-    if problem:
-        print(problem, file=sys.stderr)
-        return EXIT_FAILED
     from guiapp.ui.app import run_app  # noqa: PLC0415
 
     return run_app()
@@ -133,12 +136,17 @@ def _display_problem() -> str | None:
     if not os.environ.get("DISPLAY"):
         return ("Mergesmith's window needs a desktop session, and none was found (no DISPLAY or WAYLAND_DISPLAY).\n"
                 "Start it from your desktop, or use the command line: `mergesmith --help` lists the jobs it runs.")
-    import ctypes.util  # noqa: PLC0415
+    from guiapp.system.display_libraries import install_advice, missing_libraries, xcb_plugin  # noqa: PLC0415
 
-    if ctypes.util.find_library("xcb-cursor") is None:
-        return ("Mergesmith's window needs the system library libxcb-cursor, which is not installed.\n"
-                "Install it (Debian/Ubuntu: sudo apt install libxcb-cursor0; Fedora: sudo dnf install "
-                "xcb-util-cursor), then start Mergesmith again.")
+    plugin = xcb_plugin()
+    try:
+        missing = missing_libraries(plugin) if plugin is not None else []
+    except (OSError, ValueError):  # an unreadable plugin: let Qt try, and say what it finds
+        return None
+    if missing:
+        return (f"Mergesmith's window needs system libraries that are not installed: {', '.join(missing)}.\n"
+                f"Qt's X11 support loads them at start-up and cannot open a window without them. Install them:\n"
+                f"{install_advice(missing)}\nthen start Mergesmith again.")
     return None
 
 
