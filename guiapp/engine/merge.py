@@ -22,7 +22,7 @@ from guiapp.engine.devices import resolve_device, use_cpu_threads
 from guiapp.engine.methods.base import MergeContext
 from guiapp.engine.model_card import write_merge_metadata
 from guiapp.engine.output import DEFAULT_SHARD_BYTES, PlannedTensor, ShardedWriter, StagedOutput, check_free_space
-from guiapp.engine.plan import MergePlan, TensorTask, build_plan
+from guiapp.engine.plan import MergePlan, TensorTask, align_vocabulary, build_plan
 from guiapp.engine.recipe import Recipe
 from guiapp.engine.sources import ModelReader, local_folder, open_reader, read_headers
 from guiapp.errors import IncompatibleModelsError, NonFiniteResultError
@@ -77,6 +77,9 @@ def plan_merge(recipe: Recipe, progress: Progress | None = None) -> MergePlan:
     for ref in refs:
         headers[ref] = read_headers(ref)
         progress.step(str(ref))
+    donor = recipe.tokenizer_donor()
+    if donor is not None:
+        local_folder(donor)  # a tokenizer donor's folder that does not exist is reported now, not after the merge
     plan = build_plan(recipe, headers)
     for warning in plan.warnings:
         progress.log(f"Warning: {warning}")
@@ -111,8 +114,10 @@ def run_merge(
             for model in plan.models:
                 readers.append(open_reader(model.ref, progress))
                 progress.step(model.label)
+            donor_folder = _donor_folder(plan, progress)
+            align_vocabulary(plan, [r.folder for r in readers], donor_folder)
             stats = _merge_tensors(plan, readers, staged.path, device, settings, progress)
-            write_merge_metadata(staged.path, plan, [r.folder for r in readers])
+            write_merge_metadata(staged.path, plan, [r.folder for r in readers], donor_folder)
         finally:
             for reader in readers:
                 reader.close()
@@ -121,6 +126,18 @@ def run_merge(
     elapsed = time.monotonic() - started
     progress.log(f"Done: {len(plan.tasks)} tensors written to {output} in {elapsed:.1f} s.")
     return MergeOutcome(output, plan, elapsed, stats)
+
+
+def _donor_folder(plan: MergePlan, progress: Progress) -> Path | None:
+    """The folder of the tokenizer donor (a model that lends only its tokenizer), fetched if it is on the Hub."""
+    if plan.tokenizer_donor is None:
+        return None
+    folder = local_folder(plan.tokenizer_donor)
+    if folder is not None:
+        return folder
+    from guiapp.hub.resolve import resolve_model  # noqa: PLC0415
+
+    return resolve_model(plan.tokenizer_donor.model, revision=plan.tokenizer_donor.revision, progress=progress)
 
 
 def _merge_tensors(
@@ -201,6 +218,11 @@ def merges_in_blocks(plan: MergePlan, task: TensorTask) -> bool:
 
 
 def _read_inputs(plan: MergePlan, readers: list[ModelReader], task: TensorTask, device: torch.device) -> list[torch.Tensor]:
+    if task.vocabulary is not None:
+        # Every input is laid out in the output vocabulary first; a lacking row may come from another input.
+        stored = {item.model: _to_compute(plan, readers[item.model].read(item.tensor), device) for item in task.inputs}
+        aligned = task.vocabulary.align(stored)
+        return [aligned[item.model] for item in task.inputs]
     tensors = []
     for item in task.inputs:
         tensor = readers[item.model].read(item.tensor)

@@ -10,17 +10,31 @@ import yaml
 
 from guiapp import __version__
 from guiapp.engine.plan import MergePlan
+from guiapp.engine.tokenizers import chat_template_text, write_chat_template, write_tokenizer
 
 TOKENIZER_FILES = (
     "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model", "vocab.json",
     "merges.txt", "vocab.txt", "added_tokens.json", "chat_template.jinja", "spiece.model",
 )
 
-def write_merge_metadata(folder: Path, plan: MergePlan, model_folders: list[Path]) -> None:
-    """Write config.json, tokenizer and generation files, README.md and mergesmith_recipe.yml into `folder`."""
+def write_merge_metadata(folder: Path, plan: MergePlan, model_folders: list[Path], donor_folder: Path | None = None) -> None:
+    """Write config.json, tokenizer and generation files, README.md and mergesmith_recipe.yml into `folder`.
+
+    The tokenizer is the one `plan` built (union or trimmed vocabulary), else the tokenizer source's files
+    (`donor_folder` for a model that lends only its tokenizer); the recipe's chat template is written into it.
+    """
     if plan.config is not None:
         (folder / "config.json").write_text(json.dumps(plan.config, indent=2) + "\n")
-    copy_companion_files(folder, model_folders[plan.tokenizer_model], model_folders[plan.config_model])
+    tokenizer_folder = donor_folder or model_folders[plan.tokenizer_model]
+    copy_companion_files(folder, tokenizer_folder, model_folders[plan.config_model])
+    if plan.tokenizer_document is not None:
+        write_tokenizer(folder, plan.tokenizer_document, tokenizer_folder)
+    if plan.recipe.chat_template is not None:
+        template = chat_template_text(plan.recipe.chat_template, model_folders)
+        if template is None:
+            plan.warnings.append("chat_template: auto found no chat template in the inputs, so none was written.")
+        else:
+            write_chat_template(folder, template)
     (folder / "mergesmith_recipe.yml").write_text(recipe_yaml(plan.recipe.document))
     (folder / "README.md").write_text(merge_card(plan))
 

@@ -7,18 +7,21 @@ vocabulary mismatches, missing tensors, input counts the method cannot merge.
 
 from __future__ import annotations
 
+import difflib
 import math
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from guiapp.engine.checkpoint import TensorInfo, dtype_from_name, dtype_name
 from guiapp.engine.layers import comes_before_layers, count_layers, is_vocabulary_tensor, split_layer_name
-from guiapp.engine.methods import get_method
+from guiapp.engine.methods import METHODS, get_method
 from guiapp.engine.methods.base import BaseRole, LoneTensorPolicy, MergeMethod, ParamKind, ParamSpec
 from guiapp.engine.recipe import ModelRef, Recipe, Source, as_number, is_missing, layer_position, lookup
+from guiapp.engine.tokenizers import VocabularyAlignment
 from guiapp.errors import IncompatibleModelsError, RecipeError
 
 _LAYER_COUNT_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers")
@@ -63,6 +66,8 @@ class TensorTask:
     params: dict[str, Any]
     copy: bool = False
     floating: bool = True
+    # Set by `align_vocabulary` on embedding / output-head tasks when the recipe chooses a tokenizer.
+    vocabulary: VocabularyAlignment | None = None
 
 
 @dataclass
@@ -78,6 +83,9 @@ class MergePlan:
     config_model: int
     tokenizer_model: int
     warnings: list[str] = field(default_factory=list)
+    tokenizer_donor: ModelRef | None = None
+    # The output tokenizer.json built by `align_vocabulary` (None: the tokenizer files are copied as they are).
+    tokenizer_document: dict[str, Any] | None = None
 
     def out_tensor_dtype(self, task: TensorTask) -> torch.dtype:
         if not task.floating:
@@ -168,7 +176,7 @@ def build_plan(recipe: Recipe, headers: dict[ModelRef, ModelHeaders]) -> MergePl
         out_dtype = _storage_dtype(models[config_model])
     config = _output_config(models, config_model, tasks, out_dtype, offset, tokenizer_model)
     return MergePlan(recipe, method, models, tasks, read_dtype, compute_dtype, out_dtype, config, config_model,
-                     tokenizer_model, warnings)
+                     tokenizer_model, warnings, recipe.tokenizer_donor())
 
 
 def _normalise_slices(
@@ -422,7 +430,8 @@ def _checked(spec: ParamSpec, value: Any, out_name: str, model_label: str | None
             else (f"at least {spec.minimum}" if spec.minimum is not None else f"at most {spec.maximum}")
         raise RecipeError(
             f"`{spec.name}`{whose} is {value}, but it must be {bounds} (tensor {out_name}).",
-            hint=spec.help,
+            why=spec.help,
+            hint=f"Set `{spec.name}` to a value {bounds}.",
         )
     return float(value) if spec.kind is ParamKind.FLOAT else value
 
@@ -441,21 +450,59 @@ def _unused_parameter_warnings(recipe: Recipe, method: MergeMethod) -> list[str]
                 warnings.append(f"`{key}` under {where} is ignored: it applies to the whole merge, set it under "
                                 "`parameters:` of the recipe or the slice.")
             elif key not in known_model and key not in known_global:
-                warnings.append(f"`{key}` ({where}) has no effect with {method.name}.")
+                warnings.append(_unknown_parameter_warning(key, where, method, known_model | known_global))
     return list(dict.fromkeys(warnings))
 
 
+def _unknown_parameter_warning(key: str, where: str, method: MergeMethod, known: set[str]) -> str:
+    """"density has no effect with linear" for another method's parameter; a "did you mean" for anything else."""
+    if any(other.param(key) is not None for other in METHODS.values()):
+        return f"`{key}` ({where}) has no effect with {method.name}."
+    close = difflib.get_close_matches(key, sorted(known), n=1)
+    guess = f' (did you mean "{close[0]}"?)' if close else ""
+    return f"`{key}` ({where}) is not a parameter of {method.name} or any other method, so it is ignored{guess}."
+
+
 def _tokenizer_model(recipe: Recipe, index_of: dict[ModelRef, int]) -> int:
+    """The merged model whose vocabulary decides the rows: the source named, else the base (the first model
+    without one, as mergekit does). A donor that is not merged lends its tokenizer only (see align_vocabulary)."""
     source = recipe.tokenizer_source
-    if source is None or source == "base":
-        if source == "base" and recipe.base_model is None:
-            raise RecipeError("`tokenizer_source: base` needs a base_model.", hint="Add `base_model:` to the recipe.")
+    if source in (None, "base", "union") or recipe.tokenizer_donor() is not None:
         return index_of[recipe.base_model] if recipe.base_model else 0
-    ref = ModelRef.parse(source)
-    if ref not in index_of:
-        raise RecipeError(f"tokenizer_source {source} is not one of the recipe's models.",
-                          hint="Use `base` or the name of one of the merged models.")
-    return index_of[ref]
+    return index_of[ModelRef.parse(source)]
+
+
+def align_vocabulary(plan: MergePlan, folders: list[Path], donor_folder: Path | None = None) -> None:
+    """Lay the embedding and output-head tasks out in the output vocabulary the recipe's tokenizer settings give
+    (tokenizers.py has the semantics), and record the output tokenizer in `plan.tokenizer_document`.
+
+    `folders` are the merged models' folders (plan order), `donor_folder` the tokenizer donor's. When the base or
+    the named source has no tokenizer.json, `base` / a merged model keep the row-by-row alignment of the plan
+    (mergekit likewise assumes a model without a tokenizer shares the base's). Raises IncompatibleModelsError
+    when `union` or a donor has no tokenizer.json, RecipeError for `tokenizer.tokens` entries that do not fit.
+    """
+    from guiapp.engine.tokenizers import build_alignment, read_tokenizer  # noqa: PLC0415
+
+    settings = plan.recipe.tokenizer
+    tasks = [t for t in plan.tasks if t.floating and is_vocabulary_tensor(t.name)]
+    if settings is None or not tasks:
+        return
+    reference = plan.tokenizer_model
+    needed = [folders[reference]] + ([donor_folder] if plan.tokenizer_donor is not None else [])
+    if settings.source != "union" and plan.tokenizer_donor is None and not settings.tokens \
+            and not settings.pad_to_multiple_of and any(read_tokenizer(f) is None for f in needed):
+        return
+    rows = [next((info.shape[0] for name, info in m.tensors.items() if is_vocabulary_tensor(name)), None)
+            for m in plan.models]
+    base = plan.config_model if plan.recipe.base_model is not None else None
+    alignment, document = build_alignment(settings, [m.ref for m in plan.models], folders, rows, base, donor_folder)
+    for task in tasks:
+        task.inputs = [TensorInput(i.model, i.tensor) for i in task.inputs]
+        task.shape = (alignment.rows, *task.shape[1:])
+        task.vocabulary = alignment
+    if plan.config is not None and "vocab_size" in plan.config:
+        plan.config["vocab_size"] = alignment.rows
+    plan.tokenizer_document = document
 
 
 def _config_model(recipe: Recipe, index_of: dict[ModelRef, int]) -> int:

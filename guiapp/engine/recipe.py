@@ -17,11 +17,53 @@ import yaml
 
 from guiapp.errors import RecipeError
 from guiapp.hub.references import is_hub_id
+from guiapp.system.bounded import describe_value
 
 TOP_LEVEL_KEYS = {
     "merge_method", "models", "slices", "modules", "base_model", "parameters", "dtype", "out_dtype",
     "tokenizer_source", "tokenizer", "chat_template",
 }
+# The keys mergekit's schema allows at each level of a recipe; anything else is warned about ("did you mean").
+_MODEL_ENTRY_KEYS = {"model", "parameters"}
+_SOURCE_KEYS = {"model", "layer_range", "parameters"}
+_SLICE_KEYS = {"sources", "parameters", "base_model", "residual_weight"}
+_MODULE_KEYS = {"models", "slices", "parameters"}
+_TOKENIZER_KEYS = {"source", "tokens", "pad_to_multiple_of"}
+_TOKEN_KEYS = {"source", "force"}
+# The module name mergekit gives the one module of a text-only model.
+DEFAULT_MODULE = "default"
+
+
+@dataclass(frozen=True)
+class TokenSource:
+    """Where one token's embedding and output-head rows come from (mergekit's `tokenizer.tokens.<t>.source`).
+
+    `kind` is "model" (that token's own row in `model`), "model_token" (the row of `token` or `token_id` in
+    `model`), "zero" (zeros) or "average" (the mean of the rows of the models that have the token).
+    """
+
+    kind: str
+    model: ModelRef | None = None
+    token: str | None = None
+    token_id: int | None = None
+
+
+@dataclass(frozen=True)
+class TokenOverride:
+    """A `tokenizer.tokens` entry: its source (None: the default choice) and whether it replaces every model's row."""
+
+    source: TokenSource | None
+    force: bool = False
+
+
+@dataclass(frozen=True)
+class TokenizerSettings:
+    """The `tokenizer:` section, or `tokenizer_source:` alone (then `tokens` is empty)."""
+
+    source: str
+    tokens: dict[str, TokenOverride] = field(default_factory=dict)
+    pad_to_multiple_of: int | None = None
+
 
 @dataclass(frozen=True)
 class ModelRef:
@@ -95,9 +137,11 @@ class Recipe:
     tokenizer_source: str | None
     document: dict[str, Any]
     warnings: list[str] = field(default_factory=list)
+    tokenizer: TokenizerSettings | None = None
+    chat_template: str | None = None
 
     def model_refs(self) -> list[ModelRef]:
-        """Every model the recipe names, base included, each once, in order of appearance."""
+        """Every model the recipe merges, base included, each once, in order of appearance."""
         refs: list[ModelRef] = []
         sources = self.models or [s for sl in self.slices or [] for s in sl.sources]
         bases = [self.base_model] + [sl.base_model for sl in self.slices or []]
@@ -105,6 +149,14 @@ class Recipe:
             if ref not in refs:
                 refs.append(ref)
         return refs
+
+    def tokenizer_donor(self) -> ModelRef | None:
+        """The model named by `tokenizer_source` when it is not one of the merged models (only its tokenizer is used)."""
+        source = self.tokenizer.source if self.tokenizer else None
+        if source in (None, "base", "union"):
+            return None
+        ref = ModelRef.parse(source)
+        return None if ref in self.model_refs() else ref
 
 
 def load_recipe(path: Path) -> Recipe:
@@ -137,59 +189,61 @@ def parse_recipe(text: str, label: str = "The recipe") -> Recipe:
 
 
 def recipe_from_dict(document: dict[str, Any]) -> Recipe:
-    """Build a Recipe from an already-parsed mapping (the window's form uses this). Raises RecipeError."""
+    """Build a Recipe from an already-parsed mapping (the window's form uses this). Raises RecipeError.
+
+    Keys mergekit knows but Mergesmith would not apply are refused; keys nobody knows are warned about,
+    with the closest known key when there is one.
+    """
     warnings: list[str] = []
-    for key in document:
-        if key not in TOP_LEVEL_KEYS:
-            close = difflib.get_close_matches(str(key), TOP_LEVEL_KEYS, n=1)
-            guess = f' (did you mean "{close[0]}"?)' if close else ""
-            warnings.append(f'Unknown recipe key "{key}" is ignored{guess}.')
+    _warn_unknown_keys(document, TOP_LEVEL_KEYS, "the recipe", warnings)
     method = document.get("merge_method")
     if not isinstance(method, str) or not method:
-        raise RecipeError("The recipe has no merge_method.", hint="Add a line such as `merge_method: ties`.")
-    if "modules" in document:
         raise RecipeError(
-            "Recipes with `modules:` (multi-module models such as vision-language models) are not supported yet.",
-            hint="Merge the language model part with `models:` or `slices:`.",
+            "The recipe has no merge_method.",
+            why="The merge method decides how the models' weights are combined; there is no default.",
+            hint="Add a line such as `merge_method: ties`.",
         )
-    has_models, has_slices = "models" in document, "slices" in document
+    document_parts = _unwrap_default_module(document, warnings)
+    has_models, has_slices = "models" in document_parts, "slices" in document_parts
     if has_models == has_slices:
         raise RecipeError(
             "The recipe needs exactly one of `models:` or `slices:`"
             + (" (it has both)." if has_models else " (it has neither)."),
+            why="`models:` merges whole models and `slices:` picks layer ranges; the two cannot be combined.",
+            hint="Keep `models:` to merge whole models, or `slices:` to choose layer ranges.",
         )
-    if "tokenizer" in document and "tokenizer_source" in document:
-        raise RecipeError("The recipe sets both `tokenizer` and `tokenizer_source`.", hint="Keep only one of them.")
-    tokenizer_source = document.get("tokenizer_source")
-    tokenizer = document.get("tokenizer")
-    if isinstance(tokenizer, dict):
-        tokenizer_source = tokenizer.get("source")
-    if tokenizer_source == "union":
-        raise RecipeError(
-            "`tokenizer_source: union` is not supported yet.",
-            hint="Use `tokenizer_source: base` (rows follow the base model's vocabulary) or name one model.",
-            retry_with={"tokenizer_source": "base"},
-        )
-    if document.get("chat_template") not in (None, "auto"):
-        warnings.append("chat_template is not applied yet; the tokenizer's own chat template is kept.")
+    tokenizer = _tokenizer_settings(document)
+    chat_template = _chat_template(document.get("chat_template"))
 
     base = ModelRef.parse(document["base_model"]) if document.get("base_model") else None
-    parameters = _mapping(document.get("parameters"), "parameters")
+    parameters = _merged_scopes(_mapping(document_parts.get("module_parameters"), "modules.default.parameters"),
+                                _mapping(document.get("parameters"), "parameters"))
     models = slices = None
     if has_models:
-        entries = document["models"]
+        entries = document_parts["models"]
         if not isinstance(entries, list) or not entries:
-            raise RecipeError("`models:` must be a non-empty list of `- model: …` entries.")
-        models = [_source(entry, f"models[{i}]", allow_range=False) for i, entry in enumerate(entries)]
+            raise RecipeError("`models:` must be a non-empty list of `- model: …` entries.",
+                              why="There is nothing to merge without at least one model.",
+                              hint="Add entries such as `- model: org/name`.")
+        models = [_source(entry, f"models[{i}]", allow_range=False, warnings=warnings) for i, entry in enumerate(entries)]
     else:
-        entries = document["slices"]
+        entries = document_parts["slices"]
         if not isinstance(entries, list) or not entries:
-            raise RecipeError("`slices:` must be a non-empty list of `- sources: […]` entries.")
+            raise RecipeError("`slices:` must be a non-empty list of `- sources: […]` entries.",
+                              why="Each slice says which layers of which models make up part of the result.",
+                              hint="Add entries such as `- sources: [{model: org/name, layer_range: [0, 16]}]`.")
         slices = []
         for i, entry in enumerate(entries):
             if not isinstance(entry, dict) or not isinstance(entry.get("sources"), list) or not entry["sources"]:
-                raise RecipeError(f"slices[{i}] needs a non-empty `sources:` list.")
-            sources = [_source(s, f"slices[{i}].sources[{j}]", allow_range=True) for j, s in enumerate(entry["sources"])]
+                raise RecipeError(f"slices[{i}] needs a non-empty `sources:` list.",
+                                  why="A slice without sources contributes no layers.",
+                                  hint="Give it `sources:` with `model:` and `layer_range:` entries.")
+            _warn_unknown_keys(entry, _SLICE_KEYS, f"slices[{i}]", warnings)
+            if "residual_weight" in entry:
+                warnings.append(f"`residual_weight` (slices[{i}]) is ignored: no merge method uses it, "
+                                "in mergekit or in Mergesmith.")
+            sources = [_source(s, f"slices[{i}].sources[{j}]", allow_range=True, warnings=warnings)
+                       for j, s in enumerate(entry["sources"])]
             slice_base = ModelRef.parse(entry["base_model"]) if entry.get("base_model") else None
             slices.append(Slice(sources, _mapping(entry.get("parameters"), f"slices[{i}].parameters"), slice_base))
     dtype, out_dtype = document.get("dtype"), document.get("out_dtype")
@@ -197,6 +251,7 @@ def recipe_from_dict(document: dict[str, Any]) -> Recipe:
         if value is not None and str(value).lower().removeprefix("torch.") not in _DTYPES:
             raise RecipeError(
                 f'`{key}: {value}` is not a dtype Mergesmith can use.',
+                why="Weights are stored as floating-point numbers of one of four widths.",
                 hint="Use bfloat16, float16, float32 or float64.",
             )
     return Recipe(
@@ -207,9 +262,196 @@ def recipe_from_dict(document: dict[str, Any]) -> Recipe:
         parameters=parameters,
         dtype=_canonical_dtype(dtype),
         out_dtype=_canonical_dtype(out_dtype),
-        tokenizer_source=tokenizer_source,
+        tokenizer_source=tokenizer.source if tokenizer else None,
         document=document,
         warnings=warnings,
+        tokenizer=tokenizer,
+        chat_template=chat_template,
+    )
+
+
+def _warn_unknown_keys(mapping: dict[str, Any], known: set[str], where: str, warnings: list[str]) -> None:
+    for key in mapping:
+        if key not in known:
+            close = difflib.get_close_matches(str(key), sorted(known), n=1)
+            guess = f' (did you mean "{close[0]}"?)' if close else ""
+            warnings.append(f'Unknown key "{key}" in {where} is ignored{guess}.')
+
+
+def _unwrap_default_module(document: dict[str, Any], warnings: list[str]) -> dict[str, Any]:
+    """`models:`/`slices:` of the recipe, taken from `modules: {default: …}` when the recipe uses that form.
+
+    Raises RecipeError for `modules:` next to `models:`/`slices:`, and for several modules (a multi-module
+    model such as a vision-language model), which Mergesmith does not merge yet.
+    """
+    if "modules" not in document:
+        return {key: document[key] for key in ("models", "slices") if key in document}
+    modules = document["modules"]
+    if "models" in document or "slices" in document:
+        raise RecipeError(
+            "The recipe has `modules:` and also `models:` or `slices:`.",
+            why="`modules:` already says what to merge, module by module; the two would contradict each other.",
+            hint="Keep only `modules:`, or move its content to the top level and remove `modules:`.",
+        )
+    if not isinstance(modules, dict) or not modules:
+        raise RecipeError("`modules:` must map module names to `models:` or `slices:`.",
+                          why="Each module of the model is merged from its own list.",
+                          hint="For a text-only model write `modules: {default: {slices: […]}}`, or use `slices:`.")
+    if set(modules) != {DEFAULT_MODULE}:
+        names = ", ".join(str(name) for name in modules)
+        raise RecipeError(
+            f"This recipe merges several parts of a multi-module model separately ({names}); "
+            "Mergesmith does not merge multi-module models yet.",
+            why="Each part (for example a language model and a vision tower) would need its own layer plan, "
+            "and Mergesmith plans one stack of layers.",
+            hint="Merge the part that matters with `slices:` (its layer ranges) and keep the rest of one model.",
+        )
+    module = modules[DEFAULT_MODULE]
+    if not isinstance(module, dict):
+        raise RecipeError("`modules.default` must hold `models:` or `slices:`.",
+                          why="The module says what to merge.", hint="Write `modules: {default: {slices: […]}}`.")
+    _warn_unknown_keys(module, _MODULE_KEYS, "modules.default", warnings)
+    parts = {key: module[key] for key in ("models", "slices") if key in module}
+    if "parameters" in module:
+        parts["module_parameters"] = module["parameters"]
+    return parts
+
+
+def _merged_scopes(inner: dict[str, Any], outer: dict[str, Any]) -> dict[str, Any]:
+    """One parameter scope that looks in `inner` first and falls through to `outer` when no filter of `inner`
+    matches, exactly as two scopes would (used for a module's parameters above the recipe's)."""
+    merged = dict(outer)
+    for name, value in inner.items():
+        merged[name] = _as_conditions(value) + _as_conditions(outer[name]) if name in outer else value
+    return merged
+
+
+def _as_conditions(value: Any) -> list[dict[str, Any]]:
+    if isinstance(value, dict):
+        return [value]
+    if isinstance(value, list) and value and all(isinstance(entry, dict) for entry in value):
+        return list(value)
+    return [{"value": value}]
+
+
+def _tokenizer_settings(document: dict[str, Any]) -> TokenizerSettings | None:
+    """The `tokenizer:` section or `tokenizer_source:`. Raises RecipeError for a form mergekit would refuse too."""
+    if "tokenizer" in document and "tokenizer_source" in document:
+        raise RecipeError(
+            "The recipe sets both `tokenizer` and `tokenizer_source`.",
+            why="Both say which vocabulary the result has; with two answers neither can be chosen.",
+            hint="Keep only one of them (`tokenizer:` can hold `source:`).",
+        )
+    if document.get("tokenizer_source") is not None:
+        return TokenizerSettings(_tokenizer_source_text(document["tokenizer_source"], "tokenizer_source"))
+    section = document.get("tokenizer")
+    if section is None:
+        return None
+    if not isinstance(section, dict):
+        raise RecipeError("`tokenizer:` must be a mapping with `source:` (and optionally `tokens:`).",
+                          why="It describes the result's vocabulary and where new tokens' rows come from.",
+                          hint="For example `tokenizer: {source: union}`.")
+    warnings: list[str] = []
+    _warn_unknown_keys(section, _TOKENIZER_KEYS, "tokenizer", warnings)
+    if warnings:
+        raise RecipeError(warnings[0].replace("is ignored", "is not a tokenizer setting"),
+                          why="A tokenizer setting Mergesmith does not know would change the vocabulary in a way "
+                          "it cannot apply.", hint="Use only `source`, `tokens` and `pad_to_multiple_of`.")
+    source = _tokenizer_source_text(section.get("source", "union"), "tokenizer.source")  # mergekit's default
+    pad = section.get("pad_to_multiple_of")
+    if pad is not None and (as_number(pad) is None or float(as_number(pad)) != int(as_number(pad)) or as_number(pad) < 1):
+        raise RecipeError(f"`tokenizer.pad_to_multiple_of` must be a whole number of at least 1, got {describe_value(pad)}.",
+                          why="The embedding rows are padded up to a multiple of it.",
+                          hint="For example `pad_to_multiple_of: 64`, or remove it.")
+    tokens = section.get("tokens") or {}
+    if not isinstance(tokens, dict):
+        raise RecipeError("`tokenizer.tokens` must map token texts to settings.",
+                          why="Each entry says where one token's embedding comes from.",
+                          hint='For example `tokens: {"<|im_start|>": {source: org/name}}`.')
+    return TokenizerSettings(
+        source,
+        {str(token): _token_override(str(token), value) for token, value in tokens.items()},
+        int(as_number(pad)) if pad is not None else None,
+    )
+
+
+def _tokenizer_source_text(value: Any, key: str) -> str:
+    if isinstance(value, dict) and "model" in value:
+        return str(ModelRef.parse(value))
+    if not isinstance(value, str) or not value.strip():
+        raise RecipeError(f"`{key}` must be `base`, `union` or a model, got {describe_value(value)}.",
+                          why="It names the vocabulary the result uses.",
+                          hint=f"For example `{key}: base`.")
+    return value.strip()
+
+
+def _token_override(token: str, value: Any) -> TokenOverride:
+    where = f'tokenizer.tokens["{token}"]'
+    if not isinstance(value, dict):
+        raise RecipeError(f"{where} must be a mapping with `source:` (and optionally `force:`).",
+                          why="It says where this token's embedding row comes from.",
+                          hint="For example `source: org/name`, or `source: {kind: zero}`.")
+    warnings: list[str] = []
+    _warn_unknown_keys(value, _TOKEN_KEYS, where, warnings)
+    if warnings:
+        raise RecipeError(warnings[0].replace("is ignored", "is not a token setting"),
+                          why="An unknown token setting would leave this token's row other than the recipe says.",
+                          hint="Use only `source` and `force`.")
+    force = value.get("force", False)
+    if not isinstance(force, bool):
+        raise RecipeError(f"{where}.force must be true or false, got {describe_value(force)}.", why="It is a switch.",
+                          hint="Write `force: true` or remove it.")
+    source = value.get("source")
+    if source is None:
+        return TokenOverride(None, force)
+    if isinstance(source, str):
+        return TokenOverride(TokenSource("model", ModelRef.parse(source)), force)
+    if not isinstance(source, dict):
+        raise RecipeError(f"{where}.source must be a model or a mapping with `kind:`, got {describe_value(source)}.",
+                          why="It says which row to take.", hint="For example `source: org/name`.")
+    kind = source.get("kind")
+    if kind == "zero":
+        return TokenOverride(TokenSource("zero"), force)
+    if kind == "average":
+        return TokenOverride(TokenSource("average"), force)
+    if kind == "model_token":
+        token_text, token_id = source.get("token"), source.get("token_id")
+        if (token_text is None) == (token_id is None) or "model" not in source:
+            raise RecipeError(f"{where}.source (kind: model_token) needs `model:` and one of `token:` or `token_id:`.",
+                              why="It copies the row of one token of one model.",
+                              hint="For example `{kind: model_token, model: org/name, token: <s>}`.")
+        if token_id is not None and (isinstance(token_id, bool) or not isinstance(token_id, int) or token_id < 0):
+            raise RecipeError(f"{where}.source.token_id must be a row number, got {describe_value(token_id)}.",
+                              why="It indexes the model's embedding rows.", hint="Use `token:` with the token's text.")
+        return TokenOverride(TokenSource("model_token", ModelRef.parse(source["model"]),
+                                         None if token_text is None else str(token_text), token_id), force)
+    if "model" in source and kind is None:
+        return TokenOverride(TokenSource("model", ModelRef.parse(source)), force)
+    raise RecipeError(f"{where}.source has kind {describe_value(kind)}, which is not one Mergesmith knows.",
+                      why="The kind says how the row is made.",
+                      hint="Use `model_token`, `zero` or `average`, or name a model.")
+
+
+def _chat_template(value: Any) -> str | None:
+    """The chat template the recipe asks for: None, `auto`, a built-in name, or Jinja text (checked as mergekit
+    does: a name that is not built in must look like a template). Raises RecipeError otherwise."""
+    if value is None:
+        return None
+    from guiapp.engine.tokenizers import BUILT_IN_CHAT_TEMPLATES  # noqa: PLC0415 - keeps this module light
+
+    if not isinstance(value, str) or not value.strip():
+        raise RecipeError(f"`chat_template` must be a name or a Jinja template, got {describe_value(value)}.",
+                          why="It is written into the result's tokenizer settings.",
+                          hint=f"Use auto, {', '.join(BUILT_IN_CHAT_TEMPLATES)}, or the template text.")
+    if value == "auto" or value in BUILT_IN_CHAT_TEMPLATES or ("{" in value and len(value) >= 20):
+        return value
+    close = difflib.get_close_matches(value, ["auto", *BUILT_IN_CHAT_TEMPLATES], n=1)
+    raise RecipeError(
+        f'`chat_template: {value}` is neither a built-in template nor a Jinja template'
+        + (f' (did you mean "{close[0]}"?).' if close else "."),
+        why="Chat templates are Jinja text with `{{ … }}` and `{% … %}` blocks; a short word can only be a name.",
+        hint=f"Use auto (the inputs' most common template), {', '.join(BUILT_IN_CHAT_TEMPLATES)}, "
+        "or paste the template text.",
     )
 
 
@@ -225,17 +467,22 @@ def _mapping(value: Any, where: str) -> dict[str, Any]:
     if value is None:
         return {}
     if not isinstance(value, dict):
-        raise RecipeError(f"`{where}` must be a mapping of parameter names to values.")
+        raise RecipeError(f"`{where}` must be a mapping of parameter names to values.",
+                          why="Parameters are looked up by name.", hint="For example `parameters: {weight: 0.5}`.")
     return dict(value)
 
 
-def _source(entry: Any, where: str, allow_range: bool) -> Source:
+def _source(entry: Any, where: str, allow_range: bool, warnings: list[str]) -> Source:
     if not isinstance(entry, dict) or "model" not in entry:
-        raise RecipeError(f"{where} needs a `model:` entry.", hint="Each entry looks like `- model: org/name`.")
+        raise RecipeError(f"{where} needs a `model:` entry.", why="Each entry names one model to merge.",
+                          hint="Each entry looks like `- model: org/name`.")
+    _warn_unknown_keys(entry, _SOURCE_KEYS if allow_range else _MODEL_ENTRY_KEYS | {"layer_range"}, where, warnings)
     layer_range = None
     if "layer_range" in entry:
         if not allow_range:
-            raise RecipeError(f"{where} has a layer_range; layer ranges belong in `slices:` sources.")
+            raise RecipeError(f"{where} has a layer_range; layer ranges belong in `slices:` sources.",
+                              why="`models:` always merges whole models, so a layer range there would be ignored.",
+                              hint="Remove layer_range, or write the recipe with `slices:`.")
         value = entry["layer_range"]
         if (
             not isinstance(value, list) or len(value) != 2
@@ -243,7 +490,8 @@ def _source(entry: Any, where: str, allow_range: bool) -> Source:
             or value[0] < 0 or value[1] <= value[0]
         ):
             raise RecipeError(
-                f"{where}.layer_range must be [start, end) with 0 ≤ start < end, got {value!r}.",
+                f"{where}.layer_range must be [start, end) with 0 ≤ start < end, got {describe_value(value)}.",
+                why="It names the first layer taken and the layer after the last one, so end must be above start.",
                 hint="For example `layer_range: [0, 16]` takes layers 0 to 15.",
             )
         layer_range = (value[0], value[1])

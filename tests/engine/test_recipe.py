@@ -52,8 +52,8 @@ def test_form_errors_are_named():
         parse_recipe("merge_method: linear\nmodels: [\n")
     with pytest.raises(RecipeError, match="layer_range"):
         parse_recipe("merge_method: passthrough\nslices:\n  - sources:\n      - model: a/b\n        layer_range: [4, 2]\n")
-    with pytest.raises(RecipeError, match="union"):
-        parse_recipe("merge_method: linear\ntokenizer_source: union\nmodels:\n  - model: a/b\n")
+    with pytest.raises(RecipeError, match='"vocab" in tokenizer is not a tokenizer setting'):
+        parse_recipe("merge_method: linear\ntokenizer: {source: union, vocab: 3}\nmodels:\n  - model: a/b\n")
     with pytest.raises(RecipeError, match="`dtype: int4` is not a dtype"):
         parse_recipe("merge_method: linear\ndtype: int4\nmodels:\n  - model: a/b\n")
 

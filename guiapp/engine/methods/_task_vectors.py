@@ -246,7 +246,8 @@ def task_vector_method(
         params.append(
             ParamSpec(
                 "epsilon", ParamKind.FLOAT, default=0.15, per_model=True, minimum=0.0, maximum=0.5,
-                help="How far the keep probability moves with rank: from density−ε (smallest) to density+ε.",
+                help="How far the keep probability moves with rank, from density − epsilon (smallest changes) to density + "
+                "epsilon (largest); both must stay between 0 and 1: density − epsilon > 0 and density + epsilon < 1.",
             )
         )
     if sparsifier is not None:

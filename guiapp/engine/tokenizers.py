@@ -1,0 +1,343 @@
+"""The result's vocabulary: which tokenizer it gets, and which embedding / output-head row each of its tokens takes.
+
+mergekit's semantics (tokenizer/build.py and tokenizer/embed.py of mergekit 0.1.5), with the `tokenizers`
+library instead of transformers:
+- the output tokenizer is the tokenizer source's (`base`: the base model's, or the first model's; a model: that
+  model's, which need not be one of the merged models), or for `union` the base's with every token of the other
+  models that it lacks appended, in model order;
+- a model's tokens at or past its number of embedding rows are dropped (padded vocabularies such as Qwen2's), so
+  the result has exactly one row per token, `pad_to_multiple_of` rounding up (the extra rows are the mean row);
+- each model's embedding matrix is re-ordered into the output vocabulary before merging: a token the model has
+  keeps its own row; a token it lacks takes a default row — that of the only model that has it, else the base's,
+  else the mean over the models that have it, else zeros — or what `tokenizer.tokens` says (`force: true` uses it
+  for every model).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from guiapp.engine.recipe import ModelRef, TokenizerSettings, TokenSource
+from guiapp.errors import CheckpointError, IncompatibleModelsError, RecipeError
+
+_TEMPLATES = Path(__file__).with_name("chat_templates")
+# Named chat templates (the texts mergekit ships under these names), stored as data files of this package.
+BUILT_IN_CHAT_TEMPLATES = tuple(sorted(path.stem for path in _TEMPLATES.glob("*.jinja")))
+TOKENIZER_FILE = "tokenizer.json"
+CONFIG_FILE = "tokenizer_config.json"
+
+
+@dataclass
+class ModelVocabulary:
+    """One model's tokens (text → row), limited to the rows its embedding matrix has."""
+
+    ref: ModelRef
+    tokens: dict[str, int]
+    own_tokenizer: bool
+
+
+@dataclass
+class VocabularyAlignment:
+    """How every merged model's embedding rows are laid out in the output vocabulary.
+
+    `rows_of[m][i]` is model m's row for output token i (-1: the model lacks it); `defaults[i]` is where a
+    lacking model's row comes from; `forced` holds the tokens whose default replaces every model's own row.
+    """
+
+    tokens: list[str]
+    rows: int
+    rows_of: dict[int, list[int]]
+    defaults: dict[int, TokenSource]
+    forced: set[int]
+    base_model: int | None
+    vocabularies: dict[int, ModelVocabulary]
+
+    def align(self, tensors: dict[int, torch.Tensor]) -> dict[int, torch.Tensor]:
+        """Re-order each model's vocabulary tensor (keyed by model index) into the output vocabulary."""
+        first = next(iter(tensors.values()))
+        width, dtype, device = first.shape[1:], first.dtype, first.device
+        default_rows = {i: self._default_row(i, source, tensors, width, dtype, device)
+                        for i, source in self._defaults_for(tensors).items()}
+        aligned = {}
+        count = len(self.tokens)
+        for model, tensor in tensors.items():
+            own = torch.tensor(self.rows_of[model], dtype=torch.long, device=device)
+            keep = (own >= 0)
+            if self.forced:
+                keep[list(self.forced)] = False
+            result = torch.zeros((self.rows, *width), dtype=dtype, device=device)
+            result[:count][keep] = tensor[own[keep]]
+            for token, row in default_rows.items():
+                if not keep[token]:
+                    result[token] = row
+            if self.rows > count:
+                result[count:] = result[:count].mean(dim=0)  # mergekit: padding rows are the mean embedding
+            aligned[model] = result
+        return aligned
+
+    def _defaults_for(self, tensors: dict[int, torch.Tensor]) -> dict[int, TokenSource]:
+        """The default source of every token some model lacks, for the models of one tensor."""
+        defaults: dict[int, TokenSource] = {}
+        for token in range(len(self.tokens)):
+            if token in self.defaults:
+                defaults[token] = self.defaults[token]
+                continue
+            having = [m for m in tensors if self.rows_of[m][token] >= 0]
+            if len(having) == len(tensors):
+                continue
+            if len(having) == 1:
+                defaults[token] = TokenSource("model", None, token_id=having[0])
+            elif not having:
+                defaults[token] = TokenSource("zero")
+            elif self.base_model in having:
+                defaults[token] = TokenSource("model", None, token_id=self.base_model)
+            else:
+                defaults[token] = TokenSource("average")
+        return defaults
+
+    def _default_row(self, token: int, source: TokenSource, tensors, width, dtype, device) -> torch.Tensor:
+        if source.kind == "zero":
+            return torch.zeros(width, dtype=dtype, device=device)
+        if source.kind == "average":
+            having = [tensors[m][self.rows_of[m][token]] for m in tensors if self.rows_of[m][token] >= 0]
+            if not having:
+                return torch.zeros(width, dtype=dtype, device=device)
+            return torch.stack(having).mean(dim=0)
+        model = source.token_id if source.model is None else self._model_index(source.model)
+        if model not in tensors:
+            raise RecipeError(
+                f"The row of token {self.tokens[token]!r} is to come from {source.model or model}, which is not an "
+                "input of this tensor.",
+                why="A token's row can only be copied from a model that is merged.",
+                hint="Name one of the merged models in `tokenizer.tokens`.",
+            )
+        if source.kind == "model_token":
+            row = source.token_id
+            if source.token is not None:
+                row = self.vocabularies[model].tokens.get(source.token)
+                if row is None:
+                    raise RecipeError(f"{source.model} has no token {source.token!r}.",
+                                      why="`model_token` copies the row of a token the model has.",
+                                      hint="Check the token's text (special tokens include their brackets).")
+            if row >= tensors[model].shape[0]:
+                raise RecipeError(f"Token id {row} is past the last row of {source.model} "
+                                  f"({tensors[model].shape[0]} rows).", why="The id indexes the model's rows.",
+                                  hint="Use `token:` with the token's text instead.")
+            return tensors[model][row]
+        row = self.rows_of[model][token]
+        if row < 0:
+            raise RecipeError(f"{self.vocabularies[model].ref} has no token {self.tokens[token]!r}, so its row "
+                              "cannot be taken from it.", why="A model can only give rows for tokens it has.",
+                              hint="Name a model that has the token, or use `{kind: zero}` or `{kind: average}`.")
+        return tensors[model][row]
+
+    def _model_index(self, ref: ModelRef) -> int:
+        for index, vocabulary in self.vocabularies.items():
+            if vocabulary.ref == ref:
+                return index
+        raise RecipeError(f"`tokenizer.tokens` names {ref}, which is not one of the merged models.",
+                          why="Rows can only be copied from a model that is merged.",
+                          hint="Name one of the models under `models:` or `slices:`.")
+
+
+def read_tokenizer(folder: Path | None) -> dict[str, Any] | None:
+    """The parsed tokenizer.json of `folder`, or None when it has none. Raises CheckpointError when it is damaged."""
+    if folder is None or not (Path(folder) / TOKENIZER_FILE).is_file():
+        return None
+    from guiapp.system.bounded import TOKENIZER_JSON_BYTES, load_json_limited  # noqa: PLC0415
+
+    document = load_json_limited(Path(folder) / TOKENIZER_FILE, TOKENIZER_JSON_BYTES, CheckpointError,
+                                 what="tokenizer file")
+    if not isinstance(document, dict) or not isinstance(document.get("model"), dict):
+        raise CheckpointError(f"{Path(folder) / TOKENIZER_FILE} is not a tokenizer file.",
+                              hint="Download the model again.")
+    return document
+
+
+def vocabulary_of(document: dict[str, Any]) -> dict[str, int]:
+    """Token text → id of a tokenizer.json document (model vocabulary and added tokens)."""
+    from tokenizers import Tokenizer  # noqa: PLC0415
+
+    return Tokenizer.from_str(json.dumps(document)).get_vocab(with_added_tokens=True)
+
+
+def build_alignment(
+    settings: TokenizerSettings,
+    refs: list[ModelRef],
+    folders: list[Path],
+    embedding_rows: list[int | None],
+    base_model: int | None,
+    donor_folder: Path | None,
+) -> tuple[VocabularyAlignment, dict[str, Any]]:
+    """The output vocabulary and tokenizer.json document for a recipe's tokenizer settings.
+
+    `refs`/`folders`/`embedding_rows` describe the merged models (rows: of their embedding matrix, None when it
+    has none). Raises IncompatibleModelsError when the tokenizer the settings need has no tokenizer.json.
+    """
+    reference = base_model if base_model is not None else 0
+    documents = [read_tokenizer(folder) for folder in folders]
+    if settings.source == "union" or settings.source == "base":
+        out_document = documents[reference]
+        out_label = refs[reference]
+    else:
+        ref = ModelRef.parse(settings.source)
+        index = refs.index(ref) if ref in refs else None
+        out_document = documents[index] if index is not None else read_tokenizer(donor_folder)
+        out_label = ref
+    if out_document is None:
+        raise IncompatibleModelsError(
+            f"{out_label} has no tokenizer.json, so the result's vocabulary cannot be built from it.",
+            why="Mergesmith reads vocabularies from tokenizer.json (the fast-tokenizer file most models ship).",
+            hint="Choose a tokenizer source that has tokenizer.json, or remove the tokenizer setting.",
+        )
+    if documents[reference] is None:
+        raise IncompatibleModelsError(
+            f"{refs[reference]} has no tokenizer.json, so the vocabularies cannot be matched token by token.",
+            why="The base model's vocabulary stands in for every model without a tokenizer of its own.",
+            hint="Use models that ship tokenizer.json.",
+        )
+    vocabularies = {}
+    for index, (ref, document, rows) in enumerate(zip(refs, documents, embedding_rows)):
+        own = document is not None
+        tokens = vocabulary_of(document if own else documents[reference])
+        limit = rows if rows is not None else len(tokens)
+        vocabularies[index] = ModelVocabulary(ref, {t: i for t, i in tokens.items() if i < limit}, own)
+    out_rows = embedding_rows[refs.index(out_label)] if out_label in refs else None
+    out_document = _stripped(out_document, out_rows)
+    if settings.source == "union":
+        out_document = _union(out_document, [(vocabularies[i], documents[i]) for i in vocabularies if i != reference])
+    tokens = _tokens_by_id(vocabulary_of(out_document))
+    rows = len(tokens)
+    if settings.pad_to_multiple_of and rows % settings.pad_to_multiple_of:
+        rows += settings.pad_to_multiple_of - rows % settings.pad_to_multiple_of
+    position = {token: i for i, token in enumerate(tokens)}
+    rows_of = {m: [v.tokens.get(token, -1) for token in tokens] for m, v in vocabularies.items()}
+    defaults: dict[int, TokenSource] = {}
+    forced: set[int] = set()
+    for text, override in settings.tokens.items():
+        if text not in position:
+            raise RecipeError(f"`tokenizer.tokens` sets {text!r}, which is not in the result's vocabulary.",
+                              why="Only tokens of the output tokenizer have rows in the result.",
+                              hint="Check the token's text, or use `source: union` to include other models' tokens.")
+        if override.source is not None:
+            defaults[position[text]] = override.source
+        if override.force:
+            forced.add(position[text])
+    alignment = VocabularyAlignment(tokens, rows, rows_of, defaults, forced, base_model, vocabularies)
+    return alignment, out_document
+
+
+def _tokens_by_id(vocabulary: dict[str, int]) -> list[str]:
+    tokens = sorted(vocabulary, key=vocabulary.get)
+    if [vocabulary[t] for t in tokens] != list(range(len(tokens))):
+        raise IncompatibleModelsError("The tokenizer's token ids have gaps, so they cannot be embedding rows.",
+                                      why="Each token id must be one row of the embedding matrix.",
+                                      hint="Use another tokenizer source.")
+    return tokens
+
+
+def _stripped(document: dict[str, Any], rows: int | None) -> dict[str, Any]:
+    """`document` without the tokens at or past `rows` (mergekit's get_stripped_tokenizer)."""
+    vocabulary = vocabulary_of(document)
+    if rows is None or max(vocabulary.values(), default=-1) < rows:
+        return document
+    document = json.loads(json.dumps(document))
+    dropped = {token for token, index in vocabulary.items() if index >= rows}
+    document["added_tokens"] = [entry for entry in document.get("added_tokens", []) if entry["id"] < rows]
+    model = document["model"]
+    if isinstance(model.get("vocab"), dict):
+        model["vocab"] = {t: i for t, i in model["vocab"].items() if i < rows}
+        if isinstance(model.get("merges"), list):
+            model["merges"] = [m for m in model["merges"] if not set(m.split(" ") if isinstance(m, str) else m) & dropped]
+    else:
+        raise IncompatibleModelsError(
+            "The tokenizer has more tokens than the model has embedding rows, and its kind of vocabulary "
+            f"({model.get('type')}) cannot be trimmed.", why="Every token needs a row.",
+            hint="Use a model whose tokenizer fits its embeddings as the tokenizer source.")
+    return document
+
+
+def _union(document: dict[str, Any], others: list[tuple[ModelVocabulary, dict[str, Any] | None]]) -> dict[str, Any]:
+    """`document` with every token of `others` it lacks appended: their ordinary tokens, in id order, then their
+    added (special) tokens with their own settings."""
+    from tokenizers import AddedToken, Tokenizer  # noqa: PLC0415
+
+    tokenizer = Tokenizer.from_str(json.dumps(document))
+    known = set(tokenizer.get_vocab(with_added_tokens=True))
+    added_settings: dict[str, dict[str, Any]] = {}
+    for vocabulary, other in others:
+        added = {entry["content"]: entry for entry in (other or {}).get("added_tokens", [])}
+        for token in sorted(vocabulary.tokens, key=vocabulary.tokens.get):
+            if token in added:
+                added_settings.setdefault(token, added[token])
+            elif token not in known:
+                tokenizer.add_tokens([AddedToken(token, normalized=False)])
+                known.add(token)
+    for token, entry in added_settings.items():
+        if token not in known:
+            flags = {key: entry[key] for key in ("single_word", "lstrip", "rstrip", "normalized", "special") if key in entry}
+            tokenizer.add_tokens([AddedToken(token, **flags)])
+            known.add(token)
+    return json.loads(tokenizer.to_str())
+
+
+def write_tokenizer(folder: Path, document: dict[str, Any], config_folder: Path | None) -> None:
+    """Write the output tokenizer.json and a tokenizer_config.json (the source's, with the new added tokens)."""
+    (Path(folder) / TOKENIZER_FILE).write_text(json.dumps(document, ensure_ascii=False), encoding="utf-8")
+    config: dict[str, Any] = {}
+    if config_folder is not None and (Path(config_folder) / CONFIG_FILE).is_file():
+        from guiapp.system.bounded import JSON_BYTES, load_json_limited  # noqa: PLC0415
+
+        config = load_json_limited(Path(config_folder) / CONFIG_FILE, JSON_BYTES, CheckpointError,
+                                   what="tokenizer settings file")
+    decoder = dict(config.get("added_tokens_decoder") or {})
+    for entry in document.get("added_tokens", []):
+        decoder.setdefault(str(entry["id"]), {k: v for k, v in entry.items() if k != "id"})
+    if decoder:
+        config["added_tokens_decoder"] = decoder
+    config.setdefault("tokenizer_class", "PreTrainedTokenizerFast")
+    (Path(folder) / CONFIG_FILE).write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def chat_template_text(choice: str, model_folders: list[Path]) -> str | None:
+    """The template `chat_template: choice` means: a built-in's text, the inputs' most common template (`auto`;
+    None when no input has one), or `choice` itself (Jinja text)."""
+    if choice in BUILT_IN_CHAT_TEMPLATES:
+        return (_TEMPLATES / f"{choice}.jinja").read_text(encoding="utf-8")
+    if choice != "auto":
+        return choice
+    templates = [template.strip() for template in map(_own_chat_template, model_folders) if template]
+    return Counter(templates).most_common(1)[0][0] if templates else None
+
+
+def _own_chat_template(folder: Path) -> str | None:
+    from guiapp.system.bounded import JSON_BYTES, load_json_limited, read_text_limited  # noqa: PLC0415
+
+    if (Path(folder) / "chat_template.jinja").is_file():
+        return read_text_limited(Path(folder) / "chat_template.jinja", JSON_BYTES, CheckpointError,
+                                 what="chat template")
+    if not (Path(folder) / CONFIG_FILE).is_file():
+        return None
+    template = load_json_limited(Path(folder) / CONFIG_FILE, JSON_BYTES, CheckpointError,
+                                 what="tokenizer settings file").get("chat_template")
+    if isinstance(template, list):  # several named templates: mergekit takes the default one
+        template = next((t.get("template") for t in template if isinstance(t, dict) and t.get("name") == "default"), None)
+    return template if isinstance(template, str) else None
+
+
+def write_chat_template(folder: Path, template: str) -> None:
+    """Put `template` into `folder`'s tokenizer_config.json (created if missing), as mergekit's output has it.
+
+    A copied chat_template.jinja is removed: transformers would prefer it over the config's template.
+    """
+    path = Path(folder) / CONFIG_FILE
+    config = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    config["chat_template"] = template
+    path.write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    (Path(folder) / "chat_template.jinja").unlink(missing_ok=True)
