@@ -128,6 +128,10 @@ def build_plan(recipe: Recipe, headers: dict[ModelRef, ModelHeaders]) -> MergePl
     recipe and IncompatibleModelsError when the models do not fit together; each message names the model,
     tensor and setting concerned.
     """
+    if recipe.modules:
+        from guiapp.engine.modules import build_modular_plan  # noqa: PLC0415 - it builds on this module
+
+        return build_modular_plan(recipe, headers)
     method = get_method(recipe.merge_method)
     warnings = list(recipe.warnings)
     models: list[ModelHeaders] = []

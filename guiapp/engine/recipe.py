@@ -139,10 +139,16 @@ class Recipe:
     warnings: list[str] = field(default_factory=list)
     tokenizer: TokenizerSettings | None = None
     chat_template: str | None = None
+    # A recipe of several modules (`modules:` with names other than `default`): one recipe per module.
+    modules: dict[str, Recipe] | None = None
 
     def model_refs(self) -> list[ModelRef]:
         """Every model the recipe merges, base included, each once, in order of appearance."""
         refs: list[ModelRef] = []
+        if self.modules:
+            for module in self.modules.values():
+                refs += [ref for ref in module.model_refs() if ref not in refs]
+            return refs
         sources = self.models or [s for sl in self.slices or [] for s in sl.sources]
         bases = [self.base_model] + [sl.base_model for sl in self.slices or []]
         for ref in [s.model for s in sources] + [b for b in bases if b is not None]:
@@ -203,6 +209,8 @@ def recipe_from_dict(document: dict[str, Any]) -> Recipe:
             why="The merge method decides how the models' weights are combined; there is no default.",
             hint="Add a line such as `merge_method: ties`.",
         )
+    if _is_multi_module(document):
+        return _multi_module_recipe(document, warnings)
     document_parts = _unwrap_default_module(document, warnings)
     has_models, has_slices = "models" in document_parts, "slices" in document_parts
     if has_models == has_slices:
@@ -278,14 +286,10 @@ def _warn_unknown_keys(mapping: dict[str, Any], known: set[str], where: str, war
             warnings.append(f'Unknown key "{key}" in {where} is ignored{guess}.')
 
 
-def _unwrap_default_module(document: dict[str, Any], warnings: list[str]) -> dict[str, Any]:
-    """`models:`/`slices:` of the recipe, taken from `modules: {default: …}` when the recipe uses that form.
-
-    Raises RecipeError for `modules:` next to `models:`/`slices:`, and for several modules (a multi-module
-    model such as a vision-language model), which Mergesmith does not merge yet.
-    """
+def _checked_modules(document: dict[str, Any]) -> dict[str, Any] | None:
+    """The `modules:` mapping (None without one), each module checked to be a mapping. Raises RecipeError."""
     if "modules" not in document:
-        return {key: document[key] for key in ("models", "slices") if key in document}
+        return None
     modules = document["modules"]
     if "models" in document or "slices" in document:
         raise RecipeError(
@@ -297,24 +301,61 @@ def _unwrap_default_module(document: dict[str, Any], warnings: list[str]) -> dic
         raise RecipeError("`modules:` must map module names to `models:` or `slices:`.",
                           why="Each module of the model is merged from its own list.",
                           hint="For a text-only model write `modules: {default: {slices: […]}}`, or use `slices:`.")
-    if set(modules) != {DEFAULT_MODULE}:
-        names = ", ".join(str(name) for name in modules)
-        raise RecipeError(
-            f"This recipe merges several parts of a multi-module model separately ({names}); "
-            "Mergesmith does not merge multi-module models yet.",
-            why="Each part (for example a language model and a vision tower) would need its own layer plan, "
-            "and Mergesmith plans one stack of layers.",
-            hint="Merge the part that matters with `slices:` (its layer ranges) and keep the rest of one model.",
-        )
+    for name, module in modules.items():
+        if not isinstance(module, dict):
+            raise RecipeError(f"`modules.{name}` must hold `models:` or `slices:`.",
+                              why="The module says what to merge.", hint=f"Write `{name}: {{slices: […]}}`.")
+    return modules
+
+
+def _is_multi_module(document: dict[str, Any]) -> bool:
+    modules = _checked_modules(document)
+    return modules is not None and set(modules) != {DEFAULT_MODULE}
+
+
+def _unwrap_default_module(document: dict[str, Any], warnings: list[str]) -> dict[str, Any]:
+    """`models:`/`slices:` of the recipe, taken from `modules: {default: …}` when the recipe uses that form
+    (mergekit's form for a text-only model: one module)."""
+    modules = _checked_modules(document)
+    if modules is None:
+        return {key: document[key] for key in ("models", "slices") if key in document}
     module = modules[DEFAULT_MODULE]
-    if not isinstance(module, dict):
-        raise RecipeError("`modules.default` must hold `models:` or `slices:`.",
-                          why="The module says what to merge.", hint="Write `modules: {default: {slices: […]}}`.")
-    _warn_unknown_keys(module, _MODULE_KEYS, "modules.default", warnings)
+    _warn_unknown_keys(module, _MODULE_KEYS, f"modules.{DEFAULT_MODULE}", warnings)
     parts = {key: module[key] for key in ("models", "slices") if key in module}
     if "parameters" in module:
         parts["module_parameters"] = module["parameters"]
     return parts
+
+
+def _multi_module_recipe(document: dict[str, Any], warnings: list[str]) -> Recipe:
+    """A recipe of several modules (a vision-language model's language model, vision tower, projector…): each
+    module becomes a recipe of its own (the recipe's method, base model and dtypes, its parameters over the
+    recipe's); the plan merges each module's tensors with it and copies the tensors no module names."""
+    if document.get("tokenizer") is not None or document.get("tokenizer_source") is not None:
+        raise RecipeError(
+            "Tokenizer settings in a recipe of several modules are not supported yet.",
+            why="The vocabulary belongs to one module (the language model), and Mergesmith does not yet tell "
+            "which one from the recipe.",
+            hint="Remove `tokenizer`/`tokenizer_source` (the base model's tokenizer is copied), or merge the "
+            "language model alone with `slices:`.",
+        )
+    shared = {key: document[key] for key in ("merge_method", "base_model", "dtype", "out_dtype") if key in document}
+    modules = {}
+    for name, module in document["modules"].items():
+        _warn_unknown_keys(module, _MODULE_KEYS, f"modules.{name}", warnings)
+        sub_document = {**shared, **{key: module[key] for key in ("models", "slices") if key in module}}
+        sub_document["parameters"] = _merged_scopes(_mapping(module.get("parameters"), f"modules.{name}.parameters"),
+                                                    _mapping(document.get("parameters"), "parameters"))
+        sub_recipe = recipe_from_dict(sub_document)
+        warnings += [f"modules.{name}: {warning}" for warning in sub_recipe.warnings]
+        modules[str(name)] = sub_recipe
+    first = next(iter(modules.values()))
+    return Recipe(
+        merge_method=first.merge_method, models=None, slices=None, base_model=first.base_model,
+        parameters=_mapping(document.get("parameters"), "parameters"), dtype=first.dtype, out_dtype=first.out_dtype,
+        tokenizer_source=None, document=document, warnings=warnings,
+        chat_template=_chat_template(document.get("chat_template")), modules=modules,
+    )
 
 
 def _merged_scopes(inner: dict[str, Any], outer: dict[str, Any]) -> dict[str, Any]:

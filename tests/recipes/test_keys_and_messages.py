@@ -85,11 +85,11 @@ def test_module_parameters_fall_through_to_the_recipe_s():
     assert lookup([recipe.parameters], "weight", "layers.0.self_attn.q_proj.weight", 0) == 0.25
 
 
-def test_multi_module_refusal_and_text_only_wording():
-    with pytest.raises(RecipeError, match="multi-module") as caught:
-        parse_recipe("merge_method: linear\nmodules:\n  text_decoder: {models: [{model: a/b}]}\n"
+def test_multi_module_tokenizer_refusal_and_text_only_wording():
+    with pytest.raises(RecipeError, match="several modules") as caught:
+        parse_recipe("merge_method: linear\ntokenizer_source: base\nmodules:\n  text_decoder: {models: [{model: a/b}]}\n"
                      "  vision_tower: {models: [{model: a/b}]}\n")
-    assert "text_decoder, vision_tower" in str(caught.value)
+    assert caught.value.why and caught.value.hint
     # A text-only recipe never hears about vision-language models.
     recipe = parse_recipe("merge_method: linear\nmodules:\n  default: {models: [{model: a/b}]}\n")
     assert recipe.models is not None and not any("vision" in w for w in recipe.warnings)
