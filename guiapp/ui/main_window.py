@@ -6,8 +6,8 @@ Closing with a job running asks first, then cancels it and waits for it to stop 
 
 from __future__ import annotations
 
-from PySide6.QtCore import QSettings, Qt
-from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtCore import QSettings, Qt, QUrl
+from PySide6.QtGui import QAction, QDesktopServices, QKeySequence
 from PySide6.QtWidgets import (
     QHBoxLayout, QListWidget, QListWidgetItem, QMainWindow, QMessageBox, QStackedWidget, QWidget,
 )
@@ -18,11 +18,12 @@ from guiapp.ui.pages.lora import LoraPage
 from guiapp.ui.pages.merge import MergePage
 from guiapp.ui.pages.models import ModelsPage
 from guiapp.ui.pages.settings import SettingsPage
+from guiapp.ui.pages.try_page import TryPage
 from guiapp.ui.state import AppState
 from guiapp.ui.text import error_text
 from guiapp.ui.welcome import WelcomePage
 
-PAGES = (("welcome", "Start"), ("models", "Models"), ("merge", "Merge"), ("lora", "LoRA"), ("jobs", "Jobs"),
+PAGES = (("welcome", "Start"), ("models", "Models"), ("merge", "Merge"), ("lora", "LoRA"), ("try", "Try"), ("jobs", "Jobs"),
          ("hardware", "Hardware"), ("settings", "Settings"))
 SHUTDOWN_TIMEOUT_SECONDS = 15
 
@@ -36,11 +37,12 @@ class MainWindow(QMainWindow):
         self.models = ModelsPage(state)
         self.merge = MergePage(state)
         self.lora = LoraPage(state)
+        self.try_page = TryPage(state)
         self.jobs = JobsPage(state)
         self.hardware = HardwarePage(state)
         self.settings = SettingsPage(state)
         self.pages = {"welcome": self.welcome, "models": self.models, "merge": self.merge, "lora": self.lora,
-                      "jobs": self.jobs, "hardware": self.hardware, "settings": self.settings}
+                      "try": self.try_page, "jobs": self.jobs, "hardware": self.hardware, "settings": self.settings}
 
         self.nav = QListWidget(accessibleName="Pages")
         self.nav.setFixedWidth(170)
@@ -96,6 +98,7 @@ class MainWindow(QMainWindow):
         for number, (key, label) in enumerate(PAGES, start=1):
             self._action(go, label, QKeySequence(f"Ctrl+{number}"), lambda _=False, k=key: self.show_page(k))
         help_menu = self.menuBar().addMenu("&Help")
+        self._action(help_menu, "&Recipe format", None, self.open_recipe_format)
         self._action(help_menu, "&About Mergesmith", None, self._about)
 
     def _action(self, menu, text: str, shortcut, slot) -> QAction:
@@ -110,6 +113,25 @@ class MainWindow(QMainWindow):
         from guiapp.ui.about import AboutDialog  # noqa: PLC0415 - only when asked for
 
         AboutDialog(self).exec()
+
+    def open_recipe_format(self) -> None:
+        """Open docs/recipes.md with the system's viewer; when none opens it, show where the file is."""
+        from guiapp.ui.resource_files import recipe_format_doc  # noqa: PLC0415 - only when asked for
+
+        try:
+            path = recipe_format_doc()
+        except FileNotFoundError as error:
+            self._show_note("Recipe format", str(error))
+            return
+        if not QDesktopServices.openUrl(QUrl.fromLocalFile(str(path))):
+            self._show_note("Recipe format", f"No program to open it was found. The recipe format is described "
+                            f"in:\n\n{path}")
+
+    def _show_note(self, title: str, text: str) -> None:
+        note = QMessageBox(QMessageBox.Icon.Information, title, text, QMessageBox.StandardButton.Ok, self)
+        note.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)  # the path can be copied
+        note.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        note.open()
 
     def run_current(self) -> None:
         """Ctrl+R: run what the current page prepares (the merge, the extraction or the application)."""

@@ -33,3 +33,19 @@ def icon_file(size: int | None = None) -> Path:
     """The app icon: the SVG, or the PNG of `size` pixels (16, 24, 32, 48, 64, 128, 256 or 512)."""
     name = "mergesmith.svg" if size is None else f"mergesmith-{size}.png"
     return resources_dir() / "icons" / name
+
+
+def recipe_format_doc() -> Path:
+    """docs/recipes.md, the recipe format: beside the modules in a source checkout and in the bundled app
+    (packaging/mergesmith.spec puts it in `docs/`), in the resources folder (`docs/`) of an installed wheel.
+    FileNotFoundError if this installation has none."""
+    candidates = [Path(__file__).resolve().parents[2] / "docs" / "recipes.md"]
+    try:
+        candidates.append(resources_dir() / "docs" / "recipes.md")
+    except FileNotFoundError:
+        pass
+    for candidate in candidates:
+        if candidate.is_file():
+            return candidate
+    raise FileNotFoundError("The recipe format page (recipes.md) is not part of this installation; it is in "
+                            "docs/recipes.md of Mergesmith's source.")

@@ -118,6 +118,7 @@ def test_archive_unpacks_to_a_runnable_folder(build):
     assert members["Mergesmith/mergesmith"].mode & 0o111
     assert members["Mergesmith/install-desktop-entry.sh"].mode & 0o111
     assert "Mergesmith/_internal/resources/icons/mergesmith.svg" in members
+    assert "Mergesmith/_internal/docs/recipes.md" in members  # Help › Recipe format
     assert all(name == "Mergesmith" or name.startswith("Mergesmith/") for name in members)
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from guiapp.ui.resource_files import icon_file, resources_dir
+from guiapp.ui.resource_files import icon_file, recipe_format_doc, resources_dir
 from tests.packaging.helpers import RESOURCES, ROOT
 
 
@@ -14,6 +14,7 @@ def test_checkout_uses_the_top_level_resources():
     assert resources_dir() == RESOURCES
     assert icon_file().name == "mergesmith.svg" and icon_file().is_file()
     assert icon_file(48).is_file()
+    assert recipe_format_doc() == ROOT / "docs" / "recipes.md"
 
 
 def test_installed_wheel_finds_its_resources(tmp_path):
@@ -30,10 +31,12 @@ def test_installed_wheel_finds_its_resources(tmp_path):
         check=True,
     )
     shown = subprocess.run(
-        [str(python), "-c", "from guiapp.ui.resource_files import icon_file; print(icon_file(48))"],
+        [str(python), "-c", "from guiapp.ui.resource_files import icon_file, recipe_format_doc; print(icon_file(48)); "
+         "print(recipe_format_doc())"],
         capture_output=True, text=True, cwd=tmp_path,
     )
     assert shown.returncode == 0, shown.stderr
-    found = shown.stdout.strip()
+    found, doc = shown.stdout.split()
+    assert doc == str(venv / "share" / "mergesmith" / "docs" / "recipes.md")
     assert found == str(venv / "share" / "mergesmith" / "icons" / "mergesmith-48.png")
     assert (RESOURCES / "icons" / "mergesmith-48.png").read_bytes() == open(found, "rb").read()
