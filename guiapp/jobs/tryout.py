@@ -203,3 +203,26 @@ def perplexity_job(references: list[str], text: str, *, window: int = 512, devic
         return {"results": results}
 
     return Job(title=f"Perplexity of {len(references)} model(s)", kind="perplexity", spec=spec, work=work)
+
+
+def models_to_try(kind: str, spec: dict[str, Any], output: str | None) -> list[str]:
+    """What to compare after a finished job: its inputs, then its output (an adapter as `BASE+ADAPTER`), at most
+    four, without repeats. Empty for a job kind that makes no model. Never raises: a spec it cannot read gives
+    what could be read of it."""
+    from guiapp.engine.recipe import recipe_from_dict  # noqa: PLC0415 - the recipe parser (YAML, no torch)
+    from guiapp.errors import MergesmithError  # noqa: PLC0415
+
+    if kind == "merge":
+        try:
+            inputs = [str(ref) for ref in recipe_from_dict(dict(spec["recipe"])).model_refs()]
+        except (MergesmithError, KeyError, TypeError):
+            inputs = []
+        models = inputs + [output] if output else inputs
+    elif kind == "apply":
+        models = [spec.get("base"), output]
+    elif kind == "extract":
+        models = [spec.get("base"), spec.get("model"), f"{spec.get('base')}+{output}" if output else None]
+    else:
+        return []
+    unique = list(dict.fromkeys(m for m in models if m))
+    return unique[-MAX_MODELS:] if output else unique[:MAX_MODELS]

@@ -125,7 +125,10 @@ def option(
 
 
 def dtype_options(result: ProbeResult, job: str, device: str) -> list[Option]:
-    """One `Option` per storage dtype, in the order of `DTYPE_NAMES`, for the dtype dropdown."""
+    """One `Option` per storage dtype, in the order of `DTYPE_NAMES`, for the dtype dropdown (for "try": what
+    a model stored in that dtype runs in, see `inference_option`)."""
+    if job == "try":
+        return [inference_option(result, device, dtype) for dtype in DTYPE_NAMES]
     return [option(result, job, device, dtype) for dtype in DTYPE_NAMES]
 
 
@@ -236,4 +239,5 @@ def _operation_words(operation: str, dtype: str) -> str:
 
 
 def _job_words(job: str) -> str:
-    return {"merge": "a merge", "extract": "a LoRA extraction", "apply": "applying a LoRA", "try": "trying a model"}[job]
+    return {"merge": "a merge", "extract": "a LoRA extraction", "apply": "applying a LoRA",
+            "try": "trying a model"}[job]

@@ -23,8 +23,8 @@ from guiapp.ui.state import AppState
 from guiapp.ui.text import error_text
 from guiapp.ui.welcome import WelcomePage
 
-PAGES = (("welcome", "Start"), ("models", "Models"), ("merge", "Merge"), ("lora", "LoRA"), ("try", "Try"), ("jobs", "Jobs"),
-         ("hardware", "Hardware"), ("settings", "Settings"))
+PAGES = (("welcome", "Start"), ("models", "Models"), ("merge", "Merge"), ("lora", "LoRA"), ("try", "Try"),
+         ("jobs", "Jobs"), ("hardware", "Hardware"), ("settings", "Settings"))
 SHUTDOWN_TIMEOUT_SECONDS = 15
 
 

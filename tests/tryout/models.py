@@ -16,7 +16,8 @@ SENTENCES = [
     "adapters change a few weights of a large model",
     "we try the merged model and compare the text it writes",
 ]
-CHAT_TEMPLATE = "{% for m in messages %}<user> {{ m['content'] }} {% endfor %}{% if add_generation_prompt %}<bot>{% endif %}"
+CHAT_TEMPLATE = ("{% for m in messages %}<user> {{ m['content'] }} {% endfor %}"
+                 "{% if add_generation_prompt %}<bot>{% endif %}")
 SPECIALS = ["<pad>", "<s>", "</s>", "<unk>", "<user>", "<bot>"]
 SHAPE = LlamaShape(hidden=64, intermediate=128, layers=2, heads=4, kv_heads=2, vocab=64)
 ENCODER_SHAPE = BertShape()

@@ -16,7 +16,7 @@ from PySide6.QtWidgets import (
 from guiapp.ui.background import call_in_background
 from guiapp.ui.theme import set_status_style, status_colour
 
-JOB_WORDS = {"merge": "Merge", "extract": "Extract LoRA", "apply": "Apply LoRA"}
+JOB_WORDS = {"merge": "Merge", "extract": "Extract LoRA", "apply": "Apply LoRA", "try": "Try a model"}
 
 
 class HardwarePage(QWidget):

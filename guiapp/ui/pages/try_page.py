@@ -1,0 +1,353 @@
+"""The Try page: one to four models side by side, generating from one prompt or scored on the user's text.
+
+The models default to the inputs and the output of the job that just finished (a merge, an extraction, an
+application). Generation and perplexity are jobs on the runner (they appear on the Jobs page too); their text
+arrives here through a queued signal, a column per model, as it is decoded. Loaded models stay loaded between
+runs when they fit together (the job decides, from their size, before loading).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import QRectF, Qt, Signal
+from PySide6.QtGui import QColor, QPainter, QPalette
+from PySide6.QtWidgets import (
+    QAbstractItemView, QComboBox, QFileDialog, QFormLayout, QGridLayout, QGroupBox, QHBoxLayout, QHeaderView,
+    QLabel, QPlainTextEdit, QPushButton, QScrollArea, QSpinBox, QTableWidget, QTableWidgetItem, QTabWidget, QVBoxLayout,
+    QWidget,
+)
+
+from guiapp.jobs.tryout import MAX_MODELS, ModelShelf, models_to_try, perplexity_job, try_job
+from guiapp.ui.background import call_in_background
+from guiapp.ui.text import error_text
+from guiapp.ui.widgets.model_picker import ModelPicker, library_entries
+from guiapp.ui.widgets.options import OptionCombo, device_choices, dtype_choices
+
+TRY_DTYPES = ("bfloat16", "float16", "float32", "float64")
+FINISHED_KINDS = ("merge", "extract", "apply")
+
+
+class BarChart(QWidget):
+    """Horizontal bars, one per model, labelled with the value: drawn with QPainter (no chart library)."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.values: list[tuple[str, float]] = []
+        self.caption = ""
+        self.setMinimumHeight(120)
+
+    def set_values(self, values: list[tuple[str, float]], caption: str) -> None:
+        self.values, self.caption = values, caption
+        self.setMinimumHeight(40 + 34 * len(values))
+        self.update()
+
+    def paintEvent(self, event) -> None:  # noqa: N802 - Qt's name
+        painter = QPainter(self)
+        painter.setRenderHint(QPainter.RenderHint.Antialiasing)
+        palette = self.palette()
+        painter.setPen(palette.color(QPalette.ColorRole.WindowText))
+        metrics = painter.fontMetrics()
+        painter.drawText(QRectF(0, 0, self.width(), 22), Qt.AlignmentFlag.AlignLeft, self.caption)
+        if not self.values:
+            return
+        label_width = min(self.width() // 3, max(metrics.horizontalAdvance(label) for label, _ in self.values) + 12)
+        value_width = metrics.horizontalAdvance("00000.000") + 12
+        bar_space = max(10, self.width() - label_width - value_width)
+        largest = max(value for _, value in self.values) or 1.0
+        bar_colour = palette.color(QPalette.ColorRole.Highlight)
+        for row, (label, value) in enumerate(self.values):
+            top = 28 + row * 34
+            shown = metrics.elidedText(label, Qt.TextElideMode.ElideLeft, label_width - 12)
+            painter.drawText(QRectF(0, top, label_width - 8, 24), Qt.AlignmentFlag.AlignRight
+                             | Qt.AlignmentFlag.AlignVCenter, shown)
+            width = max(2.0, bar_space * value / largest)
+            painter.fillRect(QRectF(label_width, top + 2, width, 20), QColor(bar_colour))
+            painter.drawText(QRectF(label_width + width + 6, top, value_width, 24), Qt.AlignmentFlag.AlignVCenter,
+                             f"{value:.3f}")
+        painter.end()
+
+
+class ModelColumn(QGroupBox):
+    """One model's output: its name, what it runs in, and the text as it streams in."""
+
+    def __init__(self, reference: str, parent: QWidget | None = None) -> None:
+        super().__init__(Path(reference.split("+")[-1]).name or reference, parent)
+        self.setToolTip(reference)
+        self.status = QLabel("Waiting…", wordWrap=True)
+        self.output = QPlainTextEdit(readOnly=True)
+        self.output.setAccessibleName(f"Output of {reference}")
+        layout = QVBoxLayout(self)
+        layout.addWidget(self.status)
+        layout.addWidget(self.output, 1)
+
+    def append(self, text: str) -> None:
+        cursor = self.output.textCursor()
+        cursor.movePosition(cursor.MoveOperation.End)
+        cursor.insertText(text)
+        self.output.setTextCursor(cursor)
+
+    def text(self) -> str:
+        return self.output.toPlainText()
+
+
+class TryPage(QWidget):
+    """Pick models, then Generate (columns) or Perplexity (table and bar chart); Stop cancels either."""
+
+    _text_arrived = Signal(int, str)  # model index, text (emitted on the job's thread, handled on the UI thread)
+
+    def __init__(self, state, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.state = state
+        self._shelf = ModelShelf()
+        self._key: str | None = None
+        self._mode = ""
+        self.columns: list[ModelColumn] = []
+
+        models_box = QGroupBox("Models to compare (one to four: a folder, a Hub id, or BASE+ADAPTER)")
+        grid = QGridLayout(models_box)
+        self.pickers = [ModelPicker() for _ in range(MAX_MODELS)]
+        for index, picker in enumerate(self.pickers):
+            grid.addWidget(QLabel(f"{index + 1}."), index // 2, (index % 2) * 2)
+            grid.addWidget(picker, index // 2, (index % 2) * 2 + 1)
+        self.device = OptionCombo()
+        self.dtype = OptionCombo()
+        self.device.choice_changed.connect(lambda _: self._refresh_capabilities())
+        settings_row = QHBoxLayout()
+        settings_row.addWidget(QLabel("Device"))
+        settings_row.addWidget(self.device)
+        settings_row.addWidget(QLabel("Dtype"))
+        settings_row.addWidget(self.dtype)
+        settings_row.addStretch(1)
+        grid.addLayout(settings_row, 2, 0, 1, 4)
+
+        self.tabs = QTabWidget()
+        for build, title in ((self._build_generate, "Generate"), (self._build_perplexity, "Perplexity")):
+            scroll = QScrollArea(widgetResizable=True)  # the window's minimum size stays the other pages'
+            scroll.setWidget(build())
+            self.tabs.addTab(scroll, title)
+        self.status = QLabel("", wordWrap=True)
+        self.stop = QPushButton("Stop", enabled=False)
+        self.stop.clicked.connect(self.stop_job)
+        status_row = QHBoxLayout()
+        status_row.addWidget(self.status, 1)
+        status_row.addWidget(self.stop)
+
+        layout = QVBoxLayout(self)
+        layout.addWidget(models_box)
+        layout.addWidget(self.tabs, 1)
+        layout.addLayout(status_row)
+
+        self._text_arrived.connect(self._append_text, Qt.ConnectionType.QueuedConnection)
+        state.probe_ready.connect(lambda _: self._refresh_capabilities())
+        state.jobs.record_changed.connect(self._job_changed)
+        state.jobs.progress.connect(self._job_progress)
+        state.methods_ready.connect(lambda _: call_in_background(library_entries, self._show_library))
+        self._refresh_capabilities()
+
+    # --- building -------------------------------------------------------------------------------------------
+
+    def _build_generate(self) -> QWidget:
+        page = QWidget()
+        column = QVBoxLayout(page)
+        self.prompt = QPlainTextEdit(placeholderText="Write a prompt; each model answers it in its own column.")
+        self.prompt.setMaximumHeight(90)
+        column.addWidget(self.prompt)
+        row = QHBoxLayout()
+        self.decoding = QComboBox()
+        self.decoding.addItem("Greedy (the likeliest token)", False)
+        self.decoding.addItem("Sampled", True)
+        self.seed = QSpinBox(minimum=0, maximum=2**31 - 1, value=0, prefix="Seed ")
+        self.max_new_tokens = QSpinBox(minimum=1, maximum=8192, value=128, suffix=" new tokens at most")
+        self.generate_button = QPushButton("Generate")
+        self.generate_button.clicked.connect(self.generate)
+        for widget in (self.decoding, self.seed, self.max_new_tokens):
+            row.addWidget(widget)
+        row.addStretch(1)
+        row.addWidget(self.generate_button)
+        column.addLayout(row)
+        self.columns_area = QHBoxLayout()
+        column.addLayout(self.columns_area, 1)
+        return page
+
+    def _build_perplexity(self) -> QWidget:
+        page = QWidget()
+        column = QVBoxLayout(page)
+        self.text = QPlainTextEdit(placeholderText="Paste text to score, or open a .txt or .jsonl file. Encoders "
+                                   "(BERT-like) are compared on sentence pairs instead: one pair per line, "
+                                   "separated by a tab.")
+        self.text.setMaximumHeight(110)
+        column.addWidget(self.text)
+        row = QHBoxLayout()
+        self.open_text = QPushButton("Open file…")
+        self.open_text.clicked.connect(self._choose_text_file)
+        self.window_tokens = QSpinBox(minimum=16, maximum=32768, value=512, suffix=" tokens per window")
+        self.perplexity_button = QPushButton("Compute")
+        self.perplexity_button.clicked.connect(self.compute_perplexity)
+        row.addWidget(self.open_text)
+        row.addWidget(self.window_tokens)
+        row.addStretch(1)
+        row.addWidget(self.perplexity_button)
+        column.addLayout(row)
+        results = QFormLayout()
+        self.table = QTableWidget(0, 4)
+        self.table.setHorizontalHeaderLabels(["Model", "Perplexity (lower is better)", "Tokens", "Ran in"])
+        self.table.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.chart = BarChart()
+        results.addRow(self.table)
+        results.addRow(self.chart)
+        column.addLayout(results, 1)
+        return page
+
+    # --- what the user does ---------------------------------------------------------------------------------
+
+    def references(self) -> list[str]:
+        return [picker.text() for picker in self.pickers if picker.text()]
+
+    def set_models(self, references: list[str]) -> None:
+        for picker, reference in zip(self.pickers, [*references, *[""] * MAX_MODELS]):
+            picker.set_text(reference, notify=False)
+
+    def generate(self) -> None:
+        references = self.references()
+        if not self._can_start(references) or not self.prompt.toPlainText().strip():
+            self.status.setText(self.status.text() or "Write a prompt first.")
+            return
+        self._show_columns(references)
+        job = try_job(references, self.prompt.toPlainText(), max_new_tokens=self.max_new_tokens.value(),
+                      sample=bool(self.decoding.currentData()), seed=self.seed.value(),
+                      device=self.device.value() or "cpu", dtype=self.dtype.value(),
+                      on_output=self._text_arrived.emit, shelf=self._shelf, probe_result=self.state.probe)
+        self._start(job, "generate")
+
+    def compute_perplexity(self) -> None:
+        references = self.references()
+        if not self._can_start(references) or not self.text.toPlainText().strip():
+            self.status.setText(self.status.text() or "Paste some text or open a file first.")
+            return
+        self.table.setRowCount(0)
+        self.chart.set_values([], "")
+        job = perplexity_job(references, self.text.toPlainText(), window=self.window_tokens.value(),
+                             device=self.device.value() or "cpu", dtype=self.dtype.value(), shelf=self._shelf,
+                             probe_result=self.state.probe)
+        self._start(job, "perplexity")
+
+    def stop_job(self) -> None:
+        if self._key is not None:
+            self.state.jobs.cancel(self._key)
+            self.status.setText("Stopping…")
+
+    def load_text_file(self, path: Path) -> None:
+        """Read a .txt or .jsonl file into the text box (off the UI thread); a problem is shown in the status."""
+        def read() -> str:
+            from guiapp.engine.inference import read_text_file  # noqa: PLC0415 - imports torch: off the UI thread
+
+            return read_text_file(path)
+
+        self.status.setText(f"Reading {path.name}…")
+        call_in_background(read, self._text_loaded,
+                           lambda error: self.status.setText(error_text(error)))
+
+    # --- internals ------------------------------------------------------------------------------------------
+
+    def _can_start(self, references: list[str]) -> bool:
+        if self._key is not None:
+            self.status.setText("A run is in progress: stop it first.")
+            return False
+        if not references:
+            self.status.setText("Choose at least one model.")
+            return False
+        self.status.setText("")
+        return True
+
+    def _start(self, job, mode: str) -> None:
+        self._mode = mode
+        self._key = self.state.jobs.submit(job).key
+        self.stop.setEnabled(True)
+        self.generate_button.setEnabled(False)
+        self.perplexity_button.setEnabled(False)
+        self.status.setText("Starting…")
+
+    def _show_columns(self, references: list[str]) -> None:
+        for column in self.columns:
+            self.columns_area.removeWidget(column)
+            column.deleteLater()
+        self.columns = [ModelColumn(reference) for reference in references]
+        for column in self.columns:
+            self.columns_area.addWidget(column, 1)
+
+    def _append_text(self, index: int, text: str) -> None:
+        if index < len(self.columns):
+            self.columns[index].status.setText("Generating…")
+            self.columns[index].append(text)
+
+    def _job_progress(self, key: str, event) -> None:
+        if key != self._key:
+            return
+        counted = f" ({event.done} of {event.total})" if event.total else ""
+        self.status.setText(f"{event.stage}{counted}")
+
+    def _job_changed(self, key: str) -> None:
+        record = self.state.jobs.record(key)
+        if record is None:
+            return
+        if key != self._key:
+            if record.status == "done" and record.kind in FINISHED_KINDS:
+                self.set_models(models_to_try(record.kind, record.spec, record.output))
+            return
+        if record.status in ("queued", "running"):
+            return
+        self._key = None
+        self.stop.setEnabled(False)
+        self.generate_button.setEnabled(True)
+        self.perplexity_button.setEnabled(True)
+        if record.status == "done":
+            self._show_results(record.summary)
+            self.status.setText("Done.")
+        elif record.status == "cancelled":
+            self.status.setText("Stopped.")
+        else:
+            explanation = record.explanation or {}
+            self.status.setText(" ".join(filter(None, (explanation.get("what"), explanation.get("fix")))) or
+                                "The run failed; the Jobs page has the details.")
+
+    def _show_results(self, summary: dict[str, Any]) -> None:
+        for column, generation in zip(self.columns, summary.get("generations", [])):
+            column.status.setText(f"{len(generation['tokens'])} tokens, ran in {generation['dtype']}")
+        results = summary.get("results")
+        if results is None:
+            return
+        self.table.setRowCount(len(results))
+        bars = []
+        for row, entry in enumerate(results):
+            if entry["perplexity"] is not None:
+                value, count = entry["perplexity"], str(entry["tokens"])
+            else:
+                value, count = entry["mean_similarity"], f"{len(entry['similarities'])} pairs (similarity)"
+            for column, text in enumerate((entry["model"], f"{value:.3f}", count, entry["dtype"])):
+                self.table.setItem(row, column, QTableWidgetItem(text))
+            bars.append((Path(entry["model"].split("+")[-1]).name, value))
+        causal = all(entry["perplexity"] is not None for entry in results)
+        self.chart.set_values(bars, "Perplexity (lower is better)" if causal else
+                              "Perplexity, or mean cosine similarity for encoders")
+
+    def _choose_text_file(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Text to score", "", "Text (*.txt *.jsonl);;All files (*)")
+        if path:
+            self.load_text_file(Path(path))
+
+    def _text_loaded(self, text: str) -> None:
+        self.text.setPlainText(text)
+        self.status.setText(f"{len(text.split())} words loaded.")
+
+    def _refresh_capabilities(self) -> None:
+        probe = self.state.probe
+        self.device.set_choices(device_choices(probe, "try"))
+        self.dtype.set_choices(dtype_choices(probe, "try", self.device.value() or "cpu", TRY_DTYPES,
+                                             "Each model's own dtype"))
+
+    def _show_library(self, entries: list[str]) -> None:
+        for picker in self.pickers:
+            picker.set_library(entries)

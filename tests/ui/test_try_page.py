@@ -1,0 +1,120 @@
+"""The Try page with real widgets: models from the job just finished, text streaming into columns, Stop,
+perplexity in a table and a chart, dtype dropdowns from the probe."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import Qt
+
+from tests.tryout.models import SENTENCES, write_causal, write_encoder
+
+pytest.importorskip("transformers")
+
+
+@pytest.fixture(scope="module")
+def try_models(tmp_path_factory) -> list[Path]:
+    import torch
+
+    root = tmp_path_factory.mktemp("try-page")
+    return [write_causal(root / "causal-a", torch.float32, seed=0), write_causal(root / "causal-b", torch.float16,
+                                                                                  seed=1),
+            write_causal(root / "causal-c", torch.bfloat16, seed=2)]
+
+
+@pytest.fixture(scope="module")
+def encoder_model(tmp_path_factory) -> Path:
+    return write_encoder(tmp_path_factory.mktemp("try-page-encoder") / "encoder")
+
+
+def _finished(qtbot, page, timeout=120_000) -> None:
+    qtbot.waitUntil(lambda: page._key is None and page.status.text() in ("Done.", "Stopped.") or
+                    (page._key is None and page.status.text() not in ("", "Starting…")), timeout=timeout)
+
+
+def test_three_models_generate_side_by_side(qtbot, window, try_models):
+    page = window.try_page
+    window.show_page("try")
+    page.set_models([str(m) for m in try_models])
+    page.prompt.setPlainText("the cat sat on the")
+    page.max_new_tokens.setValue(12)
+    qtbot.mouseClick(page.generate_button, Qt.MouseButton.LeftButton)
+    assert not page.generate_button.isEnabled() and page.stop.isEnabled()
+    qtbot.waitUntil(lambda: page.status.text() == "Done.", timeout=120_000)
+    assert len(page.columns) == 3
+    assert all(column.text().strip() for column in page.columns)
+    assert all("ran in" in column.status.text() for column in page.columns)
+    record = window.state.jobs.records[-1]
+    assert record.kind == "try" and [g["text"].strip() for g in record.summary["generations"]] == [
+        column.text().strip() for column in page.columns]
+
+
+def test_stop_cancels_generation(qtbot, window, try_models):
+    page = window.try_page
+    page.set_models([str(try_models[0])])
+    page.prompt.setPlainText("the cat")
+    page.max_new_tokens.setValue(8192)
+    qtbot.mouseClick(page.generate_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: page.columns[0].text().strip() != "", timeout=120_000)
+    qtbot.mouseClick(page.stop, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: page.status.text() == "Stopped.", timeout=60_000)
+    assert window.state.jobs.records[-1].status == "cancelled" and page.generate_button.isEnabled()
+
+
+def test_perplexity_fills_the_table_and_the_chart(qtbot, window, try_models, encoder_model, tmp_path):
+    page = window.try_page
+    page.tabs.setCurrentIndex(1)
+    text_file = tmp_path / "text.jsonl"
+    text_file.write_text("".join(f'{{"text": "{sentence}"}}\n' for sentence in SENTENCES))
+    page.load_text_file(text_file)
+    qtbot.waitUntil(lambda: page.text.toPlainText().startswith(SENTENCES[0]), timeout=20_000)
+    page.set_models([str(try_models[0]), str(try_models[1])])
+    qtbot.mouseClick(page.perplexity_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: page.status.text() == "Done.", timeout=120_000)
+    assert page.table.rowCount() == 2
+    values = [float(page.table.item(row, 1).text()) for row in range(2)]
+    assert all(value > 1 for value in values)
+    assert [round(v, 3) for _, v in page.chart.values] == [round(v, 3) for v in values]
+
+
+def test_encoders_get_similarities_of_sentence_pairs(qtbot, window, encoder_model):
+    page = window.try_page
+    page.set_models([str(encoder_model)])
+    page.text.setPlainText(f"{SENTENCES[0]}\t{SENTENCES[0]}")
+    qtbot.mouseClick(page.perplexity_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: page.status.text() == "Done.", timeout=120_000)
+    assert float(page.table.item(0, 1).text()) == pytest.approx(1.0, abs=1e-3)
+    assert "similarity" in page.table.item(0, 2).text()
+
+
+def test_a_failure_is_explained_on_the_page(qtbot, window, tmp_path):
+    page = window.try_page
+    page.set_models([str(tmp_path / "missing-model")])
+    page.prompt.setPlainText("hello")
+    qtbot.mouseClick(page.generate_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: page._key is None and page.status.text() not in ("", "Starting…"), timeout=60_000)
+    assert "does not exist" in page.status.text() and page.generate_button.isEnabled()
+
+
+def test_the_finished_jobs_inputs_and_output_are_offered(qtbot, window, models, tmp_path):
+    from guiapp.engine.recipe import parse_recipe
+    from guiapp.jobs.specs import merge_job
+
+    recipe = parse_recipe(f"merge_method: linear\nmodels:\n"
+                          f"  - model: {models.tune_a}\n    parameters: {{weight: 0.5}}\n"
+                          f"  - model: {models.tune_b}\n    parameters: {{weight: 0.5}}\ndtype: float32\n")
+    record = window.state.jobs.submit(merge_job(recipe, tmp_path / "merged"))
+    qtbot.waitUntil(lambda: record.status == "done", timeout=120_000)
+    qtbot.waitUntil(lambda: window.try_page.references()[-1:] == [str(tmp_path / "merged")], timeout=10_000)
+    assert window.try_page.references() == [str(models.tune_a), str(models.tune_b), str(tmp_path / "merged")]
+
+
+def test_dtype_dropdown_says_what_each_dtype_runs_as(window):
+    from guiapp.system.capabilities import inference_option
+
+    combo = window.try_page.dtype
+    labels = [combo.itemText(i) for i in range(combo.count())]
+    assert labels[0] == "Each model's own dtype"
+    float16 = inference_option(window.state.probe, "cpu", "float16")
+    assert float16.label in labels
