@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from guiapp.errors import JobCancelled
+from guiapp.system.scrub import scrub
 
 
 @dataclass(frozen=True)
@@ -106,7 +107,7 @@ class Progress:
 
     def log(self, line: str) -> None:
         if self._on_log is not None:
-            self._on_log(line)
+            self._on_log(scrub(line))  # a log line may quote a server's answer: no token or password in it
 
     def check_cancelled(self) -> None:
         self.cancel_token.raise_if_cancelled()

@@ -63,6 +63,13 @@ class HubConnection:
 
         return HfApi(endpoint=self.endpoint)
 
+    @property
+    def shown_endpoint(self) -> str:
+        """The endpoint as messages and pages show it: without a user:password the URL may carry."""
+        scheme, separator, rest = self.endpoint.partition("://")
+        host, slash, path = rest.partition("/")
+        return f"{scheme}{separator}{host.rpartition('@')[2]}{slash}{path}"
+
     def model_page(self, repo_id: str) -> str:
         """The web page of a model (where its licence is accepted)."""
-        return f"{self.endpoint}/{repo_id}"
+        return f"{self.shown_endpoint}/{repo_id}"

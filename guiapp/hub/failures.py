@@ -48,7 +48,7 @@ def translate(error: BaseException, repo_id: str | None, revision: str | None = 
     """The Mergesmith error for `error`, or `error` itself when it is not a Hub or network failure."""
     model = repo_id or "the model"
     connection = HubConnection.current()
-    page = connection.model_page(repo_id) if repo_id else connection.endpoint
+    page = connection.model_page(repo_id) if repo_id else connection.shown_endpoint
     if isinstance(error, hf.GatedRepoError):
         status = _status(error)
         if status == 401:
@@ -83,7 +83,7 @@ def translate(error: BaseException, repo_id: str | None, revision: str | None = 
         )
     if isinstance(error, hf.LocalEntryNotFoundError):
         if _caused_by(error, _UNREACHABLE) or _caused_by_type(error, hf.OfflineModeIsEnabled):
-            return _unreachable(model, connection.endpoint)
+            return _unreachable(model, connection.shown_endpoint)
         return OfflineError(
             f"{model} is not fully downloaded, and the Hub cannot be used right now.",
             hint="Go online and download it once; afterwards it works offline.",
@@ -113,7 +113,7 @@ def translate(error: BaseException, repo_id: str | None, revision: str | None = 
         if status == 401:
             return InvalidTokenError(
                 "The Hub did not accept the access token.",
-                hint=f"Sign in again with a valid token ({connection.endpoint}/settings/tokens).",
+                hint=f"Sign in again with a valid token ({connection.shown_endpoint}/settings/tokens).",
             )
         if status is not None and status >= 500:
             return HubError(
@@ -122,7 +122,7 @@ def translate(error: BaseException, repo_id: str | None, revision: str | None = 
             )
         return HubError(f"The Hub refused the request for {model}: {_first_line(error)}", hint="Try again later.")
     if _caused_by(error, _UNREACHABLE):
-        return _unreachable(model, connection.endpoint)
+        return _unreachable(model, connection.shown_endpoint)
     if _caused_by(error, _INTERRUPTED) or "Consistency check failed" in str(error):
         return ConnectionLostError(
             f"The connection broke while downloading {model}, and resuming failed.",
@@ -130,7 +130,7 @@ def translate(error: BaseException, repo_id: str | None, revision: str | None = 
         )
     if isinstance(error, _UNREADABLE_ANSWER):
         return HubResponseError(
-            f"The Hub at {connection.endpoint} sent an answer about {model} that Mergesmith cannot read "
+            f"The Hub at {connection.shown_endpoint} sent an answer about {model} that Mergesmith cannot read "
             f"({type(error).__name__}: {_first_line(error)}).",
             why="Its fields are not of the kinds the Hugging Face Hub sends (for example a date that is not a date, "
             "or text where a list belongs).",

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from guiapp.system.paths import settings_file
+from guiapp.system.scrub import scrub
 
 HISTORY_NAME = "jobs_history.json"
 MAX_RECORDS = 200
@@ -99,7 +100,8 @@ def save_history(records: list[JobRecord]) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=".jobs_history.", suffix=".tmp")
         with os.fdopen(handle, "w", encoding="utf-8") as stream:
-            json.dump({"jobs": [r.to_json() for r in records[-MAX_RECORDS:]]}, stream, indent=1, default=str)
+            text = json.dumps({"jobs": [r.to_json() for r in records[-MAX_RECORDS:]]}, indent=1, default=str)
+            stream.write(scrub(text))  # specs, logs and explanations may quote a token or a password
         os.replace(temporary, path)
     except OSError:
         pass

@@ -17,6 +17,7 @@ from typing import Any, Callable, Iterator, Mapping
 
 from guiapp.errors import MergesmithError
 from guiapp.system.error_catalogue import CATALOGUE, Entry, on_hub_in_use
+from guiapp.system.scrub import scrub
 
 RENDER_WIDTH = 100
 # Names in pasted text that look like exception classes: "torch.OutOfMemoryError", "GatedRepoError: ..."
@@ -41,6 +42,11 @@ class Explanation:
     raw: str = ""
     recognised: bool = True
     kind: str = ""
+
+    def __post_init__(self) -> None:
+        # Whatever built it, an explanation shown or saved carries no token or password (guiapp.system.scrub).
+        for name in ("title", "what", "why", "fix", "raw"):
+            object.__setattr__(self, name, scrub(getattr(self, name)))
 
     def render_text(self, width: int = RENDER_WIDTH, details: bool = True,
                     retry: Callable[[Mapping[str, Any]], str | None] | None = None) -> str:

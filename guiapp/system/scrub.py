@@ -1,0 +1,45 @@
+"""One scrubber for every text Mergesmith shows or saves: messages, job logs, history, last-error.txt, reports.
+
+It removes the access token in use (HF_TOKEN, or the one huggingface_hub stored), anything shaped like a Hub
+token (`hf_` and 30+ letters or digits), the value of an `Authorization: Bearer/Basic …` header a server echoed,
+and credentials embedded in URLs (`https://user:pass@host` → `https://***@host`, HF_ENDPOINT included). A server
+that echoes what it was sent, or a mirror URL with a password in it, must not put either on screen or on disk.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+REDACTED = "***"
+# Real Hub tokens are "hf_" and 34 letters; identifiers such as hf_hub_download are never 30 characters of
+# letters and digits in a row.
+_HUB_TOKEN = re.compile(r"(?<![A-Za-z0-9])hf_[A-Za-z0-9]{30,}")
+_AUTHORIZATION = re.compile(r"\b(Bearer|Basic)\s+[A-Za-z0-9._~+/=-]+", re.IGNORECASE)
+# scheme://user[:password]@ — the scheme is bounded so the search stays linear on long words.
+_URL_CREDENTIALS = re.compile(r"(?<![\w+.-])([A-Za-z][\w+.-]{0,30}://)[^/\s@\"'<>]+@")
+_TOKEN_VARIABLES = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
+
+
+def scrub(text: str) -> str:
+    """`text` without tokens, Authorization values or URL credentials. Never raises."""
+    if not text:
+        return text
+    for secret in _secrets_in_use():
+        text = text.replace(secret, REDACTED)
+    text = _HUB_TOKEN.sub(REDACTED, text)
+    text = _AUTHORIZATION.sub(lambda match: f"{match.group(1)} {REDACTED}", text)
+    return _URL_CREDENTIALS.sub(lambda match: f"{match.group(1)}{REDACTED}@", text)
+
+
+def _secrets_in_use() -> list[str]:
+    """The token huggingface_hub would send now (environment or stored), longest first; [] when there is none."""
+    found = {os.environ.get(name, "").strip() for name in _TOKEN_VARIABLES}
+    try:
+        from huggingface_hub import get_token  # noqa: PLC0415 - only read when there is text to scrub
+
+        found.add((get_token() or "").strip())
+    except Exception:  # noqa: BLE001 - an unreadable token file leaves the patterns to do the work
+        pass
+    # Short values would replace ordinary words; a real token is far longer.
+    return sorted((s for s in found if len(s) >= 8), key=len, reverse=True)
