@@ -9,6 +9,7 @@ import pytest
 from guiapp.errors import DeviceError
 from guiapp.system.capabilities import JOB_OPERATIONS, device_options, dtype_options, option, require
 from guiapp.system.probe import Check, ProbeResult
+from tests.support.devices import absent_cuda_device
 
 
 def _with_check(result: ProbeResult, dtype: str, operation: str, error: str | None) -> ProbeResult:
@@ -80,8 +81,9 @@ def test_a_device_slower_than_the_cpu_is_flagged(probed):
 
 
 def test_absent_device_and_untested_combinations_are_refused_with_the_reason(probed):
-    missing = option(probed, "extract", "cuda:0", "bfloat16")
-    assert not missing.possible and "there is no cuda:0 on this machine" in missing.reason
+    absent = absent_cuda_device()
+    missing = option(probed, "extract", absent, "bfloat16")
+    assert not missing.possible and f"there is no {absent} on this machine" in missing.reason
     truncated = dataclasses.replace(probed, checks=[c for c in probed.checks if c.operation != "svd"],
                                     problem="The probe crashed while testing cpu float32 svd.")
     untested = option(truncated, "extract", "cpu", "float32")

@@ -21,6 +21,7 @@ from guiapp.system.resources import (
     memory,
     svd_flop_count,
 )
+from tests.support.devices import absent_cuda_device
 
 GB = 10**9
 PLENTY = Disk(path=Path("/data"), free=500 * GB, total=1000 * GB)
@@ -38,11 +39,12 @@ def test_disk_measures_the_nearest_existing_folder(tmp_path):
     assert 0 < facts.free <= facts.total
 
 
-def test_gpu_memory_on_a_cpu_only_torch():
+def test_gpu_memory_of_a_device_torch_cannot_see():
+    absent = absent_cuda_device()
     assert gpu_memory("cpu") is None
     with pytest.raises(DeviceError) as raised:
-        gpu_memory("cuda:0")
-    assert "Torch not compiled with CUDA enabled" in raised.value.message
+        gpu_memory(absent)
+    assert f"Cannot read the memory of {absent}" in raised.value.message
     assert raised.value.retry_with == {"device": "cpu"}
 
 
@@ -95,4 +97,4 @@ def test_time_estimate_scales_with_work_and_uses_probed_speeds(probed):
     reading = estimate_time(probed, "cpu", matmul_flops=matmul_flop_count(4096, 4096, 16), read_bytes=1e9,
                             read_bytes_per_second=1e8)
     assert reading.seconds > 10 and "SVD" in reading.basis and str(reading).startswith("about ")
-    assert estimate_time(probed, "cuda:0", svd_flops=1e9) is None
+    assert estimate_time(probed, absent_cuda_device(), svd_flops=1e9) is None  # the probe never measured it

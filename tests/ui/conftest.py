@@ -102,13 +102,13 @@ def broken_float16(result: ProbeResult) -> ProbeResult:
     return dataclasses.replace(result, checks=checks)
 
 
-def with_gpu(result: ProbeResult) -> ProbeResult:
-    """The probe of this machine plus a GPU that passed every check: a machine this one is not."""
-    gpu = {"id": "cuda:0", "kind": "cuda", "name": "Test GPU", "memory_total": 8_000_000_000,
+def with_gpu(result: ProbeResult, device: str = "cuda:0") -> ProbeResult:
+    """The probe of this machine plus a GPU `device` that passed every check: a machine this one is not."""
+    gpu = {"id": device, "kind": "cuda", "name": "Test GPU", "memory_total": 8_000_000_000,
            "memory_free": 7_000_000_000}
-    checks = result.checks + [Check("cuda:0", c.dtype, c.operation, c.ok, c.error) for c in result.checks
+    checks = result.checks + [Check(device, c.dtype, c.operation, c.ok, c.error) for c in result.checks
                               if c.device == "cpu"]
-    speeds = result.speeds + [dataclasses.replace(s, device="cuda:0") for s in result.speeds if s.device == "cpu"]
+    speeds = result.speeds + [dataclasses.replace(s, device=device) for s in result.speeds if s.device == "cpu"]
     return dataclasses.replace(result, devices=result.devices + [gpu], checks=checks, speeds=speeds)
 
 

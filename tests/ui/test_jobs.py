@@ -12,6 +12,7 @@ from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import QApplication, QMessageBox
 
 from guiapp.jobs.history import load_history
+from tests.support.devices import absent_cuda_device
 from tests.ui.conftest import wait_for_job, with_gpu
 
 
@@ -105,17 +106,18 @@ def test_existing_output_folder_is_explained_and_retry_overwrites(qtbot, window,
 
 
 def test_a_device_this_machine_lacks_is_explained_and_retried_on_the_cpu(qtbot, make_window, probed, models, tmp_path):
-    window = make_window(with_gpu(probed))
+    absent = absent_cuda_device()  # offered as if it were here: the job finds out it is not
+    window = make_window(with_gpu(probed, absent))
     page = window.merge
-    assert page.device_combo.is_enabled_choice("cuda:0")
+    assert page.device_combo.is_enabled_choice(absent)
     _prepare(window, {"merge_method": "linear", "models": [
         {"model": str(models.tune_a), "parameters": {"weight": 1.0}}]}, tmp_path / "gpu")
-    page.device_combo.select("cuda:0")
+    page.device_combo.select(absent)
     record = wait_for_job(qtbot, window, page.run())
     assert record.status == "failed"
     panel = window.jobs.explanation
     assert panel.title.text() == "The chosen device cannot be used"
-    assert "cuda:0" in panel.what.text()
+    assert absent in panel.what.text()
     assert "device = cpu" in panel.retry_button.toolTip()
     qtbot.mouseClick(panel.retry_button, Qt.MouseButton.LeftButton)
     retried = wait_for_job(qtbot, window, window.jobs.selected)
