@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 import textwrap
 import traceback
+from pathlib import Path
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Mapping
 
@@ -20,6 +21,7 @@ from guiapp.system.error_catalogue import CATALOGUE, Entry, on_hub_in_use
 from guiapp.system.scrub import scrub
 
 RENDER_WIDTH = 100
+_PACKAGE_FOLDER = Path(__file__).resolve().parent.parent
 # Names in pasted text that look like exception classes: "torch.OutOfMemoryError", "GatedRepoError: ..."
 EXCEPTION_NAME = re.compile(r"\b(?:[A-Za-z_]\w*\.)*([A-Za-z_]\w*(?:Error|Exception|Enabled|Interrupt|Exit))\b")
 CONTEXT_WORDS = (("job", "job"), ("model", "model"), ("tensor", "tensor"), ("file", "file"), ("device", "device"),
@@ -97,7 +99,10 @@ def explain(error: BaseException | str, context: Mapping[str, Any] | None = None
     else:
         clues = list(_clues_from_chain(error))
     raw = error if isinstance(error, str) else _traceback(error)
-    return _from_catalogue(clues, context, raw) or _unrecognised(_summary(error), context, raw)
+    known = _from_catalogue(clues, context, raw)
+    if known is None and not isinstance(error, str) and _raised_by_mergesmith(error):
+        return _internal(_summary(error), context, raw)
+    return known or _unrecognised(_summary(error), context, raw)
 
 
 def _traceback(error: BaseException) -> str:
@@ -165,6 +170,27 @@ def _from_entry(entry: Entry, match: re.Match[str] | None, context: dict[str, An
         retry_with=dict(retry_with) if retry_with else None,
         raw=raw,
         kind=entry.key,
+    )
+
+
+def _raised_by_mergesmith(error: BaseException) -> bool:
+    """Whether Mergesmith's own code raised `error` (its innermost frame is a file of the guiapp package)."""
+    frame = error.__traceback__
+    while frame is not None and frame.tb_next is not None:
+        frame = frame.tb_next
+    return frame is not None and Path(frame.tb_frame.f_code.co_filename).is_relative_to(_PACKAGE_FOLDER)
+
+
+def _internal(summary: str, context: dict[str, Any], raw: str) -> Explanation:
+    return Explanation(
+        title="Mergesmith stopped on an internal problem",
+        what=_with_context(summary or "An internal check failed.", context),
+        why="A check inside Mergesmith's own code failed. This is a bug in Mergesmith, not a problem with your "
+        "models, files or settings.",
+        fix="Please report it with the details below (the CLI saves them as last-error.txt). Trying again with "
+        "other settings may avoid it meanwhile.",
+        raw=raw,
+        kind="internal_error",
     )
 
 
