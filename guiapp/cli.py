@@ -157,6 +157,7 @@ RETRY_FLAGS: dict[str, tuple[str, str]] = {
     "force": ("force", "--force"),
     "device": ("device", "--device {value}"),
     "dtype": ("dtype", "--dtype {value}"),
+    "compute_dtype": ("compute_dtype", "--compute-dtype {value}"),
 }
 
 
@@ -274,6 +275,9 @@ def _add_merge_commands(commands: argparse._SubParsersAction) -> None:
     merge.add_argument("--seed", type=int, default=0, help="Seed for the random methods (DARE, DELLA).")
     merge.add_argument("--overwrite", action="store_true", help="Replace OUT_DIR if it exists (once the merge is done).")
     merge.add_argument("--force", action="store_true", help="Start even when the estimate says it will not fit.")
+    merge.add_argument("--compute-dtype", choices=("float32", "recipe"), default="float32",
+                       help="float32 (default): compute in float32 and round once when storing, the more accurate; "
+                       "recipe: compute in the recipe's dtype as mergekit does, to reproduce a published merge.")
     merge.set_defaults(handler=_run_merge)
 
     demo = commands.add_parser("demo", help="Generate two small sample models and merge them (no download).")
@@ -293,18 +297,22 @@ def _run_merge(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     recipe = load_recipe(args.recipe)
     if args.dry_run:
-        return _print_plan(recipe, args.out_dir, args.device)
+        return _print_plan(recipe, args.out_dir, args.device, args.compute_dtype)
     return run_in_terminal(merge_job(recipe, args.out_dir, device=args.device, seed=args.seed,
-                                     shard_bytes=shard_bytes, overwrite=args.overwrite, force=args.force), args)
+                                     shard_bytes=shard_bytes, overwrite=args.overwrite, force=args.force,
+                                     compute_dtype=args.compute_dtype), args)
 
 
-def _print_plan(recipe, out_dir: Path, device: str) -> int:
+def _print_plan(recipe, out_dir: Path, device: str, compute_dtype: str = "float32") -> int:
     from guiapp.engine.merge import plan_merge  # noqa: PLC0415
+    from guiapp.engine.plan import compute_in_recipe_dtype  # noqa: PLC0415
     from guiapp.jobs.estimates import estimate_merge  # noqa: PLC0415
     from guiapp.system.probe import cached_probe  # noqa: PLC0415
     from guiapp.system.units import format_bytes  # noqa: PLC0415
 
     plan = plan_merge(recipe)
+    if compute_dtype == "recipe":
+        compute_in_recipe_dtype(plan)
     estimate = estimate_merge(plan, device, out_dir, cached_probe())
     print(f"Method:        {plan.method.name} ({plan.method.summary})")
     for model in plan.models:

@@ -22,7 +22,7 @@ from guiapp.engine.devices import resolve_device, use_cpu_threads
 from guiapp.engine.methods.base import MergeContext
 from guiapp.engine.model_card import write_merge_metadata
 from guiapp.engine.output import DEFAULT_SHARD_BYTES, PlannedTensor, ShardedWriter, StagedOutput, check_free_space
-from guiapp.engine.plan import MergePlan, TensorTask, align_vocabulary, build_plan
+from guiapp.engine.plan import MergePlan, TensorTask, align_vocabulary, build_plan, compute_in_recipe_dtype
 from guiapp.engine.recipe import Recipe
 from guiapp.engine.sources import ModelReader, local_folder, open_reader, read_headers
 from guiapp.errors import IncompatibleModelsError, NonFiniteResultError
@@ -42,6 +42,9 @@ class MergeSettings:
     seed: int = 0
     shard_bytes: int = DEFAULT_SHARD_BYTES
     overwrite: bool = False
+    # "float32": compute in float32 (float64 for float64 inputs) and cast once; "recipe": in the recipe's dtype,
+    # as mergekit does (see plan.compute_in_recipe_dtype).
+    compute_dtype: str = "float32"
     threads: ThreadPolicy = field(default_factory=ThreadPolicy)
 
 
@@ -105,6 +108,8 @@ def run_merge(
     local_inputs = tuple(p for p in (local_folder(ref) for ref in recipe.model_refs()) if p is not None)
     with StagedOutput(settings.output, overwrite=settings.overwrite, inputs=local_inputs) as staged:
         plan = plan_merge(recipe, progress)
+        if settings.compute_dtype == "recipe":
+            compute_in_recipe_dtype(plan)
         check_free_space(staged.path, plan.output_bytes + _DISK_MARGIN_BYTES)
         if before_start is not None:
             before_start(plan)

@@ -9,6 +9,7 @@ from pathlib import Path
 import yaml
 
 from guiapp import __version__
+from guiapp.engine.checkpoint import dtype_name
 from guiapp.engine.plan import MergePlan
 from guiapp.engine.tokenizers import chat_template_text, write_chat_template, write_tokenizer
 
@@ -76,5 +77,14 @@ def merge_card(plan: MergePlan) -> str:
     for model in plan.models:
         role = " (base)" if base is not None and model.ref == base else ""
         lines.append(f"- {model.label}{role}")
+    lines += ["", "## Precision", "", _precision_line(plan)]
     lines += ["", "## Recipe", "", "```yaml", recipe_yaml(plan.recipe.document).rstrip(), "```", ""]
     return "\n".join(lines)
+
+
+def _precision_line(plan: MergePlan) -> str:
+    computed, stored = dtype_name(plan.compute_dtype), dtype_name(plan.out_dtype)
+    if plan.compute_as_recipe:
+        return (f"Computed in the recipe's dtype ({computed}), as mergekit does (`--compute-dtype recipe`); "
+                f"stored as {stored}.")
+    return f"Computed in {computed} and rounded once to {stored} when stored."

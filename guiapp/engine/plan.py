@@ -86,6 +86,8 @@ class MergePlan:
     tokenizer_donor: ModelRef | None = None
     # The output tokenizer.json built by `align_vocabulary` (None: the tokenizer files are copied as they are).
     tokenizer_document: dict[str, Any] | None = None
+    # True when `compute_in_recipe_dtype` chose mergekit's arithmetic (the recipe's dtype) over float32.
+    compute_as_recipe: bool = False
 
     def out_tensor_dtype(self, task: TensorTask) -> torch.dtype:
         if not task.floating:
@@ -507,6 +509,17 @@ def align_vocabulary(plan: MergePlan, folders: list[Path], donor_folder: Path | 
     if plan.config is not None and "vocab_size" in plan.config:
         plan.config["vocab_size"] = alignment.rows
     plan.tokenizer_document = document
+
+
+def compute_in_recipe_dtype(plan: MergePlan) -> None:
+    """Compute in the recipe's dtype, as mergekit 0.1.5 does: `dtype` when the recipe gives one, else the base
+    model's storage dtype (mergekit computes in the inputs' own dtype then).
+
+    The default stays float32 arithmetic cast once at the end (merge-methods.md, "Precision"), which is the
+    more accurate; this choice exists to reproduce merges published with mergekit.
+    """
+    plan.compute_dtype = plan.read_dtype or _storage_dtype(plan.models[plan.config_model])
+    plan.compute_as_recipe = True
 
 
 def _config_model(recipe: Recipe, index_of: dict[ModelRef, int]) -> int:

@@ -11,14 +11,16 @@ from guiapp.jobs.runner import Job
 
 
 def merge_job(recipe: Recipe, output: Path, *, device: str = "cpu", seed: int = 0,
-              shard_bytes: int | None = None, overwrite: bool = False, force: bool = False) -> Job:
+              shard_bytes: int | None = None, overwrite: bool = False, force: bool = False,
+              compute_dtype: str = "float32") -> Job:
     """A job that runs `recipe` into `output`; its spec records every setting so it can be retried changed.
 
     Before any download or computation the job logs its estimate (memory, disk, time) and refuses to start,
-    with the numbers, when it will not fit this machine, unless `force`.
+    with the numbers, when it will not fit this machine, unless `force`. `compute_dtype` "recipe" computes in
+    the recipe's dtype as mergekit does, refused (DeviceError) where the probe saw that dtype fail on `device`.
     """
     spec = {"recipe": recipe.document, "output": str(output), "device": device, "seed": seed,
-            "shard_bytes": shard_bytes, "overwrite": overwrite, "force": force}
+            "shard_bytes": shard_bytes, "overwrite": overwrite, "force": force, "compute_dtype": compute_dtype}
 
     def work(progress):
         from guiapp.engine.merge import MergeSettings, run_merge  # noqa: PLC0415 - torch loads with the job
@@ -27,10 +29,16 @@ def merge_job(recipe: Recipe, output: Path, *, device: str = "cpu", seed: int = 
         from guiapp.system.probe import cached_probe  # noqa: PLC0415
 
         def check_fit(plan) -> None:
+            if plan.compute_as_recipe:
+                from guiapp.engine.checkpoint import dtype_name  # noqa: PLC0415
+                from guiapp.system.capabilities import require_compute  # noqa: PLC0415
+
+                require_compute(cached_probe(), "merge", device, dtype_name(plan.compute_dtype))
             _check_fit(estimate_merge(plan, device, Path(output), cached_probe()), progress, force)
 
         settings = MergeSettings(Path(output), device=device, seed=seed,
-                                 shard_bytes=shard_bytes or DEFAULT_SHARD_BYTES, overwrite=overwrite)
+                                 shard_bytes=shard_bytes or DEFAULT_SHARD_BYTES, overwrite=overwrite,
+                                 compute_dtype=compute_dtype)
         return run_merge(recipe, settings, progress, before_start=check_fit).summary()
 
     return Job(title=f"Merge ({recipe.merge_method}) → {Path(output).name}", kind="merge", spec=spec, work=work)
@@ -116,7 +124,7 @@ def job_from_spec(kind: str, spec: dict[str, Any]) -> Job:
         return merge_job(recipe_from_dict(copy.deepcopy(spec["recipe"])), Path(spec["output"]),
                          device=spec.get("device", "cpu"), seed=spec.get("seed", 0),
                          shard_bytes=spec.get("shard_bytes"), overwrite=spec.get("overwrite", False),
-                         force=spec.get("force", False))
+                         force=spec.get("force", False), compute_dtype=spec.get("compute_dtype", "float32"))
     if kind == "extract":
         return extract_job(**{**spec, "out": Path(spec["out"])})
     if kind == "apply":

@@ -157,6 +157,19 @@ def require(result: ProbeResult, job: str, device: str, storage_dtype: str) -> O
     )
 
 
+def require_compute(result: ProbeResult, job: str, device: str, compute_dtype: str) -> None:
+    """Raise DeviceError when the probe did not see every operation `job` computes with work in `compute_dtype`
+    on `device` (a merge computing in the recipe's dtype, as mergekit does, instead of float32)."""
+    failure = _first_failure(result, device, [(compute_dtype, operation, False) for operation in JOB_OPERATIONS[job]])
+    if failure is not None:
+        raise DeviceError(
+            f"{_job_words(job).capitalize()} cannot compute in {compute_dtype} on {device}: {failure}.",
+            why="Computing in the recipe's dtype runs every operation of the method in that dtype.",
+            hint="Compute in float32 (the default, and the more accurate), or choose another device.",
+            retry_with={"compute_dtype": "float32"},
+        )
+
+
 def inference_option(result: ProbeResult, device: str, storage_dtype: str) -> Option:
     """The dtype a model stored as `storage_dtype` runs in on `device` (job kind "try"), as one `Option`.
 

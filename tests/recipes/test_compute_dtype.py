@@ -1,0 +1,66 @@
+"""`--compute-dtype recipe`: arithmetic in the recipe's dtype as mergekit does, instead of float32 cast once."""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from guiapp.engine.merge import MergeSettings, run_merge
+from guiapp.engine.recipe import parse_recipe
+from guiapp.errors import DeviceError
+from guiapp.system.capabilities import JOB_OPERATIONS, require_compute
+from guiapp.system.probe import Check, ProbeResult, machine_fingerprint, probe_child_command, run_probe_child
+from tests.engine.helpers import load_folder
+
+NAME = "model.layers.0.mlp.up_proj.weight"
+
+
+def _recipe(base, one):
+    return parse_recipe(f"merge_method: task_arithmetic\nbase_model: {base}\ndtype: bfloat16\n"
+                        f"models:\n  - model: {one}\n    parameters: {{weight: 0.3}}\n")
+
+
+def test_recipe_dtype_arithmetic_matches_a_bf16_computation(llama_pair, tmp_path):
+    base, one, _ = llama_pair
+    b = load_file(base / "model.safetensors")[NAME].to(torch.bfloat16)
+    x = load_file(one / "model.safetensors")[NAME].to(torch.bfloat16)
+    # mergekit's task arithmetic in bf16: every step rounded to bf16.
+    in_bf16 = b + (x - b) * 0.3
+    in_float32 = (b.float() + (x.float() - b.float()) * 0.3).to(torch.bfloat16)
+    assert not torch.equal(in_bf16, in_float32)  # otherwise this test could not tell the two apart
+
+    outcome = run_merge(_recipe(base, one), MergeSettings(tmp_path / "recipe", compute_dtype="recipe"))
+    assert torch.equal(load_folder(outcome.output)[NAME], in_bf16)
+    assert "Computed in the recipe's dtype (bfloat16)" in (outcome.output / "README.md").read_text()
+
+    default = run_merge(_recipe(base, one), MergeSettings(tmp_path / "default"))
+    assert torch.equal(load_folder(default.output)[NAME], in_float32)
+    assert "Computed in float32 and rounded once to bfloat16" in (default.output / "README.md").read_text()
+
+
+def test_cli_dry_run_reports_the_compute_dtype(llama_pair, tmp_path):
+    base, one, _ = llama_pair
+    recipe = tmp_path / "r.yml"
+    recipe.write_text(f"merge_method: task_arithmetic\nbase_model: {base}\ndtype: bfloat16\n"
+                      f"models:\n  - model: {one}\n    parameters: {{weight: 0.3}}\n")
+    run = subprocess.run([sys.executable, "-m", "guiapp", "merge", str(recipe), str(tmp_path / "out"),
+                          "--dry-run", "--compute-dtype", "recipe"], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert "computed in bfloat16" in run.stdout
+
+
+def test_a_dtype_the_probe_saw_fail_is_refused_with_a_retry():
+    probed: ProbeResult = run_probe_child(probe_child_command(), machine_fingerprint(), timeout=120)
+    assert probed.problem is None, probed.problem
+    require_compute(probed, "merge", "cpu", "bfloat16")  # this CPU computes merges in bf16
+    operation = JOB_OPERATIONS["merge"][0]
+    checks = [c for c in probed.checks if (c.dtype, c.operation) != ("bfloat16", operation)]
+    broken = dataclasses.replace(probed, checks=[*checks, Check("cpu", "bfloat16", operation, ok=False, error="boom")])
+    with pytest.raises(DeviceError, match="cannot compute in bfloat16 on cpu") as caught:
+        require_compute(broken, "merge", "cpu", "bfloat16")
+    assert caught.value.retry_with == {"compute_dtype": "float32"}
