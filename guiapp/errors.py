@@ -140,6 +140,13 @@ class InvalidTokenError(HubError):
     title = "The access token was not accepted"
 
 
+class HubResponseError(HubError):
+    """The Hub (or the mirror HF_ENDPOINT names) sent an answer Mergesmith will not use: a file or version name
+    that would point outside the cache, an answer too large once decompressed, or fields of the wrong kind."""
+
+    title = "The Hub sent an answer Mergesmith cannot use"
+
+
 class UnsupportedModelError(MergesmithError):
     """The model cannot be run here: transformers does not know its architecture, or it needs code from its repo."""
 
