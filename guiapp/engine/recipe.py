@@ -443,6 +443,10 @@ def _token_override(token: str, value: Any) -> TokenOverride:
         raise RecipeError(f"{where}.force must be true or false, got {describe_value(force)}.", why="It is a switch.",
                           hint="Write `force: true` or remove it.")
     source = value.get("source")
+    if source is None and force:
+        raise RecipeError(f"{where} has `force: true` but no `source:`.",
+                          why="Forcing replaces every model's row of this token with the source's, so it needs one.",
+                          hint="Add `source:` (a model, `{kind: zero}` or `{kind: average}`), or remove `force`.")
     if source is None:
         return TokenOverride(None, force)
     if isinstance(source, str):

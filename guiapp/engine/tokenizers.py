@@ -39,36 +39,48 @@ class ModelVocabulary:
 
     ref: ModelRef
     tokens: dict[str, int]
-    own_tokenizer: bool
+
+
+@dataclass(frozen=True)
+class RowSource:
+    """Where the row of one output token comes from for a model that lacks it (or for all, when forced):
+    "zero", "average" (of the models that have the token), or row `row` of model `model`."""
+
+    kind: str
+    model: int | None = None
+    row: int | None = None
 
 
 @dataclass
 class VocabularyAlignment:
     """How every merged model's embedding rows are laid out in the output vocabulary.
 
-    `rows_of[m][i]` is model m's row for output token i (-1: the model lacks it); `defaults[i]` is where a
-    lacking model's row comes from; `forced` holds the tokens whose default replaces every model's own row.
+    `rows_of[m][i]` is model m's row for output token i (-1: the model lacks it); `overrides[i]` is the row
+    source `tokenizer.tokens` sets for token i; `forced` holds the tokens whose source replaces every model's
+    own row.
     """
 
     tokens: list[str]
     rows: int
     rows_of: dict[int, list[int]]
-    defaults: dict[int, TokenSource]
+    overrides: dict[int, RowSource]
     forced: set[int]
     base_model: int | None
-    vocabularies: dict[int, ModelVocabulary]
 
     def align(self, tensors: dict[int, torch.Tensor]) -> dict[int, torch.Tensor]:
-        """Re-order each model's vocabulary tensor (keyed by model index) into the output vocabulary."""
+        """Re-order each model's vocabulary tensor (keyed by model index) into the output vocabulary.
+
+        Raises RecipeError when a `tokenizer.tokens` source names a model that is not an input of this tensor.
+        """
         first = next(iter(tensors.values()))
         width, dtype, device = first.shape[1:], first.dtype, first.device
-        default_rows = {i: self._default_row(i, source, tensors, width, dtype, device)
-                        for i, source in self._defaults_for(tensors).items()}
+        default_rows = {token: self._row(token, source, tensors, width, dtype, device)
+                        for token, source in self._sources_for(tensors).items()}
         aligned = {}
         count = len(self.tokens)
         for model, tensor in tensors.items():
             own = torch.tensor(self.rows_of[model], dtype=torch.long, device=device)
-            keep = (own >= 0)
+            keep = own >= 0
             if self.forced:
                 keep[list(self.forced)] = False
             result = torch.zeros((self.rows, *width), dtype=dtype, device=device)
@@ -81,69 +93,69 @@ class VocabularyAlignment:
             aligned[model] = result
         return aligned
 
-    def _defaults_for(self, tensors: dict[int, torch.Tensor]) -> dict[int, TokenSource]:
-        """The default source of every token some model lacks, for the models of one tensor."""
-        defaults: dict[int, TokenSource] = {}
+    def _sources_for(self, tensors: dict[int, torch.Tensor]) -> dict[int, RowSource]:
+        """The row source of every token that some of these models lack or that the recipe sets (mergekit's
+        choice: the only model that has it, else the base, else the mean of those that have it, else zeros)."""
+        sources = dict(self.overrides)
         for token in range(len(self.tokens)):
-            if token in self.defaults:
-                defaults[token] = self.defaults[token]
+            if token in sources:
                 continue
             having = [m for m in tensors if self.rows_of[m][token] >= 0]
             if len(having) == len(tensors):
                 continue
             if len(having) == 1:
-                defaults[token] = TokenSource("model", None, token_id=having[0])
+                sources[token] = RowSource("row", having[0], self.rows_of[having[0]][token])
             elif not having:
-                defaults[token] = TokenSource("zero")
+                sources[token] = RowSource("zero")
             elif self.base_model in having:
-                defaults[token] = TokenSource("model", None, token_id=self.base_model)
+                sources[token] = RowSource("row", self.base_model, self.rows_of[self.base_model][token])
             else:
-                defaults[token] = TokenSource("average")
-        return defaults
+                sources[token] = RowSource("average")
+        return sources
 
-    def _default_row(self, token: int, source: TokenSource, tensors, width, dtype, device) -> torch.Tensor:
+    def _row(self, token: int, source: RowSource, tensors, width, dtype, device) -> torch.Tensor:
         if source.kind == "zero":
             return torch.zeros(width, dtype=dtype, device=device)
         if source.kind == "average":
             having = [tensors[m][self.rows_of[m][token]] for m in tensors if self.rows_of[m][token] >= 0]
-            if not having:
-                return torch.zeros(width, dtype=dtype, device=device)
-            return torch.stack(having).mean(dim=0)
-        model = source.token_id if source.model is None else self._model_index(source.model)
-        if model not in tensors:
+            return torch.stack(having).mean(dim=0) if having else torch.zeros(width, dtype=dtype, device=device)
+        if source.model not in tensors:
             raise RecipeError(
-                f"The row of token {self.tokens[token]!r} is to come from {source.model or model}, which is not an "
-                "input of this tensor.",
-                why="A token's row can only be copied from a model that is merged.",
-                hint="Name one of the merged models in `tokenizer.tokens`.",
+                f"The row of token {self.tokens[token]!r} is to come from a model that is not an input of this "
+                "tensor.", why="A token's row can only be copied from a model whose tensor is merged here.",
+                hint="Name in `tokenizer.tokens` one of the models this tensor is merged from.",
             )
-        if source.kind == "model_token":
-            row = source.token_id
-            if source.token is not None:
-                row = self.vocabularies[model].tokens.get(source.token)
-                if row is None:
-                    raise RecipeError(f"{source.model} has no token {source.token!r}.",
-                                      why="`model_token` copies the row of a token the model has.",
-                                      hint="Check the token's text (special tokens include their brackets).")
-            if row >= tensors[model].shape[0]:
-                raise RecipeError(f"Token id {row} is past the last row of {source.model} "
-                                  f"({tensors[model].shape[0]} rows).", why="The id indexes the model's rows.",
-                                  hint="Use `token:` with the token's text instead.")
-            return tensors[model][row]
-        row = self.rows_of[model][token]
-        if row < 0:
-            raise RecipeError(f"{self.vocabularies[model].ref} has no token {self.tokens[token]!r}, so its row "
-                              "cannot be taken from it.", why="A model can only give rows for tokens it has.",
-                              hint="Name a model that has the token, or use `{kind: zero}` or `{kind: average}`.")
-        return tensors[model][row]
+        return tensors[source.model][source.row]
 
-    def _model_index(self, ref: ModelRef) -> int:
-        for index, vocabulary in self.vocabularies.items():
-            if vocabulary.ref == ref:
-                return index
-        raise RecipeError(f"`tokenizer.tokens` names {ref}, which is not one of the merged models.",
-                          why="Rows can only be copied from a model that is merged.",
+
+def _resolve_override(text: str, source: TokenSource, refs: list[ModelRef], vocabularies: dict[int, ModelVocabulary],
+                      rows_of: dict[int, list[int]], position: int, embedding_rows: list[int | None]) -> RowSource:
+    """The RowSource a `tokenizer.tokens` entry means. Raises RecipeError naming the entry when it cannot be had."""
+    if source.kind in ("zero", "average"):
+        return RowSource(source.kind)
+    if source.model not in refs:
+        raise RecipeError(f"`tokenizer.tokens` takes {text!r} from {source.model}, which is not one of the merged "
+                          "models.", why="Rows can only be copied from a model that is merged.",
                           hint="Name one of the models under `models:` or `slices:`.")
+    model = refs.index(source.model)
+    if source.kind == "model":
+        row = rows_of[model][position]
+        if row < 0:
+            raise RecipeError(f"{source.model} has no token {text!r}, so its row cannot be taken from it.",
+                              why="A model can only give rows for tokens it has.",
+                              hint="Name a model that has the token, or use `{kind: zero}` or `{kind: average}`.")
+        return RowSource("row", model, row)
+    row = source.token_id if source.token is None else vocabularies[model].tokens.get(source.token)
+    if row is None:
+        raise RecipeError(f"{source.model} has no token {source.token!r} (asked for by {text!r}).",
+                          why="`model_token` copies the row of a token the model has.",
+                          hint="Check the token's text (special tokens include their brackets).")
+    limit = embedding_rows[model]
+    if limit is not None and row >= limit:
+        raise RecipeError(f"Token id {row} (asked for by {text!r}) is past the last row of {source.model} "
+                          f"({limit} rows).", why="The id indexes the model's embedding rows.",
+                          hint="Use `token:` with the token's text instead.")
+    return RowSource("row", model, row)
 
 
 def read_tokenizer(folder: Path | None) -> dict[str, Any] | None:
@@ -204,10 +216,9 @@ def build_alignment(
         )
     vocabularies = {}
     for index, (ref, document, rows) in enumerate(zip(refs, documents, embedding_rows)):
-        own = document is not None
-        tokens = vocabulary_of(document if own else documents[reference])
+        tokens = vocabulary_of(document if document is not None else documents[reference])
         limit = rows if rows is not None else len(tokens)
-        vocabularies[index] = ModelVocabulary(ref, {t: i for t, i in tokens.items() if i < limit}, own)
+        vocabularies[index] = ModelVocabulary(ref, {t: i for t, i in tokens.items() if i < limit})
     out_rows = embedding_rows[refs.index(out_label)] if out_label in refs else None
     out_document = _stripped(out_document, out_rows)
     if settings.source == "union":
@@ -218,7 +229,7 @@ def build_alignment(
         rows += settings.pad_to_multiple_of - rows % settings.pad_to_multiple_of
     position = {token: i for i, token in enumerate(tokens)}
     rows_of = {m: [v.tokens.get(token, -1) for token in tokens] for m, v in vocabularies.items()}
-    defaults: dict[int, TokenSource] = {}
+    overrides: dict[int, RowSource] = {}
     forced: set[int] = set()
     for text, override in settings.tokens.items():
         if text not in position:
@@ -226,11 +237,11 @@ def build_alignment(
                               why="Only tokens of the output tokenizer have rows in the result.",
                               hint="Check the token's text, or use `source: union` to include other models' tokens.")
         if override.source is not None:
-            defaults[position[text]] = override.source
+            overrides[position[text]] = _resolve_override(text, override.source, refs, vocabularies, rows_of,
+                                                          position[text], embedding_rows)
         if override.force:
             forced.add(position[text])
-    alignment = VocabularyAlignment(tokens, rows, rows_of, defaults, forced, base_model, vocabularies)
-    return alignment, out_document
+    return VocabularyAlignment(tokens, rows, rows_of, overrides, forced, base_model), out_document
 
 
 def _tokens_by_id(vocabulary: dict[str, int]) -> list[str]:
