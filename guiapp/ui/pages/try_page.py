@@ -315,7 +315,8 @@ class TryPage(QWidget):
 
     def _show_results(self, summary: dict[str, Any]) -> None:
         for column, generation in zip(self.columns, summary.get("generations", [])):
-            column.status.setText(f"{len(generation['tokens'])} tokens, ran in {generation['dtype']}")
+            empty = "" if generation["text"].strip() else " (only special tokens: nothing to show)"
+            column.status.setText(f"{len(generation['tokens'])} tokens, ran in {generation['dtype']}{empty}")
         results = summary.get("results")
         if results is None:
             return
