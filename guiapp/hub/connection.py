@@ -15,6 +15,7 @@ from huggingface_hub import constants
 
 from guiapp.errors import OfflineError
 from guiapp.hub.server_checks import check_hub_answers
+from guiapp.system.scrub import scrub_log_records
 
 if TYPE_CHECKING:
     from huggingface_hub import HfApi
@@ -55,6 +56,7 @@ class HubConnection:
         """huggingface_hub's endpoint and cache folder as configured now; from here on, every answer from the
         Hub is checked (see guiapp.hub.server_checks) before huggingface_hub uses it."""
         check_hub_answers()
+        scrub_log_records()  # huggingface_hub's log lines quote URLs (HF_ENDPOINT's password) and server answers
         return cls(endpoint=constants.ENDPOINT.rstrip("/"), cache_dir=Path(constants.HF_HUB_CACHE))
 
     def api(self) -> HfApi:

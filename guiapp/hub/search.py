@@ -17,6 +17,8 @@ from typing import Any
 from guiapp.errors import JobCancelled, RecipeError
 from guiapp.hub.connection import HubConnection, require_online
 from guiapp.hub.failures import hub_errors
+from guiapp.hub.references import is_hub_id
+from guiapp.hub.server_checks import as_count, as_text, as_texts
 
 # Our sort names → huggingface_hub's. The Hub always sorts these in descending order.
 SORTS = {"trending": "trending_score", "downloads": "downloads", "likes": "likes", "updated": "last_modified"}
@@ -121,7 +123,9 @@ class SearchResults:
                 if item is None:
                     self.exhausted = True
                     break
-                page.append(_summary(item))
+                summary = _summary(item)
+                if summary is not None:
+                    page.append(summary)
         self._raise_if_stale()
         return page
 
@@ -151,20 +155,26 @@ class SearchResults:
             raise JobCancelled("This search was replaced by a newer one.")
 
 
-def _summary(info: Any) -> ModelSummary:
-    parameters = getattr(info, "safetensors", None)
+def _summary(info: Any) -> ModelSummary | None:
+    """The hit as the list shows it; None for an entry whose id is not a Hub id (it could not be opened anyway).
+    Counts and texts of the wrong kind are shown as unknown (see server_checks.as_count / as_text)."""
+    if not (isinstance(info.id, str) and is_hub_id(info.id)):
+        return None
+    safetensors = getattr(info, "safetensors", None)
+    parameters = getattr(safetensors, "parameters", None)
+    total = as_count(getattr(safetensors, "total", None))
     return ModelSummary(
         repo_id=info.id,
-        author=info.author or info.id.partition("/")[0] or None,
-        downloads=info.downloads or 0,
-        likes=info.likes or 0,
+        author=as_text(info.author) or info.id.partition("/")[0] or None,
+        downloads=as_count(info.downloads),
+        likes=as_count(info.likes),
         last_modified=info.last_modified,
-        pipeline_tag=info.pipeline_tag,
-        library=info.library_name,
+        pipeline_tag=as_text(info.pipeline_tag),
+        library=as_text(info.library_name),
         gated=bool(info.gated),
-        parameters=parameters.total if parameters else None,
-        parameters_by_dtype=dict(parameters.parameters) if parameters else {},
-        tags=tuple(info.tags or ()),
+        parameters=total or None,
+        parameters_by_dtype={str(k): as_count(v) for k, v in parameters.items()} if isinstance(parameters, dict) else {},
+        tags=as_texts(info.tags),
     )
 
 

@@ -8,8 +8,10 @@ that echoes what it was sent, or a mirror URL with a password in it, must not pu
 
 from __future__ import annotations
 
+import logging
 import os
 import re
+from typing import Any
 
 REDACTED = "***"
 # Real Hub tokens are "hf_" and 34 letters; identifiers such as hf_hub_download are never 30 characters of
@@ -43,3 +45,22 @@ def _secrets_in_use() -> list[str]:
         pass
     # Short values would replace ordinary words; a real token is far longer.
     return sorted((s for s in found if len(s) >= 8), key=len, reverse=True)
+
+
+def scrub_log_records() -> None:
+    """Scrub every log record from now on, whichever library logs it (huggingface_hub's quote URLs and server
+    answers). Idempotent. The record's message is formatted once, scrubbed, and kept without its arguments."""
+    previous = logging.getLogRecordFactory()
+    if getattr(previous, "scrubs", False):
+        return
+
+    def make_scrubbed_record(*args: Any, **kwargs: Any) -> logging.LogRecord:
+        record = previous(*args, **kwargs)
+        try:
+            record.msg, record.args = scrub(record.getMessage()), None
+        except Exception:  # noqa: BLE001 - a record whose arguments do not fit its format stays as logging made it
+            pass
+        return record
+
+    make_scrubbed_record.scrubs = True  # type: ignore[attr-defined]
+    logging.setLogRecordFactory(make_scrubbed_record)

@@ -8,6 +8,7 @@ token (or a password in HF_ENDPOINT) never reaches the screen, last-error.txt, t
 from __future__ import annotations
 
 import base64
+import logging
 import subprocess
 import sys
 from pathlib import Path
@@ -100,15 +101,27 @@ def test_a_version_with_dotdot_is_refused_before_any_request(hub_env, hostile, t
     seen("hostile hub", "version ../../.. typed by the user", f"{title}: {what}")
 
 
-def test_a_gzip_bomb_as_model_info_is_refused(hub_env, hostile, capsys, seen):
+@pytest.mark.parametrize(("case", "argv"), [("model info", ("hub", "info", "org/model")),
+                                            ("search results", ("hub", "search", "org"))])
+def test_a_gzip_bomb_is_refused(hub_env, hostile, capsys, seen, case, argv):
     hostile.gzip_bomb_bytes = 256 * 1024 * 1024  # about 250 KB on the wire
 
-    code, shown = _run_cli(capsys, "hub", "info", "org/model")
+    code, shown = _run_cli(capsys, *argv)
 
     assert code == 1
     title, what = cli_explanation(shown)
     assert title == HOSTILE_TITLE and "MiB" in what and hub_env.server.url in what, shown
-    seen("hostile hub", "gzip bomb of 256 MiB as model info", f"{title}: {what}")
+    seen("hostile hub", f"gzip bomb of 256 MiB as {case}", f"{title}: {what}")
+
+
+def test_odd_search_fields_are_tolerated(hub_env, hostile, capsys, seen):
+    hostile.info_fields.update({"downloads": 10**40, "likes": "many", "tags": "llama", "author": 7,
+                                "safetensors": {"parameters": {"BF16": "lots"}, "total": -1}})
+
+    code, shown = _run_cli(capsys, "hub", "search", "org")
+
+    assert code == 0 and "org/model" in shown, shown
+    seen("hostile hub", "search results with odd fields", "tolerated: " + shown.splitlines()[0])
 
 
 @pytest.mark.parametrize(
@@ -136,6 +149,19 @@ def test_odd_model_info_fields_never_end_unrecognised(hub_env, hostile, capsys, 
         title, what = cli_explanation(shown)
         assert title == HOSTILE_TITLE and hub_env.server.url in what, shown
         seen("hostile hub", f"model info: {case}", f"{title}: {what}")
+
+
+def test_log_lines_of_any_library_are_scrubbed(hub_env, caplog, seen):
+    from guiapp.hub.connection import HubConnection  # noqa: PLC0415
+
+    HubConnection.current()  # what every Hub call does first
+    endpoint = hub_env.server.url.replace("http://", "http://someone:s3cret-pass@")
+    with caplog.at_level(logging.WARNING, logger="huggingface_hub"):
+        logging.getLogger("huggingface_hub.file_download").warning("Retrying %s with %s", endpoint,
+                                                                   f"Authorization: Bearer {TEST_TOKEN}")
+    logged = caplog.records[-1].getMessage()
+    assert "s3cret-pass" not in logged and TEST_TOKEN not in logged and hub_env.server.url.split("//")[1] in logged
+    seen("hostile hub", "a library's log line quoting a password and a token", logged)
 
 
 def _cli(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess:

@@ -536,8 +536,8 @@ class HostileModes:
     """What a hostile Hub does on top of serving its models; change the fields of the object `make_hostile` returns.
 
     `etag` / `repo_commit`: sent as every file's ETag / X-Repo-Commit (e.g. a `../` path). `info_fields`: replace
-    fields of every model-info and search answer (e.g. {"sha": None}). `gzip_bomb_bytes`: model-info answers are a
-    gzip body that expands to this many zero bytes. `echo_authorization`: error bodies repeat the request's
+    fields of every model-info and search answer (e.g. {"sha": None}). `gzip_bomb_bytes`: search and model-info
+    answers are a gzip body that expands to this many zero bytes. `echo_authorization`: error bodies repeat the request's
     Authorization header, as a careless server might.
     """
 
@@ -570,7 +570,7 @@ class _HostileHubHandler(_HubHandler):
         return {**super()._info(model, full), **self.modes.info_fields}
 
     def _json(self, payload: object, headers: dict[str, str] | None = None) -> None:
-        if not (self.modes.gzip_bomb_bytes and urlsplit(self.path).path.startswith("/api/models/")):
+        if not (self.modes.gzip_bomb_bytes and urlsplit(self.path).path.startswith("/api/models")):
             return super()._json(payload, headers)
         first, repeated, count = _zero_bomb_parts(self.modes.gzip_bomb_bytes)
         self.send_response(200)
@@ -600,3 +600,185 @@ def _zero_bomb_parts(total: int) -> tuple[bytes, bytes, int]:
     first = compressor.compress(chunk) + compressor.flush(zlib.Z_FULL_FLUSH)
     repeated = compressor.compress(chunk) + compressor.flush(zlib.Z_FULL_FLUSH)
     return first, repeated, max(total >> 20, 1)
+
+
+# --- uploads: the API huggingface_hub's create_repo / preupload_lfs_files / create_commit use ------------------------
+
+
+@dataclass
+class UploadModes:
+    """What the uploading Hub accepts; change the fields of the object `enable_uploads` returns.
+
+    `roles`: token → "read" or "write" (tokens not listed get "write"). `drop_lfs_uploads`: the next that many
+    LFS PUTs read half the body and hang up. `lfs_bytes_received`: body bytes of LFS PUTs that completed, per
+    oid. `created`: repo ids created through the API, and `private`: their visibility now.
+    """
+
+    roles: dict[str, str] = field(default_factory=dict)
+    drop_lfs_uploads: int = 0
+    lfs_bytes_received: dict[str, int] = field(default_factory=dict)
+    created: list[str] = field(default_factory=list)
+    private: dict[str, bool] = field(default_factory=dict)
+    store: Path | None = None
+    lfs_objects: dict[str, bytes] = field(default_factory=dict)
+
+
+def enable_uploads(server: HubServer, store: Path) -> UploadModes:
+    """Let the running `server` accept repo creation and uploads (committed files are kept under `store` and
+    served like any other model from then on); returns the modes to set."""
+    assert server._httpd is not None, "start the server first"
+    modes = UploadModes(store=Path(store))
+    server._httpd.RequestHandlerClass = type("UploadHubHandler", (_UploadHubHandler,), {"hub": server, "modes": modes})
+    return modes
+
+
+_LFS_SUFFIXES = (".safetensors", ".bin", ".pt", ".gguf")
+
+
+class _UploadHubHandler(_HubHandler):
+    modes: UploadModes
+
+    def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
+        self._dispatch_write()
+
+    def do_PUT(self) -> None:  # noqa: N802
+        self._dispatch_write()
+
+    def _dispatch_write(self) -> None:
+        split = urlsplit(self.path)
+        parts = [unquote(p) for p in split.path.strip("/").split("/")]
+        try:
+            failure = self.hub._take_failure(split.path)
+            if failure is not None:
+                self._read_body()
+                return self._error(failure, "", f"Simulated HTTP {failure}", retry_after=failure == 429)
+            if parts[0] == "__lfs":
+                return self._lfs_object(parts[1], verify=parts[2:] == ["verify"])
+            user = self._user()
+            if user is None:
+                self._read_body()
+                return self._error(401, "", "Invalid credentials in Authorization header")
+            if self._role() != "write":
+                self._read_body()
+                return self._error(403, "", "You don't have the rights to write with this token (read-only token)")
+            if parts == ["api", "repos", "create"]:
+                return self._create_repo(user, json.loads(self._read_body() or b"{}"))
+            if parts[:2] == ["api", "models"] and len(parts) >= 6 and parts[4] in ("preupload", "commit"):
+                repo_id = f"{parts[2]}/{parts[3]}"
+                if not self._writable(repo_id, user):
+                    return None
+                body = self._read_body()
+                if parts[4] == "preupload":
+                    return self._preupload(json.loads(body))
+                return self._commit(repo_id, body)
+            if parts[:2] == ["api", "models"] and parts[4:] == ["settings"]:
+                repo_id = f"{parts[2]}/{parts[3]}"
+                if self._writable(repo_id, user):
+                    settings = json.loads(self._read_body() or b"{}")
+                    if "private" in settings:
+                        self.modes.private[repo_id] = bool(settings["private"])
+                    return self._json({})
+                return None
+            if len(parts) == 6 and parts[1].endswith(".git") and parts[2:] == ["info", "lfs", "objects", "batch"]:
+                repo_id = f"{parts[0]}/{parts[1].removesuffix('.git')}"
+                if self._writable(repo_id, user):
+                    return self._lfs_batch(json.loads(self._read_body()))
+                return None
+            self._read_body()
+            return self._error(404, "", "Not found")
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+
+    def _role(self) -> str:
+        token = (self.headers.get("Authorization") or "").removeprefix("Bearer ").strip()
+        return self.modes.roles.get(token, "write")
+
+    def _read_body(self) -> bytes:
+        length = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(length) if length else b""
+
+    def _writable(self, repo_id: str, user: str) -> bool:
+        if repo_id not in self.hub.models:
+            self._read_body()
+            self._error(404, "RepoNotFound", "Repository not found")
+            return False
+        if repo_id.split("/")[0] != user:
+            self._read_body()
+            self._error(403, "", f"You don't have the rights to write to {repo_id}")
+            return False
+        return True
+
+    def _create_repo(self, user: str, payload: dict) -> None:
+        name, namespace = payload.get("name") or "", payload.get("organization") or user
+        if not re.fullmatch(r"[A-Za-z0-9][\w.-]{0,95}", name) or ".." in name or name.endswith(".git"):
+            return self._error(400, "", f"Invalid repo name: {name!r}")
+        if namespace != user:
+            return self._error(403, "", f"You don't have the rights to create a model under the namespace {namespace}")
+        repo_id = f"{namespace}/{name}"
+        if repo_id in self.hub.models:
+            return self._error(409, "", "You already created this model repo")
+        folder = self.modes.store / repo_id
+        folder.mkdir(parents=True, exist_ok=True)
+        self.hub.add_model(repo_id, folder)
+        self.modes.created.append(repo_id)
+        self.modes.private[repo_id] = payload.get("visibility", "public") == "private" or bool(payload.get("private"))
+        self._json({"url": f"{self.hub.url}/{repo_id}", "name": repo_id, "id": repo_id})
+
+    def _preupload(self, payload: dict) -> None:
+        files = [{"path": f["path"], "uploadMode": "lfs" if f["path"].endswith(_LFS_SUFFIXES) else "regular",
+                  "shouldIgnore": False, "oid": None} for f in payload.get("files", [])]
+        self._json({"files": files, "commitOid": None})
+
+    def _lfs_batch(self, payload: dict) -> None:
+        objects = []
+        for entry in payload.get("objects", []):
+            oid, size = entry["oid"], entry["size"]
+            answer: dict = {"oid": oid, "size": size, "authenticated": True}
+            if oid not in self.modes.lfs_objects:
+                answer["actions"] = {"upload": {"href": f"{self.hub.url}/__lfs/{oid}"},
+                                     "verify": {"href": f"{self.hub.url}/__lfs/{oid}/verify"}}
+            objects.append(answer)
+        self._json({"transfer": "basic", "objects": objects})
+
+    def _lfs_object(self, oid: str, verify: bool) -> None:
+        if verify:
+            self._read_body()
+            return self._json({}) if oid in self.modes.lfs_objects else self._error(404, "", "Object not found")
+        length = int(self.headers.get("Content-Length") or 0)
+        if self.modes.drop_lfs_uploads > 0:
+            self.modes.drop_lfs_uploads -= 1
+            self.rfile.read(length // 2)
+            self.close_connection = True
+            self.connection.shutdown(socket.SHUT_RDWR)
+            return None
+        data = self.rfile.read(length)
+        if hashlib.sha256(data).hexdigest() != oid:
+            return self._error(400, "", "The uploaded content does not match its sha256")
+        self.modes.lfs_objects[oid] = data
+        self.modes.lfs_bytes_received[oid] = self.modes.lfs_bytes_received.get(oid, 0) + len(data)
+        self.send_response(200)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+        return None
+
+    def _commit(self, repo_id: str, body: bytes) -> None:
+        import base64  # noqa: PLC0415 - only commits need it
+
+        folder = self.modes.store / repo_id
+        for line in body.splitlines():
+            item = json.loads(line)
+            value = item["value"]
+            if item["key"] == "file":
+                data = base64.b64decode(value["content"])
+            elif item["key"] == "lfsFile":
+                if value["oid"] not in self.modes.lfs_objects:
+                    return self._error(400, "", f"LFS object {value['oid']} was never uploaded")
+                data = self.modes.lfs_objects[value["oid"]]
+            else:
+                continue
+            target = folder / value["path"]
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+        served = self.hub.add_model(repo_id, folder)
+        self._json({"commitUrl": f"{self.hub.url}/{repo_id}/commit/{served.sha}", "commitOid": served.sha,
+                    "pullRequestUrl": None})
