@@ -204,3 +204,29 @@ def test_a_password_in_hf_endpoint_is_never_shown_or_saved(hub_env, hostile, tmp
     assert "does not recognise" not in title
     seen("hostile hub", "a password in HF_ENDPOINT", f"{title}: {what}")
 
+
+
+def test_the_window_keeps_an_echoed_token_out_of_the_job_log_and_history(hub_env, hostile, trio, tmp_path, qtbot,
+                                                                          monkeypatch, seen):
+    from guiapp.engine.recipe import parse_recipe  # noqa: PLC0415
+    from guiapp.jobs.specs import merge_job  # noqa: PLC0415
+    from guiapp.ui.job_bridge import JobBridge  # noqa: PLC0415
+
+    monkeypatch.setenv("HF_TOKEN", TEST_TOKEN)
+    hostile.echo_authorization = True
+    hub_env.server.fail_next(403, times=10, path_contains="/api/models/")
+    recipe = parse_recipe(f"merge_method: linear\nmodels:\n  - model: {trio.one}\n    parameters: {{weight: 1}}\n"
+                          "  - model: org/model\n    parameters: {weight: 1}\n")
+    bridge = JobBridge()
+    record = bridge.submit(merge_job(recipe, tmp_path / "merged"))
+    qtbot.waitUntil(lambda: record.status == "failed", timeout=60_000)
+    bridge.shutdown(10)
+
+    assert any(r.authorized for r in hub_env.server.requests), "the token was not sent: the case proves nothing"
+    saved = [p for p in hub_env.config_dir.rglob("*") if p.is_file()]
+    assert saved, "the job history was not written"
+    shown = "\n".join(record.log) + str(record.explanation)
+    assert TEST_TOKEN not in shown and not [p.name for p in saved if TEST_TOKEN.encode() in p.read_bytes()]
+    assert "Bearer ***" in shown
+    seen("hostile hub", "window: a token echoed by the server, job log and history",
+         f"{record.explanation['title']}: {record.explanation['what'].splitlines()[0]}")
