@@ -125,13 +125,17 @@ def _largest_output(plan) -> int:
 # Float32 copies of the largest matrix an extraction holds: base, fine-tune, their difference, and the
 # decomposition's factors and workspace (measured by benchmarks/extract.py: about five).
 _EXTRACT_COPIES = 5
+# A tensor's entry in the adapter's safetensors header: its PEFT name, dtype, shape and offsets (measured: about
+# 120 bytes for Llama-style names).
+_ADAPTER_HEADER_ENTRY_BYTES = 160
 # Applying an adapter holds the base tensor, its float32 copy, the update and the cast result.
 _APPLY_COPIES = 4
 
 
 def estimate_extraction(base, model, device: str, destination: Path, probe_result=None, rank: int = 32,
-                        solver: str = "randomized") -> JobEstimate:
-    """Estimate extracting a LoRA of `model` against `base` (guiapp.engine.plan.ModelHeaders of each).
+                        solver: str = "randomized", embeddings: str = "save") -> JobEstimate:
+    """Estimate extracting a LoRA of `model` against `base` (guiapp.engine.plan.ModelHeaders of each), with
+    changed embeddings and output head handled as `embeddings` says ("save", "lora" or "skip").
 
     Raises OutputError / DeviceError when the destination's drive or the GPU cannot be examined.
     """
@@ -142,8 +146,7 @@ def estimate_extraction(base, model, device: str, destination: Path, probe_resul
     working = _EXTRACT_COPIES * largest + _JOB_OVERHEAD_BYTES
     on_gpu = device != "cpu"
     peak_ram = process_baseline() + (2 * largest if on_gpu else working)
-    # An adapter of this rank, in the fine-tune's storage precision (about 2 bytes an entry).
-    output_bytes = sum((rows + cols) * min(rank, rows, cols) * 2 for rows, cols in matrices)
+    output_bytes = sum(_adapter_bytes(name, info, rank, embeddings) for name, info in model.tensors.items())
     time = None
     if probe_result is not None:
         read_bytes = sum(i.nbytes for i in model.tensors.values()) + sum(i.nbytes for i in base.tensors.values())
@@ -154,6 +157,25 @@ def estimate_extraction(base, model, device: str, destination: Path, probe_resul
         time = estimate_time(probe_result, _probed(probe_result, device), read_bytes=read_bytes, **work)
     fit = fit_verdict(peak_ram, working if on_gpu else 0, output_bytes, device, destination)
     return JobEstimate(peak_ram, working if on_gpu else 0, output_bytes, time, fit)
+
+
+def _adapter_bytes(name: str, info, rank: int, embeddings: str) -> int:
+    """What one fine-tune tensor adds to the adapter if it changed (an upper bound: unchanged ones add nothing).
+
+    Matrices become LoRA factors of `rank`; embeddings and the output head follow `embeddings`; anything else
+    (norms, biases of saved modules) is saved whole. In the fine-tune's storage precision, as extraction writes.
+    """
+    from guiapp.engine.peft_format import is_embedding, is_output_head  # noqa: PLC0415 - torch-free, only here
+
+    module = name.rsplit(".", 1)[0]
+    vocabulary = len(info.shape) == 2 and (is_embedding(module, info.shape) or is_output_head(module))
+    if vocabulary and embeddings == "skip":
+        return 0
+    if len(info.shape) == 2 and not (vocabulary and embeddings == "save"):
+        rows, cols = info.shape
+        factors = (rows + cols) * min(rank, rows, cols) * (info.nbytes // max(1, info.numel))
+        return factors + 2 * _ADAPTER_HEADER_ENTRY_BYTES
+    return info.nbytes + _ADAPTER_HEADER_ENTRY_BYTES
 
 
 def estimate_apply(base, device: str, destination: Path) -> JobEstimate:
