@@ -266,7 +266,11 @@ def run_in_terminal(job, args: argparse.Namespace | None = None) -> int:
 
 
 def _add_merge_commands(commands: argparse._SubParsersAction) -> None:
-    merge = commands.add_parser("merge", help="Merge models as a mergekit-compatible YAML recipe says.")
+    merge = commands.add_parser(
+        "merge", help="Merge models as a mergekit-compatible YAML recipe says.",
+        description="Merge models as a mergekit-compatible YAML recipe says. The recipe format (its keys, every "
+        "method with its parameters, gradients, filters, slices, tokenizer options and worked examples) is "
+        "described in docs/recipes.md of Mergesmith's source, and in the window under Help › Recipe format.")
     merge.add_argument("recipe", type=Path, help="The recipe (.yml).")
     merge.add_argument("out_dir", type=Path, help="The folder to create for the merged model.")
     merge.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N, mps or xpu (default: cpu).")
@@ -280,7 +284,11 @@ def _add_merge_commands(commands: argparse._SubParsersAction) -> None:
                        "recipe: compute in the recipe's dtype as mergekit does, to reproduce a published merge.")
     merge.set_defaults(handler=_run_merge)
 
-    demo = commands.add_parser("demo", help="Generate two small sample models and merge them (no download).")
+    demo = commands.add_parser(
+        "demo", help="Generate a small base model and two fine-tunes of it, and merge them (no download).",
+        description="Generate three small sample models (a base and two fine-tunes of it) and merge the "
+        "fine-tunes with TIES, without downloading anything: a whole job in seconds. Running it again reuses "
+        "the sample models and replaces the earlier merge.")
     demo.add_argument("--out", type=Path, default=None, help="Where to put the sample models and the merge.")
     demo.set_defaults(handler=_run_demo)
 
@@ -352,7 +360,9 @@ def _add_hub_commands(commands: argparse._SubParsersAction) -> None:
 
     search = hub_commands.add_parser("search", help="Search models on the Hub.")
     search.add_argument("query", nargs="?", default="", help="Text to look for in model names.")
-    search.add_argument("--sort", default="trending", choices=["trending", "downloads", "likes", "updated"])
+    search.add_argument("--sort", default="trending", choices=["trending", "downloads", "likes", "updated"],
+                        help="Order of the results: trending (popular lately, the default), downloads (most "
+                        "downloaded), likes (most liked) or updated (most recently changed).")
     search.add_argument("--limit", type=int, default=20, help="How many results (default: 20).")
     search.add_argument("--author", default=None, help="Only models of this user or organisation.")
     search.add_argument("--json", action="store_true", help="Print JSON instead of a table.")
@@ -668,6 +678,7 @@ def _print_extraction_summary(summary: dict) -> None:
         for worst in summary["worst_modules"]:
             print(f"  {worst['module']:<48} rank {worst['rank']:<4} {worst['relative_error']:.4f}")
     print("Per-module details: extraction_report.json in the adapter folder.")
+
 
 # --- try: generate side by side, perplexity ------------------------------------------------------------------
 

@@ -177,3 +177,27 @@ def test_an_adapter_given_as_a_model_is_named_as_one(tiny_pair, tmp_path, cli_en
     merged = _run("merge", str(recipe), str(tmp_path / "merged"), env=cli_env)
     assert merged.returncode == 1 and "adapter" in merged.stderr
     assert f"+{adapter}" in merged.stderr.replace("\n  ", " ")  # the recipe's base+adapter syntax
+
+
+def test_help_says_what_each_command_and_option_does():
+    merge = _run("merge", "--help")
+    merge_text = " ".join(merge.stdout.split())  # as argparse wrapped it for the terminal's width
+    assert merge.returncode == 0 and "docs/recipes.md" in merge_text and "Help › Recipe format" in merge_text
+    demo = _run("demo", "--help")
+    assert "sample models" in demo.stdout.split("options:")[0]  # a description, not only the usage line
+    search = _run("hub", "search", "--help").stdout
+    options = search[search.index("options:"):]
+    sort_help = " ".join(options[options.index("--sort"):options.index("--limit")].split())
+    assert "most downloaded" in sort_help and "trending" in sort_help
+
+
+def test_an_applied_model_card_is_titled_with_the_destination(tiny_pair, tmp_path, cli_env):
+    base, tune = tiny_pair
+    adapter, full = tmp_path / "adapter", tmp_path / "math-rebuilt"
+    extracted = _run("extract-lora", "--base", str(base), "--model", str(tune), "--out", str(adapter), "--rank", "4",
+                     env=cli_env)
+    assert extracted.returncode == 0, extracted.stderr
+    applied = _run("apply-lora", "--base", str(base), "--adapter", str(adapter), "--out", str(full), env=cli_env)
+    assert applied.returncode == 0, applied.stderr
+    card = (full / "README.md").read_text()
+    assert "\n# math-rebuilt\n" in card and "mergesmith-partial" not in card
