@@ -44,8 +44,7 @@ def main() -> int:
 
 
 def run(folder: Path, hidden: int, layers: int) -> int:
-    from PySide6.QtCore import QEventLoop, QSettings, QTimer
-    from PySide6.QtWidgets import QApplication
+    from PySide6.QtCore import QSettings, QTimer
 
     from guiapp.ui.app import create_window
 

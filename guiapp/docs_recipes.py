@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from guiapp.engine.methods import METHODS
 from guiapp.engine.methods.base import BaseRole, MergeMethod, ParamKind, ParamSpec

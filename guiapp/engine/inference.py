@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -252,7 +253,6 @@ def generate(
     `progress` counts new tokens in a stage named after the model; cancelling it stops generation at the next
     token (JobCancelled). Raises UnsupportedModelError for an encoder, which does not generate text.
     """
-    import transformers  # noqa: PLC0415
 
     if loaded.kind != CAUSAL:
         raise UnsupportedModelError(

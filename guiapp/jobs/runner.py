@@ -12,9 +12,10 @@ import queue
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Callable
+from typing import Any
 
 from guiapp.errors import JobCancelled
 from guiapp.progress import CancelToken, Progress, ProgressEvent

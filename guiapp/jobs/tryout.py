@@ -7,8 +7,9 @@ loaded one at a time is decided before loading, from their size in that dtype ag
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from guiapp.errors import DeviceError, RecipeError
 from guiapp.jobs.runner import Job

@@ -12,9 +12,10 @@ from __future__ import annotations
 import re
 import textwrap
 import traceback
-from pathlib import Path
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
 
 from guiapp.errors import MergesmithError
 from guiapp.system.error_catalogue import CATALOGUE, Entry, on_hub_in_use

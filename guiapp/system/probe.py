@@ -17,9 +17,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 CACHE_DIR_VARIABLE = "MERGESMITH_CACHE_DIR"
 DEFAULT_TIMEOUT_SECONDS = 120.0
@@ -187,7 +188,7 @@ def _child_environment() -> dict[str, str]:
 
 def _describe_exit(returncode: int) -> str:
     if returncode < 0:
-        import signal
+        import signal  # noqa: PLC0415 - only when the probe's process was killed
 
         try:
             return f"killed by signal {signal.Signals(-returncode).name}"

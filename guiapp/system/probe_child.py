@@ -13,7 +13,8 @@ import argparse
 import json
 import platform
 import time
-from typing import Any, Callable, TextIO
+from collections.abc import Callable
+from typing import Any, TextIO
 
 import psutil
 import torch
@@ -46,7 +47,7 @@ Operation = Callable[[torch.Tensor], Any]
 
 
 def _safetensors_round_trip(x: torch.Tensor) -> torch.Tensor:
-    from safetensors.torch import load, save
+    from safetensors.torch import load, save  # noqa: PLC0415 - a broken safetensors fails this check, not the probe
 
     return load(save({"t": x.cpu().contiguous()}))["t"].to(x.device)
 
@@ -124,8 +125,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _library_versions() -> dict[str, str]:
-    import numpy
-    import safetensors
+    import numpy  # noqa: PLC0415 - versions are read last, once the checks have run
+    import safetensors  # noqa: PLC0415
 
     return {"numpy": numpy.__version__, "safetensors": safetensors.__version__}
 
@@ -246,7 +247,7 @@ def _measure_speeds(recorder: Recorder, device: str, dtypes: list[str]) -> None:
         recorder.write("start", step=f"{device} {dtype_name} matmul speed")
         try:
             a = torch.randn(MATMUL_SIDE, MATMUL_SIDE, device=device).to(dtype)
-            seconds = _best_time(lambda: a @ a, device)
+            seconds = _best_time(lambda: a @ a, device)  # noqa: B023 - timed at once
         except Exception:
             continue  # the check above already recorded why matmul fails in this dtype
         recorder.write("speed", device=device, dtype=dtype_name, workload="matmul",
@@ -256,11 +257,11 @@ def _measure_speeds(recorder: Recorder, device: str, dtypes: list[str]) -> None:
         recorder.write("start", step=f"{device} {dtype_name} svd speed")
         try:
             m = torch.randn(SVD_SIDE, SVD_SIDE, device=device, dtype=dtype)
-            seconds = _best_time(lambda: torch.linalg.svd(m, full_matrices=False), device)
+            seconds = _best_time(lambda: torch.linalg.svd(m, full_matrices=False), device)  # noqa: B023 - timed at once
             recorder.write("speed", device=device, dtype=dtype_name, workload="svd", size=SVD_SIDE,
                            seconds=seconds, gflops=svd_flop_count(SVD_SIDE, SVD_SIDE) / seconds / 1e9)
             v = torch.randn(ELEMENTWISE_NUMEL, device=device, dtype=dtype)
-            seconds = _best_time(lambda: torch.add(v, v, alpha=0.5), device)
+            seconds = _best_time(lambda: torch.add(v, v, alpha=0.5), device)  # noqa: B023 - timed at once
             # an elementwise op reads two operands and writes one result
             recorder.write("speed", device=device, dtype=dtype_name, workload="elementwise",
                            size=ELEMENTWISE_NUMEL, seconds=seconds,

@@ -7,7 +7,7 @@ registry, torch and the capability probe load on a worker thread afterwards.
 from __future__ import annotations
 
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 from PySide6.QtCore import QTimer
 from PySide6.QtGui import QIcon

@@ -11,8 +11,8 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 METHODS_TIMEOUT_SECONDS = 120
 JOB_TIMEOUT_SECONDS = 120

@@ -74,8 +74,7 @@ class AppState(QObject):
 
 
 def _load_methods() -> dict[str, Any]:
-    from guiapp.engine.methods import METHODS  # noqa: PLC0415 - imports torch: never on the UI thread
-
     import guiapp.engine.merge  # noqa: F401, PLC0415 - warms the engine so the first validation is quick
+    from guiapp.engine.methods import METHODS  # noqa: PLC0415 - imports torch: never on the UI thread
 
     return dict(METHODS)

@@ -100,7 +100,7 @@ def test_missing_shard_and_bad_config(tmp_path):
     other = write_llama(tmp_path / "n", LlamaShape(layers=1))
     (other / "config.json").write_text("{not json")
     with open_checkpoint(other) as checkpoint, pytest.raises(CheckpointError, match="not valid JSON"):
-        checkpoint.config
+        _ = checkpoint.config
 
 
 def test_empty_folder(tmp_path):

@@ -37,7 +37,7 @@ def test_jobs_run_in_order_off_thread_and_cancel_between_steps():
     listeners = JobListeners(on_event=lambda job, event: events.append((job.title, event.done)), on_done=on_done)
     slow = runner.submit(_counting_job("slow", 100, started, gate), listeners)
     queued = runner.submit(_counting_job("queued", 3), listeners)
-    last = runner.submit(_counting_job("last", 3), listeners)
+    runner.submit(_counting_job("last", 3), listeners)
     assert started.wait(5)
     runner.cancel(slow.id)
     runner.cancel(queued.id)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import torch
 from safetensors.torch import load_file
@@ -34,7 +34,7 @@ def finetune(
     generator = torch.Generator().manual_seed(seed)
     source = open_checkpoint(base)
     tensors = {}
-    for name, info in source.tensors.items():
+    for name in source.tensors:
         weight = source.read(name).float()
         if only is None or re.search(only, name):
             if weight.ndim == 2:

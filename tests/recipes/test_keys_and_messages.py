@@ -69,8 +69,8 @@ def test_default_module_form_runs_like_slices(llama_pair, tmp_path):
     base, one, two = llama_pair
     body = (f"    - sources:\n        - model: {one}\n          layer_range: [0, 2]\n"
             f"        - model: {two}\n          layer_range: [0, 2]\n")
-    slices = f"merge_method: linear\nparameters: {{weight: 1.0}}\nslices:\n" + body.replace("    ", "  ", 1).replace("\n    ", "\n  ")
-    modules = f"merge_method: linear\nmodules:\n  default:\n    parameters: {{weight: 1.0}}\n    slices:\n" + "  " + body.replace("\n    ", "\n      ")
+    slices = "merge_method: linear\nparameters: {weight: 1.0}\nslices:\n" + body.replace("    ", "  ", 1).replace("\n    ", "\n  ")
+    modules = "merge_method: linear\nmodules:\n  default:\n    parameters: {weight: 1.0}\n    slices:\n" + "  " + body.replace("\n    ", "\n      ")
     expected = load_folder(run_merge(parse_recipe(slices), MergeSettings(tmp_path / "a")).output)
     result = load_folder(run_merge(parse_recipe(modules), MergeSettings(tmp_path / "b")).output)
     assert expected.keys() == result.keys()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 
 import pytest
-from PySide6.QtCore import QThread, Qt
+from PySide6.QtCore import Qt, QThread
 
 from guiapp.engine.methods.base import ParamKind, ParamSpec
 from guiapp.ui import background

@@ -5,7 +5,7 @@ Messages end with what was found and without a full stop: the validator appends 
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 InputRule = Callable[[int, bool], "str | None"]
 

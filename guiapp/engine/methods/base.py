@@ -7,9 +7,10 @@ input already in the compute dtype (float32, or float64) on the chosen device.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Callable
+from typing import Any
 
 import torch
 

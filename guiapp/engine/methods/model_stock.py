@@ -5,7 +5,15 @@ from __future__ import annotations
 import torch
 
 from guiapp.engine.methods import _reduce
-from guiapp.engine.methods.base import BaseRole, LoneTensorPolicy, MergeContext, MergeMethod, ParamKind, ParamSpec, WorkingCopies
+from guiapp.engine.methods.base import (
+    BaseRole,
+    LoneTensorPolicy,
+    MergeContext,
+    MergeMethod,
+    ParamKind,
+    ParamSpec,
+    WorkingCopies,
+)
 from guiapp.errors import IncompatibleModelsError
 
 _NORM_PRODUCT_CLAMP = 1e-6

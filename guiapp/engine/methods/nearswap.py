@@ -5,7 +5,15 @@ from __future__ import annotations
 import torch
 
 from guiapp.engine.methods._input_rules import base_and_one_model
-from guiapp.engine.methods.base import BaseRole, LoneTensorPolicy, MergeContext, MergeMethod, ParamKind, ParamSpec, WorkingCopies
+from guiapp.engine.methods.base import (
+    BaseRole,
+    LoneTensorPolicy,
+    MergeContext,
+    MergeMethod,
+    ParamKind,
+    ParamSpec,
+    WorkingCopies,
+)
 
 _DISTANCE_FLOOR = 1e-6
 

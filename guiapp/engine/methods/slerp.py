@@ -8,7 +8,15 @@ import torch
 
 from guiapp.engine.methods import _reduce
 from guiapp.engine.methods._input_rules import base_and_one_model
-from guiapp.engine.methods.base import BaseRole, LoneTensorPolicy, MergeContext, MergeMethod, ParamKind, ParamSpec, WorkingCopies
+from guiapp.engine.methods.base import (
+    BaseRole,
+    LoneTensorPolicy,
+    MergeContext,
+    MergeMethod,
+    ParamKind,
+    ParamSpec,
+    WorkingCopies,
+)
 
 # Above this cosine the angle is too small for sin θ to divide by safely; plain interpolation is as good.
 _PARALLEL_DOT = 0.9995
