@@ -12,7 +12,6 @@ import pytest
 from guiapp.engine.samples import LlamaShape, write_llama, write_llama_finetune
 from tests.support.fixtures import hub_env, hub_server  # noqa: F401 - the test Hub for the pipe tests
 
-
 TINY = LlamaShape(hidden=16, intermediate=32, layers=1, heads=2, kv_heads=1, vocab=32)
 
 
