@@ -73,7 +73,7 @@ class SettingsPage(QWidget):
         self.account = QLabel("Checking…", wordWrap=True)
         form.addRow("Account", self.account)
         self.token_edit = QLineEdit(echoMode=QLineEdit.EchoMode.Password, accessibleName="Access token",
-                                    placeholderText="hf_… (from huggingface.co/settings/tokens)")
+                                    placeholderText=f"hf_… (from {_hub_address()}/settings/tokens)")
         self.sign_in_button = QPushButton("Sign in")
         self.sign_in_button.clicked.connect(self.sign_in)
         self.token_edit.returnPressed.connect(self.sign_in)
@@ -178,6 +178,13 @@ class SettingsPage(QWidget):
         scheme = self.theme_combo.currentData()
         QSettings().setValue(THEME_KEY, scheme)
         apply_scheme(scheme)
+
+
+def _hub_address() -> str:
+    """The Hub in use (HF_ENDPOINT), where tokens are made."""
+    from guiapp.hub.connection import HubConnection  # noqa: PLC0415
+
+    return HubConnection.current().endpoint.split("://", 1)[-1]
 
 
 def _current_cache() -> str:
