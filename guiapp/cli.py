@@ -395,6 +395,18 @@ def _add_hub_commands(commands: argparse._SubParsersAction) -> None:
     remove.add_argument("--yes", action="store_true", help="Do not ask for confirmation.")
     remove.set_defaults(handler=_run_hub_rm)
 
+    upload = hub_commands.add_parser(
+        "upload", help="Publish a model folder to the Hub (private unless --public), with a model card.")
+    upload.add_argument("folder", type=Path, help="The model or adapter folder to publish.")
+    upload.add_argument("repo", help="The repo to publish to: your-user-name/model-name.")
+    visibility = upload.add_mutually_exclusive_group()
+    visibility.add_argument("--private", dest="public", action="store_false", default=False,
+                            help="Only you (and your organisation) can see it (the default).")
+    visibility.add_argument("--public", dest="public", action="store_true", help="Everyone can see it.")
+    upload.add_argument("--licence", "--license", dest="licence", default=None,
+                        help="The licence in the card (default: the one the input models share, else 'other').")
+    upload.set_defaults(handler=_run_hub_upload)
+
 
 def _hub_setup(args: argparse.Namespace) -> None:
     from guiapp.hub.connection import set_offline  # noqa: PLC0415
@@ -530,6 +542,26 @@ def _run_hub_rm(args: argparse.Namespace) -> int:
             return EXIT_OK
     plan.execute()
     print(f"Deleted {plan.repo_id}; freed {format_bytes(plan.freed_bytes)}.")
+    return EXIT_OK
+
+
+def _run_hub_upload(args: argparse.Namespace) -> int:
+    from guiapp.hub.publish_card import (  # noqa: PLC0415
+        base_models, input_licences, licence_warnings, preset_licence, publish_card,
+    )
+    from guiapp.hub.upload import check_upload, upload_folder  # noqa: PLC0415
+    from guiapp.progress import Progress  # noqa: PLC0415
+
+    _hub_setup(args)
+    plan = check_upload(args.folder, args.repo, private=not args.public)
+    inputs = input_licences(base_models(args.folder))
+    for warning in licence_warnings(inputs):
+        print(f"Warning: {warning}", file=sys.stderr)
+    card = publish_card(args.folder, args.repo, args.licence or preset_licence(inputs))
+    printer = TerminalProgress()
+    url = upload_folder(plan, Progress(on_event=lambda event: printer.on_event(None, event)), card=card)
+    printer.finish()
+    print(f"Published {args.repo} ({'public' if args.public else 'private'}): {url}")
     return EXIT_OK
 
 

@@ -151,3 +151,9 @@ class UnsupportedModelError(MergesmithError):
     """The model cannot be run here: transformers does not know its architecture, or it needs code from its repo."""
 
     title = "This model cannot be run here"
+
+
+class UploadRefusedError(HubError):
+    """An upload cannot start: not signed in, a token that cannot write, or a repo name that cannot be used."""
+
+    title = "The model cannot be published"

@@ -1,0 +1,163 @@
+"""The model card a published model carries, and the licence it is offered under.
+
+The card starts from the README.md a Mergesmith job wrote (a merge's card has the method, the inputs and the
+recipe; an adapter's folder has its extraction report) and gains the Hub metadata: `license`, `base_model`
+listing the inputs, the tags `merge`, `mergekit`, `mergesmith`, and a usage snippet. The licence is preset from
+the inputs' licences; an input that is gated or whose licence forbids derivatives comes with a warning.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+LICENCES = ("apache-2.0", "mit", "llama3.1", "llama3.2", "llama3.3", "gemma", "cc-by-4.0", "cc-by-sa-4.0",
+            "cc-by-nc-4.0", "openrail", "other")
+# Licences under which a derived model may not be shared at all.
+NO_DERIVATIVES = frozenset({"cc-by-nd-4.0", "cc-by-nc-nd-4.0", "cc-by-nd-3.0", "cc-by-nc-nd-3.0"})
+TAGS = ("merge", "mergekit", "mergesmith")
+RECIPE_FILE = "mergesmith_recipe.yml"
+EXTRACTION_REPORT = "extraction_report.json"
+
+
+@dataclass(frozen=True)
+class InputLicence:
+    """An input model's licence as its Hub page states it (None: not stated), and whether it is gated."""
+
+    model: str
+    licence: str | None
+    gated: bool
+
+
+def licence_warnings(inputs: list[InputLicence]) -> list[str]:
+    """Plain-language warnings about publishing a model made from `inputs` (empty when nothing stands out)."""
+    warnings = []
+    for entry in inputs:
+        if entry.licence in NO_DERIVATIVES:
+            warnings.append(f"{entry.model} is under {entry.licence}, which forbids sharing models derived from it: "
+                            "publishing this one would break its licence.")
+        elif entry.gated:
+            warnings.append(f"{entry.model} is gated: its authors require people to accept its terms first. Check "
+                            "that they allow sharing derived models, and consider keeping this one gated or private.")
+        elif entry.licence in (None, "other"):
+            warnings.append(f"{entry.model} states {'no licence' if entry.licence is None else 'its own licence'}: "
+                            "read it on its page before sharing a model made from it.")
+    return warnings
+
+
+def preset_licence(inputs: list[InputLicence]) -> str:
+    """The licence the inputs share, else "other" (the user then names it in the card)."""
+    stated = {entry.licence for entry in inputs if entry.licence}
+    return stated.pop() if len(stated) == 1 else "other"
+
+
+def base_models(folder: Path) -> list[str]:
+    """The Hub ids of the models `folder` was made from: the recipe's models, or an adapter's base model."""
+    from guiapp.hub.references import is_hub_id  # noqa: PLC0415
+
+    names: list[str] = []
+    recipe = folder / RECIPE_FILE
+    if recipe.is_file():
+        document = yaml.safe_load(recipe.read_text(encoding="utf-8")) or {}
+        sources = [*(document.get("models") or []),
+                   *(s for piece in document.get("slices") or [] for s in piece.get("sources") or [])]
+        names = [entry.get("model") if isinstance(entry, dict) else entry for entry in sources]
+        names.append(document.get("base_model"))
+    adapter = folder / "adapter_config.json"
+    if adapter.is_file():
+        names.append(json.loads(adapter.read_text(encoding="utf-8")).get("base_model_name_or_path"))
+    models = []
+    for name in names:
+        if not isinstance(name, str):
+            continue
+        model = name.split("+")[0].split("@")[0]
+        if "/" in model and is_hub_id(model) and not Path(model).expanduser().exists():
+            models.append(model)
+    return list(dict.fromkeys(models))
+
+
+def input_licences(models: list[str]) -> list[InputLicence]:
+    """Each model's licence and gating from its Hub page (licence None for a model the Hub does not show).
+    Raises the other HubErrors of `model_details` (offline, connection lost)."""
+    from guiapp.hub.details import model_details  # noqa: PLC0415
+
+    from guiapp.errors import ModelNotFoundError  # noqa: PLC0415
+
+    entries = []
+    for model in models:
+        try:
+            details = model_details(model, None)
+        except ModelNotFoundError:  # gone or private: its licence cannot be read, which the warning says
+            entries.append(InputLicence(model, None, False))
+            continue
+        entries.append(InputLicence(model, details.licence, bool(details.gated)))
+    return entries
+
+
+def publish_card(folder: Path, repo_id: str, licence: str) -> str:
+    """The README.md to publish with `folder` as `repo_id`, for the user to review and edit.
+
+    Keeps the folder's own card (its text and front matter) and sets `license`, `base_model` and the tags; adds
+    the extraction report's summary for an adapter and a usage snippet. Never raises for a missing card.
+    """
+    front, body = _split_card(folder / "README.md")
+    front["license"] = licence
+    bases = base_models(folder)
+    if bases:
+        front["base_model"] = bases
+    front["tags"] = list(dict.fromkeys([*(front.get("tags") or []), *TAGS]))
+    is_adapter = (folder / "adapter_config.json").is_file()
+    if is_adapter:
+        front.setdefault("library_name", "peft")
+    if not body.strip():
+        body = f"# {repo_id.split('/')[-1]}\n\nMade with Mergesmith.\n"
+    sections = [body.rstrip()]
+    report = folder / EXTRACTION_REPORT
+    if is_adapter and report.is_file() and "## Extraction report" not in body:
+        sections.append(_report_section(report))
+    if "## Usage" not in body:
+        sections.append(_usage_section(repo_id, bases[0] if is_adapter and bases else None))
+    header = yaml.safe_dump(front, sort_keys=False, allow_unicode=True).strip()
+    return f"---\n{header}\n---\n\n" + "\n\n".join(sections) + "\n"
+
+
+def _split_card(path: Path) -> tuple[dict, str]:
+    text = path.read_text(encoding="utf-8") if path.is_file() else ""
+    if text.startswith("---\n"):
+        front_text, separator, body = text[4:].partition("\n---")
+        if separator:
+            try:
+                front = yaml.safe_load(front_text) or {}
+            except yaml.YAMLError:
+                front = {}
+            return (front if isinstance(front, dict) else {}), body.lstrip("-\n")
+    return {}, text
+
+
+def _report_section(report: Path) -> str:
+    try:
+        data = json.loads(report.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return "## Extraction report\n\nThe extraction report (extraction_report.json) is in the files."
+    lines = ["## Extraction report", ""]
+    for key in ("lora_modules", "saved_modules", "mean_retained_energy"):
+        if key in data:
+            lines.append(f"- {key.replace('_', ' ')}: {data[key]}")
+    lines.append("\nPer-module ranks and errors are in extraction_report.json.")
+    return "\n".join(lines)
+
+
+def _usage_section(repo_id: str, adapter_base: str | None) -> str:
+    if adapter_base:
+        code = (f'from peft import PeftModel\nfrom transformers import AutoModelForCausalLM, AutoTokenizer\n\n'
+                f'base = AutoModelForCausalLM.from_pretrained("{adapter_base}")\n'
+                f'model = PeftModel.from_pretrained(base, "{repo_id}")\n'
+                f'tokenizer = AutoTokenizer.from_pretrained("{adapter_base}")')
+    else:
+        code = (f'from transformers import AutoModelForCausalLM, AutoTokenizer\n\n'
+                f'model = AutoModelForCausalLM.from_pretrained("{repo_id}")\n'
+                f'tokenizer = AutoTokenizer.from_pretrained("{repo_id}")')
+    return f"## Usage\n\n```python\n{code}\n```"
