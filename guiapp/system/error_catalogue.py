@@ -569,6 +569,17 @@ CATALOGUE: tuple[Entry, ...] = (
         refine=_refine_server_error,
     ),
     Entry(
+        key="broken_pipe",
+        title="The other end stopped reading",
+        what="Data was being written to a program or connection that had already closed its end (a broken pipe).",
+        why="Most often the output went to another program that exited before reading all of it (`… | head` "
+        "reads ten lines and stops); with a network connection, the server hung up.",
+        fix="Nothing, if the output was piped into a program that has all it needed. Otherwise let the reader "
+        "run to the end (or write to a file), or try again if a server closed the connection.",
+        pattern=_patterns(r"\[Errno 32\] Broken pipe"),
+        types=_types("BrokenPipeError"),
+    ),
+    Entry(
         key="connection",
         title="The Hub could not be reached",
         what="The connection to huggingface.co failed.",

@@ -549,3 +549,15 @@ def test_the_gated_link_ends_where_the_model_name_ends():
     rendered = explanation.render_text(width=60, details=False)
     assert "https://huggingface.co/meta-llama/Llama-2-7b-hf\n" in rendered or \
         "https://huggingface.co/meta-llama/Llama-2-7b-hf " in rendered
+
+
+def test_a_broken_pipe_is_not_a_network_failure():
+    import subprocess
+    import sys
+
+    reader = subprocess.Popen([sys.executable, "-c", "pass"], stdin=subprocess.PIPE)
+    reader.wait(timeout=60)  # the reading end is gone: writing to it breaks the pipe, as `… | head` does
+    explanation = explained(lambda: (reader.stdin.write(b"x" * 1_000_000), reader.stdin.flush()))
+    reader.stdin = None  # already broken: nothing for Popen to close
+    assert explanation.kind == "broken_pipe" and "Hub" not in explanation.title
+    assert explanation.title == explain("BrokenPipeError: [Errno 32] Broken pipe").title
