@@ -342,7 +342,7 @@ def _run_demo(args: argparse.Namespace) -> int:
     from guiapp.jobs.specs import merge_job  # noqa: PLC0415
 
     folder = args.out or default_demo_folder()
-    print(f"Writing two small sample models to {folder} …", file=sys.stderr)
+    print(f"Writing three small sample models (a base and two fine-tunes of it) to {folder} …", file=sys.stderr)
     recipe = prepare_demo(folder)
     output = folder / "merged"
     code = run_in_terminal(merge_job(recipe, output, overwrite=True), args)
