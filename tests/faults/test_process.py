@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import random
 import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -22,12 +22,12 @@ from guiapp.errors import JobCancelled
 from guiapp.jobs.history import load_history
 from guiapp.jobs.runner import JobListeners, JobStatus, run_job
 from guiapp.jobs.specs import merge_job
-from guiapp.progress import CancelToken
+from guiapp.progress import PAUSE_VARIABLE, CancelToken
 from tests.faults.harness import fingerprint, leftovers, looks_finished
 from tests.ui.conftest import isolated_settings, make_window, models, probed, window  # noqa: F401 - the window
 
 CANCELS = 20
-# Big enough that a CLI merge spends a few seconds merging, so a kill lands in the middle of writing.
+# Big enough that the output spans several 20 MB shards, so a kill lands between shards.
 SLOW = LlamaShape(hidden=512, intermediate=2048, layers=8, heads=8, kv_heads=2, vocab=32000)
 
 
@@ -79,8 +79,9 @@ def slow_model(tmp_path_factory) -> Path:
     return write_llama(tmp_path_factory.mktemp("slow") / "model", SLOW, dtype=torch.float32, seed=0)
 
 
-def _cli(*args) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "guiapp", *map(str, args)], stderr=subprocess.PIPE, text=True)
+def _cli(*args, env: dict[str, str] | None = None) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "guiapp", *map(str, args)], stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, **(env or {})})
 
 
 def test_kill_9_of_a_cli_merge_midway(slow_model, tmp_path, seen):
@@ -89,11 +90,15 @@ def test_kill_9_of_a_cli_merge_midway(slow_model, tmp_path, seen):
                       f"    parameters: {{weight: 1, density: 0.5}}\n")
     before = fingerprint(slow_model, recipe)
     out = tmp_path / "merged"
-    process = _cli("merge", recipe, out, "--out-shard-size", "20MB")
-    deadline = time.monotonic() + 120
-    while not list(tmp_path.glob(".merged.mergesmith-partial-*/*.safetensors")):  # kill once it writes shards
-        assert process.poll() is None and time.monotonic() < deadline, "the merge ended before it could be killed"
-        time.sleep(0.01)
+    # Held after its 40th tensor (of 75) until killed, so the kill lands midway however fast the machine is.
+    process = _cli("merge", recipe, out, "--out-shard-size", "20MB",
+                   env={PAUSE_VARIABLE: f"Merging:40:{tmp_path / 'never-released'}"})
+    for line in process.stderr:
+        if line.startswith("Paused after step 40 of Merging"):
+            break
+    assert process.poll() is None, "the merge ended before it could be killed"
+    staging = tmp_path.glob(".merged.mergesmith-partial-*/*.safetensors")
+    assert len(list(staging)) >= 2  # the first shards are written, the next one is open
     process.send_signal(signal.SIGKILL)
     assert process.wait(timeout=30) == -signal.SIGKILL
     process.stderr.close()
