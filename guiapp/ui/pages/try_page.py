@@ -135,6 +135,11 @@ class TryPage(QWidget):
         settings_row.addWidget(QLabel("Dtype"))
         settings_row.addWidget(self.dtype)
         settings_row.addStretch(1)
+        self.publish_button = QPushButton("Publish the last model…")
+        self.publish_button.setToolTip("Publish the last model of the list (a folder on this computer; for "
+                                       "BASE+ADAPTER, the adapter) to the Hugging Face Hub")
+        self.publish_button.clicked.connect(self.open_publish)
+        settings_row.addWidget(self.publish_button)
         grid.addLayout(settings_row, 2, 0, 1, 4)
 
         self.tabs = QTabWidget()
@@ -253,6 +258,22 @@ class TryPage(QWidget):
         if self._key is not None:
             self.state.jobs.cancel(self._key)
             self.status.setText("Stopping…")
+
+    def open_publish(self):
+        """Open the Publish dialog for the last model of the list; returns it (None when that is no folder)."""
+        from guiapp.engine.recipe import ModelRef  # noqa: PLC0415 - the reference parser (no torch)
+        from guiapp.ui.publish_dialog import PublishDialog  # noqa: PLC0415 - only when asked for
+
+        references = self.references()
+        if references:
+            ref = ModelRef.parse(references[-1])
+            folder = Path(ref.adapter or ref.model).expanduser()
+            if folder.is_dir():
+                dialog = PublishDialog(self.state, folder, self)
+                dialog.open()
+                return dialog
+        self.status.setText("Publishing needs a model folder on this computer as the last model of the list.")
+        return None
 
     def load_text_file(self, path: Path) -> None:
         """Read a .txt or .jsonl file into the text box (off the UI thread); a problem is shown in the status."""

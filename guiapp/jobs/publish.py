@@ -1,0 +1,26 @@
+"""The publish job: upload a model folder to the Hub with its reviewed card (see guiapp.hub.upload)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from guiapp.jobs.runner import Job
+from guiapp.progress import Progress
+
+
+def publish_job(folder: Path, repo_id: str, *, private: bool = True, card: str | None = None) -> Job:
+    """A job that checks, then uploads `folder` to `repo_id`; its summary has "url" (the commit) and "repo".
+
+    The checks run again inside the job (the token or the repo may have changed since the dialog checked), so a
+    refusal ends the job with its explanation before anything is sent.
+    """
+    spec = {"folder": str(folder), "repo_id": repo_id, "private": private, "card": card}
+
+    def work(progress: Progress) -> dict[str, Any]:
+        from guiapp.hub.upload import check_upload, upload_folder  # noqa: PLC0415
+
+        plan = check_upload(Path(folder), repo_id, private=private)
+        return {"url": upload_folder(plan, progress, card=card), "repo": repo_id}
+
+    return Job(title=f"Publish {Path(folder).name} → {repo_id}", kind="publish", spec=spec, work=work)

@@ -1,0 +1,180 @@
+"""The Publish dialog: a repo name, private by default, a licence preset from the inputs, the card to review.
+
+Everything the Hub would refuse is checked (in the background) before Publish is enabled: sign-in, a token
+that can write, the name, whose namespace it is. The upload runs as a job on the runner, with its progress here
+(files, bytes, rate, time left) and Cancel; the Jobs page lists it too.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from PySide6.QtWidgets import (
+    QCheckBox, QComboBox, QDialog, QFormLayout, QHBoxLayout, QLabel, QLineEdit, QPlainTextEdit, QProgressBar,
+    QPushButton, QVBoxLayout, QWidget,
+)
+
+from guiapp.jobs.publish import publish_job
+from guiapp.ui.background import LatestCall, call_in_background
+from guiapp.ui.text import error_text
+from guiapp.ui.theme import set_status_style
+
+
+class PublishDialog(QDialog):
+    def __init__(self, state, folder: Path, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        from guiapp.hub.publish_card import LICENCES  # noqa: PLC0415 - plain Python, no network
+
+        self.state = state
+        self.folder = Path(folder)
+        self._key: str | None = None
+        self._ready = False
+        self.setWindowTitle(f"Publish {self.folder.name}")
+        self.resize(820, 720)
+        self.repo = QLineEdit(self.folder.name, placeholderText="your-user-name/model-name")
+        self.private = QCheckBox("Private: only you (and your organisation) can see it", checked=True)
+        self.licence = QComboBox(editable=True)
+        self.licence.addItems(list(LICENCES))
+        self.check_status = QLabel("Checking…", wordWrap=True)
+        self.warnings = QLabel("", wordWrap=True)
+        set_status_style(self.warnings, "warning")
+        self.warnings.hide()
+        self.card = QPlainTextEdit()
+        self.card.setAccessibleName("Model card (README.md)")
+        self.progress = QProgressBar()
+        self.progress.hide()
+        self.progress_text = QLabel("", wordWrap=True)
+        self.publish = QPushButton("Publish", enabled=False)
+        self.cancel = QPushButton("Close")
+        self.publish.clicked.connect(self.start)
+        self.cancel.clicked.connect(self._cancel_or_close)
+
+        form = QFormLayout()
+        form.addRow("Folder", QLabel(str(self.folder), wordWrap=True))
+        form.addRow("Repo", self.repo)
+        form.addRow("", self.private)
+        form.addRow("Licence", self.licence)
+        buttons = QHBoxLayout()
+        buttons.addWidget(self.progress_text, 1)
+        buttons.addWidget(self.cancel)
+        buttons.addWidget(self.publish)
+        layout = QVBoxLayout(self)
+        layout.addLayout(form)
+        layout.addWidget(self.check_status)
+        layout.addWidget(self.warnings)
+        layout.addWidget(QLabel("Model card (README.md): review and edit it before publishing."))
+        layout.addWidget(self.card, 1)
+        layout.addWidget(self.progress)
+        layout.addLayout(buttons)
+
+        self._checker = LatestCall(400, self)
+        self.repo.textChanged.connect(lambda _: self.check())
+        self.licence.currentTextChanged.connect(self._licence_changed)
+        state.jobs.progress.connect(self._job_progress)
+        state.jobs.record_changed.connect(self._job_changed)
+        call_in_background(self._prepare, self._prepared, self._prepare_failed)
+
+    # --- checks and card ----------------------------------------------------------------------------------
+
+    def _prepare(self) -> tuple[str | None, list, str]:
+        from guiapp.hub.publish_card import base_models, input_licences  # noqa: PLC0415
+        from guiapp.hub.tokens import signed_in_user  # noqa: PLC0415
+
+        user = signed_in_user()
+        inputs = input_licences(base_models(self.folder))
+        return user, inputs, self.folder.name
+
+    def _prepared(self, answer: tuple) -> None:
+        from guiapp.hub.publish_card import licence_warnings, preset_licence  # noqa: PLC0415
+
+        user, inputs, name = answer
+        if user and "/" not in self.repo.text():
+            self.repo.setText(f"{user}/{name}")
+        self.licence.setCurrentText(preset_licence(inputs))
+        warnings = licence_warnings(inputs)
+        self.warnings.setText("\n".join(f"⚠ {w}" for w in warnings))
+        self.warnings.setVisible(bool(warnings))
+        self._fill_card()
+        self.check()
+
+    def _prepare_failed(self, error: BaseException) -> None:
+        self._fill_card()
+        self._show_check(error_text(error), "problem", ready=False)
+
+    def _licence_changed(self, _: str) -> None:
+        self._fill_card()
+
+    def _fill_card(self) -> None:
+        from guiapp.hub.publish_card import publish_card  # noqa: PLC0415
+
+        self.card.setPlainText(publish_card(self.folder, self.repo.text().strip() or self.folder.name,
+                                            self.licence.currentText().strip() or "other"))
+
+    def check(self) -> None:
+        """Ask the Hub (in the background) whether this repo name can be published to now."""
+        from guiapp.hub.upload import check_upload  # noqa: PLC0415
+
+        repo, folder = self.repo.text().strip(), self.folder
+        self._show_check("Checking…", "", ready=False)
+        self._checker.request(lambda: check_upload(folder, repo), self._checked,
+                              lambda error: self._show_check(error_text(error), "problem", ready=False))
+
+    def _checked(self, plan) -> None:
+        from guiapp.system.units import format_bytes  # noqa: PLC0415
+
+        where = "adds a commit to your existing repo" if plan.exists else "creates the repo"
+        self._show_check(f"Ready: {len(plan.files)} files, {format_bytes(plan.total_bytes)}, as {plan.user}; "
+                         f"publishing {where}.", "good", ready=True)
+
+    def _show_check(self, text: str, status: str, ready: bool) -> None:
+        self._ready = ready
+        self.check_status.setText(text)
+        set_status_style(self.check_status, status)
+        self.publish.setEnabled(ready and self._key is None)
+
+    # --- the upload ---------------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        job = publish_job(self.folder, self.repo.text().strip(), private=self.private.isChecked(),
+                          card=self.card.toPlainText())
+        self._key = self.state.jobs.submit(job).key
+        self.publish.setEnabled(False)
+        self.cancel.setText("Cancel upload")
+        self.progress.show()
+        self.progress.setRange(0, 1000)
+        self.progress_text.setText("Starting…")
+
+    def _cancel_or_close(self) -> None:
+        if self._key is not None:
+            self.state.jobs.cancel(self._key)
+            self.progress_text.setText("Cancelling after the current file…")
+        else:
+            self.reject()
+
+    def _job_progress(self, key: str, event) -> None:
+        if key != self._key:
+            return
+        from guiapp.system.units import format_bytes, format_seconds  # noqa: PLC0415
+
+        self.progress.setValue(int(event.fraction * 1000))
+        rate = f", {format_bytes(int(event.rate))}/s" if event.rate else ""
+        left = f", about {format_seconds(event.eta)} left" if event.eta is not None else ""
+        current = f" (last: {event.item})" if event.item else ""
+        self.progress_text.setText(f"File {event.done} of {event.total}, {format_bytes(event.bytes_done)} of "
+                                   f"{format_bytes(event.bytes_total)}{rate}{left}{current}")
+
+    def _job_changed(self, key: str) -> None:
+        record = self.state.jobs.record(key)
+        if key != self._key or record is None or record.status in ("queued", "running"):
+            return
+        self._key = None
+        self.cancel.setText("Close")
+        self.publish.setEnabled(self._ready)
+        if record.status == "done":
+            self.progress.setValue(1000)
+            self.progress_text.setText(f"Published: {record.summary['url']}")
+        elif record.status == "cancelled":
+            self.progress_text.setText("Cancelled. Publishing again sends only the files not uploaded yet.")
+        else:
+            explanation = record.explanation or {}
+            self.progress_text.setText(" ".join(filter(None, (explanation.get("what"), explanation.get("fix")))))

@@ -1,0 +1,48 @@
+"""The Publish dialog with real widgets against the test Hub's upload API."""
+
+from __future__ import annotations
+
+import pytest
+from PySide6.QtCore import Qt
+
+from tests.support.hub_server import TEST_TOKEN, TEST_USER, enable_uploads
+
+
+@pytest.fixture
+def uploads(hub_env, tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", TEST_TOKEN)
+    return enable_uploads(hub_env.server, tmp_path / "hub-store")
+
+
+def test_publish_from_the_try_page(qtbot, window, models, uploads):
+    page = window.try_page
+    page.set_models([str(models.base), str(models.tune_a)])
+    dialog = page.open_publish()
+    qtbot.addWidget(dialog)
+    assert dialog.folder == models.tune_a and dialog.private.isChecked()
+    qtbot.waitUntil(lambda: dialog.check_status.text().startswith("Ready"), timeout=30_000)
+    assert dialog.repo.text() == f"{TEST_USER}/{models.tune_a.name}"
+    assert "license: other" in dialog.card.toPlainText() and "mergekit" in dialog.card.toPlainText()
+    dialog.licence.setCurrentText("apache-2.0")
+    dialog.card.setPlainText(dialog.card.toPlainText() + "\nReviewed by a person.\n")
+    qtbot.mouseClick(dialog.publish, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: dialog.progress_text.text().startswith("Published"), timeout=60_000)
+    repo = f"{TEST_USER}/{models.tune_a.name}"
+    assert uploads.private[repo] is True
+    card = (uploads.store / repo / "README.md").read_text()
+    assert "license: apache-2.0" in card and card.rstrip().endswith("Reviewed by a person.")
+
+
+def test_refusals_are_shown_before_publishing(qtbot, window, models, uploads):
+    from guiapp.ui.publish_dialog import PublishDialog
+
+    dialog = PublishDialog(window.state, models.base, window)
+    qtbot.addWidget(dialog)
+    qtbot.waitUntil(lambda: dialog.check_status.text().startswith("Ready"), timeout=30_000)
+    dialog.repo.setText("someone-else/model")
+    qtbot.waitUntil(lambda: "not your account" in dialog.check_status.text(), timeout=30_000)
+    assert not dialog.publish.isEnabled()
+    uploads.roles[TEST_TOKEN] = "read"
+    dialog.repo.setText(f"{TEST_USER}/model")
+    qtbot.waitUntil(lambda: "can only read" in dialog.check_status.text(), timeout=30_000)
+    assert not dialog.publish.isEnabled() and uploads.created == []
