@@ -12,60 +12,8 @@ from transformers import AutoTokenizer
 
 from guiapp.engine.merge import MergeSettings, run_merge
 from guiapp.engine.recipe import parse_recipe
-from guiapp.engine.samples import write_checkpoint
 from tests.engine.helpers import load_folder
-from tests.recipes.tokenizer_models import SPECIALS, write_tokenizer_files
-
-HIDDEN = 16
-
-
-def _randn(generator, *shape):
-    return torch.randn(*shape, generator=generator) * 0.02
-
-
-def _gemma2(folder, tokens, seed):
-    g = torch.Generator().manual_seed(seed)
-    tensors = {"model.embed_tokens.weight": _randn(g, len(tokens), HIDDEN), "model.norm.weight": _randn(g, HIDDEN)}
-    for i in range(2):
-        for name in ("input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm",
-                     "post_feedforward_layernorm"):
-            tensors[f"model.layers.{i}.{name}.weight"] = _randn(g, HIDDEN)
-        tensors[f"model.layers.{i}.self_attn.q_proj.weight"] = _randn(g, HIDDEN, HIDDEN)
-        tensors[f"model.layers.{i}.mlp.up_proj.weight"] = _randn(g, 32, HIDDEN)
-    config = {"model_type": "gemma2", "architectures": ["Gemma2ForCausalLM"], "num_hidden_layers": 2,
-              "vocab_size": len(tokens), "tie_word_embeddings": True, "torch_dtype": "float32"}
-    write_checkpoint(folder, tensors, config, torch.float32)
-    return write_tokenizer_files(folder, tokens)
-
-
-def _phi3(folder, tokens, seed, rows):
-    g = torch.Generator().manual_seed(seed)
-    tensors = {"model.embed_tokens.weight": _randn(g, rows, HIDDEN), "lm_head.weight": _randn(g, rows, HIDDEN),
-               "model.norm.weight": _randn(g, HIDDEN)}
-    for i in range(2):
-        tensors[f"model.layers.{i}.self_attn.qkv_proj.weight"] = _randn(g, 3 * HIDDEN, HIDDEN)
-        tensors[f"model.layers.{i}.self_attn.o_proj.weight"] = _randn(g, HIDDEN, HIDDEN)
-        tensors[f"model.layers.{i}.mlp.gate_up_proj.weight"] = _randn(g, 64, HIDDEN)
-        tensors[f"model.layers.{i}.mlp.down_proj.weight"] = _randn(g, HIDDEN, 32)
-    config = {"model_type": "phi3", "architectures": ["Phi3ForCausalLM"], "num_hidden_layers": 2,
-              "vocab_size": rows, "torch_dtype": "float32"}
-    write_checkpoint(folder, tensors, config, torch.float32)
-    return write_tokenizer_files(folder, tokens)
-
-
-def _gpt2(folder, tokens, seed):
-    g = torch.Generator().manual_seed(seed)
-    tensors = {"transformer.wte.weight": _randn(g, len(tokens), HIDDEN), "transformer.wpe.weight": _randn(g, 8, HIDDEN),
-               "transformer.ln_f.weight": _randn(g, HIDDEN), "transformer.ln_f.bias": _randn(g, HIDDEN)}
-    for i in range(2):
-        tensors[f"transformer.h.{i}.attn.c_attn.weight"] = _randn(g, HIDDEN, 3 * HIDDEN)
-        tensors[f"transformer.h.{i}.attn.c_attn.bias"] = _randn(g, 3 * HIDDEN)
-        tensors[f"transformer.h.{i}.mlp.c_fc.weight"] = _randn(g, HIDDEN, 64)
-    config = {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "n_layer": 2, "vocab_size": len(tokens),
-              "torch_dtype": "float32"}
-    write_checkpoint(folder, tensors, config, torch.float32)
-    return write_tokenizer_files(folder, tokens)
-
+from tests.recipes.models import SPECIALS, write_gemma2, write_gpt2, write_mistral, write_phi3
 
 def _run(tmp_path, text):
     return run_merge(parse_recipe(text), MergeSettings(tmp_path / "out")).output
@@ -76,8 +24,8 @@ def _two(a, b, wa=0.5, wb=0.5):
 
 
 def test_gemma2_tied_union(tmp_path):
-    a = _gemma2(tmp_path / "a", SPECIALS + ["x", "y"], 1)
-    b = _gemma2(tmp_path / "b", SPECIALS + ["y", "z"], 2)
+    a = write_gemma2(tmp_path / "a", SPECIALS + ["x", "y"], 1)
+    b = write_gemma2(tmp_path / "b", SPECIALS + ["y", "z"], 2)
     out = _run(tmp_path, f"merge_method: linear\ntokenizer_source: union\nmodels:\n{_two(a, b)}")
     vocab = AutoTokenizer.from_pretrained(out).get_vocab()
     merged, wa, wb = load_folder(out), load_file(a / "model.safetensors"), load_file(b / "model.safetensors")
@@ -93,7 +41,7 @@ def test_gemma2_tied_union(tmp_path):
 
 def test_phi3_fused_projections_and_padded_vocabulary(tmp_path):
     tokens = SPECIALS + ["p", "q", "r"]
-    a, b = _phi3(tmp_path / "a", tokens, 1, rows=12), _phi3(tmp_path / "b", tokens, 2, rows=12)
+    a, b = write_phi3(tmp_path / "a", tokens, 1, rows=12), write_phi3(tmp_path / "b", tokens, 2, rows=12)
     out = _run(tmp_path, f"merge_method: linear\ntokenizer_source: base\nbase_model: {a}\nmodels:\n{_two(a, b, 0.25, 0.75)}")
     merged, wa, wb = load_folder(out), load_file(a / "model.safetensors"), load_file(b / "model.safetensors")
     assert json.loads((out / "config.json").read_text())["vocab_size"] == 6
@@ -104,8 +52,8 @@ def test_phi3_fused_projections_and_padded_vocabulary(tmp_path):
 
 
 def test_gpt2_union_and_chat_template(tmp_path):
-    a = _gpt2(tmp_path / "a", SPECIALS + ["hello"], 1)
-    b = _gpt2(tmp_path / "b", SPECIALS + ["world", "hello"], 2)
+    a = write_gpt2(tmp_path / "a", SPECIALS + ["hello"], 1)
+    b = write_gpt2(tmp_path / "b", SPECIALS + ["world", "hello"], 2)
     out = _run(tmp_path, f"merge_method: linear\ntokenizer: {{source: union}}\nchat_template: llama3\nmodels:\n{_two(a, b)}")
     tokenizer = AutoTokenizer.from_pretrained(out)
     vocab = tokenizer.get_vocab()
@@ -118,15 +66,7 @@ def test_gpt2_union_and_chat_template(tmp_path):
 
 
 def test_mistral_default_module_form_with_exponent_numbers(tmp_path):
-    from guiapp.engine.samples import LlamaShape, llama_config, llama_tensors
-
-    def mistral(folder, seed):
-        config = {**llama_config(LlamaShape(layers=2), torch.float32), "model_type": "mistral",
-                  "architectures": ["MistralForCausalLM"], "sliding_window": 4096}
-        return write_checkpoint(folder, llama_tensors(LlamaShape(layers=2), torch.Generator().manual_seed(seed)),
-                                config, torch.float32)
-
-    a, b = mistral(tmp_path / "a", 1), mistral(tmp_path / "b", 2)
+    a, b = write_mistral(tmp_path / "a", 1), write_mistral(tmp_path / "b", 2)
     out = _run(tmp_path, f"""merge_method: linear
 modules:
   default:

@@ -10,7 +10,7 @@ from transformers import AutoTokenizer
 
 from guiapp.engine.merge import MergeSettings, run_merge
 from guiapp.engine.recipe import parse_recipe
-from tests.recipes.tokenizer_models import SPECIALS, write_model
+from tests.recipes.models import SPECIALS, write_model
 
 TOKENS = SPECIALS + ["hi", "<|im_start|>", "<|im_end|>"]
 

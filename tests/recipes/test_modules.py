@@ -11,30 +11,15 @@ from safetensors.torch import load_file
 
 from guiapp.engine.merge import MergeSettings, run_merge
 from guiapp.engine.recipe import parse_recipe
-from guiapp.engine.samples import LlamaShape, llama_tensors, write_checkpoint
 from guiapp.errors import RecipeError
 from tests.engine.helpers import load_folder
-
-
-def _llava(folder, seed):
-    generator = torch.Generator().manual_seed(seed)
-    tensors = {f"language_model.{k}": v for k, v in llama_tensors(LlamaShape(layers=4), generator).items()}
-    for i in range(2):
-        for name, shape in (("mlp.fc1.weight", (64, 32)), ("mlp.fc2.weight", (32, 64)), ("layer_norm1.weight", (32,))):
-            tensors[f"vision_tower.vision_model.encoder.layers.{i}.{name}"] = torch.randn(shape, generator=generator)
-    tensors["vision_tower.vision_model.embeddings.patch_embedding.weight"] = torch.randn(32, 3, 4, 4, generator=generator)
-    tensors["vision_tower.vision_model.post_layernorm.weight"] = torch.randn(32, generator=generator)
-    tensors["multi_modal_projector.linear_1.weight"] = torch.randn(64, 32, generator=generator)
-    config = {"architectures": ["LlavaForConditionalGeneration"], "model_type": "llava", "torch_dtype": "float32",
-              "text_config": {"model_type": "llama", "num_hidden_layers": 4, "vocab_size": 256},
-              "vision_config": {"model_type": "clip_vision_model", "num_hidden_layers": 2}}
-    return write_checkpoint(folder, tensors, config, torch.float32)
+from tests.recipes.models import write_llava
 
 
 @pytest.fixture(scope="module")
 def llavas(tmp_path_factory):
     folder = tmp_path_factory.mktemp("llava")
-    return _llava(folder / "a", 1), _llava(folder / "b", 2)
+    return write_llava(folder / "a", 1), write_llava(folder / "b", 2)
 
 
 def test_language_model_and_vision_tower_merged_separately(llavas, tmp_path):

@@ -14,7 +14,7 @@ from transformers import AutoTokenizer
 from guiapp.engine.merge import MergeSettings, run_merge
 from guiapp.engine.recipe import parse_recipe
 from tests.engine.helpers import load_folder
-from tests.recipes.tokenizer_models import SPECIALS, rows_of, write_model, write_tokenizer_files
+from tests.recipes.models import SPECIALS, rows_of, write_model, write_tokenizer_files
 
 A_TOKENS = SPECIALS + ["a", "b", "c"]
 B_TOKENS = SPECIALS + ["a", "b", "d", "e"]
