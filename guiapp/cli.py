@@ -7,6 +7,7 @@ Exit codes: 0 done, 1 failed (an explanation is printed), 2 bad usage. Commands 
 from __future__ import annotations
 
 import argparse
+import io
 import os
 import signal
 import sys
@@ -29,6 +30,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if handler is None:
         return _launch_window(args)
     previous_sigterm = _stop_on_sigterm()
+    stderr = sys.stderr
+    sys.stderr = _Diagnostics(stderr)
     try:
         code = handler(args)
         sys.stdout.flush()  # here, where a closed pipe can still be told apart, not at interpreter exit
@@ -46,6 +49,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _print_explanation(error, args)
         return EXIT_FAILED
     finally:
+        sys.stderr = stderr
         if previous_sigterm is not None:
             signal.signal(signal.SIGTERM, previous_sigterm)
 
@@ -83,13 +87,50 @@ def _output_closed() -> bool:
 def _discard_output() -> None:
     """Point stdout and stderr at the null device, so that Python's flush at exit does not report the closed
     pipe again."""
-    null = os.open(os.devnull, os.O_WRONLY)
     for stream in (sys.stdout, sys.stderr):
+        _to_null_device(stream)
+
+
+def _to_null_device(stream) -> None:
+    """Make what is written to `stream` go to the null device from now on (nothing if it has no file)."""
+    try:
+        descriptor = stream.fileno()
+    except (OSError, ValueError, AttributeError):
+        return
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, descriptor)
+    finally:
+        os.close(null)
+
+
+class _Diagnostics(io.TextIOBase):
+    """sys.stderr while a command runs. Once its reader has gone (`mergesmith … 2>&1 | head`), what is written
+    goes to the null device instead of failing the command: progress and notes are not what it is run for."""
+
+    def __init__(self, stream) -> None:
+        super().__init__()
+        self._stream = stream
+
+    def write(self, text: str) -> int:
         try:
-            os.dup2(null, stream.fileno())
-        except (OSError, ValueError, AttributeError):
-            continue
-    os.close(null)
+            return self._stream.write(text)
+        except BrokenPipeError:
+            _to_null_device(self._stream)
+            return self._stream.write(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            _to_null_device(self._stream)
+            self._stream.flush()
+
+    def isatty(self) -> bool:
+        return self._stream.isatty()
+
+    def fileno(self) -> int:
+        return self._stream.fileno()
 
 
 def _build_parser() -> argparse.ArgumentParser:
@@ -196,9 +237,9 @@ def _print_explanation(error: BaseException, args: argparse.Namespace | None = N
 class TerminalProgress:
     """Prints job progress: a redrawn one-line bar on a terminal, plain lines (one per 10 %) otherwise."""
 
-    def __init__(self, stream=sys.stderr) -> None:
-        self._stream = stream
-        self._tty = stream.isatty()
+    def __init__(self, stream=None) -> None:
+        self._stream = stream or sys.stderr  # looked up now: a command's sys.stderr survives a closed pipe
+        self._tty = self._stream.isatty()
         self._stage = ""
         self._last_decile = -1
         self._line_open = False

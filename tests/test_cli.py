@@ -200,3 +200,15 @@ def test_an_applied_model_card_is_titled_with_the_destination(tiny_pair, tmp_pat
     assert applied.returncode == 0, applied.stderr
     card = (full / "README.md").read_text()
     assert "\n# math-rebuilt\n" in card and "mergesmith-partial" not in card
+
+
+def test_a_job_finishes_when_its_progress_has_nowhere_to_go(tmp_path, cli_env):
+    # `mergesmith demo 2>&1 | head -1`: the reader is gone before the merge starts; the merge still completes.
+    reading, writing = os.pipe()
+    os.close(reading)
+    with subprocess.Popen([sys.executable, "-m", "guiapp", "demo", "--out", str(tmp_path)], stdout=writing,
+                          stderr=writing, env=cli_env) as process:
+        os.close(writing)
+        assert process.wait(timeout=300) == 0
+    assert (tmp_path / "merged" / "model.safetensors").is_file()
+    assert not (tmp_path / "cache" / "last-error.txt").exists()
