@@ -33,7 +33,14 @@ from guiapp.engine.layers import is_vocabulary_tensor  # noqa: E402
 from guiapp.engine.merge import MergeSettings, run_merge  # noqa: E402
 from guiapp.engine.recipe import parse_recipe  # noqa: E402
 from tests.recipes.models import (  # noqa: E402
-    SPECIALS, write_gemma2, write_gpt2, write_llava, write_mistral, write_model, write_phi3, write_tokenizer_files,
+    SPECIALS,
+    write_gemma2,
+    write_gpt2,
+    write_llava,
+    write_mistral,
+    write_model,
+    write_phi3,
+    write_tokenizer_files,
 )
 
 MERGEKIT = "mergekit==0.1.5"

@@ -588,7 +588,11 @@ def _run_hub_rm(args: argparse.Namespace) -> int:
 
 def _run_hub_upload(args: argparse.Namespace) -> int:
     from guiapp.hub.publish_card import (  # noqa: PLC0415
-        base_models, input_licences, licence_warnings, preset_licence, publish_card,
+        base_models,
+        input_licences,
+        licence_warnings,
+        preset_licence,
+        publish_card,
     )
     from guiapp.hub.upload import check_upload, upload_folder  # noqa: PLC0415
     from guiapp.progress import Progress  # noqa: PLC0415

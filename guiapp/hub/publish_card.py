@@ -82,9 +82,8 @@ def base_models(folder: Path) -> list[str]:
 def input_licences(models: list[str]) -> list[InputLicence]:
     """Each model's licence and gating from its Hub page (licence None for a model the Hub does not show).
     Raises the other HubErrors of `model_details` (offline, connection lost)."""
-    from guiapp.hub.details import model_details  # noqa: PLC0415
-
     from guiapp.errors import ModelNotFoundError  # noqa: PLC0415
+    from guiapp.hub.details import model_details  # noqa: PLC0415
 
     entries = []
     for model in models:

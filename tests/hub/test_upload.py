@@ -4,7 +4,6 @@ a dropped connection, cancel, and each refusal before anything is sent."""
 from __future__ import annotations
 
 import hashlib
-import threading
 from pathlib import Path
 
 import pytest

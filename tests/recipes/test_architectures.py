@@ -15,6 +15,7 @@ from guiapp.engine.recipe import parse_recipe
 from tests.engine.helpers import load_folder
 from tests.recipes.models import SPECIALS, write_gemma2, write_gpt2, write_mistral, write_phi3
 
+
 def _run(tmp_path, text):
     return run_merge(parse_recipe(text), MergeSettings(tmp_path / "out")).output
 
