@@ -436,9 +436,11 @@ class MergePage(QWidget):
         if self.base_picker.text():
             document["base_model"] = self.base_picker.text()
         slices = self._slices_value()
+        # A recipe listing its models under `modules:` keeps them there (the form has no widgets for modules).
+        listed_in_modules = bool(self.document.get("modules")) and slices is None and not self._rows
         if slices is not None:
             document["slices"] = slices
-        else:
+        elif not listed_in_modules:
             models = []
             for row in self._rows:
                 parameters = {**row["extra"], **{n: e.value() for n, e in row["editors"].items() if e.value() is not None}}
@@ -568,7 +570,7 @@ class MergePage(QWidget):
     def _schedule_validation(self) -> None:
         if not self.methods:
             return
-        if not self.document.get("models") and not self.document.get("slices"):
+        if not any(self.document.get(key) for key in ("models", "slices", "modules")):
             self._validator.cancel()
             for label in (self.base_message, self.models_message, self.params_message, self.output_message):
                 self._show_message(label, None)
