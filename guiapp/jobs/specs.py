@@ -132,6 +132,15 @@ def job_from_spec(kind: str, spec: dict[str, Any]) -> Job:
         return apply_job(**{**spec, "out": Path(spec["out"])})
     if kind == "download":
         return download_job(spec["repo_id"], spec.get("revision"))
+    if kind in ("try", "perplexity", "publish"):
+        from guiapp.jobs.publish import publish_job  # noqa: PLC0415
+        from guiapp.jobs.tryout import perplexity_job, try_job  # noqa: PLC0415
+
+        if kind == "publish":
+            return publish_job(Path(spec["folder"]), spec["repo_id"], private=spec["private"], card=spec["card"])
+        references = spec["references"]
+        rest = {key: value for key, value in spec.items() if key != "references"}
+        return (try_job if kind == "try" else perplexity_job)(references, **rest)
     raise ValueError(f"unknown job kind {kind!r}")
 
 

@@ -249,3 +249,14 @@ class JobRunnerOnce:
         finally:
             runner.shutdown(timeout=self.LIMIT_SECONDS)
         return results[0]
+
+
+def test_a_try_job_is_rebuilt_from_its_spec_for_retry(causal_fp32, try_probe):
+    from guiapp.jobs.specs import job_from_spec, retry
+
+    job = try_job([str(causal_fp32)], PROMPT, max_new_tokens=4, device="cuda:7", probe_result=try_probe)
+    again = retry("try", job.spec, {"device": "cpu"})
+    assert again.kind == "try" and again.spec == {**job.spec, "device": "cpu"}
+    result = JobRunnerOnce().run(again)
+    assert result.status is JobStatus.DONE, result.traceback
+    assert job_from_spec("perplexity", perplexity_job([str(causal_fp32)], TEXT).spec).kind == "perplexity"

@@ -32,7 +32,8 @@ from guiapp.ui.widgets.explanation import ExplanationPanel
 STATUS_WORDS = {"queued": "Waiting", "running": "Running", "done": "Done", "failed": "Failed",
                 "cancelled": "Cancelled", "interrupted": "Interrupted"}
 STATUS_STYLE = {"done": "good", "failed": "problem", "cancelled": "warning", "interrupted": "warning"}
-KIND_WORDS = {"merge": "Merge", "extract": "Extract LoRA", "apply": "Apply LoRA", "download": "Download"}
+KIND_WORDS = {"merge": "Merge", "extract": "Extract LoRA", "apply": "Apply LoRA", "download": "Download",
+              "try": "Try", "perplexity": "Perplexity", "publish": "Publish"}
 
 
 class JobsPage(QWidget):
@@ -272,6 +273,13 @@ def summary_text(record) -> str:
     if record.kind == "apply":
         return (f"Wrote {summary.get('output')} ({format_bytes(summary.get('bytes', 0))}): {summary.get('changed')} "
                 f"tensors changed by the adapter, {summary.get('replaced')} replaced.")
+    if record.kind == "try":
+        return "\n\n".join(f"{g['model']} ({g['dtype']}): {g['text'].strip()}" for g in summary["generations"])
+    if record.kind == "perplexity":
+        return "\n".join(f"{r['model']}: perplexity {r['perplexity']:.3f}" if r["perplexity"] is not None else
+                         f"{r['model']}: mean similarity {r['mean_similarity']:.4f}" for r in summary["results"])
+    if record.kind == "publish":
+        return f"Published {summary.get('repo')}: {summary.get('url')}"
     return f"Saved in {summary.get('output')}."
 
 
