@@ -52,22 +52,27 @@ class TryPlan:
 
 @dataclass
 class ModelShelf:
-    """Models kept loaded between Try jobs (the window's Try page keeps one); keyed by reference, dtype, device."""
+    """Models kept loaded between Try jobs (the window's Try page keeps one), by reference, dtype and device.
 
-    loaded: dict[tuple[str, str, str], Any] = field(default_factory=dict)
+    A kept model is used again only while its folder is the same one (a job that writes its output again renames
+    a new folder into place, and the new model is loaded instead).
+    """
 
-    def take(self, key: tuple[str, str, str], load: Callable[[], Any], keep: bool) -> Any:
-        if key in self.loaded:
-            return self.loaded[key]
-        if not keep:
-            self.loaded.clear()
-        model = load()
+    loaded: dict[tuple[str, str, str], tuple[tuple, Any]] = field(default_factory=dict)
+
+    def take(self, key: tuple[str, str, str], identity: tuple, load: Callable[[], Any], keep: bool) -> Any:
+        """The model for `key` (loaded now by `load()` unless kept with the same folder `identity`); kept for
+        next time when `keep`, otherwise every kept model is let go first so only one is in memory."""
+        kept = self.loaded.pop(key, None)
+        if kept is not None and kept[0] == identity:
+            model = kept[1]
+        else:
+            if not keep:
+                self.loaded.clear()
+            model = load()
         if keep:
-            self.loaded[key] = model
+            self.loaded[key] = (identity, model)
         return model
-
-    def clear(self) -> None:
-        self.loaded.clear()
 
 
 def plan_try(references: list[str], device: str = "cpu", dtype: str | None = None, probe_result=None) -> TryPlan:
@@ -132,7 +137,25 @@ def _load(model_plan: TryModelPlan, device: str, shelf: ModelShelf, keep: bool, 
         return load_model(resolve_source(model_plan.reference, progress), getattr(torch, model_plan.run_dtype),
                           device, progress)
 
-    return shelf.take((model_plan.reference, model_plan.run_dtype, device), load, keep)
+    return shelf.take((model_plan.reference, model_plan.run_dtype, device), _folder_identity(model_plan.reference),
+                      load, keep)
+
+
+def _folder_identity(reference: str) -> tuple:
+    """What changes when a local model or adapter folder is replaced (a job writing its output again renames a
+    new folder into place), so a kept model is not mistaken for the new one. Empty for Hub models."""
+    from pathlib import Path  # noqa: PLC0415
+
+    from guiapp.engine.recipe import ModelRef  # noqa: PLC0415
+
+    ref = ModelRef.parse(reference)
+    identity = []
+    for text in (ref.model, ref.adapter):
+        folder = Path(text).expanduser() if text else None
+        if folder is not None and folder.is_dir():
+            facts = folder.stat()
+            identity.append((facts.st_ino, facts.st_mtime_ns))
+    return tuple(identity)
 
 
 def try_job(references: list[str], prompt: str, *, max_new_tokens: int = 128, sample: bool = False, seed: int = 0,

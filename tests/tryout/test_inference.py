@@ -260,3 +260,28 @@ def test_a_try_job_is_rebuilt_from_its_spec_for_retry(causal_fp32, try_probe):
     result = JobRunnerOnce().run(again)
     assert result.status is JobStatus.DONE, result.traceback
     assert job_from_spec("perplexity", perplexity_job([str(causal_fp32)], TEXT).spec).kind == "perplexity"
+
+
+def test_kept_models_are_reused_until_their_folder_is_replaced(causal_fp32, try_probe, tmp_path):
+    import shutil
+
+    from guiapp.jobs.tryout import ModelShelf
+
+    folder = tmp_path / "output"
+    shutil.copytree(causal_fp32, folder)
+    shelf = ModelShelf()
+
+    def loads() -> int:
+        result = JobRunnerOnce().run(try_job([str(folder)], PROMPT, max_new_tokens=2, shelf=shelf,
+                                             probe_result=try_probe))
+        assert result.status is JobStatus.DONE, result.traceback
+        return sum(line.startswith("Loading ") for line in result.log)
+
+    assert loads() == 1
+    assert loads() == 0  # kept loaded
+    replacement = tmp_path / "output.new"
+    shutil.copytree(causal_fp32, replacement)
+    shutil.rmtree(folder)
+    replacement.rename(folder)  # as a job writing the same output again does
+    assert loads() == 1
+    assert len(shelf.loaded) == 1
