@@ -13,6 +13,7 @@ from guiapp.system.probe import (
     run_probe_child,
     store,
 )
+from tests.support.fixtures import hub_env, hub_server  # noqa: F401 - fixtures for the Hub model test
 from tests.tryout.models import write_causal, write_encoder, write_lora_adapter
 
 

@@ -285,3 +285,15 @@ def test_kept_models_are_reused_until_their_folder_is_replaced(causal_fp32, try_
     replacement.rename(folder)  # as a job writing the same output again does
     assert loads() == 1
     assert len(shelf.loaded) == 1
+
+
+def test_a_hub_model_is_downloaded_and_tried(causal_fp32, bf16_adapter, causal_bf16, try_probe, hub_env):
+    hub_env.server.add_model("org/tiny-chat", causal_fp32)
+    hub_env.server.add_model("org/tiny-adapter", bf16_adapter, library_name="peft")
+    hub_env.server.add_model("org/tiny-bf16", causal_bf16)
+    job = try_job(["org/tiny-chat", str(causal_fp32), "org/tiny-bf16+org/tiny-adapter"], PROMPT,
+                  max_new_tokens=6, probe_result=try_probe)
+    result = JobRunnerOnce().run(job)
+    assert result.status is JobStatus.DONE, result.traceback
+    from_hub, local, adapted = result.summary["generations"]
+    assert from_hub["tokens"] == local["tokens"] and adapted["text"].strip()
