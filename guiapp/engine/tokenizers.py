@@ -281,6 +281,7 @@ def _union(document: dict[str, Any], others: list[tuple[ModelVocabulary, dict[st
 
     tokenizer = Tokenizer.from_str(json.dumps(document))
     known = set(tokenizer.get_vocab(with_added_tokens=True))
+    new_tokens: list[AddedToken] = []
     added_settings: dict[str, dict[str, Any]] = {}
     for vocabulary, other in others:
         added = {entry["content"]: entry for entry in (other or {}).get("added_tokens", [])}
@@ -288,13 +289,14 @@ def _union(document: dict[str, Any], others: list[tuple[ModelVocabulary, dict[st
             if token in added:
                 added_settings.setdefault(token, added[token])
             elif token not in known:
-                tokenizer.add_tokens([AddedToken(token, normalized=False)])
+                new_tokens.append(AddedToken(token, normalized=False))
                 known.add(token)
     for token, entry in added_settings.items():
         if token not in known:
             flags = {key: entry[key] for key in ("single_word", "lstrip", "rstrip", "normalized", "special") if key in entry}
-            tokenizer.add_tokens([AddedToken(token, **flags)])
+            new_tokens.append(AddedToken(token, **flags))
             known.add(token)
+    tokenizer.add_tokens(new_tokens)  # at once: one by one rebuilds the added-token matcher every time
     return json.loads(tokenizer.to_str())
 
 
