@@ -10,34 +10,27 @@ from __future__ import annotations
 
 import json
 import math
-import struct
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 import torch
 
 from guiapp.errors import CheckpointError, InsufficientResourcesError, UnsafeCheckpointError
+from guiapp.hub.headers import (
+    DTYPES,
+    REDOWNLOAD_HINT,
+    TensorRecord,
+    describe_non_safetensors,
+    read_safetensors_header,
+)
 
+# Torch dtypes of the safetensors codes Mergesmith computes with, derived from the one dtype table.
 SAFETENSORS_DTYPES: dict[str, torch.dtype] = {
-    "F64": torch.float64,
-    "F32": torch.float32,
-    "F16": torch.float16,
-    "BF16": torch.bfloat16,
-    "I64": torch.int64,
-    "I32": torch.int32,
-    "I16": torch.int16,
-    "I8": torch.int8,
-    "U8": torch.uint8,
-    "BOOL": torch.bool,
-    "F8_E4M3": torch.float8_e4m3fn,
-    "F8_E5M2": torch.float8_e5m2,
+    code: getattr(torch, facts.torch_name) for code, facts in DTYPES.items() if facts.torch_name is not None
 }
 SAFETENSORS_CODES: dict[torch.dtype, str] = {dtype: code for code, dtype in SAFETENSORS_DTYPES.items()}
-
-# A safetensors header above this is not a real header (the format's own limit is 100 MB).
-MAX_HEADER_BYTES = 100_000_000
 
 
 @dataclass(frozen=True)
@@ -76,81 +69,23 @@ def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def describe_non_safetensors(head: bytes) -> str | None:
-    """Say what a file that should be safetensors really is, from its first bytes; None if it may be safetensors."""
-    text = head.lstrip()
-    if text.startswith(b"version https://git-lfs"):
-        return "a Git LFS pointer (a small text file standing in for the weights, which were never downloaded)"
-    if text[:15].lower().startswith((b"<!doctype", b"<html", b"<?xml", b"<head")):
-        return "an HTML page (an error or login page saved in place of the weights)"
-    if head.startswith(b"PK\x03\x04"):
-        return "a PyTorch zip checkpoint (pickle), not safetensors"
-    if head[:1] == b"\x80":
-        return "a Python pickle, not safetensors"
-    if text.startswith((b"{", b"[")):
-        return "a JSON text file, not safetensors"
-    return None
+def tensor_info(record: TensorRecord, model_label: str) -> TensorInfo:
+    """The engine's view of a header record (a local file's or a Hub file's alike).
 
-
-def read_safetensors_header(stream: BinaryIO, size: int, label: str) -> tuple[dict[str, Any], int]:
-    """Parse and check the header of a safetensors file of `size` bytes open as `stream`.
-
-    Returns (header without "__metadata__", data start offset). Raises CheckpointError naming `label` and what
-    the file really is (an LFS pointer, an HTML page, a truncated download, a header that lies about offsets).
+    Raises CheckpointError when the tensor's dtype is one Mergesmith cannot compute with (the packed unsigned
+    integers of quantized checkpoints).
     """
-    head = stream.read(64)
-    header_len = struct.unpack("<Q", head[:8])[0] if len(head) >= 8 else 0
-    looks_valid = len(head) > 8 and head[8:9] == b"{" and header_len <= MAX_HEADER_BYTES and 8 + header_len <= size
-    if not looks_valid:
-        what = describe_non_safetensors(head)
-        if what is not None:
-            raise CheckpointError(
-                f"{label} is {what}.",
-                hint="Download the model again (for Hub models: delete it from the Downloaded list, then download it).",
-            )
-        if size < 8:
-            raise CheckpointError(f"{label} is only {size} bytes: the download was cut short.", hint=_REDOWNLOAD)
+    dtype = SAFETENSORS_DTYPES.get(record.dtype)
+    if dtype is None:
         raise CheckpointError(
-            f"{label} is not a complete safetensors file: its header claims {header_len:,} bytes but the file "
-            f"has {size:,}. The file is truncated or is not safetensors.",
-            hint=_REDOWNLOAD,
+            f'Tensor "{record.name}" of {model_label} ({record.file}) is stored as {record.dtype} '
+            f"({DTYPES[record.dtype].kind}), which Mergesmith cannot compute with.",
+            why="Unsigned 16/32/64-bit tensors and 8-bit scale factors hold packed weights of quantized "
+            "checkpoints (GPTQ, AWQ, MXFP4…), not numbers that can be averaged.",
+            hint="Mergesmith merges float, integer and bool tensors: use the model's unquantized original "
+            "(usually named on its model card) instead of a quantized version.",
         )
-    stream.seek(8)
-    raw = stream.read(header_len)
-    try:
-        header = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        raise CheckpointError(f"{label} has a damaged header (not valid JSON).", hint=_REDOWNLOAD) from None
-    if not isinstance(header, dict):
-        raise CheckpointError(f"{label} has a damaged header.", hint=_REDOWNLOAD)
-    header.pop("__metadata__", None)
-    data_size = size - 8 - header_len
-    for name, entry in header.items():
-        try:
-            dtype = SAFETENSORS_DTYPES[entry["dtype"]]
-            begin, end = (int(v) for v in entry["data_offsets"])
-            numel = math.prod(int(d) for d in entry["shape"])
-        except (KeyError, TypeError, ValueError):
-            raise CheckpointError(
-                f'{label} describes tensor "{name}" in a way Mergesmith cannot read (dtype {entry.get("dtype")!r}).',
-                hint="Only safetensors files with float, integer or bool tensors are supported.",
-            ) from None
-        if end - begin != numel * dtype.itemsize or begin < 0:
-            raise CheckpointError(
-                f'{label} is damaged: tensor "{name}" should take {numel * dtype.itemsize:,} bytes but its offsets '
-                f"say {end - begin:,}.",
-                hint=_REDOWNLOAD,
-            )
-        if end > data_size:
-            raise CheckpointError(
-                f'{label} is truncated: tensor "{name}" ends at byte {end:,} of the data but the file holds only '
-                f"{data_size:,}. The download was probably cut short.",
-                hint=_REDOWNLOAD,
-            )
-    return header, 8 + header_len
-
-
-_REDOWNLOAD = "Download the file again; if it came from the Hub, delete it from the cache first."
+    return TensorInfo(record.name, record.shape, dtype, record.file)
 
 
 class Checkpoint:
@@ -194,7 +129,7 @@ class Checkpoint:
                             "limit on this process (ulimit -v, a container) or exhausted RAM refused it.",
                             hint="Close other programs or raise the memory limit, or merge smaller models.",
                         ) from None
-                    raise CheckpointError(f"{self.folder / info.file} cannot be read: {error}", hint=_REDOWNLOAD) from None
+                    raise CheckpointError(f"{self.folder / info.file} cannot be read: {error}", hint=REDOWNLOAD_HINT) from None
                 self._open_files[info.file] = handle
             return handle.get_tensor(name)
         state = self._pickled.get(info.file)
@@ -240,11 +175,8 @@ def open_checkpoint(folder: Path) -> Checkpoint:
         path = folder / file
         if file.endswith(".safetensors"):
             with path.open("rb") as stream:
-                header, _ = read_safetensors_header(stream, path.stat().st_size, str(path))
-            entries = {
-                name: TensorInfo(name, tuple(int(d) for d in e["shape"]), SAFETENSORS_DTYPES[e["dtype"]], file)
-                for name, e in header.items()
-            }
+                records, _ = read_safetensors_header(stream, path.stat().st_size, str(path), file)
+            entries = {name: tensor_info(record, str(folder)) for name, record in records.items()}
         else:
             state = load_pickle_weights(path)
             entries = {name: TensorInfo(name, tuple(t.shape), t.dtype, file) for name, t in state.items()}
@@ -269,7 +201,7 @@ def _weight_files(folder: Path) -> list[str]:
                 weight_map = json.loads(index_path.read_text(encoding="utf-8"))["weight_map"]
                 files = sorted(set(weight_map.values()))
             except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, AttributeError):
-                raise CheckpointError(f"{index_path} is damaged.", hint=_REDOWNLOAD) from None
+                raise CheckpointError(f"{index_path} is damaged.", hint=REDOWNLOAD_HINT) from None
             missing = [f for f in files if not (folder / f).is_file()]
             if missing:
                 raise CheckpointError(
@@ -299,7 +231,7 @@ def load_pickle_weights(path: Path) -> dict[str, torch.Tensor]:
     with path.open("rb") as stream:
         what = describe_non_safetensors(stream.read(64))
     if what and ("LFS" in what or "HTML" in what or "JSON" in what):
-        raise CheckpointError(f"{path} is {what}.", hint=_REDOWNLOAD)
+        raise CheckpointError(f"{path} is {what}.", hint=REDOWNLOAD_HINT)
     try:
         state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except RuntimeError as error:
@@ -331,4 +263,4 @@ def _unsafe_or_damaged(path: Path, error: Exception) -> CheckpointError:
             "Mergesmith refused to open it.",
             hint=_SAFETENSORS_HINT,
         )
-    return CheckpointError(f"{path} cannot be read: {text.splitlines()[0] if text else type(error).__name__}.", hint=_REDOWNLOAD)
+    return CheckpointError(f"{path} cannot be read: {text.splitlines()[0] if text else type(error).__name__}.", hint=REDOWNLOAD_HINT)

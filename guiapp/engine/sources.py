@@ -12,10 +12,11 @@ from pathlib import Path
 
 import torch
 
-from guiapp.engine.checkpoint import SAFETENSORS_DTYPES, Checkpoint, TensorInfo, open_checkpoint
+from guiapp.engine.checkpoint import Checkpoint, TensorInfo, open_checkpoint, tensor_info
 from guiapp.engine.plan import ModelHeaders
 from guiapp.engine.recipe import ModelRef
 from guiapp.errors import CheckpointError
+from guiapp.hub.header_cache import cached_headers, folder_version
 from guiapp.progress import Progress
 
 
@@ -41,18 +42,30 @@ def read_headers(ref: ModelRef) -> ModelHeaders:
     if folder is None:
         from guiapp.hub.resolve import read_model_metadata  # noqa: PLC0415
 
-        metadata = read_model_metadata(ref.model, revision=ref.revision)
-        tensors = {
-            name: TensorInfo(name, record.shape, SAFETENSORS_DTYPES[record.dtype], record.file)
-            for name, record in metadata.tensors.items()
-        }
+        metadata = read_model_metadata(ref.model, revision=ref.revision)  # cached per commit
+        tensors = {name: tensor_info(record, str(ref)) for name, record in metadata.tensors.items()}
         headers = ModelHeaders(ref, tensors, metadata.config)
     else:
-        with open_checkpoint(folder) as checkpoint:
-            headers = ModelHeaders(ref, checkpoint.tensors, checkpoint.config)
+        tensors, config = cached_headers(("folder", folder.resolve(), _folder_version(folder)),
+                                         lambda: _read_folder(folder))
+        headers = ModelHeaders(ref, tensors, config)
     if ref.adapter:
         _open_adapter(ref, headers.tensors)
     return headers
+
+
+def _read_folder(folder: Path) -> tuple[dict[str, TensorInfo], dict | None]:
+    with open_checkpoint(folder) as checkpoint:
+        return checkpoint.tensors, checkpoint.config
+
+
+def _folder_version(folder: Path) -> tuple:
+    """The identity of the files a folder's headers come from (weights, indexes, config)."""
+    try:
+        names = [p.name for p in folder.iterdir() if p.suffix in (".safetensors", ".bin", ".json")]
+        return folder_version(folder, names)
+    except OSError as error:
+        raise CheckpointError(f"The model folder {folder} cannot be read: {error.strerror or error}.") from None
 
 
 @dataclass

@@ -11,6 +11,7 @@ from typing import Any
 from guiapp.errors import CheckpointError
 from guiapp.hub.connection import HubConnection, require_online
 from guiapp.hub.failures import hub_errors
+from guiapp.hub.header_cache import cached_headers
 from guiapp.hub.headers import TensorRecord, parse_header
 from guiapp.hub.merge_files import needed_files
 
@@ -129,9 +130,18 @@ def remote_tensors(
     been accepted, OfflineError, ModelNotFoundError, RevisionNotFoundError and other HubErrors.
     """
     require_online(f"Reading the tensor list of {repo_id}")
-    api = (connection or HubConnection.current()).api()
+    connection = connection or HubConnection.current()
+    api = connection.api()
     with hub_errors(repo_id, revision):
         info = api.model_info(repo_id, revision=revision)
+    return cached_headers(("hub", connection.endpoint, repo_id, info.sha),
+                          lambda: _read_remote_headers(repo_id, info, connection))
+
+
+def _read_remote_headers(repo_id: str, info: Any, connection: HubConnection) -> dict[str, TensorRecord]:
+    """The headers of every weight file of `repo_id` at the commit `info` describes, over range requests."""
+    api = connection.api()
+    with hub_errors(repo_id, info.sha):
         names = [s.rfilename for s in info.siblings or ()]
         weights = [n for n in needed_files(names) if n.endswith(".safetensors")]
         if not weights:
@@ -142,7 +152,7 @@ def remote_tensors(
         if "model.safetensors.index.json" in names:
             # Read the index here rather than through get_safetensors_metadata, which would request whatever its
             # weight_map names (`../…` included): only shards the repo lists are read.
-            shards = _indexed_shards(repo_id, info.sha, weights, connection or HubConnection.current())
+            shards = _indexed_shards(repo_id, info.sha, weights, connection)
             files = {name: api.parse_safetensors_file_metadata(repo_id, name, revision=info.sha) for name in shards}
         elif "model.safetensors" in names:
             files = api.get_safetensors_metadata(repo_id, revision=info.sha).files_metadata
@@ -150,8 +160,9 @@ def remote_tensors(
             files = {name: api.parse_safetensors_file_metadata(repo_id, name, revision=info.sha) for name in weights}
     records: dict[str, TensorRecord] = {}
     for filename, metadata in files.items():
-        header = {name: {"dtype": t.dtype, "shape": t.shape} for name, t in metadata.tensors.items()}
-        records.update(parse_header(header, filename))
+        header = {name: {"dtype": t.dtype, "shape": t.shape, "data_offsets": list(t.data_offsets)}
+                  for name, t in metadata.tensors.items()}
+        records.update(parse_header(header, f"{repo_id}/{filename}", filename))
     return records
 
 

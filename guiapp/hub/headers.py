@@ -11,24 +11,61 @@ import math
 import struct
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, BinaryIO
 
 from guiapp.errors import CheckpointError
 
-# Larger headers do not occur in real checkpoints; a bigger length means the file is not safetensors at all.
-MAX_HEADER_BYTES = 100 * 1024 * 1024
+# Larger headers do not occur in real checkpoints (the format's own limit is 100 MB); a bigger length means the
+# file is not safetensors at all.
+MAX_HEADER_BYTES = 100_000_000
 INDEX_FILE = "model.safetensors.index.json"
 
-BYTES_PER_ELEMENT = {
-    "F64": 8, "I64": 8, "U64": 8,
-    "F32": 4, "I32": 4, "U32": 4,
-    "F16": 2, "BF16": 2, "I16": 2, "U16": 2,
-    "F8_E4M3": 1, "F8_E5M2": 1, "F8_E8M0": 1, "I8": 1, "U8": 1, "BOOL": 1,
-}  # fmt: skip
+
+@dataclass(frozen=True)
+class DtypeFacts:
+    """What Mergesmith knows about one safetensors dtype code. `torch_name` is the torch dtype it reads into,
+    None for codes the format defines but Mergesmith cannot compute with (packed quantized weights)."""
+
+    bytes: int
+    torch_name: str | None
+    kind: str
+
+
+# The one table of safetensors dtype codes: the engine derives its torch dtypes from it, the window its sizes.
+DTYPES: dict[str, DtypeFacts] = {
+    "F64": DtypeFacts(8, "float64", "64-bit float"),
+    "F32": DtypeFacts(4, "float32", "32-bit float"),
+    "F16": DtypeFacts(2, "float16", "16-bit float"),
+    "BF16": DtypeFacts(2, "bfloat16", "bfloat16"),
+    "F8_E4M3": DtypeFacts(1, "float8_e4m3fn", "8-bit float"),
+    "F8_E5M2": DtypeFacts(1, "float8_e5m2", "8-bit float"),
+    "F8_E8M0": DtypeFacts(1, None, "8-bit scale factors"),
+    "I64": DtypeFacts(8, "int64", "64-bit integer"),
+    "I32": DtypeFacts(4, "int32", "32-bit integer"),
+    "I16": DtypeFacts(2, "int16", "16-bit integer"),
+    "I8": DtypeFacts(1, "int8", "8-bit integer"),
+    "U64": DtypeFacts(8, None, "unsigned 64-bit integer"),
+    "U32": DtypeFacts(4, None, "unsigned 32-bit integer"),
+    "U16": DtypeFacts(2, None, "unsigned 16-bit integer"),
+    "U8": DtypeFacts(1, "uint8", "unsigned 8-bit integer"),
+    "BOOL": DtypeFacts(1, "bool", "boolean"),
+}
+
+REDOWNLOAD_HINT = (
+    "Delete the file and download it again (a Hub model: delete it from the Downloaded list first), "
+    "or export the model again."
+)
+
+
+def bytes_per_element(code: str) -> int | None:
+    """Bytes one element of the safetensors dtype `code` takes ("BF16" → 2), None for a code it does not know."""
+    facts = DTYPES.get(code.upper())
+    return facts.bytes if facts else None
 
 
 @dataclass(frozen=True)
 class TensorRecord:
-    """One tensor as its header describes it. `dtype` is the safetensors code ("BF16", "F32"…)."""
+    """One tensor as its header describes it. `dtype` is the safetensors code ("BF16", "F32"…), one of DTYPES."""
 
     name: str
     shape: tuple[int, ...]
@@ -41,54 +78,131 @@ class TensorRecord:
 
     @property
     def nbytes(self) -> int:
-        return self.parameters * BYTES_PER_ELEMENT.get(self.dtype, 0)
+        return self.parameters * DTYPES[self.dtype].bytes
 
 
-def parse_header(header: dict, file: str) -> dict[str, TensorRecord]:
-    """Turn a decoded safetensors JSON header into records (the `__metadata__` entry is skipped).
+def parse_header(
+    header: dict[str, Any], label: str, file: str, data_size: int | None = None
+) -> dict[str, TensorRecord]:
+    """Check a decoded safetensors JSON header and turn it into records (the `__metadata__` entry is skipped).
 
-    Raises CheckpointError when an entry lacks a dtype or shape.
+    Local files and Hub files (read over range requests) both come through here, so they get the same
+    diagnostics. `label` names the file in messages; `data_size` (the bytes after the header, when known)
+    lets truncation be found. Raises CheckpointError for an entry that is malformed, has a dtype that is not a
+    safetensors dtype, or whose offsets disagree with its shape or run past the end of the file.
     """
     records = {}
     for name, entry in header.items():
         if name == "__metadata__":
             continue
-        try:
-            records[name] = TensorRecord(name, tuple(int(d) for d in entry["shape"]), str(entry["dtype"]), file)
-        except (KeyError, TypeError, ValueError) as error:
+        if not isinstance(entry, dict) or not isinstance(entry.get("dtype"), str):
+            raise CheckpointError(f'{label} is damaged: the header entry of tensor "{name}" has no dtype.',
+                                  hint=REDOWNLOAD_HINT)
+        code = entry["dtype"]
+        if code not in DTYPES:
             raise CheckpointError(
-                f"{file}: the header entry for tensor '{name}' is malformed ({error}).",
-                hint="The file is damaged. Delete it and download or export the model again.",
-            ) from error
+                f'{label} describes tensor "{name}" with dtype {code!r}, which is not a safetensors dtype.',
+                why="The file is damaged, or was written by a tool that does not follow the safetensors format.",
+                hint=REDOWNLOAD_HINT,
+            )
+        shape = entry.get("shape")
+        if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0
+                                                  for d in shape):
+            raise CheckpointError(f'{label} is damaged: tensor "{name}" has the shape {shape!r}.',
+                                  hint=REDOWNLOAD_HINT)
+        record = TensorRecord(name, tuple(shape), code, file)
+        _check_offsets(record, entry.get("data_offsets"), label, data_size)
+        records[name] = record
     return records
+
+
+def _check_offsets(record: TensorRecord, offsets: Any, label: str, data_size: int | None) -> None:
+    """Raise CheckpointError when a tensor's data offsets disagree with its shape or lie past the data."""
+    if offsets is None and data_size is None:
+        return  # a Hub header parsed by huggingface_hub, which checked the offsets already
+    valid = isinstance(offsets, list) and len(offsets) == 2 and all(
+        isinstance(v, int) and not isinstance(v, bool) for v in offsets
+    )
+    if not valid or offsets[0] < 0 or offsets[1] - offsets[0] != record.nbytes:
+        said = f"{offsets[1] - offsets[0]:,}" if valid else repr(offsets)
+        raise CheckpointError(
+            f'{label} is damaged: tensor "{record.name}" should take {record.nbytes:,} bytes but its offsets '
+            f"say {said}.",
+            hint=REDOWNLOAD_HINT,
+        )
+    if data_size is not None and offsets[1] > data_size:
+        raise CheckpointError(
+            f'{label} is truncated: tensor "{record.name}" ends at byte {offsets[1]:,} of the data but the file '
+            f"holds only {data_size:,}. The download was probably cut short.",
+            hint=REDOWNLOAD_HINT,
+        )
+
+
+def describe_non_safetensors(head: bytes) -> str | None:
+    """Say what a file that should be safetensors really is, from its first bytes; None if it may be safetensors."""
+    text = head.lstrip()
+    if text.startswith(b"version https://git-lfs"):
+        return "a Git LFS pointer (a small text file standing in for the weights, which were never downloaded)"
+    if text[:15].lower().startswith((b"<!doctype", b"<html", b"<?xml", b"<head")):
+        return "an HTML page (an error or login page saved in place of the weights)"
+    if head.startswith(b"PK\x03\x04"):
+        return "a PyTorch zip checkpoint (pickle), not safetensors"
+    if head[:1] == b"\x80":
+        return "a Python pickle, not safetensors"
+    if text.startswith((b"{", b"[")):
+        return "a JSON text file, not safetensors"
+    return None
+
+
+def read_safetensors_header(
+    stream: BinaryIO, size: int, label: str, file: str | None = None
+) -> tuple[dict[str, TensorRecord], int]:
+    """Read and check the header of a safetensors file of `size` bytes open as `stream` (at its start).
+
+    Returns (records, data start offset); `file` (default: the last part of `label`) is what records name as
+    their file. Raises CheckpointError naming `label` and what the file really is (a Git LFS pointer, an HTML
+    page, a pickle, a download cut short, a header that lies about offsets).
+    """
+    head = stream.read(64)
+    header_len = struct.unpack("<Q", head[:8])[0] if len(head) >= 8 else 0
+    looks_valid = len(head) > 8 and head[8:9] == b"{" and header_len <= MAX_HEADER_BYTES and 8 + header_len <= size
+    if not looks_valid:
+        what = describe_non_safetensors(head)
+        if what is not None:
+            raise CheckpointError(f"{label} is not a readable safetensors file: it is {what}.", hint=REDOWNLOAD_HINT)
+        if size < 8:
+            raise CheckpointError(
+                f"{label} is only {size} bytes, shorter than a safetensors header: the download was cut short.",
+                hint=REDOWNLOAD_HINT,
+            )
+        raise CheckpointError(
+            f"{label} is not a complete safetensors file: its header claims {header_len:,} bytes but the file "
+            f"has {size:,}. The download was cut short, or the file is not safetensors.",
+            hint=REDOWNLOAD_HINT,
+        )
+    stream.seek(8)
+    raw = stream.read(header_len)
+    try:
+        header = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise CheckpointError(f"{label} has a damaged header (not valid JSON).", hint=REDOWNLOAD_HINT) from None
+    if not isinstance(header, dict):
+        raise CheckpointError(f"{label} has a damaged header (not a table of tensors).", hint=REDOWNLOAD_HINT)
+    file = file if file is not None else Path(label).name
+    return parse_header(header, label, file, data_size=size - 8 - header_len), 8 + header_len
 
 
 def read_file_header(path: Path) -> dict[str, TensorRecord]:
     """Records of every tensor in one `.safetensors` file.
 
-    Raises CheckpointError naming the file and what it really is (a Git LFS pointer, an HTML page, a pickle,
-    a truncated file) when it is not a readable safetensors file.
+    Raises CheckpointError naming the file and what it really is when it is not a readable safetensors file.
     """
     path = Path(path)
     try:
-        with path.open("rb") as handle:
-            size = path.stat().st_size
-            prefix = handle.read(8)
-            if len(prefix) < 8:
-                raise _not_safetensors(path, prefix, "it is shorter than a safetensors header")
-            (length,) = struct.unpack("<Q", prefix)
-            if length > MAX_HEADER_BYTES or length + 8 > size:
-                raise _not_safetensors(path, prefix + handle.read(64), "its header length does not fit the file")
-            raw = handle.read(length)
+        with path.open("rb") as stream:
+            return read_safetensors_header(stream, path.stat().st_size, str(path))[0]
     except OSError as error:
         raise CheckpointError(f"{path} cannot be read: {error.strerror or error}.") from error
-    try:
-        header = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise _not_safetensors(path, prefix, "its header is not valid JSON") from error
-    if not isinstance(header, dict):
-        raise _not_safetensors(path, prefix, "its header is not a table of tensors")
-    return parse_header(header, path.name)
 
 
 def read_folder_headers(folder: Path) -> dict[str, TensorRecord]:
@@ -120,19 +234,3 @@ def read_folder_headers(folder: Path) -> dict[str, TensorRecord]:
     for name in files:
         records.update(read_file_header(folder / name))
     return records
-
-
-def _not_safetensors(path: Path, start: bytes, reason: str) -> CheckpointError:
-    """Say what the file really is, judging by its first bytes."""
-    if start.startswith(b"version https://git-lfs"):
-        actual = "a Git LFS pointer (the real file was never downloaded)"
-    elif start.lstrip()[:1] == b"<":
-        actual = "an HTML or XML page (probably an error page saved in its place)"
-    elif start[:1] == b"\x80" or start.startswith(b"PK"):
-        actual = "a pickle / PyTorch archive, not safetensors"
-    else:
-        actual = "damaged or cut short"
-    return CheckpointError(
-        f"{path.name} is not a readable safetensors file: {reason}; it looks like {actual}.",
-        hint=f"Delete {path} and download or export the model again.",
-    )

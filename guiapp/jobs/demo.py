@@ -9,10 +9,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from guiapp.engine.recipe import Recipe, recipe_from_dict
+from guiapp.system.paths import home_dir
 
 
 def default_demo_folder() -> Path:
-    return Path.home() / "Mergesmith" / "sample-models"
+    return home_dir() / "Mergesmith" / "sample-models"
 
 
 def prepare_demo(folder: Path) -> Recipe:

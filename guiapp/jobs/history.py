@@ -11,16 +11,20 @@ import json
 import os
 import re
 import tempfile
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from guiapp.errors import MergesmithError
+from guiapp.system.bounded import check_value_size, describe_value
 from guiapp.system.paths import settings_file
 from guiapp.system.scrub import scrub
 
 HISTORY_NAME = "jobs_history.json"
 MAX_RECORDS = 200
 MAX_LOG_LINES = 400
+# A record's setting that would hold more values than this once written out is not kept.
+MAX_STORED_VALUES = 20_000
 _SECRET_KEY = re.compile(r"(^|_)(token|password|secret|api_key)$", re.IGNORECASE)
 
 
@@ -50,14 +54,27 @@ class JobRecord:
         del self.log[:-MAX_LOG_LINES]
 
     def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["spec"] = without_secrets(self.spec)
+        """The record as JSON-ready data: secrets dropped, and a setting too large to keep (a recipe whose
+        values share lists, as YAML aliases make them) replaced by a note, so saving never expands it."""
+        data = {f.name: getattr(self, f.name) for f in fields(self)}  # asdict() would copy, and expand, the spec
+        data["spec"] = without_secrets({key: _storable(value) for key, value in self.spec.items()})
+        data["summary"] = _storable(self.summary)
+        data["explanation"] = _storable(self.explanation)
+        data["log"] = list(self.log)
         return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> JobRecord:
         known = {f.name for f in fields(cls)}
         return cls(**{key: value for key, value in data.items() if key in known})
+
+
+def _storable(value: Any) -> Any:
+    try:
+        check_value_size(value, "This setting", MergesmithError, max_nodes=MAX_STORED_VALUES)
+    except MergesmithError:
+        return {"not_kept": f"too large to keep: {describe_value(value)}"}
+    return value
 
 
 def without_secrets(value: Any) -> Any:

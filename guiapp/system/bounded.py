@@ -154,6 +154,19 @@ def parse_yaml_bounded(text: str, label: str, error: ErrorClass, *, hint: str | 
         loader.dispose()
 
 
+def check_value_size(value: Any, label: str, error: ErrorClass, *, max_nodes: int = MAX_YAML_NODES) -> None:
+    """Raise `error` naming `label` when `value` (nested dicts, lists and tuples) would hold more than `max_nodes`
+    values once written out, counting a list shared in several places once per place, or contains itself.
+
+    Documents built in memory (the window's forms, a job's saved settings) get the same bound as parsed YAML;
+    the check costs time linear in the distinct containers, never in the expanded size.
+    """
+    try:
+        _check_expanded_size(value, max_nodes, _value_children)
+    except _ExpansionError as failure:
+        raise error(f"{label} {failure}", hint="Write the values out instead of repeating shared lists.") from None
+
+
 class BoundedPattern:
     """A regular expression from a user or a file, matched with a time bound per match.
 
@@ -256,24 +269,24 @@ class _BoundedSafeLoader(yaml.SafeLoader):
 
     def compose_document(self) -> yaml.Node:
         node = super().compose_document()
-        _check_expanded_size(node, self.max_nodes)
+        _check_expanded_size(node, self.max_nodes, _node_children)
         return node
 
 
-def _check_expanded_size(root: yaml.Node, max_nodes: int) -> None:
+def _check_expanded_size(root: Any, max_nodes: int, children: Callable[[Any], list[Any]]) -> None:
     """Raise _ExpansionError when `root` expands to more than `max_nodes` nodes or refers to itself.
 
-    Iterative and memoised by node, so its cost is linear in the composed (unexpanded) graph.
+    Iterative and memoised by identity, so its cost is linear in the graph as stored, not as expanded.
     """
     sizes: dict[int, int] = {}
     in_progress: set[int] = set()
-    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    stack: list[tuple[Any, bool]] = [(root, False)]
     while stack:
         node, children_done = stack.pop()
         key = id(node)
         if children_done:
             in_progress.discard(key)
-            total = 1 + sum(sizes[id(child)] for child in _children(node))
+            total = 1 + sum(sizes[id(child)] for child in children(node))
             if total > max_nodes:
                 raise _ExpansionError(
                     f"expands to more than {max_nodes:,} values through aliases (*name), which is far more than "
@@ -285,10 +298,18 @@ def _check_expanded_size(root: yaml.Node, max_nodes: int) -> None:
                 raise _ExpansionError("contains an alias (*name) that refers to itself, so its value never ends.")
             in_progress.add(key)
             stack.append((node, True))
-            stack.extend((child, False) for child in _children(node) if id(child) not in sizes)
+            stack.extend((child, False) for child in children(node) if id(child) not in sizes)
 
 
-def _children(node: yaml.Node) -> list[yaml.Node]:
+def _value_children(value: Any) -> list[Any]:
+    if isinstance(value, dict):
+        return [part for pair in value.items() for part in pair]
+    if isinstance(value, (list, tuple)):
+        return list(value)
+    return []
+
+
+def _node_children(node: yaml.Node) -> list[yaml.Node]:
     if isinstance(node, yaml.SequenceNode):
         return list(node.value)
     if isinstance(node, yaml.MappingNode):

@@ -23,8 +23,12 @@ from guiapp.system.scrub import scrub
 
 RENDER_WIDTH = 100
 _PACKAGE_FOLDER = Path(__file__).resolve().parent.parent
-# Names in pasted text that look like exception classes: "torch.OutOfMemoryError", "GatedRepoError: ..."
-EXCEPTION_NAME = re.compile(r"\b(?:[A-Za-z_]\w*\.)*([A-Za-z_]\w*(?:Error|Exception|Enabled|Interrupt|Exit))\b")
+# Names in pasted text that look like exception classes: "torch.OutOfMemoryError", "GatedRepoError: ...". Dotted
+# words are found first and split after (no nested repetition), so the search is linear in the text's length.
+_DOTTED_WORD = re.compile(r"(?<![\w.])[A-Za-z_][\w.]*")
+EXCEPTION_NAME = re.compile(r"[A-Za-z_]\w*(?:Error|Exception|Enabled|Interrupt|Exit)")
+# Pasted text is explained from its last this many characters: a traceback names its error at the end.
+MAX_TEXT_CHARACTERS = 64_000
 CONTEXT_WORDS = (("job", "job"), ("model", "model"), ("tensor", "tensor"), ("file", "file"), ("device", "device"),
                  ("dtype", "dtype"), ("destination", "output folder"))
 
@@ -93,6 +97,7 @@ def explain(error: BaseException | str, context: Mapping[str, Any] | None = None
         return _own(type(error), error.message, error.hint, error.retry_with, known_cause, context, _traceback(error),
                     error.why)
     if isinstance(error, str):
+        error = error[-MAX_TEXT_CHARACTERS:]
         clues = _clues_from_text(error)
         own = _own_error_in_text(error)
         if own is not None:  # a Mergesmith error pasted from a log: its class, and the catalogue for the cause
@@ -220,7 +225,9 @@ def _clues_from_chain(error: BaseException) -> Iterator[tuple[set[str], str]]:
 
 
 def _clues_from_text(text: str) -> list[tuple[set[str], str]]:
-    return [({match.group(1) for match in EXCEPTION_NAME.finditer(text)}, text)]
+    names = {part for word in _DOTTED_WORD.finditer(text) for part in word.group().split(".")
+             if EXCEPTION_NAME.fullmatch(part)}
+    return [(names, text)]
 
 
 def _with_context(what: str, context: Mapping[str, Any]) -> str:

@@ -9,7 +9,9 @@ import, so a changed environment takes effect at once.
 from __future__ import annotations
 
 import os
+import stat
 import sys
+import tempfile
 from pathlib import Path
 
 
@@ -19,10 +21,33 @@ def config_dir() -> Path:
     if override:
         return Path(override).expanduser()
     if sys.platform == "win32":
-        return Path(os.environ.get("APPDATA") or Path.home() / "AppData" / "Roaming") / "Mergesmith"
+        return Path(os.environ.get("APPDATA") or home_dir() / "AppData" / "Roaming") / "Mergesmith"
     if sys.platform == "darwin":
-        return Path.home() / "Library" / "Application Support" / "Mergesmith"
-    return Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config") / "mergesmith"
+        return home_dir() / "Library" / "Application Support" / "Mergesmith"
+    return Path(os.environ.get("XDG_CONFIG_HOME") or home_dir() / ".config") / "mergesmith"
+
+
+def home_dir() -> Path:
+    """The user's home folder. When it cannot be determined (HOME unset and no passwd entry for this user, as in
+    some containers), a private folder in the temp directory stands in, so settings and caches still work
+    for this session. Never raises."""
+    try:
+        return Path.home()
+    except RuntimeError:
+        return _stand_in_home()
+
+
+def _stand_in_home() -> Path:
+    uid = os.getuid() if hasattr(os, "getuid") else 0
+    folder = Path(tempfile.gettempdir()) / f"mergesmith-home-{uid}"
+    try:
+        folder.mkdir(mode=0o700, exist_ok=True)
+        status = folder.lstat()
+        if stat.S_ISDIR(status.st_mode) and (not hasattr(os, "getuid") or status.st_uid == uid):
+            return folder
+    except OSError:
+        pass
+    return Path(tempfile.mkdtemp(prefix="mergesmith-home-"))  # the shared name is taken by someone else
 
 
 def settings_file(name: str) -> Path:

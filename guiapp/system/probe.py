@@ -22,6 +22,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from guiapp.system.paths import home_dir
+
 CACHE_DIR_VARIABLE = "MERGESMITH_CACHE_DIR"
 DEFAULT_TIMEOUT_SECONDS = 120.0
 RESULT_FORMAT = 1  # bump when the stored layout changes, so old cache files are ignored
@@ -244,10 +246,10 @@ def cache_dir() -> Path:
     if override:
         return Path(override).expanduser()
     if sys.platform == "win32":
-        return Path(os.environ.get("LOCALAPPDATA") or Path.home() / "AppData" / "Local") / "Mergesmith" / "Cache"
+        return Path(os.environ.get("LOCALAPPDATA") or home_dir() / "AppData" / "Local") / "Mergesmith" / "Cache"
     if sys.platform == "darwin":
-        return Path.home() / "Library" / "Caches" / "Mergesmith"
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "mergesmith"
+        return home_dir() / "Library" / "Caches" / "Mergesmith"
+    return Path(os.environ.get("XDG_CACHE_HOME") or home_dir() / ".cache") / "mergesmith"
 
 
 def cache_file(fingerprint: dict[str, str]) -> Path:

@@ -38,6 +38,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from guiapp.system.paths import home_dir
 from guiapp.ui.background import LatestCall, call_in_background
 from guiapp.ui.text import error_text, sentence
 from guiapp.ui.theme import set_status_style
@@ -462,14 +463,15 @@ class MergePage(QWidget):
         return document
 
     def _slices_value(self) -> Any:
-        import yaml  # noqa: PLC0415 - not needed before the first recipe
+        from guiapp.errors import MergesmithError, RecipeError  # noqa: PLC0415
+        from guiapp.system.bounded import parse_yaml_bounded  # noqa: PLC0415 - not needed before the first recipe
 
         text = self.slices_edit.toPlainText().strip()
         if not text:
             return None
         try:
-            return yaml.safe_load(text)
-        except yaml.YAMLError:
+            return parse_yaml_bounded(text, "The slices", RecipeError)
+        except MergesmithError:
             return text  # reported by the validator next to the slices
 
     def _slices_edited(self) -> None:
@@ -697,7 +699,7 @@ class MergePage(QWidget):
 
 
 def default_output_folder() -> Path:
-    return Path(QSettings().value("paths/output", str(Path.home() / "Mergesmith")))
+    return Path(QSettings().value("paths/output", str(home_dir() / "Mergesmith")))
 
 
 def validate(document: dict[str, Any], device: str, output: str, probe: Any) -> Validation:
@@ -716,7 +718,7 @@ def validate(document: dict[str, Any], device: str, output: str, probe: Any) -> 
     result = Validation(tensors=len(plan.tasks), models=len(plan.models), output_bytes=plan.output_bytes,
                         input_bytes=plan.input_bytes, warnings=tuple(plan.warnings))
     try:
-        estimate = estimate_merge(plan, device, Path(output).expanduser() if output else Path.home(), probe)
+        estimate = estimate_merge(plan, device, Path(output).expanduser() if output else home_dir(), probe)
     except Exception:  # the output drive or GPU cannot be examined: the job says so when it starts
         return result
     result.fit, result.time = estimate.fit, estimate.time

@@ -4,7 +4,6 @@ mode and the colour scheme. Choices are kept in QSettings; the token is not."""
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 from PySide6.QtCore import QSettings, Signal
 from PySide6.QtWidgets import (
@@ -22,6 +21,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from guiapp.system.paths import home_dir
 from guiapp.ui.background import call_in_background
 from guiapp.ui.text import error_text
 from guiapp.ui.theme import apply_scheme, set_status_style
@@ -57,7 +57,7 @@ class SettingsPage(QWidget):
 
         folders = QGroupBox("Folders")
         form = QFormLayout(folders)
-        self.output_edit = QLineEdit(settings.value(OUTPUT_KEY, str(Path.home() / "Mergesmith")),
+        self.output_edit = QLineEdit(settings.value(OUTPUT_KEY, str(home_dir() / "Mergesmith")),
                                      accessibleName="Default output folder")
         self.output_edit.editingFinished.connect(lambda: QSettings().setValue(OUTPUT_KEY, self.output_edit.text()))
         form.addRow("Default output folder", self._with_browse(self.output_edit, OUTPUT_KEY))

@@ -121,11 +121,12 @@ class ParamEditor(QWidget):
     # --- internals ------------------------------------------------------------------------------------------
 
     def _parsed_text(self) -> Any:
-        import yaml  # noqa: PLC0415
+        from guiapp.errors import MergesmithError, RecipeError  # noqa: PLC0415
+        from guiapp.system.bounded import parse_yaml_bounded  # noqa: PLC0415
 
         try:
-            value = yaml.safe_load(self.text.text() or "null")
-        except yaml.YAMLError:
+            value = parse_yaml_bounded(self.text.text() or "null", "The value", RecipeError)
+        except MergesmithError:
             return self.text.text()  # plan_merge reports the bad value next to the models
         return value
 

@@ -1,0 +1,91 @@
+"""Reading tensor data from a safetensors file that another program may change while Mergesmith reads it.
+
+Tensors are read with positional reads (`os.preadv`) into a fresh buffer, not through a memory map: when a
+memory-mapped file shrinks under the reader, touching the lost pages kills the process with SIGBUS; a
+positional read just comes back short. Before each read the open file is checked against the size and
+modification time it had when its header was read, so a file rewritten or cut in place is named as such.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+from typing import BinaryIO
+
+import torch
+
+from guiapp.errors import CheckpointError
+
+
+class SafetensorsFile:
+    """An open safetensors file whose header has been read: `read(begin, end, dtype, shape)` returns one tensor.
+
+    Takes ownership of `stream` (opened with `guiapp.system.bounded.open_regular_file`); `data_start` is the
+    offset of the first data byte (8 + header length). Close it to release the file.
+    """
+
+    def __init__(self, path: Path, stream: BinaryIO, data_start: int):
+        self.path = path
+        self._stream = stream
+        self._data_start = data_start
+        self._identity = file_identity(stream.fileno())
+        self._seek_lock = threading.Lock()  # only where positional reads are missing (Windows)
+
+    def read(self, name: str, data_offsets: tuple[int, int], dtype: torch.dtype, shape: tuple[int, ...]) -> torch.Tensor:
+        """The tensor `name` stored at `data_offsets` (relative to the data start), as a new CPU tensor.
+
+        Raises CheckpointError when the file was changed or cut by another program since its header was read.
+        """
+        begin, end = data_offsets
+        self._check_unchanged(name)
+        buffer = torch.empty(end - begin, dtype=torch.uint8)
+        target = memoryview(buffer.numpy())
+        done = 0
+        while done < len(target):
+            count = self._read_into(target[done:], self._data_start + begin + done)
+            if count <= 0:
+                self._check_unchanged(name)
+                raise changed_file_error(self.path, name, f"it ended before tensor \"{name}\" did")
+            done += count
+        return buffer.view(dtype).reshape(shape)
+
+    def close(self) -> None:
+        self._stream.close()
+
+    def _read_into(self, target: memoryview, offset: int) -> int:
+        try:
+            if hasattr(os, "preadv"):
+                return os.preadv(self._stream.fileno(), [target], offset)
+            with self._seek_lock:
+                self._stream.seek(offset)
+                return self._stream.readinto(target) or 0
+        except OSError as error:
+            raise CheckpointError(f"{self.path} cannot be read: {error.strerror or error}.",
+                                  hint="Check the disk the model is on, then run the job again.") from None
+
+    def _check_unchanged(self, name: str) -> None:
+        size, modified = self._identity
+        now_size, now_modified = file_identity(self._stream.fileno())
+        if now_size != size:
+            raise changed_file_error(self.path, name, f"it was {size:,} bytes and is now {now_size:,}")
+        if now_modified != modified:
+            raise changed_file_error(self.path, name, "it was rewritten in place")
+
+
+def file_identity(file: Path | int) -> tuple[int, int]:
+    """(size, modification time in ns) of a path or an open descriptor: what changes when a file is rewritten."""
+    status = os.fstat(file) if isinstance(file, int) else os.stat(file)
+    return status.st_size, status.st_mtime_ns
+
+
+def changed_file_error(path: Path, name: str, how: str) -> CheckpointError:
+    """The error for a model file that another program changed while the tensor `name` was being read."""
+    return CheckpointError(
+        f"{path} was changed by another program while Mergesmith was reading it ({how}; reading "
+        f"tensor \"{name}\"). Nothing was written.",
+        why="A download, sync or copy still writing the model's files, or a program deleting or truncating "
+        "them, changed the file under the job.",
+        hint="Wait until nothing else writes to the model folder, then run the job again. If the file is now "
+        "damaged, download it again.",
+    )
