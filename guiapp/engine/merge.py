@@ -119,7 +119,7 @@ def run_merge(
             for model in plan.models:
                 readers.append(open_reader(model.ref, progress))
                 progress.step(model.label)
-            donor_folder = _donor_folder(plan, progress)
+            donor_folder = _donor_folder(plan)
             align_vocabulary(plan, [r.folder for r in readers], donor_folder)
             stats = _merge_tensors(plan, readers, staged.path, device, settings, progress)
             write_merge_metadata(staged.path, plan, [r.folder for r in readers], donor_folder)
@@ -133,16 +133,17 @@ def run_merge(
     return MergeOutcome(output, plan, elapsed, stats)
 
 
-def _donor_folder(plan: MergePlan, progress: Progress) -> Path | None:
-    """The folder of the tokenizer donor (a model that lends only its tokenizer), fetched if it is on the Hub."""
+def _donor_folder(plan: MergePlan) -> Path | None:
+    """The folder of the tokenizer donor (a model that lends only its tokenizer); of a Hub donor only the
+    tokenizer files are fetched."""
     if plan.tokenizer_donor is None:
         return None
     folder = local_folder(plan.tokenizer_donor)
     if folder is not None:
         return folder
-    from guiapp.hub.resolve import resolve_model  # noqa: PLC0415
+    from guiapp.hub.resolve import resolve_tokenizer  # noqa: PLC0415
 
-    return resolve_model(plan.tokenizer_donor.model, revision=plan.tokenizer_donor.revision, progress=progress)
+    return resolve_tokenizer(plan.tokenizer_donor.model, revision=plan.tokenizer_donor.revision)
 
 
 def _merge_tensors(

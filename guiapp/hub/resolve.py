@@ -50,6 +50,36 @@ def resolve_model(
     return download_model(ref.repo_id, ref.revision, progress=progress)
 
 
+def resolve_tokenizer(reference: str, *, revision: str | None = None, offline: bool = False) -> Path:
+    """The folder holding the tokenizer of the model `reference` names, for a model that lends only its tokenizer
+    to a merge (`tokenizer_source`): a local folder as it is; of a Hub repo only the tokenizer files are fetched
+    into the HF cache (from the cache alone when offline).
+
+    Raises CheckpointError when the repo has no tokenizer.json, OfflineError when offline and the files are not
+    cached, and the Hub errors of `hub_errors` (ModelNotFoundError, GatedModelError…).
+    """
+    from huggingface_hub import snapshot_download  # noqa: PLC0415
+
+    from guiapp.hub.merge_files import TOKENIZER_FILES  # noqa: PLC0415
+
+    ref = parse_reference(reference, revision)
+    if ref.folder is not None:
+        return ref.folder
+    assert ref.repo_id is not None
+    connection = HubConnection.current()
+    local_only = offline or is_offline()
+    with hub_errors(ref.repo_id, ref.revision):
+        folder = Path(snapshot_download(ref.repo_id, revision=ref.revision, allow_patterns=sorted(TOKENIZER_FILES),
+                                        cache_dir=connection.cache_dir, endpoint=connection.endpoint,
+                                        local_files_only=local_only))
+    if not (folder / "tokenizer.json").is_file():
+        raise CheckpointError(
+            f"{ref.label} has no tokenizer.json, so its vocabulary cannot be read.",
+            hint="Choose a model that ships tokenizer.json (the fast-tokenizer file most models have).",
+        )
+    return folder
+
+
 def read_model_metadata(reference: str, *, revision: str | None = None, offline: bool = False) -> ModelMetadata:
     """Tensor names, shapes and dtypes plus config.json of the model `reference` names (at `revision`, when
     given, instead of the one after "@"), without its weights.

@@ -15,6 +15,7 @@ from guiapp.engine.merge import MergeSettings, run_merge
 from guiapp.engine.recipe import parse_recipe
 from tests.engine.helpers import load_folder
 from tests.recipes.models import SPECIALS, rows_of, write_model, write_tokenizer_files
+from tests.support.fixtures import hub_env, hub_server  # noqa: F401 - pytest fixtures
 
 A_TOKENS = SPECIALS + ["a", "b", "c"]
 B_TOKENS = SPECIALS + ["a", "b", "d", "e"]
@@ -110,3 +111,15 @@ def test_padded_vocabulary_is_trimmed_to_the_tokenizer(tmp_path):
         assert merged[name].shape[0] == 6
         assert torch.allclose(merged[name], rows_of(tune, name)[:6], atol=1e-6)  # base + 1·(tune − base)
     assert "model.layers.0.self_attn.q_proj.bias" in merged
+
+
+def test_tokenizer_donor_on_the_hub_lends_only_its_tokenizer(pair, hub_env, tmp_path):
+    # A tokenizer-only repo (no weights): only its tokenizer files are fetched.
+    a, b = pair
+    hub_env.server.add_model("acme/tokenizer", write_tokenizer_files(tmp_path / "served", SPECIALS + ["e", "a"]))
+    out = _merge(tmp_path, f"merge_method: linear\ntokenizer_source: acme/tokenizer\nmodels:\n"
+                           f"  - model: {a}\n    parameters: {{weight: 1.0}}\n  - model: {b}\n    parameters: {{weight: 1.0}}\n")
+    vocab = AutoTokenizer.from_pretrained(out).get_vocab()
+    assert set(vocab) == set(SPECIALS + ["e", "a"])
+    assert torch.equal(load_folder(out)["model.embed_tokens.weight"][vocab["e"]],
+                       _row(b, B_TOKENS, "e", "model.embed_tokens.weight"))
