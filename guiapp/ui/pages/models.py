@@ -476,18 +476,15 @@ def _model_fit(size: int, probe: Any) -> Any:
         return None
 
 
-# Bytes per parameter of the dtype names the Hub reports for safetensors weights.
-_DTYPE_BYTES = {"F64": 8, "I64": 8, "F32": 4, "I32": 4, "BF16": 2, "F16": 2, "I16": 2, "F8_E4M3": 1, "F8_E5M2": 1,
-                "I8": 1, "U8": 1, "BOOL": 1}
-
-
 def _weights_size(parameters_by_dtype: dict[str, int]) -> str:
     """The size of the weights ("14.5 GB") from the parameter counts by dtype; "" when the Hub gives none."""
+    from guiapp.hub.headers import bytes_per_element  # noqa: PLC0415
     from guiapp.system.units import format_bytes  # noqa: PLC0415
 
     if not parameters_by_dtype:
         return ""
-    return format_bytes(sum(count * _DTYPE_BYTES.get(dtype.upper(), 2) for dtype, count in parameters_by_dtype.items()))
+    # A dtype code the table does not know is counted as 2 bytes, the most common size.
+    return format_bytes(sum(count * (bytes_per_element(dtype) or 2) for dtype, count in parameters_by_dtype.items()))
 
 
 def _count(value: int | None) -> str:
