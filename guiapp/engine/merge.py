@@ -23,7 +23,7 @@ from guiapp.engine.methods.base import MergeContext
 from guiapp.engine.model_card import write_merge_metadata
 from guiapp.engine.output import DEFAULT_SHARD_BYTES, PlannedTensor, ShardedWriter, StagedOutput, check_free_space
 from guiapp.engine.plan import MergePlan, TensorTask, align_vocabulary, build_plan, compute_in_recipe_dtype
-from guiapp.engine.recipe import Recipe
+from guiapp.engine.recipe import ModelRef, Recipe
 from guiapp.engine.sources import ModelReader, local_folder, open_reader, read_headers
 from guiapp.errors import IncompatibleModelsError, NonFiniteResultError
 from guiapp.progress import Progress
@@ -80,9 +80,7 @@ def plan_merge(recipe: Recipe, progress: Progress | None = None) -> MergePlan:
     for ref in refs:
         headers[ref] = read_headers(ref)
         progress.step(str(ref))
-    donor = recipe.tokenizer_donor()
-    if donor is not None:
-        local_folder(donor)  # a tokenizer donor's folder that does not exist is reported now, not after the merge
+    tokenizer_folder(recipe.tokenizer_donor())  # a donor that cannot be had is reported now, not after the merge
     plan = build_plan(recipe, headers)
     for warning in plan.warnings:
         progress.log(f"Warning: {warning}")
@@ -119,7 +117,7 @@ def run_merge(
             for model in plan.models:
                 readers.append(open_reader(model.ref, progress))
                 progress.step(model.label)
-            donor_folder = _donor_folder(plan)
+            donor_folder = tokenizer_folder(plan.tokenizer_donor)
             align_vocabulary(plan, [r.folder for r in readers], donor_folder)
             stats = _merge_tensors(plan, readers, staged.path, device, settings, progress)
             write_merge_metadata(staged.path, plan, [r.folder for r in readers], donor_folder)
@@ -133,17 +131,18 @@ def run_merge(
     return MergeOutcome(output, plan, elapsed, stats)
 
 
-def _donor_folder(plan: MergePlan) -> Path | None:
-    """The folder of the tokenizer donor (a model that lends only its tokenizer); of a Hub donor only the
-    tokenizer files are fetched."""
-    if plan.tokenizer_donor is None:
+def tokenizer_folder(donor: ModelRef | None) -> Path | None:
+    """The folder of a tokenizer donor (a model that lends only its tokenizer; None for None): a local folder, or
+    the tokenizer files of a Hub model fetched into the cache (no weights). Raises CheckpointError / HubError
+    subclasses when it cannot be had."""
+    if donor is None:
         return None
-    folder = local_folder(plan.tokenizer_donor)
+    folder = local_folder(donor)
     if folder is not None:
         return folder
     from guiapp.hub.resolve import resolve_tokenizer  # noqa: PLC0415
 
-    return resolve_tokenizer(plan.tokenizer_donor.model, revision=plan.tokenizer_donor.revision)
+    return resolve_tokenizer(donor.model, revision=donor.revision)
 
 
 def _merge_tensors(

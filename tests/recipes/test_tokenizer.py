@@ -123,3 +123,14 @@ def test_tokenizer_donor_on_the_hub_lends_only_its_tokenizer(pair, hub_env, tmp_
     assert set(vocab) == set(SPECIALS + ["e", "a"])
     assert torch.equal(load_folder(out)["model.embed_tokens.weight"][vocab["e"]],
                        _row(b, B_TOKENS, "e", "model.embed_tokens.weight"))
+
+
+def test_a_donor_that_does_not_exist_is_reported_before_any_work(pair, hub_env, tmp_path):
+    from guiapp.engine.merge import plan_merge
+    from guiapp.errors import MergesmithError
+
+    a, b = pair
+    recipe = parse_recipe(f"merge_method: linear\ntokenizer_source: acme/missing\nmodels:\n  - model: {a}\n"
+                          f"    parameters: {{weight: 1.0}}\n  - model: {b}\n    parameters: {{weight: 1.0}}\n")
+    with pytest.raises(MergesmithError, match="acme/missing"):
+        plan_merge(recipe)
