@@ -10,10 +10,11 @@ that the files already uploaded are there.
 
 from __future__ import annotations
 
+import io
 from dataclasses import dataclass
 from pathlib import Path
 
-from guiapp.errors import InvalidTokenError, MergesmithError, OutputError, UploadRefusedError
+from guiapp.errors import InvalidTokenError, JobCancelled, MergesmithError, OutputError, UploadRefusedError
 from guiapp.hub.connection import HubConnection, require_online
 from guiapp.hub.failures import hub_errors
 from guiapp.hub.references import is_hub_id
@@ -80,10 +81,12 @@ def check_upload(folder: Path, repo_id: str, private: bool = True) -> UploadPlan
 def upload_folder(plan: UploadPlan, progress: Progress | None = None, card: str | None = None) -> str:
     """Upload `plan`'s files (and `card` as README.md, when given); returns the commit's URL.
 
-    Cancel stops between files (JobCancelled); what was uploaded stays on the Hub's storage, not in any
-    commit, and is not sent again next time. Raises ConnectionLostError / RateLimitedError / InvalidTokenError
+    Cancel stops the upload of the current file at once (JobCancelled); files uploaded whole stay on the Hub's
+    storage, not in any commit, and are not sent again next time. Raises ConnectionLostError / RateLimitedError / InvalidTokenError
     and the other HubErrors, with the repo left private when this upload created it.
     """
+    from contextlib import ExitStack  # noqa: PLC0415
+
     from huggingface_hub import CommitOperationAdd, constants  # noqa: PLC0415
 
     # hf_xet uploads from its own threads, where a cancel cannot reach (see guiapp.hub.downloads).
@@ -91,16 +94,24 @@ def upload_folder(plan: UploadPlan, progress: Progress | None = None, card: str 
     progress = progress or Progress()
     api = HubConnection.current().api()
     operations = []
-    with hub_errors(plan.repo_id):
+    with hub_errors(plan.repo_id), ExitStack() as open_files:
         api.create_repo(plan.repo_id, private=True, exist_ok=True)
         progress.start_stage(f"Uploading to {plan.repo_id}", total=len(plan.files), bytes_total=plan.total_bytes)
         for path_in_repo, local, size in plan.files:
             if card is not None and path_in_repo == CARD_NAME:
                 continue
-            operation = CommitOperationAdd(path_in_repo=path_in_repo, path_or_fileobj=str(local))
-            api.preupload_lfs_files(plan.repo_id, additions=[operation])
+            handle = open_files.enter_context(_ReportingFile(local))
+            operation = CommitOperationAdd(path_in_repo=path_in_repo, path_or_fileobj=handle)  # hashes it
+            handle.report_to(progress, path_in_repo)
+            try:
+                api.preupload_lfs_files(plan.repo_id, additions=[operation])
+            except Exception as error:  # huggingface_hub wraps what a read raises: a cancel stays a cancel
+                cancelled = _cancel_behind(error)
+                if cancelled is None:
+                    raise
+                raise cancelled from None
+            handle.finish(size)
             operations.append(operation)
-            progress.step(path_in_repo, nbytes=size)
         if card is not None:
             operations.append(CommitOperationAdd(path_in_repo=CARD_NAME, path_or_fileobj=card.encode("utf-8")))
         progress.check_cancelled()
@@ -110,6 +121,46 @@ def upload_folder(plan: UploadPlan, progress: Progress | None = None, card: str 
             api.update_repo_settings(plan.repo_id, private=False)
     progress.log(f"Published {plan.repo_id} ({'private' if plan.private else 'public'}): {commit.commit_url}")
     return commit.commit_url
+
+
+class _ReportingFile(io.BufferedReader):
+    """A file whose reads during the upload are progress (bytes, rate, time left) and a chance to cancel.
+
+    Reads before `report_to` (huggingface_hub hashing the file) count for nothing; a retried request reads the
+    file again from the start, so progress follows the furthest position read, not the sum of reads.
+    """
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(io.FileIO(path, "rb"))
+        self._progress: Progress | None = None
+        self._item = ""
+        self._reported = 0
+
+    def report_to(self, progress: Progress, item: str) -> None:
+        self._progress, self._item = progress, item
+
+    def read(self, size: int | None = -1) -> bytes:
+        data = super().read(size)
+        position = self.tell()
+        if self._progress is not None and position > self._reported:
+            self._progress.step(self._item, units=0, nbytes=position - self._reported)  # raises when cancelled
+            self._reported = position
+        return data
+
+    def finish(self, size: int) -> None:
+        """The file is on the Hub (or goes inline with the commit): count it whole, and stop reporting."""
+        assert self._progress is not None, "report_to first"
+        self._progress.step(self._item, units=1, nbytes=max(0, size - self._reported))
+        self._progress = None
+
+
+def _cancel_behind(error: BaseException) -> JobCancelled | None:
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, JobCancelled):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 def _files_of(folder: Path) -> list[tuple[str, Path, int]]:

@@ -47,6 +47,8 @@ def test_round_trip_gives_identical_files(uploads, signed_in, model_folder, tmp_
     downloaded = Path(snapshot_download(REPO, local_dir=tmp_path / "download"))
     assert _digests(downloaded) == _digests(model_folder)
     assert events[-1].done == len(plan.files) and events[-1].bytes_done == plan.total_bytes
+    within_files = [e for e in events if e.bytes_done and e.done < len(plan.files)]
+    assert len({e.bytes_done for e in within_files}) > len(plan.files)  # bytes move while a file is sent
     weights = [name for name, _, _ in plan.files if name.endswith(".safetensors")]
     assert len(uploads.lfs_objects) == len(weights) == 3  # the weights went through LFS, the rest inline
 
@@ -64,8 +66,10 @@ def test_resume_after_a_dropped_connection_sends_only_what_is_missing(uploads, s
     assert len(large) >= 2
     first_oid = hashlib.sha256((model_folder / large[0][0]).read_bytes()).hexdigest()
     # The first shard goes through; then every attempt at the second is cut off (more than the client retries).
+    first_done = [name for name, _, _ in plan.files].index(large[0][0]) + 1
+
     def cut_after_first(event):
-        if event.item == large[0][0]:
+        if event.done == first_done:  # the first shard is on the Hub
             uploads.drop_lfs_uploads = 100
 
     with pytest.raises(ConnectionLostError):
@@ -79,17 +83,23 @@ def test_resume_after_a_dropped_connection_sends_only_what_is_missing(uploads, s
     assert _digests(downloaded) == _digests(model_folder)
 
 
-def test_cancel_stops_between_files_and_commits_nothing(uploads, signed_in, model_folder):
+def test_cancel_mid_file_stops_the_upload_and_commits_nothing(uploads, signed_in, model_folder):
     token = CancelToken()
     plan = check_upload(model_folder, REPO)
 
-    def cancel_after_first(event):
-        if event.done == 1:
-            token.cancel()
+    shard = next(name for name, _, size in plan.files if name.endswith(".safetensors") and size > 200_000)
+    seen = []
+
+    def cancel_inside_the_shard(event):
+        if event.item == shard and event.done == sum(name < shard for name, _, _ in plan.files):
+            seen.append(event.bytes_done)
+            token.cancel()  # the first chunk of the shard is on its way: the rest is not sent
 
     with pytest.raises(JobCancelled):
-        upload_folder(plan, Progress(on_event=cancel_after_first, cancel=token))
-    assert not any((uploads.store / REPO).iterdir())  # no commit: the repo has no files
+        upload_folder(plan, Progress(on_event=cancel_inside_the_shard, cancel=token))
+    assert seen and not any((uploads.store / REPO).iterdir())  # no commit: the repo has no files
+    shard_oid = hashlib.sha256((model_folder / shard).read_bytes()).hexdigest()
+    assert shard_oid not in uploads.lfs_objects
 
 
 def test_not_signed_in_is_refused_before_anything_is_sent(uploads, model_folder, hub_env):
