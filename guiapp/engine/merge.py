@@ -21,7 +21,14 @@ import torch
 from guiapp.engine.devices import resolve_device, use_cpu_threads
 from guiapp.engine.methods.base import MergeContext
 from guiapp.engine.model_card import write_merge_metadata
-from guiapp.engine.output import DEFAULT_SHARD_BYTES, PlannedTensor, ShardedWriter, StagedOutput, check_free_space
+from guiapp.engine.output import (
+    DEFAULT_SHARD_BYTES,
+    PlannedTensor,
+    ShardedWriter,
+    StagedOutput,
+    check_free_space,
+    local_input_folders,
+)
 from guiapp.engine.plan import MergePlan, TensorTask, align_vocabulary, build_plan, compute_in_recipe_dtype
 from guiapp.engine.recipe import ModelRef, Recipe
 from guiapp.engine.sources import ModelReader, local_folder, open_reader, read_headers
@@ -103,8 +110,9 @@ def run_merge(
     progress = progress or Progress()
     started = time.monotonic()
     device = resolve_device(settings.device)
-    local_inputs = tuple(p for p in (local_folder(ref) for ref in recipe.model_refs()) if p is not None)
-    with StagedOutput(settings.output, overwrite=settings.overwrite, inputs=local_inputs) as staged:
+    donor = recipe.tokenizer_donor()
+    local_inputs = local_input_folders([*recipe.model_refs(), *([donor] if donor else [])])
+    with StagedOutput(settings.output, overwrite=settings.overwrite, inputs=local_inputs, kind="merge") as staged:
         plan = plan_merge(recipe, progress)
         if settings.compute_dtype == "recipe":
             compute_in_recipe_dtype(plan)

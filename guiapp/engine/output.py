@@ -12,10 +12,9 @@ from __future__ import annotations
 import errno
 import json
 import math
-import os
 import re
 import shutil
-import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -23,10 +22,21 @@ from typing import BinaryIO
 import torch
 
 from guiapp.engine.checkpoint import SAFETENSORS_CODES
+from guiapp.engine.output_guard import (
+    DestinationLock,
+    absolute_destination,
+    check_output_location,
+    clean_leftovers,
+    done_with,
+    mark_in_use,
+    move_into_place,
+    staging_name,
+    write_marker,
+)
+from guiapp.engine.recipe import ModelRef
 from guiapp.errors import InsufficientResourcesError, OutputError
 
 DEFAULT_SHARD_BYTES = 5_000_000_000
-_STAGING = re.compile(r"^\.(?P<name>.+)\.mergesmith-partial-(?P<pid>\d+)-[0-9a-f]{8}$")
 
 
 @dataclass(frozen=True)
@@ -173,61 +183,61 @@ class ShardedWriter:
 class StagedOutput:
     """A hidden staging folder next to `destination`, renamed into place by `commit()`.
 
-    Checks on creation: the destination is not an input's folder or inside one, it does not exist unless
-    `overwrite`, its parent can be created and written. Raises OutputError otherwise. Used as a context manager,
-    the staging folder is removed when the block raises.
+    On creation: the earlier runs' leftovers next to the destination are removed, the destination is checked by
+    the output rule (`check_output_location`: not an input, the Hugging Face cache or a link; replaced only if it
+    is an earlier Mergesmith output and `overwrite`), and it is locked so no other job writes there meanwhile.
+    Raises OutputError (InsufficientResourcesError for a full disk) otherwise. `kind` ("merge", "extract",
+    "apply") is recorded in the output's marker. Used as a context manager, the staging folder is removed and
+    the lock released when the block raises.
     """
 
-    def __init__(self, destination: Path, *, overwrite: bool = False, inputs: tuple[Path, ...] = ()) -> None:
-        self.destination = Path(destination).expanduser().resolve()
-        for source in inputs:
-            source = Path(source).resolve()
-            if self.destination == source or source in self.destination.parents:
-                raise OutputError(
-                    f"The output folder {self.destination} is inside the input model {source}.",
-                    hint="Choose an output folder outside every input model, so the inputs stay untouched.",
-                )
-        if self.destination.exists() and not overwrite:
-            raise OutputError(
-                f"{self.destination} already exists.",
-                why="Mergesmith never writes over an existing folder unless asked to, so nothing there is lost.",
-                hint="Choose a new output folder, or allow replacing it (the old folder is replaced only once the "
-                "new output is complete).",
-                retry_with={"overwrite": True},
-            )
-        if self.destination.exists() and not self.destination.is_dir():
-            raise OutputError(f"{self.destination} exists and is a file, not a folder.", hint="Choose another name.")
+    def __init__(self, destination: Path, *, overwrite: bool = False, inputs: tuple[Path, ...] = (),
+                 kind: str = "output") -> None:
+        self.destination = absolute_destination(destination)
+        self.kind = kind
+        self._overwrite = overwrite
+        self._previous = check_output_location(self.destination, inputs, replace=overwrite)
         parent = self.destination.parent
+        self._lock = DestinationLock(self.destination)
         try:
             parent.mkdir(parents=True, exist_ok=True)
-            clean_stale_staging(parent)
-            self.path = parent / f".{self.destination.name}.mergesmith-partial-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+            clean_leftovers(parent)
+            self._lock.acquire()
+            self.path = staging_name(self.destination, "partial")
+            mark_in_use(self.path)
             self.path.mkdir()
-        except PermissionError:
-            raise OutputError(
-                f"Mergesmith cannot write in {parent}.",
-                hint="Choose an output folder in a place you can write to, such as your home folder.",
-            ) from None
         except OSError as error:
-            if error.errno in (errno.ENOSPC, errno.EDQUOT):
-                raise InsufficientResourcesError(f"The disk holding {parent} is full.", hint="Free some space.") from None
-            if error.errno == errno.EROFS:
-                raise OutputError(f"{parent} is on a read-only disk.", hint="Choose another output folder.") from None
+            self._lock.release()
+            raise _output_folder_error(parent, error) from None
+        except BaseException:
+            self._lock.release()
+            raise
+        # Checked again under the lock: another job may have finished there between the first check and now.
+        try:
+            self._previous = check_output_location(self.destination, inputs, replace=overwrite)
+        except BaseException:
+            self.discard()
             raise
 
     def commit(self) -> Path:
-        """Move the finished output into place (replacing an old one when overwriting) and return its path."""
-        if self.destination.exists():
-            retired = self.destination.parent / f".{self.destination.name}.mergesmith-old-{uuid.uuid4().hex[:8]}"
-            self.destination.rename(retired)
-            self.path.rename(self.destination)
-            shutil.rmtree(retired, ignore_errors=True)
-        else:
-            self.path.rename(self.destination)
+        """Mark the finished output and move it into place (replacing the earlier output when overwriting).
+
+        Raises OutputError when the destination appeared or changed while the job ran (nothing there is touched).
+        """
+        try:
+            write_marker(self.path, self.kind)
+        except OSError as error:
+            raise _output_folder_error(self.destination.parent, error) from None
+        move_into_place(self.path, self.destination, self._previous, replace=self._overwrite)
+        done_with(self.path)
+        self._lock.release()
         return self.destination
 
     def discard(self) -> None:
+        """Remove the staging folder and release the destination."""
         shutil.rmtree(self.path, ignore_errors=True)
+        done_with(self.path)
+        self._lock.release()
 
     def __enter__(self) -> StagedOutput:
         return self
@@ -237,25 +247,42 @@ class StagedOutput:
             self.discard()
 
 
+def local_input_folders(refs: Iterable[ModelRef]) -> tuple[Path, ...]:
+    """The local folders a job reads: each local model's and each local `+adapter`'s, for the output rule (Hub
+    models and adapters live in the Hugging Face cache, which outputs always keep clear of).
+
+    Raises CheckpointError for a local path that does not exist.
+    """
+    from guiapp.engine.sources import local_folder  # noqa: PLC0415 - sources reads checkpoints, output writes them
+
+    folders = []
+    for ref in refs:
+        folders.append(local_folder(ref))
+        if ref.adapter:
+            folders.append(local_folder(ModelRef.parse(ref.adapter)))
+    return tuple(folder for folder in folders if folder is not None)
+
+
 def clean_stale_staging(parent: Path) -> list[Path]:
-    """Remove staging folders in `parent` left by processes that no longer run (e.g. killed with -9)."""
-    removed = []
-    try:
-        entries = list(Path(parent).iterdir())
-    except OSError:
-        return removed
-    for entry in entries:
-        match = _STAGING.match(entry.name)
-        if match and entry.is_dir() and not _process_alive(int(match.group("pid"))):
-            shutil.rmtree(entry, ignore_errors=True)
-            removed.append(entry)
-    return removed
+    """Remove what killed runs left in `parent` (see `output_guard.clean_leftovers`); returns what was removed."""
+    return clean_leftovers(parent)
 
 
-def _process_alive(pid: int) -> bool:
-    import psutil  # noqa: PLC0415
-
-    return pid == os.getpid() or psutil.pid_exists(pid)
+def _output_folder_error(parent: Path, error: OSError) -> Exception:
+    """The error to show when the output folder's parent cannot be created or written."""
+    if isinstance(error, PermissionError):
+        return OutputError(
+            f"Mergesmith cannot write in {parent}.",
+            hint="Choose an output folder in a place you can write to, such as your home folder.",
+        )
+    if error.errno in (errno.ENOSPC, errno.EDQUOT):
+        return InsufficientResourcesError(f"The disk holding {parent} is full.", hint="Free some space.")
+    if error.errno == errno.EROFS:
+        return OutputError(f"{parent} is on a read-only disk.", hint="Choose another output folder.")
+    if isinstance(error, (FileExistsError, NotADirectoryError)):
+        return OutputError(f"The folder {parent} cannot be created: part of that path is a file.",
+                           hint="Choose an output folder whose parent folders are folders.")
+    return error
 
 
 def check_free_space(folder: Path, needed_bytes: int) -> None:

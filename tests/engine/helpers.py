@@ -32,4 +32,5 @@ def recipe(text: str):
 
 def leftovers(parent: Path) -> list[str]:
     """Names in `parent` that a failed job may have left: staging folders or anything unexpected."""
-    return sorted(p.name for p in Path(parent).iterdir() if "mergesmith-partial" in p.name or "mergesmith-old" in p.name)
+    return sorted(p.name for p in Path(parent).iterdir()
+                  if any(part in p.name for part in ("mergesmith-partial", "mergesmith-old", "mergesmith-lock")))

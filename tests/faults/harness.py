@@ -37,10 +37,11 @@ def fingerprint(*paths: Path) -> dict[str, str]:
 
 
 def leftovers(parent: Path) -> list[str]:
-    """Staging or retired folders a job left in `parent` (the output folder's parent)."""
+    """Staging or retired folders, or lock files, a job left in `parent` (the output folder's parent)."""
     if not parent.is_dir():
         return []
-    return sorted(p.name for p in parent.iterdir() if ".mergesmith-partial-" in p.name or ".mergesmith-old-" in p.name)
+    return sorted(p.name for p in parent.iterdir()
+                  if any(part in p.name for part in (".mergesmith-partial-", ".mergesmith-old-", ".mergesmith-lock")))
 
 
 def looks_finished(folder: Path) -> bool:
