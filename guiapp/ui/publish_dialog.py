@@ -157,7 +157,7 @@ class PublishDialog(QDialog):
     def _cancel_or_close(self) -> None:
         if self._key is not None:
             self.state.jobs.cancel(self._key)
-            self.progress_text.setText("Cancelling after the current file…")
+            self.progress_text.setText("Cancelling…")
         else:
             self.reject()
 
