@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import difflib
 import math
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,15 @@ from typing import Any
 import torch
 
 from guiapp.engine.checkpoint import TensorInfo, dtype_from_name, dtype_name
-from guiapp.engine.layers import comes_before_layers, count_layers, is_vocabulary_tensor, split_layer_name
+from guiapp.engine.layers import (
+    TensorRole,
+    architecture_of,
+    comes_before_layers,
+    count_layers,
+    is_vocabulary_tensor,
+    split_layer_name,
+    tensor_place,
+)
 from guiapp.engine.methods import METHODS, get_method
 from guiapp.engine.methods.base import BaseRole, LoneTensorPolicy, MergeMethod, ParamKind, ParamSpec
 from guiapp.engine.recipe import ModelRef, Recipe, Source, as_number, is_missing, layer_position, lookup
@@ -245,8 +252,10 @@ def _normalise_slices(
 def _outside_layer_names(slice_inputs: _SliceInputs, models: list[ModelHeaders], before: bool) -> list[str]:
     names: list[str] = []
     for model_index in slice_inputs.models:
+        architecture = architecture_of(models[model_index].config)
         for name in models[model_index].tensors:
-            if split_layer_name(name) is None and comes_before_layers(name) == before and name not in names:
+            if split_layer_name(name) is None and comes_before_layers(name, architecture) == before \
+                    and name not in names:
                 names.append(name)
     return sorted(names)
 
@@ -262,11 +271,11 @@ def _layer_suffixes(slice_inputs: _SliceInputs, models: list[ModelHeaders], j: i
     return sorted(found, key=lambda pair: pair[1])
 
 
-_LM_HEAD = re.compile(r"(?:^|\.)lm_head\.weight$")
-
-
 def _tied_embedding(model: ModelHeaders) -> str | None:
-    return next((n for n in model.tensors if re.search(r"embed_tokens\.weight$|(?:^|\.)wte\.weight$", n)), None)
+    """The token embeddings of `model`, which stand in for the output head it ties to them."""
+    architecture = architecture_of(model.config)
+    return next((n for n in model.tensors if n.endswith(".weight")
+                 and tensor_place(n, architecture).role is TensorRole.EMBEDDING), None)
 
 
 def _plan_tensor(
@@ -285,7 +294,7 @@ def _plan_tensor(
     for position, model_index in enumerate(slice_inputs.models):
         model = models[model_index]
         name = source_name(position)
-        if name not in model.tensors and _LM_HEAD.search(name):
+        if name not in model.tensors and tensor_place(name, architecture_of(model.config)).role is TensorRole.HEAD:
             name = _tied_embedding(model) or name  # a tied model's embeddings stand in for its output head
         if name in model.tensors:
             present.append(position)
@@ -554,6 +563,7 @@ def _output_config(models, config_model, tasks, out_dtype, layer_count, tokenize
         if is_vocabulary_tensor(task.name) and "vocab_size" in config:
             config["vocab_size"] = task.shape[0]
             break
-    if any(_LM_HEAD.search(t.name) for t in tasks) and config.get("tie_word_embeddings"):
+    heads = (tensor_place(t.name, architecture_of(config)).role is TensorRole.HEAD for t in tasks)
+    if any(heads) and config.get("tie_word_embeddings"):
         config["tie_word_embeddings"] = False  # the result has its own output head, merged separately
     return config
