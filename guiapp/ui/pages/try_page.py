@@ -17,7 +17,6 @@ from PySide6.QtWidgets import (
     QAbstractItemView,
     QComboBox,
     QFileDialog,
-    QFormLayout,
     QGridLayout,
     QGroupBox,
     QHBoxLayout,
@@ -67,14 +66,14 @@ class BarChart(QWidget):
         painter.drawText(QRectF(0, 0, self.width(), 22), Qt.AlignmentFlag.AlignLeft, self.caption)
         if not self.values:
             return
-        label_width = min(self.width() // 3, max(metrics.horizontalAdvance(label) for label, _ in self.values) + 12)
+        label_width = min(self.width() // 3, max(metrics.horizontalAdvance(label) for label, _ in self.values) + 16)
         value_width = metrics.horizontalAdvance("00000.000") + 12
         bar_space = max(10, self.width() - label_width - value_width)
         largest = max(value for _, value in self.values) or 1.0
         bar_colour = palette.color(QPalette.ColorRole.Highlight)
         for row, (label, value) in enumerate(self.values):
             top = 28 + row * 34
-            shown = metrics.elidedText(label, Qt.TextElideMode.ElideLeft, label_width - 12)
+            shown = metrics.elidedText(label, Qt.TextElideMode.ElideLeft, label_width - 8)
             painter.drawText(QRectF(0, top, label_width - 8, 24), Qt.AlignmentFlag.AlignRight
                              | Qt.AlignmentFlag.AlignVCenter, shown)
             width = max(2.0, bar_space * value / largest)
@@ -210,16 +209,23 @@ class TryPage(QWidget):
         row.addStretch(1)
         row.addWidget(self.perplexity_button)
         column.addLayout(row)
-        results = QFormLayout()
         self.table = QTableWidget(0, 4)
-        self.table.setHorizontalHeaderLabels(["Model", "Perplexity (lower is better)", "Tokens", "Ran in"])
-        self.table.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        self.table.setHorizontalHeaderLabels(["Model", "Perplexity", "Tokens", "Ran in"])
+        header = self.table.horizontalHeader()
+        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
         self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.chart = BarChart()
-        results.addRow(self.table)
-        results.addRow(self.chart)
-        column.addLayout(results, 1)
+        column.addWidget(self.table)
+        column.addWidget(self.chart)
+        column.addStretch(1)
+        self._fit_table()
         return page
+
+    def _fit_table(self) -> None:
+        """The table as tall as its rows (the chart goes right under it, not below empty space)."""
+        rows = sum(self.table.rowHeight(row) for row in range(self.table.rowCount()))
+        self.table.setFixedHeight(self.table.horizontalHeader().height() + rows + 4)
 
     # --- what the user does ---------------------------------------------------------------------------------
 
@@ -248,6 +254,7 @@ class TryPage(QWidget):
             self.status.setText(self.status.text() or "Paste some text or open a file first.")
             return
         self.table.setRowCount(0)
+        self._fit_table()
         self.chart.set_values([], "")
         job = perplexity_job(references, self.text.toPlainText(), window=self.window_tokens.value(),
                              device=self.device.value() or "cpu", dtype=self.dtype.value(), shelf=self._shelf,
@@ -366,6 +373,7 @@ class TryPage(QWidget):
             for column, text in enumerate((entry["model"], f"{value:.3f}", count, entry["dtype"])):
                 self.table.setItem(row, column, QTableWidgetItem(text))
             bars.append((Path(entry["model"].split("+")[-1]).name, value))
+        self._fit_table()
         causal = all(entry["perplexity"] is not None for entry in results)
         self.chart.set_values(bars, "Perplexity (lower is better)" if causal else
                               "Perplexity, or mean cosine similarity for encoders")
