@@ -26,6 +26,7 @@ import yaml
 
 from guiapp import __version__
 from guiapp.engine.checkpoint import Checkpoint, TensorInfo, dtype_from_name, dtype_name
+from guiapp.engine.compatibility import CompatibilityProblem, ModelFacts, compare_models
 from guiapp.engine.plan import ModelHeaders
 from guiapp.engine.devices import resolve_device
 from guiapp.engine.lowrank import SOLVERS, RankRule, Solver, decompose, relative_error
@@ -210,50 +211,22 @@ def _validate(settings: ExtractionSettings) -> tuple[re.Pattern | None, re.Patte
     return patterns[0], patterns[1]
 
 
+def pair_problem(base: ModelHeaders, tuned: ModelHeaders, base_label: str, model_label: str
+                 ) -> CompatibilityProblem | None:
+    """The first reason `tuned` is not a fine-tune of `base` (the one compatibility check, over their weights:
+    buffers such as rotary frequencies are left out), or None when they pair up. Never raises."""
+
+    def weights(headers: ModelHeaders, label: str) -> ModelFacts:
+        return ModelFacts.of(label, {n: i for n, i in headers.tensors.items() if _is_weight(n, i)}, headers.config)
+
+    return compare_models([weights(base, base_label), weights(tuned, model_label)]).first()
+
+
 def _check_related(base: ModelHeaders, tuned: ModelHeaders, base_label: str, model_label: str) -> None:
-    """Refuse, from configs and headers, a pair that is not a base and its fine-tune."""
-    base_config, tuned_config = base.config or {}, tuned.config or {}
-    for key in ("model_type", "architectures"):
-        mine, theirs = tuned_config.get(key), base_config.get(key)
-        if mine and theirs and mine != theirs:
-            def show(value):
-                return ", ".join(value) if isinstance(value, list) else value
-            raise IncompatibleModelsError(
-                f"{model_label} is a {show(mine)} model and {base_label} a {show(theirs)} ({key} in config.json): "
-                "a LoRA can only be extracted from a fine-tune and the base it was trained from.",
-                hint="Choose the base model the fine-tune was made from (its model card usually names it).",
-            )
-    base_names = {n for n, info in base.tensors.items() if _is_weight(n, info)}
-    tuned_names = {n for n, info in tuned.tensors.items() if _is_weight(n, info)}
-    for name in sorted(base_names & tuned_names):
-        a, b = tuned.tensors[name].shape, base.tensors[name].shape
-        if a == b:
-            continue
-        module = split_module(name)[0]
-        if (is_embedding(module, a) or is_output_head(module)) and a[1:] == b[1:]:
-            raise IncompatibleModelsError(
-                f"{model_label} has a vocabulary of {a[0]:,} tokens and {base_label} one of {b[0]:,} ({name}): "
-                "the fine-tune added or removed tokens, so its embeddings cannot be compared row by row.",
-                hint=f"Resize the base's embeddings to {a[0]:,} tokens first (in transformers: "
-                f"model.resize_token_embeddings({a[0]}), then save it) and extract from that resized base.",
-            )
-        raise IncompatibleModelsError(
-            f"{model_label} and {base_label} are not a fine-tune and its base: {name} is "
-            f"{_shape(a)} in one and {_shape(b)} in the other.",
-            hint="Choose the base model the fine-tune was made from (its model card usually names it).",
-        )
-    only_tuned, only_base = sorted(tuned_names - base_names), sorted(base_names - tuned_names)
-    if only_tuned or only_base:
-        parts = []
-        if only_tuned:
-            parts.append(f"{len(only_tuned)} tensors only in {model_label} (such as {only_tuned[0]})")
-        if only_base:
-            parts.append(f"{len(only_base)} only in {base_label} (such as {only_base[0]})")
-        raise IncompatibleModelsError(
-            f"{model_label} and {base_label} do not have the same tensors: " + " and ".join(parts) + ".",
-            hint="Choose the base model the fine-tune was made from; a model with tied embeddings must be "
-            "compared with a base that ties them too.",
-        )
+    """Refuse, from configs and headers, a pair that is not a base and its fine-tune (IncompatibleModelsError)."""
+    problem = pair_problem(base, tuned, base_label, model_label)
+    if problem is not None:
+        raise IncompatibleModelsError(problem.message, hint=problem.hint)
 
 
 def _compare(
@@ -623,6 +596,3 @@ def _storage_dtype(checkpoint: Checkpoint) -> torch.dtype:
     dtype = counts.most_common(1)[0][0] if counts else torch.float32
     return dtype if dtype.itemsize >= 2 else torch.bfloat16  # fp8 is no format for small factors
 
-
-def _shape(shape: tuple[int, ...]) -> str:
-    return " × ".join(str(d) for d in shape)

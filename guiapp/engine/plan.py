@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from guiapp.engine.checkpoint import TensorInfo, dtype_from_name, dtype_name
+from guiapp.engine.compatibility import ModelFacts, compare_models
 from guiapp.engine.layers import (
     TensorRole,
     architecture_of,
@@ -149,6 +150,7 @@ def build_plan(recipe: Recipe, headers: dict[ModelRef, ModelHeaders]) -> MergePl
         index_of[ref] = len(models)
         models.append(headers[ref])
 
+    warnings += _compatibility_warnings(recipe, models, index_of)
     slices = _normalise_slices(recipe, method, models, index_of)
     warnings += _unused_parameter_warnings(recipe, method)
 
@@ -190,6 +192,28 @@ def build_plan(recipe: Recipe, headers: dict[ModelRef, ModelHeaders]) -> MergePl
     config = _output_config(models, config_model, tasks, out_dtype, offset, tokenizer_model)
     return MergePlan(recipe, method, models, tasks, read_dtype, compute_dtype, out_dtype, config, config_model,
                      tokenizer_model, warnings, recipe.tokenizer_donor())
+
+
+def _compatibility_warnings(recipe: Recipe, models: list[ModelHeaders], index_of: dict[ModelRef, int]) -> list[str]:
+    """Run the one compatibility check over the models of a `models:` recipe, the base first (slices combine
+    models of different depths on purpose, and are checked tensor by tensor).
+
+    Raises IncompatibleModelsError with the check's message for what no setting resolves (architecture,
+    shapes) and for a vocabulary mismatch when the recipe does not say which tokenizer to follow; returns
+    the check's messages about tensors only some models have (the method's lone-tensor rule decides).
+    """
+    if recipe.models is None or len(models) < 2:
+        return []
+    first = index_of[recipe.base_model] if recipe.base_model is not None else 0
+    ordered = [models[first]] + [m for i, m in enumerate(models) if i != first]
+    report = compare_models([ModelFacts.of(m.label, m.tensors, m.config) for m in ordered])
+    blocking = report.first("architecture", "shape")
+    if blocking is None and recipe.tokenizer_source is None:
+        blocking = report.first("vocabulary")
+    if blocking is not None:
+        retry = {"tokenizer_source": "base"} if blocking.kind == "vocabulary" and recipe.base_model else None
+        raise IncompatibleModelsError(blocking.message, hint=blocking.hint, retry_with=retry)
+    return [p.message for p in report.problems if p.kind in ("missing", "extra")]
 
 
 def _normalise_slices(

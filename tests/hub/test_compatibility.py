@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from guiapp.hub.compatibility import check_compatibility
+from guiapp.engine.compatibility import check_compatibility
 
 
 @pytest.fixture
@@ -36,7 +36,7 @@ def test_vocabulary_mismatch_is_explained(published, samples):
     problem = report.problems[0]
     assert set(problem.tensors) == {"model.embed_tokens.weight", "lm_head.weight"}
     assert "520 tokens" in problem.message and "512" in problem.message
-    assert "tokenizer_source" in problem.message
+    assert "tokenizer_source" in problem.hint
     assert problem.model == "org/big-vocab"
 
 
