@@ -324,7 +324,6 @@ def _add_merge_commands(commands: argparse._SubParsersAction) -> None:
     merge.add_argument("--compute-dtype", choices=("float32", "recipe"), default="float32",
                        help="float32 (default): compute in float32 and round once when storing, the more accurate; "
                        "recipe: compute in the recipe's dtype as mergekit does, to reproduce a published merge.")
-    _add_threads_option(merge)
     merge.set_defaults(handler=_run_merge)
 
     demo = commands.add_parser(
@@ -334,22 +333,6 @@ def _add_merge_commands(commands: argparse._SubParsersAction) -> None:
         "the sample models and replaces the earlier merge.")
     demo.add_argument("--out", type=Path, default=None, help="Where to put the sample models and the merge.")
     demo.set_defaults(handler=_run_demo)
-
-
-def _add_threads_option(command: argparse.ArgumentParser) -> None:
-    command.add_argument("--threads", type=_thread_count, default=None, metavar="N",
-                         help="Use at most N CPU threads for the compute-heavy steps (default: the cores other "
-                         "programs leave free; simple additions always use one).")
-
-
-def _thread_count(text: str) -> int:
-    try:
-        count = int(text)
-    except ValueError:
-        count = 0
-    if count < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of threads: give a whole number, 1 or more.")
-    return count
 
 
 def _run_merge(args: argparse.Namespace) -> int:
@@ -367,7 +350,7 @@ def _run_merge(args: argparse.Namespace) -> int:
         return _print_plan(recipe, args.out_dir, args.device, args.compute_dtype)
     return run_in_terminal(merge_job(recipe, args.out_dir, device=args.device, seed=args.seed,
                                      shard_bytes=shard_bytes, overwrite=args.overwrite, force=args.force,
-                                     compute_dtype=args.compute_dtype, threads=args.threads), args)
+                                     compute_dtype=args.compute_dtype), args)
 
 
 def _print_plan(recipe, out_dir: Path, device: str, compute_dtype: str = "float32") -> int:
@@ -699,7 +682,6 @@ def _add_lora_commands(commands: argparse._SubParsersAction) -> None:
     extract.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N, mps or xpu (default: cpu).")
     extract.add_argument("--overwrite", action="store_true", help="Replace OUT if it exists (once the adapter is done).")
     extract.add_argument("--force", action="store_true", help="Start even when the estimate says it will not fit.")
-    _add_threads_option(extract)
     extract.set_defaults(handler=_run_extract_lora)
 
     apply = commands.add_parser("apply-lora", help="Apply a PEFT LoRA adapter to its base model: a full model folder.")
@@ -712,7 +694,6 @@ def _add_lora_commands(commands: argparse._SubParsersAction) -> None:
     apply.add_argument("--out-shard-size", default="5GB", help="Largest output file, e.g. 2GB (default: 5GB).")
     apply.add_argument("--overwrite", action="store_true", help="Replace OUT if it exists (once the model is done).")
     apply.add_argument("--force", action="store_true", help="Start even when the estimate says it will not fit.")
-    _add_threads_option(apply)
     apply.set_defaults(handler=_run_apply_lora)
 
 
@@ -729,7 +710,7 @@ def _run_extract_lora(args: argparse.Namespace) -> int:
         args.base, args.model, args.out, rank_mode=rank_mode, rank_value=rank_value, max_rank=args.max_rank,
         solver=args.solver, include=args.include, exclude=args.exclude, embeddings=args.embeddings,
         dtype=args.dtype, device=args.device, compute_dtype=args.compute_dtype, overwrite=args.overwrite,
-        force=args.force, threads=args.threads,
+        force=args.force,
     )
     summary, code = _run_with_summary(job, args)
     if code == EXIT_OK:
@@ -741,8 +722,7 @@ def _run_apply_lora(args: argparse.Namespace) -> int:
     from guiapp.jobs.specs import apply_job  # noqa: PLC0415 - torch loads with the job
 
     job = apply_job(args.base, args.adapter, args.out, scale=args.scale, dtype=args.dtype, device=args.device,
-                    overwrite=args.overwrite, max_shard_size=args.out_shard_size, force=args.force,
-                    threads=args.threads)
+                    overwrite=args.overwrite, max_shard_size=args.out_shard_size, force=args.force)
     summary, code = _run_with_summary(job, args)
     if code == EXIT_OK:
         print(f"Model:   {summary['output']} ({summary['bytes'] / 1e9:.2f} GB, {summary['tensors']} tensors: "
