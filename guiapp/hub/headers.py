@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, BinaryIO
 
 from guiapp.errors import CheckpointError
+from guiapp.system.bounded import open_regular_file
 
 # Larger headers do not occur in real checkpoints (the format's own limit is 100 MB); a bigger length means the
 # file is not safetensors at all.
@@ -71,6 +73,8 @@ class TensorRecord:
     shape: tuple[int, ...]
     dtype: str
     file: str
+    # Where the data lies after the header (checked against the shape, and against the file's size when known).
+    data_offsets: tuple[int, int] | None = None
 
     @property
     def parameters(self) -> int:
@@ -112,7 +116,8 @@ def parse_header(
                                   hint=REDOWNLOAD_HINT)
         record = TensorRecord(name, tuple(shape), code, file)
         _check_offsets(record, entry.get("data_offsets"), label, data_size)
-        records[name] = record
+        offsets = entry.get("data_offsets")
+        records[name] = replace(record, data_offsets=tuple(offsets)) if offsets is not None else record
     return records
 
 
@@ -199,8 +204,8 @@ def read_file_header(path: Path) -> dict[str, TensorRecord]:
     """
     path = Path(path)
     try:
-        with path.open("rb") as stream:
-            return read_safetensors_header(stream, path.stat().st_size, str(path))[0]
+        with open_regular_file(path, CheckpointError, what="model file") as stream:
+            return read_safetensors_header(stream, os.fstat(stream.fileno()).st_size, str(path))[0]
     except OSError as error:
         raise CheckpointError(f"{path} cannot be read: {error.strerror or error}.") from error
 
