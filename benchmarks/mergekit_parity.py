@@ -2,7 +2,8 @@
 
     python benchmarks/mergekit_parity.py --mergekit /path/to/mergekit-yaml
 
-With `dtype: float32` and `out_dtype: bfloat16` (merge-methods.md: the two then agree to the last bit in nearly
+With `dtype: float32` and `out_dtype: bfloat16` (docs/spec/merge-methods.md: the two then agree to the last bit in
+nearly
 every element) it prints, per method, the fraction of output elements that are bit-identical and the largest
 difference relative to the tensor's largest value. Random methods (DARE, DELLA) are left out: they agree only in
 distribution.

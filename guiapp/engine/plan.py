@@ -548,7 +548,7 @@ def compute_in_recipe_dtype(plan: MergePlan) -> None:
     """Compute in the recipe's dtype, as mergekit 0.1.5 does: `dtype` when the recipe gives one, else the base
     model's storage dtype (mergekit computes in the inputs' own dtype then).
 
-    The default stays float32 arithmetic cast once at the end (merge-methods.md, "Precision"), which is the
+    The default stays float32 arithmetic cast once at the end (docs/spec/merge-methods.md, "Precision"), which is the
     more accurate; this choice exists to reproduce merges published with mergekit.
     """
     plan.compute_dtype = plan.read_dtype or _storage_dtype(plan.models[plan.config_model])

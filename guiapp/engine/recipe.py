@@ -1,6 +1,6 @@
 """Merge recipes: mergekit-compatible YAML read into plain dataclasses, and parameter look-up.
 
-The semantics are those of ../shared/spec/merge-methods.md §1. Parsing checks the recipe's form (keys, types,
+The semantics are those of docs/spec/merge-methods.md §1. Parsing checks the recipe's form (keys, types,
 layer ranges as pairs); whether models, tensors and parameters fit together is checked by `plan.build_plan`
 from the models' headers.
 """

@@ -1,4 +1,4 @@
-"""The known failures of model merging and LoRA work, one `Entry` each (see ../shared/spec/errors.md).
+"""The known failures of model merging and LoRA work, one `Entry` each (see docs/spec/errors.md).
 
 An entry recognises an error by its exception class names (anywhere in its class hierarchy) or by a regular
 expression on its message, so the same entry explains a live exception and a traceback pasted from PEFT,

@@ -1,4 +1,4 @@
-"""Recipe parsing and parameter look-up (merge-methods.md §1), checked against values worked out by hand."""
+"""Recipe parsing and parameter look-up (docs/spec/merge-methods.md §1), checked against values worked out by hand."""
 
 from __future__ import annotations
 

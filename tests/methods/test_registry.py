@@ -43,7 +43,7 @@ def test_every_method_describes_itself_and_its_params(name):
             assert spec.default <= spec.maximum, spec.name
 
 
-# merge-methods.md §2's table: per-model params (required or default) and method-wide defaults.
+# docs/spec/merge-methods.md §2's table: per-model params (required or default) and method-wide defaults.
 TASK_VECTOR_TABLE = {
     "task_arithmetic": ({}, dict(normalize=False)),
     "ties": ({"density": 1.0}, dict(normalize=True, rescale=False)),

@@ -34,7 +34,7 @@ def keep_window(delta: list[float], density: float, gamma: float) -> set[int]:
 
 
 def reference_merge(base, models, weights, keeps, *, consensus, normalize, lam=1.0, rescale=False):
-    """merge-methods.md §2 steps 1-5, one element at a time, in Python floats."""
+    """docs/spec/merge-methods.md §2 steps 1-5, one element at a time, in Python floats."""
     deltas = []
     for x, keep in zip(models, keeps):
         delta = [xv - bv for xv, bv in zip(x, base)]

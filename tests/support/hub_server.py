@@ -1,6 +1,6 @@
 """A small Hugging Face Hub for tests: serves model folders the tests generate, on 127.0.0.1.
 
-It answers what `huggingface_hub` asks (see /work/shared/spec/hub-contract.md): search with `Link` pagination,
+It answers what `huggingface_hub` asks (see docs/spec/hub-contract.md): search with `Link` pagination,
 model info, the file tree, HEAD/GET `resolve` with ETag / X-Repo-Commit / Content-Length and Range (206),
 errors with `X-Error-Code`, gated models behind a token, `whoami-v2`. For the hard cases it can drop the
 connection halfway through a file (once or more), send slowly, or answer 429/500; it counts the bytes it sends

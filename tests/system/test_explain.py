@@ -1,4 +1,4 @@
-"""Every row of errors.md, raised for real where this machine can raise it, as pasted text otherwise."""
+"""Every row of docs/spec/errors.md, raised for real where this machine can raise it, as pasted text otherwise."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The task-vector family (task_arithmetic, ties, dare_*, breadcrumbs*, della*): one generic merge.
 
-Per tensor (merge-methods.md §2): δ_i = x_i − b, sparsified by density (optionally L1-rescaled), weighted,
+Per tensor (docs/spec/merge-methods.md §2): δ_i = x_i − b, sparsified by density (optionally L1-rescaled), weighted,
 then mixed with or without sign consensus, optionally normalised, scaled by `lambda`, added to the base.
 Each method module only declares which sparsifier and consensus it uses and its defaults, via
 `task_vector_method`.
@@ -221,7 +221,7 @@ def task_vector_method(
     rescale: bool,
     working_copies: WorkingCopies,
 ) -> MergeMethod:
-    """Declare one task-vector method: its schema (per merge-methods.md §2's table) and its merge function."""
+    """Declare one task-vector method: its schema (docs/spec/merge-methods.md §2's table) and its merge function."""
     params = [
         ParamSpec(
             "weight", ParamKind.FLOAT, required=True, per_model=True,

@@ -46,7 +46,7 @@ class WorkingCopies:
 
 
 class LoneTensorPolicy(str, Enum):
-    """What to do with a tensor that only some inputs have (merge-methods.md §1, "Shapes and missing tensors")."""
+    """What to do with a tensor only some inputs have (docs/spec/merge-methods.md §1, "Shapes and missing tensors")."""
 
     MERGE_AVAILABLE = "merge_available"  # merge the inputs that have it; fail if the missing one is the base
     COPY_ONLY_COPY = "copy_only_copy"  # one copy: take it as is (slerp, nuslerp, arcee_fusion)
