@@ -1,13 +1,37 @@
 """The errors Mergesmith raises on purpose.
 
-Every class here carries a message written for the user (what happened, naming the model, tensor or setting)
-and, where there is one, a hint (what to do). `guiapp.system.explain` turns these, and foreign exceptions, into
-an `Explanation` for the window and the CLI. Nothing here imports torch.
+Every class here carries a message written for the user (what happened, naming the model, tensor or setting),
+where there is one a hint (what to do), and where it concerns one place the `key` of that place: a recipe key path
+such as ("models", 1, "parameters", "weight") or a job setting's name such as ("rank",), so the window can show
+the message next to the field it concerns. `guiapp.system.explain` turns these, and foreign exceptions, into an
+`Explanation` for the window and the CLI. Nothing here imports torch.
+
+Like huggingface_hub's errors, each class also inherits the standard exception that fits what failed, so callers
+can catch by meaning: recipe and settings problems and unreadable files are `ValueError`s (bad values, bad
+content); Hub problems are `OSError`s (`ConnectionError` when the network failed, `FileNotFoundError` when the
+model or version does not exist, `PermissionError` when access is refused). Checkpoint errors are deliberately
+not `OSError`s: code that catches `OSError` around reading a file wraps the operating system's failures and must
+not re-wrap Mergesmith's own diagnosis of the file's content.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+KeyPath = tuple[str | int, ...]
+
+
+def key_path(key: str | KeyPath | None) -> KeyPath:
+    """`key` as a tuple: "rank" → ("rank",), "models[1].parameters" → ("models", 1, "parameters"), None → ()."""
+    if key is None:
+        return ()
+    if isinstance(key, tuple):
+        return key
+    parts: list[str | int] = []
+    for part in key.replace("[", ".").replace("]", "").split("."):
+        if part:
+            parts.append(int(part) if part.isdigit() else part)
+    return tuple(parts)
 
 
 class MergesmithError(Exception):
@@ -15,7 +39,9 @@ class MergesmithError(Exception):
 
     `why` says why it is a problem when that is not obvious from the message (the class's docstring stands in
     otherwise). `retry_with` optionally holds job-spec changes that fix the problem (e.g. {"device": "cpu"});
-    the window offers them as "Retry with suggested settings".
+    the window offers them as "Retry with suggested settings". `key` is the recipe key path or setting name the
+    problem concerns (given as a tuple or as text like "models[1].parameters"; always stored as a tuple, empty
+    when the problem concerns no one place).
     """
 
     title = "The job could not finish"
@@ -27,21 +53,29 @@ class MergesmithError(Exception):
         hint: str | None = None,
         retry_with: dict[str, Any] | None = None,
         why: str | None = None,
+        key: str | KeyPath | None = None,
     ):
         super().__init__(message)
         self.message = message
         self.hint = hint
         self.retry_with = retry_with
         self.why = why
+        self.key = key_path(key)
 
 
-class RecipeError(MergesmithError):
-    """The recipe or job settings are invalid (unknown method, missing or out-of-range parameter, bad YAML)."""
+class RecipeError(MergesmithError, ValueError):
+    """The recipe is invalid (unknown method, missing or out-of-range parameter, bad YAML); `key` names where."""
 
     title = "The recipe has a problem"
 
 
-class CheckpointError(MergesmithError):
+class SettingsError(MergesmithError, ValueError):
+    """A job setting or option is invalid (a rank, solver, scale, shard size, sort order…); `key` names it."""
+
+    title = "A setting has a problem"
+
+
+class CheckpointError(MergesmithError, ValueError):
     """A model file cannot be read: truncated, corrupt, not a checkpoint at all, or missing."""
 
     title = "A model file cannot be read"
@@ -92,49 +126,49 @@ class JobCancelled(MergesmithError):
         super().__init__(message)
 
 
-class HubError(MergesmithError):
+class HubError(MergesmithError, OSError):
     """Base of the errors that come from talking to the Hugging Face Hub."""
 
     title = "The Hugging Face Hub could not be reached"
 
 
-class GatedModelError(HubError):
+class GatedModelError(HubError, PermissionError):
     """The model's licence must be accepted on its Hub page (and a token given) before its files can be read."""
 
     title = "This model needs your permission first"
 
 
-class ModelNotFoundError(HubError):
+class ModelNotFoundError(HubError, FileNotFoundError):
     """No model (or file) by that name: a typo, a private repo without a token, or a local folder that is gone."""
 
     title = "The model was not found"
 
 
-class RevisionNotFoundError(HubError):
+class RevisionNotFoundError(HubError, FileNotFoundError):
     """The model exists but the branch, tag or commit after `@` does not."""
 
     title = "The model version was not found"
 
 
-class OfflineError(HubError):
+class OfflineError(HubError, ConnectionError):
     """Something needs the Hub while Mergesmith is offline (or the network is down) and nothing local can stand in."""
 
     title = "Offline"
 
 
-class RateLimitedError(HubError):
+class RateLimitedError(HubError, ConnectionError):
     """The Hub refused more requests for now (HTTP 429)."""
 
     title = "The Hub asked us to slow down"
 
 
-class ConnectionLostError(HubError):
+class ConnectionLostError(HubError, ConnectionError):
     """The connection to the Hub broke and could not be resumed."""
 
     title = "The connection to the Hub was lost"
 
 
-class InvalidTokenError(HubError):
+class InvalidTokenError(HubError, PermissionError):
     """The Hub did not accept the access token."""
 
     title = "The access token was not accepted"
@@ -153,7 +187,7 @@ class UnsupportedModelError(MergesmithError):
     title = "This model cannot be run here"
 
 
-class UploadRefusedError(HubError):
+class UploadRefusedError(HubError, PermissionError):
     """An upload cannot start: not signed in, a token that cannot write, or a repo name that cannot be used."""
 
     title = "The model cannot be published"

@@ -39,7 +39,7 @@ from guiapp.engine.peft_format import (
 )
 from guiapp.engine.recipe import ModelRef
 from guiapp.engine.sources import ModelReader, local_folder, open_reader, read_headers
-from guiapp.errors import CheckpointError, IncompatibleModelsError, NonFiniteResultError, RecipeError
+from guiapp.errors import CheckpointError, IncompatibleModelsError, NonFiniteResultError, SettingsError
 from guiapp.progress import Progress
 
 # Key fragments of adapters written by kohya's sd-scripts and LyCORIS (LoHa, LoKr), which are not PEFT's format.
@@ -82,11 +82,11 @@ class LoraAdapter:
         """Open the adapter in `folder` (adapter_config.json + adapter_model.safetensors or .bin).
 
         Raises CheckpointError for a missing or damaged file, an adapter of another kind (not LoRA, DoRA) or
-        another format (kohya / LyCORIS keys), and RecipeError for a scale that is not a finite number.
+        another format (kohya / LyCORIS keys), and SettingsError for a scale that is not a finite number.
         """
         folder = Path(folder)
         if not math.isfinite(scale):
-            raise RecipeError(f"The scale must be a number (got {scale}).", hint="Example: --scale 0.5")
+            raise SettingsError(f"The scale must be a number (got {scale}).", hint="Example: --scale 0.5", key="scale")
         config = _read_adapter_config(folder)
         tensors = _read_adapter_tensors(folder)
         return cls(folder, config, tensors, scale)
@@ -260,7 +260,7 @@ def apply_lora(settings: ApplySettings, progress: Progress | None = None) -> dic
     try:
         shard_bytes = parse_size(settings.max_shard_size)
     except ValueError as error:
-        raise RecipeError(str(error), hint="Example: 5GB") from None
+        raise SettingsError(str(error), hint="Example: 5GB", key="max_shard_size") from None
     progress.start_stage("Checking the base model and the adapter")
     base_ref = ModelRef.parse(settings.base)
     adapter = LoraAdapter.open(_adapter_folder(settings.adapter, progress), scale=settings.scale)
@@ -352,7 +352,7 @@ def _out_dtype(name: str | None) -> torch.dtype | None:
     try:
         return dtype_from_name(name)
     except ValueError as error:
-        raise RecipeError(str(error), hint="Use bfloat16, float16 or float32.") from None
+        raise SettingsError(str(error), hint="Use bfloat16, float16 or float32.", key="dtype") from None
 
 
 def _adapter_folder(reference: str, progress: Progress | None) -> Path:

@@ -49,7 +49,7 @@ from guiapp.engine.peft_format import (
 )
 from guiapp.engine.recipe import ModelRef
 from guiapp.engine.sources import ModelReader, local_folder, open_reader, read_headers
-from guiapp.errors import IncompatibleModelsError, NonFiniteResultError, RecipeError
+from guiapp.errors import IncompatibleModelsError, NonFiniteResultError, SettingsError
 from guiapp.progress import Progress
 
 EMBEDDING_POLICIES = ("save", "lora", "skip")
@@ -119,7 +119,7 @@ class _Found:
 def extract_lora(settings: ExtractionSettings, progress: Progress | None = None) -> dict[str, Any]:
     """Extract the adapter `settings` describe into `settings.out` and return a summary of it.
 
-    Raises, before reading any tensor: RecipeError for invalid settings, DeviceError for a missing device,
+    Raises, before reading any tensor: SettingsError for invalid settings, DeviceError for a missing device,
     CheckpointError for unreadable models, IncompatibleModelsError for models that are not a base and its
     fine-tune (other architecture, other tensors or shapes, another vocabulary), OutputError for an unusable
     output folder. While running: IncompatibleModelsError "the two models are identical" when nothing changed,
@@ -185,29 +185,32 @@ def extract_lora(settings: ExtractionSettings, progress: Progress | None = None)
 def _validate(settings: ExtractionSettings) -> tuple[re.Pattern | None, re.Pattern | None]:
     settings.rule.validate()
     if settings.solver not in SOLVERS:
-        raise RecipeError(f'"{settings.solver}" is not a solver.', hint="Use randomized (fast) or exact.")
+        raise SettingsError(f'"{settings.solver}" is not a solver.', hint="Use randomized (fast) or exact.",
+                            key="solver")
     if settings.embeddings not in EMBEDDING_POLICIES:
-        raise RecipeError(
+        raise SettingsError(
             f'"{settings.embeddings}" is not a way to handle embeddings.',
-            hint="Use save (store changed embeddings whole), lora (decompose them) or skip.",
+            hint="Use save (store changed embeddings whole), lora (decompose them) or skip.", key="embeddings",
         )
-    for name in filter(None, (settings.dtype, settings.compute_dtype)):
+    for setting, name in (("dtype", settings.dtype), ("compute_dtype", settings.compute_dtype)):
         try:
-            dtype_from_name(name)
+            if name:
+                dtype_from_name(name)
         except ValueError as error:
-            raise RecipeError(str(error), hint="Use bfloat16, float16 or float32.") from None
+            raise SettingsError(str(error), hint="Use bfloat16, float16 or float32.", key=setting) from None
     if dtype_from_name(settings.compute_dtype) not in (torch.float32, torch.float64):
-        raise RecipeError(
+        raise SettingsError(
             f"Decompositions run in float32 or float64, not {settings.compute_dtype}.",
             hint="Half precision has no SVD kernels; the adapter can still be stored in bfloat16 (--dtype).",
+            key="compute_dtype",
         )
     patterns = []
     for option, text in (("--include", settings.include), ("--exclude", settings.exclude)):
         try:
             patterns.append(re.compile(text) if text else None)
         except re.error as error:
-            raise RecipeError(f'{option} "{text}" is not a valid regular expression ({error}).',
-                              hint=r"Example: --include 'self_attn\.(q|v)_proj'") from None
+            raise SettingsError(f'{option} "{text}" is not a valid regular expression ({error}).',
+                                hint=r"Example: --include 'self_attn\.(q|v)_proj'", key=option.lstrip("-")) from None
     return patterns[0], patterns[1]
 
 
@@ -379,7 +382,7 @@ def _refuse_empty(found: _Found, base_label: str, model_label: str) -> None:
             hint="Check that you chose the fine-tuned model and not a copy of the base.",
         )
     left_out = found.excluded + found.skipped
-    raise RecipeError(
+    raise SettingsError(
         f"Every changed module was left out by the settings ({', '.join(left_out[:3])}"
         + (f" and {len(left_out) - 3} more" if len(left_out) > 3 else "") + "), so the adapter would change nothing.",
         hint="Widen --include / --exclude, or use --embeddings save if only the embeddings changed.",

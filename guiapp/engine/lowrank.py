@@ -27,7 +27,7 @@ from typing import Literal
 
 import torch
 
-from guiapp.errors import RecipeError
+from guiapp.errors import SettingsError
 
 Solver = Literal["randomized", "exact"]
 RankMode = Literal["fixed", "energy", "threshold"]
@@ -53,26 +53,29 @@ class RankRule:
     max_rank: int | None = None
 
     def validate(self) -> None:
-        """Raise RecipeError naming the setting when the rule cannot be used."""
+        """Raise SettingsError naming the setting (its `key`) when the rule cannot be used."""
         if self.mode not in RANK_MODES:
-            raise RecipeError(f'"{self.mode}" is not a rank mode.', hint="Use fixed (--rank), energy or threshold.")
+            raise SettingsError(f'"{self.mode}" is not a rank mode.', hint="Use fixed (--rank), energy or threshold.",
+                                key="rank_mode")
         if self.mode == "fixed" and (self.value != int(self.value) or self.value < 1):
-            raise RecipeError(
-                f"The rank must be a whole number of at least 1 (got {self.value}).", hint="Example: --rank 32"
+            raise SettingsError(
+                f"The rank must be a whole number of at least 1 (got {self.value}).", hint="Example: --rank 32",
+                key="rank",
             )
         if self.mode == "energy" and not 0 < self.value <= 1:
-            raise RecipeError(
+            raise SettingsError(
                 f"The energy to keep must be a fraction between 0 and 1 (got {self.value}).",
-                hint="Example: --energy 0.9 keeps 90 % of each update's energy.",
+                hint="Example: --energy 0.9 keeps 90 % of each update's energy.", key="rank",
             )
         if self.mode == "threshold" and not 0 < self.value < 1:
-            raise RecipeError(
+            raise SettingsError(
                 f"The threshold must be a fraction between 0 and 1 of the largest singular value (got {self.value}).",
-                hint="Example: --threshold 0.05 keeps directions at least 5 % as strong as the strongest.",
+                hint="Example: --threshold 0.05 keeps directions at least 5 % as strong as the strongest.", key="rank",
             )
         if self.max_rank is not None and self.max_rank < 1:
-            raise RecipeError(
-                f"The maximum rank must be at least 1 (got {self.max_rank}).", hint="Example: --max-rank 128"
+            raise SettingsError(
+                f"The maximum rank must be at least 1 (got {self.max_rank}).", hint="Example: --max-rank 128",
+                key="max_rank",
             )
 
     def cap(self, shape: tuple[int, int]) -> int:
@@ -117,11 +120,11 @@ def decompose(
     """Factor the 2-D `delta` into LoRA factors of the rank `rule` chooses.
 
     Half-precision input is upcast to float32 first. Raises ValueError for a matrix that is not 2-D or holds
-    NaN/infinity (the caller names the tensor), RecipeError for an invalid rule or solver.
+    NaN/infinity (the caller names the tensor), SettingsError for an invalid rule or solver.
     """
     rule.validate()
     if solver not in SOLVERS:
-        raise RecipeError(f'"{solver}" is not a solver.', hint="Use randomized (fast) or exact.")
+        raise SettingsError(f'"{solver}" is not a solver.', hint="Use randomized (fast) or exact.", key="solver")
     if delta.ndim != 2:
         raise ValueError(f"expected a matrix, got a tensor of shape {tuple(delta.shape)}")
     matrix = delta.to(compute_dtype_for(delta.dtype))

@@ -94,6 +94,15 @@ def plan_merge(recipe: Recipe, progress: Progress | None = None) -> MergePlan:
     return plan
 
 
+def merge_inputs(recipe: Recipe) -> tuple[Path, ...]:
+    """The local folders a merge reads (models, adapters, the tokenizer donor), which its output must keep clear of.
+
+    Raises CheckpointError for a local path that does not exist.
+    """
+    donor = recipe.tokenizer_donor()
+    return local_input_folders([*recipe.model_refs(), *([donor] if donor else [])])
+
+
 def run_merge(
     recipe: Recipe,
     settings: MergeSettings,
@@ -110,9 +119,8 @@ def run_merge(
     progress = progress or Progress()
     started = time.monotonic()
     device = resolve_device(settings.device)
-    donor = recipe.tokenizer_donor()
-    local_inputs = local_input_folders([*recipe.model_refs(), *([donor] if donor else [])])
-    with StagedOutput(settings.output, overwrite=settings.overwrite, inputs=local_inputs, kind="merge") as staged:
+    inputs = merge_inputs(recipe)
+    with StagedOutput(settings.output, overwrite=settings.overwrite, inputs=inputs, kind="merge") as staged:
         plan = plan_merge(recipe, progress)
         if settings.compute_dtype == "recipe":
             compute_in_recipe_dtype(plan)

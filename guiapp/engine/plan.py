@@ -243,6 +243,7 @@ def _normalise_slices(
                     f"layer_range [{start}, {end}] of {model.label}{where} goes past the end: the model has "
                     f"{available} layers (0 to {available - 1}).",
                     hint=f"Use an end of at most {available}.",
+                    key=("slices", number),
                 )
             ranges.append((start, end))
         spans = {end - start for start, end in ranges}
@@ -260,15 +261,17 @@ def _normalise_slices(
                 raise RecipeError(
                     f"The base model {base} is not among the inputs of slice {number + 1}.",
                     hint="Add the base model to every slice's sources with the same layer_range.",
+                    key=("slices", number),
                 )
         if method.base_role is BaseRole.REQUIRED and base_index is None:
             raise RecipeError(
                 f"{method.name} needs a base model (the model the others were fine-tuned from).",
                 hint="Add `base_model: org/name` to the recipe.",
+                key=("base_model",),
             )
         problem = method.check_inputs(len(sources) - (base_index is not None), base_index is not None)
         if problem:
-            raise RecipeError(f"{problem}{where}.")
+            raise RecipeError(f"{problem}{where}.", key=("models",) if recipe.models is not None else ("slices", number))
         result.append(_SliceInputs(list(sources), [index_of[s.model] for s in sources], ranges, parameters, base_index))
     return result
 
@@ -367,7 +370,8 @@ def _plan_tensor(
     model_params = [
         _resolve_params(method.per_model_params,
                         [slice_inputs.sources[p].parameters, slice_inputs.parameters, recipe.parameters],
-                        name, t, out_name, models[slice_inputs.models[p]].label, enforce_required=p != base)
+                        name, t, out_name, models[slice_inputs.models[p]].label, enforce_required=p != base,
+                        key=("models", p) if recipe.models is not None else ("slices",))
         for p, name in zip(present, names)
     ]
     params = _resolve_params(method.global_params, [slice_inputs.parameters, recipe.parameters], out_name, t,
@@ -428,7 +432,10 @@ def _resolve_params(
     out_name: str,
     model_label: str | None,
     enforce_required: bool = True,
+    key: tuple[str | int, ...] = (),
 ) -> dict[str, Any]:
+    """The values of `specs` for one tensor. Raises RecipeError whose key is `key` + ("parameters", name):
+    `key` says whose parameters they are (("models", 2) for the third model; () for the recipe's own)."""
     values: dict[str, Any] = {}
     for spec in specs:
         value = lookup(scopes, spec.name, filter_name, t)
@@ -442,27 +449,28 @@ def _resolve_params(
                     f"The parameter `{spec.name}` is missing{whose} (needed for tensor {out_name}).",
                     hint=f"Add `{spec.name}: …` under that model's `parameters:` ({spec.help})"
                     if model_label else f"Add `{spec.name}: …` under the recipe's `parameters:` ({spec.help})",
+                    key=(*key, "parameters", spec.name),
                 )
             value = spec.default
-        values[spec.name] = _checked(spec, value, out_name, model_label)
+        values[spec.name] = _checked(spec, value, out_name, model_label, (*key, "parameters", spec.name))
     return values
 
 
-def _checked(spec: ParamSpec, value: Any, out_name: str, model_label: str | None) -> Any:
+def _checked(spec: ParamSpec, value: Any, out_name: str, model_label: str | None, key: tuple[str | int, ...]) -> Any:
     whose = f" of {model_label}" if model_label else ""
     if spec.kind is ParamKind.BOOL:
         if isinstance(value, bool):
             return value
         if isinstance(value, (int, float)) and value in (0, 1):
             return bool(value)
-        raise RecipeError(f"`{spec.name}`{whose} must be true or false, got {value!r}.")
+        raise RecipeError(f"`{spec.name}`{whose} must be true or false, got {value!r}.", key=key)
     number = as_number(value)
     if number is None:
-        raise RecipeError(f"`{spec.name}`{whose} must be a number, got {value!r} (tensor {out_name}).")
+        raise RecipeError(f"`{spec.name}`{whose} must be a number, got {value!r} (tensor {out_name}).", key=key)
     value = number
     if spec.kind is ParamKind.INT:
         if float(value) != int(value):
-            raise RecipeError(f"`{spec.name}`{whose} must be a whole number, got {value!r}.")
+            raise RecipeError(f"`{spec.name}`{whose} must be a whole number, got {value!r}.", key=key)
         value = int(value)
     if (spec.minimum is not None and value < spec.minimum) or (spec.maximum is not None and value > spec.maximum):
         bounds = f"between {spec.minimum} and {spec.maximum}" if spec.minimum is not None and spec.maximum is not None \
@@ -471,6 +479,7 @@ def _checked(spec: ParamSpec, value: Any, out_name: str, model_label: str | None
             f"`{spec.name}`{whose} is {value}, but it must be {bounds} (tensor {out_name}).",
             why=spec.help,
             hint=f"Set `{spec.name}` to a value {bounds}.",
+            key=key,
         )
     return float(value) if spec.kind is ParamKind.FLOAT else value
 

@@ -208,6 +208,7 @@ def recipe_from_dict(document: dict[str, Any]) -> Recipe:
             "The recipe has no merge_method.",
             why="The merge method decides how the models' weights are combined; there is no default.",
             hint="Add a line such as `merge_method: ties`.",
+            key="merge_method",
         )
     if _is_multi_module(document):
         return _multi_module_recipe(document, warnings)
@@ -219,6 +220,7 @@ def recipe_from_dict(document: dict[str, Any]) -> Recipe:
             + (" (it has both)." if has_models else " (it has neither)."),
             why="`models:` merges whole models and `slices:` picks layer ranges; the two cannot be combined.",
             hint="Keep `models:` to merge whole models, or `slices:` to choose layer ranges.",
+            key="slices" if has_slices else "models",
         )
     tokenizer = _tokenizer_settings(document)
     chat_template = _chat_template(document.get("chat_template"))
@@ -232,20 +234,21 @@ def recipe_from_dict(document: dict[str, Any]) -> Recipe:
         if not isinstance(entries, list) or not entries:
             raise RecipeError("`models:` must be a non-empty list of `- model: …` entries.",
                               why="There is nothing to merge without at least one model.",
-                              hint="Add entries such as `- model: org/name`.")
+                              hint="Add entries such as `- model: org/name`.", key="models")
         models = [_source(entry, f"models[{i}]", allow_range=False, warnings=warnings) for i, entry in enumerate(entries)]
     else:
         entries = document_parts["slices"]
         if not isinstance(entries, list) or not entries:
             raise RecipeError("`slices:` must be a non-empty list of `- sources: […]` entries.",
                               why="Each slice says which layers of which models make up part of the result.",
-                              hint="Add entries such as `- sources: [{model: org/name, layer_range: [0, 16]}]`.")
+                              hint="Add entries such as `- sources: [{model: org/name, layer_range: [0, 16]}]`.",
+                              key="slices")
         slices = []
         for i, entry in enumerate(entries):
             if not isinstance(entry, dict) or not isinstance(entry.get("sources"), list) or not entry["sources"]:
                 raise RecipeError(f"slices[{i}] needs a non-empty `sources:` list.",
                                   why="A slice without sources contributes no layers.",
-                                  hint="Give it `sources:` with `model:` and `layer_range:` entries.")
+                                  hint="Give it `sources:` with `model:` and `layer_range:` entries.", key=("slices", i))
             _warn_unknown_keys(entry, _SLICE_KEYS, f"slices[{i}]", warnings)
             if "residual_weight" in entry:
                 warnings.append(f"`residual_weight` (slices[{i}]) is ignored: no merge method uses it, "
@@ -261,6 +264,7 @@ def recipe_from_dict(document: dict[str, Any]) -> Recipe:
                 f'`{key}: {value}` is not a dtype Mergesmith can use.',
                 why="Weights are stored as floating-point numbers of one of four widths.",
                 hint="Use bfloat16, float16, float32 or float64.",
+                key=key,
             )
     return Recipe(
         merge_method=method,
@@ -513,21 +517,22 @@ def _mapping(value: Any, where: str) -> dict[str, Any]:
         return {}
     if not isinstance(value, dict):
         raise RecipeError(f"`{where}` must be a mapping of parameter names to values.",
-                          why="Parameters are looked up by name.", hint="For example `parameters: {weight: 0.5}`.")
+                          why="Parameters are looked up by name.", hint="For example `parameters: {weight: 0.5}`.",
+                          key=where)
     return dict(value)
 
 
 def _source(entry: Any, where: str, allow_range: bool, warnings: list[str]) -> Source:
     if not isinstance(entry, dict) or "model" not in entry:
         raise RecipeError(f"{where} needs a `model:` entry.", why="Each entry names one model to merge.",
-                          hint="Each entry looks like `- model: org/name`.")
+                          hint="Each entry looks like `- model: org/name`.", key=where)
     _warn_unknown_keys(entry, _SOURCE_KEYS if allow_range else _MODEL_ENTRY_KEYS | {"layer_range"}, where, warnings)
     layer_range = None
     if "layer_range" in entry:
         if not allow_range:
             raise RecipeError(f"{where} has a layer_range; layer ranges belong in `slices:` sources.",
                               why="`models:` always merges whole models, so a layer range there would be ignored.",
-                              hint="Remove layer_range, or write the recipe with `slices:`.")
+                              hint="Remove layer_range, or write the recipe with `slices:`.", key=where)
         value = entry["layer_range"]
         if (
             not isinstance(value, list) or len(value) != 2
@@ -538,6 +543,7 @@ def _source(entry: Any, where: str, allow_range: bool, warnings: list[str]) -> S
                 f"{where}.layer_range must be [start, end) with 0 ≤ start < end, got {describe_value(value)}.",
                 why="It names the first layer taken and the layer after the last one, so end must be above start.",
                 hint="For example `layer_range: [0, 16]` takes layers 0 to 15.",
+                key=f"{where}.layer_range",
             )
         layer_range = (value[0], value[1])
     return Source(ModelRef.parse(entry["model"]), layer_range, _mapping(entry.get("parameters"), f"{where}.parameters"))

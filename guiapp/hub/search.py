@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
-from guiapp.errors import JobCancelled, RecipeError
+from guiapp.errors import JobCancelled, SettingsError
 from guiapp.hub.connection import HubConnection, require_online
 from guiapp.hub.failures import hub_errors
 from guiapp.hub.references import is_hub_id
@@ -79,10 +79,11 @@ class ModelSearch:
     def start(self, query: SearchQuery) -> SearchResults:
         """Begin `query` (no network yet: pages are fetched by `next_page`).
 
-        Raises RecipeError for an unknown sort and OfflineError when offline.
+        Raises SettingsError for an unknown sort and OfflineError when offline.
         """
         if query.sort not in SORTS:
-            raise RecipeError(f"Unknown sort '{query.sort}'.", hint=f"Use one of: {', '.join(SORTS)}.")
+            raise SettingsError(f"Unknown sort '{query.sort}'.", hint=f"Use one of: {', '.join(SORTS)}.",
+                                key="sort")
         require_online("Searching the Hub")
         with self._lock:
             self._current = generation = next(self._generation)

@@ -16,6 +16,7 @@ import threading
 from pathlib import Path
 
 import pytest
+import yaml
 from huggingface_hub import constants
 
 from guiapp.cli import main
@@ -30,6 +31,7 @@ from guiapp.jobs.specs import merge_job, retry
 from guiapp.progress import PAUSE_VARIABLE
 from guiapp.system.explain import explain
 from tests.faults.harness import cli_explanation, fingerprint, leftovers, looks_finished
+from tests.ui.conftest import isolated_settings, make_window, models, probed, wait_for_job, window  # noqa: F401
 
 
 def _ties(base: Path, one: Path, two: Path) -> str:
@@ -381,3 +383,24 @@ def test_the_final_rename_never_replaces(how, tmp_path, monkeypatch):
         assert sorted(p.name for p in there.iterdir()) == ([] if existing == "empty" else ["theirs.txt"])
     output_guard.rename_noreplace(staging, tmp_path / "free")
     assert (tmp_path / "free" / "model.safetensors").read_bytes() == b"new" and not staging.exists()
+
+
+def test_the_window_cannot_replace_a_folder_it_did_not_write(qtbot, window, models, tmp_path, seen):
+    """Ticking "Replace the folder" over the user's own folder: the page says no before the run, the job refuses,
+    and no "Retry with suggested settings" is offered."""
+    users = tmp_path / "mine"
+    users.mkdir()
+    (users / "notes.txt").write_text("the user's own file")
+    page = window.merge
+    page.yaml_edit.setPlainText(yaml.safe_dump(
+        {"merge_method": "linear", "models": [{"model": str(models.tune_a), "parameters": {"weight": 0.5}},
+                                              {"model": str(models.tune_b), "parameters": {"weight": 0.5}}]},
+        sort_keys=False))
+    page.output_edit.setText(str(users))
+    page.overwrite_check.setChecked(True)
+    qtbot.waitUntil(lambda: "not made by Mergesmith" in page.output_message.text(), timeout=60_000)
+    record = wait_for_job(qtbot, window, page.run())
+    assert record.status == "failed" and (users / "notes.txt").read_text() == "the user's own file"
+    assert window.jobs.explanation.retry_button.isHidden()
+    assert sorted(p.name for p in users.iterdir()) == ["notes.txt"] and leftovers(tmp_path) == []
+    seen("outputs", "the window, Replace ticked, over the user's folder", page.output_message.text())

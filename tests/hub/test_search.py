@@ -6,7 +6,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from guiapp.errors import JobCancelled, OfflineError, RecipeError
+from guiapp.errors import JobCancelled, OfflineError, SettingsError
 from guiapp.hub.connection import set_offline
 from guiapp.hub.search import ModelSearch, SearchQuery
 
@@ -137,7 +137,7 @@ def test_a_new_search_cancels_the_old_one(catalogue):
 
 
 def test_unknown_sort_and_offline(catalogue):
-    with pytest.raises(RecipeError, match="Unknown sort"):
+    with pytest.raises(SettingsError, match="Unknown sort"):
         ModelSearch().start(SearchQuery(sort="stars"))
     set_offline(True)
     with pytest.raises(OfflineError, match="Searching the Hub") as caught:

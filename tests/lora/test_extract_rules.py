@@ -21,7 +21,7 @@ from guiapp.errors import (
     JobCancelled,
     NonFiniteResultError,
     OutputError,
-    RecipeError,
+    SettingsError,
 )
 from guiapp.progress import CancelToken, Progress
 from tests.lora.helpers import adapter_config, adapter_report, adapter_tensors, extract, finetune, model_tensors
@@ -165,7 +165,7 @@ def test_different_tensor_sets_are_refused(llama_base, tmp_path):
      ({"rule": RankRule("energy", 2.0)}, "fraction")],
 )
 def test_bad_settings_are_refused(llama_base, llama_planted, tmp_path, options, match):
-    refused_before_work(llama_base, llama_planted, tmp_path / "lora", RecipeError, match, **options)
+    refused_before_work(llama_base, llama_planted, tmp_path / "lora", SettingsError, match, **options)
 
 
 def test_an_existing_output_is_not_overwritten_unless_asked(llama_base, llama_planted, tmp_path):

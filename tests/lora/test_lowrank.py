@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from guiapp.engine.lowrank import RankRule, choose_rank, decompose, relative_error, truncated_svd
-from guiapp.errors import RecipeError
+from guiapp.errors import SettingsError
 
 
 def orthonormal(rows: int, cols: int, seed: int) -> torch.Tensor:
@@ -116,7 +116,7 @@ def test_float64_input_stays_float64():
      RankRule("threshold", 1.0), RankRule("fixed", 4, max_rank=0), RankRule("median", 3)],
 )
 def test_invalid_rules_are_refused(rule):
-    with pytest.raises(RecipeError):
+    with pytest.raises(SettingsError):
         decompose(torch.ones(4, 4), rule)
 
 

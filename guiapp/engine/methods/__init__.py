@@ -54,4 +54,5 @@ def get_method(name: str) -> MergeMethod:
         raise RecipeError(
             f'Unknown merge method "{name}".{suggestion}',
             hint="Valid methods: " + ", ".join(sorted(METHODS)) + ".",
+            key="merge_method",
         ) from None

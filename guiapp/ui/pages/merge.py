@@ -3,14 +3,14 @@ next to the fields it concerns, the estimate and the compatibility verdict, and 
 
 The recipe document (a plain dict, exactly what the YAML shows) is the page's state. The form writes into it
 and the YAML view shows it; editing the YAML replaces it and the form follows. Keys the form has no widget for
-(dtype, chat_template…) are kept as they are. Validation reads only headers (`plan_merge`) on a worker thread,
-debounced, and only the newest answer is shown.
+(dtype, chat_template…) are kept as they are. The check (`guiapp.jobs.validation.check_merge`, headers only)
+runs on a worker thread, debounced, and only the newest answer is shown: each problem next to the field its key
+names.
 """
 
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +38,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from guiapp.jobs.validation import check_merge
 from guiapp.system.paths import home_dir
 from guiapp.ui.background import LatestCall, call_in_background
 from guiapp.ui.text import error_text, sentence
@@ -52,19 +53,9 @@ VALIDATION_DELAY_MS = 500
 YAML_DELAY_MS = 400
 
 
-@dataclass
-class Validation:
-    """What the worker found: the plan's facts and the fit, or the error and the field it concerns."""
-
-    error: BaseException | None = None
-    field: str = ""
-    tensors: int = 0
-    models: int = 0
-    output_bytes: int = 0
-    input_bytes: int = 0
-    warnings: tuple[str, ...] = ()
-    fit: Any = None
-    time: Any = None
+# Which message label shows a problem, by the first part of its key (anything else goes next to the models).
+FIELD_OF_KEY = {"merge_method": "method", "base_model": "base", "models": "models", "parameters": "params",
+                "slices": "slices", "modules": "slices", "output": "output", "out_dtype": "output", "dtype": "output"}
 
 
 class MergePage(QWidget):
@@ -81,7 +72,7 @@ class MergePage(QWidget):
         self._validator = LatestCall(VALIDATION_DELAY_MS, self)
         self._yaml_timer = QTimer(self, singleShot=True, interval=YAML_DELAY_MS)
         self._yaml_timer.timeout.connect(self._yaml_edited)
-        self.last_validation: Validation | None = None
+        self.last_validation: Any = None  # the newest guiapp.jobs.validation.MergeCheck
 
         self.stack = QStackedWidget()
         self.loading = QLabel("Loading the merge methods…", alignment=Qt.AlignmentFlag.AlignCenter)
@@ -588,41 +579,42 @@ class MergePage(QWidget):
         document = copy.deepcopy(self.document)
         device = self.device_combo.value() or "cpu"
         output = self.output_edit.text().strip()
-        probe = self.state.probe
-        self._validator.request(lambda: validate(document, device, output, probe), self._show_validation,
-                                lambda error: self._show_validation(Validation(error, "models")))
+        probe, replace = self.state.probe, self.overwrite_check.isChecked()
+        self._validator.request(lambda: check_merge(document, device, output, probe, replace), self._show_validation)
 
-    def _show_validation(self, result: Validation) -> None:
+    def _show_validation(self, result: Any) -> None:
+        """Show a `MergeCheck`: each problem next to the field its key names, then the verdict and the estimate."""
+        from guiapp.jobs.validation import Severity  # noqa: PLC0415 - loaded by the check that produced `result`
+        from guiapp.system.units import format_bytes, format_seconds  # noqa: PLC0415
+
         self.last_validation = result
         labels = {"method": self.method_message, "base": self.base_message, "models": self.models_message,
                   "params": self.params_message, "slices": self.slices_message, "output": self.output_message}
-        for label in labels.values():
-            if label is not self.method_message:
-                self._show_message(label, None)
-        self.compatibility.clear()
-        output = Path(self.output_edit.text().strip()).expanduser() if self.output_edit.text().strip() else None
-        if output is None:
-            self._show_message(self.output_message, "Choose an output folder.", "problem")
-        elif output.exists() and not self.overwrite_check.isChecked():
-            self._show_message(self.output_message, f"{output} already exists. Choose a new folder, or tick "
-                               "“Replace the folder” above.", "warning")
-        if result.error is not None:
-            self._show_message(labels.get(result.field, self.models_message), error_text(result.error), "problem")
-            if result.field in ("models", "base"):
-                self.compatibility.setText("✗ Not compatible as written: see above.")
-                set_status_style(self.compatibility, "problem")
-            self.estimate.setText("The estimate appears once the recipe is valid.")
+        shown: dict[QLabel, list[str]] = {label: [] for label in labels.values() if label is not self.method_message}
+        worst: dict[QLabel, str] = {}
+        for problem in result.problems:
+            label = labels[FIELD_OF_KEY.get(str(problem.key[0]) if problem.key else "", "models")]
+            shown.setdefault(label, []).append(problem.text)
+            if problem.severity is Severity.ERROR or label not in worst:
+                worst[label] = "problem" if problem.severity is Severity.ERROR else "warning"
+        for label, texts in shown.items():
+            self._show_message(label, "\n".join(texts) or None, worst.get(label, "problem"))
+        if result.compatible is False:
+            self.compatibility.setText("✗ Not compatible as written: see above.")
+            set_status_style(self.compatibility, "problem")
+        elif result.compatible:
+            self.compatibility.setText(f"✓ Compatible: {result.models} models, {result.tensors} output tensors, "
+                                       "checked from the files' headers.")
+            set_status_style(self.compatibility, "good")
+        else:
+            self.compatibility.clear()
+        if result.errors:
+            self.estimate.setText("The estimate appears once the recipe is valid." if not result.compatible else
+                                  f"Reads {format_bytes(result.input_bytes)}; writes {format_bytes(result.output_bytes)}.")
             self.fit_label.clear()
             self.run_message.setText("Fix the problem shown above, then run.")
             set_status_style(self.run_message, "problem")
             return
-        from guiapp.system.units import format_bytes, format_seconds  # noqa: PLC0415
-
-        self.compatibility.setText(f"✓ Compatible: {result.models} models, {result.tensors} output tensors, "
-                                   "checked from the files' headers.")
-        set_status_style(self.compatibility, "good")
-        if result.warnings:
-            self._show_message(self.models_message, "\n".join(result.warnings), "warning")
         lines = [f"Reads {format_bytes(result.input_bytes)}; writes {format_bytes(result.output_bytes)}."]
         if result.fit is not None:
             lines.append(f"Working memory about {format_bytes(result.fit.peak_ram)} of RAM"
@@ -700,37 +692,3 @@ class MergePage(QWidget):
 
 def default_output_folder() -> Path:
     return Path(QSettings().value("paths/output", str(home_dir() / "Mergesmith")))
-
-
-def validate(document: dict[str, Any], device: str, output: str, probe: Any) -> Validation:
-    """Check `document` from the models' headers and estimate the job (worker thread; never raises)."""
-    from guiapp.engine.merge import plan_merge  # noqa: PLC0415
-    from guiapp.engine.recipe import recipe_from_dict  # noqa: PLC0415
-    from guiapp.errors import RecipeError  # noqa: PLC0415
-    from guiapp.jobs.estimates import estimate_merge  # noqa: PLC0415
-
-    try:
-        plan = plan_merge(recipe_from_dict(document))
-    except RecipeError as error:
-        return Validation(error, _field_of(error))
-    except Exception as error:  # incompatible or unreadable models, Hub errors: they concern the models
-        return Validation(error, "models")
-    result = Validation(tensors=len(plan.tasks), models=len(plan.models), output_bytes=plan.output_bytes,
-                        input_bytes=plan.input_bytes, warnings=tuple(plan.warnings))
-    try:
-        estimate = estimate_merge(plan, device, Path(output).expanduser() if output else home_dir(), probe)
-    except Exception:  # the output drive or GPU cannot be examined: the job says so when it starts
-        return result
-    result.fit, result.time = estimate.fit, estimate.time
-    return result
-
-
-def _field_of(error: Any) -> str:
-    """Which field a RecipeError concerns, from the key it names."""
-    text = error.message.lower()
-    for words, field in ((("slices", "layer_range"), "slices"), (("base_model", "base model"), "base"),
-                         (("merge method", "merge_method"), "method"), (("parameter", "weight", "lambda"), "params"),
-                         (("dtype",), "output")):
-        if any(word in text for word in words):
-            return "models" if field == "params" and "models[" in text else field
-    return "models"
