@@ -9,7 +9,7 @@ def test_models_that_do_not_pair_up_are_said_before_run(qtbot, window, models):
     page = window.lora
     page.x_base.set_text(str(models.base))
     page.x_model.set_text(str(models.wider))
-    qtbot.waitUntil(lambda: "do not pair up" in page.x_check.text(), timeout=20_000)
+    qtbot.waitUntil(lambda: "other shapes" in page.x_check.text(), timeout=20_000)
     assert "mlp" in page.x_check.text()
     assert page.x_check.property("status") == "problem"
 

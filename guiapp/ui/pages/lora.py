@@ -7,7 +7,6 @@ its report (adapter size, retained energy, worst modules, nearly-empty warning) 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,10 +29,11 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from guiapp.jobs.validation import PairCheck, check_adapter, check_pair
 from guiapp.ui.background import LatestCall, call_in_background
 from guiapp.ui.pages.jobs import extraction_report
 from guiapp.ui.pages.merge import default_output_folder
-from guiapp.ui.text import error_text, sentence
+from guiapp.ui.text import sentence
 from guiapp.ui.theme import set_status_style
 from guiapp.ui.widgets.model_picker import ModelPicker, library_entries
 from guiapp.ui.widgets.options import OptionCombo, device_choices, dtype_choices
@@ -47,17 +47,6 @@ RANK_MODES = {  # mode: (label, minimum, maximum, step, decimals, default, help)
     "threshold": ("Threshold", 0.001, 0.999, 0.01, 3, 0.05, "Per module, keep directions at least this fraction "
                   "as strong as the strongest."),
 }
-
-
-@dataclass
-class PairCheck:
-    """Two models read from their headers: whether they pair up, and the job's size."""
-
-    problem: str = ""
-    matrices: int = 0
-    read_bytes: int = 0
-    fit: Any = None
-    time: Any = None
 
 
 class LoraPage(QWidget):
@@ -205,14 +194,13 @@ class LoraPage(QWidget):
         self.x_check.setText("Checking the models…")
         set_status_style(self.x_check, "muted")
         device, out, probe = self.x_device.value() or "cpu", self.x_out.text(), self.state.probe
-        self._checker.request(lambda: check_pair(base, model, device, out, probe), self._show_extract_check,
-                              lambda error: self._show_extract_check(PairCheck(problem=error_text(error))))
+        self._checker.request(lambda: check_pair(base, model, device, out, probe), self._show_extract_check)
 
     def _show_extract_check(self, check: PairCheck) -> None:
         from guiapp.system.units import format_bytes, format_seconds  # noqa: PLC0415
 
-        if check.problem:
-            self.x_check.setText(check.problem)
+        if check.errors:
+            self.x_check.setText("\n".join(problem.text for problem in check.errors))
             set_status_style(self.x_check, "problem")
             self.x_estimate.setText("The estimate appears once both models can be read.")
             return
@@ -312,14 +300,13 @@ class LoraPage(QWidget):
         self.a_check.setText("Checking the adapter against the base model…")
         set_status_style(self.a_check, "muted")
         device, out = self.a_device.value() or "cpu", self.a_out.text()
-        self._apply_checker.request(lambda: check_adapter(base, adapter, device, out), self._show_apply_check,
-                                    lambda error: self._show_apply_check(PairCheck(problem=error_text(error))))
+        self._apply_checker.request(lambda: check_adapter(base, adapter, device, out), self._show_apply_check)
 
     def _show_apply_check(self, check: PairCheck) -> None:
         from guiapp.system.units import format_bytes  # noqa: PLC0415
 
-        if check.problem:
-            self.a_check.setText(check.problem)
+        if check.errors:
+            self.a_check.setText("\n".join(problem.text for problem in check.errors))
             set_status_style(self.a_check, "problem")
             self.a_estimate.setText("The estimate appears once the adapter fits the base model.")
             return
@@ -362,51 +349,3 @@ class LoraPage(QWidget):
 
 def _rank_value(mode: str, value: float) -> float:
     return int(value) if mode == "fixed" else value
-
-
-
-def check_pair(base: str, model: str, device: str, out: str, probe: Any) -> PairCheck:
-    """Read both models' headers and say whether they pair up, and what extracting costs (worker thread)."""
-    from guiapp.engine.recipe import ModelRef  # noqa: PLC0415
-    from guiapp.engine.sources import read_headers  # noqa: PLC0415
-    from guiapp.jobs.estimates import estimate_extraction  # noqa: PLC0415
-
-    base_headers, model_headers = read_headers(ModelRef.parse(base)), read_headers(ModelRef.parse(model))
-    missing = sorted(set(model_headers.tensors) - set(base_headers.tensors))
-    if missing:
-        return PairCheck(problem=f"The fine-tune has tensors the base does not (such as {missing[0]}): these are "
-                         "not a base model and its fine-tune.")
-    differing = [n for n, t in model_headers.tensors.items() if tuple(t.shape) != tuple(base_headers.tensors[n].shape)]
-    if differing:
-        name = differing[0]
-        return PairCheck(problem=f"{name} has another shape in the fine-tune ({list(model_headers.tensors[name].shape)}"
-                         f" against {list(base_headers.tensors[name].shape)}): these models do not pair up.")
-    matrices = [t for t in model_headers.tensors.values() if len(t.shape) == 2]
-    read_bytes = sum(t.nbytes for t in model_headers.tensors.values()) + sum(t.nbytes for t in base_headers.tensors.values())
-    check = PairCheck(matrices=len(matrices), read_bytes=read_bytes)
-    try:
-        estimate = estimate_extraction(base_headers, model_headers, device, Path(out).expanduser(), probe)
-    except Exception:  # an output drive that cannot be examined is reported when the job starts
-        return check
-    check.fit, check.time = estimate.fit, estimate.time
-    return check
-
-
-def check_adapter(base: str, adapter: str, device: str, out: str) -> PairCheck:
-    """Whether the adapter fits the base's tensors (raises the engine's error if not), and what applying costs."""
-    from guiapp.engine.lora_apply import open_adapter_for_merge  # noqa: PLC0415
-    from guiapp.engine.recipe import ModelRef  # noqa: PLC0415
-    from guiapp.engine.sources import read_headers  # noqa: PLC0415
-
-    headers = read_headers(ModelRef.parse(base))
-    lora = open_adapter_for_merge(adapter)
-    lora.check_base(headers.tensors, base)
-    from guiapp.jobs.estimates import estimate_apply  # noqa: PLC0415
-
-    check = PairCheck(matrices=len(lora.modules) + len(lora.replacements),
-                      read_bytes=sum(t.nbytes for t in headers.tensors.values()))
-    try:
-        check.fit = estimate_apply(headers, device, Path(out).expanduser()).fit
-    except Exception:  # an output drive that cannot be examined is reported when the job starts
-        check.fit = None
-    return check

@@ -1,0 +1,196 @@
+"""Checks made before a job runs, as structured results the window and the CLI only render.
+
+Each check reads metadata only (safetensors headers, adapter configs, the output folder) and never raises: what
+is wrong comes back as `Problem`s, each with its severity, the user-facing message and hint, and the key it
+concerns (a recipe key path such as ("models", 1, "parameters", "weight"), or a setting name such as ("output",)),
+together with the compatibility verdict and the estimate when the job can run. They block on disk and network
+reads, so the window calls them off its own thread.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from guiapp.errors import KeyPath, key_path
+from guiapp.system.paths import home_dir
+
+
+class Severity(Enum):
+    ERROR = "error"  # the job cannot run as set up
+    WARNING = "warning"  # it can run, but the user should know
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing a check found: what (message), what to do (hint), and where (key; empty for the job as a whole).
+
+    `error` is the exception it came from, when there is one, for a full explanation (`guiapp.system.explain`).
+    """
+
+    severity: Severity
+    message: str
+    key: KeyPath = ()
+    hint: str | None = None
+    error: BaseException | None = None
+
+    @property
+    def text(self) -> str:
+        """The message and hint as one line of text."""
+        return self.message + (f" {self.hint}" if self.hint else "")
+
+
+def problem_from(error: BaseException, default_key: str | KeyPath = ()) -> Problem:
+    """The error as a Problem: its own key when it carries one, else `default_key`."""
+    message = getattr(error, "message", None) or str(error) or type(error).__name__
+    key = getattr(error, "key", None) or key_path(default_key)
+    return Problem(Severity.ERROR, message, key, getattr(error, "hint", None), error)
+
+
+@dataclass
+class CheckResult:
+    """What a check found. `compatible` is the verdict on the models: True, False, or None when it could not be
+    reached (the recipe or settings are invalid before any model is compared)."""
+
+    problems: list[Problem] = field(default_factory=list)
+    compatible: bool | None = None
+    fit: Any = None  # guiapp.system.resources.Fit, when the machine could be examined
+    time: Any = None  # guiapp.system.resources.TimeEstimate, when this machine's speed is known
+
+    @property
+    def errors(self) -> list[Problem]:
+        return [p for p in self.problems if p.severity is Severity.ERROR]
+
+    @property
+    def warnings(self) -> list[Problem]:
+        return [p for p in self.problems if p.severity is Severity.WARNING]
+
+    @property
+    def ready(self) -> bool:
+        """The job can run as set up."""
+        return not self.errors and self.compatible is not False
+
+
+@dataclass
+class MergeCheck(CheckResult):
+    """A merge recipe checked: the plan's size besides the problems."""
+
+    tensors: int = 0
+    models: int = 0
+    output_bytes: int = 0
+    input_bytes: int = 0
+
+
+@dataclass
+class PairCheck(CheckResult):
+    """A base and a fine-tune (extraction), or a base and an adapter (apply), checked from their headers."""
+
+    matrices: int = 0
+    read_bytes: int = 0
+
+
+def check_merge(document: dict[str, Any], device: str, output: str, probe: Any, replace: bool = False) -> MergeCheck:
+    """Check the recipe `document` from the models' headers, the output folder by the output rule (`replace`: the
+    user allows replacing an earlier Mergesmith output there), and estimate the job. Never raises."""
+    from guiapp.engine.merge import merge_inputs, plan_merge  # noqa: PLC0415 - loads torch: only when checking
+    from guiapp.engine.output_guard import check_output_location  # noqa: PLC0415
+    from guiapp.engine.recipe import recipe_from_dict  # noqa: PLC0415
+    from guiapp.errors import RecipeError  # noqa: PLC0415
+    from guiapp.jobs.estimates import estimate_merge  # noqa: PLC0415
+
+    result = MergeCheck()
+    destination = Path(output).expanduser() if output else None
+    if destination is None:
+        result.problems.append(Problem(Severity.ERROR, "Choose an output folder.", ("output",)))
+    try:
+        recipe = recipe_from_dict(document)
+        plan = plan_merge(recipe)
+    except RecipeError as error:
+        result.problems.append(problem_from(error, "models"))
+        return result
+    except Exception as error:  # incompatible or unreadable models, Hub errors: they concern the models
+        result.problems.append(problem_from(error, "models"))
+        result.compatible = False
+        return result
+    result.compatible = True
+    result.tensors, result.models = len(plan.tasks), len(plan.models)
+    result.output_bytes, result.input_bytes = plan.output_bytes, plan.input_bytes
+    result.problems.extend(Problem(Severity.WARNING, text, ("models",)) for text in plan.warnings)
+    if destination is not None:
+        try:
+            check_output_location(destination, merge_inputs(recipe), replace=replace)
+        except Exception as error:  # an earlier output that may be replaced once ticked: a warning
+            if getattr(error, "retry_with", None):
+                result.problems.append(Problem(Severity.WARNING, getattr(error, "message", str(error)), ("output",),
+                                               "Choose a new folder, or allow replacing it.", error))
+            else:
+                result.problems.append(problem_from(error, "output"))
+    try:
+        estimate = estimate_merge(plan, device, destination or home_dir(), probe)
+    except Exception:  # the output drive or GPU cannot be examined: the job says so when it starts
+        return result
+    result.fit, result.time = estimate.fit, estimate.time
+    return result
+
+
+def check_pair(base: str, model: str, device: str, output: str, probe: Any) -> PairCheck:
+    """Whether `model` is a fine-tune of `base` (the one compatibility check, from their headers) and what
+    extracting an adapter costs. Never raises."""
+    from guiapp.engine.lora_extract import pair_problem  # noqa: PLC0415 - loads torch: only when checking
+    from guiapp.engine.recipe import ModelRef  # noqa: PLC0415
+    from guiapp.engine.sources import read_headers  # noqa: PLC0415
+    from guiapp.jobs.estimates import estimate_extraction  # noqa: PLC0415
+
+    try:
+        base_ref = ModelRef.parse(base)
+        base_headers = read_headers(base_ref)
+    except Exception as error:  # unreadable, missing or not a model: said next to the base
+        return PairCheck(problems=[problem_from(error, "base")])
+    try:
+        model_ref = ModelRef.parse(model)
+        model_headers = read_headers(model_ref)
+    except Exception as error:
+        return PairCheck(problems=[problem_from(error, "model")])
+    problem = pair_problem(base_headers, model_headers, str(base_ref), str(model_ref))
+    if problem is not None:
+        return PairCheck(problems=[Problem(Severity.ERROR, problem.message, ("model",))], compatible=False)
+    check = PairCheck(compatible=True, matrices=sum(len(t.shape) == 2 for t in model_headers.tensors.values()),
+                      read_bytes=sum(t.nbytes for t in model_headers.tensors.values())
+                      + sum(t.nbytes for t in base_headers.tensors.values()))
+    try:
+        estimate = estimate_extraction(base_headers, model_headers, device, Path(output).expanduser(), probe)
+    except Exception:  # an output drive that cannot be examined is reported when the job starts
+        return check
+    check.fit, check.time = estimate.fit, estimate.time
+    return check
+
+
+def check_adapter(base: str, adapter: str, device: str, output: str) -> PairCheck:
+    """Whether the adapter in folder `adapter` fits `base`'s tensors and what applying it costs. Never raises."""
+    from guiapp.engine.lora_apply import open_adapter_for_merge  # noqa: PLC0415 - loads torch: only when checking
+    from guiapp.engine.recipe import ModelRef  # noqa: PLC0415
+    from guiapp.engine.sources import read_headers  # noqa: PLC0415
+    from guiapp.errors import IncompatibleModelsError  # noqa: PLC0415
+    from guiapp.jobs.estimates import estimate_apply  # noqa: PLC0415
+
+    try:
+        headers = read_headers(ModelRef.parse(base))
+    except Exception as error:  # unreadable, missing or not a model: said next to the base
+        return PairCheck(problems=[problem_from(error, "base")])
+    try:
+        lora = open_adapter_for_merge(adapter)
+        lora.check_base(headers.tensors, base)
+    except IncompatibleModelsError as error:
+        return PairCheck(problems=[problem_from(error, "adapter")], compatible=False)
+    except Exception as error:
+        return PairCheck(problems=[problem_from(error, "adapter")])
+    check = PairCheck(compatible=True, matrices=len(lora.modules) + len(lora.replacements),
+                      read_bytes=sum(t.nbytes for t in headers.tensors.values()))
+    try:
+        check.fit = estimate_apply(headers, device, Path(output).expanduser()).fit
+    except Exception:  # an output drive that cannot be examined is reported when the job starts
+        check.fit = None
+    return check
+
