@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from guiapp.engine.recipe import Recipe, recipe_from_dict
+from guiapp.errors import OutputError
 from guiapp.system.paths import home_dir
 
 
@@ -17,13 +18,22 @@ def default_demo_folder() -> Path:
 
 
 def prepare_demo(folder: Path) -> Recipe:
-    """Write the sample models into `folder` (reusing them when already there) and return the demo recipe."""
+    """Write the sample models into `folder` (reusing them when already there) and return the demo recipe.
+
+    Raises OutputError when one of the sample models' folders exists holding something else.
+    """
     import torch  # noqa: PLC0415 - only this job needs it at this point
 
     from guiapp.engine.samples import write_llama, write_llama_finetune  # noqa: PLC0415
 
     folder = Path(folder)
     base, math_tune, chat_tune = folder / "tiny-base", folder / "tiny-math", folder / "tiny-chat"
+    for model in (base, math_tune, chat_tune):
+        if not (model / "config.json").is_file() and (model.is_file() or model.is_dir() and any(model.iterdir())):
+            raise OutputError(
+                f"{model} already exists and is not a sample model, so the demo does not write there.",
+                hint="Choose another folder for the demo (--out), or move that folder away.",
+            )
     if not (base / "config.json").is_file():
         write_llama(base, dtype=torch.bfloat16, seed=0)
     for model, seed in ((math_tune, 1), (chat_tune, 2)):

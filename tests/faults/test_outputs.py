@@ -404,3 +404,12 @@ def test_the_window_cannot_replace_a_folder_it_did_not_write(qtbot, window, mode
     assert window.jobs.explanation.retry_button.isHidden()
     assert sorted(p.name for p in users.iterdir()) == ["notes.txt"] and leftovers(tmp_path) == []
     seen("outputs", "the window, Replace ticked, over the user's folder", page.output_message.text())
+
+
+def test_demo_does_not_write_into_a_folder_of_the_users_named_like_a_sample(tmp_path, capsys, seen):
+    taken = tmp_path / "demo" / "tiny-base"
+    taken.mkdir(parents=True)
+    (taken / "model.safetensors").write_bytes(b"the user's own weights")
+    what = _refused(*_cli(capsys, "demo", "--out", tmp_path / "demo"))
+    assert (taken / "model.safetensors").read_bytes() == b"the user's own weights"
+    seen("outputs", "demo --out DIR where DIR/tiny-base is the user's folder", what)
