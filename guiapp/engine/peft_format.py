@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from guiapp.engine.layers import TensorRole, tensor_place
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 ADAPTER_CONFIG = "adapter_config.json"
 PEFT_PREFIX = "base_model.model."
@@ -19,8 +20,6 @@ LORA_A, LORA_B = "lora_A.weight", "lora_B.weight"
 LORA_B_BIAS = "lora_B.bias"
 EMBEDDING_A, EMBEDDING_B = "lora_embedding_A", "lora_embedding_B"
 
-# Output projections onto the vocabulary: Linear layers, even where the name says "embed" (GPT-NeoX).
-_OUTPUT_HEADS = ("lm_head", "embed_out")
 # Heads PEFT itself always puts into modules_to_save for these task types, so an adapter must carry them.
 CLASSIFIER_HEADS = {"SEQ_CLS": ("classifier", "score"), "TOKEN_CLS": ("classifier", "score")}
 
@@ -37,13 +36,16 @@ def short_name(module: str) -> str:
 
 
 def is_output_head(module: str) -> bool:
-    return short_name(module) in _OUTPUT_HEADS
+    """The output projection onto the vocabulary (a Linear layer, even where the name says "embed": GPT-NeoX's
+    `embed_out`), by the tensor-role table."""
+    return tensor_place(f"{module}.weight").role is TensorRole.HEAD
 
 
 def is_embedding(module: str, shape: tuple[int, ...]) -> bool:
-    """An nn.Embedding by name (embed_tokens, wte, word_embeddings, position_embeddings…) and 2-D shape."""
-    name = short_name(module)
-    return len(shape) == 2 and not is_output_head(module) and ("embed" in name or name in ("wte", "wpe"))
+    """An nn.Embedding: a 2-D weight the tensor-role table puts before the layers (token, position and type
+    embeddings)."""
+    place = tensor_place(f"{module}.weight")
+    return len(shape) == 2 and place.before_layers and place.role in (TensorRole.EMBEDDING, TensorRole.OTHER)
 
 
 def task_type_for(config: dict[str, Any] | None) -> str:
