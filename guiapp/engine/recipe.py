@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 
 from guiapp.errors import RecipeError
-from guiapp.hub.references import is_hub_id
+from guiapp.hub.references import is_hub_id, split_revision
 from guiapp.system.bounded import describe_value
 
 TOP_LEVEL_KEYS = {
@@ -90,7 +90,7 @@ class ModelRef:
             text, adapter = text.rsplit("+", 1)
         revision = None
         if "@" in text and not Path(text).expanduser().exists():
-            text, revision = text.rsplit("@", 1)
+            text, revision = split_revision(text)
         return cls(text, revision or None, adapter or None)
 
     @property

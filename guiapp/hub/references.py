@@ -38,6 +38,13 @@ def is_hub_id(text: str) -> bool:
     return bool(_REPO_ID.match(text))
 
 
+def split_revision(text: str) -> tuple[str, str | None]:
+    """`("org/name", "rev")` from `org/name@rev`, `(text, None)` without a revision. Splits at the first "@":
+    repo ids never contain one, branch names may. The one rule for every reference Mergesmith reads."""
+    name, _, revision = text.partition("@")
+    return name, revision or None
+
+
 def parse_reference(text: str, revision: str | None = None) -> ModelReference:
     """Read a reference: an existing folder wins; otherwise `org/name` or `org/name@revision` is a Hub model
     (`revision`, when given, replaces the one after "@").
@@ -49,7 +56,7 @@ def parse_reference(text: str, revision: str | None = None) -> ModelReference:
     path = Path(cleaned).expanduser()
     if path.is_dir():
         return ModelReference(text=text, folder=path.resolve())
-    repo_id, _, written_revision = cleaned.partition("@")
+    repo_id, written_revision = split_revision(cleaned)
     if is_hub_id(repo_id):
         return ModelReference(text=text, repo_id=repo_id, revision=revision or written_revision or None)
     raise ModelNotFoundError(
