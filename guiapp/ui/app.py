@@ -15,6 +15,7 @@ from PySide6.QtWidgets import QApplication
 
 from guiapp import __version__
 from guiapp.ui.resource_files import icon_file
+from guiapp.ui.wheel_guard import install_wheel_guard
 
 
 def create_window(argv: Sequence[str] | None = None, *, keep_history: bool = True):
@@ -28,6 +29,7 @@ def create_window(argv: Sequence[str] | None = None, *, keep_history: bool = Tru
     app.setApplicationName("Mergesmith")
     app.setApplicationVersion(__version__)
     app.setDesktopFileName("mergesmith")  # lets desktops match the window to the menu entry and its icon
+    install_wheel_guard(app)  # before the window is built, so every value widget is polished through it
     icon = icon_file(256)
     if icon.is_file():
         app.setWindowIcon(QIcon(str(icon)))
