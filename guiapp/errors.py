@@ -94,9 +94,17 @@ class IncompatibleModelsError(MergesmithError):
 
 
 class OutputError(MergesmithError):
-    """The output folder cannot be used: it exists, is not writable, or is inside an input."""
+    """The output folder cannot be used: it exists, is not writable, or is inside an input.
+
+    `replace_with` (e.g. {"overwrite": True}) is the job-spec change that replaces the existing folder: offered
+    apart from `retry_with` (a new name), as an explicit choice, because it deletes what is there.
+    """
 
     title = "The output folder cannot be used"
+
+    def __init__(self, message: str, *, replace_with: dict[str, Any] | None = None, **details: Any):
+        super().__init__(message, **details)
+        self.replace_with = replace_with
 
 
 class InsufficientResourcesError(MergesmithError):

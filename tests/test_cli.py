@@ -136,7 +136,8 @@ def test_retry_settings_are_printed_as_the_commands_flags(tiny_pair, tmp_path, c
     result = _run("extract-lora", "--base", str(base), "--model", str(tune), "--out", str(tmp_path / "adapter"),
                   env=cli_env)
     assert result.returncode == 1
-    assert "Retry with: --overwrite\n" in result.stderr and "overwrite=True" not in result.stderr
+    # The first suggestion is a new name; replacing the folder stays an explicit choice (--overwrite, in the hint).
+    assert f"Retry with: --out {tmp_path / 'adapter-2'}\n" in result.stderr and "output=" not in result.stderr
     # A pasted error has no command of ours to retry: its settings are not printed as if it had.
     pasted = _run("explain", "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", env=cli_env)
     assert pasted.returncode == 0 and "Run it on the CPU" in pasted.stdout and "Retry with" not in pasted.stdout

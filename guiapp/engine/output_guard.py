@@ -83,6 +83,26 @@ def absolute_destination(destination: Path | str) -> Path:
     return _resolve(path.parent) / path.name
 
 
+def free_destination(destination: Path | str) -> Path:
+    """`destination` when nothing is there, else the first free `name-2`, `name-3`… beside it.
+
+    A name that is already one of these counts on ("merged" and "merged-2" taken: "merged-3"), while a name whose
+    number is its own ("llama-3" taken, "llama" not) gets "llama-3-2". Free means no file, folder, link or job
+    lock there now: a suggestion, not a reservation (the job checks its output again when it starts).
+    """
+    path = absolute_destination(destination)
+    numbered = re.fullmatch(r"(?P<stem>.+)-(?P<number>\d+)", path.name)
+    if numbered and os.path.lexists(path.with_name(numbered["stem"])):
+        stem, number = numbered["stem"], int(numbered["number"])
+    else:
+        stem, number = path.name, 1
+    candidate = path
+    while os.path.lexists(candidate) or os.path.lexists(lock_path(candidate)):
+        number += 1
+        candidate = path.with_name(f"{stem}-{number}")
+    return candidate
+
+
 def hugging_face_cache() -> Path:
     """The Hugging Face cache folder in use (huggingface_hub's setting, read now)."""
     from guiapp.hub.connection import HubConnection  # noqa: PLC0415
@@ -164,12 +184,14 @@ def check_output_location(destination: Path | str, inputs: Iterable[Path], *, re
             )
     if not replace:
         what = previous.describe() if previous is not None else "an empty folder"
+        new_name = free_destination(path)
         raise OutputError(
             f"{path} already exists ({what}).",
             why="Mergesmith never writes over an existing folder unless asked to, so nothing there is lost.",
-            hint="Choose a new output folder, or allow replacing it (the old folder is replaced only once the "
-            "new output is complete).",
-            retry_with={"overwrite": True},
+            hint=f"Use a new name ({new_name.name}), or allow replacing the existing folder (the old folder is "
+            "replaced only once the new output is complete).",
+            retry_with={"output": str(new_name)},  # the safe suggestion comes first
+            replace_with={"overwrite": True},  # deleting the old output is a separate, explicit choice
         )
     return previous
 

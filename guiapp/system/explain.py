@@ -13,7 +13,7 @@ import re
 import textwrap
 import traceback
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +39,7 @@ class Explanation:
 
     `kind` names what was recognised, for actions beyond retrying (a token dialog for "gated_repo" or
     "invalid_token"): the catalogue entry's key, the class name of a Mergesmith error, or "" when unrecognised.
+    `replace_with` holds the job-spec change that replaces an existing output: a separate, explicit choice.
     """
 
     title: str
@@ -49,6 +50,7 @@ class Explanation:
     raw: str = ""
     recognised: bool = True
     kind: str = ""
+    replace_with: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         # Whatever built it, an explanation shown or saved carries no token or password (guiapp.system.scrub).
@@ -94,8 +96,10 @@ def explain(error: BaseException | str, context: Mapping[str, Any] | None = None
     if isinstance(error, MergesmithError):
         cause = error.__cause__ or (None if error.__suppress_context__ else error.__context__)
         known_cause = _from_catalogue(list(_clues_from_chain(cause)), context, "") if cause else None
-        return _own(type(error), error.message, error.hint, error.retry_with, known_cause, context, _traceback(error),
-                    error.why)
+        explanation = _own(type(error), error.message, error.hint, error.retry_with, known_cause, context,
+                           _traceback(error), error.why)
+        replace_with = getattr(error, "replace_with", None)
+        return replace(explanation, replace_with=dict(replace_with)) if replace_with else explanation
     if isinstance(error, str):
         error = error[-MAX_TEXT_CHARACTERS:]
         clues = _clues_from_text(error)

@@ -81,7 +81,7 @@ def test_cancel_stops_the_job_at_its_next_step(qtbot, window, models, tmp_path, 
     assert not window.jobs.cancel_button.isEnabled()
 
 
-def test_existing_output_folder_is_explained_and_retry_overwrites(qtbot, window, models, tmp_path):
+def test_existing_output_folder_is_explained_and_retry_uses_a_new_name(qtbot, window, models, tmp_path):
     output = tmp_path / "taken"
     output.mkdir()
     recipe = {"merge_method": "linear", "models": [{"model": str(models.tune_a), "parameters": {"weight": 0.5}},
@@ -97,12 +97,13 @@ def test_existing_output_folder_is_explained_and_retry_overwrites(qtbot, window,
     assert "Traceback" in panel.details.toPlainText() and panel.details.isHidden()
     qtbot.mouseClick(panel.details_button, Qt.MouseButton.LeftButton)
     assert not panel.details.isHidden()
-    assert not panel.retry_button.isHidden() and "overwrite = True" in panel.retry_button.toolTip()
+    new_name = tmp_path / "taken-2"
+    assert not panel.retry_button.isHidden() and str(new_name) in panel.retry_button.toolTip()
     qtbot.mouseClick(panel.retry_button, Qt.MouseButton.LeftButton)
     retried = wait_for_job(qtbot, window, window.jobs.selected)
     assert retried.key != record.key and retried.status == "done"
-    assert retried.spec["overwrite"] is True
-    assert (output / "model.safetensors").is_file()
+    assert retried.spec["output"] == str(new_name) and retried.spec["overwrite"] is False
+    assert (new_name / "model.safetensors").is_file() and not any(output.iterdir())  # the old folder is kept
 
 
 def test_a_device_this_machine_lacks_is_explained_and_retried_on_the_cpu(qtbot, make_window, probed, models, tmp_path):
