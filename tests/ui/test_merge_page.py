@@ -19,8 +19,8 @@ def _yaml(page):
 def test_form_builds_the_recipe_yaml(qtbot, window, models):
     page = window.merge
     _set_method(qtbot, page, "ties")
-    assert "sign" in page.method_summary.text()
-    assert "arxiv.org/abs/2306.01708" in page.method_paper.text()
+    assert "sign" in page.method_box.method_summary.text()
+    assert "arxiv.org/abs/2306.01708" in page.method_box.method_paper.text()
     page.base_picker.set_text(str(models.base))
     for model in (models.tune_a, models.tune_b):
         qtbot.keyClicks(page.add_model_picker.combo.lineEdit(), str(model))

@@ -31,8 +31,8 @@ from PySide6.QtWidgets import (
 
 from guiapp.jobs.validation import PairCheck, check_adapter, check_pair
 from guiapp.ui.background import LatestCall, call_in_background
+from guiapp.ui.merge.output_box import default_output_folder
 from guiapp.ui.pages.jobs import extraction_report
-from guiapp.ui.pages.merge import default_output_folder
 from guiapp.ui.text import sentence
 from guiapp.ui.theme import set_status_style
 from guiapp.ui.widgets.model_picker import ModelPicker, library_entries

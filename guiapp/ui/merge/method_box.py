@@ -1,0 +1,56 @@
+"""The Merge page's Method box: the methods from the registry, with the chosen one's summary and paper."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from PySide6.QtCore import QEvent
+from PySide6.QtGui import QPalette
+from PySide6.QtWidgets import QComboBox, QGroupBox, QLabel, QVBoxLayout
+
+
+class MethodBox(QGroupBox):
+    def __init__(self) -> None:
+        super().__init__("Method")
+        self.methods: dict[str, Any] = {}
+        layout = QVBoxLayout(self)
+        self.method_combo = QComboBox(accessibleName="Merge method")
+        self.method_summary = QLabel(wordWrap=True)
+        self.method_paper = QLabel(openExternalLinks=True)
+        self.method_message = QLabel(wordWrap=True, visible=False)
+        for widget in (self.method_combo, self.method_summary, self.method_paper, self.method_message):
+            layout.addWidget(widget)
+
+    def set_methods(self, methods: dict[str, Any]) -> None:
+        """List `methods` (name → method), without announcing a change."""
+        self.methods = methods
+        self.method_combo.blockSignals(True)
+        self.method_combo.clear()
+        for name, method in methods.items():
+            self.method_combo.addItem(f"{method.title} ({name})", name)
+        self.method_combo.blockSignals(False)
+
+    def method(self) -> Any:
+        """The chosen method, or None before the methods are loaded."""
+        return self.methods.get(self.method_combo.currentData())
+
+    def select(self, name: Any) -> bool:
+        """Choose the method called `name`; False when there is none by that name."""
+        index = self.method_combo.findData(name)
+        if index >= 0:
+            self.method_combo.setCurrentIndex(index)
+        return index >= 0
+
+    def describe(self, method: Any) -> None:
+        """Show `method`'s summary and paper link."""
+        self.method_summary.setText(method.summary)
+        # Rich text takes the link colour when set, so it is set again when the palette changes.
+        link = self.palette().color(QPalette.ColorRole.Link).name()
+        self.method_paper.setText(f'<a href="{method.paper}" style="color: {link}">Paper: {method.paper}</a>'
+                                  if method.paper else "No paper: a standard technique.")
+        self.method_paper.setToolTip(method.paper or "")
+
+    def changeEvent(self, event) -> None:  # noqa: N802 - Qt's name
+        super().changeEvent(event)
+        if event.type() == QEvent.Type.PaletteChange and self.method() is not None:
+            self.describe(self.method())

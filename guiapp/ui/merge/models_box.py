@@ -1,0 +1,83 @@
+"""The Merge page's Models box: the base model, the models table, adding a model, and the compatibility verdict."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from PySide6.QtCore import Signal
+from PySide6.QtWidgets import QFormLayout, QGroupBox, QHBoxLayout, QLabel, QPushButton, QVBoxLayout
+
+from guiapp.ui.merge.models_table import ModelsTable
+from guiapp.ui.theme import set_status_style
+from guiapp.ui.widgets.model_picker import ModelPicker
+
+BASE_LABELS = {"required": "Base model *", "optional": "Base model (optional)", "input": "Base model"}
+BASE_TIPS = {"required": "This method measures each model's changes against the base.",
+             "optional": "Used as the reference when given.",
+             "input": "For this method the base is just one more input."}
+
+
+class ModelsBox(QGroupBox):
+    changed = Signal()  # the base or a row of the table was edited
+    add_requested = Signal(str)  # the user asked to add this model
+
+    def __init__(self) -> None:
+        super().__init__("Models")
+        layout = QVBoxLayout(self)
+        base_row = QFormLayout()
+        self.base_picker = ModelPicker("The base model: org/name or a folder")
+        self.base_picker.changed.connect(lambda *_: self.changed.emit())
+        self.base_label = QLabel("Base model")
+        self.base_label.setBuddy(self.base_picker.combo)
+        base_row.addRow(self.base_label, self.base_picker)
+        self.base_message = QLabel(wordWrap=True, visible=False)
+        base_row.addRow("", self.base_message)
+        layout.addLayout(base_row)
+        self.table = ModelsTable()
+        self.table.changed.connect(self.changed)
+        layout.addWidget(self.table)
+        buttons = QHBoxLayout()
+        self.add_model_picker = ModelPicker("Add a model: org/name or a folder")
+        self.add_model_button = QPushButton("Add model")
+        self.add_model_button.clicked.connect(self._add_clicked)
+        self.add_model_picker.combo.lineEdit().returnPressed.connect(self._add_clicked)
+        buttons.addWidget(self.add_model_picker, 1)
+        buttons.addWidget(self.add_model_button)
+        layout.addLayout(buttons)
+        self.models_message = QLabel(wordWrap=True, visible=False)
+        self.compatibility = QLabel(wordWrap=True)
+        layout.addWidget(self.models_message)
+        layout.addWidget(self.compatibility)
+
+    def set_base_role(self, role: str) -> None:
+        """Label the base field by what the method does with it ("required", "optional", "input")."""
+        self.base_label.setText(BASE_LABELS.get(role, "Base model"))
+        self.base_picker.setToolTip(BASE_TIPS[role])
+
+    def use_slices(self, uses_slices: bool) -> None:
+        """While the recipe uses slices, the models come from there and the table is read-only."""
+        self.table.setEnabled(not uses_slices)
+        self.add_model_button.setEnabled(not uses_slices)
+        self.table.setToolTip("This recipe uses slices (Advanced): the models come from there." if uses_slices else "")
+
+    def show_verdict(self, result: Any) -> None:
+        """The compatibility verdict of a `MergeCheck`, or the hint to add models when `result` is None."""
+        if result is None:
+            self.compatibility.setText("Add the models to merge: type a Hub id or a folder below the table, "
+                                       "or use “Add to merge” on the Models page.")
+            set_status_style(self.compatibility, "muted")
+        elif result.compatible is False:
+            self.compatibility.setText("✗ Not compatible as written: see above.")
+            set_status_style(self.compatibility, "problem")
+        elif result.compatible:
+            self.compatibility.setText(f"✓ Compatible: {result.models} models, {result.tensors} output tensors, "
+                                       "checked from the files' headers.")
+            set_status_style(self.compatibility, "good")
+        else:
+            self.compatibility.clear()
+
+    def _add_clicked(self) -> None:
+        ref = self.add_model_picker.text()
+        if ref:
+            self.add_requested.emit(ref)
+            self.add_model_picker.set_text("", notify=False)

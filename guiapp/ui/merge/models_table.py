@@ -1,0 +1,92 @@
+"""The Merge page's models table: one row per model with its reference and the method's per-model parameters.
+
+The table shows and edits rows; the recipe document (`guiapp.jobs.recipe_document`) decides what they mean.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from PySide6.QtCore import Signal
+from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QLineEdit, QTableWidget, QToolButton
+
+from guiapp.jobs.recipe_document import FormModel
+from guiapp.ui.widgets.param_form import ParamEditor
+
+
+class ModelsTable(QTableWidget):
+    changed = Signal()  # a reference or value was edited, or a row removed
+
+    def __init__(self) -> None:
+        super().__init__(0, 1)
+        self.setSelectionMode(QAbstractItemView.SelectionMode.NoSelection)
+        self.verticalHeader().setVisible(False)
+        self.setMinimumHeight(150)
+        self._method: Any = None
+        self._rows: list[dict[str, Any]] = []  # {"picker": QLineEdit, "editors": {name: ParamEditor}, "extra": {}}
+
+    def set_method(self, method: Any) -> None:
+        """Empty the table and give it the columns of `method`'s per-model parameters."""
+        self._method = method
+        self._rows = []
+        specs = method.per_model_params
+        self.clear()
+        self.setRowCount(0)
+        self.setColumnCount(len(specs) + 2)
+        self.setHorizontalHeaderLabels(["Model", *[s.name for s in specs], ""])
+        for column, spec in enumerate(specs, start=1):
+            self.horizontalHeaderItem(column).setToolTip(spec.help)
+        header = self.horizontalHeader()
+        header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        header.setMinimumSectionSize(60)
+        for column in range(1, len(specs) + 1):
+            header.setSectionResizeMode(column, QHeaderView.ResizeMode.Interactive)
+            self.setColumnWidth(column, 190)
+        header.setSectionResizeMode(len(specs) + 1, QHeaderView.ResizeMode.ResizeToContents)
+
+    def rows(self) -> list[FormModel]:
+        """The rows as the recipe document takes them: each reference with its parameters (shown and kept)."""
+        return [FormModel(row["picker"].text(), {**row["extra"], **{n: e.value() for n, e in row["editors"].items()
+                                                                     if e.value() is not None}})
+                for row in self._rows]
+
+    def entries(self) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
+        """Each row as (reference, the shown parameters' values, the kept undeclared ones)."""
+        return [(row["picker"].text(), {n: e.value() for n, e in row["editors"].items()}, dict(row["extra"]))
+                for row in self._rows]
+
+    def add_row(self, ref: str, values: dict[str, Any], extra: dict[str, Any] | None = None,
+                explicit_defaults: bool = False) -> None:
+        """Add a row for `ref` showing `values`; `extra` holds parameters the method does not declare (kept as
+        given). `explicit_defaults` writes the method's defaults into the row, as when the user adds a model."""
+        row = self.rowCount()
+        self.insertRow(row)
+        picker = QLineEdit(ref, accessibleName=f"Model {row + 1}")
+        picker.setToolTip(ref)
+        picker.textChanged.connect(lambda _: self.changed.emit())
+        picker.textChanged.connect(picker.setToolTip)
+        self.setCellWidget(row, 0, picker)
+        editors: dict[str, ParamEditor] = {}
+        for column, spec in enumerate(self._method.per_model_params, start=1):
+            editor = ParamEditor(spec)
+            editor.set_value(values.get(spec.name))
+            if explicit_defaults and spec.name not in values and (spec.required or spec.default is not None):
+                if spec.default is None:
+                    editor.set_value(spec.maximum if spec.maximum is not None and spec.maximum <= 1 else 1.0)
+                editor.set_explicit_default()
+            editor.changed.connect(lambda *_: self.changed.emit())
+            self.setCellWidget(row, column, editor)
+            editors[spec.name] = editor
+        remove = QToolButton(text="Remove")
+        remove.setToolTip("Remove this model from the merge")
+        entry = {"picker": picker, "editors": editors, "extra": dict(extra or {})}
+        remove.clicked.connect(lambda: self._remove_row(entry))
+        self.setCellWidget(row, len(self._method.per_model_params) + 1, remove)
+        self.setRowHeight(row, max(34, picker.sizeHint().height() + 6))
+        self._rows.append(entry)
+
+    def _remove_row(self, entry: dict[str, Any]) -> None:
+        index = self._rows.index(entry)
+        self._rows.pop(index)
+        self.removeRow(index)
+        self.changed.emit()
