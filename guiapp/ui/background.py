@@ -1,87 +1,140 @@
-"""Running short blocking calls (Hub requests, header reads, plans, probes) off the UI thread.
+"""Short blocking calls (Hub requests, header reads, checks, probes) awaited on the Qt loop through qasync.
 
-The call runs on a small thread pool; its result or exception comes back to the UI thread through a queued
-signal, so callbacks may touch widgets. `LatestCall` keeps only the newest request's answer, which is how
-search-as-you-type and live validation drop stale results.
+`run_blocking(function, *args)` is an awaitable: the call runs on a small thread pool while the window keeps
+responding, and the code after `await` runs on the UI thread, so it may touch widgets. `LatestTask` runs page
+coroutines of which only the newest may finish: a newer request, `cancel()`, or the deletion of its owner
+cancels the older one at its `await`, which is how search-as-you-type and live checks drop stale answers and how
+a page deleted while a check runs is never touched again. The job runner's threads stay for heavy work.
+
+`run_app` runs the window on a qasync loop; when the window runs under Qt's own loop instead (tests drive it
+with pytest-qt), a qasync loop that is not "running" is made on first use: its callbacks still run whenever Qt
+processes events. Coroutines here therefore await only futures (no `asyncio.sleep`, which needs a running loop).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+import functools
+import sys
+from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, TypeVar
 
-from PySide6.QtCore import QObject, Qt, QTimer, Signal
+import qasync
+from PySide6.QtCore import QObject, QTimer
+from PySide6.QtWidgets import QApplication
 from shiboken6 import isValid
 
+T = TypeVar("T")
+
 _POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="mergesmith-ui")
-_pending: set[_Relay] = set()  # keeps each relay alive until its answer is delivered
+_pending: set[asyncio.Task] = set()  # tasks not finished yet (kept referenced: the loop holds them weakly)
+_fallback_loop: asyncio.AbstractEventLoop | None = None
 
 
-class _Relay(QObject):
-    answered = Signal(object, object)  # result, error
+def ui_loop() -> asyncio.AbstractEventLoop:
+    """The qasync loop the window's coroutines run on (see the module's docstring)."""
+    global _fallback_loop
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        pass
+    if _fallback_loop is None:
+        _fallback_loop = qasync.QEventLoop(QApplication.instance())
+    return _fallback_loop
+
+
+async def run_blocking(function: Callable[..., T], *args: Any) -> T:
+    """Await `function(*args)` run on a worker thread; raises what it raises."""
+    # Not loop.run_in_executor: qasync's wraps the future for asyncio's current loop, which is not this one when
+    # the window runs under Qt's own loop.
+    return await asyncio.wrap_future(_POOL.submit(functools.partial(function, *args)), loop=ui_loop())
+
+
+def start(coroutine: Coroutine[Any, Any, Any]) -> asyncio.Task:
+    """Run `coroutine` on the UI loop. An exception it lets out is a bug: it goes to `sys.excepthook` (the
+    window shows it as "Something went wrong"), never silently into asyncio's log."""
+    task = ui_loop().create_task(coroutine)
+    _pending.add(task)
+    task.add_done_callback(_finished)
+    return task
+
+
+def _finished(task: asyncio.Task) -> None:
+    _pending.discard(task)
+    if not task.cancelled() and task.exception() is not None:
+        error = task.exception()
+        sys.excepthook(type(error), error, error.__traceback__)
 
 
 def call_in_background(function: Callable[[], Any], on_result: Callable[[Any], None],
-                       on_error: Callable[[BaseException], None] | None = None) -> None:
+                       on_error: Callable[[BaseException], None] | None = None) -> asyncio.Task:
     """Run `function()` on a worker thread; call `on_result(value)` or `on_error(exc)` on the UI thread."""
-    relay = _Relay()
-    _pending.add(relay)
+    return start(_answer(function, on_result, on_error))
 
-    def deliver(result: Any, error: BaseException | None) -> None:
-        _pending.discard(relay)
-        if error is None:
-            on_result(result)
-        elif on_error is not None:
+
+async def _answer(function: Callable[[], Any], on_result: Callable[[Any], None],
+                  on_error: Callable[[BaseException], None] | None) -> None:
+    try:
+        result = await run_blocking(function)
+    except Exception as error:  # delivered to the caller, which explains it
+        if on_error is not None:
             on_error(error)
-
-    relay.answered.connect(deliver, Qt.ConnectionType.QueuedConnection)
-
-    def run() -> None:
-        try:
-            result, error = function(), None
-        except Exception as failure:  # delivered to the page, which explains it
-            result, error = None, failure
-        relay.answered.emit(result, error)
-
-    _POOL.submit(run)
+        return
+    on_result(result)
 
 
-class LatestCall(QObject):
-    """Debounced background calls of which only the newest is answered.
+class LatestTask(QObject):
+    """Debounced coroutines of which only the newest runs to its end.
 
-    `request(function, on_result, on_error)` (re)starts a `delay_ms` timer; when it fires the call starts, and
-    an answer arriving after a newer request was made, or after this object was deleted with its page, is dropped.
+    `request(make)` (re)starts a `delay_ms` timer; when it fires, the coroutine `make()` starts. A newer request,
+    `cancel()`, or the deletion of this object (it is a child of its page) cancels a coroutine still running, at
+    the `await` it is waiting in: nothing after that `await` runs.
     """
 
     def __init__(self, delay_ms: int, parent: QObject | None = None) -> None:
         super().__init__(parent)
-        self._generation = 0
-        self._next: tuple | None = None
+        self._make: Callable[[], Coroutine[Any, Any, Any]] | None = None
+        self._task: asyncio.Task | None = None
         self._timer = QTimer(self, singleShot=True, interval=delay_ms)
         self._timer.timeout.connect(self._start)
+        running = self._running = set()  # the tasks to cancel if this object is deleted (self is gone by then)
+        self.destroyed.connect(lambda *_: [task.cancel() for task in running])
 
-    def request(self, function: Callable[[], Any], on_result: Callable[[Any], None],
-                on_error: Callable[[BaseException], None] | None = None) -> None:
-        self._generation += 1
-        self._next = (self._generation, function, on_result, on_error)
+    def request(self, make: Callable[[], Coroutine[Any, Any, Any]]) -> None:
+        self._cancel_running()
+        self._make = make
         self._timer.start()
 
     def cancel(self) -> None:
-        self._generation += 1
         self._timer.stop()
+        self._make = None
+        self._cancel_running()
+
+    @property
+    def task(self) -> asyncio.Task | None:
+        """The coroutine running now, if any."""
+        return self._task if self._task is not None and not self._task.done() else None
+
+    def _cancel_running(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
 
     def _start(self) -> None:
-        if self._next is None:
+        make, self._make = self._make, None
+        if make is None or not isValid(self):
             return
-        generation, function, on_result, on_error = self._next
-        self._next = None
+        self._task = task = start(make())
+        self._running.add(task)
+        task.add_done_callback(self._running.discard)
 
-        def answered(callback, value) -> None:
-            # The page that asked may be gone (the window closed while the call ran): its answer is dropped.
-            if isValid(self) and generation == self._generation:
-                if callback is not None:
-                    callback(value)
 
-        call_in_background(function, lambda value: answered(on_result, value),
-                           lambda error: answered(on_error, error))
+class LatestCall(LatestTask):
+    """`LatestTask` for plain blocking calls: `request(function, on_result, on_error)` runs `function()` on a
+    worker thread and hands its answer to the callbacks on the UI thread, unless it became stale meanwhile."""
+
+    def request(self, function: Callable[[], Any], on_result: Callable[[Any], None],  # type: ignore[override]
+                on_error: Callable[[BaseException], None] | None = None) -> None:
+        super().request(lambda: _answer(function, on_result, on_error))
+
