@@ -22,32 +22,32 @@ def _catalogue(hub_env, models):
 def _search(qtbot, window, text):
     page = window.models
     qtbot.keySequence(window, QKeySequence(QKeySequence.StandardKey.Find))  # Ctrl+F focuses the search box
-    assert window.current_page() == "models" and QApplication.focusWidget() is page.search_edit
-    qtbot.keyClicks(page.search_edit, text)
-    qtbot.waitUntil(lambda: "models" in page.search_status.text(), timeout=15_000)
+    assert window.current_page() == "models" and QApplication.focusWidget() is page.hub.search_edit
+    qtbot.keyClicks(page.hub.search_edit, text)
+    qtbot.waitUntil(lambda: "models" in page.hub.search_status.text(), timeout=15_000)
     return page
 
 
 def test_search_as_you_type_and_open_details(qtbot, window, hub_env, models):
     _catalogue(hub_env, models)
     page = _search(qtbot, window, "tiny")
-    rows = {page.results.item(r, 0).text(): r for r in range(page.results.rowCount())}
+    rows = {page.hub.results.item(r, 0).text(): r for r in range(page.hub.results.rowCount())}
     assert set(rows) == {"smith/tiny-base", "smith/tiny-chat", "smith/tiny-gated"}
-    assert page.results.item(rows["smith/tiny-gated"], 6).text() == "Gated"
-    assert page.results.item(rows["smith/tiny-base"], 3).text() == "500"
-    assert page.results.item(rows["smith/tiny-base"], 1).text().endswith("KB")  # bf16 weights: 2 bytes each
+    assert page.hub.results.item(rows["smith/tiny-gated"], 6).text() == "Gated"
+    assert page.hub.results.item(rows["smith/tiny-base"], 3).text() == "500"
+    assert page.hub.results.item(rows["smith/tiny-base"], 1).text().endswith("KB")  # bf16 weights: 2 bytes each
     # typing on replaces the results (the earlier, stale search is dropped)
-    qtbot.keyClicks(page.search_edit, "-chat")
-    qtbot.waitUntil(lambda: page.results.rowCount() == 1, timeout=15_000)
-    page.results.selectRow(0)
-    qtbot.waitUntil(lambda: "Licence" in page.detail_facts.text(), timeout=15_000)
-    facts = page.detail_facts.text()
+    qtbot.keyClicks(page.hub.search_edit, "-chat")
+    qtbot.waitUntil(lambda: page.hub.results.rowCount() == 1, timeout=15_000)
+    page.hub.results.selectRow(0)
+    qtbot.waitUntil(lambda: "Licence" in page.details_pane.detail_facts.text(), timeout=15_000)
+    facts = page.details_pane.detail_facts.text()
     assert "apache-2.0" in facts and "smith/tiny-base" in facts and "BF16" in facts
-    assert page.detail_files.count() >= 2
-    assert page.fit_badge.text() == "● Fits in RAM for this machine"
-    assert "RAM:" in page.fit_badge.toolTip()
+    assert page.details_pane.detail_files.count() >= 2
+    assert page.details_pane.fit_badge.text() == "● Fits in RAM for this machine"
+    assert "RAM:" in page.details_pane.fit_badge.toolTip()
     # hand it to the LoRA page with its base filled in
-    qtbot.mouseClick(page.extract_button, Qt.MouseButton.LeftButton)
+    qtbot.mouseClick(page.details_pane.extract_button, Qt.MouseButton.LeftButton)
     assert window.current_page() == "lora"
     assert window.lora.x_model.text() == "smith/tiny-chat" and window.lora.x_base.text() == "smith/tiny-base"
 
@@ -55,16 +55,16 @@ def test_search_as_you_type_and_open_details(qtbot, window, hub_env, models):
 def test_download_runs_as_a_job_and_shows_in_downloaded(qtbot, window, hub_env, models):
     _catalogue(hub_env, models)
     page = window.models
-    page.open_details("smith/tiny-base")
-    qtbot.waitUntil(page.download_button.isEnabled, timeout=15_000)
-    qtbot.mouseClick(page.download_button, Qt.MouseButton.LeftButton)
+    page.details_pane.open_details("smith/tiny-base")
+    qtbot.waitUntil(page.details_pane.download_button.isEnabled, timeout=15_000)
+    qtbot.mouseClick(page.details_pane.download_button, Qt.MouseButton.LeftButton)
     record = window.state.jobs.records[-1]
     assert record.kind == "download"
     assert wait_for_job(qtbot, window, record.key).status == "done"
     page.tabs.setCurrentIndex(1)
-    qtbot.waitUntil(lambda: page.cache_table.rowCount() == 1, timeout=15_000)
-    assert page.cache_table.item(0, 0).text() == "smith/tiny-base"
-    page.cache_table.selectRow(0)
+    qtbot.waitUntil(lambda: page.downloaded.cache_table.rowCount() == 1, timeout=15_000)
+    assert page.downloaded.cache_table.item(0, 0).text() == "smith/tiny-base"
+    page.downloaded.cache_table.selectRow(0)
 
     def confirm():
         box = QApplication.activeModalWidget()
@@ -75,27 +75,27 @@ def test_download_runs_as_a_job_and_shows_in_downloaded(qtbot, window, hub_env, 
             QTimer.singleShot(50, confirm)
 
     QTimer.singleShot(50, confirm)
-    qtbot.mouseClick(page.delete_button, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: "freed" in page.cache_status.text(), timeout=15_000)
-    qtbot.waitUntil(lambda: page.cache_table.rowCount() == 0, timeout=15_000)
+    qtbot.mouseClick(page.downloaded.delete_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: "freed" in page.downloaded.cache_status.text(), timeout=15_000)
+    qtbot.waitUntil(lambda: page.downloaded.cache_table.rowCount() == 0, timeout=15_000)
 
 
 def test_search_offline_says_so(qtbot, window, hub_env):
     window.settings.offline_check.setChecked(True)
     page = window.models
-    page.search_edit.setText("tiny")
-    qtbot.waitUntil(lambda: "offline" in page.search_status.text(), timeout=15_000)
+    page.hub.search_edit.setText("tiny")
+    qtbot.waitUntil(lambda: "offline" in page.hub.search_status.text(), timeout=15_000)
     window.settings.offline_check.setChecked(False)
 
 
 def test_local_folders_feed_the_merge_page(qtbot, window, models):
     page = window.models
     page.tabs.setCurrentIndex(2)
-    page.add_local_folder(str(models.tune_a))
-    assert page.local_list.count() == 1
-    page.add_local_folder(str(models.base.parent))  # not a model folder
-    assert "does not look like a model folder" in page.local_status.text()
-    page.local_list.setCurrentRow(0)
-    qtbot.mouseClick(page.local_add_button, Qt.MouseButton.LeftButton)
+    page.folders.add_local_folder(str(models.tune_a))
+    assert page.folders.local_list.count() == 1
+    page.folders.add_local_folder(str(models.base.parent))  # not a model folder
+    assert "does not look like a model folder" in page.folders.local_status.text()
+    page.folders.local_list.setCurrentRow(0)
+    qtbot.mouseClick(page.folders.local_add_button, Qt.MouseButton.LeftButton)
     assert window.current_page() == "merge"
     assert window.merge.table.cellWidget(0, 0).text() == str(models.tune_a)

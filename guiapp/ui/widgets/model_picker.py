@@ -12,8 +12,7 @@ def library_entries() -> list[str]:
 
     Runs on a worker thread (scanning the cache reads the disk).
     """
-    from guiapp.hub.cache import scan_cache  # noqa: PLC0415
-    from guiapp.hub.local_folders import list_local_folders  # noqa: PLC0415
+    from guiapp.jobs.library import list_local_folders, scan_cache  # noqa: PLC0415
 
     entries = [str(folder) for folder in list_local_folders()]
     try:

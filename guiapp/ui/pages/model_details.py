@@ -1,0 +1,147 @@
+"""The Models page's details pane: one Hub model's facts, files and fit badge, and what to do with it.
+
+Loading is a coroutine awaited on the Qt loop; opening another model cancels the one still loading, so a slow
+answer never replaces a newer one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from PySide6.QtCore import Qt, QUrl
+from PySide6.QtGui import QDesktopServices
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QListWidget, QPushButton, QVBoxLayout, QWidget
+
+from guiapp.ui.background import LatestTask, run_blocking
+from guiapp.ui.text import error_text, html_escape
+from guiapp.ui.theme import set_status_style
+
+FIT_WORDS = {"FITS_ON_GPU": "Fits on the GPU", "FITS_IN_RAM": "Fits in RAM", "TIGHT": "Tight",
+             "WILL_NOT_FIT": "Too large"}
+
+
+class ModelDetailsPane(QWidget):
+    def __init__(self, state, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.state = state
+        self.details: Any = None  # guiapp.hub.details.ModelDetails of the model shown
+        self._loader = LatestTask(0, self)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        self.detail_title = QLabel("Select a model to see its details.", wordWrap=True)
+        font = self.detail_title.font()
+        font.setBold(True)
+        font.setPointSizeF(font.pointSizeF() * 1.15)
+        self.detail_title.setFont(font)
+        self.fit_badge = QLabel()
+        self.detail_facts = QLabel(wordWrap=True, openExternalLinks=True)
+        self.detail_facts.setTextFormat(Qt.TextFormat.RichText)
+        self.detail_files = QListWidget(accessibleName="Files")
+        self.detail_files.setMaximumHeight(150)
+        self.detail_status = QLabel(wordWrap=True)
+        self.download_button = QPushButton("Download")
+        self.download_button.setToolTip("Download the files a merge needs into the Hugging Face cache (a job)")
+        self.download_button.clicked.connect(self._download)
+        self.base_button = QPushButton("Use as base")
+        self.base_button.clicked.connect(lambda: self.details and state.use_as_base.emit(self.details.repo_id))
+        self.add_button = QPushButton("Add to merge")
+        self.add_button.clicked.connect(lambda: self.details and state.add_to_merge.emit(self.details.repo_id))
+        self.extract_button = QPushButton("Extract LoRA from this")
+        self.extract_button.clicked.connect(self._extract_from_details)
+        self.page_button = QPushButton("Open on the Hub")
+        self.page_button.clicked.connect(lambda: self.details and QDesktopServices.openUrl(QUrl(self.details.page_url)))
+        actions = QHBoxLayout()
+        for button in (self.download_button, self.base_button, self.add_button, self.extract_button):
+            actions.addWidget(button)
+        self._actions = (self.download_button, self.base_button, self.add_button, self.extract_button,
+                         self.page_button)
+        for widget in (self.detail_title, self.fit_badge, self.detail_facts):
+            layout.addWidget(widget)
+        layout.addWidget(QLabel("Files"))
+        layout.addWidget(self.detail_files)
+        layout.addWidget(self.detail_status)
+        layout.addLayout(actions)
+        layout.addWidget(self.page_button, 0, Qt.AlignmentFlag.AlignLeft)
+        layout.addStretch()
+        self._enable_actions(False)
+
+    def open_details(self, repo_id: str) -> None:
+        """Show `repo_id`'s details (one Hub request, awaited off the UI thread) and its fit on this machine."""
+        self.detail_title.setText(repo_id)
+        self.detail_facts.setText("Loading the details…")
+        self.detail_files.clear()
+        self.fit_badge.clear()
+        self.detail_status.clear()
+        self._enable_actions(False)
+        self._loader.request(lambda: self._load(repo_id, self.state.probe))
+
+    async def _load(self, repo_id: str, probe: Any) -> None:
+        from guiapp.jobs import library  # noqa: PLC0415 - the Hub client loads on first use
+
+        try:
+            answer = await run_blocking(library.details_with_fit, repo_id, probe)
+        except Exception as error:  # offline, not found, gated…: said in the pane
+            self.detail_facts.setText(html_escape(error_text(error)))
+            set_status_style(self.detail_facts, None)
+            return
+        self._show(answer.details, answer.fit)
+
+    def _show(self, details: Any, fit: Any) -> None:
+        from guiapp.system.units import format_bytes  # noqa: PLC0415
+
+        self.details = details
+        self.detail_title.setText(details.repo_id)
+        by_dtype = ", ".join(f"{count_text(n)} {dtype}" for dtype, n in details.parameters_by_dtype.items())
+        facts = [
+            ("Parameters", f"{count_text(details.parameters)} ({by_dtype})" if details.parameters else "unknown "
+             "(no safetensors)"),
+            ("Licence", (details.licence or "not stated") + (" — gated: accept it on the Hub page first"
+                                                             if details.gated else "")),
+            ("Base model", ", ".join(details.base_models) or "—"),
+            ("Task", details.pipeline_tag or "—"),
+            ("Library", details.library or "—"),
+            ("Download", f"{format_bytes(details.download_size)} for merging (whole repository "
+             f"{format_bytes(details.repo_size)})"),
+            ("Popularity", f"{details.downloads:,} downloads, {details.likes:,} likes"),
+            ("Updated", details.last_modified.strftime("%Y-%m-%d") if details.last_modified else "—"),
+            ("Tags", ", ".join(t for t in details.tags if ":" not in t)[:200] or "—"),
+        ]
+        self.detail_facts.setText("<table>" + "".join(f"<tr><td><b>{k}</b>&nbsp;&nbsp;</td><td>{html_escape(v)}</td></tr>"
+                                                      for k, v in facts) + "</table>")
+        self.detail_files.clear()
+        for file in details.files:
+            self.detail_files.addItem(f"{file.name}  ({format_bytes(file.size)})")
+        if fit is not None:
+            self.fit_badge.setText(f"● {FIT_WORDS[fit.level.name]} for this machine")
+            self.fit_badge.setToolTip(fit.summary())
+            set_status_style(self.fit_badge, {"WILL_NOT_FIT": "problem", "TIGHT": "warning"}.get(fit.level.name, "good"))
+        self._enable_actions(True)
+        self.extract_button.setToolTip(f"Extract a LoRA of this model against {details.base_models[0]}"
+                                       if details.base_models else "Extract a LoRA of this model (choose its base)")
+
+    def _enable_actions(self, enabled: bool) -> None:
+        for button in self._actions:
+            button.setEnabled(enabled)
+
+    def _extract_from_details(self) -> None:
+        if self.details is not None:
+            self.state.extract_from.emit(self.details.repo_id, self.details.base_models[0] if self.details.base_models else "")
+
+    def _download(self) -> None:
+        from guiapp.jobs.specs import download_job  # noqa: PLC0415
+
+        if self.details is None:
+            return
+        self.state.jobs.submit(download_job(self.details.repo_id))
+        self.detail_status.setText(f"Downloading {self.details.repo_id}: progress on the Jobs page.")
+        set_status_style(self.detail_status, "muted")
+
+
+def count_text(value: int | None) -> str:
+    """A parameter count as people say it ("7.2B", "350.0M"); "" when unknown."""
+    if not value:
+        return ""
+    for unit, size in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if value >= size:
+            return f"{value / size:.1f}{unit}"
+    return str(value)
