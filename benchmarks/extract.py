@@ -8,13 +8,21 @@ decomposition in a fresh process, and (unless --no-end-to-end) runs `extract_lor
 pair with both solvers.
 
 Run: .venv/bin/python benchmarks/extract.py [--quick]
+
+    .venv/bin/python benchmarks/extract.py --busy [--size-gb 1.0]
+
+runs the whole `mergesmith extract-lora --rank 64` command and `mergekit-extract-lora` (from recipe_parity.py's venv)
+on the same generated Llama-shaped bf16 pair, each on a quiet machine and while one busy process per half of the
+cores competes for the CPU, in one run: ours over theirs (goal ≥ 10× faster) and busy over quiet (goal ≤ 1.5×).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -27,6 +35,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from guiapp.engine.lowrank import RankRule, decompose, relative_error  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from workload import CompetingLoad, load_average, mergekit_tool  # noqa: E402
 
 SHAPES = {"attn 2048²": (2048, 2048), "mlp 2048×5632": (5632, 2048), "attn 4096²": (4096, 4096)}
 RANKS = (16, 64, 256)
@@ -181,11 +192,54 @@ def end_to_end(hidden: int, intermediate: int, layers: int) -> None:
                   flush=True)
 
 
+def busy_comparison(size_gb: float, rank: int, timeout: float) -> None:
+    """Our extract-lora command and mergekit's, quiet and busy, on one generated pair; prints a table."""
+    from merge import build_models, timed_run  # noqa: PLC0415 - the 1 GB models of the merge benchmark
+
+    mergekit = mergekit_tool("mergekit-extract-lora")
+    with tempfile.TemporaryDirectory(prefix="mergesmith-extract-") as folder:
+        folder = Path(folder)
+        print(f"Building a {size_gb:g} GB Llama-shaped bf16 base and fine-tune in {folder} …", flush=True)
+        base, tuned, _, _ = build_models(folder, size_gb)
+        ours = [sys.executable, "-m", "guiapp", "extract-lora", "--base", str(base), "--model", str(tuned),
+                "--rank", str(rank), "--overwrite", "--out"]
+        theirs = [str(mergekit), "--model", str(tuned), "--base-model", str(base), "--max-rank", str(rank),
+                  "--out-path"] if mergekit else None
+        timed_run([*ours, str(folder / "ours")], timeout)  # warm-up: page cache, the cached capability probe
+        row = {}
+        for condition in ("quiet", "busy"):
+            with CompetingLoad() if condition == "busy" else contextlib.nullcontext():
+                row[f"ours_{condition}_s"] = timed_run([*ours, str(folder / "ours")], timeout)
+                if theirs:
+                    shutil.rmtree(folder / "theirs", ignore_errors=True)
+                    row[f"mergekit_{condition}_s"] = timed_run([*theirs, str(folder / "theirs")], timeout)
+            print(f"  {condition}: {row} ({load_average()})", flush=True)
+
+    def shown(value: float | None) -> str:
+        return f"> {timeout:.0f} s" if value is None else f"{value:.1f} s"
+
+    print(f"\n| extract-lora rank {rank}, {size_gb:g} GB pair | ours | mergekit | mergekit / ours (goal ≥ 10) |")
+    print("|---|---|---|---|")
+    for condition in ("quiet", "busy"):
+        mine, other = row[f"ours_{condition}_s"], row.get(f"mergekit_{condition}_s")
+        ratio = "—" if mine is None or not theirs else (
+            f"> {timeout / mine:.1f}×" if other is None else f"{other / mine:.1f}×")
+        print(f"| {condition} | {shown(mine)} | {shown(other) if theirs else 'not installed'} | {ratio} |")
+    if row["ours_quiet_s"] and row["ours_busy_s"]:
+        print(f"ours busy / quiet: {row['ours_busy_s'] / row['ours_quiet_s']:.2f}× (goal ≤ 1.5)")
+    print(f"({load_average()}; busy: {CompetingLoad().count} competing busy process(es))")
+    print(json.dumps(row))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="Only the 2048-wide matrices.")
     parser.add_argument("--no-end-to-end", action="store_true", help="Skip the extract_lora runs.")
     parser.add_argument("--no-table", action="store_true", help="Skip the solver table (memory and end-to-end only).")
+    parser.add_argument("--busy", action="store_true",
+                        help="Only the end-to-end command against mergekit-extract-lora, quiet and busy.")
+    parser.add_argument("--size-gb", type=float, default=1.0, help="Model size of the --busy pair (default 1.0).")
+    parser.add_argument("--timeout", type=float, default=400, help="Seconds before a --busy run is given up.")
     parser.add_argument("--memory-probe", nargs=3, type=int, help=argparse.SUPPRESS)
     parser.add_argument("--extraction-probe", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -194,6 +248,9 @@ def main() -> None:
         return
     if args.extraction_probe:
         extraction_probe(*args.extraction_probe)
+        return
+    if args.busy:
+        busy_comparison(args.size_gb, 64, args.timeout)
         return
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads", flush=True)
     shapes = {k: v for k, v in SHAPES.items() if not (args.quick and "4096" in k)}

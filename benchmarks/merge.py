@@ -11,11 +11,18 @@ the same recipes run through `mergekit-yaml` and our time over theirs is printed
 
 Targets (2 CPU cores): linear and task_arithmetic ≤ 2× the floor, ties and slerp ≤ 6×; peak private memory
 below 8 float32 copies of the largest tensor + 300 MB, at every model size.
+
+    python benchmarks/merge.py --busy [--methods linear,ties] [--size-gb 1.0]
+
+measures each method on a quiet machine and again while one busy process per half of the cores competes for the
+CPU (a workstation with a browser, an IDE or a training run open), in one run, and prints the busy/quiet ratio
+(goal ≤ 1.5×) with mergekit under the same load (from recipe_parity.py's venv, or --mergekit).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import shutil
 import subprocess
@@ -25,6 +32,8 @@ import textwrap
 import threading
 import time
 from pathlib import Path
+
+from workload import CompetingLoad, load_average, mergekit_tool
 
 RECIPES = {
     "linear": "merge_method: linear\nmodels:\n  - model: {one}\n    parameters: {{weight: 0.5}}\n"
@@ -37,6 +46,7 @@ RECIPES = {
              "parameters: {{t: 0.5}}\ndtype: bfloat16\n",
 }
 TARGETS = {"linear": 2.0, "task_arithmetic": 2.0, "ties": 6.0, "slerp": 6.0}
+BUSY_GOAL = 1.5  # busy time over quiet time
 
 _OURS = textwrap.dedent("""
     import sys, time
@@ -148,6 +158,70 @@ def build_models(folder: Path, size_gb: float) -> tuple[Path, Path, Path, int]:
     return base, tuned[0], tuned[1], largest
 
 
+def timed_run(command: list[str], timeout: float) -> float | None:
+    """Wall seconds of `command`, or None when it did not finish within `timeout` (then it is killed)."""
+    start = time.perf_counter()
+    try:
+        subprocess.run(command, check=True, capture_output=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None
+    return time.perf_counter() - start
+
+
+def busy_table(folder: Path, size_gb: float, methods: list[str], repeat: int, mergekit: str | None,
+               timeout: float) -> list[dict]:
+    """Each method quiet and under a competing load, ours (fastest of `repeat`) and mergekit's (once each)."""
+    if (folder / "two").exists():  # models of an earlier run (--workdir)
+        base, one, two = folder / "base", folder / "one", folder / "two"
+    else:
+        base, one, two, _ = build_models(folder, size_gb)
+    rows = []
+    for method in methods:
+        recipe = folder / f"{method}.yml"
+        recipe.write_text(RECIPES[method].format(base=base, one=one, two=two))
+        row: dict = {"method": method}
+        for condition in ("quiet", "busy"):
+            with CompetingLoad() if condition == "busy" else contextlib.nullcontext():
+                runs = []
+                for _ in range(repeat):
+                    shutil.rmtree(folder / f"out-{method}", ignore_errors=True)
+                    runs.append(run_measured([sys.executable, "-c", _OURS, str(recipe), str(folder / f"out-{method}")])[0])
+                row[f"ours_{condition}_s"] = round(min(runs), 2)
+                if mergekit:
+                    shutil.rmtree(folder / f"mergekit-{method}", ignore_errors=True)
+                    seconds = timed_run([mergekit, str(recipe), str(folder / f"mergekit-{method}"), "--lazy-unpickle"],
+                                        timeout)
+                    row[f"mergekit_{condition}_s"] = None if seconds is None else round(seconds, 2)
+            print(f"  {method:<16} {condition:<5} ours {row[f'ours_{condition}_s']:7.2f} s"
+                  + (f"  mergekit {_seconds(row[f'mergekit_{condition}_s'], timeout)}" if mergekit else "")
+                  + f"  ({load_average()})", flush=True)
+        row["busy_over_quiet"] = round(row["ours_busy_s"] / row["ours_quiet_s"], 2)
+        rows.append(row)
+        shutil.rmtree(folder / f"out-{method}", ignore_errors=True)
+        shutil.rmtree(folder / f"mergekit-{method}", ignore_errors=True)
+    return rows
+
+
+def _seconds(value: float | None, timeout: float) -> str:
+    return f"> {timeout:.0f} s" if value is None else f"{value:.1f} s"
+
+
+def print_busy_table(rows: list[dict], mergekit: str | None, timeout: float) -> None:
+    print(f"\n| method | ours quiet | ours busy | busy/quiet (goal ≤ {BUSY_GOAL}) |"
+          + (" mergekit quiet | mergekit busy | busy: ours vs mergekit |" if mergekit else ""))
+    print("|---|---|---|---|" + ("---|---|---|" if mergekit else ""))
+    for row in rows:
+        line = (f"| {row['method']} | {row['ours_quiet_s']:.1f} s | {row['ours_busy_s']:.1f} s | "
+                f"{row['busy_over_quiet']:.2f}× {'ok' if row['busy_over_quiet'] <= BUSY_GOAL else 'MISSED'} |")
+        if mergekit:
+            theirs = row["mergekit_busy_s"]
+            ahead = (f"{theirs / row['ours_busy_s']:.1f}× faster" if theirs is not None
+                     else f"> {timeout / row['ours_busy_s']:.1f}× faster")
+            line += (f" {_seconds(row['mergekit_quiet_s'], timeout)} | {_seconds(theirs, timeout)} | {ahead} |")
+        print(line)
+    print(f"({load_average()}; busy: {CompetingLoad().count} competing busy process(es))")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--size-gb", type=float, action="append", help="model size in GB (repeatable); default 1.0")
@@ -157,11 +231,27 @@ def main() -> None:
                         help="runs of the floor and of our merge, alternating; the fastest of each counts")
     parser.add_argument("--mergekit", default=shutil.which("mergekit-yaml"),
                         help="path of mergekit-yaml (e.g. from another virtual environment); default: on PATH")
+    parser.add_argument("--busy", action="store_true",
+                        help="measure each method quiet and under a competing CPU load, with mergekit if installed")
+    parser.add_argument("--mergekit-timeout", type=float, default=300,
+                        help="seconds after which a mergekit run is stopped and shown as '> N s' (--busy)")
     args = parser.parse_args()
     sizes = args.size_gb or [1.0]
-    methods = args.methods.split(",")
-    mergekit = args.mergekit
+    mergekit = args.mergekit or (str(mergekit_tool("mergekit-yaml") or "") or None)
     work = Path(args.workdir or tempfile.mkdtemp(prefix="mergesmith-bench-"))
+    if args.busy:
+        methods = args.methods.split(",") if args.methods != ",".join(RECIPES) else ["linear", "ties"]
+        folder = work / f"{sizes[0]:g}GB"
+        folder.mkdir(parents=True, exist_ok=True)
+        print(f"Busy-machine benchmark in {folder} ({load_average()}); mergekit: {mergekit or 'not installed'}",
+              flush=True)
+        rows = busy_table(folder, sizes[0], methods, args.repeat, mergekit, args.mergekit_timeout)
+        print_busy_table(rows, mergekit, args.mergekit_timeout)
+        print(json.dumps(rows, indent=2))
+        if args.workdir is None:
+            shutil.rmtree(work, ignore_errors=True)
+        return
+    methods = args.methods.split(",")
     rows = []
     for size in sizes:
         folder = work / f"{size:g}GB"

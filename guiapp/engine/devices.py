@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import torch
 
 from guiapp.errors import DeviceError
@@ -43,3 +46,13 @@ def use_cpu_threads(count: int) -> None:
     """Let torch operations started from the calling thread use `count` CPU threads (see guiapp/system/threads.py)."""
     if torch.get_num_threads() != count:
         torch.set_num_threads(count)
+
+
+@contextmanager
+def threads_restored() -> Iterator[None]:
+    """Inside, a job sets the calling thread's torch thread count per piece of work; afterwards it is what it was."""
+    before = torch.get_num_threads()
+    try:
+        yield
+    finally:
+        use_cpu_threads(before)

@@ -1,0 +1,73 @@
+"""What the benchmarks share about the machine they run on: a competing CPU load (a busy workstation), the load
+average printed with every table, mergekit's venv (installed by recipe_parity.py), and dropping the page cache."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+MERGEKIT_VENV = Path("/tmp/mergekit-parity-venv")  # recipe_parity.py's default --venv
+
+
+def load_average() -> str:
+    """The 1, 5 and 15 minute load averages and the core count, for the header of a table."""
+    one, five, fifteen = os.getloadavg()
+    return f"load average {one:.2f} {five:.2f} {fifteen:.2f} on {os.cpu_count()} cores"
+
+
+class CompetingLoad:
+    """One busy Python process per half of the cores (at least one), like a browser, an IDE or a training run
+    sharing the workstation; stopped (by their own ids) when the block ends."""
+
+    def __init__(self) -> None:
+        self.count = max(1, (os.cpu_count() or 2) // 2)
+        self._processes: list[subprocess.Popen] = []
+
+    def __enter__(self) -> CompetingLoad:
+        self._processes = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(self.count)]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for process in self._processes:
+            process.kill()
+            process.wait()
+        self._processes = []
+
+
+def mergekit_tool(name: str, venv: Path = MERGEKIT_VENV) -> Path | None:
+    """mergekit's `name` command (mergekit-yaml, mergekit-extract-lora) from recipe_parity.py's venv; None when
+    it is not installed there (install_mergekit installs it)."""
+    tool = venv / "bin" / name
+    return tool if tool.exists() else None
+
+
+def install_mergekit(venv: Path = MERGEKIT_VENV) -> None:
+    """Install mergekit 0.1.5 into `venv` (sharing this project's torch), as recipe_parity.py does."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from recipe_parity import ensure_mergekit  # noqa: PLC0415
+
+    ensure_mergekit(venv)
+
+
+def drop_page_cache(files: list[Path]) -> str:
+    """Make the next reads of `files` come from the disk; returns how (for the table's header).
+
+    As root, `echo 3 > /proc/sys/vm/drop_caches` drops every cached page. Where that is refused (a container, no
+    root), each file's cached pages are evicted with posix_fadvise(DONTNEED), which needs no privilege. Either way
+    a virtual machine's host may still cache the disk, which this cannot see.
+    """
+    os.sync()
+    try:
+        Path("/proc/sys/vm/drop_caches").write_text("3\n")
+        return "page cache dropped (drop_caches)"
+    except OSError as error:
+        how = f"drop_caches refused ({error.strerror}): input pages evicted with posix_fadvise(DONTNEED)"
+    for file in files:
+        descriptor = os.open(file, os.O_RDONLY)
+        try:
+            os.posix_fadvise(descriptor, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(descriptor)
+    return how
