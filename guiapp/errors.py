@@ -164,6 +164,13 @@ class OfflineError(HubError, ConnectionError):
     title = "Offline"
 
 
+class HubUnreachableError(OfflineError):
+    """The Hub's address cannot be reached: no network, a proxy or firewall in the way, or the Hub is down.
+    Switching to offline mode keeps the models already downloaded and local folders usable."""
+
+    title = "Can't reach the Hugging Face Hub"
+
+
 class RateLimitedError(HubError, ConnectionError):
     """The Hub refused more requests for now (HTTP 429)."""
 

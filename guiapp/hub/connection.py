@@ -7,13 +7,17 @@ On top of `HF_HUB_OFFLINE`, the window's "Work offline" switch (or the CLI's `--
 
 from __future__ import annotations
 
+import socket
+import threading
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 from huggingface_hub import constants
 
-from guiapp.errors import OfflineError
+from guiapp.errors import HubUnreachableError, OfflineError
 from guiapp.hub.server_checks import check_hub_answers
 from guiapp.system.scrub import scrub_log_records
 
@@ -21,6 +25,9 @@ if TYPE_CHECKING:
     from huggingface_hub import HfApi
 
 _offline_requested = False
+# How long an interactive call waits for the Hub's address (or the proxy's) to accept a connection, name lookup
+# included, before it says the Hub cannot be reached: far above a working network's, far below a user's patience.
+REACH_TIMEOUT_SECONDS = 2.5
 
 
 def set_offline(enabled: bool) -> None:
@@ -75,3 +82,53 @@ class HubConnection:
     def model_page(self, repo_id: str) -> str:
         """The web page of a model (where its licence is accepted)."""
         return f"{self.shown_endpoint}/{repo_id}"
+
+    def check_reachable(self, timeout: float = REACH_TIMEOUT_SECONDS) -> None:
+        """One connection attempt to the endpoint (or to the proxy that the environment names for it).
+
+        Interactive calls make it first because huggingface_hub retries a failed listing with back-off for
+        about 25 s. Raises HubUnreachableError, in words and offering offline mode, when no connection is made
+        within `timeout` seconds; a Hub that accepts the connection but answers badly is left to the call.
+        """
+        host, port = _first_hop(self.endpoint)
+        outcome: list[BaseException | None] = []
+
+        def attempt() -> None:
+            try:
+                socket.create_connection((host, port), timeout=timeout).close()
+                outcome.append(None)
+            except OSError as error:
+                outcome.append(error)
+
+        # A thread, so that a name lookup (which ignores socket timeouts) is bounded too.
+        worker = threading.Thread(target=attempt, name="hub-reachable", daemon=True)
+        worker.start()
+        worker.join(timeout)
+        if outcome and outcome[0] is None:
+            return
+        raise HubUnreachableError(
+            f"Can't reach the Hugging Face Hub at {self.shown_endpoint}: {_why_unreachable(outcome, timeout)}.",
+            hint="Check your connection (and any proxy), or switch to offline mode: the models already downloaded "
+            "and your local folders keep working.",
+        )
+
+
+def _why_unreachable(outcome: list[BaseException | None], timeout: float) -> str:
+    error = outcome[0] if outcome else None
+    if error is None or isinstance(error, TimeoutError):
+        return f"no answer within {timeout:g} s"
+    if isinstance(error, socket.gaierror):
+        return "its address cannot be looked up (no network, or no name server)"
+    if isinstance(error, ConnectionRefusedError):
+        return "nothing answers at that address"
+    return f"the connection failed ({error})"
+
+
+def _first_hop(endpoint: str) -> tuple[str, int]:
+    """The host and port a request to `endpoint` connects to first: the proxy set for it, else the endpoint."""
+    url = urlsplit(endpoint)
+    proxies = urllib.request.getproxies()
+    proxy = proxies.get(url.scheme) or proxies.get("all")
+    if proxy and not urllib.request.proxy_bypass(url.hostname or ""):
+        url = urlsplit(proxy if "://" in proxy else f"http://{proxy}")
+    return url.hostname or "", url.port or (443 if url.scheme == "https" else 80)

@@ -13,6 +13,7 @@ from guiapp.errors import (
     GatedModelError,
     HubError,
     HubResponseError,
+    HubUnreachableError,
     InvalidTokenError,
     MergesmithError,
     ModelNotFoundError,
@@ -139,10 +140,11 @@ def translate(error: BaseException, repo_id: str | None, revision: str | None = 
     return error
 
 
-def _unreachable(model: str, endpoint: str) -> OfflineError:
-    return OfflineError(
-        f"The Hub at {endpoint} cannot be reached, so {model} cannot be read from it.",
-        hint="Check the network connection (and any proxy); models already downloaded keep working offline.",
+def _unreachable(model: str, endpoint: str) -> HubUnreachableError:
+    return HubUnreachableError(
+        f"Can't reach the Hugging Face Hub at {endpoint}, so {model} cannot be read from it.",
+        hint="Check your connection (and any proxy), or switch to offline mode: the models already downloaded "
+        "and your local folders keep working.",
     )
 
 

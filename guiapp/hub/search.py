@@ -131,6 +131,7 @@ class SearchResults:
         return page
 
     def _open(self) -> Iterator[Any]:
+        self._connection.check_reachable()  # huggingface_hub's listing retries a dead Hub for 25 s
         query = self.query
         options: dict[str, Any] = {}
         parameter_range = _parameter_range(query.min_parameters, query.max_parameters)
