@@ -14,6 +14,8 @@ processes events. Coroutines here therefore await only futures (no `asyncio.slee
 from __future__ import annotations
 
 import asyncio
+import atexit
+import contextlib
 import functools
 import sys
 from collections.abc import Callable, Coroutine
@@ -41,7 +43,14 @@ def ui_loop() -> asyncio.AbstractEventLoop:
         pass
     if _fallback_loop is None:
         _fallback_loop = qasync.QEventLoop(QApplication.instance())
+        atexit.register(_close_fallback_loop)  # while Qt is still there: closing it later fails noisily
     return _fallback_loop
+
+
+def _close_fallback_loop() -> None:
+    if _fallback_loop is not None and not _fallback_loop.is_closed():
+        with contextlib.suppress(RuntimeError):  # Qt already gone: nothing left to release
+            _fallback_loop.close()
 
 
 async def run_blocking(function: Callable[..., T], *args: Any) -> T:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import random
 import signal
@@ -160,42 +159,39 @@ def test_the_window_deleted_while_a_check_runs_in_the_background(qtbot, probed, 
     from guiapp.ui import background  # noqa: PLC0415
     from guiapp.ui.app import create_window  # noqa: PLC0415
 
-    started, release, finished, answered = threading.Event(), threading.Event(), threading.Event(), []
-    run_blocking = background.run_blocking
+    started, release, finished = threading.Event(), threading.Event(), threading.Event()
+    pool = background._POOL
 
-    async def held(function, *args):
-        def check():
-            started.set()
-            assert release.wait(60), "the test never let the check go"
-            try:
-                return function(*args)
-            finally:
-                finished.set()
+    class HeldPool:
+        """The UI's worker pool, holding each call on its thread until the test lets go."""
 
-        try:
-            value = await run_blocking(check)
-        except BaseException as error:  # cancelled with its page (or the check's own error)
-            answered.append(error)
-            raise
-        answered.append(value)  # reached only if the page's coroutine goes on after its page is gone
-        return value
+        def submit(self, function):
+            def held():
+                started.set()
+                assert release.wait(60), "the test never let the check go"
+                try:
+                    return function()
+                finally:
+                    finished.set()
+
+            return pool.submit(held)
 
     _, window = create_window([])  # not handed to qtbot, which would close it again after it is deleted
     window.show()
     window.state.start_loading(probe=False)
     qtbot.waitUntil(lambda: window.state.methods is not None, timeout=60_000)
     window.state.set_probe(probed)
-    monkeypatch.setattr(background, "run_blocking", held)  # from here on, background calls wait for release
+    monkeypatch.setattr(background, "_POOL", HeldPool())  # from here on, background calls wait for release
     validator = window.merge._validator
     recipe = {"merge_method": "ties", "base_model": str(models.medium_base),
               "models": [{"model": str(models.medium_a), "parameters": {"weight": 0.5, "density": 0.5}}]}
     window.merge.yaml_edit.setPlainText(yaml.safe_dump(recipe, sort_keys=False))
     qtbot.waitUntil(started.is_set, timeout=30_000)  # the check runs on its thread
+    check = validator.task  # the page's coroutine, waiting for the check's answer
     window.close()
     window.deleteLater()
     qtbot.waitUntil(lambda: not isValid(validator), timeout=30_000)  # the page and its widgets are gone
-    qtbot.waitUntil(lambda: bool(answered), timeout=60_000)
-    assert all(isinstance(answer, asyncio.CancelledError) for answer in answered)  # the page's check was cancelled
+    qtbot.waitUntil(check.cancelled, timeout=30_000)  # deleting the page cancelled its coroutine
     release.set()
     # The check's thread finishes now and its answer is dropped; pytest-qt fails the test on any exception raised
     # in Qt's loop (the window's coroutines hand theirs to sys.excepthook).

@@ -30,7 +30,7 @@ from PySide6.QtWidgets import (
 )
 
 from guiapp.jobs.validation import PairCheck, check_adapter, check_pair
-from guiapp.ui.background import LatestCall, call_in_background
+from guiapp.ui.background import LatestTask, call_in_background, run_blocking
 from guiapp.ui.merge.output_box import default_output_folder
 from guiapp.ui.pages.jobs import extraction_report
 from guiapp.ui.text import sentence
@@ -62,8 +62,8 @@ class LoraPage(QWidget):
         self.tabs.addTab(self._scrolled(self._build_apply()), "Apply LoRA")
         layout = QVBoxLayout(self)
         layout.addWidget(self.tabs)
-        self._checker = LatestCall(500, self)
-        self._apply_checker = LatestCall(500, self)
+        self._checker = LatestTask(500, self)
+        self._apply_checker = LatestTask(500, self)
         state.probe_ready.connect(lambda _: self._refresh_capabilities())
         state.jobs.record_changed.connect(self._job_changed)
         state.methods_ready.connect(lambda _: call_in_background(library_entries, self._show_library))
@@ -189,12 +189,16 @@ class LoraPage(QWidget):
     def _extract_changed(self, *_: Any) -> None:
         base, model = self.x_base.text(), self.x_model.text()
         if not (base and model):
+            self._checker.cancel()  # a check still running for the models no longer chosen is dropped
             self.x_check.clear()
             return
         self.x_check.setText("Checking the models…")
         set_status_style(self.x_check, "muted")
         device, out, probe = self.x_device.value() or "cpu", self.x_out.text(), self.state.probe
-        self._checker.request(lambda: check_pair(base, model, device, out, probe), self._show_extract_check)
+        self._checker.request(lambda: self._check_pair(base, model, device, out, probe))
+
+    async def _check_pair(self, base: str, model: str, device: str, out: str, probe: Any) -> None:
+        self._show_extract_check(await run_blocking(check_pair, base, model, device, out, probe))
 
     def _show_extract_check(self, check: PairCheck) -> None:
         from guiapp.system.units import format_bytes, format_seconds  # noqa: PLC0415
@@ -295,12 +299,16 @@ class LoraPage(QWidget):
     def _apply_changed(self, *_: Any) -> None:
         base, adapter = self.a_base.text(), self.a_adapter.text()
         if not (base and adapter):
+            self._apply_checker.cancel()
             self.a_check.clear()
             return
         self.a_check.setText("Checking the adapter against the base model…")
         set_status_style(self.a_check, "muted")
         device, out = self.a_device.value() or "cpu", self.a_out.text()
-        self._apply_checker.request(lambda: check_adapter(base, adapter, device, out), self._show_apply_check)
+        self._apply_checker.request(lambda: self._check_adapter(base, adapter, device, out))
+
+    async def _check_adapter(self, base: str, adapter: str, device: str, out: str) -> None:
+        self._show_apply_check(await run_blocking(check_adapter, base, adapter, device, out))
 
     def _show_apply_check(self, check: PairCheck) -> None:
         from guiapp.system.units import format_bytes  # noqa: PLC0415

@@ -27,7 +27,7 @@ from PySide6.QtWidgets import (
 
 from guiapp.jobs.recipe_document import FormValues, RecipeDocument
 from guiapp.jobs.validation import check_merge
-from guiapp.ui.background import LatestCall, call_in_background
+from guiapp.ui.background import LatestTask, call_in_background, run_blocking
 from guiapp.ui.merge.advanced_box import AdvancedBox
 from guiapp.ui.merge.messages import show_message
 from guiapp.ui.merge.method_box import MethodBox
@@ -58,7 +58,7 @@ class MergePage(QWidget):
         self.recipe = RecipeDocument()  # the page's state: what the YAML view shows and the form edits
         self._extra_globals: dict[str, Any] = {}  # method-wide values the schema does not declare, kept as given
         self._syncing = False
-        self._validator = LatestCall(VALIDATION_DELAY_MS, self)
+        self._validator = LatestTask(VALIDATION_DELAY_MS, self)
         self.last_validation: Any = None  # the newest guiapp.jobs.validation.MergeCheck
 
         self.stack = QStackedWidget()
@@ -323,7 +323,10 @@ class MergePage(QWidget):
         device = self.device_combo.value() or "cpu"
         output = self.output_edit.text().strip()
         probe, replace = self.state.probe, self.overwrite_check.isChecked()
-        self._validator.request(lambda: check_merge(document, device, output, probe, replace), self._show_validation)
+        self._validator.request(lambda: self._check(document, device, output, probe, replace))
+
+    async def _check(self, document: dict[str, Any], device: str, output: str, probe: Any, replace: bool) -> None:
+        self._show_validation(await run_blocking(check_merge, document, device, output, probe, replace))
 
     def _show_validation(self, result: Any) -> None:
         """Show a `MergeCheck`: each problem next to the field its key names, then the verdict and the estimate."""
