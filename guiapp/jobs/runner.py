@@ -18,6 +18,7 @@ from enum import Enum
 from typing import Any
 
 from guiapp.errors import JobCancelled
+from guiapp.jobs import durations
 from guiapp.progress import CancelToken, Progress, ProgressEvent
 
 
@@ -92,10 +93,12 @@ def run_job(job: Job, listeners: JobListeners | None = None, cancel: CancelToken
     summary: dict[str, Any] = {}
     error: BaseException | None = None
     trace = ""
+    durations.job_started()
     try:
         progress.check_cancelled()
         summary = job.work(progress) or {}
         status = JobStatus.DONE
+        durations.job_finished()  # this machine's throughput for the next estimate of this kind
     except JobCancelled as cancelled:
         status, error = JobStatus.CANCELLED, cancelled
         on_log("Cancelled. Nothing was left behind.")

@@ -1,8 +1,7 @@
-"""Memory and disk facts, the fit verdict of a job, and time estimates from probed speeds.
+"""Memory and disk facts, the fit verdict of a job, and the shape of a time estimate (made in guiapp.jobs.durations).
 
-Inputs are plain numbers (bytes, flops): the jobs layer works out a job's working set from the checkpoint
-headers and asks here whether it fits on this machine and roughly how long it takes. Only `gpu_memory`
-imports torch, inside the function.
+Inputs are plain numbers (bytes): the jobs layer works out a job's working set from the checkpoint headers and
+asks here whether it fits on this machine. Only `gpu_memory` imports torch, inside the function.
 """
 
 from __future__ import annotations
@@ -15,15 +14,12 @@ from pathlib import Path
 import psutil
 
 from guiapp.errors import DeviceError, InsufficientResourcesError, OutputError
-from guiapp.system.probe import ProbeResult
-from guiapp.system.units import format_bytes, format_seconds
+from guiapp.system.units import format_bytes, format_duration_range
 
 # Above these fractions of what is free, a job is "tight": it may fit, but other programs can tip it over.
 TIGHT_FRACTION_OF_RAM = 0.8
 TIGHT_FRACTION_OF_VRAM = 0.9
 TIGHT_FRACTION_OF_DISK = 0.9
-# Reading checkpoints is not probed (it depends on the disk and the page cache); this is a middling SSD.
-ASSUMED_READ_BYTES_PER_SECOND = 500e6
 
 
 @dataclass(frozen=True)
@@ -250,11 +246,6 @@ def fit_verdict(
     )
 
 
-def matmul_flop_count(rows: int, inner: int, cols: int) -> float:
-    """Floating-point operations of a (rows × inner) @ (inner × cols) product."""
-    return 2.0 * rows * inner * cols
-
-
 def svd_flop_count(rows: int, cols: int) -> float:
     """The usual operation count of a thin SVD of a rows × cols matrix (Golub–Van Loan)."""
     small, large = sorted((rows, cols))
@@ -263,40 +254,15 @@ def svd_flop_count(rows: int, cols: int) -> float:
 
 @dataclass(frozen=True)
 class TimeEstimate:
+    """How long a job will take: `seconds` is the best guess, `low`–`high` the range shown (never a false
+    precision); `basis` says what it came from (probed speeds, earlier jobs), for the log."""
+
     seconds: float
-    basis: str  # which probed speeds it came from, for the log
+    basis: str
+    low: float | None = None
+    high: float | None = None
 
     def __str__(self) -> str:
-        return f"about {format_seconds(self.seconds)}"
-
-
-def estimate_time(
-    result: ProbeResult,
-    device: str,
-    compute_dtype: str = "float32",
-    *,
-    matmul_flops: float = 0.0,
-    svd_flops: float = 0.0,
-    elementwise_bytes: float = 0.0,
-    read_bytes: float = 0.0,
-    read_bytes_per_second: float = ASSUMED_READ_BYTES_PER_SECOND,
-) -> TimeEstimate | None:
-    """Seconds a job of this much work takes on `device`, from the probe's speeds; None when none were measured.
-
-    Work is given as matmul and SVD flops, bytes moved by elementwise operations, and bytes read from disk.
-    The probe times small fixed workloads, so this is an order-of-magnitude figure, good for "about 3 min".
-    """
-    matmul = result.speed(device, compute_dtype, "matmul")
-    svd = result.speed(device, compute_dtype, "svd")
-    elementwise = result.speed(device, compute_dtype, "elementwise")
-    if matmul is None or svd is None or elementwise is None:
-        return None
-    seconds = (
-        matmul_flops / (matmul.gflops * 1e9)
-        + svd_flops / (svd.gflops * 1e9)
-        + elementwise_bytes / (elementwise.gbps * 1e9)
-        + read_bytes / read_bytes_per_second
-    )
-    basis = (f"{device} {compute_dtype}: matmul {matmul.gflops:.1f} GFLOP/s, SVD {svd.gflops:.1f} GFLOP/s, "
-             f"elementwise {elementwise.gbps:.1f} GB/s, reading {read_bytes_per_second / 1e6:.0f} MB/s (assumed)")
-    return TimeEstimate(seconds=seconds, basis=basis)
+        low = self.seconds if self.low is None else self.low
+        high = self.seconds if self.high is None else self.high
+        return f"about {format_duration_range(low, high)}"

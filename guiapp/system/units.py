@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 
 def format_bytes(count: float) -> str:
     """1536 → "1.5 KB", 25276510208 → "25.3 GB" (decimal units, as disks and the Hub show them)."""
@@ -22,3 +24,19 @@ def format_seconds(seconds: float) -> str:
         return f"{minutes} min {secs} s" if secs else f"{minutes} min"
     hours, minutes = divmod(minutes, 60)
     return f"{hours} h {minutes} min" if minutes else f"{hours} h"
+
+
+def format_duration_range(low: float, high: float) -> str:
+    """A duration that is only known roughly, in the unit of its upper end: (50, 110) → "1–2 min",
+    (4, 9) → "4–9 s", (12, 33) → "10–35 s", (5000, 9000) → "1–3 h". Ends are rounded outwards, to whole units
+    (seconds above 10 to fives), so the range never looks more precise than it is."""
+    low, high = max(0.0, min(low, high)), max(0.0, low, high)
+    if high < 60:
+        step = 5 if high > 10 else 1
+        bottom, top, unit = math.floor(low / step) * step, math.ceil(high / step) * step, "s"
+        bottom, top = max(1, bottom), max(1, top)
+    elif high < 3600:
+        bottom, top, unit = max(1, math.floor(low / 60)), math.ceil(high / 60), "min"
+    else:
+        bottom, top, unit = max(1, math.floor(low / 3600)), math.ceil(high / 3600), "h"
+    return f"{top} {unit}" if bottom >= top else f"{bottom}–{top} {unit}"

@@ -14,12 +14,9 @@ from guiapp.system.resources import (
     GpuMemory,
     Memory,
     disk,
-    estimate_time,
     fit_verdict,
     gpu_memory,
-    matmul_flop_count,
     memory,
-    svd_flop_count,
 )
 from tests.support.devices import absent_cuda_device
 
@@ -87,14 +84,3 @@ def test_gpu_verdicts_and_the_error_of_a_job_that_will_not_fit():
     assert isinstance(error, InsufficientResourcesError) and error.retry_with == {"device": "cpu"}
     assert "30.0 GB needed on cuda:0, 20.0 GB free of 24.0 GB" in error.message
 
-
-def test_time_estimate_scales_with_work_and_uses_probed_speeds(probed):
-    svd_work = 50 * svd_flop_count(4096, 4096)
-    estimate = estimate_time(probed, "cpu", svd_flops=svd_work)
-    expected = svd_work / (probed.speed("cpu", "float32", "svd").gflops * 1e9)
-    assert estimate.seconds == pytest.approx(expected)
-    assert estimate_time(probed, "cpu", svd_flops=2 * svd_work).seconds == pytest.approx(2 * expected)
-    reading = estimate_time(probed, "cpu", matmul_flops=matmul_flop_count(4096, 4096, 16), read_bytes=1e9,
-                            read_bytes_per_second=1e8)
-    assert reading.seconds > 10 and "SVD" in reading.basis and str(reading).startswith("about ")
-    assert estimate_time(probed, absent_cuda_device(), svd_flops=1e9) is None  # the probe never measured it
