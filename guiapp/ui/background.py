@@ -18,7 +18,7 @@ import atexit
 import contextlib
 import functools
 import sys
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
@@ -55,9 +55,14 @@ def _close_fallback_loop() -> None:
 
 async def run_blocking(function: Callable[..., T], *args: Any) -> T:
     """Await `function(*args)` run on a worker thread; raises what it raises."""
+    return await _submit(function, *args)
+
+
+def _submit(function: Callable[..., T], *args: Any) -> asyncio.Future:
+    """Start `function(*args)` on a worker thread now; its answer as a future of the UI loop."""
     # Not loop.run_in_executor: qasync's wraps the future for asyncio's current loop, which is not this one when
     # the window runs under Qt's own loop.
-    return await asyncio.wrap_future(_POOL.submit(functools.partial(function, *args)), loop=ui_loop())
+    return asyncio.wrap_future(_POOL.submit(functools.partial(function, *args)), loop=ui_loop())
 
 
 def start(coroutine: Coroutine[Any, Any, Any]) -> asyncio.Task:
@@ -78,14 +83,15 @@ def _finished(task: asyncio.Task) -> None:
 
 def call_in_background(function: Callable[[], Any], on_result: Callable[[Any], None],
                        on_error: Callable[[BaseException], None] | None = None) -> asyncio.Task:
-    """Run `function()` on a worker thread; call `on_result(value)` or `on_error(exc)` on the UI thread."""
-    return start(_answer(function, on_result, on_error))
+    """Run `function()` on a worker thread (starting now, even if the loop stops before it answers); call
+    `on_result(value)` or `on_error(exc)` on the UI thread."""
+    return start(_answer(_submit(function), on_result, on_error))
 
 
-async def _answer(function: Callable[[], Any], on_result: Callable[[Any], None],
+async def _answer(answer: Awaitable[Any], on_result: Callable[[Any], None],
                   on_error: Callable[[BaseException], None] | None) -> None:
     try:
-        result = await run_blocking(function)
+        result = await answer
     except Exception as error:  # delivered to the caller, which explains it
         if on_error is not None:
             on_error(error)
@@ -145,5 +151,5 @@ class LatestCall(LatestTask):
 
     def request(self, function: Callable[[], Any], on_result: Callable[[Any], None],  # type: ignore[override]
                 on_error: Callable[[BaseException], None] | None = None) -> None:
-        super().request(lambda: _answer(function, on_result, on_error))
+        super().request(lambda: _answer(run_blocking(function), on_result, on_error))
 
