@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import resource
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -22,7 +21,7 @@ from tests.support.filesystems import small_filesystem
 # A few MB: big enough that a dropped connection or a filling disk lands in the middle of a file.
 MEDIUM = LlamaShape(hidden=256, intermediate=1024, layers=2, heads=4, kv_heads=2, vocab=2048)
 # One 65 M-element embedding (and head): ties holds several float32 copies of it, about 1.8 GB in all.
-HUNGRY = LlamaShape(hidden=2048, intermediate=256, layers=1, heads=8, kv_heads=2, vocab=32000)
+HUNGRY = LlamaShape(hidden=2048, intermediate=256, layers=1, heads=8, kv_heads=2, vocab=64000)
 # Lets Python and torch start (about 650 MB of address space) but not the ties merge of HUNGRY.
 ADDRESS_SPACE_LIMIT = 1_500_000_000
 

@@ -26,7 +26,7 @@ from guiapp.jobs.runner import JobStatus, run_job
 from guiapp.jobs.specs import extract_job, merge_job
 from guiapp.system.explain import explain
 from tests.faults.conftest import SMALL
-from tests.faults.harness import cli_explanation, fails_cleanly, fingerprint, leftovers
+from tests.faults.harness import cli_explanation, fails_cleanly, leftovers
 
 ADDRESS_SPACE_LIMIT = 1_500_000_000  # torch and a small merge fit; an expanding value or /dev/zero does not
 HANG_SECONDS = 150  # a child still running after this is hanging (or quadratic), however loaded the machine

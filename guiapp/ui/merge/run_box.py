@@ -39,7 +39,7 @@ class RunBox(QGroupBox):
 
     def show_check(self, result: Any) -> None:
         """Show a `guiapp.jobs.validation.MergeCheck`'s estimate and fit, and whether the merge can run."""
-        from guiapp.system.units import format_bytes, format_seconds  # noqa: PLC0415
+        from guiapp.system.units import format_bytes  # noqa: PLC0415
 
         sizes = f"Reads {format_bytes(result.input_bytes)}; writes {format_bytes(result.output_bytes)}."
         if result.errors:
@@ -53,7 +53,7 @@ class RunBox(QGroupBox):
             lines.append(f"Working memory about {format_bytes(result.fit.peak_ram)} of RAM"
                          + (f" and {format_bytes(result.fit.peak_vram)} of VRAM" if result.fit.peak_vram else "")
                          + f"; {format_bytes(result.fit.disk_free)} free on the output drive.")
-        lines.append(f"Time: about {format_seconds(result.time.seconds)}." if result.time else
+        lines.append(f"Time: {result.time}." if result.time else
                      "Time: known once this machine's speed has been measured (Hardware page).")
         self.estimate.setText("\n".join(lines))
         if result.fit is not None:

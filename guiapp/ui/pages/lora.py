@@ -201,7 +201,7 @@ class LoraPage(QWidget):
         self._show_extract_check(await run_blocking(check_pair, base, model, device, out, probe))
 
     def _show_extract_check(self, check: PairCheck) -> None:
-        from guiapp.system.units import format_bytes, format_seconds  # noqa: PLC0415
+        from guiapp.system.units import format_bytes  # noqa: PLC0415
 
         if check.errors:
             self.x_check.setText("\n".join(problem.text for problem in check.errors))
@@ -215,7 +215,7 @@ class LoraPage(QWidget):
             lines.append(f"{sentence(check.fit.level.value)}: about {format_bytes(check.fit.peak_ram)} of RAM "
                          f"at most; {format_bytes(check.fit.disk_free)} free for the adapter.")
         if check.time is not None:
-            lines.append(f"Time: about {format_seconds(check.time.seconds)}.")
+            lines.append(f"Time: {check.time}.")
         self.x_estimate.setText("\n".join(lines))
 
     def run_extract(self) -> str | None:
