@@ -1,15 +1,16 @@
 """Reading model checkpoints tensor by tensor.
 
 A model folder holds `model.safetensors`, shards listed in `model.safetensors.index.json`, or (old format)
-`pytorch_model*.bin`. Names, shapes and dtypes come from the headers alone; tensors are read memory-mapped one
-at a time, so reading a 15 GB model costs a few tensors of memory. `.bin` files are unpickled only with
+`pytorch_model*.bin`. Names, shapes and dtypes come from the headers alone; tensors are read one at a time with
+positional reads (see `weight_file`), so reading a 15 GB model costs a few tensors of memory and a file cut
+short by another program is an error, not a crash. Only regular files are opened (`system.bounded`). `.bin` files are unpickled only with
 `weights_only=True`: a file that holds code is refused, never run.
 """
 
 from __future__ import annotations
 
-import json
 import math
+import os
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -17,7 +18,8 @@ from typing import Any
 
 import torch
 
-from guiapp.errors import CheckpointError, InsufficientResourcesError, UnsafeCheckpointError
+from guiapp.engine.weight_file import SafetensorsFile, changed_file_error, file_identity
+from guiapp.errors import CheckpointError, UnsafeCheckpointError
 from guiapp.hub.headers import (
     DTYPES,
     REDOWNLOAD_HINT,
@@ -25,6 +27,7 @@ from guiapp.hub.headers import (
     describe_non_safetensors,
     read_safetensors_header,
 )
+from guiapp.system.bounded import INDEX_JSON_BYTES, JSON_BYTES, load_json_limited, open_regular_file
 
 # Torch dtypes of the safetensors codes Mergesmith computes with, derived from the one dtype table.
 SAFETENSORS_DTYPES: dict[str, torch.dtype] = {
@@ -41,6 +44,8 @@ class TensorInfo:
     shape: tuple[int, ...]
     dtype: torch.dtype
     file: str
+    # Where the data lies after the header (safetensors files only; pickles are read whole).
+    data_offsets: tuple[int, int] | None = None
 
     @property
     def numel(self) -> int:
@@ -85,61 +90,52 @@ def tensor_info(record: TensorRecord, model_label: str) -> TensorInfo:
             hint="Mergesmith merges float, integer and bool tensors: use the model's unquantized original "
             "(usually named on its model card) instead of a quantized version.",
         )
-    return TensorInfo(record.name, record.shape, dtype, record.file)
+    return TensorInfo(record.name, record.shape, dtype, record.file, record.data_offsets)
 
 
 class Checkpoint:
     """A model folder opened for reading. Use `tensors` for the plan and `read(name)` for the data.
 
     Raises CheckpointError (or UnsafeCheckpointError) when opened if a weight file is missing, damaged, or holds
-    code. Close it (or use it as a context manager) to release the memory maps.
+    code. Close it (or use it as a context manager) to release the open files.
     """
 
-    def __init__(self, folder: Path, tensors: dict[str, TensorInfo]):
+    def __init__(self, folder: Path, tensors: dict[str, TensorInfo], files: dict[str, SafetensorsFile] | None = None):
         self.folder = folder
         self.tensors = tensors
-        self._open_files: dict[str, Any] = {}
-        self._pickled: dict[str, dict[str, torch.Tensor]] = {}
+        self._files = files or {}
+        self._pickled: dict[str, tuple[dict[str, torch.Tensor], tuple[int, int]]] = {}
 
     @cached_property
     def config(self) -> dict[str, Any] | None:
         """The folder's config.json, or None when there is none. Raises CheckpointError if it is not JSON."""
         path = self.folder / "config.json"
-        return read_json_object(path, hint="Restore the model's original config.json.") if path.is_file() else None
+        return read_json_object(path, hint="Restore the model's original config.json.") if path.exists() else None
 
     @property
     def total_bytes(self) -> int:
         return sum(info.nbytes for info in self.tensors.values())
 
     def read(self, name: str) -> torch.Tensor:
-        """The tensor `name` as stored (dtype unchanged), memory-mapped on the CPU."""
+        """The tensor `name` as stored (dtype unchanged), on the CPU.
+
+        Raises CheckpointError when its file was changed or cut short by another program since it was opened.
+        """
         info = self.tensors[name]
         if info.file.endswith(".safetensors"):
-            handle = self._open_files.get(info.file)
-            if handle is None:
-                from safetensors import safe_open  # noqa: PLC0415
-
-                try:
-                    handle = safe_open(str(self.folder / info.file), framework="pt")
-                except Exception as error:  # safetensors raises its own SafetensorError
-                    if "Cannot allocate memory" in str(error):  # mapping the file failed, not the file (ENOMEM)
-                        raise InsufficientResourcesError(
-                            f"There is not enough memory to map {self.folder / info.file}: {error}",
-                            why="Memory-mapping a model file needs address space for the whole file; a memory "
-                            "limit on this process (ulimit -v, a container) or exhausted RAM refused it.",
-                            hint="Close other programs or raise the memory limit, or merge smaller models.",
-                        ) from None
-                    raise CheckpointError(f"{self.folder / info.file} cannot be read: {error}", hint=REDOWNLOAD_HINT) from None
-                self._open_files[info.file] = handle
-            return handle.get_tensor(name)
-        state = self._pickled.get(info.file)
-        if state is None:
-            state = load_pickle_weights(self.folder / info.file)
-            self._pickled[info.file] = state
-        return state[name]
+            return self._files[info.file].read(name, info.data_offsets, info.dtype, info.shape)
+        path = self.folder / info.file
+        if info.file not in self._pickled:
+            self._pickled[info.file] = (load_pickle_weights(path), file_identity(path))
+        state, identity = self._pickled[info.file]
+        if file_identity(path) != identity:  # a zip pickle is memory-mapped: check, then copy out at once
+            raise changed_file_error(path, name, "its size or modification time changed")
+        return state[name].clone()
 
     def close(self) -> None:
-        self._open_files.clear()
+        for file in self._files.values():
+            file.close()
+        self._files.clear()
         self._pickled.clear()
 
     def __enter__(self) -> Checkpoint:
@@ -150,11 +146,11 @@ class Checkpoint:
 
 
 def read_json_object(path: Path, hint: str) -> dict[str, Any]:
-    """The JSON object stored in `path`. Raises CheckpointError naming the file when it is not one."""
-    try:
-        document = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise CheckpointError(f"{path} is not valid JSON ({error}).", hint=hint) from None
+    """The JSON object stored in the regular file `path` (at most `JSON_BYTES`).
+
+    Raises CheckpointError naming the file when it is not one, is too large, or is not a regular file.
+    """
+    document = load_json_limited(path, JSON_BYTES, CheckpointError, what="JSON file", hint=hint)
     if not isinstance(document, dict):
         raise CheckpointError(f"{path} does not hold a JSON object.", hint=hint)
     return document
@@ -171,23 +167,35 @@ def open_checkpoint(folder: Path) -> Checkpoint:
         raise CheckpointError(f"{folder} is not a folder.", hint="Choose the folder that holds the model's files.")
     files = _weight_files(folder)
     tensors: dict[str, TensorInfo] = {}
-    for file in files:
-        path = folder / file
-        if file.endswith(".safetensors"):
-            with path.open("rb") as stream:
-                records, _ = read_safetensors_header(stream, path.stat().st_size, str(path), file)
-            entries = {name: tensor_info(record, str(folder)) for name, record in records.items()}
-        else:
-            state = load_pickle_weights(path)
-            entries = {name: TensorInfo(name, tuple(t.shape), t.dtype, file) for name, t in state.items()}
-        for name, info in entries.items():
-            if name in tensors:
-                raise CheckpointError(
-                    f'Tensor "{name}" appears in both {tensors[name].file} and {file} in {folder}.',
-                    hint="The folder mixes files of two models or two formats; keep one set.",
-                )
-            tensors[name] = info
-    return Checkpoint(folder, tensors)
+    opened: dict[str, SafetensorsFile] = {}
+    try:
+        for file in files:
+            path = folder / file
+            if file.endswith(".safetensors"):
+                stream = open_regular_file(path, CheckpointError, what="model file")
+                try:
+                    records, data_start = read_safetensors_header(stream, os.fstat(stream.fileno()).st_size,
+                                                                  str(path), file)
+                except BaseException:
+                    stream.close()
+                    raise
+                opened[file] = SafetensorsFile(path, stream, data_start)
+                entries = {name: tensor_info(record, str(folder)) for name, record in records.items()}
+            else:
+                state = load_pickle_weights(path)
+                entries = {name: TensorInfo(name, tuple(t.shape), t.dtype, file) for name, t in state.items()}
+            for name, info in entries.items():
+                if name in tensors:
+                    raise CheckpointError(
+                        f'Tensor "{name}" appears in both {tensors[name].file} and {file} in {folder}.',
+                        hint="The folder mixes files of two models or two formats; keep one set.",
+                    )
+                tensors[name] = info
+    except BaseException:
+        for handle in opened.values():
+            handle.close()
+        raise
+    return Checkpoint(folder, tensors, opened)
 
 
 def _weight_files(folder: Path) -> list[str]:
@@ -196,11 +204,12 @@ def _weight_files(folder: Path) -> list[str]:
         ("pytorch_model.bin.index.json", "pytorch_model.bin"),
     ):
         index_path = folder / index_name
-        if index_path.is_file():
+        if index_path.exists():
+            index = load_json_limited(index_path, INDEX_JSON_BYTES, CheckpointError, what="index file",
+                                      hint=REDOWNLOAD_HINT)
             try:
-                weight_map = json.loads(index_path.read_text(encoding="utf-8"))["weight_map"]
-                files = sorted(set(weight_map.values()))
-            except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, AttributeError):
+                files = sorted(set(index["weight_map"].values()))
+            except (KeyError, TypeError, AttributeError):
                 raise CheckpointError(f"{index_path} is damaged.", hint=REDOWNLOAD_HINT) from None
             missing = [f for f in files if not (folder / f).is_file()]
             if missing:
@@ -220,6 +229,13 @@ def _weight_files(folder: Path) -> list[str]:
     bins = sorted(p.name for p in folder.glob("pytorch_model*.bin"))
     if bins:
         return bins
+    if (folder / "adapter_config.json").is_file():
+        raise CheckpointError(
+            f"{folder} is a LoRA adapter, not a full model: its weights change a base model's rather than "
+            "replace them.",
+            hint=f"Apply it to its base model: `mergesmith apply-lora --base BASE --adapter {folder} --out FOLDER`. "
+            f"In a merge recipe, write the model as BASE+{folder} (the base, a plus sign, the adapter).",
+        )
     raise CheckpointError(
         f"No model weights in {folder} (no .safetensors or pytorch_model*.bin files).",
         hint="Choose the folder that holds the model's weight files.",
@@ -227,28 +243,36 @@ def _weight_files(folder: Path) -> list[str]:
 
 
 def load_pickle_weights(path: Path) -> dict[str, torch.Tensor]:
-    """Load an old-format PyTorch checkpoint without ever running code from it."""
-    with path.open("rb") as stream:
-        what = describe_non_safetensors(stream.read(64))
-    if what and ("LFS" in what or "HTML" in what or "JSON" in what):
-        raise CheckpointError(f"{path} is {what}.", hint=REDOWNLOAD_HINT)
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-    except RuntimeError as error:
-        if "zip archive" in str(error) or "failed finding central directory" in str(error):
-            # Old non-zip pickles cannot be memory-mapped; they still load safely without it.
-            try:
-                state = torch.load(path, map_location="cpu", weights_only=True)
-            except Exception as inner:
-                raise _unsafe_or_damaged(path, inner) from None
-        else:
+    """Load a PyTorch pickle checkpoint (zip, or the legacy format before torch 1.6) without running code from it.
+
+    Zip checkpoints are memory-mapped; legacy ones (which cannot be) are read whole. Raises
+    UnsafeCheckpointError for a pickle that
+    holds code, CheckpointError when the file is not a regular file, is not a checkpoint, or holds anything but
+    named tensors (or a tensor named `__metadata__`, which safetensors reserves).
+    """
+    with open_regular_file(path, CheckpointError, what="model file") as stream:
+        head = stream.read(64)
+        what = describe_non_safetensors(head)
+        if what and ("LFS" in what or "HTML" in what or "JSON" in what):
+            raise CheckpointError(f"{path} is {what}.", hint=REDOWNLOAD_HINT)
+        stream.seek(0)
+        try:
+            if head.startswith(b"PK\x03\x04"):
+                state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+            else:  # the legacy format (before torch 1.6) cannot be memory-mapped
+                state = torch.load(stream, map_location="cpu", weights_only=True)
+        except Exception as error:
             raise _unsafe_or_damaged(path, error) from None
-    except Exception as error:
-        raise _unsafe_or_damaged(path, error) from None
     if isinstance(state, dict) and "state_dict" in state and isinstance(state["state_dict"], dict):
         state = state["state_dict"]
     if not isinstance(state, dict) or not all(isinstance(t, torch.Tensor) for t in state.values()):
         raise CheckpointError(f"{path} does not hold a plain set of named tensors.", hint=_SAFETENSORS_HINT)
+    if "__metadata__" in state:
+        raise CheckpointError(
+            f'{path} holds a tensor named "__metadata__", a name the safetensors format reserves for its own '
+            "header, so the merged model could not be saved as safetensors.",
+            hint="Rename that tensor in the checkpoint (or leave it out), or use a safetensors version of the model.",
+        )
     return state
 
 
@@ -259,8 +283,10 @@ def _unsafe_or_damaged(path: Path, error: Exception) -> CheckpointError:
     text = str(error)
     if "Weights only load failed" in text or "Unsupported global" in text or "UnpicklingError" in type(error).__name__:
         return UnsafeCheckpointError(
-            f"{path} contains Python objects beyond tensors. Loading it would run code from the file, so "
-            "Mergesmith refused to open it.",
+            f"{path} is a Python pickle that holds more than tensors: loading it would run code from the file, "
+            "so Mergesmith refused to open it.",
+            why="Pickle checkpoints (.bin, .pt) can carry code that runs when they are loaded; Mergesmith loads "
+            "them only with torch.load(weights_only=True), which accepts nothing but tensors.",
             hint=_SAFETENSORS_HINT,
         )
     return CheckpointError(f"{path} cannot be read: {text.splitlines()[0] if text else type(error).__name__}.", hint=REDOWNLOAD_HINT)

@@ -14,7 +14,9 @@ import re
 from dataclasses import dataclass
 from enum import Enum
 
-_LAYER = re.compile(r"(?P<prefix>(?:^|.*\.)(?:layers|layer|h|blocks))\.(?P<index>\d+)\.(?P<suffix>.+)$")
+# Real models have at most a few thousand layers; a longer "index" (a 5,000-digit one in a hostile header) is
+# no layer index, and is left as part of an ordinary tensor name rather than turned into an int.
+_LAYER = re.compile(r"(?P<prefix>(?:^|.*\.)(?:layers|layer|h|blocks))\.(?P<index>\d{1,9})\.(?P<suffix>.+)$")
 
 
 @dataclass(frozen=True)
@@ -35,12 +37,6 @@ def split_layer_name(name: str) -> LayerName | None:
     if match is None:
         return None
     return LayerName(match.group("prefix"), int(match.group("index")), match.group("suffix"))
-
-
-def count_layers(names: list[str] | dict) -> int:
-    """The number of layers a model has: one more than the highest layer index among its tensor names."""
-    indices = [parts.index for parts in map(split_layer_name, names) if parts is not None]
-    return max(indices) + 1 if indices else 0
 
 
 class TensorRole(str, Enum):

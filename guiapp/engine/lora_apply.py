@@ -13,14 +13,15 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from guiapp.engine.checkpoint import TensorInfo, dtype_from_name, dtype_name, load_pickle_weights, read_json_object
-from guiapp.engine.devices import resolve_device
+from guiapp.engine.devices import resolve_device, threads_restored, use_cpu_threads
 from guiapp.engine.model_card import copy_companion_files
 from guiapp.engine.output import PlannedTensor, ShardedWriter, StagedOutput, check_free_space, parse_size
 from guiapp.engine.peft_format import (
@@ -32,6 +33,7 @@ from guiapp.engine.peft_format import (
     LORA_B,
     LORA_B_BIAS,
     PEFT_PREFIX,
+    compile_patterns,
     is_embedding,
     is_output_head,
     pattern_value,
@@ -41,6 +43,8 @@ from guiapp.engine.recipe import ModelRef
 from guiapp.engine.sources import ModelReader, local_folder, open_reader, read_headers
 from guiapp.errors import CheckpointError, IncompatibleModelsError, NonFiniteResultError, SettingsError
 from guiapp.progress import Progress
+from guiapp.system.bounded import open_regular_file
+from guiapp.system.threads import ThreadPolicy, WorkKind
 
 # Key fragments of adapters written by kohya's sd-scripts and LyCORIS (LoHa, LoKr), which are not PEFT's format.
 _FOREIGN_KEY_MARKERS = (
@@ -233,7 +237,8 @@ def open_adapter_for_merge(reference: str, progress: Progress | None = None) -> 
 class ApplySettings:
     """What `mergesmith apply-lora` and the window's Apply LoRA form ask for.
 
-    `dtype` None keeps each base tensor's own dtype; `scale` multiplies the adapter's effect.
+    `dtype` None keeps each base tensor's own dtype; `scale` multiplies the adapter's effect; `threads` decides how
+    many CPU threads the adapter's products (B·A) use (adding and casting use one).
     """
 
     base: str
@@ -244,6 +249,7 @@ class ApplySettings:
     device: str = "cpu"
     overwrite: bool = False
     max_shard_size: str = "5GB"
+    threads: ThreadPolicy = field(default_factory=ThreadPolicy, compare=False)
 
 
 def apply_lora(settings: ApplySettings, progress: Progress | None = None) -> dict[str, Any]:
@@ -278,13 +284,14 @@ def apply_lora(settings: ApplySettings, progress: Progress | None = None) -> dic
         for name, info in base_headers.tensors.items()
     ]
     inputs = tuple(p for p in (local_folder(base_ref), adapter.folder) if p is not None)
-    with StagedOutput(settings.out, overwrite=settings.overwrite, inputs=inputs) as staged:
+    with StagedOutput(settings.out, overwrite=settings.overwrite, inputs=inputs, kind="apply") as staged:
         total_bytes = sum(t.nbytes for t in plan)
         check_free_space(staged.path, total_bytes)
         reader = open_reader(base_ref, progress)
         try:
             writer = ShardedWriter(staged.path, plan, shard_bytes)
-            counts = _stream(reader, adapter, plan, writer, device, progress)
+            with threads_restored():
+                counts = _stream(reader, adapter, plan, writer, device, settings.threads, progress)
             _write_model_files(reader.folder, staged.path, out_dtype, settings)
         finally:
             reader.close()
@@ -299,6 +306,7 @@ def _stream(
     plan: list[PlannedTensor],
     writer: ShardedWriter,
     device: torch.device,
+    threads: ThreadPolicy,
     progress: Progress,
 ) -> dict[str, int]:
     counts = {"changed": 0, "replaced": 0}
@@ -307,7 +315,10 @@ def _stream(
         for planned in plan:
             tensor = base.read(planned.name)
             replacement = adapter.replacement_for(planned.name)
+            # B·A is compute-bound; adding it, casting and writing are bound by memory: one thread.
+            use_cpu_threads(threads.threads_for(WorkKind.DENSE))
             delta = adapter.delta_for(planned.name, planned.shape, device) if replacement is None else None
+            use_cpu_threads(1)
             if replacement is not None:
                 tensor = replacement
                 counts["replaced"] += 1
@@ -330,8 +341,8 @@ def _stream(
 
 def _write_model_files(base_folder: Path, out: Path, out_dtype: torch.dtype | None, settings: ApplySettings) -> None:
     config_path = base_folder / "config.json"
-    if config_path.is_file():
-        config = json.loads(config_path.read_text(encoding="utf-8"))
+    if config_path.exists():
+        config = read_json_object(config_path, hint="Restore the base model's original config.json.")
         if out_dtype is not None:
             config["torch_dtype"] = dtype_name(out_dtype)
             if "dtype" in config:
@@ -341,7 +352,8 @@ def _write_model_files(base_folder: Path, out: Path, out_dtype: torch.dtype | No
     scale = f" at scale {settings.scale:g}" if settings.scale != 1 else ""
     (out / "README.md").write_text(
         "---\nlibrary_name: transformers\ntags:\n- mergesmith\n- lora-applied\n---\n\n"
-        f"# {out.name}\n\nThe base model {settings.base} with the LoRA adapter {settings.adapter} applied{scale} "
+        f"# {Path(settings.out).name}\n\n"  # `out` is the staging folder: the card is titled with the result's name
+        f"The base model {settings.base} with the LoRA adapter {settings.adapter} applied{scale} "
         "by Mergesmith.\n"
     )
 
@@ -400,8 +412,8 @@ def _read_adapter_tensors(folder: Path) -> dict[str, Any]:
 
         from guiapp.engine.checkpoint import read_safetensors_header  # noqa: PLC0415
 
-        with safetensors_path.open("rb") as stream:
-            read_safetensors_header(stream, safetensors_path.stat().st_size, str(safetensors_path))
+        with open_regular_file(safetensors_path, CheckpointError, what="adapter file") as stream:
+            read_safetensors_header(stream, os.fstat(stream.fileno()).st_size, str(safetensors_path))
         handle = safe_open(str(safetensors_path), framework="pt")
         tensors = {key: handle.get_tensor(key) for key in handle.keys()}
     elif (folder / "adapter_model.bin").is_file():
@@ -425,8 +437,8 @@ def _read_adapter_tensors(folder: Path) -> dict[str, Any]:
 def _lora_modules(config: dict[str, Any], keys: list[str], scale: float, folder: Path) -> dict[str, LoraModule]:
     r_default = int(config.get("r", 8))
     alpha_default = float(config.get("lora_alpha", r_default))
-    rank_pattern = config.get("rank_pattern") or {}
-    alpha_pattern = config.get("alpha_pattern") or {}
+    rank_pattern = compile_patterns(config.get("rank_pattern") or {}, "rank_pattern")
+    alpha_pattern = compile_patterns(config.get("alpha_pattern") or {}, "alpha_pattern")
     keyset = set(keys)
     modules: dict[str, LoraModule] = {}
     for key in keys:

@@ -21,7 +21,6 @@ from guiapp.engine.layers import (
     TensorRole,
     architecture_of,
     comes_before_layers,
-    count_layers,
     is_vocabulary_tensor,
     split_layer_name,
     tensor_place,
@@ -31,6 +30,7 @@ from guiapp.engine.methods.base import BaseRole, LoneTensorPolicy, MergeMethod, 
 from guiapp.engine.recipe import ModelRef, Recipe, Source, as_number, is_missing, layer_position, lookup
 from guiapp.engine.tokenizers import VocabularyAlignment
 from guiapp.errors import IncompatibleModelsError, RecipeError
+from guiapp.system.bounded import describe_value
 
 _LAYER_COUNT_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers")
 
@@ -151,7 +151,8 @@ def build_plan(recipe: Recipe, headers: dict[ModelRef, ModelHeaders]) -> MergePl
         models.append(headers[ref])
 
     warnings += _compatibility_warnings(recipe, models, index_of)
-    slices = _normalise_slices(recipe, method, models, index_of)
+    layers = [_layers_by_index(model) for model in models]
+    slices = _normalise_slices(recipe, method, models, index_of, layers)
     warnings += _unused_parameter_warnings(recipe, method)
 
     tokenizer_model = _tokenizer_model(recipe, index_of)
@@ -162,8 +163,7 @@ def build_plan(recipe: Recipe, headers: dict[ModelRef, ModelHeaders]) -> MergePl
         tasks += _plan_tensor(name, lambda m, n=name: n, first, 0.0, recipe, method, models, tokenizer_model, warnings)
     offset = 0
     for slice_inputs in slices:
-        for j in range(slice_inputs.layer_count):
-            suffixes = _layer_suffixes(slice_inputs, models, j)
+        for j, suffixes in _slice_layers(slice_inputs, layers):  # only the layers that exist, whatever their index
             t = layer_position(j, slice_inputs.layer_count)
             for prefix, suffix in suffixes:
                 out_name = f"{prefix}.{offset + j}.{suffix}"
@@ -200,7 +200,8 @@ def _compatibility_warnings(recipe: Recipe, models: list[ModelHeaders], index_of
 
     Raises IncompatibleModelsError with the check's message for what no setting resolves (architecture,
     shapes) and for a vocabulary mismatch when the recipe does not say which tokenizer to follow; returns
-    the check's messages about tensors only some models have (the method's lone-tensor rule decides).
+    the check's messages about tensors only some models have (one per model, however many tensors; the method's
+    lone-tensor rule decides what happens to each).
     """
     if recipe.models is None or len(models) < 2:
         return []
@@ -217,7 +218,8 @@ def _compatibility_warnings(recipe: Recipe, models: list[ModelHeaders], index_of
 
 
 def _normalise_slices(
-    recipe: Recipe, method: MergeMethod, models: list[ModelHeaders], index_of: dict[ModelRef, int]
+    recipe: Recipe, method: MergeMethod, models: list[ModelHeaders], index_of: dict[ModelRef, int],
+    layers: list[dict[int, list[tuple[str, str]]]],
 ) -> list[_SliceInputs]:
     if recipe.models is not None:
         sources = list(recipe.models)
@@ -233,7 +235,7 @@ def _normalise_slices(
         ranges = []
         for source in sources:
             model = models[index_of[source.model]]
-            available = count_layers(list(model.tensors))
+            available = max(layers[index_of[source.model]], default=-1) + 1
             if source.layer_range is None:
                 ranges.append((0, available))
                 continue
@@ -277,25 +279,37 @@ def _normalise_slices(
 
 
 def _outside_layer_names(slice_inputs: _SliceInputs, models: list[ModelHeaders], before: bool) -> list[str]:
-    names: list[str] = []
+    names: set[str] = set()
     for model_index in slice_inputs.models:
         architecture = architecture_of(models[model_index].config)
         for name in models[model_index].tensors:
-            if split_layer_name(name) is None and comes_before_layers(name, architecture) == before \
-                    and name not in names:
-                names.append(name)
+            if split_layer_name(name) is None and comes_before_layers(name, architecture) == before:
+                names.add(name)
     return sorted(names)
 
 
-def _layer_suffixes(slice_inputs: _SliceInputs, models: list[ModelHeaders], j: int) -> list[tuple[str, str]]:
-    found: list[tuple[str, str]] = []
+def _layers_by_index(model: ModelHeaders) -> dict[int, list[tuple[str, str]]]:
+    """The model's layer tensors as (prefix, suffix) pairs per layer index, in one pass over its names."""
+    layers: dict[int, list[tuple[str, str]]] = {}
+    for name in model.tensors:
+        parts = split_layer_name(name)
+        if parts is not None:
+            layers.setdefault(parts.index, []).append((parts.prefix, parts.suffix))
+    return layers
+
+
+def _slice_layers(
+    slice_inputs: _SliceInputs, layers: list[dict[int, list[tuple[str, str]]]]
+) -> list[tuple[int, list[tuple[str, str]]]]:
+    """Each layer position j of the slice that some source has, with the (prefix, suffix) pairs found there
+    (sorted by suffix), in order of j. Linear in the number of layer tensors, whatever the indices' values."""
+    found: dict[int, dict[tuple[str, str], None]] = {}
     for position, model_index in enumerate(slice_inputs.models):
-        wanted = slice_inputs.ranges[position][0] + j
-        for name in models[model_index].tensors:
-            parts = split_layer_name(name)
-            if parts is not None and parts.index == wanted and (parts.prefix, parts.suffix) not in found:
-                found.append((parts.prefix, parts.suffix))
-    return sorted(found, key=lambda pair: pair[1])
+        start, end = slice_inputs.ranges[position]
+        for index, pairs in layers[model_index].items():
+            if start <= index < end:
+                found.setdefault(index - start, {}).update(dict.fromkeys(pairs))
+    return [(j, sorted(found[j], key=lambda pair: pair[1])) for j in sorted(found)]
 
 
 def _tied_embedding(model: ModelHeaders) -> str | None:
@@ -353,7 +367,7 @@ def _plan_tensor(
                 f"which {labels if len(missing) > 1 else 'another input'} needs.",
                 hint="Check that the base model is the one the others were fine-tuned from.",
             )
-        else:
+        elif recipe.models is None:  # a `models:` recipe's compatibility check already named what is missing
             warnings.append(f"{out_name} is missing from {labels}; it is merged from the other inputs.")
 
     infos = [models[slice_inputs.models[p]].tensors[n] for p, n in zip(present, names)]
@@ -463,14 +477,15 @@ def _checked(spec: ParamSpec, value: Any, out_name: str, model_label: str | None
             return value
         if isinstance(value, (int, float)) and value in (0, 1):
             return bool(value)
-        raise RecipeError(f"`{spec.name}`{whose} must be true or false, got {value!r}.", key=key)
+        raise RecipeError(f"`{spec.name}`{whose} must be true or false, got {describe_value(value)}.", key=key)
     number = as_number(value)
     if number is None:
-        raise RecipeError(f"`{spec.name}`{whose} must be a number, got {value!r} (tensor {out_name}).", key=key)
+        raise RecipeError(f"`{spec.name}`{whose} must be a number, got {describe_value(value)} (tensor {out_name}).",
+                          key=key)
     value = number
     if spec.kind is ParamKind.INT:
         if float(value) != int(value):
-            raise RecipeError(f"`{spec.name}`{whose} must be a whole number, got {value!r}.", key=key)
+            raise RecipeError(f"`{spec.name}`{whose} must be a whole number, got {describe_value(value)}.", key=key)
         value = int(value)
     if (spec.minimum is not None and value < spec.minimum) or (spec.maximum is not None and value > spec.maximum):
         bounds = f"between {spec.minimum} and {spec.maximum}" if spec.minimum is not None and spec.maximum is not None \

@@ -13,11 +13,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from guiapp.errors import RecipeError
 from guiapp.hub.references import is_hub_id, split_revision
-from guiapp.system.bounded import describe_value
+from guiapp.system.bounded import (
+    RECIPE_BYTES,
+    check_value_size,
+    describe_value,
+    parse_yaml_bounded,
+    read_text_limited,
+)
 
 TOP_LEVEL_KEYS = {
     "merge_method", "models", "slices", "modules", "base_model", "parameters", "dtype", "out_dtype",
@@ -83,7 +87,7 @@ class ModelRef:
             inner = cls.parse(text["model"])
             return cls(inner.model, inner.revision, text.get("lora") or inner.adapter)
         if not isinstance(text, str) or not text.strip():
-            raise RecipeError(f"{text!r} is not a model reference.", hint="Use a Hub id like org/name or a local folder path.")
+            raise RecipeError(f"{describe_value(text)} is not a model reference.", hint="Use a Hub id like org/name or a local folder path.")
         text = text.strip()
         adapter = None
         if "+" in text and not Path(text).expanduser().exists():
@@ -166,29 +170,20 @@ class Recipe:
 
 
 def load_recipe(path: Path) -> Recipe:
-    """Read a recipe file. Raises RecipeError if it cannot be read or is not a valid recipe."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as error:
-        raise RecipeError(f"Cannot read the recipe {path}: {error.strerror}.", hint="Check the file name.") from None
-    return parse_recipe(text, label=str(path))
+    """Read a recipe file (a regular file of at most `RECIPE_BYTES`).
+
+    Raises RecipeError if it cannot be read, is too large or not text (saying what it seems to be), or is not
+    a valid recipe.
+    """
+    return parse_recipe(read_text_limited(path, RECIPE_BYTES, RecipeError, what="recipe"), label=str(path))
 
 
 def parse_recipe(text: str, label: str = "The recipe") -> Recipe:
-    """Parse recipe YAML (safe_load only: YAML tags that construct objects are refused).
+    """Parse recipe YAML (safe loader: YAML tags that construct objects are refused; alias expansion is bounded).
 
     Raises RecipeError naming the key that is wrong.
     """
-    try:
-        document = yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        where = getattr(error, "problem_mark", None)
-        line = f" (line {where.line + 1})" if where is not None else ""
-        problem = getattr(error, "problem", None) or str(error).splitlines()[0]
-        raise RecipeError(
-            f"{label} is not valid YAML{line}: {problem}.",
-            hint="Check the indentation and the quotes around that line. Custom YAML tags (!!python/...) are not allowed.",
-        ) from None
+    document = parse_yaml_bounded(text, label, RecipeError)
     if not isinstance(document, dict):
         raise RecipeError(f"{label} must be a YAML mapping with at least merge_method and models or slices.")
     return recipe_from_dict(document)
@@ -200,6 +195,7 @@ def recipe_from_dict(document: dict[str, Any]) -> Recipe:
     Keys mergekit knows but Mergesmith would not apply are refused; keys nobody knows are warned about,
     with the closest known key when there is one.
     """
+    check_value_size(document, "The recipe", RecipeError)
     warnings: list[str] = []
     _warn_unknown_keys(document, TOP_LEVEL_KEYS, "the recipe", warnings)
     method = document.get("merge_method")
@@ -590,7 +586,7 @@ def evaluate(value: Any, tensor_name: str, t: float) -> Any:
         if all(isinstance(entry, dict) for entry in value):
             for entry in value:
                 if "value" not in entry:
-                    raise RecipeError(f"The filtered parameter entry {entry!r} has no `value`.")
+                    raise RecipeError(f"The filtered parameter entry {describe_value(entry)} has no `value`.")
                 pattern = entry.get("filter")
                 if pattern is None or pattern == "*" or str(pattern) in tensor_name:
                     return evaluate(entry["value"], tensor_name, t)
@@ -605,7 +601,7 @@ def evaluate(value: Any, tensor_name: str, t: float) -> Any:
             return (1 - frac) * value[low] + frac * value[high]
         if all(isinstance(v, (bool, str)) for v in value):
             return value[int(t * (len(value) - 1))]
-        raise RecipeError(f"The parameter value {value!r} mixes kinds of values.", hint="Use only numbers in a gradient.")
+        raise RecipeError(f"The parameter value {describe_value(value)} mixes kinds of values.", hint="Use only numbers in a gradient.")
     return value
 
 

@@ -44,7 +44,8 @@ def test_linear_bf16_matches_hand_computation_and_leaves_inputs_alone(llama_trio
         assert merged[name].dtype == torch.bfloat16
         assert torch.equal(merged[name], expected), name
     assert {p: fingerprint(p) for p in (base, one)} == before
-    assert sorted(p.name for p in out.iterdir()) == ["README.md", "config.json", "mergesmith_recipe.yml", "model.safetensors"]
+    assert sorted(p.name for p in out.iterdir()) == [".mergesmith-output.json", "README.md", "config.json",
+                                                     "mergesmith_recipe.yml", "model.safetensors"]
     assert json.loads((out / "config.json").read_text())["torch_dtype"] == "bfloat16"
     assert yaml.safe_load((out / "mergesmith_recipe.yml").read_text())["merge_method"] == "linear"
     card = (out / "README.md").read_text()
@@ -289,11 +290,16 @@ def test_existing_output_is_kept_unless_overwrite(llama_trio, tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     (out / "keep.txt").write_text("mine")
+    for overwrite in (False, True):  # a folder Mergesmith did not write is never replaced
+        with pytest.raises(OutputError, match="already exists and was not made by Mergesmith"):
+            _merge(text, out, overwrite=overwrite)
+    assert sorted(p.name for p in out.iterdir()) == ["keep.txt"]
+    earlier = tmp_path / "earlier"
+    _merge(text, earlier)
     with pytest.raises(OutputError, match="already exists"):
-        _merge(text, out)
-    assert (out / "keep.txt").read_text() == "mine"
-    _merge(text, out, overwrite=True)
-    assert not (out / "keep.txt").exists() and (out / "model.safetensors").is_file()
+        _merge(text, earlier)
+    _merge(text, earlier, overwrite=True)  # an earlier output is replaced when asked
+    assert (earlier / "model.safetensors").is_file()
     assert leftovers(tmp_path) == []
 
 

@@ -23,7 +23,8 @@ from tests.support.fixtures import hub_env, hub_server  # noqa: F401 - the Hub c
 
 SMALL = LlamaShape(hidden=64, intermediate=128, layers=2, heads=4, kv_heads=2, vocab=256)
 FAULT_CLASSES = {"test_inputs": "inputs", "test_environment": "environment", "test_process": "process",
-                 "test_security": "security", "test_load": "load"}  # fmt: skip
+                 "test_security": "security", "test_load": "load", "test_outputs": "outputs",
+                 "test_hostile_hub": "hostile hub", "test_messages": "messages"}  # fmt: skip
 BEGIN, END = "<!-- fault-summary:begin -->", "<!-- fault-summary:end -->"
 
 _SEEN: list[Seen] = []

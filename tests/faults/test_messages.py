@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import builtins
 import importlib
+import types
 from pathlib import Path
 
 import pytest
@@ -35,7 +36,8 @@ INTERNAL = {
     "SelfTestFailed": "the packaged app's self-test, printed by the self-test itself",
     "_ExpansionError": "bounded.py's YAML alias bound, caught there and re-raised as the caller's error",
 }
-CONTROL_FLOW = {"KeyboardInterrupt", "SystemExit"}  # process control, handled by the CLI and Python themselves
+# Process control, handled by the CLI and Python themselves (argparse prints an ArgumentTypeError as a usage error).
+CONTROL_FLOW = {"KeyboardInterrupt", "SystemExit", "ArgumentTypeError"}
 
 
 def _raised_classes() -> dict[str, list[str]]:
@@ -58,6 +60,9 @@ def _raised_classes() -> dict[str, list[str]]:
 def _resolve(name: str, site: str) -> type[BaseException]:
     module = importlib.import_module(site.split(":")[0].removesuffix(".__init__"))
     found = getattr(module, name, None) or getattr(builtins, name, None)
+    if found is None:  # raised as `module.Name`: look in the modules the raising module imported
+        found = next((getattr(m, name) for m in vars(module).values()
+                      if isinstance(m, types.ModuleType) and isinstance(getattr(m, name, None), type)), None)
     assert isinstance(found, type) and issubclass(found, BaseException), f"{name} at {site} is not a class"
     return found
 
