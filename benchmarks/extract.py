@@ -192,15 +192,19 @@ def end_to_end(hidden: int, intermediate: int, layers: int) -> None:
                   flush=True)
 
 
-def busy_comparison(size_gb: float, rank: int, timeout: float) -> None:
-    """Our extract-lora command and mergekit's, quiet and busy, on one generated pair; prints a table."""
+def busy_comparison(size_gb: float, rank: int, timeout: float, models: Path | None = None) -> None:
+    """Our extract-lora command and mergekit's, quiet and busy, on one generated pair (or `models`/base and
+    `models`/one from an earlier merge benchmark); prints a table."""
     from merge import build_models, timed_run  # noqa: PLC0415 - the 1 GB models of the merge benchmark
 
     mergekit = mergekit_tool("mergekit-extract-lora")
     with tempfile.TemporaryDirectory(prefix="mergesmith-extract-") as folder:
         folder = Path(folder)
-        print(f"Building a {size_gb:g} GB Llama-shaped bf16 base and fine-tune in {folder} …", flush=True)
-        base, tuned, _, _ = build_models(folder, size_gb)
+        if models is not None:
+            base, tuned = models / "base", models / "one"
+        else:
+            print(f"Building a {size_gb:g} GB Llama-shaped bf16 base and fine-tune in {folder} …", flush=True)
+            base, tuned, _, _ = build_models(folder, size_gb)
         ours = [sys.executable, "-m", "guiapp", "extract-lora", "--base", str(base), "--model", str(tuned),
                 "--rank", str(rank), "--overwrite", "--out"]
         theirs = [str(mergekit), "--model", str(tuned), "--base-model", str(base), "--max-rank", str(rank),
@@ -240,6 +244,8 @@ def main() -> None:
                         help="Only the end-to-end command against mergekit-extract-lora, quiet and busy.")
     parser.add_argument("--size-gb", type=float, default=1.0, help="Model size of the --busy pair (default 1.0).")
     parser.add_argument("--timeout", type=float, default=400, help="Seconds before a --busy run is given up.")
+    parser.add_argument("--models", type=Path, default=None,
+                        help="A folder with base/ and one/ from merge.py's models (--busy), instead of building them.")
     parser.add_argument("--memory-probe", nargs=3, type=int, help=argparse.SUPPRESS)
     parser.add_argument("--extraction-probe", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -250,7 +256,7 @@ def main() -> None:
         extraction_probe(*args.extraction_probe)
         return
     if args.busy:
-        busy_comparison(args.size_gb, 64, args.timeout)
+        busy_comparison(args.size_gb, 64, args.timeout, args.models)
         return
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads", flush=True)
     shapes = {k: v for k, v in SHAPES.items() if not (args.quick and "4096" in k)}

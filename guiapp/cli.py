@@ -195,6 +195,7 @@ def _display_problem() -> str | None:
 # How each of an explanation's retry_with settings is given on the command line: (the option's argparse dest,
 # the flag). A setting that the running command has no flag for (force_download, a recipe's dtype) is not printed.
 RETRY_FLAGS: dict[str, tuple[str, str]] = {
+    "output": ("out", "--out {value}"),  # extract-lora and apply-lora (a merge's folder is an argument, no flag)
     "overwrite": ("overwrite", "--overwrite"),
     "force": ("force", "--force"),
     "device": ("device", "--device {value}"),
@@ -324,6 +325,7 @@ def _add_merge_commands(commands: argparse._SubParsersAction) -> None:
     merge.add_argument("--compute-dtype", choices=("float32", "recipe"), default="float32",
                        help="float32 (default): compute in float32 and round once when storing, the more accurate; "
                        "recipe: compute in the recipe's dtype as mergekit does, to reproduce a published merge.")
+    _add_threads_option(merge)
     merge.set_defaults(handler=_run_merge)
 
     demo = commands.add_parser(
@@ -333,6 +335,22 @@ def _add_merge_commands(commands: argparse._SubParsersAction) -> None:
         "the sample models and replaces the earlier merge.")
     demo.add_argument("--out", type=Path, default=None, help="Where to put the sample models and the merge.")
     demo.set_defaults(handler=_run_demo)
+
+
+def _add_threads_option(command: argparse.ArgumentParser) -> None:
+    command.add_argument("--threads", type=_thread_count, default=None, metavar="N",
+                         help="Use at most N CPU threads for the compute-heavy steps (default: the cores other "
+                         "programs leave free; simple additions always use one).")
+
+
+def _thread_count(text: str) -> int:
+    try:
+        count = int(text)
+    except ValueError:
+        count = 0
+    if count < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of threads: give a whole number, 1 or more.")
+    return count
 
 
 def _run_merge(args: argparse.Namespace) -> int:
@@ -350,12 +368,13 @@ def _run_merge(args: argparse.Namespace) -> int:
         return _print_plan(recipe, args.out_dir, args.device, args.compute_dtype)
     return run_in_terminal(merge_job(recipe, args.out_dir, device=args.device, seed=args.seed,
                                      shard_bytes=shard_bytes, overwrite=args.overwrite, force=args.force,
-                                     compute_dtype=args.compute_dtype), args)
+                                     compute_dtype=args.compute_dtype, threads=args.threads), args)
 
 
 def _print_plan(recipe, out_dir: Path, device: str, compute_dtype: str = "float32") -> int:
     from guiapp.engine.merge import plan_merge  # noqa: PLC0415
     from guiapp.engine.plan import compute_in_recipe_dtype  # noqa: PLC0415
+    from guiapp.jobs.durations import process_seconds_so_far  # noqa: PLC0415
     from guiapp.jobs.estimates import estimate_merge  # noqa: PLC0415
     from guiapp.system.probe import cached_probe  # noqa: PLC0415
     from guiapp.system.units import format_bytes  # noqa: PLC0415
@@ -363,7 +382,8 @@ def _print_plan(recipe, out_dir: Path, device: str, compute_dtype: str = "float3
     plan = plan_merge(recipe)
     if compute_dtype == "recipe":
         compute_in_recipe_dtype(plan)
-    estimate = estimate_merge(plan, device, out_dir, cached_probe())
+    # The real run is a new process too: its start-up (Python, torch, planning) counts as this one's did.
+    estimate = estimate_merge(plan, device, out_dir, cached_probe(), startup_seconds=process_seconds_so_far())
     print(f"Method:        {plan.method.name} ({plan.method.summary})")
     for model in plan.models:
         role = " (base)" if recipe.base_model == model.ref else ""
@@ -682,6 +702,9 @@ def _add_lora_commands(commands: argparse._SubParsersAction) -> None:
     extract.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N, mps or xpu (default: cpu).")
     extract.add_argument("--overwrite", action="store_true", help="Replace OUT if it exists (once the adapter is done).")
     extract.add_argument("--force", action="store_true", help="Start even when the estimate says it will not fit.")
+    extract.add_argument("--dry-run", action="store_true", help="Check the inputs and print the plan and estimate; "
+                         "write nothing.")
+    _add_threads_option(extract)
     extract.set_defaults(handler=_run_extract_lora)
 
     apply = commands.add_parser("apply-lora", help="Apply a PEFT LoRA adapter to its base model: a full model folder.")
@@ -694,6 +717,9 @@ def _add_lora_commands(commands: argparse._SubParsersAction) -> None:
     apply.add_argument("--out-shard-size", default="5GB", help="Largest output file, e.g. 2GB (default: 5GB).")
     apply.add_argument("--overwrite", action="store_true", help="Replace OUT if it exists (once the model is done).")
     apply.add_argument("--force", action="store_true", help="Start even when the estimate says it will not fit.")
+    apply.add_argument("--dry-run", action="store_true", help="Check the inputs and print the plan and estimate; "
+                       "write nothing.")
+    _add_threads_option(apply)
     apply.set_defaults(handler=_run_apply_lora)
 
 
@@ -706,11 +732,13 @@ def _run_extract_lora(args: argparse.Namespace) -> int:
         rank_mode, rank_value = "threshold", args.threshold
     else:
         rank_mode, rank_value = "fixed", args.rank if args.rank is not None else 32
+    if args.dry_run:
+        return _print_lora_plan(args, rank=int(rank_value) if rank_mode == "fixed" else (args.max_rank or 32))
     job = extract_job(
         args.base, args.model, args.out, rank_mode=rank_mode, rank_value=rank_value, max_rank=args.max_rank,
         solver=args.solver, include=args.include, exclude=args.exclude, embeddings=args.embeddings,
         dtype=args.dtype, device=args.device, compute_dtype=args.compute_dtype, overwrite=args.overwrite,
-        force=args.force,
+        force=args.force, threads=args.threads,
     )
     summary, code = _run_with_summary(job, args)
     if code == EXIT_OK:
@@ -721,13 +749,47 @@ def _run_extract_lora(args: argparse.Namespace) -> int:
 def _run_apply_lora(args: argparse.Namespace) -> int:
     from guiapp.jobs.specs import apply_job  # noqa: PLC0415 - torch loads with the job
 
+    if args.dry_run:
+        return _print_lora_plan(args)
     job = apply_job(args.base, args.adapter, args.out, scale=args.scale, dtype=args.dtype, device=args.device,
-                    overwrite=args.overwrite, max_shard_size=args.out_shard_size, force=args.force)
+                    overwrite=args.overwrite, max_shard_size=args.out_shard_size, force=args.force,
+                    threads=args.threads)
     summary, code = _run_with_summary(job, args)
     if code == EXIT_OK:
         print(f"Model:   {summary['output']} ({summary['bytes'] / 1e9:.2f} GB, {summary['tensors']} tensors: "
               f"{summary['changed']} changed by the adapter, {summary['replaced']} replaced)")
     return code
+
+
+def _print_lora_plan(args: argparse.Namespace, rank: int | None = None) -> int:
+    """`extract-lora --dry-run` (given `rank`) or `apply-lora --dry-run`: the inputs' headers are read, the
+    plan and the estimate printed as `merge --dry-run` prints them; nothing is written."""
+    from guiapp.engine.recipe import ModelRef  # noqa: PLC0415
+    from guiapp.engine.sources import read_headers  # noqa: PLC0415
+    from guiapp.jobs.durations import process_seconds_so_far  # noqa: PLC0415
+    from guiapp.jobs.estimates import estimate_apply, estimate_extraction  # noqa: PLC0415
+    from guiapp.system.probe import cached_probe  # noqa: PLC0415
+    from guiapp.system.units import format_bytes  # noqa: PLC0415
+
+    base = read_headers(ModelRef.parse(args.base))
+    startup = process_seconds_so_far()  # the real run is a new process too: its start-up counts as this one's
+    print(f"Base:          {args.base}")
+    if rank is not None:
+        model = read_headers(ModelRef.parse(args.model))
+        estimate = estimate_extraction(base, model, args.device, args.out, cached_probe(), rank=rank,
+                                       solver=args.solver, embeddings=args.embeddings, startup_seconds=startup)
+        reads = sum(i.nbytes for i in model.tensors.values()) + sum(i.nbytes for i in base.tensors.values())
+        print(f"Fine-tune:     {args.model}")
+        print(f"Rank:          {rank} ({args.solver} solver)")
+    else:
+        estimate = estimate_apply(base, args.device, args.out, cached_probe(), startup_seconds=startup)
+        reads = sum(i.nbytes for i in base.tensors.values())
+        print(f"Adapter:       {args.adapter}")
+    print(f"Output:        {args.out} (up to {format_bytes(estimate.output_bytes)})")
+    print(f"Reads:         {format_bytes(reads)}")
+    print("Estimate:      " + estimate.summary().replace("\n", "\n               "))
+    print("Nothing was written (--dry-run).")
+    return EXIT_OK
 
 
 def _run_with_summary(job, args: argparse.Namespace) -> tuple[dict, int]:

@@ -14,9 +14,9 @@ staging folder and appears only when complete.
 from __future__ import annotations
 
 import json
-import re
 import time
 from collections import Counter
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,10 +27,9 @@ import yaml
 from guiapp import __version__
 from guiapp.engine.checkpoint import Checkpoint, TensorInfo, dtype_from_name, dtype_name
 from guiapp.engine.compatibility import CompatibilityProblem, ModelFacts, compare_models
-from guiapp.engine.plan import ModelHeaders
-from guiapp.engine.devices import resolve_device
+from guiapp.engine.devices import resolve_device, threads_restored, use_cpu_threads
 from guiapp.engine.lowrank import SOLVERS, RankRule, Solver, decompose, relative_error
-from guiapp.engine.output import PlannedTensor, ShardedWriter, StagedOutput, check_free_space
+from guiapp.engine.output import PlannedTensor, ShardedWriter, StagedOutput, check_free_space, local_input_folders
 from guiapp.engine.peft_format import (
     ADAPTER_CONFIG,
     ADAPTER_WEIGHTS,
@@ -47,10 +46,13 @@ from guiapp.engine.peft_format import (
     split_module,
     task_type_for,
 )
+from guiapp.engine.plan import ModelHeaders
 from guiapp.engine.recipe import ModelRef
-from guiapp.engine.sources import ModelReader, local_folder, open_reader, read_headers
+from guiapp.engine.sources import ModelReader, open_reader, read_headers
 from guiapp.errors import IncompatibleModelsError, NonFiniteResultError, SettingsError
 from guiapp.progress import Progress
+from guiapp.system.bounded import BoundedPattern
+from guiapp.system.threads import ThreadPolicy, WorkKind
 
 EMBEDDING_POLICIES = ("save", "lora", "skip")
 # ‖Δ‖_F at or below this fraction of ‖W_base‖_F counts as unchanged (rounding from a dtype round trip).
@@ -71,7 +73,8 @@ class ExtractionSettings:
     """What `mergesmith extract-lora` and the window's Extract LoRA form ask for.
 
     `dtype` is the adapter's storage dtype (None: the fine-tune's); `compute_dtype` float32 or float64;
-    `include`/`exclude` are regular expressions searched in module names.
+    `include`/`exclude` are regular expressions searched in module names; `threads` decides how many CPU threads
+    the decompositions use (differences and casts use one).
     """
 
     base: str
@@ -86,6 +89,7 @@ class ExtractionSettings:
     device: str = "cpu"
     compute_dtype: str = "float32"
     overwrite: bool = False
+    threads: ThreadPolicy = field(default_factory=ThreadPolicy, compare=False)
 
 
 @dataclass
@@ -133,8 +137,8 @@ def extract_lora(settings: ExtractionSettings, progress: Progress | None = None)
     compute = dtype_from_name(settings.compute_dtype)
     progress.start_stage("Checking the models")
     base_ref, model_ref = ModelRef.parse(settings.base), ModelRef.parse(settings.model)
-    local_inputs = tuple(p for p in (local_folder(base_ref), local_folder(model_ref)) if p is not None)
-    with StagedOutput(settings.out, overwrite=settings.overwrite, inputs=local_inputs) as staged:
+    local_inputs = local_input_folders((base_ref, model_ref))
+    with StagedOutput(settings.out, overwrite=settings.overwrite, inputs=local_inputs, kind="extract") as staged:
         # Headers first (over HTTP range requests for Hub models): an unrelated pair is refused before a download.
         _check_related(read_headers(base_ref), read_headers(model_ref), str(base_ref), str(model_ref))
         base_reader = open_reader(base_ref, progress)
@@ -182,7 +186,7 @@ def extract_lora(settings: ExtractionSettings, progress: Progress | None = None)
     }
 
 
-def _validate(settings: ExtractionSettings) -> tuple[re.Pattern | None, re.Pattern | None]:
+def _validate(settings: ExtractionSettings) -> tuple[BoundedPattern | None, BoundedPattern | None]:
     settings.rule.validate()
     if settings.solver not in SOLVERS:
         raise SettingsError(f'"{settings.solver}" is not a solver.', hint="Use randomized (fast) or exact.",
@@ -204,14 +208,9 @@ def _validate(settings: ExtractionSettings) -> tuple[re.Pattern | None, re.Patte
             hint="Half precision has no SVD kernels; the adapter can still be stored in bfloat16 (--dtype).",
             key="compute_dtype",
         )
-    patterns = []
-    for option, text in (("--include", settings.include), ("--exclude", settings.exclude)):
-        try:
-            patterns.append(re.compile(text) if text else None)
-        except re.error as error:
-            raise SettingsError(f'{option} "{text}" is not a valid regular expression ({error}).',
-                                hint=r"Example: --include 'self_attn\.(q|v)_proj'", key=option.lstrip("-")) from None
-    return patterns[0], patterns[1]
+    include, exclude = ((BoundedPattern(text, option, SettingsError) if text else None)
+                        for option, text in (("--include", settings.include), ("--exclude", settings.exclude)))
+    return include, exclude
 
 
 def pair_problem(base: ModelHeaders, tuned: ModelHeaders, base_label: str, model_label: str
@@ -236,8 +235,8 @@ def _compare(
     base_reader: ModelReader,
     model_reader: ModelReader,
     settings: ExtractionSettings,
-    include: re.Pattern | None,
-    exclude: re.Pattern | None,
+    include: BoundedPattern | None,
+    exclude: BoundedPattern | None,
     task_type: str,
     transposed: bool,
     device: torch.device,
@@ -254,28 +253,51 @@ def _compare(
     total_bytes = 2 * sum(tuned.tensors[n].nbytes for names in modules.values() for n in names)
     progress.start_stage("Extracting", total=len(modules), bytes_total=total_bytes)
     forced_heads = CLASSIFIER_HEADS.get(task_type, ())
+    entries = []
     for module, names in modules.items():
         weight = tuned.tensors.get(module + ".weight")
         vocabulary = weight is not None and (is_embedding(module, weight.shape) or is_output_head(module))
         may_decompose = (
             weight is not None and len(weight.shape) == 2 and (settings.embeddings == "lora" or not vocabulary)
         )
+        entries.append((module, names, weight, vocabulary, may_decompose))
+
+    def differences(index: int) -> dict[str, torch.Tensor | None]:
+        _, names, _, _, may_decompose = entries[index]
         changed = {}
         for name in names:
             is_changed, delta = _difference(base_reader, model_reader, name, device, compute, may_decompose, settings)
             if is_changed:
                 changed[name] = delta
-        if short_name(module) in forced_heads:
-            _save(found, module, names, "the task's classification head (PEFT always loads it from the adapter)")
-        elif not changed:
-            found.unchanged.append(module)
-        elif (include and not include.search(module)) or (exclude and exclude.search(module)):
-            found.excluded.append(module)
-        elif vocabulary and settings.embeddings == "skip":
-            found.skipped.append(module)
-        else:
-            _store_module(found, module, names, changed, weight, settings, transposed, out_dtype)
-        progress.step(module, nbytes=2 * sum(tuned.tensors[n].nbytes for n in names))
+        return changed
+
+    # The next module's tensors are read and differenced (memory-bound: one torch thread) while the current one
+    # is decomposed (compute-bound: the cores the thread policy gives); at most one module waits, so memory stays
+    # a few tensors.
+    with ThreadPoolExecutor(1, "mergesmith-read", initializer=use_cpu_threads, initargs=(1,)) as reads, \
+            threads_restored():
+        pending: Future | None = reads.submit(differences, 0) if entries else None
+        try:
+            for index, (module, names, weight, vocabulary, _) in enumerate(entries):
+                changed = pending.result()
+                pending = reads.submit(differences, index + 1) if index + 1 < len(entries) else None
+                if short_name(module) in forced_heads:
+                    _save(found, module, names, "the task's classification head (PEFT always loads it from the adapter)")
+                elif not changed:
+                    found.unchanged.append(module)
+                elif (include and not include.search(module)) or (exclude and exclude.search(module)):
+                    found.excluded.append(module)
+                elif vocabulary and settings.embeddings == "skip":
+                    found.skipped.append(module)
+                else:
+                    use_cpu_threads(settings.threads.threads_for(WorkKind.DENSE))
+                    _store_module(found, module, names, changed, weight, settings, transposed, out_dtype)
+                del changed
+                progress.step(module, nbytes=2 * sum(tuned.tensors[n].nbytes for n in names))
+        except BaseException:
+            if pending is not None and not pending.cancel():
+                pending.exception()  # let the read finish before the readers are closed under it
+            raise
     return found
 
 
@@ -379,6 +401,8 @@ def _refuse_empty(found: _Found, base_label: str, model_label: str) -> None:
         raise IncompatibleModelsError(
             f"The two models are identical: no tensor of {model_label} differs from {base_label}, so an adapter "
             "would change nothing.",
+            why="An extracted adapter holds the difference between a fine-tune and its base, and two identical "
+            "models have none.",
             hint="Check that you chose the fine-tuned model and not a copy of the base.",
         )
     left_out = found.excluded + found.skipped
@@ -492,7 +516,7 @@ def _write_weights(
         if lora_bias:
             bias = found.bias_deltas.get(module, torch.zeros(left.shape[0], dtype=out_dtype))
             tensors.append((PlannedTensor(key + LORA_B_BIAS, tuple(bias.shape), out_dtype), bias))
-    for module, names in found.saved.items():
+    for names in found.saved.values():
         for name in names:
             info = tuned.tensors[name]
             dtype = out_dtype if info.dtype.is_floating_point else info.dtype

@@ -14,6 +14,15 @@ from guiapp.hub.failures import hub_errors
 from guiapp.hub.header_cache import cached_headers
 from guiapp.hub.headers import TensorRecord, parse_header
 from guiapp.hub.merge_files import needed_files
+from guiapp.hub.references import is_hub_id
+from guiapp.hub.server_checks import (
+    as_count,
+    as_text,
+    as_texts,
+    checked_commit,
+    checked_filename,
+    checked_revision,
+)
 
 
 @dataclass(frozen=True)
@@ -90,34 +99,46 @@ def model_details(
     """Facts about `repo_id` at `revision` (default main), from one model-info request.
 
     Raises OfflineError when offline, ModelNotFoundError / RevisionNotFoundError when the model or version does
-    not exist, RateLimitedError, and HubError for other Hub failures.
+    not exist, RateLimitedError, HubResponseError when the Hub's answer is unusable (a commit or file name that
+    is not one, fields that cannot be read, an answer too large) and HubError for other Hub failures. Odd
+    counts and texts (a negative or huge number, a list for a text) are tolerated as unknown.
     """
     require_online(f"Reading the details of {repo_id}")
     connection = connection or HubConnection.current()
+    checked_revision(revision, connection.shown_endpoint)
+    connection.check_reachable()
     with hub_errors(repo_id, revision):
         info = connection.api().model_info(repo_id, revision=revision, files_metadata=True)
-    card = info.card_data.to_dict() if info.card_data is not None else {}
-    tags = tuple(info.tags or ())
+        card = info.card_data.to_dict() if info.card_data is not None else {}
+    commit = checked_commit(info.sha, connection.shown_endpoint, f"a commit id (sha) for {repo_id}")
+    tags = as_texts(info.tags)
     safetensors = info.safetensors
+    parameters = getattr(safetensors, "parameters", None)
     return ModelDetails(
-        repo_id=info.id,
+        repo_id=info.id if isinstance(info.id, str) and is_hub_id(info.id) else repo_id,
         revision=revision or "main",
-        commit=info.sha,
-        author=info.author or info.id.partition("/")[0] or None,
-        licence=card.get("license")
+        commit=commit,
+        author=as_text(info.author) or repo_id.partition("/")[0] or None,
+        licence=as_text(card.get("license"))
         or next((t.removeprefix("license:") for t in tags if t.startswith("license:")), None),
         gated=bool(info.gated),
-        downloads=info.downloads or 0,
-        likes=info.likes or 0,
+        downloads=as_count(info.downloads),
+        likes=as_count(info.likes),
         last_modified=info.last_modified,
-        pipeline_tag=info.pipeline_tag,
-        library=info.library_name,
+        pipeline_tag=as_text(info.pipeline_tag),
+        library=as_text(info.library_name),
         tags=tags,
-        base_models=_base_models(card.get("base_model")),
-        files=tuple(RepoFile(s.rfilename, s.size or 0) for s in info.siblings or ()),
-        parameters_by_dtype=dict(safetensors.parameters) if safetensors else {},
-        page_url=connection.model_page(info.id),
+        base_models=as_texts(card.get("base_model")),
+        files=_repo_files(info, repo_id, connection.shown_endpoint),
+        parameters_by_dtype={str(k): as_count(v) for k, v in parameters.items()} if isinstance(parameters, dict) else {},
+        page_url=connection.model_page(repo_id),
     )
+
+
+def _repo_files(info: Any, repo_id: str, endpoint: str) -> tuple[RepoFile, ...]:
+    """The repo's files as the model info lists them; HubResponseError for a name that is not a relative path."""
+    return tuple(RepoFile(checked_filename(s.rfilename, endpoint, repo_id), as_count(s.size))
+                 for s in info.siblings or ())
 
 
 def remote_tensors(
@@ -127,13 +148,17 @@ def remote_tensors(
     requests: a few hundred kilobytes per file, never the weights. LoRA adapter repos are read too.
 
     Raises CheckpointError when the repo has no safetensors weights, GatedModelError when its licence has not
-    been accepted, OfflineError, ModelNotFoundError, RevisionNotFoundError and other HubErrors.
+    been accepted, OfflineError, ModelNotFoundError, RevisionNotFoundError, HubResponseError (see
+    `model_details`) and other HubErrors.
     """
     require_online(f"Reading the tensor list of {repo_id}")
     connection = connection or HubConnection.current()
+    checked_revision(revision, connection.shown_endpoint)
+    connection.check_reachable()
     api = connection.api()
     with hub_errors(repo_id, revision):
         info = api.model_info(repo_id, revision=revision)
+    checked_commit(info.sha, connection.shown_endpoint, f"a commit id (sha) for {repo_id}")  # it names cache paths below
     return cached_headers(("hub", connection.endpoint, repo_id, info.sha),
                           lambda: _read_remote_headers(repo_id, info, connection))
 
@@ -142,7 +167,7 @@ def _read_remote_headers(repo_id: str, info: Any, connection: HubConnection) -> 
     """The headers of every weight file of `repo_id` at the commit `info` describes, over range requests."""
     api = connection.api()
     with hub_errors(repo_id, info.sha):
-        names = [s.rfilename for s in info.siblings or ()]
+        names = [f.name for f in _repo_files(info, repo_id, connection.shown_endpoint)]
         weights = [n for n in needed_files(names) if n.endswith(".safetensors")]
         if not weights:
             raise CheckpointError(
@@ -191,10 +216,3 @@ def _indexed_shards(repo_id: str, commit: str, listed: list[str], connection: Hu
         )
     return shards
 
-
-def _base_models(value: Any) -> tuple[str, ...]:
-    if isinstance(value, str):
-        return (value,)
-    if isinstance(value, (list, tuple)):
-        return tuple(str(v) for v in value)
-    return ()

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import psutil
 
+from guiapp.jobs.durations import estimate_duration, timing_key, work_begins
 from guiapp.system.resources import Fit, TimeEstimate, fit_verdict
 
 # What a job adds besides tensors: the reader and writer threads, torch's worker threads and their allocator
@@ -66,14 +67,16 @@ def merge_working_set(plan) -> int:
     # In blocks, each input's block is read into a compute-dtype copy besides the method's own copies.
     block_bytes = int((copies.for_inputs(max(1, len(plan.models))) + max(1, len(plan.models)))
                       * BLOCK_ELEMENTS * compute_size)
-    reads = [0 if merges_in_blocks(plan, task) else read_copies(task) for task in plan.tasks]
+    # Every input is read whole into a private buffer (positional reads: see guiapp.engine.weight_file).
+    reads = [plan.task_input_bytes(task) + (0 if merges_in_blocks(plan, task) else read_copies(task))
+             for task in plan.tasks]
     outputs = [math.prod(task.shape) * plan.out_tensor_dtype(task).itemsize for task in plan.tasks]
     peak = 0
     for index, task in enumerate(plan.tasks):
         # The next tensor's inputs are read ahead, the previous output is still being written.
         ahead = reads[index + 1] if index + 1 < len(plan.tasks) else 0
         behind = outputs[index - 1] if index > 0 else 0
-        working = outputs[index] + block_bytes if merges_in_blocks(plan, task) else reads[index] + compute(task)
+        working = reads[index] + (outputs[index] + block_bytes if merges_in_blocks(plan, task) else compute(task))
         peak = max(peak, working + ahead + behind)
     return peak + _JOB_OVERHEAD_BYTES
 
@@ -95,27 +98,40 @@ def process_baseline() -> int:
     return private_memory() + (0 if "torch" in sys.modules else _RUNTIME_BYTES)
 
 
-def estimate_merge(plan, device: str, destination: Path, probe_result=None) -> JobEstimate:
+def estimate_merge(plan, device: str, destination: Path, probe_result=None, *,
+                   startup_seconds: float = 0.0) -> JobEstimate:
     """Estimate the merge `plan` on `device` into `destination`: memory, disk, time and the fit verdict.
 
-    `probe_result` (guiapp.system.probe.ProbeResult) gives the time estimate; without it, time is None.
-    Raises OutputError / DeviceError when the destination's drive or the GPU cannot be examined.
+    The time (guiapp.jobs.durations) comes from earlier merges with this method here or, before any, from
+    `probe_result` (guiapp.system.probe.ProbeResult); it is None without either. `startup_seconds`: what a new
+    process spends before the job starts (the CLI's dry run). Inside a job, this also marks where its work
+    begins, to learn the method's throughput. Raises OutputError / DeviceError when the destination's drive or
+    the GPU cannot be examined.
     """
     working = merge_working_set(plan)
     on_gpu = device != "cpu"
     peak_ram = process_baseline() + (_largest_output(plan) if on_gpu else working)
     peak_vram = working if on_gpu else 0
-    time = None
-    if probe_result is not None:
-        from guiapp.system.resources import estimate_time  # noqa: PLC0415
-
-        elementwise = sum(math.prod(t.shape) for t in plan.tasks) * plan.compute_dtype.itemsize
-        work = elementwise * plan.method.working_copies.for_inputs(max(1, len(plan.models))) * 4
-        time = estimate_time(probe_result, _probed(probe_result, device),
-                             str(plan.compute_dtype).removeprefix("torch."),
-                             elementwise_bytes=work, read_bytes=plan.input_bytes)
+    key = timing_key("merge", plan.method.name)
+    time = estimate_duration(key, plan.input_bytes, probe_result, device, startup_seconds=startup_seconds,
+                             download_bytes=sum(_download_bytes(model) for model in plan.models))
+    work_begins(key, plan.input_bytes)
     fit = fit_verdict(peak_ram, peak_vram, plan.output_bytes, device, destination)
     return JobEstimate(peak_ram, peak_vram, plan.output_bytes, time, fit)
+
+
+def _download_bytes(model) -> int:
+    """The weights of a Hub model (its ModelHeaders) still to download; 0 when local or in the cache already."""
+    if model.ref.is_local:
+        return 0
+    from guiapp.errors import OfflineError  # noqa: PLC0415
+    from guiapp.hub.resolve import resolve_model  # noqa: PLC0415
+
+    try:
+        resolve_model(model.ref.model, revision=model.ref.revision, offline=True)  # the cache only, no network
+    except OfflineError:
+        return sum(info.nbytes for info in model.tensors.values())
+    return 0
 
 
 def _largest_output(plan) -> int:
@@ -133,28 +149,24 @@ _APPLY_COPIES = 4
 
 
 def estimate_extraction(base, model, device: str, destination: Path, probe_result=None, rank: int = 32,
-                        solver: str = "randomized", embeddings: str = "save") -> JobEstimate:
+                        solver: str = "randomized", embeddings: str = "save", *,
+                        startup_seconds: float = 0.0) -> JobEstimate:
     """Estimate extracting a LoRA of `model` against `base` (guiapp.engine.plan.ModelHeaders of each), with
     changed embeddings and output head handled as `embeddings` says ("save", "lora" or "skip").
 
-    Raises OutputError / DeviceError when the destination's drive or the GPU cannot be examined.
+    Time, `startup_seconds` and the start of the work as `estimate_merge`. Raises OutputError / DeviceError when
+    the destination's drive or the GPU cannot be examined.
     """
-    from guiapp.system.resources import estimate_time, matmul_flop_count, svd_flop_count  # noqa: PLC0415
-
     matrices = [info.shape for info in model.tensors.values() if len(info.shape) == 2]
     largest = max((rows * cols * 4 for rows, cols in matrices), default=0)
     working = _EXTRACT_COPIES * largest + _JOB_OVERHEAD_BYTES
     on_gpu = device != "cpu"
     peak_ram = process_baseline() + (2 * largest if on_gpu else working)
     output_bytes = sum(_adapter_bytes(name, info, rank, embeddings) for name, info in model.tensors.items())
-    time = None
-    if probe_result is not None:
-        read_bytes = sum(i.nbytes for i in model.tensors.values()) + sum(i.nbytes for i in base.tensors.values())
-        if solver == "exact":
-            work = {"svd_flops": sum(svd_flop_count(rows, cols) for rows, cols in matrices)}
-        else:  # range finder, power iterations and the small SVD: about eight passes of matmuls
-            work = {"matmul_flops": sum(8 * matmul_flop_count(rows, cols, rank + 10) for rows, cols in matrices)}
-        time = estimate_time(probe_result, _probed(probe_result, device), read_bytes=read_bytes, **work)
+    read_bytes = sum(i.nbytes for i in model.tensors.values()) + sum(i.nbytes for i in base.tensors.values())
+    key = timing_key("extract", "exact" if solver == "exact" else None)
+    time = estimate_duration(key, read_bytes, probe_result, device, startup_seconds=startup_seconds)
+    work_begins(key, read_bytes)
     fit = fit_verdict(peak_ram, working if on_gpu else 0, output_bytes, device, destination)
     return JobEstimate(peak_ram, working if on_gpu else 0, output_bytes, time, fit)
 
@@ -178,17 +190,18 @@ def _adapter_bytes(name: str, info, rank: int, embeddings: str) -> int:
     return info.nbytes + _ADAPTER_HEADER_ENTRY_BYTES
 
 
-def estimate_apply(base, device: str, destination: Path) -> JobEstimate:
-    """Estimate writing `base` (its ModelHeaders) with an adapter applied: a full model's worth of disk."""
+def estimate_apply(base, device: str, destination: Path, probe_result=None, *,
+                   startup_seconds: float = 0.0) -> JobEstimate:
+    """Estimate writing `base` (its ModelHeaders) with an adapter applied: a full model's worth of disk.
+
+    Time, `startup_seconds` and the start of the work as `estimate_merge`."""
     largest = max((info.numel * 4 for info in base.tensors.values()), default=0)
     working = _APPLY_COPIES * largest + _JOB_OVERHEAD_BYTES
     on_gpu = device != "cpu"
     peak_ram = process_baseline() + (2 * largest if on_gpu else working)
     output_bytes = sum(info.nbytes for info in base.tensors.values())
+    time = estimate_duration("apply", output_bytes, probe_result, device, startup_seconds=startup_seconds)
+    work_begins("apply", output_bytes)
     fit = fit_verdict(peak_ram, working if on_gpu else 0, output_bytes, device, destination)
-    return JobEstimate(peak_ram, working if on_gpu else 0, output_bytes, None, fit)
+    return JobEstimate(peak_ram, working if on_gpu else 0, output_bytes, time, fit)
 
-
-def _probed(probe_result, device: str) -> str:
-    """The probe's name for `device` ("cuda" is probed as "cuda:0")."""
-    return device if device == "cpu" or probe_result.device(device) else f"{device}:0"

@@ -12,21 +12,24 @@ from guiapp.jobs.runner import Job
 
 def merge_job(recipe: Recipe, output: Path, *, device: str = "cpu", seed: int = 0,
               shard_bytes: int | None = None, overwrite: bool = False, force: bool = False,
-              compute_dtype: str = "float32") -> Job:
+              compute_dtype: str = "float32", threads: int | None = None) -> Job:
     """A job that runs `recipe` into `output`; its spec records every setting so it can be retried changed.
 
     Before any download or computation the job logs its estimate (memory, disk, time) and refuses to start,
     with the numbers, when it will not fit this machine, unless `force`. `compute_dtype` "recipe" computes in
     the recipe's dtype as mergekit does, refused (DeviceError) where the probe saw that dtype fail on `device`.
+    `threads` caps the CPU threads of compute-bound work (None: every core other programs leave free).
     """
     spec = {"recipe": recipe.document, "output": str(output), "device": device, "seed": seed,
-            "shard_bytes": shard_bytes, "overwrite": overwrite, "force": force, "compute_dtype": compute_dtype}
+            "shard_bytes": shard_bytes, "overwrite": overwrite, "force": force, "compute_dtype": compute_dtype,
+            "threads": threads}
 
     def work(progress):
         from guiapp.engine.merge import MergeSettings, run_merge  # noqa: PLC0415 - torch loads with the job
         from guiapp.engine.output import DEFAULT_SHARD_BYTES  # noqa: PLC0415
         from guiapp.jobs.estimates import estimate_merge  # noqa: PLC0415
         from guiapp.system.probe import cached_probe  # noqa: PLC0415
+        from guiapp.system.threads import ThreadPolicy  # noqa: PLC0415
 
         def check_fit(plan) -> None:
             if plan.compute_as_recipe:
@@ -38,7 +41,7 @@ def merge_job(recipe: Recipe, output: Path, *, device: str = "cpu", seed: int = 
 
         settings = MergeSettings(Path(output), device=device, seed=seed,
                                  shard_bytes=shard_bytes or DEFAULT_SHARD_BYTES, overwrite=overwrite,
-                                 compute_dtype=compute_dtype)
+                                 compute_dtype=compute_dtype, threads=ThreadPolicy(limit=threads))
         return run_merge(recipe, settings, progress, before_start=check_fit).summary()
 
     return Job(title=f"Merge ({recipe.merge_method}) → {Path(output).name}", kind="merge", spec=spec, work=work)
@@ -48,15 +51,16 @@ def extract_job(base: str, model: str, out: Path, *, rank_mode: str = "fixed", r
                 max_rank: int | None = None, solver: str = "randomized", include: str | None = None,
                 exclude: str | None = None, embeddings: str = "save", dtype: str | None = None,
                 device: str = "cpu", compute_dtype: str = "float32", overwrite: bool = False,
-                force: bool = False) -> Job:
-    """A job that extracts a LoRA adapter of `model` against `base` into `out`.
+                force: bool = False, threads: int | None = None) -> Job:
+    """A job that extracts a LoRA adapter of `model` against `base` into `out` (`threads` caps the CPU threads of
+    the decompositions; None: every core other programs leave free).
 
     It logs its estimate first and refuses, with the numbers, an extraction that will not fit, unless `force`.
     """
     spec = {"base": base, "model": model, "out": str(out), "rank_mode": rank_mode, "rank_value": rank_value,
             "max_rank": max_rank, "solver": solver, "include": include, "exclude": exclude,
             "embeddings": embeddings, "dtype": dtype, "device": device, "compute_dtype": compute_dtype,
-            "overwrite": overwrite, "force": force}
+            "overwrite": overwrite, "force": force, "threads": threads}
 
     def work(progress):
         from guiapp.engine.lora_extract import ExtractionSettings, extract_lora  # noqa: PLC0415 - torch
@@ -65,6 +69,7 @@ def extract_job(base: str, model: str, out: Path, *, rank_mode: str = "fixed", r
         from guiapp.engine.sources import read_headers  # noqa: PLC0415
         from guiapp.jobs.estimates import estimate_extraction  # noqa: PLC0415
         from guiapp.system.probe import cached_probe  # noqa: PLC0415
+        from guiapp.system.threads import ThreadPolicy  # noqa: PLC0415
 
         rank = int(rank_value) if rank_mode == "fixed" else (max_rank or 32)
         estimate = estimate_extraction(read_headers(ModelRef.parse(base)), read_headers(ModelRef.parse(model)),
@@ -75,7 +80,7 @@ def extract_job(base: str, model: str, out: Path, *, rank_mode: str = "fixed", r
         settings = ExtractionSettings(
             base=base, model=model, out=Path(out), rule=RankRule(rank_mode, rank_value, max_rank), solver=solver,
             include=include, exclude=exclude, embeddings=embeddings, dtype=dtype, device=device,
-            compute_dtype=compute_dtype, overwrite=overwrite,
+            compute_dtype=compute_dtype, overwrite=overwrite, threads=ThreadPolicy(limit=threads),
         )
         return extract_lora(settings, progress)
 
@@ -83,22 +88,25 @@ def extract_job(base: str, model: str, out: Path, *, rank_mode: str = "fixed", r
 
 
 def apply_job(base: str, adapter: str, out: Path, *, scale: float = 1.0, dtype: str | None = None,
-              device: str = "cpu", overwrite: bool = False, max_shard_size: str = "5GB", force: bool = False) -> Job:
+              device: str = "cpu", overwrite: bool = False, max_shard_size: str = "5GB", force: bool = False,
+              threads: int | None = None) -> Job:
     """A job that writes `base` with `adapter` applied as a full model folder at `out` (refused, with the
-    numbers, when it will not fit, unless `force`)."""
+    numbers, when it will not fit, unless `force`; `threads` caps the CPU threads of the adapter's products)."""
     spec = {"base": base, "adapter": adapter, "out": str(out), "scale": scale, "dtype": dtype, "device": device,
-            "overwrite": overwrite, "max_shard_size": max_shard_size, "force": force}
+            "overwrite": overwrite, "max_shard_size": max_shard_size, "force": force, "threads": threads}
 
     def work(progress):
         from guiapp.engine.lora_apply import ApplySettings, apply_lora  # noqa: PLC0415 - torch
         from guiapp.engine.recipe import ModelRef  # noqa: PLC0415
         from guiapp.engine.sources import read_headers  # noqa: PLC0415
         from guiapp.jobs.estimates import estimate_apply  # noqa: PLC0415
+        from guiapp.system.threads import ThreadPolicy  # noqa: PLC0415
 
         _check_fit(estimate_apply(read_headers(ModelRef.parse(base)), device, Path(out)), progress, force)
 
         settings = ApplySettings(base=base, adapter=adapter, out=Path(out), scale=scale, dtype=dtype,
-                                 device=device, overwrite=overwrite, max_shard_size=max_shard_size)
+                                 device=device, overwrite=overwrite, max_shard_size=max_shard_size,
+                                 threads=ThreadPolicy(limit=threads))
         return apply_lora(settings, progress)
 
     return Job(title=f"Apply LoRA → {Path(out).name}", kind="apply", spec=spec, work=work)
@@ -125,7 +133,8 @@ def job_from_spec(kind: str, spec: dict[str, Any]) -> Job:
         return merge_job(recipe_from_dict(copy.deepcopy(spec["recipe"])), Path(spec["output"]),
                          device=spec.get("device", "cpu"), seed=spec.get("seed", 0),
                          shard_bytes=spec.get("shard_bytes"), overwrite=spec.get("overwrite", False),
-                         force=spec.get("force", False), compute_dtype=spec.get("compute_dtype", "float32"))
+                         force=spec.get("force", False), compute_dtype=spec.get("compute_dtype", "float32"),
+                         threads=spec.get("threads"))
     if kind == "extract":
         return extract_job(**{**spec, "out": Path(spec["out"])})
     if kind == "apply":
@@ -151,11 +160,13 @@ _RECIPE_KEYS = ("dtype", "out_dtype", "tokenizer_source")
 def retry(kind: str, spec: dict[str, Any], changes: dict[str, Any]) -> Job:
     """The job `spec` describes with an Explanation's `retry_with` changes applied.
 
-    Changes name job settings (device, overwrite…) or, for merges, recipe keys (dtype, out_dtype,
+    Changes name job settings (device, output, overwrite…) or, for merges, recipe keys (dtype, out_dtype,
     tokenizer_source). `force_download` needs nothing more here: a retried job reads its files again.
     """
     spec = copy.deepcopy(spec)
     for key, value in changes.items():
+        if key == "output" and "out" in spec:  # extractions and applications name their output folder "out"
+            key = "out"
         if kind == "merge" and key in _RECIPE_KEYS:
             spec["recipe"][key] = value
         elif key in spec:
