@@ -1,15 +1,20 @@
-"""The model library as the window's Models page uses it: Hub search, a model's details with its fit on this
-machine, the Hugging Face cache (Downloaded) and the added local folders. No Qt.
+"""The model library as the window uses it: Hub search, a model's details with its fit on this machine, the
+Hugging Face cache, the added local folders, and `library_entries()`, the one list of every model on this
+computer (downloaded models with weights, added folders, outputs Mergesmith wrote) that feeds the window's
+pickers and its Models page. No Qt.
 
 Every function here may block on the network or the disk: the window awaits them off its own thread.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from guiapp.engine.output_guard import read_marker
 from guiapp.hub.cache import CachedModel, DeletionPlan, plan_deletion, scan_cache
 from guiapp.hub.connection import HubConnection
 from guiapp.hub.details import ModelDetails, model_details
@@ -20,10 +25,114 @@ from guiapp.system.resources import Fit, fit_verdict
 from guiapp.system.units import format_bytes
 
 __all__ = [
-    "CachedModel", "DeletionPlan", "DetailsWithFit", "ModelSearch", "SearchQuery", "SearchResults",
-    "add_local_folder", "cache_folder", "details_with_fit", "list_local_folders", "plan_deletion",
-    "remove_local_folder", "scan_cache", "weights_size",
+    "CachedModel", "DeletionPlan", "DetailsWithFit", "LibraryEntry", "ModelSearch", "SearchQuery", "SearchResults",
+    "adapter_base", "add_local_folder", "cache_folder", "details_with_fit", "library_entries", "list_local_folders",
+    "plan_deletion", "remove_local_folder", "scan_cache", "weights_size",
 ]
+
+# Where an entry comes from, in the words the window shows.
+SOURCE_WORDS = {"downloaded": "Downloaded", "folder": "Added folder", "output": "Made by Mergesmith"}
+WEIGHT_PATTERNS = ("*.safetensors", "*.bin")
+# An adapter_config.json is a few hundred bytes; a far larger one is not read.
+_MAX_ADAPTER_CONFIG_BYTES = 1_000_000
+
+
+@dataclass(frozen=True)
+class LibraryEntry:
+    """One model on this computer. `reference` is what a recipe or job takes (a Hub id or a folder); `kind` is
+    "model" or "adapter"; `base_model` is the model an adapter says it was made for."""
+
+    reference: str
+    name: str
+    source: str  # "downloaded", "folder" or "output" (SOURCE_WORDS)
+    kind: str
+    size: int
+    folder: Path
+    modified: float
+    base_model: str | None = None
+
+    @property
+    def where(self) -> str:
+        return SOURCE_WORDS[self.source]
+
+
+def library_entries(outputs: Iterable[Path | str] = ()) -> list[LibraryEntry]:
+    """Every model on this computer: the outputs in `outputs` that still hold Mergesmith's marker (newest job
+    first, as given), the added local folders that still exist, then the Hugging Face cache's models whose newest
+    snapshot holds weights (an entry holding only a config or headers, left by a look at a Hub model, is not a
+    model). A folder is listed once. An unreadable cache leaves the other entries; nothing here raises."""
+    entries: list[LibraryEntry] = []
+    seen: set[Path] = set()
+
+    def add(entry: LibraryEntry | None) -> None:
+        if entry is not None and entry.folder not in seen:
+            seen.add(entry.folder)
+            entries.append(entry)
+
+    for output in outputs:
+        add(_output_entry(Path(output)))
+    for folder in list_local_folders():
+        add(_folder_entry(folder, "folder"))
+    try:
+        cached = scan_cache()
+    except Exception:  # an unreadable cache folder: the local entries still work
+        cached = []
+    for model in cached:
+        add(_cache_entry(model))
+    return entries
+
+
+def adapter_base(folder: Path | str) -> str | None:
+    """The base model an adapter folder says it was made for (adapter_config.json's base_model_name_or_path);
+    None when `folder` is not an adapter or does not name one."""
+    config = Path(folder) / "adapter_config.json"
+    try:
+        if config.stat().st_size > _MAX_ADAPTER_CONFIG_BYTES:
+            return None
+        base = json.loads(config.read_text(encoding="utf-8")).get("base_model_name_or_path")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return base if isinstance(base, str) and base.strip() else None
+
+
+def _output_entry(folder: Path) -> LibraryEntry | None:
+    marker = read_marker(folder)
+    if marker is None:  # moved, deleted, or replaced by something that is not ours
+        return None
+    return _folder_entry(folder, "output", size=marker.total_bytes)
+
+
+def _folder_entry(folder: Path, source: str, size: int | None = None) -> LibraryEntry | None:
+    folder = Path(folder).expanduser().resolve()
+    weights = _weight_files(folder)
+    if not weights:
+        return None
+    try:
+        modified = max(path.stat().st_mtime for path in weights)
+        size = size if size is not None else sum(path.stat().st_size for path in weights)
+    except OSError:
+        return None
+    base = adapter_base(folder)
+    kind = "adapter" if (folder / "adapter_config.json").is_file() else "model"
+    return LibraryEntry(str(folder), folder.name, source, kind, size, folder, modified, base)
+
+
+def _cache_entry(model: CachedModel) -> LibraryEntry | None:
+    if not model.revisions:
+        return None
+    snapshot = model.revisions[0].folder  # the newest revision: what a job given the id would use offline
+    if not _weight_files(snapshot):
+        return None
+    kind = "adapter" if (snapshot / "adapter_config.json").is_file() else "model"
+    return LibraryEntry(model.repo_id, model.repo_id, "downloaded", kind, model.size, Path(model.folder),
+                        model.last_used.timestamp(), adapter_base(snapshot) if kind == "adapter" else None)
+
+
+def _weight_files(folder: Path) -> list[Path]:
+    try:
+        return [path for pattern in WEIGHT_PATTERNS for path in folder.glob(pattern) if path.is_file()]
+    except OSError:
+        return []
 
 
 @dataclass(frozen=True)

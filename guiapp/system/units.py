@@ -40,3 +40,9 @@ def format_duration_range(low: float, high: float) -> str:
     else:
         bottom, top, unit = max(1, math.floor(low / 3600)), math.ceil(high / 3600), "h"
     return f"{top} {unit}" if bottom >= top else f"{bottom}–{top} {unit}"
+
+
+def plural(count: int, noun: str, plural_noun: str | None = None) -> str:
+    """The count with its noun in the right number: (1, "model") → "1 model", (3, "model") → "3 models",
+    (2, "match", "matches") → "2 matches"."""
+    return f"{count} {noun if count == 1 else plural_noun or noun + 's'}"

@@ -1,4 +1,5 @@
-"""What every page shares: the job bridge, and the slow things loaded after the window is shown.
+"""What every page shares: the job bridge, the live model library, and the slow things loaded after the window is
+shown.
 
 The method registry imports torch (seconds) and the capability probe may run a child process the first time,
 so both load on a worker thread once the window is visible; pages show "Loading…" until `methods_ready` and
@@ -13,6 +14,10 @@ from PySide6.QtCore import QObject, Signal
 
 from guiapp.ui.background import call_in_background
 from guiapp.ui.job_bridge import JobBridge
+from guiapp.ui.library_model import CHANGING_KINDS, LibraryModel
+
+# Jobs whose output is a model or an adapter the library lists.
+OUTPUT_KINDS = ("merge", "extract", "apply")
 
 
 class AppState(QObject):
@@ -28,10 +33,23 @@ class AppState(QObject):
     def __init__(self, parent: QObject | None = None, *, keep_history: bool = True) -> None:
         super().__init__(parent)
         self.jobs = JobBridge(self, keep_history=keep_history)
+        self.library = LibraryModel(self.finished_outputs, self)
+        self.jobs.record_changed.connect(self._job_changed)
+        self.library.refresh()
         self.methods: dict[str, Any] | None = None
         self.probe: Any = None
         self.probing = False
         self._probe_after_methods = True
+
+    def finished_outputs(self) -> list[str]:
+        """The folders finished merges, extractions and applications wrote, newest first."""
+        return [record.output for record in reversed(self.jobs.records)
+                if record.kind in OUTPUT_KINDS and record.status == "done" and record.output]
+
+    def _job_changed(self, key: str) -> None:
+        record = self.jobs.record(key)
+        if record is not None and record.kind in CHANGING_KINDS and record.status == "done":
+            self.library.refresh()
 
     def start_loading(self, probe: bool = True) -> None:
         """Load the method registry (torch), then (with `probe`) this machine's probe result, off the UI thread."""

@@ -62,22 +62,22 @@ def test_download_runs_as_a_job_and_shows_in_downloaded(qtbot, window, hub_env, 
     assert record.kind == "download"
     assert wait_for_job(qtbot, window, record.key).status == "done"
     page.tabs.setCurrentIndex(1)
-    qtbot.waitUntil(lambda: page.downloaded.cache_table.rowCount() == 1, timeout=15_000)
-    assert page.downloaded.cache_table.item(0, 0).text() == "smith/tiny-base"
+    qtbot.waitUntil(lambda: page.downloaded.rows.rowCount() == 1, timeout=15_000)
+    assert page.downloaded.rows.index(0, 0).data() == "smith/tiny-base"
     page.downloaded.cache_table.selectRow(0)
 
     def confirm():
         box = QApplication.activeModalWidget()
         if isinstance(box, QMessageBox):
             assert "frees" in box.text()
-            box.button(QMessageBox.StandardButton.Yes).click()
+            qtbot.mouseClick(box.button(QMessageBox.StandardButton.Yes), Qt.MouseButton.LeftButton)
         else:
             QTimer.singleShot(50, confirm)
 
     QTimer.singleShot(50, confirm)
     qtbot.mouseClick(page.downloaded.delete_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: "freed" in page.downloaded.cache_status.text(), timeout=15_000)
-    qtbot.waitUntil(lambda: page.downloaded.cache_table.rowCount() == 0, timeout=15_000)
+    qtbot.waitUntil(lambda: page.downloaded.rows.rowCount() == 0, timeout=15_000)
 
 
 def test_search_offline_says_so(qtbot, window, hub_env):

@@ -30,12 +30,12 @@ from PySide6.QtWidgets import (
 )
 
 from guiapp.jobs.validation import PairCheck, check_adapter, check_pair
-from guiapp.ui.background import LatestTask, call_in_background, run_blocking
+from guiapp.ui.background import LatestTask, run_blocking
 from guiapp.ui.merge.output_box import default_output_folder
 from guiapp.ui.pages.jobs import extraction_report
 from guiapp.ui.text import sentence
 from guiapp.ui.theme import set_status_style
-from guiapp.ui.widgets.model_picker import ModelPicker, library_entries
+from guiapp.ui.widgets.model_picker import ModelPicker
 from guiapp.ui.widgets.options import OptionCombo, device_choices, dtype_choices
 
 ADAPTER_DTYPES = ("bfloat16", "float16", "float32")
@@ -66,7 +66,8 @@ class LoraPage(QWidget):
         self._apply_checker = LatestTask(500, self)
         state.probe_ready.connect(lambda _: self._refresh_capabilities())
         state.jobs.record_changed.connect(self._job_changed)
-        state.methods_ready.connect(lambda _: call_in_background(library_entries, self._show_library))
+        for picker in (self.x_base, self.x_model, self.a_base, self.a_adapter):
+            picker.use_library(state.library)
         self._refresh_capabilities()
 
     @staticmethod
@@ -263,7 +264,8 @@ class LoraPage(QWidget):
         models = QGroupBox("Models")
         form = QFormLayout(models)
         self.a_base = ModelPicker("The base model the adapter was trained on")
-        self.a_adapter = ModelPicker("The adapter: org/name or a folder with adapter_config.json")
+        self.a_adapter = ModelPicker("The adapter: org/name or a folder with adapter_config.json",
+                                     kinds=("adapter",))
         for picker in (self.a_base, self.a_adapter):
             picker.changed.connect(self._apply_changed)
         form.addRow("Base model", self.a_base)
@@ -349,10 +351,6 @@ class LoraPage(QWidget):
         ):
             device.set_choices(device_choices(probe, job))
             dtype.set_choices(dtype_choices(probe, job, device.value() or "cpu", dtypes, default))
-
-    def _show_library(self, entries: list[str]) -> None:
-        for picker in (self.x_base, self.x_model, self.a_base, self.a_adapter):
-            picker.set_library(entries)
 
 
 def _rank_value(mode: str, value: float) -> float:

@@ -27,7 +27,7 @@ from PySide6.QtWidgets import (
 
 from guiapp.jobs.recipe_document import FormValues, RecipeDocument
 from guiapp.jobs.validation import check_merge
-from guiapp.ui.background import LatestTask, call_in_background, run_blocking
+from guiapp.ui.background import LatestTask, run_blocking
 from guiapp.ui.merge.advanced_box import AdvancedBox
 from guiapp.ui.merge.messages import show_message
 from guiapp.ui.merge.method_box import MethodBox
@@ -37,7 +37,6 @@ from guiapp.ui.merge.recipe_panel import RecipePanel
 from guiapp.ui.merge.run_box import RunBox
 from guiapp.ui.text import error_text
 from guiapp.ui.theme import set_status_style
-from guiapp.ui.widgets.model_picker import library_entries
 from guiapp.ui.widgets.param_form import ParamForm
 
 VALIDATION_DELAY_MS = 500
@@ -67,6 +66,8 @@ class MergePage(QWidget):
         self.stack.addWidget(self._build_editor())
         layout = QVBoxLayout(self)
         layout.addWidget(self.stack)
+        for picker in (self.base_picker, self.add_model_picker):
+            picker.use_library(state.library)
         state.methods_ready.connect(self.set_methods)
         state.methods_failed.connect(self._engine_failed)
         state.probe_ready.connect(lambda _: self._refresh_capabilities())
@@ -150,7 +151,6 @@ class MergePage(QWidget):
         if not self.output_edit.text():
             self.output_edit.setText(str(default_output_folder() / "merged-model"))
         self.stack.setCurrentIndex(1)
-        self._load_library()
         if self.document:
             self.apply_document(self.document)
         else:
@@ -163,13 +163,6 @@ class MergePage(QWidget):
         self.loading.setWordWrap(True)
         self.loading.setText(f"The merge engine could not be loaded.\n\n{explanation.what}\n\n{explanation.fix}")
         set_status_style(self.loading, "problem")
-
-    def _load_library(self) -> None:
-        def show(entries: list[str]) -> None:
-            for picker in (self.base_picker, self.add_model_picker):
-                picker.set_library(entries)
-
-        call_in_background(library_entries, show)
 
     def _refresh_capabilities(self) -> None:
         self.output.refresh_capabilities(self.state.probe, self.document.get("out_dtype"))

@@ -1,6 +1,9 @@
-"""The Models page's "Downloaded" tab: the Hugging Face cache with sizes, hand-over to the other pages, and delete.
+"""The Models page's "On this computer" tab: the window's live model library (downloaded models, added folders,
+outputs Mergesmith wrote) with where each is and its size, hand-over to the other pages, and deleting a
+downloaded model from the Hugging Face cache.
 
-Reading the cache and deleting from it are awaited off the UI thread; a newer refresh cancels an older one.
+The rows are the shared `LibraryModel` (guiapp/ui/library_model.py): they follow downloads, merges and deletions
+without a refresh. Planning and deleting are awaited off the UI thread.
 """
 
 from __future__ import annotations
@@ -15,34 +18,43 @@ from PySide6.QtWidgets import (
     QLabel,
     QMessageBox,
     QPushButton,
-    QTableWidget,
-    QTableWidgetItem,
+    QTableView,
     QVBoxLayout,
     QWidget,
 )
 
 from guiapp.ui.background import LatestTask, run_blocking
+from guiapp.ui.library_model import NAME, LibraryFilter
 from guiapp.ui.text import error_text
 
 
 class DownloadedTab(QWidget):
     def __init__(self, state, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self._reader = LatestTask(0, self)
-        self.cache_table = QTableWidget(0, 4, accessibleName="Downloaded models")
-        self.cache_table.setHorizontalHeaderLabels(["Model", "Size", "Last used", "Versions"])
+        self.state = state
+        self._deleter = LatestTask(0, self)
+        self._note = ""
+        self.rows = LibraryFilter(state.library, parent=self)
+        self.cache_table = QTableView(accessibleName="Models on this computer")
+        self.cache_table.setModel(self.rows)
+        self.cache_table.setSortingEnabled(True)
+        self.cache_table.setTextElideMode(Qt.TextElideMode.ElideMiddle)
         self.cache_table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.cache_table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         self.cache_table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.cache_table.verticalHeader().setVisible(False)
-        self.cache_table.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        header = self.cache_table.horizontalHeader()
+        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        header.setSectionResizeMode(NAME, QHeaderView.ResizeMode.Stretch)
+        self.cache_table.selectionModel().selectionChanged.connect(lambda *_: self._selection_changed())
         self.cache_status = QLabel(wordWrap=True)
         buttons = QHBoxLayout()
         refresh = QPushButton("Refresh")
+        refresh.setToolTip("Look at the disk again (the list also follows downloads and jobs by itself)")
         refresh.clicked.connect(lambda: self.refresh_cache())
-        self.delete_button = QPushButton("Delete…")
-        self.delete_button.setToolTip("Delete the selected model from the Hugging Face cache")
-        self.delete_button.clicked.connect(lambda: self._reader.request(self._plan_deletion))
+        self.delete_button = QPushButton("Delete…", enabled=False)
+        self.delete_button.setToolTip("Delete the selected downloaded model from the Hugging Face cache")
+        self.delete_button.clicked.connect(lambda: self._deleter.request(self._plan_deletion))
         cached_base = QPushButton("Use as base")
         cached_base.clicked.connect(lambda: self._hand_over(state.use_as_base))
         cached_add = QPushButton("Add to merge")
@@ -54,54 +66,60 @@ class DownloadedTab(QWidget):
         layout.addWidget(self.cache_table, 1)
         layout.addWidget(self.cache_status)
         layout.addLayout(buttons)
+        state.library.refreshed.connect(self._show_totals)
+        self._show_totals()
 
     def refresh_cache(self, note: str = "") -> None:
-        """List the cache again; `note` (what was just done) is shown after the totals."""
-        self.cache_status.setText("Reading the cache…")
-        self._reader.request(lambda: self._refresh(note))
+        """Read the library again; `note` (what was just done) is shown after the totals."""
+        self._note = note
+        self.cache_status.setText("Looking at the disk…")
+        self.state.library.refresh()
 
-    async def _refresh(self, note: str) -> None:
-        from guiapp.jobs import library  # noqa: PLC0415 - the Hub client loads on first use
+    def _show_totals(self) -> None:
+        from guiapp.system.units import format_bytes, plural  # noqa: PLC0415
 
-        try:
-            models = await run_blocking(library.scan_cache)
-        except Exception as error:  # an unreadable cache folder: said under the table
-            self.cache_status.setText(error_text(error))
+        entries = self.state.library.entries
+        if not self.state.library.loaded:
+            self.cache_status.setText("Looking at the disk…")
             return
-        self._show(models, library.cache_folder(), note)
+        downloaded = [e for e in entries if e.source == "downloaded"]
+        text = (f"{plural(len(entries), 'model')} on this computer; {plural(len(downloaded), 'download')}, "
+                f"{format_bytes(sum(e.size for e in downloaded))} in the download cache."
+                if entries else "No models on this computer yet: download one, add a folder, or run a job.")
+        self.cache_status.setText(text + (f" {self._note}" if self._note else ""))
+        self._note = ""
+        self._selection_changed()
 
-    def _show(self, models: list[Any], folder: Any, note: str) -> None:
-        from guiapp.system.units import format_bytes  # noqa: PLC0415
+    def select_reference(self, reference: str) -> bool:
+        """Select the row of `reference`; False when it is not listed."""
+        for row in range(self.rows.rowCount()):
+            if self.rows.index(row, NAME).data(Qt.ItemDataRole.EditRole) == reference:
+                self.cache_table.selectRow(row)
+                return True
+        return False
 
-        self.cache_table.setRowCount(0)
-        for model in models:
-            row = self.cache_table.rowCount()
-            self.cache_table.insertRow(row)
-            for column, text in enumerate((model.repo_id, format_bytes(model.size),
-                                           model.last_used.strftime("%Y-%m-%d %H:%M"), str(len(model.revisions)))):
-                item = QTableWidgetItem(text)
-                item.setData(Qt.ItemDataRole.UserRole, model.repo_id)
-                self.cache_table.setItem(row, column, item)
-        total = sum(m.size for m in models)
-        self.cache_status.setText((f"{len(models)} models, {format_bytes(total)} in {folder}."
-                                   if models else "No models downloaded yet.") + (f" {note}" if note else ""))
+    def _selected(self) -> Any:
+        rows = self.cache_table.selectionModel().selectedRows()
+        if not rows:
+            return None
+        return self.state.library.entry(self.rows.mapToSource(rows[0]).row())
 
-    def _selected(self) -> str | None:
-        items = self.cache_table.selectedItems()
-        return items[0].data(Qt.ItemDataRole.UserRole) if items else None
+    def _selection_changed(self) -> None:
+        entry = self._selected()
+        self.delete_button.setEnabled(entry is not None and entry.source == "downloaded")
 
     def _hand_over(self, signal) -> None:
-        if repo_id := self._selected():
-            signal.emit(repo_id)
+        if entry := self._selected():
+            signal.emit(entry.reference)
 
     async def _plan_deletion(self) -> None:
         from guiapp.jobs import library  # noqa: PLC0415
 
-        repo_id = self._selected()
-        if not repo_id:
+        entry = self._selected()
+        if entry is None or entry.source != "downloaded":
             return
         try:
-            plan = await run_blocking(library.plan_deletion, repo_id)
+            plan = await run_blocking(library.plan_deletion, entry.reference)
         except Exception as error:
             self.cache_status.setText(error_text(error))
             return
@@ -109,12 +127,17 @@ class DownloadedTab(QWidget):
         QTimer.singleShot(0, self, lambda: self._confirm_deletion(plan))
 
     def _confirm_deletion(self, plan: Any) -> None:
-        from guiapp.system.units import format_bytes  # noqa: PLC0415
+        from guiapp.system.units import format_bytes, plural  # noqa: PLC0415
 
-        question = (f"Delete {plan.repo_id} ({len(plan.commits)} versions) from the cache?\n"
-                    f"This frees {format_bytes(plan.freed_bytes)}. You can download it again later.")
-        if QMessageBox.question(self, "Delete a downloaded model", question) == QMessageBox.StandardButton.Yes:
-            self._reader.request(lambda: self._delete(plan))
+        box = QMessageBox(QMessageBox.Icon.Question, "Delete a downloaded model",
+                          f"Delete {plan.repo_id} ({plural(len(plan.commits), 'version')}) from the download "
+                          f"cache?\nThis frees {format_bytes(plan.freed_bytes)}. You can download it again later.",
+                          QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No, self)
+        box.button(QMessageBox.StandardButton.Yes).setText("Delete")
+        box.button(QMessageBox.StandardButton.No).setText("Keep it")
+        box.setDefaultButton(QMessageBox.StandardButton.No)
+        if box.exec() == QMessageBox.StandardButton.Yes:
+            self._deleter.request(lambda: self._delete(plan))
 
     async def _delete(self, plan: Any) -> None:
         from guiapp.system.units import format_bytes  # noqa: PLC0415

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QFileDialog, QHBoxLayout, QLabel, QListWidget, QPushButton, QVBoxLayout, QWidget
 
 from guiapp.ui.text import error_text
@@ -16,7 +17,9 @@ MISSING = "  (missing)"
 class LocalFoldersTab(QWidget):
     def __init__(self, state, parent: QWidget | None = None) -> None:
         super().__init__(parent)
+        self.state = state
         self.local_list = QListWidget(accessibleName="Local model folders")
+        self.local_list.setTextElideMode(Qt.TextElideMode.ElideMiddle)
         self.local_status = QLabel("Model folders on this computer (config.json and .safetensors) work offline "
                                    "everywhere a Hub model does.", wordWrap=True)
         buttons = QHBoxLayout()
@@ -45,6 +48,8 @@ class LocalFoldersTab(QWidget):
         self.local_list.clear()
         for folder in list_local_folders():
             self.local_list.addItem(str(folder) + ("" if folder.is_dir() else MISSING))
+            self.local_list.item(self.local_list.count() - 1).setToolTip(str(folder))
+        self.state.library.refresh()  # the pickers list the added folders
 
     def add_local_folder(self, folder: str | None = None) -> None:
         """Add `folder` (asked for when None) to the list; a folder that holds no model is refused, saying why."""

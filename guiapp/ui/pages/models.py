@@ -1,5 +1,6 @@
 """The Models page: search the Hub as you type, read a model's details (with a fit badge for this machine),
-and manage what is on this computer: the Hugging Face cache (Downloaded) and added Local folders.
+and manage what is on this computer: the live model library (On this computer: downloads, added folders,
+Mergesmith's outputs) and the added Local folders.
 
 One widget per tab (model_search, model_downloaded, model_folders; the details pane is model_details). Every Hub
 request is awaited off the UI thread; a newer search cancels older ones. Actions hand a model reference to the
@@ -27,10 +28,9 @@ class ModelsPage(QWidget):
         self.folders = LocalFoldersTab(state)
         self.tabs = QTabWidget()
         self.tabs.addTab(self.hub, "Search the Hub")
-        self.tabs.addTab(self.downloaded, "Downloaded")
+        self.tabs.addTab(self.downloaded, "On this computer")
         self.tabs.addTab(self.folders, "Local folders")
         self.tabs.currentChanged.connect(self._tab_changed)
-        state.jobs.record_changed.connect(self._job_changed)
         layout = QVBoxLayout(self)
         layout.addWidget(self.tabs)
 
@@ -38,11 +38,6 @@ class ModelsPage(QWidget):
         self.tabs.setCurrentIndex(SEARCH_TAB)
         self.hub.search_edit.setFocus()
         self.hub.search_edit.selectAll()
-
-    def _job_changed(self, key: str) -> None:
-        record = self.state.jobs.record(key)
-        if record.kind == "download" and record.status == "done" and self.tabs.currentIndex() == DOWNLOADED_TAB:
-            self.downloaded.refresh_cache()
 
     def _tab_changed(self, index: int) -> None:
         if index == DOWNLOADED_TAB:

@@ -36,7 +36,7 @@ from PySide6.QtWidgets import (
 from guiapp.jobs.tryout import MAX_MODELS, ModelShelf, models_to_try, perplexity_job, try_job
 from guiapp.ui.background import call_in_background
 from guiapp.ui.text import error_text
-from guiapp.ui.widgets.model_picker import ModelPicker, library_entries
+from guiapp.ui.widgets.model_picker import ModelPicker
 from guiapp.ui.widgets.options import OptionCombo, device_choices, dtype_choices
 
 TRY_DTYPES = ("bfloat16", "float16", "float32", "float64")
@@ -162,7 +162,8 @@ class TryPage(QWidget):
         state.probe_ready.connect(lambda _: self._refresh_capabilities())
         state.jobs.record_changed.connect(self._job_changed)
         state.jobs.progress.connect(self._job_progress)
-        state.methods_ready.connect(lambda _: call_in_background(library_entries, self._show_library))
+        for picker in self.pickers:
+            picker.use_library(state.library)
         self._refresh_capabilities()
 
     # --- building -------------------------------------------------------------------------------------------
@@ -392,7 +393,3 @@ class TryPage(QWidget):
         self.device.set_choices(device_choices(probe, "try"))
         self.dtype.set_choices(dtype_choices(probe, "try", self.device.value() or "cpu", TRY_DTYPES,
                                              "Each model's own dtype"))
-
-    def _show_library(self, entries: list[str]) -> None:
-        for picker in self.pickers:
-            picker.set_library(entries)

@@ -1,38 +1,35 @@
-"""Choosing a model: type a Hub id or a folder, pick from the library (local folders, downloaded models), or
-browse for a folder."""
+"""Choosing a model: type a Hub id or a folder, pick from the live library (`guiapp.ui.library_model`), or browse
+for a folder.
+
+The list is the window's one `LibraryModel`, filtered to the kinds this picker takes (models, adapters): it
+follows downloads, merges and deletions while the window is open. Long names are elided in the middle in the
+list; the full reference is in the tooltip.
+"""
 
 from __future__ import annotations
 
-from PySide6.QtCore import Signal
+from collections.abc import Iterable
+
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QComboBox, QFileDialog, QHBoxLayout, QPushButton, QWidget
 
-
-def library_entries() -> list[str]:
-    """Model references the library knows: added local folders, then models in the Hugging Face cache.
-
-    Runs on a worker thread (scanning the cache reads the disk).
-    """
-    from guiapp.jobs.library import list_local_folders, scan_cache  # noqa: PLC0415
-
-    entries = [str(folder) for folder in list_local_folders()]
-    try:
-        entries += [model.repo_id for model in scan_cache()]
-    except Exception:  # an unreadable cache leaves the local folders, which still work
-        pass
-    return entries
+from guiapp.ui.library_model import REFERENCE_ROLE, LibraryFilter, LibraryModel
 
 
 class ModelPicker(QWidget):
     changed = Signal(str)
 
-    def __init__(self, placeholder: str = "org/name or a folder", parent: QWidget | None = None) -> None:
+    def __init__(self, placeholder: str = "org/name or a folder", parent: QWidget | None = None, *,
+                 kinds: Iterable[str] = ("model",)) -> None:
         super().__init__(parent)
+        self.kinds = tuple(kinds)
         self.combo = QComboBox(editable=True)
         self.combo.setInsertPolicy(QComboBox.InsertPolicy.NoInsert)
         self.combo.lineEdit().setPlaceholderText(placeholder)
-        self.combo.setMinimumContentsLength(24)
+        self.combo.setMinimumContentsLength(16)
         self.combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
-        self.combo.editTextChanged.connect(self.changed)
+        self.combo.view().setTextElideMode(Qt.TextElideMode.ElideMiddle)
+        self.combo.editTextChanged.connect(self._text_changed)
         self.browse = QPushButton("Browse…")
         self.browse.setToolTip("Choose a model folder on this computer")
         self.browse.clicked.connect(self._browse)
@@ -41,14 +38,16 @@ class ModelPicker(QWidget):
         layout.addWidget(self.combo, 1)
         layout.addWidget(self.browse)
         self.setFocusProxy(self.combo)
+        self._kept_text = ""
 
-    def set_library(self, entries: list[str]) -> None:
-        text = self.text()
-        self.combo.blockSignals(True)
-        self.combo.clear()
-        self.combo.addItems(entries)
-        self.combo.setEditText(text)
-        self.combo.blockSignals(False)
+    def use_library(self, library: LibraryModel) -> None:
+        """List `library`'s entries of this picker's kinds, following it as it changes."""
+        rows = LibraryFilter(library, self.kinds, parent=self)
+        self.combo.setModel(rows)
+        self.combo.setCurrentIndex(-1)
+        # A reset makes a combo box show its first row: keep what the user typed, and say nothing.
+        rows.modelAboutToBeReset.connect(self._keep_text)
+        rows.modelReset.connect(self._restore_text)
 
     def text(self) -> str:
         return self.combo.currentText().strip()
@@ -57,6 +56,25 @@ class ModelPicker(QWidget):
         self.combo.blockSignals(not notify)
         self.combo.setEditText(text)
         self.combo.blockSignals(False)
+        self._show_tooltip(text)
+
+    def _keep_text(self) -> None:
+        self._kept_text = self.combo.currentText()
+        self.combo.blockSignals(True)
+
+    def _restore_text(self) -> None:
+        self.combo.setCurrentIndex(-1)
+        self.combo.setEditText(self._kept_text)
+        self.combo.blockSignals(False)
+
+    def _text_changed(self, text: str) -> None:
+        self._show_tooltip(text)
+        self.changed.emit(text)
+
+    def _show_tooltip(self, text: str) -> None:
+        index = self.combo.findData(text.strip(), REFERENCE_ROLE)
+        described = self.combo.itemData(index, Qt.ItemDataRole.ToolTipRole) if index >= 0 else None
+        self.combo.setToolTip(described or text)
 
     def _browse(self) -> None:
         folder = QFileDialog.getExistingDirectory(self, "Choose a model folder", self.text())
