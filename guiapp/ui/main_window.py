@@ -91,6 +91,7 @@ class MainWindow(QMainWindow):
 
     def _build_menus(self) -> None:
         file_menu = self.menuBar().addMenu("&File")
+        self._action(file_menu, "&New merge", QKeySequence.StandardKey.New, self.new_merge)
         self._action(file_menu, "&Import recipe…", QKeySequence.StandardKey.Open,
                      lambda: (self.show_page("merge"), self.merge.import_recipe()))
         self._action(file_menu, "&Export recipe…", QKeySequence.StandardKey.Save,
@@ -98,6 +99,11 @@ class MainWindow(QMainWindow):
         self._action(file_menu, "&Run the job on this page", QKeySequence("Ctrl+R"), self.run_current)
         file_menu.addSeparator()
         self._action(file_menu, "&Quit", QKeySequence.StandardKey.Quit, self.close)
+        edit = self.menuBar().addMenu("&Edit")
+        self._action(edit, "&Undo recipe change", QKeySequence.StandardKey.Undo,
+                     lambda: self._recipe_step(self.merge.undo, "Nothing to undo."))
+        self._action(edit, "&Redo recipe change", QKeySequence.StandardKey.Redo,
+                     lambda: self._recipe_step(self.merge.redo, "Nothing to redo."))
         go = self.menuBar().addMenu("&Go")
         self._action(go, "&Find models", QKeySequence.StandardKey.Find,
                      lambda: (self.show_page("models"), self.models.focus_search()))
@@ -138,6 +144,19 @@ class MainWindow(QMainWindow):
         note.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)  # the path can be copied
         note.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         note.open()
+
+    def new_merge(self) -> None:
+        """File → New merge: an empty recipe on the Merge page; Edit → Undo brings the previous one back."""
+        self.show_page("merge")
+        self.merge.new_merge()
+        self.statusBar().showMessage("Started a new merge. Edit → Undo recipe change (Ctrl+Z) brings the previous "
+                                     "recipe back.", 10_000)
+
+    def _recipe_step(self, step, nothing: str) -> None:
+        if self.current_page() != "merge":  # the recipe is not in sight: changing it unseen would surprise
+            self.statusBar().showMessage("Undo and redo change the recipe on the Merge page.", 5000)
+        elif not step():
+            self.statusBar().showMessage(nothing, 5000)
 
     def run_current(self) -> None:
         """Ctrl+R: run what the current page prepares (the merge, the extraction or the application)."""
@@ -181,6 +200,8 @@ class MainWindow(QMainWindow):
         settings.setValue("window/state", self.saveState())
         settings.setValue("window/page", self.current_page())
         settings.setValue("window/welcomed", True)
+        self.merge.save_form()
+        self.lora.save_form()
 
     def closeEvent(self, event) -> None:  # noqa: N802 - Qt's name
         active = self.state.jobs.active()

@@ -56,6 +56,7 @@ class LoraPage(QWidget):
         super().__init__(parent)
         self.state = state
         self._extract_key: str | None = None
+        self._filled_base = ""  # the Apply base last filled in from an adapter's own config
         self.tabs = QTabWidget()
         self.extract_scroll = self._scrolled(self._build_extract())
         self.tabs.addTab(self.extract_scroll, "Extract LoRA")
@@ -69,6 +70,7 @@ class LoraPage(QWidget):
         for picker in (self.x_base, self.x_model, self.a_base, self.a_adapter):
             picker.use_library(state.library)
         self._refresh_capabilities()
+        self._restore_form()
 
     @staticmethod
     def _scrolled(widget: QWidget) -> QScrollArea:
@@ -266,6 +268,7 @@ class LoraPage(QWidget):
         self.a_base = ModelPicker("The base model the adapter was trained on")
         self.a_adapter = ModelPicker("The adapter: org/name or a folder with adapter_config.json",
                                      kinds=("adapter",))
+        self.a_adapter.changed.connect(self._fill_base_of_adapter)
         for picker in (self.a_base, self.a_adapter):
             picker.changed.connect(self._apply_changed)
         form.addRow("Base model", self.a_base)
@@ -297,6 +300,17 @@ class LoraPage(QWidget):
         column.addWidget(self.a_run, 0, Qt.AlignmentFlag.AlignLeft)
         column.addStretch()
         return page
+
+    def _fill_base_of_adapter(self, adapter: str) -> None:
+        """Fill the base model in from the adapter's own config, unless the user chose another base."""
+        from guiapp.jobs.library import adapter_base  # noqa: PLC0415
+
+        adapter = adapter.strip()
+        entry = self.state.library.find(adapter) if adapter else None
+        base = entry.base_model if entry else adapter_base(adapter) if adapter and Path(adapter).is_dir() else None
+        if base and self.a_base.text() in ("", self._filled_base):
+            self._filled_base = base
+            self.a_base.set_text(base)
 
     def _apply_changed(self, *_: Any) -> None:
         base, adapter = self.a_base.text(), self.a_adapter.text()
@@ -342,6 +356,36 @@ class LoraPage(QWidget):
         return record.key
 
     # --- shared ----------------------------------------------------------------------------------------------
+
+    def save_form(self) -> None:
+        """Keep both forms for the next start (never the Replace choices, which are made each time)."""
+        from guiapp.jobs.form_memory import remember_form  # noqa: PLC0415
+
+        remember_form("lora", {
+            "x_base": self.x_base.text(), "x_model": self.x_model.text(), "rank_mode": self.rank_mode.currentData(),
+            "rank_value": self.rank_value.value(), "max_rank": self.max_rank.value(),
+            "solver": self.solver.currentData(), "include": self.include.text(), "exclude": self.exclude.text(),
+            "embeddings": self.embeddings.currentData(), "x_out": self.x_out.text(),
+            "a_base": self.a_base.text(), "a_adapter": self.a_adapter.text(), "a_scale": self.a_scale.value(),
+            "a_out": self.a_out.text(),
+        })
+
+    def _restore_form(self) -> None:
+        from guiapp.jobs.form_memory import remembered_form  # noqa: PLC0415
+
+        form = remembered_form("lora")
+        for combo, key in ((self.rank_mode, "rank_mode"), (self.solver, "solver"), (self.embeddings, "embeddings")):
+            if (index := combo.findData(form.get(key))) >= 0:
+                combo.setCurrentIndex(index)  # the rank mode first: choosing it resets the rank value
+        for spin, key in ((self.rank_value, "rank_value"), (self.max_rank, "max_rank"), (self.a_scale, "a_scale")):
+            if isinstance(form.get(key), int | float):
+                spin.setValue(form[key])
+        texts = {"x_base": self.x_base.set_text, "x_model": self.x_model.set_text, "include": self.include.setText,
+                 "exclude": self.exclude.setText, "x_out": self.x_out.setText, "a_base": self.a_base.set_text,
+                 "a_adapter": self.a_adapter.set_text, "a_out": self.a_out.setText}
+        for key, set_text in texts.items():
+            if isinstance(form.get(key), str) and form[key]:
+                set_text(form[key])
 
     def _refresh_capabilities(self) -> None:
         probe = self.state.probe

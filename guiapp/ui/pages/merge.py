@@ -151,6 +151,8 @@ class MergePage(QWidget):
         if not self.output_edit.text():
             self.output_edit.setText(str(default_output_folder() / "merged-model"))
         self.stack.setCurrentIndex(1)
+        if not self.document:
+            self._restore_form()
         if self.document:
             self.apply_document(self.document)
         else:
@@ -211,6 +213,45 @@ class MergePage(QWidget):
 
     def set_base(self, ref: str) -> None:
         self.base_picker.set_text(ref)
+
+    # --- keeping the work: restarts, New merge, undo --------------------------------------------------------------
+
+    def save_form(self) -> None:
+        """Keep the recipe being edited and its output folder for the next start (never the Replace choice)."""
+        from guiapp.jobs.form_memory import remember_form  # noqa: PLC0415
+
+        self.recipe_panel.flush()
+        remember_form("merge", {"recipe": self.recipe.copy(), "output": self.output_edit.text().strip()})
+
+    def _restore_form(self) -> None:
+        from guiapp.jobs.form_memory import remembered_form  # noqa: PLC0415
+
+        form = remembered_form("merge")
+        if isinstance(form.get("output"), str) and form["output"]:
+            self.output_edit.setText(form["output"])
+        if isinstance(form.get("recipe"), dict):
+            self.recipe.replace(form["recipe"])
+
+    def new_merge(self) -> None:
+        """Start an empty recipe with the chosen method; `undo()` brings the previous one back."""
+        method = self._method()
+        self.recipe_panel.flush()
+        self.overwrite_check.setChecked(False)
+        self.apply_document({"merge_method": method.name} if method else {})
+
+    def undo(self) -> bool:
+        """Take the recipe back one change (the form and the YAML follow); False when there is none."""
+        if not self.recipe.undo():
+            return False
+        self.apply_document(self.recipe.data)
+        return True
+
+    def redo(self) -> bool:
+        """Make the last undone change again; False when there is none."""
+        if not self.recipe.redo():
+            return False
+        self.apply_document(self.recipe.data)
+        return True
 
     @property
     def document(self) -> dict[str, Any]:
