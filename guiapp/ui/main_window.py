@@ -175,6 +175,8 @@ class MainWindow(QMainWindow):
     def _sample_ready(self, document: dict, output: str) -> None:
         self.merge.load_sample(document, output)
         self.show_page("merge")
+        # The sample models stay in the library (every picker, the Models page) for the user's own merges.
+        self.state.add_folders([document["base_model"]] + [entry["model"] for entry in document["models"]])
 
     def _job_submitted(self, key: str) -> None:
         self.jobs.select(key)

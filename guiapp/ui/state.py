@@ -8,6 +8,7 @@ so both load on a worker thread once the window is visible; pages show "Loadingâ
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QObject, Signal
@@ -45,6 +46,22 @@ class AppState(QObject):
         """The folders finished merges, extractions and applications wrote, newest first."""
         return [record.output for record in reversed(self.jobs.records)
                 if record.kind in OUTPUT_KINDS and record.status == "done" and record.output]
+
+    def add_folders(self, folders: list[str]) -> None:
+        """Add model `folders` to the library (as local folders, kept across restarts) off the UI thread; one
+        that holds no model is skipped."""
+
+        def add() -> None:
+            from guiapp.errors import MergesmithError  # noqa: PLC0415
+            from guiapp.jobs.library import add_local_folder  # noqa: PLC0415
+
+            for folder in folders:
+                try:
+                    add_local_folder(Path(folder))
+                except MergesmithError:
+                    pass  # not a model folder: nothing to list
+
+        call_in_background(add, lambda _: self.library.refresh())
 
     def _job_changed(self, key: str) -> None:
         record = self.jobs.record(key)

@@ -72,3 +72,10 @@ def test_a_finished_extraction_offers_its_adapter_only_where_adapters_go(qtbot, 
     qtbot.waitUntil(lambda: str(adapter) in _listed(window.lora.a_adapter), timeout=15_000)
     assert str(adapter) not in _listed(window.merge.base_picker)
     assert window.state.library.find(str(adapter)).base_model == str(models.base)
+
+
+def test_the_sample_models_join_the_library(qtbot, window, tmp_path):
+    window.welcome.try_samples(tmp_path / "samples")
+    qtbot.waitUntil(lambda: window.current_page() == "merge", timeout=60_000)
+    samples = [str((tmp_path / "samples" / name).resolve()) for name in ("tiny-base", "tiny-math", "tiny-chat")]
+    qtbot.waitUntil(lambda: all(s in _listed(window.merge.add_model_picker) for s in samples), timeout=15_000)
