@@ -92,8 +92,9 @@ def _timed(arguments: list[str]) -> float:
 def _estimate(name: str, base: Path, tune: Path, adapter: Path, command: list[str], startup: float):
     """The estimate the dry run printed, made here by the same functions with the dry run's wall time as start-up."""
     from guiapp.engine.merge import plan_merge  # noqa: PLC0415
-    from guiapp.engine.recipe import ModelRef, load_recipe  # noqa: PLC0415
+    from guiapp.engine.recipe import load_recipe  # noqa: PLC0415
     from guiapp.engine.sources import read_headers  # noqa: PLC0415
+    from guiapp.hub.references import ModelRef  # noqa: PLC0415
     from guiapp.jobs.estimates import estimate_apply, estimate_extraction, estimate_merge  # noqa: PLC0415
     from guiapp.system.probe import cached_probe  # noqa: PLC0415
 

@@ -506,16 +506,16 @@ def _run_hub_info(args: argparse.Namespace) -> int:
     import json  # noqa: PLC0415
 
     from guiapp.hub.details import model_details, remote_tensors  # noqa: PLC0415
-    from guiapp.hub.references import parse_reference  # noqa: PLC0415
+    from guiapp.hub.references import ModelRef  # noqa: PLC0415
     from guiapp.system.units import format_bytes  # noqa: PLC0415
 
     _hub_setup(args)
-    ref = parse_reference(args.repo)
-    if ref.repo_id is None:
-        print(f"mergesmith hub info: {args.repo} is a local folder, not a Hub model id.", file=sys.stderr)
+    ref = ModelRef.parse(args.repo)
+    if ref.hub_id is None:
+        print(f"mergesmith hub info: {args.repo} is a folder path, not a Hub model id (org/name).", file=sys.stderr)
         return EXIT_USAGE
-    details = model_details(ref.repo_id, ref.revision)
-    tensors = remote_tensors(ref.repo_id, details.commit) if args.tensors else {}
+    details = model_details(ref.hub_id, ref.revision)
+    tensors = remote_tensors(ref.hub_id, details.commit) if args.tensors else {}
     if args.json:
         data = details.to_json()
         if args.tensors:
@@ -542,26 +542,28 @@ def _run_hub_info(args: argparse.Namespace) -> int:
 
 def _run_hub_check(args: argparse.Namespace) -> int:
     from guiapp.engine.compatibility import check_compatibility  # noqa: PLC0415 - torch-free
+    from guiapp.hub.references import ModelRef  # noqa: PLC0415
 
     _hub_setup(args)
-    report = check_compatibility(args.models)
+    report = check_compatibility([ModelRef.parse(text) for text in args.models])
     print(report.render_text())
     return EXIT_OK if report.compatible else EXIT_FAILED
 
 
 def _run_hub_download(args: argparse.Namespace) -> int:
     from guiapp.hub.downloads import download_model  # noqa: PLC0415
-    from guiapp.hub.references import parse_reference  # noqa: PLC0415
+    from guiapp.hub.references import ModelRef  # noqa: PLC0415
     from guiapp.progress import Progress  # noqa: PLC0415
 
     _hub_setup(args)
-    ref = parse_reference(args.repo)
-    if ref.repo_id is None:
-        print(f"mergesmith hub download: {args.repo} is a local folder, not a Hub model id.", file=sys.stderr)
+    ref = ModelRef.parse(args.repo)
+    if ref.hub_id is None:
+        print(f"mergesmith hub download: {args.repo} is a folder path, not a Hub model id (org/name).",
+              file=sys.stderr)
         return EXIT_USAGE
     printer = TerminalProgress()
     progress = Progress(on_event=lambda event: printer.on_event(None, event))
-    folder = download_model(ref.repo_id, args.revision or ref.revision, progress=progress)
+    folder = download_model(ref.hub_id, args.revision or ref.revision, progress=progress)
     printer.finish()
     print(folder)
     return EXIT_OK
@@ -764,8 +766,8 @@ def _run_apply_lora(args: argparse.Namespace) -> int:
 def _print_lora_plan(args: argparse.Namespace, rank: int | None = None) -> int:
     """`extract-lora --dry-run` (given `rank`) or `apply-lora --dry-run`: the inputs' headers are read, the
     plan and the estimate printed as `merge --dry-run` prints them; nothing is written."""
-    from guiapp.engine.recipe import ModelRef  # noqa: PLC0415
     from guiapp.engine.sources import read_headers  # noqa: PLC0415
+    from guiapp.hub.references import ModelRef  # noqa: PLC0415
     from guiapp.jobs.durations import process_seconds_so_far  # noqa: PLC0415
     from guiapp.jobs.estimates import estimate_apply, estimate_extraction  # noqa: PLC0415
     from guiapp.system.probe import cached_probe  # noqa: PLC0415

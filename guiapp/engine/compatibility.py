@@ -15,6 +15,7 @@ from typing import Any
 
 from guiapp.engine.layers import TensorRole, architecture_of, tensor_place
 from guiapp.errors import MergesmithError
+from guiapp.hub.references import ModelRef
 
 _EXAMPLES = 3
 
@@ -66,7 +67,7 @@ class CompatibilityReport:
         return "\n".join(lines)
 
 
-def check_compatibility(references: Sequence[str], *, offline: bool = False) -> CompatibilityReport:
+def check_compatibility(references: Sequence[ModelRef], *, offline: bool = False) -> CompatibilityReport:
     """Read every model's headers (Hub ids, `id@revision` and local folders mixed) and compare them with the
     first. A model that cannot be read (gated, missing, offline) becomes an "unreadable" problem saying why;
     nothing raises except programming errors.
@@ -81,13 +82,13 @@ def check_compatibility(references: Sequence[str], *, offline: bool = False) -> 
         except MergesmithError as error:
             hint = f" {error.hint}" if error.hint else ""
             problems.append(
-                CompatibilityProblem(reference, "unreadable", f"{reference} cannot be checked: {error}{hint}")
+                CompatibilityProblem(str(reference), "unreadable", f"{reference} cannot be checked: {error}{hint}")
             )
             continue
-        readable.append(ModelFacts.of(reference, metadata.tensors, metadata.config))
+        readable.append(ModelFacts.of(str(reference), metadata.tensors, metadata.config))
     if readable:
         problems = list(compare_models(readable).problems) + problems
-    return CompatibilityReport(tuple(references), tuple(problems))
+    return CompatibilityReport(tuple(str(reference) for reference in references), tuple(problems))
 
 
 def compare_models(models: Sequence[ModelFacts]) -> CompatibilityReport:

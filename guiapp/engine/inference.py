@@ -20,9 +20,8 @@ from typing import Any
 import torch
 
 from guiapp.engine.devices import resolve_device
-from guiapp.engine.recipe import ModelRef
-from guiapp.engine.sources import local_folder
-from guiapp.errors import CheckpointError, RecipeError, UnsupportedModelError
+from guiapp.errors import CheckpointError, SettingsError, UnsupportedModelError
+from guiapp.hub.references import ModelRef
 from guiapp.progress import Progress
 
 CAUSAL, ENCODER = "causal", "encoder"
@@ -112,22 +111,15 @@ def resolve_source(reference: str, progress: Progress | None = None) -> ModelSou
     """The folders behind a model argument: a folder, a Hub id (downloaded into the cache as needed), or either
     of these `+ADAPTER`.
 
-    Raises RecipeError for an empty reference, CheckpointError for a missing folder, HubError subclasses when a
+    Raises RecipeError for an empty reference (ModelRef.parse), CheckpointError for a missing folder, HubError subclasses when a
     Hub model cannot be had.
     """
+    from guiapp.hub.resolve import resolve_model  # noqa: PLC0415 - the hub layer loads only when asked
+
     ref = ModelRef.parse(reference)
-    folder = _folder_of(ModelRef(ref.model, ref.revision), progress)
-    adapter = _folder_of(ModelRef.parse(ref.adapter), progress) if ref.adapter else None
+    folder = resolve_model(ref, progress=progress)
+    adapter = resolve_model(ref.adapter, progress=progress) if ref.adapter else None
     return ModelSource(ref, folder, adapter)
-
-
-def _folder_of(ref: ModelRef, progress: Progress | None) -> Path:
-    folder = local_folder(ref)
-    if folder is not None:
-        return folder
-    from guiapp.hub.resolve import resolve_model  # noqa: PLC0415 - the hub layer loads only for Hub ids
-
-    return Path(resolve_model(ref.model, revision=ref.revision, progress=progress))
 
 
 def model_kind(config: dict[str, Any]) -> str:
@@ -201,7 +193,7 @@ def _attach_adapter(model: Any, source: ModelSource) -> Any:
         return peft.PeftModel.from_pretrained(model, source.adapter_folder, is_trainable=False)
     except (ValueError, KeyError, RuntimeError) as error:
         raise CheckpointError(
-            f"The adapter {source.adapter_folder} does not fit {source.ref.model}: {str(error).splitlines()[0]}",
+            f"The adapter {source.adapter_folder} does not fit {source.ref.base}: {str(error).splitlines()[0]}",
             hint="Use the base model the adapter was trained on (adapter_config.json names it).",
         ) from None
 
@@ -307,7 +299,7 @@ def perplexity(
 
     Consecutive windows share one token, so every token after the first is predicted exactly once, from the
     tokens before it in its window. Log-probabilities are summed in float32 whatever the model's dtype.
-    Cancelling `progress` stops between windows. Raises RecipeError when the text has fewer than two tokens
+    Cancelling `progress` stops between windows. Raises SettingsError when the text has fewer than two tokens
     and UnsupportedModelError for an encoder.
     """
     if loaded.kind != CAUSAL:
@@ -317,8 +309,8 @@ def perplexity(
     progress = progress or Progress()
     ids = loaded.tokenizer(text, return_tensors="pt")["input_ids"][0]
     if ids.numel() < 2:
-        raise RecipeError("The text is too short for perplexity: it needs at least two tokens.",
-                          hint="Paste a few sentences or more.")
+        raise SettingsError("The text is too short for perplexity: it needs at least two tokens.",
+                            hint="Paste a few sentences or more.", key="text")
     window = max(2, min(window, loaded.max_positions or window))
     starts = list(range(0, ids.numel() - 1, window - 1))
     progress.start_stage(f"Perplexity: {loaded.label}", total=len(starts))
@@ -363,18 +355,18 @@ def similarities(
 def read_text_file(path: Path) -> str:
     """The text of a .txt file, or the "text" fields of a .jsonl file joined by blank lines.
 
-    Raises RecipeError for a file that is missing, not a regular file, too large, not UTF-8, or a .jsonl line
+    Raises SettingsError for a file that is missing, not a regular file, too large, not UTF-8, or a .jsonl line
     without a "text" string.
     """
     if not path.is_file():
-        raise RecipeError(f"{path} is not a file.", hint="Give a .txt or .jsonl file.")
+        raise SettingsError(f"{path} is not a file.", hint="Give a .txt or .jsonl file.", key="text")
     if path.stat().st_size > MAX_TEXT_BYTES:
-        raise RecipeError(f"{path} is larger than {MAX_TEXT_BYTES // (1024 * 1024)} MB.",
-                          hint="Perplexity on a sample of a few thousand words says as much; cut the file down.")
+        raise SettingsError(f"{path} is larger than {MAX_TEXT_BYTES // (1024 * 1024)} MB.", key="text",
+                            hint="Perplexity on a sample of a few thousand words says as much; cut the file down.")
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError:
-        raise RecipeError(f"{path} is not UTF-8 text.", hint="Save it as UTF-8 text.") from None
+        raise SettingsError(f"{path} is not UTF-8 text.", hint="Save it as UTF-8 text.", key="text") from None
     if path.suffix.lower() != ".jsonl":
         return text
     pieces = []
@@ -384,11 +376,11 @@ def read_text_file(path: Path) -> str:
         try:
             record = json.loads(line)
         except json.JSONDecodeError as error:
-            raise RecipeError(f"Line {number} of {path} is not JSON: {error.msg}.",
-                              hint="Each line of a .jsonl file is one JSON object with a \"text\" field.") from None
+            raise SettingsError(f"Line {number} of {path} is not JSON: {error.msg}.", key="text",
+                                hint="Each line of a .jsonl file is one JSON object with a \"text\" field.") from None
         if not isinstance(record, dict) or not isinstance(record.get("text"), str):
-            raise RecipeError(f"Line {number} of {path} has no \"text\" string.",
-                              hint="Each line of a .jsonl file is one JSON object with a \"text\" field.")
+            raise SettingsError(f"Line {number} of {path} has no \"text\" string.", key="text",
+                                hint="Each line of a .jsonl file is one JSON object with a \"text\" field.")
         pieces.append(record["text"])
     return "\n\n".join(pieces)
 

@@ -39,9 +39,9 @@ from guiapp.engine.peft_format import (
     pattern_value,
     split_module,
 )
-from guiapp.engine.recipe import ModelRef
-from guiapp.engine.sources import ModelReader, local_folder, open_reader, read_headers
+from guiapp.engine.sources import ModelReader, open_reader, read_headers
 from guiapp.errors import CheckpointError, IncompatibleModelsError, NonFiniteResultError, SettingsError
+from guiapp.hub.references import ModelRef
 from guiapp.progress import Progress
 from guiapp.system.bounded import open_regular_file
 from guiapp.system.threads import ThreadPolicy, WorkKind
@@ -225,12 +225,15 @@ class LoraAdapter:
         return (int(b.shape[0]), math.prod(int(d) for d in a.shape[1:]))
 
 
-def open_adapter_for_merge(reference: str, progress: Progress | None = None) -> LoraAdapter:
-    """Open the adapter a recipe's `model+adapter` reference names (a local folder or a Hub id).
+def open_adapter_for_merge(adapter: ModelRef, progress: Progress | None = None) -> LoraAdapter:
+    """Open the adapter of a recipe's `model+adapter` reference (a local folder or a Hub model, downloaded as
+    needed).
 
     Raises CheckpointError / HubError subclasses when the adapter cannot be had or read.
     """
-    return LoraAdapter.open(_adapter_folder(reference, progress))
+    from guiapp.hub.resolve import resolve_model  # noqa: PLC0415 - the hub layer loads only when asked
+
+    return LoraAdapter.open(resolve_model(adapter, progress=progress))
 
 
 @dataclass(frozen=True)
@@ -260,6 +263,8 @@ def apply_lora(settings: ApplySettings, progress: Progress | None = None) -> dic
     space (InsufficientResourcesError). A tensor that becomes NaN/infinite stops the job (NonFiniteResultError).
     The output appears only when complete. Returns a summary: output, tensors changed/replaced, bytes written.
     """
+    from guiapp.hub.resolve import resolve_model  # noqa: PLC0415 - the hub layer loads only when asked
+
     progress = progress or Progress()
     device = resolve_device(settings.device)
     out_dtype = _out_dtype(settings.dtype)
@@ -269,7 +274,7 @@ def apply_lora(settings: ApplySettings, progress: Progress | None = None) -> dic
         raise SettingsError(str(error), hint="Example: 5GB", key="max_shard_size") from None
     progress.start_stage("Checking the base model and the adapter")
     base_ref = ModelRef.parse(settings.base)
-    adapter = LoraAdapter.open(_adapter_folder(settings.adapter, progress), scale=settings.scale)
+    adapter = LoraAdapter.open(resolve_model(ModelRef.parse(settings.adapter), progress=progress), scale=settings.scale)
     # The base's headers (over HTTP range requests for a Hub model) are enough to refuse a mismatch before a download.
     base_headers = read_headers(base_ref)
     adapter.check_base(base_headers.tensors, str(base_ref))
@@ -283,7 +288,7 @@ def apply_lora(settings: ApplySettings, progress: Progress | None = None) -> dic
         PlannedTensor(name, info.shape, out_dtype if out_dtype and info.dtype.is_floating_point else info.dtype)
         for name, info in base_headers.tensors.items()
     ]
-    inputs = tuple(p for p in (local_folder(base_ref), adapter.folder) if p is not None)
+    inputs = tuple(p for p in (base_ref.existing_folder(), adapter.folder) if p is not None)
     with StagedOutput(settings.out, overwrite=settings.overwrite, inputs=inputs, kind="apply") as staged:
         total_bytes = sum(t.nbytes for t in plan)
         check_free_space(staged.path, total_bytes)
@@ -365,16 +370,6 @@ def _out_dtype(name: str | None) -> torch.dtype | None:
         return dtype_from_name(name)
     except ValueError as error:
         raise SettingsError(str(error), hint="Use bfloat16, float16 or float32.", key="dtype") from None
-
-
-def _adapter_folder(reference: str, progress: Progress | None) -> Path:
-    ref = ModelRef.parse(reference)
-    folder = local_folder(ref)
-    if folder is not None:
-        return folder
-    from guiapp.hub.resolve import resolve_model  # noqa: PLC0415 - the hub layer loads only for Hub ids
-
-    return Path(resolve_model(ref.model, revision=ref.revision, progress=progress))
 
 
 def _read_adapter_config(folder: Path) -> dict[str, Any]:

@@ -47,9 +47,9 @@ from guiapp.engine.peft_format import (
     task_type_for,
 )
 from guiapp.engine.plan import ModelHeaders
-from guiapp.engine.recipe import ModelRef
 from guiapp.engine.sources import ModelReader, open_reader, read_headers
 from guiapp.errors import IncompatibleModelsError, NonFiniteResultError, SettingsError
+from guiapp.hub.references import ModelRef
 from guiapp.progress import Progress
 from guiapp.system.bounded import BoundedPattern
 from guiapp.system.threads import ThreadPolicy, WorkKind

@@ -30,9 +30,10 @@ from guiapp.engine.output import (
     local_input_folders,
 )
 from guiapp.engine.plan import MergePlan, TensorTask, align_vocabulary, build_plan, compute_in_recipe_dtype
-from guiapp.engine.recipe import ModelRef, Recipe
-from guiapp.engine.sources import ModelReader, local_folder, open_reader, read_headers
+from guiapp.engine.recipe import Recipe
+from guiapp.engine.sources import ModelReader, open_reader, read_headers
 from guiapp.errors import IncompatibleModelsError, NonFiniteResultError
+from guiapp.hub.references import ModelRef
 from guiapp.progress import Progress
 from guiapp.system.threads import ThreadPolicy, WorkKind
 
@@ -153,12 +154,9 @@ def tokenizer_folder(donor: ModelRef | None) -> Path | None:
     subclasses when it cannot be had."""
     if donor is None:
         return None
-    folder = local_folder(donor)
-    if folder is not None:
-        return folder
-    from guiapp.hub.resolve import resolve_tokenizer  # noqa: PLC0415
+    from guiapp.hub.resolve import resolve_tokenizer  # noqa: PLC0415 - a local folder is returned as it is
 
-    return resolve_tokenizer(donor.model, revision=donor.revision)
+    return resolve_tokenizer(donor)
 
 
 def _merge_tensors(

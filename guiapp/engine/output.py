@@ -33,8 +33,8 @@ from guiapp.engine.output_guard import (
     staging_name,
     write_marker,
 )
-from guiapp.engine.recipe import ModelRef
 from guiapp.errors import InsufficientResourcesError, OutputError
+from guiapp.hub.references import ModelRef
 
 DEFAULT_SHARD_BYTES = 5_000_000_000
 
@@ -253,13 +253,11 @@ def local_input_folders(refs: Iterable[ModelRef]) -> tuple[Path, ...]:
 
     Raises CheckpointError for a local path that does not exist.
     """
-    from guiapp.engine.sources import local_folder  # noqa: PLC0415 - sources reads checkpoints, output writes them
-
     folders = []
     for ref in refs:
-        folders.append(local_folder(ref))
+        folders.append(ref.existing_folder())
         if ref.adapter:
-            folders.append(local_folder(ModelRef.parse(ref.adapter)))
+            folders.append(ref.adapter.existing_folder())
     return tuple(folder for folder in folders if folder is not None)
 
 

@@ -27,9 +27,10 @@ from guiapp.engine.layers import (
 )
 from guiapp.engine.methods import METHODS, get_method
 from guiapp.engine.methods.base import BaseRole, LoneTensorPolicy, MergeMethod, ParamKind, ParamSpec
-from guiapp.engine.recipe import ModelRef, Recipe, Source, as_number, is_missing, layer_position, lookup
+from guiapp.engine.recipe import Recipe, Source, as_number, is_missing, layer_position, lookup
 from guiapp.engine.tokenizers import VocabularyAlignment
 from guiapp.errors import IncompatibleModelsError, RecipeError
+from guiapp.hub.references import ModelRef
 from guiapp.system.bounded import describe_value
 
 _LAYER_COUNT_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers")

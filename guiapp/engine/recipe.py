@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from guiapp.errors import RecipeError
-from guiapp.hub.references import is_hub_id, split_revision
+from guiapp.hub.references import ModelRef
 from guiapp.system.bounded import (
     RECIPE_BYTES,
     check_value_size,
@@ -67,48 +67,6 @@ class TokenizerSettings:
     source: str
     tokens: dict[str, TokenOverride] = field(default_factory=dict)
     pad_to_multiple_of: int | None = None
-
-
-@dataclass(frozen=True)
-class ModelRef:
-    """A model reference: a local folder or a Hub id (optionally `@revision`), optionally `+adapter`."""
-
-    model: str
-    revision: str | None = None
-    adapter: str | None = None
-
-    @classmethod
-    def parse(cls, text: Any) -> ModelRef:
-        """Parse `org/name`, `org/name@rev`, a folder path, or any of these `+adapter`.
-
-        Raises RecipeError for anything that is not a non-empty string.
-        """
-        if isinstance(text, dict) and "model" in text:  # mergekit's long form: {model: ..., lora: ...}
-            inner = cls.parse(text["model"])
-            return cls(inner.model, inner.revision, text.get("lora") or inner.adapter)
-        if not isinstance(text, str) or not text.strip():
-            raise RecipeError(f"{describe_value(text)} is not a model reference.", hint="Use a Hub id like org/name or a local folder path.")
-        text = text.strip()
-        adapter = None
-        if "+" in text and not Path(text).expanduser().exists():
-            text, adapter = text.rsplit("+", 1)
-        revision = None
-        if "@" in text and not Path(text).expanduser().exists():
-            text, revision = split_revision(text)
-        return cls(text, revision or None, adapter or None)
-
-    @property
-    def is_local(self) -> bool:
-        """A folder that exists, or anything that cannot be a Hub id (a missing folder is reported later)."""
-        return Path(self.model).expanduser().exists() or not is_hub_id(self.model)
-
-    @property
-    def hub_id(self) -> str | None:
-        return None if self.is_local else self.model
-
-    def __str__(self) -> str:
-        text = self.model + (f"@{self.revision}" if self.revision else "")
-        return text + (f"+{self.adapter}" if self.adapter else "")
 
 
 @dataclass

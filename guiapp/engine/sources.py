@@ -14,23 +14,10 @@ import torch
 
 from guiapp.engine.checkpoint import Checkpoint, TensorInfo, open_checkpoint, tensor_info
 from guiapp.engine.plan import ModelHeaders
-from guiapp.engine.recipe import ModelRef
 from guiapp.errors import CheckpointError
 from guiapp.hub.header_cache import cached_headers, folder_version
+from guiapp.hub.references import ModelRef
 from guiapp.progress import Progress
-
-
-def local_folder(ref: ModelRef) -> Path | None:
-    """The folder of a local reference, None for a Hub id. Raises CheckpointError for a path that does not exist."""
-    if not ref.is_local:
-        return None
-    path = Path(ref.model).expanduser()
-    if not path.is_dir():
-        raise CheckpointError(
-            f"The model folder {path} does not exist.",
-            hint="Check the path, or use a Hub id such as org/name.",
-        )
-    return path
 
 
 def read_headers(ref: ModelRef) -> ModelHeaders:
@@ -38,15 +25,15 @@ def read_headers(ref: ModelRef) -> ModelHeaders:
 
     Raises CheckpointError for a missing or damaged local model, HubError subclasses for Hub problems.
     """
-    folder = local_folder(ref)
+    folder = ref.existing_folder()
     if folder is None:
         from guiapp.hub.resolve import read_model_metadata  # noqa: PLC0415
 
-        metadata = read_model_metadata(ref.model, revision=ref.revision)  # cached per commit
+        metadata = read_model_metadata(ref)  # cached per commit
         tensors = {name: tensor_info(record, str(ref)) for name, record in metadata.tensors.items()}
         headers = ModelHeaders(ref, tensors, metadata.config)
     else:
-        tensors, config = cached_headers(("folder", folder.resolve(), _folder_version(folder)),
+        tensors, config = cached_headers(("folder", folder, _folder_version(folder)),
                                          lambda: _read_folder(folder))
         headers = ModelHeaders(ref, tensors, config)
     if ref.adapter:
@@ -92,11 +79,9 @@ def open_reader(ref: ModelRef, progress: Progress | None = None) -> ModelReader:
 
     Raises CheckpointError / HubError subclasses when the model cannot be had.
     """
-    folder = local_folder(ref)
-    if folder is None:
-        from guiapp.hub.resolve import resolve_model  # noqa: PLC0415
+    from guiapp.hub.resolve import resolve_model  # noqa: PLC0415 - a local folder is returned as it is
 
-        folder = resolve_model(ref.model, revision=ref.revision, progress=progress)
+    folder = resolve_model(ref, progress=progress)
     checkpoint = open_checkpoint(folder)
     adapter = _open_adapter(ref, checkpoint.tensors, progress) if ref.adapter else None
     return ModelReader(ref, folder, checkpoint, adapter)
@@ -107,5 +92,5 @@ def _open_adapter(ref: ModelRef, base_tensors: dict[str, TensorInfo], progress: 
     from guiapp.engine.lora_apply import open_adapter_for_merge  # noqa: PLC0415
 
     adapter = open_adapter_for_merge(ref.adapter, progress=progress)
-    adapter.check_base(base_tensors, ref.model)
+    adapter.check_base(base_tensors, str(ref.base))
     return adapter

@@ -23,8 +23,9 @@ from typing import Any
 
 import torch
 
-from guiapp.engine.recipe import ModelRef, TokenizerSettings, TokenSource
+from guiapp.engine.recipe import TokenizerSettings, TokenSource
 from guiapp.errors import CheckpointError, IncompatibleModelsError, RecipeError
+from guiapp.hub.references import ModelRef
 
 _TEMPLATES = Path(__file__).with_name("chat_templates")
 # Named chat templates (the texts mergekit ships under these names), stored as data files of this package.

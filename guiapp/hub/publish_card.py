@@ -56,7 +56,7 @@ def preset_licence(inputs: list[InputLicence]) -> str:
 
 def base_models(folder: Path) -> list[str]:
     """The Hub ids of the models `folder` was made from: the recipe's models, or an adapter's base model."""
-    from guiapp.hub.references import is_hub_id  # noqa: PLC0415
+    from guiapp.hub.references import ModelRef  # noqa: PLC0415
 
     names: list[str] = []
     recipe = folder / RECIPE_FILE
@@ -71,11 +71,9 @@ def base_models(folder: Path) -> list[str]:
         names.append(json.loads(adapter.read_text(encoding="utf-8")).get("base_model_name_or_path"))
     models = []
     for name in names:
-        if not isinstance(name, str):
-            continue
-        model = name.split("+")[0].split("@")[0]
-        if "/" in model and is_hub_id(model) and not Path(model).expanduser().exists():
-            models.append(model)
+        hub_id = ModelRef.parse(name).hub_id if isinstance(name, str) and name.strip() else None
+        if hub_id and "/" in hub_id:
+            models.append(hub_id)
     return list(dict.fromkeys(models))
 
 

@@ -1,36 +1,19 @@
-"""What a model reference in a recipe or a form means: a local folder, or a Hub model `org/name[@revision]`."""
+"""What a model reference means: a local folder, or a Hub model `org/name[@revision]`, either optionally
+`+adapter` (a LoRA adapter, itself a folder or a Hub model, applied on the fly). The one type every layer passes
+around for a model, read once by `ModelRef.parse`."""
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from guiapp.errors import ModelNotFoundError
+from guiapp.errors import CheckpointError, RecipeError
+from guiapp.system.bounded import describe_value
 
 # The Hub's own rule for repo ids: an optional namespace, then a name of letters, digits, "-", "_", ".".
 _REPO_ID = re.compile(r"^(?:[A-Za-z0-9][\w.-]{0,95}/)?[A-Za-z0-9][\w.-]{0,95}$")
-
-
-@dataclass(frozen=True)
-class ModelReference:
-    """Exactly one of `folder` (a local model folder) or `repo_id` (a Hub model, at `revision` or main)."""
-
-    text: str
-    folder: Path | None = None
-    repo_id: str | None = None
-    revision: str | None = None
-
-    @property
-    def is_local(self) -> bool:
-        return self.folder is not None
-
-    @property
-    def label(self) -> str:
-        """How messages name the model."""
-        if self.folder is not None:
-            return str(self.folder)
-        return f"{self.repo_id}@{self.revision}" if self.revision else str(self.repo_id)
 
 
 def is_hub_id(text: str) -> bool:
@@ -45,21 +28,87 @@ def split_revision(text: str) -> tuple[str, str | None]:
     return name, revision or None
 
 
-def parse_reference(text: str, revision: str | None = None) -> ModelReference:
-    """Read a reference: an existing folder wins; otherwise `org/name` or `org/name@revision` is a Hub model
-    (`revision`, when given, replaces the one after "@").
+def _is_folder(text: str) -> bool:
+    return Path(text).expanduser().is_dir()
 
-    Raises ModelNotFoundError when the text is neither an existing folder nor a valid Hub id (e.g. a path
-    that does not exist).
+
+@dataclass(frozen=True)
+class ModelRef:
+    """A model: `model` is a folder path as written or a Hub repo id; `revision` the Hub revision (None: main, and
+    always None for a folder); `adapter` the LoRA applied to it, if any.
+
+    `folder` is decided once, when the reference is made, by one test: the reference is a local folder when its
+    text is an existing folder or cannot be a Hub id (a folder that is missing is reported when it is used, by
+    `existing_folder`); otherwise it is a Hub model and `folder` is None.
     """
-    cleaned = text.strip()
-    path = Path(cleaned).expanduser()
-    if path.is_dir():
-        return ModelReference(text=text, folder=path.resolve())
-    repo_id, written_revision = split_revision(cleaned)
-    if is_hub_id(repo_id):
-        return ModelReference(text=text, repo_id=repo_id, revision=revision or written_revision or None)
-    raise ModelNotFoundError(
-        f"'{text}' is not an existing folder and not a Hugging Face model id.",
-        hint="Give the path of a model folder, or a Hub id like 'meta-llama/Llama-3.2-1B' (optionally '@revision').",
-    )
+
+    model: str
+    revision: str | None = None
+    adapter: ModelRef | None = None
+    folder: Path | None = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        local = _is_folder(self.model) or not is_hub_id(self.model)
+        object.__setattr__(self, "folder", Path(self.model).expanduser().resolve() if local else None)
+
+    @classmethod
+    def parse(cls, text: Any) -> ModelRef:
+        """Read `org/name`, `org/name@rev`, a folder path, or any of these `+adapter`, by one rule: an existing
+        folder is taken whole (its name may hold "@" or "+"); otherwise the text after the last "+" is the adapter,
+        and a part whose text before the first "@" is a Hub id has the rest as its revision (anything else is a
+        folder path, "@" included). Also takes mergekit's long form `{model: ..., lora: ...}`.
+
+        Raises RecipeError for anything that is not a non-empty string.
+        """
+        if isinstance(text, dict) and "model" in text:
+            inner = cls.parse(text["model"])
+            lora = text.get("lora")
+            return cls(inner.model, inner.revision, cls.parse(lora) if lora else inner.adapter)
+        if not isinstance(text, str) or not text.strip():
+            raise RecipeError(f"{describe_value(text)} is not a model reference.",
+                              hint="Use a Hub id like org/name or a local folder path.")
+        text = text.strip()
+        model, plus, adapter = text.rpartition("+")
+        if _is_folder(text) or not (plus and model.strip() and adapter.strip()):
+            return cls._without_adapter(text)
+        return cls._without_adapter(model.strip(), cls._without_adapter(adapter.strip()))
+
+    @classmethod
+    def _without_adapter(cls, text: str, adapter: ModelRef | None = None) -> ModelRef:
+        name, revision = split_revision(text)
+        if revision and not _is_folder(text) and is_hub_id(name):
+            return cls(name, revision, adapter)
+        return cls(text, None, adapter)
+
+    @property
+    def is_local(self) -> bool:
+        return self.folder is not None
+
+    @property
+    def hub_id(self) -> str | None:
+        """The repo id of a Hub model, None for a folder."""
+        return None if self.is_local else self.model
+
+    @property
+    def base(self) -> ModelRef:
+        """The model without its adapter."""
+        return ModelRef(self.model, self.revision) if self.adapter else self
+
+    def existing_folder(self) -> Path | None:
+        """The folder of a local reference, None for a Hub model.
+
+        Raises CheckpointError when the folder does not exist.
+        """
+        if self.folder is None:
+            return None
+        if not self.folder.is_dir():
+            raise CheckpointError(
+                f"The model folder {self.folder} does not exist.",
+                hint="Check the path, or use a Hub id such as org/name.",
+            )
+        return self.folder
+
+    def __str__(self) -> str:
+        """The reference as written in a recipe (mergekit's syntax)."""
+        text = self.model + (f"@{self.revision}" if self.revision else "")
+        return text + (f"+{self.adapter}" if self.adapter else "")

@@ -15,7 +15,7 @@ from guiapp.hub.details import remote_tensors
 from guiapp.hub.downloads import download_model
 from guiapp.hub.failures import hub_errors
 from guiapp.hub.headers import TensorRecord, read_folder_headers
-from guiapp.hub.references import ModelReference, parse_reference
+from guiapp.hub.references import ModelRef
 from guiapp.progress import Progress
 
 CONFIG_FILES = ("config.json", "adapter_config.json")
@@ -25,96 +25,90 @@ CONFIG_FILES = ("config.json", "adapter_config.json")
 class ModelMetadata:
     """What validation needs to know about a model: its tensors (from headers) and its config."""
 
-    reference: str
+    reference: ModelRef
     tensors: dict[str, TensorRecord]
     config: dict[str, Any]
 
 
-def resolve_model(
-    reference: str, *, revision: str | None = None, progress: Progress | None = None, offline: bool = False
-) -> Path:
-    """The local folder holding the model `reference` names ("path/to/folder", "org/name", "org/name@rev";
-    `revision`, when given, replaces the one after "@").
+def resolve_model(ref: ModelRef, *, progress: Progress | None = None, offline: bool = False) -> Path:
+    """The local folder holding the model `ref` names (its adapter, if any, is not looked at).
 
     A local folder is returned as it is. A Hub model is downloaded into the HF cache as needed (only the
     files a merge needs) and its snapshot folder returned. Offline (`offline=True`, Mergesmith's offline
-    switch, or HF_HUB_OFFLINE) only the cache is used. Raises OfflineError naming the model when offline and it
-    is not fully downloaded, ModelNotFoundError for a bad reference, and the download errors of `download_model`.
+    switch, or HF_HUB_OFFLINE) only the cache is used. Raises CheckpointError for a folder that does not exist,
+    OfflineError naming the model when offline and it is not fully downloaded, and the download errors of
+    `download_model` (ModelNotFoundError, RevisionNotFoundError…).
     """
-    ref = parse_reference(reference, revision)
-    if ref.folder is not None:
-        return ref.folder
-    assert ref.repo_id is not None
+    folder = ref.existing_folder()
+    if folder is not None:
+        return folder
     if offline or is_offline():
         return _cached_snapshot(ref)
-    return download_model(ref.repo_id, ref.revision, progress=progress)
+    return download_model(ref.model, ref.revision, progress=progress)
 
 
-def resolve_tokenizer(reference: str, *, revision: str | None = None, offline: bool = False) -> Path:
-    """The folder holding the tokenizer of the model `reference` names, for a model that lends only its tokenizer
+def resolve_tokenizer(ref: ModelRef, *, offline: bool = False) -> Path:
+    """The folder holding the tokenizer of the model `ref` names, for a model that lends only its tokenizer
     to a merge (`tokenizer_source`): a local folder as it is; of a Hub repo only the tokenizer files are fetched
     into the HF cache (from the cache alone when offline).
 
-    Raises CheckpointError when the repo has no tokenizer.json, OfflineError when offline and the files are not
+    Raises CheckpointError when the folder does not exist or the repo has no tokenizer.json, OfflineError when offline and the files are not
     cached, and the Hub errors of `hub_errors` (ModelNotFoundError, GatedModelError…).
     """
     from huggingface_hub import snapshot_download  # noqa: PLC0415
 
     from guiapp.hub.merge_files import TOKENIZER_FILES  # noqa: PLC0415
 
-    ref = parse_reference(reference, revision)
-    if ref.folder is not None:
-        return ref.folder
-    assert ref.repo_id is not None
+    folder = ref.existing_folder()
+    if folder is not None:
+        return folder
     connection = HubConnection.current()
     local_only = offline or is_offline()
-    with hub_errors(ref.repo_id, ref.revision):
-        folder = Path(snapshot_download(ref.repo_id, revision=ref.revision, allow_patterns=sorted(TOKENIZER_FILES),
+    with hub_errors(ref.model, ref.revision):
+        folder = Path(snapshot_download(ref.model, revision=ref.revision, allow_patterns=sorted(TOKENIZER_FILES),
                                         cache_dir=connection.cache_dir, endpoint=connection.endpoint,
                                         local_files_only=local_only))
     if not (folder / "tokenizer.json").is_file():
         raise CheckpointError(
-            f"{ref.label} has no tokenizer.json, so its vocabulary cannot be read.",
+            f"{ref} has no tokenizer.json, so its vocabulary cannot be read.",
             hint="Choose a model that ships tokenizer.json (the fast-tokenizer file most models have).",
         )
     return folder
 
 
-def read_model_metadata(reference: str, *, revision: str | None = None, offline: bool = False) -> ModelMetadata:
-    """Tensor names, shapes and dtypes plus config.json of the model `reference` names (at `revision`, when
-    given, instead of the one after "@"), without its weights.
+def read_model_metadata(ref: ModelRef, *, offline: bool = False) -> ModelMetadata:
+    """Tensor names, shapes and dtypes plus config.json of the model `ref` names, without its weights (its
+    adapter, if any, is not looked at).
 
     Local folders are read from disk; Hub models through HTTP range requests of the safetensors headers
     (config.json, being small, is downloaded into the cache), or from the cache when offline. Raises
-    CheckpointError when there are no readable safetensors or no config, OfflineError when offline and the
-    model is not in the cache, and the Hub errors of `remote_tensors`.
+    CheckpointError when the folder does not exist or there are no readable safetensors or no config,
+    OfflineError when offline and the model is not in the cache, and the Hub errors of `remote_tensors`.
     """
-    ref = parse_reference(reference, revision)
-    if ref.folder is not None:
-        return ModelMetadata(reference, read_folder_headers(ref.folder), _read_config(ref.folder, ref.label))
-    assert ref.repo_id is not None
+    folder = ref.existing_folder()
+    if folder is not None:
+        return ModelMetadata(ref, read_folder_headers(folder), _read_config(folder, str(ref)))
     if offline or is_offline():
         folder = _cached_snapshot(ref)
-        return ModelMetadata(reference, read_folder_headers(folder), _read_config(folder, ref.label))
-    tensors = remote_tensors(ref.repo_id, ref.revision)
-    return ModelMetadata(reference, tensors, _download_config(ref))
+        return ModelMetadata(ref, read_folder_headers(folder), _read_config(folder, str(ref)))
+    tensors = remote_tensors(ref.model, ref.revision)
+    return ModelMetadata(ref, tensors, _download_config(ref))
 
 
-def _cached_snapshot(ref: ModelReference) -> Path:
+def _cached_snapshot(ref: ModelRef) -> Path:
     """The complete cached snapshot of a Hub reference, or OfflineError naming the model."""
     from huggingface_hub import snapshot_download  # noqa: PLC0415
     from huggingface_hub.errors import LocalEntryNotFoundError  # noqa: PLC0415
 
-    assert ref.repo_id is not None
     missing = OfflineError(
-        f"{ref.label} is not downloaded, and Mergesmith is working offline.",
+        f"{ref} is not downloaded, and Mergesmith is working offline.",
         hint="Go online and download it once (Models › Download); afterwards it works offline. "
         "Or use a local folder that holds the model.",
     )
     connection = HubConnection.current()
     try:
         folder = Path(
-            snapshot_download(ref.repo_id, revision=ref.revision, cache_dir=connection.cache_dir, local_files_only=True)
+            snapshot_download(ref.model, revision=ref.revision, cache_dir=connection.cache_dir, local_files_only=True)
         )
     except LocalEntryNotFoundError as error:
         raise missing from error
@@ -140,17 +134,16 @@ def _read_config(folder: Path, label: str) -> dict[str, Any]:
     )
 
 
-def _download_config(ref: ModelReference) -> dict[str, Any]:
+def _download_config(ref: ModelRef) -> dict[str, Any]:
     from huggingface_hub import hf_hub_download  # noqa: PLC0415
     from huggingface_hub.errors import EntryNotFoundError  # noqa: PLC0415
 
-    assert ref.repo_id is not None
     connection = HubConnection.current()
-    with hub_errors(ref.repo_id, ref.revision):
+    with hub_errors(ref.model, ref.revision):
         for name in CONFIG_FILES:
             try:
                 path = hf_hub_download(
-                    ref.repo_id,
+                    ref.model,
                     name,
                     revision=ref.revision,
                     cache_dir=connection.cache_dir,
@@ -158,8 +151,8 @@ def _download_config(ref: ModelReference) -> dict[str, Any]:
                 )
             except EntryNotFoundError:
                 continue
-            return _read_config(Path(path).parent, ref.label)
+            return _read_config(Path(path).parent, str(ref))
     raise CheckpointError(
-        f"{ref.label} has no config.json on the Hub, so its architecture is unknown.",
+        f"{ref} has no config.json on the Hub, so its architecture is unknown.",
         hint="Choose a model in transformers format (with config.json).",
     )

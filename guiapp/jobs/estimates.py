@@ -128,7 +128,7 @@ def _download_bytes(model) -> int:
     from guiapp.hub.resolve import resolve_model  # noqa: PLC0415
 
     try:
-        resolve_model(model.ref.model, revision=model.ref.revision, offline=True)  # the cache only, no network
+        resolve_model(model.ref, offline=True)  # the cache only, no network
     except OfflineError:
         return sum(info.nbytes for info in model.tensors.values())
     return 0

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from guiapp.engine.output_guard import free_destination
-from guiapp.hub.references import is_hub_id, split_revision
+from guiapp.hub.references import ModelRef
 
 # Names beyond these are summarised ("a+b+c+2-more-ties"), and each part is kept short, so a name stays readable
 # and far inside every file system's limit.
@@ -23,10 +23,10 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9._+-]+")
 
 def input_name(reference: str) -> str:
     """The short name of a model reference: "org/tiny-chat", "/models/tiny-chat/" and "org/tiny-chat@v2" give
-    "tiny-chat". Characters a folder name should not hold become "-"; an empty result gives "model"."""
+    "tiny-chat" (of `model+adapter`, the model's). Characters a folder name should not hold become "-"; an empty
+    result gives "model"."""
     text = str(reference).strip().rstrip("/\\")
-    repo, _ = split_revision(text)
-    name = re.split(r"[/\\]", repo if is_hub_id(repo) else text)[-1]
+    name = re.split(r"[/\\]", ModelRef.parse(text).model)[-1] if text else ""
     name = _UNSAFE.sub("-", name).strip("-.")[:_PART_CHARACTERS].strip("-.")
     return name or "model"
 

@@ -65,8 +65,8 @@ def extract_job(base: str, model: str, out: Path, *, rank_mode: str = "fixed", r
     def work(progress):
         from guiapp.engine.lora_extract import ExtractionSettings, extract_lora  # noqa: PLC0415 - torch
         from guiapp.engine.lowrank import RankRule  # noqa: PLC0415
-        from guiapp.engine.recipe import ModelRef  # noqa: PLC0415
         from guiapp.engine.sources import read_headers  # noqa: PLC0415
+        from guiapp.hub.references import ModelRef  # noqa: PLC0415
         from guiapp.jobs.estimates import estimate_extraction  # noqa: PLC0415
         from guiapp.system.probe import cached_probe  # noqa: PLC0415
         from guiapp.system.threads import ThreadPolicy  # noqa: PLC0415
@@ -97,8 +97,8 @@ def apply_job(base: str, adapter: str, out: Path, *, scale: float = 1.0, dtype: 
 
     def work(progress):
         from guiapp.engine.lora_apply import ApplySettings, apply_lora  # noqa: PLC0415 - torch
-        from guiapp.engine.recipe import ModelRef  # noqa: PLC0415
         from guiapp.engine.sources import read_headers  # noqa: PLC0415
+        from guiapp.hub.references import ModelRef  # noqa: PLC0415
         from guiapp.jobs.estimates import estimate_apply  # noqa: PLC0415
         from guiapp.system.threads import ThreadPolicy  # noqa: PLC0415
 

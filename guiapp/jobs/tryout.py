@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from guiapp.errors import DeviceError, RecipeError
+from guiapp.errors import DeviceError, SettingsError
 from guiapp.jobs.runner import Job
 from guiapp.progress import Progress
 
@@ -78,22 +78,22 @@ class ModelShelf:
 def plan_try(references: list[str], device: str = "cpu", dtype: str | None = None, probe_result=None) -> TryPlan:
     """Decide each model's run dtype and whether all fit in memory together, from headers alone.
 
-    `dtype` None keeps each model's storage dtype (as the probe allows). Raises RecipeError for no models or more
+    `dtype` None keeps each model's storage dtype (as the probe allows). Raises SettingsError for no models or more
     than four, DeviceError when the probe says the device cannot run the dtype at all, and the header readers'
     CheckpointError / HubError subclasses.
     """
     import torch  # noqa: PLC0415
 
-    from guiapp.engine.recipe import ModelRef  # noqa: PLC0415
     from guiapp.engine.sources import read_headers  # noqa: PLC0415
+    from guiapp.hub.references import ModelRef  # noqa: PLC0415
     from guiapp.system.capabilities import inference_option  # noqa: PLC0415
     from guiapp.system.probe import probe  # noqa: PLC0415
     from guiapp.system.resources import gpu_memory, memory  # noqa: PLC0415
     from guiapp.system.units import format_bytes  # noqa: PLC0415
 
     if not 1 <= len(references) <= MAX_MODELS:
-        raise RecipeError(f"Try compares one to {MAX_MODELS} models; {len(references)} were given.",
-                          hint=f"Pick between one and {MAX_MODELS} models.")
+        raise SettingsError(f"Try compares one to {MAX_MODELS} models; {len(references)} were given.",
+                            hint=f"Pick between one and {MAX_MODELS} models.", key="models")
     probe_result = probe_result or probe()
     plans = []
     for reference in references:
@@ -144,14 +144,12 @@ def _load(model_plan: TryModelPlan, device: str, shelf: ModelShelf, keep: bool, 
 def _folder_identity(reference: str) -> tuple:
     """What changes when a local model or adapter folder is replaced (a job writing its output again renames a
     new folder into place), so a kept model is not mistaken for the new one. Empty for Hub models."""
-    from pathlib import Path  # noqa: PLC0415
-
-    from guiapp.engine.recipe import ModelRef  # noqa: PLC0415
+    from guiapp.hub.references import ModelRef  # noqa: PLC0415
 
     ref = ModelRef.parse(reference)
     identity = []
-    for text in (ref.model, ref.adapter):
-        folder = Path(text).expanduser() if text else None
+    for part in (ref, ref.adapter):
+        folder = part.folder if part else None
         if folder is not None and folder.is_dir():
             facts = folder.stat()
             identity.append((facts.st_ino, facts.st_mtime_ns))
@@ -217,10 +215,10 @@ def perplexity_job(references: list[str], text: str, *, window: int = 512, devic
             else:
                 pairs = sentence_pairs(text)
                 if not pairs:
-                    raise RecipeError(f"{model_plan.reference} is an encoder: it is compared on sentence pairs, "
-                                      "and the text has none.",
-                                      hint="Write pairs as two sentences on one line separated by a tab, or as "
-                                      "consecutive lines.")
+                    raise SettingsError(f"{model_plan.reference} is an encoder: it is compared on sentence pairs, "
+                                        "and the text has none.", key="text",
+                                        hint="Write pairs as two sentences on one line separated by a tab, or as "
+                                        "consecutive lines.")
                 scores = similarities(loaded, pairs, progress)
                 entry.update(perplexity=None, similarities=scores, mean_similarity=sum(scores) / len(scores))
             results.append(entry)

@@ -139,8 +139,8 @@ def check_pair(base: str, model: str, device: str, output: str, probe: Any) -> P
     """Whether `model` is a fine-tune of `base` (the one compatibility check, from their headers) and what
     extracting an adapter costs. Never raises."""
     from guiapp.engine.lora_extract import pair_problem  # noqa: PLC0415 - loads torch: only when checking
-    from guiapp.engine.recipe import ModelRef  # noqa: PLC0415
     from guiapp.engine.sources import read_headers  # noqa: PLC0415
+    from guiapp.hub.references import ModelRef  # noqa: PLC0415
     from guiapp.jobs.estimates import estimate_extraction  # noqa: PLC0415
 
     try:
@@ -170,9 +170,9 @@ def check_pair(base: str, model: str, device: str, output: str, probe: Any) -> P
 def check_adapter(base: str, adapter: str, device: str, output: str) -> PairCheck:
     """Whether the adapter in folder `adapter` fits `base`'s tensors and what applying it costs. Never raises."""
     from guiapp.engine.lora_apply import open_adapter_for_merge  # noqa: PLC0415 - loads torch: only when checking
-    from guiapp.engine.recipe import ModelRef  # noqa: PLC0415
     from guiapp.engine.sources import read_headers  # noqa: PLC0415
     from guiapp.errors import IncompatibleModelsError  # noqa: PLC0415
+    from guiapp.hub.references import ModelRef  # noqa: PLC0415
     from guiapp.jobs.estimates import estimate_apply  # noqa: PLC0415
 
     try:
@@ -180,7 +180,7 @@ def check_adapter(base: str, adapter: str, device: str, output: str) -> PairChec
     except Exception as error:  # unreadable, missing or not a model: said next to the base
         return PairCheck(problems=[problem_from(error, "base")])
     try:
-        lora = open_adapter_for_merge(adapter)
+        lora = open_adapter_for_merge(ModelRef.parse(adapter))
         lora.check_base(headers.tensors, base)
     except IncompatibleModelsError as error:
         return PairCheck(problems=[problem_from(error, "adapter")], compatible=False)

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from guiapp.engine.merge import MergeSettings, plan_merge, run_merge
-from guiapp.engine.recipe import ModelRef
 from guiapp.engine.samples import LlamaShape, write_llama, write_llama_finetune
 from guiapp.engine.sources import read_headers
 from guiapp.errors import CheckpointError
+from guiapp.hub.references import ModelRef
 from tests.engine.helpers import recipe
 from tests.support.fixtures import hub_env, hub_server  # noqa: F401 - pytest fixtures
 

@@ -13,10 +13,10 @@ from safetensors.torch import load_file, save_file
 from guiapp.engine.compatibility import check_compatibility
 from guiapp.engine.lora_extract import ExtractionSettings, extract_lora, pair_problem
 from guiapp.engine.merge import plan_merge
-from guiapp.engine.recipe import ModelRef
 from guiapp.engine.samples import LlamaShape, write_llama, write_llama_finetune
 from guiapp.engine.sources import read_headers
 from guiapp.errors import IncompatibleModelsError
+from guiapp.hub.references import ModelRef
 from tests.engine.helpers import recipe
 
 SHAPE = LlamaShape(hidden=64, intermediate=128, layers=2, heads=4, kv_heads=2, vocab=256)
@@ -60,9 +60,9 @@ def _extraction_refusal(base, other, out) -> str | None:
 @pytest.mark.parametrize("case", ["identical pair", "unrelated shapes", "different vocabulary", "missing tensors"])
 def test_the_three_checks_agree(pairs, case, tmp_path):
     base, other = pairs[case]
-    hub = check_compatibility([str(base), str(other)])
-    refusal, warnings = _plan_verdict(base, other)
     refs = ModelRef.parse(str(base)), ModelRef.parse(str(other))
+    hub = check_compatibility(refs)
+    refusal, warnings = _plan_verdict(base, other)
     pair = pair_problem(read_headers(refs[0]), read_headers(refs[1]), str(refs[0]), str(refs[1]))
 
     if case == "identical pair":

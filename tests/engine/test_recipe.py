@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from guiapp.engine.recipe import ModelRef, evaluate, is_missing, layer_position, lookup, parse_recipe
+from guiapp.engine.recipe import evaluate, is_missing, layer_position, lookup, parse_recipe
 from guiapp.errors import RecipeError
+from guiapp.hub.references import ModelRef
 
 
 def test_gradient_interpolates_between_anchors():
@@ -38,7 +39,7 @@ def test_lookup_falls_through_to_the_next_scope():
 def test_model_references():
     assert ModelRef.parse("org/name") == ModelRef("org/name")
     assert ModelRef.parse("org/name@v2") == ModelRef("org/name", "v2")
-    assert ModelRef.parse("org/name+org/adapter") == ModelRef("org/name", None, "org/adapter")
+    assert ModelRef.parse("org/name+org/adapter") == ModelRef("org/name", None, ModelRef("org/adapter"))
     assert ModelRef.parse("org/name").hub_id == "org/name"
     assert ModelRef.parse("./local/folder").hub_id is None
 

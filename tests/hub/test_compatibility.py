@@ -7,6 +7,7 @@ import json
 import pytest
 
 from guiapp.engine.compatibility import check_compatibility
+from guiapp.hub.references import ModelRef
 
 
 @pytest.fixture
@@ -24,14 +25,14 @@ def _weights_sent(server) -> int:
 
 
 def test_same_model_family_merges(published, samples):
-    report = check_compatibility(["org/base", "org/finetune", str(samples.base)])
+    report = check_compatibility([ModelRef.parse(text) for text in ("org/base", "org/finetune", str(samples.base))])
     assert report.compatible, report.render_text()
     assert "can be merged" in report.render_text()
     assert _weights_sent(published) <= 2 * 100_001  # two header reads, no weights
 
 
 def test_vocabulary_mismatch_is_explained(published, samples):
-    report = check_compatibility(["org/base", "org/big-vocab"])
+    report = check_compatibility([ModelRef.parse(text) for text in ("org/base", "org/big-vocab")])
     assert [p.kind for p in report.problems] == ["vocabulary"]
     problem = report.problems[0]
     assert set(problem.tensors) == {"model.embed_tokens.weight", "lm_head.weight"}
@@ -41,7 +42,7 @@ def test_vocabulary_mismatch_is_explained(published, samples):
 
 
 def test_different_sizes_name_the_tensors(published, samples):
-    report = check_compatibility(["org/base", str(samples.wider)])
+    report = check_compatibility([ModelRef.parse(text) for text in ("org/base", str(samples.wider))])
     (problem,) = report.problems
     assert problem.kind == "shape" and problem.model == str(samples.wider)
     assert len(problem.tensors) == 3 * 2  # gate, up, down in both layers
@@ -49,7 +50,7 @@ def test_different_sizes_name_the_tensors(published, samples):
 
 
 def test_missing_tensors_and_tied_embeddings(published, samples):
-    report = check_compatibility(["org/base", str(samples.tied)])
+    report = check_compatibility([ModelRef.parse(text) for text in ("org/base", str(samples.tied))])
     (problem,) = report.problems
     assert problem.kind == "missing" and problem.tensors == ("lm_head.weight",)
     assert "ties its output layer" in problem.message
@@ -61,13 +62,13 @@ def test_other_architecture(published, samples, tmp_path):
     (other / "model.safetensors").write_bytes((samples.base / "model.safetensors").read_bytes())
     config = json.loads((samples.base / "config.json").read_text())
     (other / "config.json").write_text(json.dumps({**config, "architectures": ["MistralForCausalLM"]}))
-    report = check_compatibility([str(samples.base), str(other)])
+    report = check_compatibility([ModelRef.parse(text) for text in (str(samples.base), str(other))])
     assert [p.kind for p in report.problems] == ["architecture"]
     assert "MistralForCausalLM" in report.problems[0].message
 
 
 def test_unreadable_models_say_why(published):
-    report = check_compatibility(["org/base", "org/gated", "org/missing"])
+    report = check_compatibility([ModelRef.parse(text) for text in ("org/base", "org/gated", "org/missing")])
     kinds = {p.model: p.kind for p in report.problems}
     assert kinds == {"org/gated": "unreadable", "org/missing": "unreadable"}
     text = report.render_text()

@@ -12,6 +12,7 @@ from guiapp.hub.cache import plan_deletion, scan_cache
 from guiapp.hub.details import model_details
 from guiapp.hub.downloads import download_model
 from guiapp.hub.local_folders import add_local_folder, list_local_folders, remove_local_folder
+from guiapp.hub.references import ModelRef
 from guiapp.hub.resolve import resolve_model
 from guiapp.hub.tokens import sign_in, sign_out, signed_in_user, token_source
 from tests.support.hub_server import TEST_TOKEN, TEST_USER
@@ -94,6 +95,6 @@ def test_hf_hub_offline_keeps_the_library_working(downloaded, samples, monkeypat
     with pytest.raises(OfflineError, match="working offline"):
         model_details("org/base")
     assert {m.repo_id for m in scan_cache()} == {"org/base", "org/large"}
-    assert (resolve_model("org/base") / "model.safetensors").is_file()
+    assert (resolve_model(ModelRef.parse("org/base")) / "model.safetensors").is_file()
     assert add_local_folder(samples.finetune) in list_local_folders()
     assert downloaded.server.requests == []

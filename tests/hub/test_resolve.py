@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from guiapp.errors import ModelNotFoundError, OfflineError, RevisionNotFoundError
+from guiapp.errors import CheckpointError, OfflineError, RevisionNotFoundError
 from guiapp.hub.connection import set_offline
 from guiapp.hub.headers import read_folder_headers
-from guiapp.hub.references import parse_reference
+from guiapp.hub.references import ModelRef
 from guiapp.hub.resolve import read_model_metadata, resolve_model
 
 
@@ -20,38 +20,38 @@ def published(hub_env, samples):
     return hub_env.server
 
 
-def test_parse_references(samples):
-    assert parse_reference(str(samples.base)).folder == samples.base.resolve()
-    ref = parse_reference("org/name@v1.0")
-    assert (ref.repo_id, ref.revision, ref.is_local, ref.label) == ("org/name", "v1.0", False, "org/name@v1.0")
-    assert parse_reference("gpt2").repo_id == "gpt2"
-    with pytest.raises(ModelNotFoundError, match="not an existing folder"):
-        parse_reference("/no/such/folder/model")
+def test_a_missing_folder_is_named_when_it_is_used():
+    ref = ModelRef.parse("/no/such/folder/model")
+    assert ref.is_local
+    with pytest.raises(CheckpointError, match="/no/such/folder/model does not exist"):
+        resolve_model(ref)
+    with pytest.raises(CheckpointError, match="/no/such/folder/model does not exist"):
+        read_model_metadata(ref)
 
 
 def test_local_folder_is_itself(samples):
-    assert resolve_model(str(samples.base)) == samples.base.resolve()
+    assert resolve_model(ModelRef.parse(str(samples.base))) == samples.base.resolve()
 
 
 def test_hub_model_is_downloaded_once_then_works_offline(published, samples):
-    folder = resolve_model("org/base@v1.0")
+    folder = resolve_model(ModelRef.parse("org/base@v1.0"))
     assert (folder / "model.safetensors").read_bytes() == (samples.base / "model.safetensors").read_bytes()
     published.reset_counters()
-    assert resolve_model("org/base@v1.0", offline=True) == folder
+    assert resolve_model(ModelRef.parse("org/base@v1.0"), offline=True) == folder
     set_offline(True)
-    assert resolve_model("org/base@v1.0") == folder
+    assert resolve_model(ModelRef.parse("org/base@v1.0")) == folder
     assert published.requests == []  # offline means no request at all
 
 
 def test_offline_and_not_downloaded_names_the_model(published):
     with pytest.raises(OfflineError) as caught:
-        resolve_model("org/base", offline=True)
+        resolve_model(ModelRef.parse("org/base"), offline=True)
     assert "org/base" in str(caught.value) and "download" in caught.value.hint.lower()
     assert published.requests == []
 
 
 def test_metadata_of_a_hub_model_without_its_weights(published, samples):
-    metadata = read_model_metadata("org/base")
+    metadata = read_model_metadata(ModelRef.parse("org/base"))
     assert metadata.tensors == read_folder_headers(samples.base)
     assert metadata.config == json.loads((samples.base / "config.json").read_text())
     assert published.bytes_sent("org/base", "model.safetensors") <= 100_001
@@ -60,21 +60,20 @@ def test_metadata_of_a_hub_model_without_its_weights(published, samples):
 
 
 def test_metadata_of_local_and_offline_models(published, samples):
-    local = read_model_metadata(str(samples.adapter))
+    local = read_model_metadata(ModelRef.parse(str(samples.adapter)))
     assert local.config["peft_type"] == "LORA" and local.tensors == read_folder_headers(samples.adapter)
     with pytest.raises(OfflineError, match="org/adapter"):
-        read_model_metadata("org/adapter", offline=True)
-    resolve_model("org/adapter")
-    assert read_model_metadata("org/adapter", offline=True).tensors == local.tensors
+        read_model_metadata(ModelRef.parse("org/adapter"), offline=True)
+    resolve_model(ModelRef.parse("org/adapter"))
+    assert read_model_metadata(ModelRef.parse("org/adapter"), offline=True).tensors == local.tensors
 
 
-def test_revision_argument_overrides_the_reference(published):
-    assert parse_reference("org/base@main", "v1.0").revision == "v1.0"
-    folder = resolve_model("org/base")
-    assert resolve_model("org/base", revision="v1.0") == folder  # already cached: the tag is recorded
-    assert resolve_model("org/base@v1.0", offline=True) == folder
+def test_a_revision_names_the_version(published):
+    folder = resolve_model(ModelRef.parse("org/base"))
+    assert resolve_model(ModelRef.parse("org/base@v1.0")) == folder  # already cached: the tag is recorded
+    assert resolve_model(ModelRef.parse("org/base@v1.0"), offline=True) == folder
     assert folder.name == published.models["org/base"].sha
     with pytest.raises(RevisionNotFoundError, match="'v2.0'"):
-        read_model_metadata("org/base", revision="v2.0")
+        read_model_metadata(ModelRef.parse("org/base@v2.0"))
     with pytest.raises(RevisionNotFoundError, match="'v2.0'"):
-        resolve_model("org/base@v2.0")
+        resolve_model(ModelRef.parse("org/base@v2.0"))

@@ -7,9 +7,9 @@ import pytest
 
 from guiapp.engine.lora_extract import ExtractionSettings, extract_lora
 from guiapp.engine.lowrank import RankRule
-from guiapp.engine.recipe import ModelRef
 from guiapp.engine.samples import LlamaShape, write_llama, write_llama_finetune
 from guiapp.engine.sources import read_headers
+from guiapp.hub.references import ModelRef
 from guiapp.jobs.estimates import estimate_extraction
 
 # A vocabulary large next to the layers, as in real models, where the saved embeddings dominate the adapter.

@@ -23,7 +23,7 @@ from guiapp.engine.inference import (
     sentence_pairs,
     similarities,
 )
-from guiapp.errors import JobCancelled, RecipeError, UnsupportedModelError
+from guiapp.errors import JobCancelled, SettingsError, UnsupportedModelError
 from guiapp.jobs.runner import JobListeners, JobRunner, JobStatus
 from guiapp.jobs.tryout import perplexity_job, plan_try, try_job
 from guiapp.progress import CancelToken, Progress
@@ -202,9 +202,10 @@ def test_models_are_loaded_one_at_a_time_when_they_do_not_fit(causal_fp32, causa
     assert not alone.together and "one at a time" in alone.reason
 
 
-def test_five_models_are_refused(causal_fp32, try_probe):
-    with pytest.raises(RecipeError, match="one to 4 models"):
+def test_five_models_are_refused_as_a_setting(causal_fp32, try_probe):
+    with pytest.raises(SettingsError, match="one to 4 models") as caught:
         plan_try([str(causal_fp32)] * 5, "cpu", None, try_probe)
+    assert caught.value.key == ("models",)
 
 
 def test_text_files(tmp_path):
@@ -213,8 +214,9 @@ def test_text_files(tmp_path):
     (tmp_path / "c.jsonl").write_text('{"body": "one"}\n')
     assert read_text_file(tmp_path / "a.txt") == "plain text"
     assert read_text_file(tmp_path / "b.jsonl") == "one\n\ntwo"
-    with pytest.raises(RecipeError, match="Line 1 .* no \"text\""):
+    with pytest.raises(SettingsError, match="Line 1 .* no \"text\"") as caught:
         read_text_file(tmp_path / "c.jsonl")
+    assert caught.value.key == ("text",)
     assert sentence_pairs("a\tb\nc\td") == [("a", "b"), ("c", "d")]
     assert sentence_pairs("a\nb\nc") == [("a", "b")]
 

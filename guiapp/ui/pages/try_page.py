@@ -269,14 +269,14 @@ class TryPage(QWidget):
 
     def open_publish(self):
         """Open the Publish dialog for the last model of the list; returns it (None when that is no folder)."""
-        from guiapp.engine.recipe import ModelRef  # noqa: PLC0415 - the reference parser (no torch)
+        from guiapp.hub.references import ModelRef  # noqa: PLC0415 - the reference parser (no torch)
         from guiapp.ui.publish_dialog import PublishDialog  # noqa: PLC0415 - only when asked for
 
         references = self.references()
         if references:
             ref = ModelRef.parse(references[-1])
-            folder = Path(ref.adapter or ref.model).expanduser()
-            if folder.is_dir():
+            folder = (ref.adapter or ref).folder
+            if folder is not None and folder.is_dir():
                 dialog = PublishDialog(self.state, folder, self)
                 dialog.open()
                 return dialog
