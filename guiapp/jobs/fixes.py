@@ -1,0 +1,197 @@
+"""What the window offers to fix a failed job: buttons that do the fix, in the window's own words.
+
+An `Explanation` (`guiapp.system.explain`) says what to do in words that also serve the command line (flags,
+`hf auth login`, environment variables). The window turns it into `FixAction`s (Retry, Retry with a new name,
+Replace <folder>, Choose another folder…, Sign in…, Open the model's page, Use offline mode) from ONE table,
+`ACTIONS_OF_KIND`, and rewrites its text with `window_text` so that no flag or variable reaches a label. Nothing
+here imports Qt: the table is tested without a window.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+# What the window does for each action (the explanation panel connects them):
+RETRY = "retry"  # the same job again
+RETRY_WITH = "retry_with"  # the job with the explanation's suggested settings
+REPLACE = "replace"  # the job again, replacing the existing output (deletes it once the new one is complete)
+CHOOSE_FOLDER = "choose_folder"  # pick another output folder, then run again
+SIGN_IN = "sign_in"  # the Settings page's access token field
+OPEN_MODEL_PAGE = "open_model_page"  # the model's page on the Hub (accept a licence there)
+USE_OFFLINE = "use_offline"  # switch offline mode on
+GO_ONLINE = "go_online"  # switch offline mode off
+
+# The actions each kind of failure offers besides retrying (an Explanation's `kind`: a catalogue key or the class
+# name of a Mergesmith error). The one place that decides which buttons a failure gets.
+ACTIONS_OF_KIND: dict[str, tuple[str, ...]] = {
+    "gated_repo": (OPEN_MODEL_PAGE, SIGN_IN),
+    "GatedModelError": (OPEN_MODEL_PAGE, SIGN_IN),
+    "invalid_token": (SIGN_IN,),
+    "InvalidTokenError": (SIGN_IN,),
+    "forbidden": (SIGN_IN,),
+    "repository_not_found": (SIGN_IN,),
+    "ModelNotFoundError": (SIGN_IN,),
+    "rate_limited": (SIGN_IN,),
+    "RateLimitedError": (SIGN_IN,),
+    "connection": (USE_OFFLINE,),
+    "ConnectionLostError": (USE_OFFLINE,),
+    "HubUnreachableError": (USE_OFFLINE,),
+    "offline_mode": (GO_ONLINE,),
+    "OfflineError": (GO_ONLINE,),
+    "local_entry_not_found": (GO_ONLINE,),
+    "OutputError": (CHOOSE_FOLDER,),
+    "disk_full": (CHOOSE_FOLDER,),
+    "permission_denied": (CHOOSE_FOLDER,),
+    "InsufficientResourcesError": (CHOOSE_FOLDER,),
+}
+_LABELS = {CHOOSE_FOLDER: "Choose another folder…", SIGN_IN: "Sign in…", OPEN_MODEL_PAGE: "Open the model's page",
+           USE_OFFLINE: "Use offline mode", GO_ONLINE: "Go online"}
+_TOOLTIPS = {
+    CHOOSE_FOLDER: "Pick another output folder; the job runs again there.",
+    SIGN_IN: "Opens Settings at the access token field.",
+    OPEN_MODEL_PAGE: "Opens the model's page on the Hub in your browser, where its licence is accepted.",
+    USE_OFFLINE: "Work with downloaded models and local folders only; nothing is asked of the Hub.",
+    GO_ONLINE: "Turn offline mode off so models can be read from the Hub.",
+}
+# Failed, cancelled and interrupted jobs can all be run again as they were.
+RETRYABLE_STATUSES = ("failed", "cancelled", "interrupted")
+_URL = re.compile(r"https?://[^\s,;)]+[^\s,;).]")
+
+
+@dataclass(frozen=True)
+class FixAction:
+    """One button: `action` (what it does, one of the names above), its `label` and `tooltip`, and for the
+    retrying actions the job-spec `changes` to run with (empty for a plain retry); `url` for the model's page."""
+
+    action: str
+    label: str
+    tooltip: str = ""
+    changes: dict[str, Any] = field(default_factory=dict)
+    url: str = ""
+
+
+def fix_actions(explanation: Mapping[str, Any] | None, status: str = "failed",
+                output: str | None = None) -> list[FixAction]:
+    """The buttons for a job that ended with `status` and `explanation` (an Explanation's dict; None for a cancelled
+    job), whose output folder is `output`: the suggested retry first, then the kind's actions, the explicit
+    replacing, and a plain Retry. Never raises: an output folder that cannot be read is described as such."""
+    explanation = explanation or {}
+    actions: list[FixAction] = []
+    retry_with = dict(explanation.get("retry_with") or {})
+    if retry_with:
+        actions.append(FixAction(RETRY_WITH, f"Retry {describe_changes(retry_with)}",
+                                 "Runs the job again with these settings changed.", retry_with))
+    for action in ACTIONS_OF_KIND.get(str(explanation.get("kind") or ""), ()):
+        url = model_page_url(explanation) if action == OPEN_MODEL_PAGE else ""
+        if action != OPEN_MODEL_PAGE or url:
+            actions.append(FixAction(action, _LABELS[action], _TOOLTIPS[action], url=url))
+    replace_with = dict(explanation.get("replace_with") or {})
+    if replace_with and output:
+        folder = Path(output)
+        actions.append(FixAction(REPLACE, f"Replace {folder.name}…",
+                                 f"Deletes {folder} ({describe_output(folder)}) once the new output is complete. "
+                                 "You are asked to confirm first.", replace_with))
+    if status in RETRYABLE_STATUSES:
+        actions.append(FixAction(RETRY, "Retry", "Runs the same job again, unchanged."))
+    return actions
+
+
+def describe_changes(changes: Mapping[str, Any]) -> str:
+    """The suggested settings in words: "with a new name: tiny-chat-ties-2", "on the CPU", "with rank 64"."""
+    words = []
+    for key, value in changes.items():
+        if key in ("output", "out"):
+            words.append(f"with a new name: {Path(str(value)).name}")
+        elif key == "device":
+            words.append("on the CPU" if str(value) == "cpu" else f"on {value}")
+        elif key in ("rank", "rank_value"):
+            words.append(f"with rank {value}")
+        elif key in ("dtype", "out_dtype", "compute_dtype"):
+            words.append(f"in {value}")
+        elif key == "tokenizer_source":
+            words.append(f"with the {value} model's tokenizer")
+        elif key == "force_download":
+            words.append("downloading the files again")
+        elif key == "overwrite":
+            words.append("replacing the existing folder")
+        elif key == "force":
+            words.append("even though it may not fit")
+        else:
+            words.append(f"with {key.replace('_', ' ')} {value}")
+    return ", ".join(words)
+
+
+def describe_output(folder: Path) -> str:
+    """What replacing `folder` would delete, in words ("an earlier Mergesmith merge output from … (3 files, 1 GB)")."""
+    from guiapp.engine.output_guard import describe_folder, read_marker  # noqa: PLC0415 - no torch
+
+    try:
+        previous = read_marker(folder)
+        return previous.describe() if previous is not None else describe_folder(folder)
+    except OSError as error:
+        return f"it cannot be read: {error.strerror or error}"
+
+
+def model_page_url(explanation: Mapping[str, Any]) -> str:
+    """The model's page the explanation names (the first web address in what to do, or in what happened), or ""."""
+    for part in ("fix", "what"):
+        found = _URL.search(str(explanation.get(part) or ""))
+        if found:
+            return found.group()
+    return ""
+
+
+# CLI wording -> window wording, applied in order to every text the explanation panel shows.
+_WINDOW_WORDS: tuple[tuple[re.Pattern[str], str], ...] = tuple((re.compile(pattern), words) for pattern, words in (
+    (r"\s*\((?:The CLI's|the CLI's) [^)]*\)", ""),
+    (r"\s*\((?:or run |or )?`hf auth login`\)", ""),
+    (r"\(Settings, or `hf auth login`\)", "(Sign in…)"),
+    (r"\(Mergesmith's Hub sign-in, or `hf auth login`\)", "(Sign in…)"),
+    (r"\(Hub › Sign in, or `hf auth login`\)", "(Sign in…)"),
+    (r",? or `hf auth login`", ""),
+    (r"`hf auth login`", "Sign in…"),
+    (r"\s*\(unset HF_HUB_OFFLINE\)", ""),
+    (r",? e\.g\. `pip install[^`]*`", ""),
+    (r"\s*\(and unset HF_HUB_OFFLINE\)", ""),
+    (r"Unset HF_HUB_OFFLINE to go online", "Go online"),
+    (r"HF_HUB_OFFLINE=1 \(or Mergesmith's offline setting\)", "Offline mode"),
+    (r"\s*\(HF_HUB_OFFLINE\)", ""),
+    (r"HF_HUB_OFFLINE", "offline mode"),
+    (r"set HF_HOME to a bigger disk", "choose a Hugging Face cache folder on a bigger disk in Settings"),
+    (r"\s*\(and HTTPS_PROXY if you need a proxy\)", ""),
+    (r"If HF_ENDPOINT points to a mirror, check that it is up to date and trustworthy\.",
+     "If you use a mirror of the Hub, check that it is up to date and trustworthy."),
+    (r"check HF_ENDPOINT", "check the Hub address"),
+    (r"HF_ENDPOINT(?: \(if set\))?", "the Hub address"),
+    (r"HF_HOME|HF_HUB_CACHE", "the Hugging Face cache folder"),
+    (r"HF_TOKEN", "the access token"),
+    (r"\s*\(--dtype\)", ""),
+    (r"\s*\(--out\)", ""),
+    (r"\s*\(--embeddings save\)", ""),
+    (r"\s*\(--embeddings skip\)", ""),
+    (r"--include ?/ ?--exclude|--include/--exclude", "the module filters"),
+    (r"use --embeddings save", "save the embeddings whole"),
+    (r"Example: --scale 0\.5", "Example: a strength of 0.5"),
+    (r"Lower --scale", "Lower the strength"),
+    (r"Use fixed \(--rank\), energy or threshold", "Use fixed rank, keep energy or threshold"),
+    (r"Example: --rank (\d+)", r"Example: a rank of \1"),
+    (r"Example: --energy ([\d.]+)", r"Example: keep energy \1"),
+    (r"Example: --threshold ([\d.]+)", r"Example: a threshold of \1"),
+    (r"Example: --max-rank (\d+)", r"Example: a maximum rank of \1"),
+    (r"--overwrite", "Replace"),
+    (r"`mergesmith apply-lora[^`]*`", "the Apply LoRA page"),
+))
+# A flag stands after a space, "(" or "`" ("models--org--name", a cache folder's name, is no flag).
+_LEFTOVER_FLAG = re.compile(r"\s*\(?`?(?<![\w/.-])--[a-z][\w-]*`?\)?")
+
+
+def window_text(text: str) -> str:
+    """`text` as the window shows it: command-line flags, `hf auth login` and environment variables replaced by
+    what to do in the window (a flag no rule knows is left out rather than shown)."""
+    for pattern, words in _WINDOW_WORDS:
+        text = pattern.sub(words, text)
+    return _LEFTOVER_FLAG.sub("", text)

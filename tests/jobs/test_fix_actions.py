@@ -1,0 +1,94 @@
+"""The fixes a failed job offers as buttons, and the window's wording of explanations (no flag, no variable)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict
+
+import pytest
+
+from guiapp.errors import GatedModelError, HubUnreachableError, OutputError
+from guiapp.jobs.fixes import (
+    CHOOSE_FOLDER,
+    OPEN_MODEL_PAGE,
+    REPLACE,
+    RETRY,
+    RETRY_WITH,
+    SIGN_IN,
+    USE_OFFLINE,
+    fix_actions,
+    window_text,
+)
+from guiapp.system.error_catalogue import CATALOGUE
+from guiapp.system.explain import explain
+
+CLI_WORDS = re.compile(r"(?<![\w/.-])--[a-z]|HF_[A-Z]|hf auth")
+
+
+def _actions(error, status="failed", output=None):
+    return fix_actions(asdict(explain(error)), status, output)
+
+
+def test_an_existing_output_offers_a_new_name_first_then_another_folder_then_an_explicit_replace(tmp_path):
+    taken = tmp_path / "tiny-chat-ties"
+    taken.mkdir()
+    (taken / "notes.txt").write_text("mine")
+    error = OutputError(f"{taken} already exists.", retry_with={"output": str(tmp_path / "tiny-chat-ties-2")},
+                        replace_with={"overwrite": True})
+    actions = _actions(error, output=str(taken))
+    assert [a.action for a in actions] == [RETRY_WITH, CHOOSE_FOLDER, REPLACE, RETRY]
+    assert actions[0].label == "Retry with a new name: tiny-chat-ties-2"
+    assert actions[0].changes == {"output": str(tmp_path / "tiny-chat-ties-2")}
+    replace = actions[2]
+    assert replace.label == "Replace tiny-chat-ties…" and replace.changes == {"overwrite": True}
+    assert "1 file" in replace.tooltip and "notes.txt" in replace.tooltip  # names what would be deleted
+
+
+def test_a_gated_model_offers_its_page_and_sign_in():
+    error = GatedModelError("org/gated is gated.", hint="Open https://huggingface.co/org/gated, accept the licence "
+                            "there, then sign in with an access token (Mergesmith's Hub sign-in, or `hf auth login`).")
+    actions = _actions(error)
+    assert [a.action for a in actions] == [OPEN_MODEL_PAGE, SIGN_IN, RETRY]
+    assert actions[0].url == "https://huggingface.co/org/gated"
+
+
+def test_an_unreachable_hub_offers_offline_mode_and_a_cancelled_job_a_plain_retry():
+    assert [a.action for a in _actions(HubUnreachableError("Can't reach the Hub."))] == [USE_OFFLINE, RETRY]
+    assert [a.action for a in fix_actions(None, "cancelled")] == [RETRY]
+    assert fix_actions(None, "done") == []
+
+
+@pytest.mark.parametrize("changes, words", [
+    ({"device": "cpu"}, "Retry on the CPU"), ({"dtype": "float32"}, "Retry in float32"),
+    ({"tokenizer_source": "base"}, "Retry with the base model's tokenizer"), ({"rank": 64}, "Retry with rank 64"),
+])
+def test_suggested_settings_are_described_in_words(changes, words):
+    actions = fix_actions({"retry_with": changes, "kind": "x"})
+    assert actions[0].label == words
+
+
+@pytest.mark.parametrize("entry", CATALOGUE, ids=lambda entry: entry.key)
+def test_no_catalogue_explanation_shows_a_flag_or_variable_in_the_window(entry):
+    for text in (entry.what, entry.why, entry.fix):
+        shown = window_text(text)
+        assert not CLI_WORDS.search(shown), shown
+
+
+@pytest.mark.parametrize("hint", [
+    "Free some space (Models › Downloaded lists what can be deleted), or set HF_HOME to a bigger disk.",
+    "Widen --include / --exclude, or use --embeddings save if only the embeddings changed.",
+    "Half precision has no SVD kernels; the adapter can still be stored in bfloat16 (--dtype).",
+    "Example: --rank 32", "Lower --scale, or check the adapter: its weights may be damaged.",
+    "It needs more memory than is free. (The CLI's --force starts it anyway.)",
+    "Unset HF_HUB_OFFLINE to go online, or use a model that is already downloaded.",
+    "Choose another folder for the demo (--out), or move that folder away.",
+])
+def test_cli_worded_hints_read_as_window_actions(hint):
+    shown = window_text(hint)
+    assert not CLI_WORDS.search(shown), shown
+    assert shown.strip()
+
+
+def test_a_cache_folder_name_is_not_taken_for_a_flag():
+    text = "/home/u/.cache/huggingface/hub/models--org--name is damaged."
+    assert window_text(text) == text
