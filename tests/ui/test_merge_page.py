@@ -27,7 +27,8 @@ def test_form_builds_the_recipe_yaml(qtbot, window, models):
         qtbot.mouseClick(page.add_model_button, Qt.MouseButton.LeftButton)
     # exactly the per-model controls ties declares, in the table's header
     headers = [page.table.horizontalHeaderItem(c).text() for c in range(page.table.columnCount())]
-    assert headers == ["Model", "weight", "density", ""]
+    assert headers == ["Model", "Weight", "Keep this fraction of changes", ""]  # plain words; the key in the tip
+    assert "Recipe key: density" in page.table.horizontalHeaderItem(2).toolTip()
     weight = page.table.cellWidget(1, 1)
     weight.spin.setValue(0.25)
     assert weight.slider.value() == 250  # the slider follows the number
@@ -64,7 +65,7 @@ def test_editing_the_yaml_updates_the_form(qtbot, window, models):
     assert page.table.rowCount() == 2
     assert page.table.cellWidget(0, 0).text() == str(models.tune_a)
     density = page.table.cellWidget(0, 2)
-    assert density.list_button.isChecked() and density.value() == [0.2, 0.9]  # a gradient across layers
+    assert density.varies_by_layer() and density.value() == [0.2, 0.9]  # a gradient across layers
     assert page.table.cellWidget(1, 1).spin.value() == 0.3
     assert page.param_form.editors["normalize"].check.isChecked() is False
     assert page.dtype_combo.value() == "float32"

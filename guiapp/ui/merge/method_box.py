@@ -1,11 +1,12 @@
-"""The Merge page's Method box: the methods from the registry, with the chosen one's summary and paper."""
+"""The Merge page's Method box: the methods from the registry, grouped by what the user wants to do (each group's
+recommended method first and marked), with the chosen one's summary and paper."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from PySide6.QtCore import QEvent
-from PySide6.QtGui import QPalette
+from PySide6.QtCore import QEvent, Qt
+from PySide6.QtGui import QFont, QPalette, QStandardItem, QStandardItemModel
 from PySide6.QtWidgets import QComboBox, QGroupBox, QLabel, QVBoxLayout
 
 
@@ -24,10 +25,30 @@ class MethodBox(QGroupBox):
     def set_methods(self, methods: dict[str, Any]) -> None:
         """List `methods` (name → method), without announcing a change."""
         self.methods = methods
+        from guiapp.jobs.plain_words import grouped_methods  # noqa: PLC0415
+
+        chosen = self.method_combo.currentData()
         self.method_combo.blockSignals(True)
-        self.method_combo.clear()
-        for name, method in methods.items():
-            self.method_combo.addItem(f"{method.title} ({name})", name)
+        rows = QStandardItemModel(self.method_combo)
+        for group, names in grouped_methods(list(methods)):
+            heading = QStandardItem(group.title)  # a heading: shown, never chosen
+            heading.setFlags(Qt.ItemFlag.NoItemFlags)
+            font = QFont(self.method_combo.font())
+            font.setBold(True)
+            heading.setFont(font)
+            heading.setToolTip(group.when)
+            rows.appendRow(heading)
+            for name in names:
+                recommended = " — recommended" if name == group.recommended else ""
+                item = QStandardItem(f"{methods[name].title} ({name}){recommended}")
+                item.setData(name, Qt.ItemDataRole.UserRole)
+                item.setToolTip(f"{group.title}: {group.when}\n{methods[name].summary}")
+                rows.appendRow(item)
+        self.method_combo.setModel(rows)
+        if chosen is None or not self.select(chosen):
+            groups = grouped_methods(list(methods))
+            if groups:
+                self.select(groups[0][0].recommended)
         self.method_combo.blockSignals(False)
 
     def method(self) -> Any:
@@ -36,7 +57,7 @@ class MethodBox(QGroupBox):
 
     def select(self, name: Any) -> bool:
         """Choose the method called `name`; False when there is none by that name."""
-        index = self.method_combo.findData(name)
+        index = self.method_combo.findData(name) if isinstance(name, str) and name in self.methods else -1
         if index >= 0:
             self.method_combo.setCurrentIndex(index)
         return index >= 0

@@ -10,6 +10,7 @@ from typing import Any
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QLineEdit, QTableWidget, QToolButton
 
+from guiapp.jobs.plain_words import parameter_label, parameter_tooltip
 from guiapp.jobs.recipe_document import FormModel
 from guiapp.ui.widgets.param_form import ParamEditor
 
@@ -33,9 +34,10 @@ class ModelsTable(QTableWidget):
         self.clear()
         self.setRowCount(0)
         self.setColumnCount(len(specs) + 2)
-        self.setHorizontalHeaderLabels(["Model", *[s.name for s in specs], ""])
+        self.setHorizontalHeaderLabels(["Model", *[parameter_label(s.name) for s in specs], ""])
         for column, spec in enumerate(specs, start=1):
-            self.horizontalHeaderItem(column).setToolTip(spec.help)
+            self.horizontalHeaderItem(column).setToolTip(f"{parameter_label(spec.name)}: "
+                                                         f"{parameter_tooltip(spec.name, spec.help)}")
         header = self.horizontalHeader()
         header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
         header.setMinimumSectionSize(60)

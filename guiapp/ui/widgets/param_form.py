@@ -1,27 +1,35 @@
 """Editors built from a merge method's parameter schema (`ParamSpec`): the UI never names a parameter.
 
 A number gets a slider with a numeric entry beside it (the slider only where the schema gives a range); a
-boolean a check box. The "list" toggle turns a number into a free YAML value, which is how gradients across
-layers (`[0.1, 0.5, 0.9]`) and filters (`[{filter: self_attn, value: 0.5}, {value: 0.3}]`) are entered.
+boolean a check box. Labels are plain words (`guiapp.jobs.plain_words`), the recipe key in the tooltip. A number's
+"Same for all layers / Changes across layers" choice turns it into a free YAML value, which is how gradients
+across layers (`[0.1, 0.5, 0.9]`) and filters (`[{filter: self_attn, value: 0.5}, {value: 0.3}]`) are entered.
+
+A picture of a gradient plugs in through `ParamEditor.gradient_view_factory`: when set, it is called with the
+editor and the widget it returns is shown under the list while "Changes across layers" is chosen; it follows
+`gradient_changed` and writes back with `set_gradient`.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, ClassVar
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QCheckBox,
+    QComboBox,
     QDoubleSpinBox,
     QFormLayout,
     QHBoxLayout,
     QLabel,
     QLineEdit,
     QSlider,
-    QToolButton,
+    QVBoxLayout,
     QWidget,
 )
 
+from guiapp.jobs.plain_words import parameter_label, parameter_tooltip
 from guiapp.ui.theme import set_status_style
 
 SLIDER_STEPS = 1000
@@ -32,16 +40,24 @@ class ParamEditor(QWidget):
     """One parameter's value. `value()` is None while the user has not set it (the method's default applies)."""
 
     changed = Signal()
+    gradient_changed = Signal(object)  # the list typed for "Changes across layers" (parsed), for a chart
+    # Makes the picture shown under a gradient (engineer-pluggable, see the module's docstring); None: no picture.
+    gradient_view_factory: ClassVar[Callable[[ParamEditor], QWidget] | None] = None
 
     def __init__(self, spec: Any, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.spec = spec
         self._explicit = False
         self._updating = False
-        layout = QHBoxLayout(self)
+        self.gradient_view: QWidget | None = None
+        column = QVBoxLayout(self)
+        column.setContentsMargins(0, 0, 0, 0)
+        column.setSpacing(2)
+        layout = QHBoxLayout()
         layout.setContentsMargins(2, 0, 2, 0)
         layout.setSpacing(3)
-        tip = f"{spec.name}: {spec.help}" if spec.help else spec.name
+        column.addLayout(layout)
+        tip = parameter_tooltip(spec.name, spec.help)
         self.setToolTip(tip)
         self.check: QCheckBox | None = None
         self.slider: QSlider | None = None
@@ -52,11 +68,11 @@ class ParamEditor(QWidget):
         self.text.setVisible(False)
         self.text.textEdited.connect(self._text_edited)
         if spec.kind == "bool":
-            self.check = QCheckBox(accessibleName=spec.name)
+            self.check = QCheckBox(accessibleName=parameter_label(spec.name))
             self.check.toggled.connect(self._user_changed)
             layout.addWidget(self.check)
         else:
-            self.spin = QDoubleSpinBox(accessibleName=spec.name)
+            self.spin = QDoubleSpinBox(accessibleName=parameter_label(spec.name))
             tiny = (spec.default not in (None, 0) and abs(spec.default) < 1e-3) or (spec.maximum or 1) < 0.1
             self.spin.setDecimals(0 if spec.kind == "int" else 8 if tiny else 4)
             self.spin.setSingleStep(1 if spec.kind == "int" else 0.05)
@@ -66,7 +82,7 @@ class ParamEditor(QWidget):
             self.spin.setMinimumWidth(72)
             self.spin.valueChanged.connect(self._spin_changed)
             self.slider_range = _slider_range(spec)
-            self.slider = QSlider(Qt.Orientation.Horizontal, accessibleName=f"{spec.name} slider")
+            self.slider = QSlider(Qt.Orientation.Horizontal, accessibleName=f"{parameter_label(spec.name)} slider")
             self.slider.setRange(0, SLIDER_STEPS)
             self.slider.setMinimumWidth(50)
             self.slider.setToolTip(f"{tip}\nThe slider covers {self.slider_range[0]:g} to {self.slider_range[1]:g}; "
@@ -74,11 +90,21 @@ class ParamEditor(QWidget):
             self.slider.valueChanged.connect(self._slider_changed)
             layout.addWidget(self.slider, 1)
             layout.addWidget(self.spin)
-            self.list_button = QToolButton(text="list", checkable=True, accessibleName=f"{spec.name} as a list")
-            self.list_button.setToolTip("Enter a gradient across layers or per-tensor filters instead of one number")
-            self.list_button.toggled.connect(self._list_toggled)
+            self.layers_choice = QComboBox(accessibleName=f"{parameter_label(spec.name)}: same or changing")
+            self.layers_choice.addItem("Same for all layers", False)
+            self.layers_choice.addItem("Changes across layers", True)
+            self.layers_choice.setItemData(1, "A list: a gradient from the first layer to the last, or values by "
+                                           "tensor name", Qt.ItemDataRole.ToolTipRole)
+            self.layers_choice.setToolTip("One value for the whole model, or values that change from layer to layer")
+            self.layers_choice.setMinimumContentsLength(8)
+            self.layers_choice.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+            self.layers_choice.currentIndexChanged.connect(lambda _: self._list_toggled(self.varies_by_layer()))
             layout.addWidget(self.text, 1)
-            layout.addWidget(self.list_button)
+            layout.addWidget(self.layers_choice)
+            if ParamEditor.gradient_view_factory is not None:
+                self.gradient_view = ParamEditor.gradient_view_factory(self)
+                self.gradient_view.setVisible(False)
+                column.addWidget(self.gradient_view)
         self.set_value(None)
 
     # --- public ---------------------------------------------------------------------------------------------
@@ -88,7 +114,7 @@ class ParamEditor(QWidget):
             return None
         if self.check is not None:
             return self.check.isChecked()
-        if self.list_button.isChecked():
+        if self.varies_by_layer():
             return self._parsed_text()
         number = self.spin.value()
         return int(number) if self.spec.kind == "int" else round(number, 6)
@@ -104,10 +130,11 @@ class ParamEditor(QWidget):
             elif isinstance(shown, (list, dict)):
                 import yaml  # noqa: PLC0415 - lists only appear once recipes are loaded
 
-                self.list_button.setChecked(True)
+                self._choose_layers(True)
                 self.text.setText(yaml.safe_dump(shown, default_flow_style=True, sort_keys=False).strip())
+                self.gradient_changed.emit(shown)
             else:
-                self.list_button.setChecked(False)
+                self._choose_layers(False)
                 number = float(shown) if isinstance(shown, (int, float)) else 0.0
                 self.spin.setValue(number)
                 self._sync_slider(number)
@@ -117,6 +144,18 @@ class ParamEditor(QWidget):
     def set_explicit_default(self) -> None:
         """Write the shown value into the recipe (new model rows start with their weights visible)."""
         self._explicit = True
+
+    def varies_by_layer(self) -> bool:
+        """Whether "Changes across layers" is chosen (the value is a list)."""
+        return self.check is None and bool(self.layers_choice.currentData())
+
+    def set_gradient(self, values: list[float]) -> None:
+        """Make the value the gradient `values` (first layer to last), as the user's change (a chart calls it)."""
+        import yaml  # noqa: PLC0415
+
+        self._choose_layers(True)
+        self.text.setText(yaml.safe_dump([round(float(v), 6) for v in values], default_flow_style=True).strip())
+        self._text_edited(self.text.text())
 
     # --- internals ------------------------------------------------------------------------------------------
 
@@ -156,17 +195,25 @@ class ParamEditor(QWidget):
         low, high = self.slider_range
         self.slider.setValue(round((min(max(number, low), high) - low) / (high - low) * SLIDER_STEPS))
 
+    def _choose_layers(self, varies: bool) -> None:
+        self.layers_choice.setCurrentIndex(1 if varies else 0)
+
     def _list_toggled(self, on: bool) -> None:
         self.text.setVisible(on)
         self.spin.setVisible(not on)
         self.slider.setVisible(not on)
+        if self.gradient_view is not None:
+            self.gradient_view.setVisible(on)
         if on and not self._updating and not self.text.text():
             self.text.setText(f"[{self.spin.value():g}, {self.spin.value():g}]")
+            self.gradient_changed.emit(self._parsed_text())
         self._user_changed()
 
     def _text_edited(self, _: str) -> None:
         parsed = self._parsed_text()
         set_status_style(self.text, "problem" if isinstance(parsed, str) else None)
+        if isinstance(parsed, list):
+            self.gradient_changed.emit(parsed)
         self._user_changed()
 
 
@@ -197,8 +244,8 @@ class ParamForm(QWidget):
         for spec in specs:
             editor = ParamEditor(spec)
             editor.changed.connect(self.changed)
-            label = QLabel(f"{spec.name}{' *' if spec.required else ''}")
-            label.setToolTip(spec.help)
+            label = QLabel(f"{parameter_label(spec.name)}{' *' if spec.required else ''}")
+            label.setToolTip(parameter_tooltip(spec.name, spec.help))
             label.setBuddy(editor.spin or editor.check)
             self.layout_.addRow(label, editor)
             self.editors[spec.name] = editor

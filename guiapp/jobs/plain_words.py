@@ -1,0 +1,79 @@
+"""The words the window uses for the merge methods' recipe keys and for choosing a method. No Qt.
+
+A recipe key (`rescale`, `int8_mask`, `lambda`) stays what the YAML and mergekit use; the window labels it in
+plain words and shows the key in the tooltip. The methods are offered in groups by what the user wants to do,
+each with the method recommended when in doubt. A key or method missing here still works: it is shown by name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Recipe key → its label in the window.
+PARAMETER_LABELS = {
+    "weight": "Weight",
+    "density": "Keep this fraction of changes",
+    "normalize": "Normalise weights",
+    "normalize_weights": "Normalise weights",
+    "lambda": "Scale the result (λ)",
+    "rescale": "Rescale kept changes",
+    "int8_mask": "Save memory (int8 mask)",
+    "gamma": "Drop this fraction of outliers",
+    "epsilon": "Spread of keep chances (ε)",
+    "t": "Position between the models (t)",
+    "nuslerp_flatten": "Whole tensors at once",
+    "nuslerp_row_wise": "Columns instead of rows",
+    "eps": "Tiny-number guard (ε)",
+    "max_iter": "Most refinement steps",
+    "tol": "Stop when steps are this small",
+    "filter_wise": "Measure agreement per row",
+    "select_topk": "Keep this fraction of positions",
+    "r": "Boost for unique changes (r)",
+    "alpha": "Boost cap (α)",
+    "scale": "Scale this model",
+}
+
+
+@dataclass(frozen=True)
+class MethodGroup:
+    """Methods for one situation, the recommended one first."""
+
+    title: str
+    when: str
+    methods: tuple[str, ...]
+
+    @property
+    def recommended(self) -> str:
+        return self.methods[0]
+
+
+METHOD_GROUPS = (
+    MethodGroup("Combine fine-tunes of one base", "Several models fine-tuned from the same base model: keep what each "
+                "learnt.", ("ties", "dare_ties", "task_arithmetic", "della", "della_linear", "dare_linear",
+                            "breadcrumbs", "breadcrumbs_ties", "model_stock", "sce", "ram", "ramplus_tl")),
+    MethodGroup("Blend models", "Two or more models of the same shape: a weighted mix of their weights.",
+                ("slerp", "linear", "nuslerp", "multislerp", "karcher", "nearswap", "arcee_fusion")),
+    MethodGroup("Stack layers", "Build a model from layers of others (slices), copied unchanged.", ("passthrough",)),
+)
+
+
+def parameter_label(name: str) -> str:
+    """The window's label for the recipe key `name` (the key itself, made readable, when it has none)."""
+    return PARAMETER_LABELS.get(name) or name.replace("_", " ").capitalize()
+
+
+def parameter_tooltip(name: str, help_text: str) -> str:
+    """A parameter's tooltip: what it does, then the key the recipe uses for it."""
+    return f"{help_text}\nRecipe key: {name}" if help_text else f"Recipe key: {name}"
+
+
+def grouped_methods(names: list[str]) -> list[tuple[MethodGroup, list[str]]]:
+    """`names` in their groups (each group's recommended method first); names no group lists come last, in a
+    group of their own, so a new method is always offered."""
+    known = set(names)
+    groups = [(group, [n for n in group.methods if n in known]) for group in METHOD_GROUPS]
+    grouped = {n for _, members in groups for n in members}
+    rest = [n for n in names if n not in grouped]
+    if rest:
+        groups.append((MethodGroup("Other methods", "", tuple(rest)), rest))
+    return [(group, members) for group, members in groups if members]

@@ -1,0 +1,76 @@
+"""Plain words in the window: parameter labels (the recipe key in the tooltip), methods grouped by what the user
+wants to do with a recommended one, "same for all layers / changes across layers", and plurals."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QLabel, QWidget
+
+from guiapp.engine.methods.base import ParamKind, ParamSpec
+from guiapp.jobs.plain_words import METHOD_GROUPS, grouped_methods
+from guiapp.system.units import plural
+from guiapp.ui.widgets.param_form import ParamEditor, ParamForm
+
+
+def test_the_methods_come_in_groups_with_a_recommended_one(qtbot, window):
+    combo = window.merge.method_combo
+    texts = [combo.itemText(row) for row in range(combo.count())]
+    headings = [row for row in range(combo.count()) if combo.itemData(row) is None]
+    assert [texts[row] for row in headings] == [group.title for group in METHOD_GROUPS]
+    assert texts[headings[0]] == "Combine fine-tunes of one base"
+    assert texts[headings[0] + 1] == "TIES (ties) — recommended"
+    assert combo.currentData() == "ties"  # a new recipe starts with the recommended method
+    methods = [combo.itemData(row) for row in range(combo.count()) if combo.itemData(row) is not None]
+    assert sorted(methods) == sorted(window.state.methods)  # all 20, each once
+    # a heading can't be chosen: the keyboard steps over it
+    combo.setFocus()
+    combo.setCurrentIndex(headings[1] - 1)  # the last method of the first group
+    qtbot.keyClick(combo, Qt.Key.Key_Down)
+    assert combo.currentIndex() == headings[1] + 1
+    assert combo.currentData() == "slerp" and "recommended" in combo.currentText()
+
+
+def test_parameter_labels_are_plain_words_with_the_key_in_the_tooltip(qtbot):
+    form = ParamForm()
+    qtbot.addWidget(form)
+    form.set_specs((ParamSpec("rescale", ParamKind.BOOL, default=True, help="Scale the kept changes up."),
+                    ParamSpec("int8_mask", ParamKind.BOOL, default=False),
+                    ParamSpec("lambda", ParamKind.FLOAT, default=1.0)))
+    labels = {label.text(): label.toolTip() for label in form.findChildren(QLabel)}
+    assert set(labels) == {"Rescale kept changes", "Save memory (int8 mask)", "Scale the result (λ)"}
+    assert labels["Rescale kept changes"] == "Scale the kept changes up.\nRecipe key: rescale"
+    assert "Recipe key: lambda" in form.editors["lambda"].toolTip()
+
+
+def test_a_gradient_is_a_choice_with_a_place_for_a_picture(qtbot, monkeypatch):
+    pictures = []
+
+    def picture(editor: ParamEditor) -> QWidget:
+        view = QWidget()
+        editor.gradient_changed.connect(lambda values: pictures.append(values))
+        return view
+
+    monkeypatch.setattr(ParamEditor, "gradient_view_factory", picture)
+    editor = ParamEditor(ParamSpec("weight", ParamKind.FLOAT, default=0.6, per_model=True))
+    qtbot.addWidget(editor)
+    editor.show()
+    assert editor.layers_choice.currentText() == "Same for all layers" and not editor.gradient_view.isVisible()
+    editor.layers_choice.setFocus()
+    qtbot.keyClick(editor.layers_choice, Qt.Key.Key_Down)
+    assert editor.layers_choice.currentText() == "Changes across layers"
+    assert editor.gradient_view.isVisible() and editor.value() == [0.6, 0.6]
+    assert pictures[-1] == [0.6, 0.6]
+    with qtbot.waitSignal(editor.changed, timeout=5_000):
+        editor.set_gradient([0.2, 0.5, 0.9])  # what a chart does when a point is dragged
+    assert editor.value() == [0.2, 0.5, 0.9] and editor.text.text() == "[0.2, 0.5, 0.9]"
+
+
+def test_grouped_methods_offer_an_unknown_method_too():
+    groups = grouped_methods(["linear", "ties", "brand_new"])
+    assert [(g.title, names) for g, names in groups] == [
+        ("Combine fine-tunes of one base", ["ties"]), ("Blend models", ["linear"]), ("Other methods", ["brand_new"])]
+
+
+def test_plural():
+    assert (plural(1, "model"), plural(0, "model"), plural(3, "model")) == ("1 model", "0 models", "3 models")
+    assert plural(2, "match", "matches") == "2 matches"
