@@ -194,7 +194,7 @@ PLANNING_CASES = {
     "layer index of 5,000 digits": ["model.embed_tokens.weight", "model.layers.0.mlp.weight",
                                     "model.layers." + "7" * 5000 + ".mlp.weight"],
     "20,000 one-tensor layers": [f"model.layers.{i}.mlp.weight" for i in range(20_000)],
-    "50,000 tiny tensors in 4 layers": [f"model.layers.{i % 4}.experts.{i}.weight" for i in range(50_000)],
+    "20,000 tiny tensors in 4 layers": [f"model.layers.{i % 4}.experts.{i}.weight" for i in range(20_000)],
 }
 
 

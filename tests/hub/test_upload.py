@@ -58,6 +58,7 @@ def test_public_only_after_the_files_are_committed(uploads, signed_in, model_fol
     assert uploads.private[REPO] is False
 
 
+@pytest.mark.slow  # about 25 s: huggingface_hub backs off between its retries of the cut-off upload
 def test_resume_after_a_dropped_connection_sends_only_what_is_missing(uploads, signed_in, model_folder, tmp_path):
     from huggingface_hub import snapshot_download
 
