@@ -1,0 +1,147 @@
+"""What a LoRA rank buys, before extracting: the singular values of (fine-tune − base) for a sample of modules and
+the fraction of each update's energy (‖Δ‖²_F) that a LoRA of rank r keeps. The window draws these curves so the
+user picks a rank on them.
+
+The decomposition is the extraction's own randomized solver (`lowrank.truncated_svd`, float32), the tensors come
+from the project's one reader (`checkpoint.open_checkpoint`), and the sample is spread over the layers and the
+kinds of module (attention, MLP) so a few matrices stand for the whole model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from guiapp.engine.checkpoint import Checkpoint, TensorInfo, open_checkpoint
+from guiapp.engine.layers import TensorRole, tensor_place
+from guiapp.engine.lowrank import compute_dtype_for, truncated_svd
+from guiapp.errors import CheckpointError, IncompatibleModelsError, JobCancelled, OfflineError
+from guiapp.hub.references import ModelRef
+
+SAMPLE_MODULES = 8
+# The curve goes this far (or to the matrix's full rank when smaller): ranks above it are rarely worth their size.
+PREVIEW_MAX_RANK = 256
+
+
+@dataclass(frozen=True)
+class ModuleSpectrum:
+    """One module's update seen through its singular values.
+
+    `singular_values` are the leading ones, descending; `retained[r - 1]` is the fraction of ‖Δ‖²_F a LoRA of rank
+    r keeps (1.0 everywhere for an update that is zero).
+    """
+
+    module: str
+    shape: tuple[int, int]
+    singular_values: tuple[float, ...]
+    retained: tuple[float, ...]
+
+    def retained_at(self, rank: int) -> float:
+        """The fraction kept at `rank` (the last known value past the end of the curve)."""
+        if not self.retained:
+            return 1.0
+        return self.retained[max(1, min(rank, len(self.retained))) - 1]
+
+    def rank_for(self, fraction: float) -> int | None:
+        """The smallest rank keeping at least `fraction` of the energy, or None when the curve never gets there."""
+        for rank, kept in enumerate(self.retained, start=1):
+            if kept >= fraction * (1 - 1e-9):
+                return rank
+        return None
+
+
+def update_spectrum(module: str, delta: torch.Tensor, max_rank: int = PREVIEW_MAX_RANK, *, seed: int = 0) -> ModuleSpectrum:
+    """The spectrum of the 2-D update `delta` up to rank `max_rank` (capped by the matrix's own rank).
+
+    Half-precision input is decomposed in float32. Raises ValueError for a tensor that is not 2-D or holds NaN or
+    infinity (the caller names the module).
+    """
+    if delta.ndim != 2:
+        raise ValueError(f"expected a matrix, got a tensor of shape {tuple(delta.shape)}")
+    matrix = delta.to(compute_dtype_for(delta.dtype))
+    total = float(torch.linalg.vector_norm(matrix, dtype=torch.float64)) ** 2
+    if not torch.isfinite(torch.tensor(total)):
+        raise ValueError("the update contains NaN or infinity")
+    shape = (int(matrix.shape[0]), int(matrix.shape[1]))
+    if total == 0.0:
+        return ModuleSpectrum(module, shape, (0.0,), (1.0,))
+    _, values, _ = truncated_svd(matrix, min(max_rank, min(shape)), seed=seed)
+    values = values.detach().cpu().double()
+    retained = torch.clamp(torch.cumsum(values.square(), 0) / total, max=1.0)
+    return ModuleSpectrum(module, shape, tuple(values.tolist()), tuple(retained.tolist()))
+
+
+def sample_modules(tensors: dict[str, TensorInfo], count: int = SAMPLE_MODULES) -> list[str]:
+    """Up to `count` module names (without `.weight`) whose 2-D weights an extraction would decompose, spread
+    evenly over the layers and, within them, over the kinds of module. Embeddings and output heads are left out
+    (they are saved whole by default); a model without numbered layers gives its other 2-D weights."""
+    candidates = [name for name, info in tensors.items()
+                  if name.endswith(".weight") and len(info.shape) == 2 and info.dtype.is_floating_point]
+    places = {name: tensor_place(name) for name in candidates}
+    layered = [name for name in candidates if places[name].role is TensorRole.LAYER]
+    if layered:
+        layered.sort(key=lambda name: (places[name].layer.index, places[name].layer.suffix))
+        chosen = layered
+    else:
+        chosen = sorted(name for name in candidates if places[name].role is TensorRole.OTHER)
+    if len(chosen) > count:
+        # Evenly spaced over the (layer, kind) order: the first and last layers, and the kinds in between.
+        step = (len(chosen) - 1) / max(1, count - 1)
+        chosen = [chosen[round(i * step)] for i in range(count)]
+    return [name.removesuffix(".weight") for name in chosen]
+
+
+def preview_spectra(
+    base: str,
+    model: str,
+    count: int = SAMPLE_MODULES,
+    max_rank: int = PREVIEW_MAX_RANK,
+    cancelled: Callable[[], bool] | None = None,
+) -> list[ModuleSpectrum]:
+    """The spectra of the updates of a sample of modules from `base` to its fine-tune `model` (references as the
+    LoRA form takes them). Only models on this computer are read: nothing is downloaded for a preview.
+
+    Raises OfflineError naming the model when a Hub model is not downloaded, CheckpointError for an unreadable
+    model, IncompatibleModelsError when the sampled modules differ in shape or are missing from one model,
+    JobCancelled when `cancelled()` becomes true between modules.
+    """
+    refs = [ModelRef.parse(base), ModelRef.parse(model)]
+    folders = [_downloaded_folder(ref) for ref in refs]
+    with open_checkpoint(folders[0]) as base_checkpoint, open_checkpoint(folders[1]) as tuned_checkpoint:
+        spectra = []
+        for module in sample_modules(tuned_checkpoint.tensors, count):
+            if cancelled is not None and cancelled():
+                raise JobCancelled("The rank preview was stopped.")
+            delta = _update(base_checkpoint, tuned_checkpoint, f"{module}.weight", refs)
+            try:
+                spectra.append(update_spectrum(module, delta, max_rank))
+            except ValueError as error:
+                raise CheckpointError(f"{module} of {refs[1]} cannot be previewed: {error}.",
+                                      hint="The model file may be damaged; download it again.") from None
+        return spectra
+
+
+def _downloaded_folder(ref: ModelRef) -> Path:
+    from guiapp.hub.resolve import resolve_model  # noqa: PLC0415 - the Hub client only for Hub references
+
+    try:
+        return resolve_model(ref, offline=True)
+    except OfflineError as error:
+        raise OfflineError(f"{ref} is not downloaded yet, so its changes cannot be previewed.",
+                           hint="Download it (Models › Download), or extract the adapter: the extraction "
+                           "downloads it first.") from error
+
+
+def _update(base: Checkpoint, tuned: Checkpoint, name: str, refs: list[ModelRef]) -> torch.Tensor:
+    if name not in base.tensors:
+        raise IncompatibleModelsError(f"{refs[0]} has no {name}, which {refs[1]} has.",
+                                      hint="Choose the base model the fine-tune was made from.")
+    if base.tensors[name].shape != tuned.tensors[name].shape:
+        raise IncompatibleModelsError(
+            f"{name} has shape {list(base.tensors[name].shape)} in {refs[0]} but {list(tuned.tensors[name].shape)} "
+            f"in {refs[1]}.", hint="Choose the base model the fine-tune was made from.")
+    # Out of place in float32: a float32 tensor read from a file may be the file's buffer itself.
+    return tuned.read(name).to(torch.float32) - base.read(name).to(torch.float32)

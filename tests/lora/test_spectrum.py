@@ -1,0 +1,77 @@
+"""The rank preview's spectra: what a LoRA of each rank keeps of a fine-tune's update."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from guiapp.engine.checkpoint import open_checkpoint
+from guiapp.engine.layers import split_layer_name
+from guiapp.engine.spectrum import preview_spectra, sample_modules, update_spectrum
+from guiapp.errors import IncompatibleModelsError, JobCancelled
+from tests.lora.helpers import finetune
+
+
+def _rank_r(rows: int, cols: int, rank: int, seed: int = 0) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randn(rows, rank, generator=generator) @ torch.randn(rank, cols, generator=generator)
+
+
+def test_a_rank_r_update_keeps_all_its_energy_at_rank_r_and_not_before():
+    spectrum = update_spectrum("layers.0.mlp", _rank_r(96, 64, 5), max_rank=32)
+    assert spectrum.shape == (96, 64)
+    assert spectrum.retained_at(5) == pytest.approx(1.0, abs=1e-5)
+    assert spectrum.retained_at(4) < 0.99
+    assert spectrum.rank_for(0.9999) == 5
+    assert all(a <= b + 1e-12 for a, b in zip(spectrum.retained, spectrum.retained[1:]))  # never decreases
+    assert spectrum.singular_values[5] < 1e-3 * spectrum.singular_values[0]
+
+
+def test_half_precision_updates_are_decomposed_in_float32():
+    spectrum = update_spectrum("m", _rank_r(48, 40, 3).to(torch.bfloat16), max_rank=16)
+    assert spectrum.rank_for(0.999) == 3
+
+
+def test_a_zero_update_keeps_everything():
+    spectrum = update_spectrum("m", torch.zeros(8, 8))
+    assert spectrum.retained_at(1) == 1.0 and spectrum.rank_for(1.0) == 1
+
+
+def test_the_sample_spreads_over_the_layers_and_leaves_out_embeddings(llama_base):
+    with open_checkpoint(llama_base) as checkpoint:
+        tensors = checkpoint.tensors
+    sample = sample_modules(tensors, 8)
+    layers = sorted({split_layer_name(f"{m}.weight").index for m in sample})
+    all_layers = sorted({p.index for n in tensors if (p := split_layer_name(n)) is not None})
+    assert len(sample) == 8 and len(set(sample)) == 8
+    assert layers[0] == all_layers[0] and layers[-1] == all_layers[-1]
+    assert not any("embed" in m or "lm_head" in m for m in sample)
+    assert len({m.rpartition(".")[2] for m in sample}) > 2  # attention and MLP kinds both appear
+
+
+def test_the_preview_of_a_planted_rank_4_fine_tune_reaches_all_its_energy_at_rank_4(llama_base, tmp_path):
+    tuned = finetune(llama_base, tmp_path / "tuned", rank_of=lambda module: 4, shift_1d=0.0)
+    spectra = preview_spectra(str(llama_base), str(tuned), count=4, max_rank=16)
+    assert len(spectra) == 4
+    for spectrum in spectra:
+        assert spectrum.rank_for(0.9999) == 4, spectrum.module
+        assert spectrum.retained_at(3) < 0.9999
+
+
+def test_the_preview_can_be_stopped_and_refuses_an_unrelated_base(llama_base, bert_pair):
+    with pytest.raises(JobCancelled):
+        preview_spectra(str(llama_base), str(llama_base), cancelled=lambda: True)
+    with pytest.raises(IncompatibleModelsError):
+        preview_spectra(str(bert_pair[0]), str(llama_base))
+
+
+def test_the_extraction_summary_lists_each_lora_modules_retained_energy(llama_base, llama_planted, tmp_path):
+    from tests.lora.helpers import adapter_report, extract
+
+    summary = extract(llama_base, llama_planted, tmp_path / "adapter")
+    report = adapter_report(tmp_path / "adapter")
+    lora = {m["module"]: m for m in report["modules"] if m["kind"] == "lora"}
+    assert {m["module"] for m in summary["module_energies"]} == set(lora)
+    for entry in summary["module_energies"]:
+        assert entry["retained_energy"] == lora[entry["module"]]["retained_energy"]
+        assert entry["rank"] == lora[entry["module"]]["rank"]
