@@ -26,7 +26,7 @@ from guiapp.system.units import format_bytes
 
 __all__ = [
     "CachedModel", "DeletionPlan", "DetailsWithFit", "LibraryEntry", "ModelSearch", "SearchQuery", "SearchResults",
-    "adapter_base", "add_local_folder", "cache_folder", "details_with_fit", "library_entries", "list_local_folders",
+    "adapter_base", "add_local_folder", "module_kinds", "modules_pattern", "cache_folder", "details_with_fit", "library_entries", "list_local_folders",
     "plan_deletion", "remove_local_folder", "scan_cache", "weights_size",
 ]
 
@@ -93,6 +93,31 @@ def adapter_base(folder: Path | str) -> str | None:
     except (OSError, ValueError, AttributeError):
         return None
     return base if isinstance(base, str) and base.strip() else None
+
+
+def module_kinds(reference: str) -> list[tuple[str, int]]:
+    """The kinds of weight matrices in `reference`'s model, by their last name ("q_proj", "down_proj"…) with how
+    many there are, in the order the model has them: what a LoRA can be limited to. Reads headers only.
+
+    Raises what reading the headers raises (CheckpointError, the Hub's errors).
+    """
+    from guiapp.engine.sources import read_headers  # noqa: PLC0415 - the engine loads torch
+    from guiapp.hub.references import ModelRef  # noqa: PLC0415
+
+    counts: dict[str, int] = {}
+    for name, tensor in read_headers(ModelRef.parse(reference)).tensors.items():
+        if name.endswith(".weight") and len(tensor.shape) == 2:
+            kind = name.removesuffix(".weight").rsplit(".", 1)[-1]
+            counts[kind] = counts.get(kind, 0) + 1
+    return list(counts.items())
+
+
+def modules_pattern(kinds: Iterable[str]) -> str:
+    """The regular expression matching the modules whose last name is one of `kinds` ("" for none)."""
+    import re  # noqa: PLC0415
+
+    names = sorted(set(kinds))
+    return f"(^|\\.)({'|'.join(re.escape(n) for n in names)})$" if names else ""
 
 
 def _output_entry(folder: Path) -> LibraryEntry | None:

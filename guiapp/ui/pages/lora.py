@@ -21,10 +21,13 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
     QLineEdit,
+    QListWidget,
+    QListWidgetItem,
     QPushButton,
     QScrollArea,
     QSpinBox,
     QTabWidget,
+    QToolButton,
     QVBoxLayout,
     QWidget,
 )
@@ -33,7 +36,7 @@ from guiapp.jobs.validation import PairCheck, check_adapter, check_pair
 from guiapp.ui.background import LatestTask, run_blocking
 from guiapp.ui.merge.output_box import default_output_folder
 from guiapp.ui.pages.jobs import extraction_report
-from guiapp.ui.text import sentence
+from guiapp.ui.text import error_text, sentence
 from guiapp.ui.theme import set_status_style
 from guiapp.ui.widgets.model_picker import ModelPicker
 from guiapp.ui.widgets.options import OptionCombo, device_choices, dtype_choices
@@ -119,15 +122,32 @@ class LoraPage(QWidget):
 
         modules = QGroupBox("Modules")
         form = QFormLayout(modules)
-        self.include = QLineEdit(placeholderText="all modules (a regular expression, e.g. self_attn)")
-        self.exclude = QLineEdit(placeholderText="none (a regular expression, e.g. lm_head)")
         self.embeddings = QComboBox(accessibleName="Embeddings")
         self.embeddings.addItem("Save them whole (safest)", "save")
         self.embeddings.addItem("Decompose them too (smaller)", "lora")
         self.embeddings.addItem("Leave them out (reported)", "skip")
-        form.addRow("Only modules matching", self.include)
-        form.addRow("Leave out modules matching", self.exclude)
         form.addRow("Embeddings and output head", self.embeddings)
+        self.modules_toggle = QToolButton(text="Advanced: choose which modules", checkable=True,
+                                          arrowType=Qt.ArrowType.RightArrow)
+        self.modules_toggle.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
+        self.modules_toggle.toggled.connect(self._show_module_choice)
+        form.addRow(self.modules_toggle)
+        self.modules_advanced = QWidget(visible=False)
+        advanced = QFormLayout(self.modules_advanced)
+        advanced.setContentsMargins(0, 0, 0, 0)
+        self.module_list = QListWidget(accessibleName="Module kinds")
+        self.module_list.setMaximumHeight(150)
+        self.module_list.itemChanged.connect(lambda _: self._module_kinds_chosen())
+        self.module_status = QLabel("Choose the base model to list its modules. With none ticked, every changed "
+                                    "module is extracted.", wordWrap=True)
+        self.include = QLineEdit(placeholderText="all modules (a regular expression, e.g. self_attn)")
+        self.exclude = QLineEdit(placeholderText="none (a regular expression, e.g. lm_head)")
+        advanced.addRow("Only these modules", self.module_list)
+        advanced.addRow("", self.module_status)
+        advanced.addRow("Only modules matching", self.include)
+        advanced.addRow("Leave out modules matching", self.exclude)
+        form.addRow(self.modules_advanced)
+        self._module_lister = LatestTask(300, self)
         column.addWidget(modules)
 
         output = QGroupBox("Output")
@@ -189,8 +209,43 @@ class LoraPage(QWidget):
         if base:
             self.x_base.set_text(base)
 
+    def _show_module_choice(self, shown: bool) -> None:
+        self.modules_toggle.setArrowType(Qt.ArrowType.DownArrow if shown else Qt.ArrowType.RightArrow)
+        self.modules_advanced.setVisible(shown)
+
+    async def _list_modules(self, base: str) -> None:
+        from guiapp.jobs.library import module_kinds  # noqa: PLC0415
+        from guiapp.system.units import plural  # noqa: PLC0415
+
+        try:
+            kinds = await run_blocking(module_kinds, base)
+        except Exception as error:  # the pair check says what is wrong with the base
+            self.module_list.clear()
+            self.module_status.setText(f"The base model's modules could not be listed: {error_text(error)}")
+            return
+        self.module_list.blockSignals(True)
+        self.module_list.clear()
+        for kind, count in kinds:
+            item = QListWidgetItem(f"{kind}  ({plural(count, 'matrix', 'matrices')})")
+            item.setData(Qt.ItemDataRole.UserRole, kind)
+            item.setFlags(item.flags() | Qt.ItemFlag.ItemIsUserCheckable)
+            item.setCheckState(Qt.CheckState.Unchecked)
+            self.module_list.addItem(item)
+        self.module_list.blockSignals(False)
+        self.module_status.setText("Tick the kinds of modules to extract; with none ticked, every changed module "
+                                   "is extracted.")
+
+    def _module_kinds_chosen(self) -> None:
+        from guiapp.jobs.library import modules_pattern  # noqa: PLC0415
+
+        items = (self.module_list.item(row) for row in range(self.module_list.count()))
+        self.include.setText(modules_pattern(item.data(Qt.ItemDataRole.UserRole) for item in items
+                                             if item.checkState() == Qt.CheckState.Checked))
+
     def _extract_changed(self, *_: Any) -> None:
         base, model = self.x_base.text(), self.x_model.text()
+        if base:
+            self._module_lister.request(lambda: self._list_modules(base))
         if not (base and model):
             self._checker.cancel()  # a check still running for the models no longer chosen is dropped
             self.x_check.clear()
@@ -386,6 +441,7 @@ class LoraPage(QWidget):
         for key, set_text in texts.items():
             if isinstance(form.get(key), str) and form[key]:
                 set_text(form[key])
+        self.modules_toggle.setChecked(bool(self.include.text() or self.exclude.text()))  # never hidden when set
 
     def _refresh_capabilities(self) -> None:
         probe = self.state.probe
