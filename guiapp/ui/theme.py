@@ -17,6 +17,8 @@ _STATUS = {  # (on light, on dark)
     "good": ("#1b6e20", "#8be28f"),
     "muted": ("#5f6368", "#b0b4b9"),
 }
+# The primary action's button: (background, hover background, disabled background), on light and on dark.
+_PRIMARY = {"light": ("#1a56c4", "#1748a3", "#b8c4d9"), "dark": ("#4c8bf5", "#6a9ef7", "#3d4654")}
 
 
 def is_dark(palette: QPalette | None = None) -> bool:
@@ -39,8 +41,23 @@ def set_status_style(widget: QWidget, kind: str | None) -> None:
     widget.style().polish(widget)
 
 
+def set_primary(button: QWidget) -> None:
+    """Style `button` as the page's primary action (filled with the accent colour, bold; greyed when disabled)."""
+    button.setProperty("role", "primary")
+    button.style().unpolish(button)
+    button.style().polish(button)
+
+
 def status_style_sheet() -> str:
-    return "\n".join(f'*[status="{kind}"] {{ color: {status_colour(kind)}; }}' for kind in _STATUS)
+    """The application style sheet: the status colours and the primary button, for the current scheme."""
+    background, hover, disabled = _PRIMARY["dark" if is_dark() else "light"]
+    primary = (f'QPushButton[role="primary"] {{ background: {background}; color: white; font-weight: bold; '
+               f"border: none; border-radius: 4px; padding: 6px 18px; }}\n"
+               f'QPushButton[role="primary"]:hover {{ background: {hover}; }}\n'
+               f'QPushButton[role="primary"]:disabled {{ background: {disabled}; color: '
+               f'{"#8a919c" if is_dark() else "#f4f6fa"}; }}')
+    statuses = "\n".join(f'*[status="{kind}"] {{ color: {status_colour(kind)}; }}' for kind in _STATUS)
+    return statuses + "\n" + primary
 
 
 def apply_scheme(name: str) -> None:

@@ -1,13 +1,20 @@
-"""The Merge page's "Before you run" box: the estimate (reads, writes, memory, time), the fit verdict, and Run."""
+"""The Merge page's "Before you run" box (the estimate: reads, writes, memory, time, and the fit verdict) and its
+action bar (Run merge, the one-line summary, and why the merge cannot run yet).
+
+The box scrolls with the form; the page puts `action_bar` below the scroll area, always in sight.
+"""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-from PySide6.QtWidgets import QGroupBox, QHBoxLayout, QLabel, QPushButton, QVBoxLayout
+from PySide6.QtWidgets import QGroupBox, QLabel, QVBoxLayout
 
+from guiapp.system.units import format_bytes, plural
 from guiapp.ui.text import sentence
 from guiapp.ui.theme import set_status_style
+from guiapp.ui.widgets.action_bar import ActionBar
 
 
 class RunBox(QGroupBox):
@@ -18,35 +25,42 @@ class RunBox(QGroupBox):
         self.fit_label = QLabel(wordWrap=True)
         layout.addWidget(self.estimate)
         layout.addWidget(self.fit_label)
-        run_row = QHBoxLayout()
-        self.run_button = QPushButton("Run merge")
-        self.run_button.setDefault(True)
-        self.run_message = QLabel(wordWrap=True)
-        run_row.addWidget(self.run_button)
-        run_row.addWidget(self.run_message, 1)
-        layout.addLayout(run_row)
+        self.action_bar = ActionBar("Run merge")
+        self.run_button, self.run_message = self.action_bar.button, self.action_bar.status
+        self._job = ""  # "TIES · 2 models · into tiny-chat+tiny-code-ties"
+        self._time = ""
+
+    def describe_job(self, method: str, models: int, output: str) -> None:
+        """What the merge will do, for the summary line: the method's name, how many models, the output's name."""
+        parts = [method or "No method", plural(models, "model")]
+        if output:
+            parts.append(f"into {Path(output).name or output}")
+        self._job = " · ".join(parts)
+        self._show_summary()
+
+    def _show_summary(self) -> None:
+        self.action_bar.set_summary(self._job + (f" · {self._time}" if self._time else ""))
 
     def show_waiting(self, estimate: str, message: str = "") -> None:
-        """No check to show: `estimate` says what is missing; `message` says what is happening ("Checking…")."""
+        """No check to show: `estimate` says what is missing; `message` says why Run is not available yet."""
         self.estimate.setText(estimate)
         self.fit_label.clear()
-        self.run_message.setText(message)
-        set_status_style(self.run_message, "muted" if message else None)
+        self._time = ""
+        self._show_summary()
+        self.action_bar.set_waiting(message or "Choose the models to merge first.")
 
     def show_checking(self) -> None:
-        self.run_message.setText("Checking…")
-        set_status_style(self.run_message, "muted")
+        self.action_bar.set_checking()
 
     def show_check(self, result: Any) -> None:
         """Show a `guiapp.jobs.validation.MergeCheck`'s estimate and fit, and whether the merge can run."""
-        from guiapp.system.units import format_bytes  # noqa: PLC0415
-
+        self._time = str(result.time) if result.time and not result.errors else ""
+        self._show_summary()
         sizes = f"Reads {format_bytes(result.input_bytes)}; writes {format_bytes(result.output_bytes)}."
         if result.errors:
             self.estimate.setText(sizes if result.compatible else "The estimate appears once the recipe is valid.")
             self.fit_label.clear()
-            self.run_message.setText("Fix the problem shown above, then run.")
-            set_status_style(self.run_message, "problem")
+            self.action_bar.set_blocked(result.errors[0].text)
             return
         lines = [sizes]
         if result.fit is not None:
@@ -61,5 +75,4 @@ class RunBox(QGroupBox):
             self.fit_label.setText(f"{sentence(result.fit.level.value)}: {result.fit.reason}.")
             self.fit_label.setToolTip(result.fit.summary())
             set_status_style(self.fit_label, {"WILL_NOT_FIT": "problem", "TIGHT": "warning"}.get(level, "good"))
-        self.run_message.setText("Ready.")
-        set_status_style(self.run_message, "good")
+        self.action_bar.set_ready()

@@ -140,7 +140,12 @@ class MergePage(QWidget):
         splitter.setStretchFactor(1, 2)
         splitter.setSizes([700, 420])
         self.splitter = splitter
-        return splitter
+        editor = QWidget()  # the action bar below the scrolling form and the recipe: Run never scrolls away
+        editor_layout = QVBoxLayout(editor)
+        editor_layout.setContentsMargins(0, 0, 0, 0)
+        editor_layout.addWidget(splitter, 1)
+        editor_layout.addWidget(self.run_box.action_bar)
+        return editor
 
     # --- methods and capabilities --------------------------------------------------------------------------
 
@@ -345,6 +350,9 @@ class MergePage(QWidget):
     def _schedule_validation(self) -> None:
         if not self.methods:
             return
+        method = self._method()
+        self.run_box.describe_job(method.title if method else "", len(self.document.get("models") or []),
+                                  self.output_edit.text().strip())
         if not self.recipe.has_inputs():
             self._validator.cancel()
             for label in (self.base_message, self.models_message, self.params_message, self.output_message):

@@ -1,0 +1,93 @@
+"""A job page's action bar: the primary button, a one-line summary of the job, and why it cannot run yet.
+
+The bar sits below the page's scroll area, so the main action never scrolls away. While the form has an error or
+is still being checked the button is disabled and the reason stands next to it ("Fix: …", "Checking…"). Both
+lines keep one line's height and elide what does not fit (the full text in the tooltip), so nothing shifts when a
+status appears.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QSizePolicy, QVBoxLayout, QWidget
+
+from guiapp.ui.theme import set_primary, set_status_style
+
+
+class ElidedLabel(QLabel):
+    """A one-line label that shows what fits of its text (elided in the middle, full text in the tooltip).
+
+    `text()` returns the whole text; the label draws the elided one. Its height is one line, whatever it holds.
+    """
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._full = ""
+        self.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Fixed)
+        self.setFixedHeight(self.fontMetrics().height() + 4)
+        self.setTextFormat(Qt.TextFormat.PlainText)
+
+    def setText(self, text: str) -> None:  # noqa: N802 - Qt's name
+        self._full = text.replace("\n", " ")
+        self._elide()
+
+    def text(self) -> str:
+        return self._full
+
+    def clear(self) -> None:
+        self.setText("")
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 - Qt's name
+        super().resizeEvent(event)
+        self._elide()
+
+    def _elide(self) -> None:
+        shown = self.fontMetrics().elidedText(self._full, Qt.TextElideMode.ElideMiddle, max(self.width(), 1))
+        super().setText(shown)
+        self.setToolTip(self._full if shown != self._full else "")
+
+
+class ActionBar(QFrame):
+    """The primary `button` (named `action`), the job's `summary` line and the `status` line beside the button."""
+
+    def __init__(self, action: str, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setFrameShape(QFrame.Shape.StyledPanel)
+        self.button = QPushButton(action)
+        self.button.setDefault(True)
+        set_primary(self.button)
+        self.summary = ElidedLabel()
+        self.summary.setAccessibleName("Job summary")
+        self.status = ElidedLabel()
+        self.status.setAccessibleName("Why the job cannot run yet")
+        lines = QVBoxLayout()
+        lines.setSpacing(2)
+        lines.addWidget(self.summary)
+        lines.addWidget(self.status)
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(8, 6, 8, 6)
+        layout.addWidget(self.button)
+        layout.addLayout(lines, 1)
+        self.set_waiting("")
+
+    def set_summary(self, text: str) -> None:
+        self.summary.setText(text)
+
+    def set_waiting(self, reason: str) -> None:
+        """Nothing to run yet (the form is incomplete): the button is disabled and `reason` says what is missing."""
+        self._show(False, reason, "muted")
+
+    def set_checking(self) -> None:
+        self._show(False, "Checking…", "muted")
+
+    def set_blocked(self, problem: str) -> None:
+        """The job cannot run as set up: the button is disabled and "Fix: <problem>" says why."""
+        self._show(False, f"Fix: {problem}", "problem")
+
+    def set_ready(self, note: str = "Ready.", kind: str = "good") -> None:
+        self._show(True, note, kind)
+
+    def _show(self, enabled: bool, text: str, kind: str) -> None:
+        self.button.setEnabled(enabled)
+        self.status.setText(text)
+        set_status_style(self.status, kind if text else None)

@@ -1,0 +1,70 @@
+"""The job pages' action bars: always in sight (also at 1024x700), the primary button disabled with the reason
+while the form has an error or is being checked, a one-line summary, and nothing shifting as statuses change."""
+
+from __future__ import annotations
+
+import yaml
+from PySide6.QtCore import QPoint, QRect, Qt
+
+from tests.ui.conftest import wait_for_job
+
+
+def _recipe(models, second):
+    return {"merge_method": "linear", "models": [{"model": str(models.tune_a), "parameters": {"weight": 0.5}},
+                                                 {"model": str(second), "parameters": {"weight": 0.5}}]}
+
+
+def _inside_window(window, widget) -> bool:
+    """Whether all of `widget` is shown inside the window's visible area (not scrolled away, not clipped)."""
+    top_left = widget.mapTo(window, QPoint(0, 0))
+    return (widget.isVisible() and not widget.visibleRegion().isEmpty()
+            and window.rect().contains(QRect(top_left, widget.size())))
+
+
+def test_run_is_in_sight_at_the_smallest_size_and_disabled_with_the_reason_until_the_recipe_is_fixed(
+        qtbot, window, models, tmp_path):
+    window.show_page("merge")
+    window.resize(1024, 700)  # the width stops at the widest page's minimum (the Models page's, today 1096 px)
+    qtbot.waitUntil(lambda: window.height() == 700 and window.width() == max(1024, window.minimumWidth()),
+                    timeout=5_000)
+    page = window.merge
+    button, status = page.run_box.action_bar.button, page.run_box.action_bar.status
+    assert _inside_window(window, button)
+    page.output_edit.setText(str(tmp_path / "merged"))
+    page.yaml_edit.setPlainText(yaml.safe_dump(_recipe(models, models.wider)))  # shapes differ: cannot merge
+    qtbot.waitUntil(lambda: status.text().startswith("Fix: "), timeout=20_000)
+    assert not button.isEnabled() and status.property("status") == "problem"
+    assert "mlp" in status.text()  # the first problem itself, not "see above"
+    assert _inside_window(window, button)  # a long problem does not push the button out of sight
+    qtbot.mouseClick(button, Qt.MouseButton.LeftButton)
+    assert not window.state.jobs.records  # a disabled Run starts nothing
+    page.yaml_edit.setPlainText(yaml.safe_dump(_recipe(models, models.tune_b)))
+    qtbot.waitUntil(button.isEnabled, timeout=20_000)
+    assert status.text() == "Ready."
+    summary = page.run_box.action_bar.summary.text()
+    assert summary.startswith("Linear (weighted average) · 2 models · into merged · about "), summary
+    qtbot.mouseClick(button, Qt.MouseButton.LeftButton)
+    assert wait_for_job(qtbot, window, window.jobs.selected).status == "done"
+
+
+def test_the_button_does_not_move_as_the_status_changes(qtbot, window, models):
+    page = window.merge
+    window.show_page("merge")
+    bar = page.run_box.action_bar
+    geometries = set()
+    for show in (bar.set_checking, lambda: bar.set_blocked("a problem " * 40), bar.set_ready,
+                 lambda: bar.set_waiting("")):
+        show()
+        qtbot.wait(0)
+        bar.layout().activate()
+        geometries.add((bar.button.geometry().getRect(), bar.geometry().height()))
+    assert len(geometries) == 1, geometries
+    bar.set_blocked("a problem " * 40)
+    assert bar.status.toolTip().startswith("Fix: a problem")  # the whole reason, when it does not fit
+
+
+def test_one_model_is_one_model(qtbot, window, models):
+    page = window.merge
+    page.yaml_edit.setPlainText(yaml.safe_dump({"merge_method": "linear", "models": [
+        {"model": str(models.tune_a), "parameters": {"weight": 1.0}}]}))
+    qtbot.waitUntil(lambda: "1 model ·" in page.run_box.action_bar.summary.text(), timeout=20_000)
