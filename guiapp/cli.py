@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import math
 import os
 import signal
 import sys
@@ -286,7 +287,7 @@ class TerminalProgress:
 
 
 def _duration(seconds: float) -> str:
-    seconds = int(seconds)
+    seconds = math.ceil(seconds)  # rounded up: "0m00s" only when nothing is left
     return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -22,7 +23,8 @@ class ProgressEvent:
     """A snapshot of a job's progress.
 
     `done`/`total` count units (tensors, files); `bytes_done`/`bytes_total` the data behind them, which drive
-    the rate (bytes/s) and the ETA (seconds; None until it can be estimated).
+    the rate (bytes/s, over the last RATE_WINDOW_SECONDS of work) and the ETA (seconds; None until a rate has
+    been measured, so never 0 while work is left).
     """
 
     stage: str
@@ -86,23 +88,35 @@ class Progress:
         self._done = 0
         self._bytes_done = 0
         self._stage_start = self._start
+        self._rate_samples: deque[tuple[float, int]] = deque()  # (time, bytes done by work that measures speed)
+        self._measured_bytes = 0
         self._pause_at = _pause_point()
 
     def start_stage(self, stage: str, total: int = 0, bytes_total: int = 0) -> None:
         """Begin a stage ("Merging", "Downloading"…) of `total` units and `bytes_total` bytes."""
         self.check_cancelled()
         self._stage, self._total, self._bytes_total = stage, total, bytes_total
-        self._done = self._bytes_done = 0
+        self._done = self._bytes_done = self._measured_bytes = 0
         self._stage_start = time.monotonic()
+        self._rate_samples = deque([(self._stage_start, 0)])
         self._emit("")
 
     def step(self, item: str = "", units: int = 1, nbytes: int = 0) -> None:
         """Record `units` units and `nbytes` bytes done (item: what was just processed), then check cancel."""
         self._done += units
         self._bytes_done += nbytes
+        self._measured_bytes += nbytes
         self._emit(item)
         if self._pause_at and self._pause_at[0] == self._stage and self._done >= self._pause_at[1]:
             self._pause_until(self._pause_at[2])
+        self.check_cancelled()
+
+    def skip(self, item: str = "", units: int = 1, nbytes: int = 0) -> None:
+        """Record `units` units and `nbytes` bytes found already done (a file already in the cache): they move
+        the counts but not the rate, which measures only work done now. Then check cancel."""
+        self._done += units
+        self._bytes_done += nbytes
+        self._emit(item)
         self.check_cancelled()
 
     def log(self, line: str) -> None:
@@ -122,13 +136,12 @@ class Progress:
         if self._on_event is None:
             return
         now = time.monotonic()
-        stage_elapsed = now - self._stage_start
-        rate = eta = None
-        if stage_elapsed > 0 and self._bytes_done > 0:
-            rate = self._bytes_done / stage_elapsed
-            eta = max(0.0, (self._bytes_total - self._bytes_done) / rate) if self._bytes_total else None
-        elif stage_elapsed > 0 and self._done > 0 and self._total:
-            eta = max(0.0, (self._total - self._done) * stage_elapsed / self._done)
+        rate = self._recent_rate(now)
+        eta = None
+        if rate:
+            eta = max(0.0, self._bytes_total - self._bytes_done) / rate if self._bytes_total else None
+        elif not self._bytes_total and self._done > 0 and self._total and now > self._stage_start:
+            eta = max(0.0, (self._total - self._done) * (now - self._stage_start) / self._done)
         self._on_event(
             ProgressEvent(
                 stage=self._stage,
@@ -143,6 +156,20 @@ class Progress:
             )
         )
 
+    def _recent_rate(self, now: float) -> float | None:
+        """Bytes per second over the last RATE_WINDOW_SECONDS (since the stage began, until that long has
+        passed); None before any byte was measured."""
+        samples = self._rate_samples
+        samples.append((now, self._measured_bytes))
+        while len(samples) > 2 and samples[1][0] <= now - RATE_WINDOW_SECONDS:
+            samples.popleft()
+        since, measured_then = samples[0]
+        measured = self._measured_bytes - measured_then
+        return measured / (now - since) if measured > 0 and now > since else None
+
+
+# How far back the rate looks: long enough to smooth bursts, short enough to follow a connection that slows.
+RATE_WINDOW_SECONDS = 10.0
 
 # A test hook, inert unless set: "<stage>:<step>:<file>" holds a job once, after that step of that stage (e.g.
 # "Merging:2:/tmp/go" after the second tensor) until the file exists, logging a line first, so that a test acts

@@ -114,12 +114,11 @@ def resolve_source(reference: str, progress: Progress | None = None) -> ModelSou
     Raises RecipeError for an empty reference (ModelRef.parse), CheckpointError for a missing folder, HubError subclasses when a
     Hub model cannot be had.
     """
-    from guiapp.hub.resolve import resolve_model  # noqa: PLC0415 - the hub layer loads only when asked
+    from guiapp.hub.resolve import resolve_models  # noqa: PLC0415 - the hub layer loads only when asked
 
     ref = ModelRef.parse(reference)
-    folder = resolve_model(ref, progress=progress)
-    adapter = resolve_model(ref.adapter, progress=progress) if ref.adapter else None
-    return ModelSource(ref, folder, adapter)
+    folder, *adapter = resolve_models([ref.base, *([ref.adapter] if ref.adapter else [])], progress=progress)
+    return ModelSource(ref, folder, adapter[0] if adapter else None)
 
 
 def model_kind(config: dict[str, Any]) -> str:

@@ -31,7 +31,7 @@ from guiapp.engine.output import (
 )
 from guiapp.engine.plan import MergePlan, TensorTask, align_vocabulary, build_plan, compute_in_recipe_dtype
 from guiapp.engine.recipe import Recipe
-from guiapp.engine.sources import ModelReader, open_reader, read_headers
+from guiapp.engine.sources import ModelReader, open_readers, read_headers
 from guiapp.errors import IncompatibleModelsError, NonFiniteResultError
 from guiapp.hub.references import ModelRef
 from guiapp.progress import Progress
@@ -128,12 +128,8 @@ def run_merge(
         check_free_space(staged.path, plan.output_bytes + _DISK_MARGIN_BYTES)
         if before_start is not None:
             before_start(plan)
-        progress.start_stage("Preparing models", total=len(plan.models))
-        readers = []
+        readers = open_readers([model.ref for model in plan.models], progress)
         try:
-            for model in plan.models:
-                readers.append(open_reader(model.ref, progress))
-                progress.step(model.label)
             donor_folder = tokenizer_folder(plan.tokenizer_donor)
             align_vocabulary(plan, [r.folder for r in readers], donor_folder)
             stats = _merge_tensors(plan, readers, staged.path, device, settings, progress)

@@ -7,6 +7,7 @@ needs the files, fetched into the standard Hugging Face cache.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -77,14 +78,37 @@ class ModelReader:
 def open_reader(ref: ModelRef, progress: Progress | None = None) -> ModelReader:
     """Open `ref` for reading, downloading it into the Hugging Face cache first if it is a Hub model.
 
-    Raises CheckpointError / HubError subclasses when the model cannot be had.
+    The one-model case of `open_readers`, with its errors.
     """
-    from guiapp.hub.resolve import resolve_model  # noqa: PLC0415 - a local folder is returned as it is
+    return open_readers([ref], progress)[0]
 
-    folder = resolve_model(ref, progress=progress)
-    checkpoint = open_checkpoint(folder)
-    adapter = _open_adapter(ref, checkpoint.tensors, progress) if ref.adapter else None
-    return ModelReader(ref, folder, checkpoint, adapter)
+
+def open_readers(refs: Sequence[ModelRef], progress: Progress | None = None) -> list[ModelReader]:
+    """Open each of `refs` (and its adapter) for reading, in order. The Hub models among them are downloaded first,
+    all in one "Downloading" stage whose bar counts every file of every model from the start.
+
+    Raises CheckpointError / HubError subclasses when a model cannot be had (none is left open).
+    """
+    from guiapp.engine.lora_apply import LoraAdapter  # noqa: PLC0415
+    from guiapp.hub.resolve import resolve_models  # noqa: PLC0415 - a local folder is returned as it is
+
+    adapters = [ref.adapter for ref in refs if ref.adapter]
+    folders = resolve_models([ref.base for ref in refs] + adapters, progress=progress)
+    adapter_folders = iter(folders[len(refs):])
+    readers: list[ModelReader] = []
+    try:
+        for ref, folder in zip(refs, folders, strict=False):
+            checkpoint = open_checkpoint(folder)
+            readers.append(ModelReader(ref, folder, checkpoint))
+            if ref.adapter:
+                adapter = LoraAdapter.open(next(adapter_folders))
+                adapter.check_base(checkpoint.tensors, str(ref.base))
+                readers[-1].adapter = adapter
+    except BaseException:
+        for reader in readers:
+            reader.close()
+        raise
+    return readers
 
 
 def _open_adapter(ref: ModelRef, base_tensors: dict[str, TensorInfo], progress: Progress | None = None):

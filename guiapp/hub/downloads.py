@@ -9,6 +9,7 @@ Progress and cancel ride on its `tqdm_class` hook: the bar it creates for each f
 from __future__ import annotations
 
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -78,46 +79,75 @@ def download_model(
 ) -> Path:
     """Download what a merge needs of `repo_id` at `revision` (default main) and return its snapshot folder.
 
-    Reports the stage "Downloading": files done of total, bytes, rate and ETA; `item` names the current file
-    and how far it is. Raises JobCancelled when cancelled (finished files stay in the cache); before any
-    transfer, CheckpointError when the repo has no weights and InsufficientResourcesError when the disk is too
-    small; GatedModelError, ModelNotFoundError, RevisionNotFoundError, OfflineError, RateLimitedError and
+    The one-model case of `download_models`, with its progress and its errors.
+    """
+    return download_models([(repo_id, revision)], progress=progress, connection=connection)[0]
+
+
+def download_models(
+    models: Sequence[tuple[str, str | None]],
+    *,
+    progress: Progress | None = None,
+    connection: HubConnection | None = None,
+) -> list[Path]:
+    """Download what a merge needs of each `(repo_id, revision)` and return their snapshot folders, in order.
+
+    Every model is planned first (one model-info request each), so the one stage "Downloading" counts all their
+    files and bytes from the start: the fraction only grows, files done never exceed the total, `item` names
+    the model and the file ("model org/x: model-00002-of-00004.safetensors: 1.2 GB of 4.9 GB"), and the rate and
+    time left come from bytes actually transferred (files already cached count as done, not as speed).
+    Raises JobCancelled when cancelled (finished files stay in the cache); before any transfer, CheckpointError
+    when a repo has no weights and InsufficientResourcesError when the disk is too small for all of them;
+    GatedModelError, ModelNotFoundError, RevisionNotFoundError, OfflineError, RateLimitedError and
     ConnectionLostError for Hub failures.
     """
     from huggingface_hub import hf_hub_download  # noqa: PLC0415
-    from huggingface_hub.file_download import repo_folder_name  # noqa: PLC0415
 
-    require_online(f"Downloading {repo_id}")
     connection = connection or HubConnection.current()
     progress = progress or Progress()
-    plan = plan_download(repo_id, revision, connection=connection)
-    if not any(f.name.endswith((".safetensors", ".bin")) for f in plan.files):
-        raise CheckpointError(
-            f"{repo_id} has no model weights Mergesmith can use (no .safetensors or .bin files at its top level).",
-            hint=f"Check its files on {connection.model_page(repo_id)}; it may hold another format (GGUF, ONNX).",
-        )
-    _check_free_space(plan, connection.cache_dir)
+    plans = []
+    for repo_id, revision in models:
+        require_online(f"Downloading {repo_id}")
+        plan = plan_download(repo_id, revision, connection=connection)
+        if not any(f.name.endswith((".safetensors", ".bin")) for f in plan.files):
+            raise CheckpointError(
+                f"{repo_id} has no model weights Mergesmith can use (no .safetensors or .bin files at its top "
+                "level).",
+                hint=f"Check its files on {connection.model_page(repo_id)}; it may hold another format (GGUF, ONNX).",
+            )
+        plans.append(plan)
+    _check_free_space(plans, connection.cache_dir)
     _use_cancellable_transfers()
 
-    progress.start_stage("Downloading", total=len(plan.files), bytes_total=plan.total_bytes)
-    snapshot = connection.cache_dir / repo_folder_name(repo_id=repo_id, repo_type="model") / "snapshots" / plan.commit
-    for file in plan.files:
-        # Cached files go through hf_hub_download too: it only checks them (one HEAD request) and records the
-        # requested branch or tag in the cache, so that `org/name@tag` also resolves offline later.
-        counter = _FileCounter(progress, file)
-        with hub_errors(repo_id, plan.revision):
-            path = hf_hub_download(
-                repo_id,
-                file.name,
-                revision=plan.revision,
-                cache_dir=connection.cache_dir,
-                endpoint=connection.endpoint,
-                tqdm_class=counter.bar_class(),
-            )
-        snapshot = Path(path).parent
-        counter.finish()
-    progress.log(f"{repo_id}: {len(plan.files)} files in {snapshot}")
-    return snapshot
+    progress.start_stage("Downloading", total=sum(len(p.files) for p in plans),
+                         bytes_total=sum(p.total_bytes for p in plans))
+    snapshots = []
+    for plan in plans:
+        snapshot = _snapshot_folder(connection.cache_dir, plan)
+        for file in plan.files:
+            # Cached files go through hf_hub_download too: it only checks them (one HEAD request) and records the
+            # requested branch or tag in the cache, so that `org/name@tag` also resolves offline later.
+            counter = _FileCounter(progress, plan.repo_id, file, cached=file.name in plan.cached)
+            with hub_errors(plan.repo_id, plan.revision):
+                path = hf_hub_download(
+                    plan.repo_id,
+                    file.name,
+                    revision=plan.revision,
+                    cache_dir=connection.cache_dir,
+                    endpoint=connection.endpoint,
+                    tqdm_class=counter.bar_class(),
+                )
+            snapshot = Path(path).parent
+            counter.finish()
+        progress.log(f"{plan.repo_id}: {len(plan.files)} files in {snapshot}")
+        snapshots.append(snapshot)
+    return snapshots
+
+
+def _snapshot_folder(cache_dir: Path, plan: DownloadPlan) -> Path:
+    from huggingface_hub.file_download import repo_folder_name  # noqa: PLC0415
+
+    return cache_dir / repo_folder_name(repo_id=plan.repo_id, repo_type="model") / "snapshots" / plan.commit
 
 
 def _use_cancellable_transfers() -> None:
@@ -131,36 +161,55 @@ def _use_cancellable_transfers() -> None:
     constants.HF_HUB_DISABLE_XET = True
 
 
-def _check_free_space(plan: DownloadPlan, cache_dir: Path) -> None:
+def _check_free_space(plans: Sequence[DownloadPlan], cache_dir: Path) -> None:
     existing = next(p for p in (cache_dir, *cache_dir.parents) if p.exists())
     free = shutil.disk_usage(existing).free
-    needed = plan.missing_bytes + HEADROOM_BYTES
-    if plan.missing_bytes and free < needed:
+    missing = sum(plan.missing_bytes for plan in plans)
+    if missing and free < missing + HEADROOM_BYTES:
+        names = ", ".join(plan.repo_id for plan in plans if plan.missing_bytes)
         raise InsufficientResourcesError(
-            f"Downloading {plan.repo_id} needs {format_bytes(plan.missing_bytes)}, but the disk holding the "
+            f"Downloading {names} needs {format_bytes(missing)}, but the disk holding the "
             f"Hugging Face cache ({cache_dir}) has only {format_bytes(free)} free.",
             hint="Free some space (Models › Downloaded lists what can be deleted), or set HF_HOME to a bigger disk.",
         )
 
 
 class _FileCounter:
-    """Forwards one file's byte counts from huggingface_hub's progress bar to our Progress."""
+    """Forwards one file's byte counts from huggingface_hub's progress bar to our Progress.
 
-    def __init__(self, progress: Progress, file: RepoFile) -> None:
+    Only bytes beyond the furthest point reached are reported, and never more than the file's size: a server
+    that ignores a resume request (the file restarts from zero) does not move the overall bar backwards.
+    """
+
+    def __init__(self, progress: Progress, repo_id: str, file: RepoFile, *, cached: bool) -> None:
         self._progress = progress
         self._file = file
-        self._done = 0
+        self._name = f"model {repo_id}: {file.name}"
+        self._cached = cached
+        self._position = 0  # where the transfer is now
+        self._reported = 0  # the furthest point reported to Progress
 
-    def add(self, nbytes: int) -> None:
-        # nbytes is negative when a server ignored a resume request and the file restarts from zero.
-        self._done += nbytes
-        label = f"{self._file.name}: {format_bytes(self._done)} of {format_bytes(self._file.size)}"
-        self._progress.step(label, units=0, nbytes=nbytes)
+    def add(self, nbytes: int, *, transferred: bool = True) -> None:
+        """Move the file's position by `nbytes` (negative when the transfer restarts); `transferred` False for
+        bytes that were already on disk (a download resumed from an earlier session), which are no speed."""
+        self._position = max(0, self._position + nbytes)
+        ahead = max(0, min(self._position, self._file.size) - self._reported)
+        self._reported += ahead
+        label = f"{self._name}: {format_bytes(self._reported)} of {format_bytes(self._file.size)}"
+        if transferred:
+            self._progress.step(label, units=0, nbytes=ahead)
+        else:
+            self._progress.skip(label, units=0, nbytes=ahead)
 
     def finish(self) -> None:
-        """Count the file as done; bytes the bar never reported (a blob already in the cache) count now."""
-        self._progress.step(f"{self._file.name}: done", units=1, nbytes=self._file.size - self._done)
-        self._done = self._file.size
+        """Count the file as done; bytes the bar never reported (a blob already in the cache) count now, as done
+        work but not as transfer speed."""
+        rest = self._file.size - self._reported
+        self._reported = self._file.size
+        if self._cached:
+            self._progress.skip(f"{self._name}: already downloaded", units=1, nbytes=rest)
+        else:
+            self._progress.step(f"{self._name}: done", units=1, nbytes=rest)
 
     def bar_class(self) -> type[hub_progress_bar]:
         counter = self
@@ -170,7 +219,7 @@ class _FileCounter:
                 kwargs["disable"] = True  # never draw: the window and the CLI draw their own
                 super().__init__(*args, **kwargs)
                 if self.n:
-                    counter.add(int(self.n))  # bytes a resumed download already had
+                    counter.add(int(self.n), transferred=False)  # bytes a resumed download already had
 
             def update(self, n: float | None = 1) -> bool | None:
                 counter.add(int(n or 0))

@@ -5,6 +5,7 @@ and header-only metadata (tensor names, shapes, dtypes and config.json) without 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,7 @@ from typing import Any
 from guiapp.errors import CheckpointError, OfflineError
 from guiapp.hub.connection import HubConnection, is_offline
 from guiapp.hub.details import remote_tensors
-from guiapp.hub.downloads import download_model
+from guiapp.hub.downloads import download_models
 from guiapp.hub.failures import hub_errors
 from guiapp.hub.headers import TensorRecord, read_folder_headers
 from guiapp.hub.references import ModelRef
@@ -33,18 +34,37 @@ class ModelMetadata:
 def resolve_model(ref: ModelRef, *, progress: Progress | None = None, offline: bool = False) -> Path:
     """The local folder holding the model `ref` names (its adapter, if any, is not looked at).
 
-    A local folder is returned as it is. A Hub model is downloaded into the HF cache as needed (only the
-    files a merge needs) and its snapshot folder returned. Offline (`offline=True`, Mergesmith's offline
-    switch, or HF_HUB_OFFLINE) only the cache is used. Raises CheckpointError for a folder that does not exist,
-    OfflineError naming the model when offline and it is not fully downloaded, and the download errors of
-    `download_model` (ModelNotFoundError, RevisionNotFoundError…).
+    The one-model case of `resolve_models`, with its errors.
     """
-    folder = ref.existing_folder()
-    if folder is not None:
-        return folder
-    if offline or is_offline():
-        return _cached_snapshot(ref)
-    return download_model(ref.model, ref.revision, progress=progress)
+    return resolve_models([ref], progress=progress, offline=offline)[0]
+
+
+def resolve_models(refs: Sequence[ModelRef], *, progress: Progress | None = None, offline: bool = False) -> list[Path]:
+    """The local folders holding the models `refs` name, in order (adapters are not looked at: pass them as
+    references of their own).
+
+    A local folder is returned as it is. Hub models are downloaded into the HF cache as needed (only the files a
+    merge needs), all in one "Downloading" stage whose bar counts every model's files from the start, and their
+    snapshot folders returned. Offline (`offline=True`, Mergesmith's offline switch, or HF_HUB_OFFLINE) only the
+    cache is used. Raises CheckpointError for a folder that does not exist, OfflineError naming the model when
+    offline and it is not fully downloaded, and the download errors of `download_models` (ModelNotFoundError,
+    RevisionNotFoundError…).
+    """
+    folders: dict[int, Path] = {}
+    from_hub: dict[tuple[str, str | None], list[int]] = {}
+    for position, ref in enumerate(refs):
+        folder = ref.existing_folder()
+        if folder is not None:
+            folders[position] = folder
+        elif offline or is_offline():
+            folders[position] = _cached_snapshot(ref)
+        else:
+            from_hub.setdefault((ref.model, ref.revision), []).append(position)
+    if from_hub:
+        snapshots = download_models(list(from_hub), progress=progress)
+        for positions, snapshot in zip(from_hub.values(), snapshots, strict=True):
+            folders.update(dict.fromkeys(positions, snapshot))
+    return [folders[position] for position in range(len(refs))]
 
 
 def resolve_tokenizer(ref: ModelRef, *, offline: bool = False) -> Path:

@@ -44,7 +44,7 @@ def test_download_with_progress_events(published, hub_env, samples):
     assert all(e.bytes_total == total and e.total == 3 for e in events)
     done = [e.bytes_done for e in events]
     assert done == sorted(done) and done[-1] == total and events[-1].done == 3
-    assert any(e.item.startswith("model.safetensors: ") and " of " in e.item for e in events)
+    assert any(e.item.startswith("model org/base: model.safetensors: ") and " of " in e.item for e in events)
     assert events[-1].rate and events[-1].rate > 0
     assert published.bytes_sent("org/base", "README.md") == 0
     assert published.bytes_sent("org/base", "onnx/model.onnx") == 0
@@ -88,7 +88,7 @@ def test_cancel_stops_the_transfer_and_leaves_no_file(published, hub_env, sample
     token = CancelToken()
 
     def cancel_once_started(event):
-        if event.item.startswith("model.safetensors") and not token.cancelled:
+        if event.item.startswith("model org/large: model.safetensors") and not token.cancelled:
             threading.Thread(target=token.cancel).start()
 
     with pytest.raises(JobCancelled):
@@ -136,3 +136,48 @@ def test_unreachable_hub(published, hub_env):
     hub_env.server.stop()
     with pytest.raises(OfflineError, match="Can.t reach the Hugging Face Hub"):
         download_model("org/base")
+
+
+def test_a_merge_of_hub_models_downloads_under_one_bar(published, samples, tmp_path):
+    """Issue 12.7: three Hub models (one of them sharded) fetched for one merge, served slowly, show ONE
+    Downloading stage whose fraction never goes backwards, whose counts never pass the totals fixed at its start
+    (every file of every model), whose file line names the model, and whose time left is never 0 with bytes to
+    go."""
+    from guiapp.engine.merge import MergeSettings, run_merge  # noqa: PLC0415
+    from tests.engine.helpers import recipe  # noqa: PLC0415
+
+    published.add_model("org/finetune", samples.finetune)
+    published.add_model("org/sharded", samples.sharded)
+    plans = [plan_download(name) for name in ("org/base", "org/finetune", "org/sharded")]
+    published.slow_down(sum(p.total_bytes for p in plans) / 3)  # about three seconds in all
+    text = "merge_method: linear\nmodels:\n" + "".join(
+        f"  - model: {name}\n    parameters: {{weight: 1}}\n" for name in ("org/base", "org/finetune", "org/sharded"))
+    events = []
+    run_merge(recipe(text), MergeSettings(tmp_path / "out"), Progress(on_event=events.append))
+
+    stages = [e.stage for e in events]
+    first, last = stages.index("Downloading"), len(stages) - 1 - stages[::-1].index("Downloading")
+    downloading = events[first:last + 1]
+    assert {e.stage for e in downloading} == {"Downloading"}  # one stage, never restarted per model
+    assert {(e.total, e.bytes_total) for e in downloading} == {
+        (sum(len(p.files) for p in plans), sum(p.total_bytes for p in plans))}
+    fractions = [e.fraction for e in downloading]
+    assert fractions == sorted(fractions) and fractions[-1] == 1.0
+    assert all(e.done <= e.total and e.bytes_done <= e.bytes_total for e in downloading)
+    assert [e.done for e in downloading] == sorted(e.done for e in downloading)
+    named = {e.item.split(":")[0] for e in downloading if e.item}
+    assert named == {"model org/base", "model org/finetune", "model org/sharded"}
+    assert any(e.item.startswith("model org/sharded: model-00002-of-00003.safetensors") for e in downloading)
+    assert all(e.eta is None or e.eta > 0 for e in downloading if e.bytes_done < e.bytes_total)
+    assert any(e.rate for e in downloading)
+
+
+def test_files_already_downloaded_count_as_done_but_not_as_speed(published):
+    """A model in the cache fills its part of the bar at once; the rate (and so the time left) stays unknown
+    until bytes are actually transferred, instead of a huge rate and "0 s left"."""
+    download_model("org/base")
+    events = []
+    download_model("org/base", progress=Progress(on_event=events.append))
+    assert events[-1].bytes_done == events[-1].bytes_total and events[-1].done == events[-1].total == 3
+    assert all(e.rate is None and e.eta is None for e in events)
+    assert all(e.item.endswith("already downloaded") for e in events if e.item)

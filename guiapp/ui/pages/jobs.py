@@ -6,6 +6,7 @@ Open output folder, and after a failure the explanation with "Retry with suggest
 
 from __future__ import annotations
 
+import math
 import time
 from datetime import datetime
 from pathlib import Path
@@ -219,7 +220,9 @@ class JobsPage(QWidget):
         self.stage.setText(f"{event.stage} ({event.done} of {event.total})" if event.total else event.stage)
         self.item.setText(event.item)
         self.rate.setText(f"{event.rate / 1e6:.1f} MB/s" if event.rate else "")
-        self.eta.setText(_duration(event.eta) if event.eta is not None else "")
+        # Rounded up: "0 s" only when nothing is left; with bytes to go and no rate measured yet, say so.
+        unknown = "not known yet" if event.bytes_done < event.bytes_total else ""
+        self.eta.setText(_duration(math.ceil(event.eta)) if event.eta is not None else unknown)
 
     def _log_line(self, key: str, line: str) -> None:
         if key == self.selected:
