@@ -121,6 +121,25 @@ def publish_card(folder: Path, repo_id: str, licence: str) -> str:
     return f"---\n{header}\n---\n\n" + "\n\n".join(sections) + "\n"
 
 
+def with_licence(card: str, licence: str) -> str:
+    """`card` (README.md text, maybe edited by the user) with its front matter's `license` set to `licence` and
+    nothing else changed: the line is replaced in place, added at the top of the front matter when missing, and a
+    card without front matter gains one holding only the licence. Never raises."""
+    line = yaml.safe_dump({"license": " ".join(licence.split())}, allow_unicode=True, width=10_000).strip()
+    if card.startswith("---\n"):
+        front, separator, rest = card[4:].partition("\n---")
+        if separator:
+            lines = front.split("\n")
+            for index, text in enumerate(lines):
+                if text.startswith("license:"):
+                    lines[index] = line
+                    break
+            else:
+                lines.insert(0, line)
+            return "---\n" + "\n".join(lines) + separator + rest
+    return f"---\n{line}\n---\n\n" + card
+
+
 def _split_card(path: Path) -> tuple[dict, str]:
     text = path.read_text(encoding="utf-8") if path.is_file() else ""
     if text.startswith("---\n"):

@@ -23,6 +23,9 @@ from guiapp.progress import Progress
 CARD_NAME = "README.md"
 # Files that are state of a local tool, not part of a model.
 _SKIPPED = (".git", ".cache", "__pycache__", ".DS_Store")
+# Mergesmith's own state is hidden and named ".mergesmith…" or ".<name>.mergesmith-…" (guiapp.engine.output_guard:
+# the output marker, staging and retired folders, locks), so it is known by name without importing the engine.
+_OWN_STATE = ".mergesmith"
 
 
 @dataclass(frozen=True)
@@ -169,12 +172,17 @@ def _files_of(folder: Path) -> list[tuple[str, Path, int]]:
     files = []
     for path in sorted(folder.rglob("*")):
         relative = path.relative_to(folder)
-        if any(part in _SKIPPED for part in relative.parts) or not path.is_file() or path.is_symlink():
+        if any(part in _SKIPPED or _is_own_state(part) for part in relative.parts) or not path.is_file() \
+                or path.is_symlink():
             continue
         files.append((relative.as_posix(), path, path.stat().st_size))
     if not files:
         raise OutputError(f"{folder} holds no files to publish.", hint="Choose the folder a job wrote.")
     return files
+
+
+def _is_own_state(name: str) -> bool:
+    return name.startswith(".") and _OWN_STATE in name
 
 
 def _repo_exists(api, repo_id: str) -> bool:

@@ -39,6 +39,7 @@ class PublishDialog(QDialog):
         self.folder = Path(folder)
         self._key: str | None = None
         self._ready = False
+        self._generated_card = ""  # the card as Mergesmith last wrote it; any other text is the user's
         self.setWindowTitle(f"Publish {self.folder.name}")
         self.resize(820, 720)
         self.repo = QLineEdit(self.folder.name, placeholderText="your-user-name/model-name")
@@ -112,13 +113,29 @@ class PublishDialog(QDialog):
         self._show_check(error_text(error), "problem", ready=False)
 
     def _licence_changed(self, _: str) -> None:
-        self._fill_card()
+        """Only the card's licence line follows the licence: the user's edits to the card stay."""
+        from guiapp.hub.publish_card import with_licence  # noqa: PLC0415
+
+        edited = self._card_edited()
+        self.card.setPlainText(with_licence(self.card.toPlainText(), self._chosen_licence()))
+        if not edited:
+            self._generated_card = self.card.toPlainText()
+
+    def _card_edited(self) -> bool:
+        return self.card.toPlainText() != self._generated_card
+
+    def _chosen_licence(self) -> str:
+        return self.licence.currentText().strip() or "other"
 
     def _fill_card(self) -> None:
+        """Write the card from the folder, unless the user has edited it (their text is never replaced)."""
         from guiapp.hub.publish_card import publish_card  # noqa: PLC0415
 
-        self.card.setPlainText(publish_card(self.folder, self.repo.text().strip() or self.folder.name,
-                                            self.licence.currentText().strip() or "other"))
+        if self._card_edited():
+            return
+        self._generated_card = publish_card(self.folder, self.repo.text().strip() or self.folder.name,
+                                            self._chosen_licence())
+        self.card.setPlainText(self._generated_card)
 
     def check(self) -> None:
         """Ask the Hub (in the background) whether this repo name can be published to now."""

@@ -206,3 +206,39 @@ def yaml_front(card: str) -> dict:
     import yaml
 
     return yaml.safe_load(card.split("---\n")[1])
+
+
+def test_mergesmith_state_files_are_never_published(uploads, signed_in, model_folder, tmp_path):
+    """An output folder holds Mergesmith's marker (written by a real job's code), and may hold a leftover
+    staging folder or lock of a killed run: none of them is part of the model, so none is sent."""
+    import shutil
+
+    from huggingface_hub import snapshot_download
+
+    from guiapp.engine.output_guard import MARKER, lock_path, staging_name, write_marker
+
+    folder = shutil.copytree(model_folder, tmp_path / "merged")
+    write_marker(folder, "merge")
+    leftover = staging_name(folder / "model-00001-of-00003.safetensors", "partial")
+    leftover.mkdir()
+    (leftover / "model-00001-of-00003.safetensors").write_bytes(b"half a shard")
+    lock_path(folder / "sub").write_text("")
+    plan = check_upload(folder, REPO)
+    assert {name for name, _, _ in plan.files} == set(_digests(model_folder))
+    upload_folder(plan)
+    downloaded = Path(snapshot_download(REPO, local_dir=tmp_path / "download"))
+    assert _digests(downloaded) == _digests(model_folder)
+    assert not (uploads.store / REPO / MARKER).exists()
+
+
+def test_changing_the_licence_keeps_the_users_edits(tmp_path, model_folder):
+    from guiapp.hub.publish_card import publish_card, with_licence
+
+    card = publish_card(_merge_folder(tmp_path, model_folder), REPO, "apache-2.0")
+    edited = card.replace("Made by merging.", "Made by merging, then tested by hand.") + "\nMy own notes.\n"
+    edited = edited.replace("tags:\n", "pipeline_tag: text-generation\ntags:\n")
+    changed = with_licence(edited, "mit")
+    assert yaml_front(changed)["license"] == "mit"
+    assert changed == edited.replace("license: apache-2.0", "license: mit")  # nothing else touched
+    assert yaml_front(with_licence("# No front matter\n\nText.\n", "mit")) == {"license": "mit"}
+    assert with_licence("# No front matter\n\nText.\n", "mit").endswith("# No front matter\n\nText.\n")

@@ -46,3 +46,15 @@ def test_refusals_are_shown_before_publishing(qtbot, window, models, uploads):
     dialog.repo.setText(f"{TEST_USER}/model")
     qtbot.waitUntil(lambda: "can only read" in dialog.check_status.text(), timeout=30_000)
     assert not dialog.publish.isEnabled() and uploads.created == []
+
+
+def test_changing_the_licence_keeps_the_card_edits(qtbot, window, models, uploads):
+    from guiapp.ui.publish_dialog import PublishDialog
+
+    dialog = PublishDialog(window.state, models.tune_a, window)
+    qtbot.addWidget(dialog)
+    qtbot.waitUntil(lambda: dialog.check_status.text().startswith("Ready"), timeout=30_000)
+    dialog.card.setPlainText(dialog.card.toPlainText() + "\nReviewed by a person.\n")
+    dialog.licence.setCurrentText("mit")
+    card = dialog.card.toPlainText()
+    assert "license: mit" in card and card.rstrip().endswith("Reviewed by a person.")
