@@ -9,10 +9,10 @@ Every function here may block on the network or the disk: the window awaits them
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from guiapp.engine.output_guard import read_marker
 from guiapp.hub.cache import CachedModel, DeletionPlan, plan_deletion, scan_cache
@@ -21,13 +21,14 @@ from guiapp.hub.details import ModelDetails, model_details
 from guiapp.hub.headers import bytes_per_element
 from guiapp.hub.local_folders import add_local_folder, list_local_folders, remove_local_folder
 from guiapp.hub.search import ModelSearch, SearchQuery, SearchResults
-from guiapp.system.resources import Fit, fit_verdict
+from guiapp.system.resources import TIGHT_FRACTION_OF_DISK, TIGHT_FRACTION_OF_RAM, FitLevel
 from guiapp.system.units import format_bytes
 
 __all__ = [
     "CachedModel", "DeletionPlan", "DetailsWithFit", "LibraryEntry", "ModelSearch", "SearchQuery", "SearchResults",
-    "adapter_base", "add_local_folder", "module_kinds", "modules_pattern", "cache_folder", "details_with_fit", "library_entries", "list_local_folders",
-    "plan_deletion", "remove_local_folder", "scan_cache", "weights_size",
+    "UseFit", "adapter_base", "add_local_folder", "cache_folder", "details_with_fit", "downloads_fit",
+    "library_entries", "list_local_folders", "module_kinds", "modules_pattern", "plan_deletion",
+    "remove_local_folder", "scan_cache", "use_fit", "weights_bytes", "weights_size",
 ]
 
 # Where an entry comes from, in the words the window shows.
@@ -160,28 +161,140 @@ def _weight_files(folder: Path) -> list[Path]:
         return []
 
 
+# Float32 copies of the largest tensor a merge or an extraction holds at once (inputs, difference, the method's or
+# the decomposition's temporaries, the next tensor read ahead): about five, as guiapp.jobs.estimates measures.
+WORKING_COPIES = 5
+# Python, torch and the job's threads around the tensors.
+PROCESS_BYTES = 450 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class UseFit:
+    """Whether using a Hub model works on this machine, in the terms of what the user will do with it: the
+    download against the cache's free disk (nothing, once downloaded), and the memory a merge or an extraction
+    of it needs. Jobs stream tensors, so that is a few copies of its largest tensor, not the whole model.
+    `working_memory` is None when the model's headers could not be read."""
+
+    download_bytes: int
+    downloaded: bool
+    disk_free: int
+    disk_path: Path
+    working_memory: int | None
+    largest_tensor: int | None
+    ram_total: int
+    ram_available: int
+
+    @property
+    def disk_level(self) -> FitLevel:
+        if self.downloaded or self.download_bytes <= TIGHT_FRACTION_OF_DISK * self.disk_free:
+            return FitLevel.FITS_IN_RAM
+        return FitLevel.TIGHT if self.download_bytes <= self.disk_free else FitLevel.WILL_NOT_FIT
+
+    @property
+    def memory_level(self) -> FitLevel:
+        if self.working_memory is None or self.working_memory <= TIGHT_FRACTION_OF_RAM * self.ram_available:
+            return FitLevel.FITS_IN_RAM
+        return FitLevel.TIGHT if self.working_memory <= self.ram_total else FitLevel.WILL_NOT_FIT
+
+    @property
+    def level(self) -> FitLevel:
+        """The worse of the disk and the memory verdicts (FITS_IN_RAM when both are fine)."""
+        order = list(FitLevel)
+        return max(self.disk_level, self.memory_level, key=order.index)
+
+    def badge(self) -> str:
+        """One line: the verdict and what it is about ("Fits this machine: 14.5 GB to download, …")."""
+        memory = (f"about {format_bytes(self.working_memory)} of memory to merge or extract"
+                  if self.working_memory is not None else "")
+        download = "downloaded" if self.downloaded else f"{format_bytes(self.download_bytes)} to download"
+        if self.disk_level is FitLevel.WILL_NOT_FIT:
+            return (f"Not enough disk: {format_bytes(self.download_bytes)} to download, "
+                    f"{format_bytes(self.disk_free)} free")
+        if self.memory_level is FitLevel.WILL_NOT_FIT:
+            return f"Too large to merge here: {memory}, {format_bytes(self.ram_total)} in this machine"
+        verdict = "Tight on this machine" if self.level is FitLevel.TIGHT else "Fits this machine"
+        return f"{verdict}: {', '.join(part for part in (download, memory) if part)}"
+
+    def details(self) -> str:
+        """The numbers behind the badge, for its tooltip."""
+        lines = [f"Already in the download cache ({self.disk_path})." if self.downloaded else
+                 f"Download: {format_bytes(self.download_bytes)} into {self.disk_path}, where "
+                 f"{format_bytes(self.disk_free)} is free."]
+        if self.working_memory is None:
+            lines.append("Memory: unknown until its files' headers can be read.")
+        else:
+            lines.append(f"Memory: merging or extracting reads the model tensor by tensor, so it needs about "
+                         f"{format_bytes(self.working_memory)} (its largest tensor, {format_bytes(self.largest_tensor)}"
+                         f" in float32, a few times over), of {format_bytes(self.ram_available)} available "
+                         f"({format_bytes(self.ram_total)} in all).")
+        return "\n".join(lines)
+
+
 @dataclass(frozen=True)
 class DetailsWithFit:
-    """A Hub model's details and whether its download fits this machine (None when that cannot be told)."""
+    """A Hub model's details and whether using it fits this machine (None when that cannot be told)."""
 
     details: ModelDetails
-    fit: Fit | None
+    fit: UseFit | None
 
 
-def details_with_fit(repo_id: str, probe: Any) -> DetailsWithFit:
-    """`repo_id`'s details (one Hub request) and its fit: against the GPU when the probe found one, else RAM, and
-    the cache's disk. Raises the Hub's errors (ModelNotFoundError, OfflineError…) for the details."""
+def details_with_fit(repo_id: str) -> DetailsWithFit:
+    """`repo_id`'s details (one Hub request), then its fit: the download against the cache's disk, and the
+    working memory from its headers (range requests, cached for the jobs that follow). Raises the Hub's errors
+    (ModelNotFoundError, OfflineError…) for the details; a fit that cannot be told is None, not an error."""
     details = model_details(repo_id)
-    return DetailsWithFit(details, model_fit(details.download_size, probe))
+    return DetailsWithFit(details, use_fit(details))
 
 
-def model_fit(size: int, probe: Any) -> Fit | None:
-    """Whether a model of `size` bytes fits this machine; None when the machine cannot be examined."""
-    gpu = next((d["id"] for d in (probe.devices if probe else []) if d["kind"] != "cpu"), None)
+def use_fit(details: ModelDetails) -> UseFit | None:
+    """Whether downloading and merging `details`' model fits this machine; None when the machine's disk or memory
+    cannot be examined."""
+    from guiapp.system.resources import disk, memory  # noqa: PLC0415
+
     try:
-        return fit_verdict(size, size, size, gpu or "cpu", cache_folder())
+        space, ram = disk(cache_folder()), memory()
     except Exception:  # no badge rather than no details
         return None
+    largest = _largest_tensor_bytes(f"{details.repo_id}@{details.commit}" if details.commit else details.repo_id)
+    downloaded = any(model.repo_id == details.repo_id and any(r.commit == details.commit for r in model.revisions)
+                     and _weight_files(model.revisions[0].folder) for model in _cached_models())
+    return UseFit(details.download_size, downloaded, space.free, space.path,
+                  None if largest is None else WORKING_COPIES * largest + PROCESS_BYTES, largest, ram.total,
+                  ram.available)
+
+
+def downloads_fit(sizes: Iterable[int]) -> list[FitLevel | None]:
+    """For download sizes in bytes (search results), whether each fits the cache's free disk; None for a size
+    that is not known (0) or when the disk cannot be examined."""
+    from guiapp.system.resources import disk  # noqa: PLC0415
+
+    sizes = list(sizes)
+    try:
+        free = disk(cache_folder()).free
+    except Exception:  # no fit column rather than no results
+        return [None] * len(sizes)
+    return [None if not size else FitLevel.FITS_IN_RAM if size <= TIGHT_FRACTION_OF_DISK * free
+            else FitLevel.TIGHT if size <= free else FitLevel.WILL_NOT_FIT for size in sizes]
+
+
+def _largest_tensor_bytes(reference: str) -> int | None:
+    """The largest tensor of `reference`'s model in float32 bytes, from its headers; None when they cannot be
+    read (no safetensors, offline)."""
+    from guiapp.engine.sources import read_headers  # noqa: PLC0415 - the engine loads torch
+    from guiapp.hub.references import ModelRef  # noqa: PLC0415
+
+    try:
+        tensors = read_headers(ModelRef.parse(reference)).tensors.values()
+    except Exception:  # the details still show; the memory is "unknown"
+        return None
+    return max((math.prod(t.shape) * 4 for t in tensors), default=0)
+
+
+def _cached_models() -> list[CachedModel]:
+    try:
+        return scan_cache()
+    except Exception:  # an unreadable cache: nothing counts as downloaded
+        return []
 
 
 def cache_folder() -> Path:
@@ -191,7 +304,10 @@ def cache_folder() -> Path:
 
 def weights_size(parameters_by_dtype: dict[str, int]) -> str:
     """The size of the weights ("14.5 GB") from the parameter counts by dtype; "" when the Hub gives none."""
-    if not parameters_by_dtype:
-        return ""
+    return format_bytes(weights_bytes(parameters_by_dtype)) if parameters_by_dtype else ""
+
+
+def weights_bytes(parameters_by_dtype: dict[str, int]) -> int:
+    """The bytes of the weights from the parameter counts by dtype (0 when the Hub gives none)."""
     # A dtype code the table does not know is counted as 2 bytes, the most common size.
-    return format_bytes(sum(count * (bytes_per_element(dtype) or 2) for dtype, count in parameters_by_dtype.items()))
+    return sum(count * (bytes_per_element(dtype) or 2) for dtype, count in parameters_by_dtype.items())

@@ -79,3 +79,22 @@ def test_the_sample_models_join_the_library(qtbot, window, tmp_path):
     qtbot.waitUntil(lambda: window.current_page() == "merge", timeout=60_000)
     samples = [str((tmp_path / "samples" / name).resolve()) for name in ("tiny-base", "tiny-math", "tiny-chat")]
     qtbot.waitUntil(lambda: all(s in _listed(window.merge.add_model_picker) for s in samples), timeout=15_000)
+
+
+def test_search_results_mark_what_is_downloaded(qtbot, window, hub_env, models):
+    from guiapp.jobs.specs import download_job
+
+    hub_env.server.add_model("smith/tiny-base", models.base)
+    hub_env.server.add_model("smith/tiny-chat", models.tune_a)
+    record = window.state.jobs.submit(download_job("smith/tiny-base"))
+    assert wait_for_job(qtbot, window, record.key).status == "done"
+    qtbot.waitUntil(lambda: window.state.library.find("smith/tiny-base") is not None, timeout=15_000)
+    window.show_page("models")
+    page = window.models.hub
+    qtbot.keyClicks(page.search_edit, "tiny")
+    qtbot.waitUntil(lambda: page.results.rowCount() == 2, timeout=15_000)
+    fit = {page.results.item(row, 0).text(): page.results.item(row, 3).text() for row in range(2)}
+    assert fit == {"smith/tiny-base": "✓ Downloaded", "smith/tiny-chat": "Fits"}
+    window.models.details_pane.open_details("smith/tiny-base")
+    qtbot.waitUntil(lambda: window.models.details_pane.fit_badge.text() != "", timeout=15_000)
+    assert window.models.details_pane.fit_badge.text().startswith("● Fits this machine: downloaded")

@@ -33,8 +33,9 @@ def test_search_as_you_type_and_open_details(qtbot, window, hub_env, models):
     page = _search(qtbot, window, "tiny")
     rows = {page.hub.results.item(r, 0).text(): r for r in range(page.hub.results.rowCount())}
     assert set(rows) == {"smith/tiny-base", "smith/tiny-chat", "smith/tiny-gated"}
-    assert page.hub.results.item(rows["smith/tiny-gated"], 6).text() == "Gated"
-    assert page.hub.results.item(rows["smith/tiny-base"], 3).text() == "500"
+    assert page.hub.results.item(rows["smith/tiny-gated"], 7).text() == "Gated"
+    assert page.hub.results.item(rows["smith/tiny-base"], 4).text() == "500"
+    assert page.hub.results.item(rows["smith/tiny-base"], 3).text() == "Fits"  # its download fits the disk
     assert page.hub.results.item(rows["smith/tiny-base"], 1).text().endswith("KB")  # bf16 weights: 2 bytes each
     # typing on replaces the results (the earlier, stale search is dropped)
     qtbot.keyClicks(page.hub.search_edit, "-chat")
@@ -44,8 +45,10 @@ def test_search_as_you_type_and_open_details(qtbot, window, hub_env, models):
     facts = page.details_pane.detail_facts.text()
     assert "apache-2.0" in facts and "smith/tiny-base" in facts and "BF16" in facts
     assert page.details_pane.detail_files.count() >= 2
-    assert page.details_pane.fit_badge.text() == "● Fits in RAM for this machine"
-    assert "RAM:" in page.details_pane.fit_badge.toolTip()
+    badge = page.details_pane.fit_badge
+    assert badge.text().startswith("● Fits this machine: ") and "to download" in badge.text()
+    assert "of memory to merge or extract" in badge.text()  # what a merge needs, not the model's size
+    assert "tensor by tensor" in badge.toolTip()
     # hand it to the LoRA page with its base filled in
     qtbot.mouseClick(page.details_pane.extract_button, Qt.MouseButton.LeftButton)
     assert window.current_page() == "lora"

@@ -16,8 +16,8 @@ from guiapp.ui.background import LatestTask, run_blocking
 from guiapp.ui.text import error_text, html_escape
 from guiapp.ui.theme import set_status_style
 
-FIT_WORDS = {"FITS_ON_GPU": "Fits on the GPU", "FITS_IN_RAM": "Fits in RAM", "TIGHT": "Tight",
-             "WILL_NOT_FIT": "Too large"}
+# The badge's colour by the worst of the disk and memory verdicts (guiapp.system.resources.FitLevel names).
+FIT_STYLES = {"WILL_NOT_FIT": "problem", "TIGHT": "warning"}
 
 
 class ModelDetailsPane(QWidget):
@@ -33,7 +33,7 @@ class ModelDetailsPane(QWidget):
         font.setBold(True)
         font.setPointSizeF(font.pointSizeF() * 1.15)
         self.detail_title.setFont(font)
-        self.fit_badge = QLabel()
+        self.fit_badge = QLabel(wordWrap=True)
         self.detail_facts = QLabel(wordWrap=True, openExternalLinks=True)
         self.detail_facts.setTextFormat(Qt.TextFormat.RichText)
         self.detail_files = QListWidget(accessibleName="Files")
@@ -73,13 +73,13 @@ class ModelDetailsPane(QWidget):
         self.fit_badge.clear()
         self.detail_status.clear()
         self._enable_actions(False)
-        self._loader.request(lambda: self._load(repo_id, self.state.probe))
+        self._loader.request(lambda: self._load(repo_id))
 
-    async def _load(self, repo_id: str, probe: Any) -> None:
+    async def _load(self, repo_id: str) -> None:
         from guiapp.jobs import library  # noqa: PLC0415 - the Hub client loads on first use
 
         try:
-            answer = await run_blocking(library.details_with_fit, repo_id, probe)
+            answer = await run_blocking(library.details_with_fit, repo_id)
         except Exception as error:  # offline, not found, gated…: said in the pane
             self.detail_facts.setText(html_escape(error_text(error)))
             set_status_style(self.detail_facts, None)
@@ -112,9 +112,9 @@ class ModelDetailsPane(QWidget):
         for file in details.files:
             self.detail_files.addItem(f"{file.name}  ({format_bytes(file.size)})")
         if fit is not None:
-            self.fit_badge.setText(f"● {FIT_WORDS[fit.level.name]} for this machine")
-            self.fit_badge.setToolTip(fit.summary())
-            set_status_style(self.fit_badge, {"WILL_NOT_FIT": "problem", "TIGHT": "warning"}.get(fit.level.name, "good"))
+            self.fit_badge.setText(f"● {fit.badge()}")
+            self.fit_badge.setToolTip(fit.details())
+            set_status_style(self.fit_badge, FIT_STYLES.get(fit.level.name, "good"))
         self._enable_actions(True)
         self.extract_button.setToolTip(f"Extract a LoRA of this model against {details.base_models[0]}"
                                        if details.base_models else "Extract a LoRA of this model (choose its base)")

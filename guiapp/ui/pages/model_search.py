@@ -34,6 +34,12 @@ from guiapp.ui.theme import set_status_style
 SEARCH_DELAY_MS = 350
 SIZE_FILTERS = {"Any size": (None, None), "Under 1B parameters": (None, 1_000_000_000),
                 "1B to 10B": (1_000_000_000, 10_000_000_000), "Over 10B": (10_000_000_000, None)}
+COLUMNS = ("Model", "Size", "Parameters", "Fit", "Downloads", "Likes", "Updated", "Gated")
+NAME_COLUMN, FIT_COLUMN, GATED_COLUMN = 0, 3, 7
+# The Fit column by the download's verdict against the cache's free disk (FitLevel names).
+FIT_CELLS = {"FITS_IN_RAM": ("Fits", "The download fits the free disk; open the model to see the memory it needs"),
+             "TIGHT": ("Tight", "The download takes nearly all of the free disk"),
+             "WILL_NOT_FIT": ("✗ Disk too small", "The download is larger than the free disk")}
 SORTS = (("Trending", "trending"), ("Most downloads", "downloads"), ("Most likes", "likes"),
          ("Recently updated", "updated"))
 
@@ -41,6 +47,7 @@ SORTS = (("Trending", "trending"), ("Most downloads", "downloads"), ("Most likes
 class HubSearchTab(QWidget):
     def __init__(self, state, parent: QWidget | None = None) -> None:
         super().__init__(parent)
+        self.state = state
         self._search: Any = None  # guiapp.hub.search.ModelSearch, made on first use
         self._results: Any = None  # the newest search's SearchResults (pages are fetched from it)
         self._searcher = LatestTask(SEARCH_DELAY_MS, self)
@@ -62,16 +69,16 @@ class HubSearchTab(QWidget):
         for widget in (self.sort_combo, self.size_combo, self.hide_gated):
             bar.addWidget(widget)
 
-        self.results = QTableWidget(0, 7, accessibleName="Search results")
-        self.results.setHorizontalHeaderLabels(["Model", "Size", "Parameters", "Downloads", "Likes", "Updated",
-                                                "Gated"])
+        self.results = QTableWidget(0, len(COLUMNS), accessibleName="Search results")
+        self.results.setHorizontalHeaderLabels(list(COLUMNS))
+        self.results.setTextElideMode(Qt.TextElideMode.ElideMiddle)
         self.results.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.results.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         self.results.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.results.verticalHeader().setVisible(False)
         header = self.results.horizontalHeader()
         header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
-        for column in range(1, 7):
+        for column in range(1, len(COLUMNS)):
             header.setSectionResizeMode(column, QHeaderView.ResizeMode.ResizeToContents)
         self.results.itemSelectionChanged.connect(self._result_selected)
         self.search_status = QLabel(wordWrap=True)
@@ -110,47 +117,62 @@ class HubSearchTab(QWidget):
         self._search = self._search or library.ModelSearch(page_size=30)
         search = self._search
 
-        def first_page() -> tuple[Any, list[Any]]:
+        def first_page() -> tuple[Any, list[Any], list[Any]]:
             results = search.start(library.SearchQuery(**query))
-            return results, results.next_page()
+            page = results.next_page()
+            return results, page, _fits(page)
 
         try:
-            self._results, page = await run_blocking(first_page)
+            self._results, page, fits = await run_blocking(first_page)
         except Exception as error:
             self._search_failed(error)
             return
         self.results.setRowCount(0)
-        self._add_results(page)
+        self._add_results(page, fits)
 
     async def _next_page(self, results: Any) -> None:
+        def next_page() -> tuple[list[Any], list[Any]]:
+            page = results.next_page()
+            return page, _fits(page)
+
         try:
-            page = await run_blocking(results.next_page)
+            page, fits = await run_blocking(next_page)
         except Exception as error:
             self._search_failed(error)
             return
-        self._add_results(page)
+        self._add_results(page, fits)
 
-    def _add_results(self, page: list[Any]) -> None:
+    def _add_results(self, page: list[Any], fits: list[Any]) -> None:
         from guiapp.jobs.library import weights_size  # noqa: PLC0415 - loaded by the search
+        from guiapp.system.units import plural  # noqa: PLC0415
 
-        for summary in page:
+        for summary, fit in zip(page, fits, strict=True):
             row = self.results.rowCount()
             self.results.insertRow(row)
+            downloaded = self._downloaded(summary.repo_id)
+            fit_text, fit_tip = (("✓ Downloaded", "Already on this computer: nothing to download") if downloaded
+                                 else FIT_CELLS.get(fit.name if fit else "", ("", "")))
             cells = (summary.repo_id, weights_size(summary.parameters_by_dtype), count_text(summary.parameters),
-                     f"{summary.downloads:,}", f"{summary.likes:,}",
+                     fit_text, f"{summary.downloads:,}", f"{summary.likes:,}",
                      summary.last_modified.strftime("%Y-%m-%d") if summary.last_modified else "",
                      "Gated" if summary.gated else "")
+            tips = {NAME_COLUMN: summary.repo_id, FIT_COLUMN: fit_tip,
+                    GATED_COLUMN: "Accept the licence on the model's Hub page (signed in) to download it"
+                    if summary.gated else ""}
             for column, text in enumerate(cells):
                 item = QTableWidgetItem(text)
                 item.setData(Qt.ItemDataRole.UserRole, summary.repo_id)
-                if column == 6 and summary.gated:
-                    item.setToolTip("Accept the licence on the model's Hub page (signed in) to download it")
+                item.setToolTip(tips.get(column, ""))
                 self.results.setItem(row, column, item)
         count = self.results.rowCount()
-        self.search_status.setText(f"{count} models" + ("" if self._results.exhausted else " (more available)")
+        self.search_status.setText(plural(count, "model") + ("" if self._results.exhausted else " (more available)")
                                    if count else "No models match. Try fewer words or another filter.")
         set_status_style(self.search_status, None)
         self.more_button.setVisible(not self._results.exhausted and count > 0)
+
+    def _downloaded(self, repo_id: str) -> bool:
+        entry = self.state.library.find(repo_id)
+        return entry is not None and entry.source == "downloaded"
 
     def _load_more(self) -> None:
         results = self._results
@@ -168,3 +190,10 @@ class HubSearchTab(QWidget):
         items = self.results.selectedItems()
         if items:
             self.details_pane.open_details(items[0].data(Qt.ItemDataRole.UserRole))
+
+
+def _fits(page: list[Any]) -> list[Any]:
+    """Each result's download against the cache's free disk (runs on the worker thread with the search)."""
+    from guiapp.jobs.library import downloads_fit, weights_bytes  # noqa: PLC0415
+
+    return downloads_fit(weights_bytes(summary.parameters_by_dtype) for summary in page)
