@@ -74,15 +74,17 @@ class JobBridge(QObject):
     def active(self) -> list[JobRecord]:
         return [r for r in self.records if r.status in ACTIVE]
 
-    def retry(self, key: str) -> JobRecord:
-        """Submit the job of record `key` again, with its explanation's suggested settings applied.
+    def retry(self, key: str, changes: dict | None = None) -> JobRecord:
+        """Submit the job of record `key` again with `changes` to its settings ({} for the same job; None for its
+        explanation's suggested settings).
 
         Raises MergesmithError (e.g. RecipeError) when the changed settings do not make a valid job.
         """
         from guiapp.jobs.specs import retry  # noqa: PLC0415 - imports the recipe parser
 
         record = self.record(key)
-        changes = (record.explanation or {}).get("retry_with") or {}
+        if changes is None:
+            changes = (record.explanation or {}).get("retry_with") or {}
         return self.submit(retry(record.kind, record.spec, changes))
 
     def clear_finished(self) -> None:

@@ -81,6 +81,8 @@ class MainWindow(QMainWindow):
         for page in (self.merge, self.lora):
             page.job_submitted.connect(self._job_submitted)
         self.jobs.retried.connect(self.jobs.select)
+        self.jobs.sign_in_requested.connect(self.show_sign_in)
+        self.jobs.offline_requested.connect(self.settings.offline_check.setChecked)
         state.jobs.record_changed.connect(lambda _: self._update_jobs_label())
         state.jobs.record_added.connect(lambda _: self._update_jobs_label())
         state.methods_ready.connect(lambda _: self.statusBar().showMessage("Ready.", 5000))
@@ -162,9 +164,14 @@ class MainWindow(QMainWindow):
         """Ctrl+R: run what the current page prepares (the merge, the extraction or the application)."""
         page = self.current_page()
         if page == "merge":
-            self.merge.run()
+            self.merge.run_button.click()  # as the button does: nothing while it is disabled with its reason
         elif page == "lora":
-            (self.lora.run_extract if self.lora.tabs.currentIndex() == 0 else self.lora.run_apply)()
+            (self.lora.x_run if self.lora.tabs.currentIndex() == 0 else self.lora.a_run).click()
+
+    def show_sign_in(self) -> None:
+        """The Settings page with its access token field ready for typing (an explanation's "Sign in…")."""
+        self.show_page("settings")
+        self.settings.token_edit.setFocus()
 
     def show_page(self, key: str) -> None:
         self.nav.setCurrentRow([k for k, _ in PAGES].index(key))

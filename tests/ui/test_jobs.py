@@ -51,6 +51,7 @@ def test_a_merge_runs_to_completion_with_moving_progress(qtbot, window, models, 
     values = _bar_values(window)
     updates = []
     window.state.jobs.progress.connect(lambda key, event: updates.append(event.stage))
+    qtbot.waitUntil(window.merge.run_button.isEnabled, timeout=20_000)  # once the recipe is checked
     qtbot.mouseClick(window.merge.run_button, Qt.MouseButton.LeftButton)
     assert window.current_page() == "jobs"
     record = wait_for_job(qtbot, window, window.jobs.selected)

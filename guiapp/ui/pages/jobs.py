@@ -1,7 +1,8 @@
 """The Jobs page: the queue and the history (merges, extractions, downloads), and the selected job in full.
 
 For the selected job: an overall progress bar, stage, current tensor, rate, ETA, elapsed, Cancel, its log,
-Open output folder, and after a failure the explanation with "Retry with suggested settings".
+Open output folder, and after a failure or a cancel the explanation with its fixes as buttons (Retry, Retry with
+the suggested settings, Choose another folder…, Sign in…, Use offline mode, Replace <folder>).
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ from datetime import datetime
 from pathlib import Path
 
 from PySide6.QtCore import Qt, QTimer, QUrl, Signal
-from PySide6.QtGui import QDesktopServices, QFontDatabase
+from PySide6.QtGui import QFontDatabase, QGuiApplication, QPalette
 from PySide6.QtWidgets import (
+    QFileDialog,
     QFormLayout,
     QHBoxLayout,
     QLabel,
@@ -27,18 +29,26 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from guiapp.ui.theme import set_status_style
+from guiapp.jobs.fixes import CHOOSE_FOLDER, GO_ONLINE, SIGN_IN, USE_OFFLINE, FixAction
+from guiapp.ui.publish_dialog import PublishOutputButton
+from guiapp.ui.theme import set_status_style, status_colour
 from guiapp.ui.widgets.explanation import ExplanationPanel
+from guiapp.ui.widgets.open_link import LinkFallback
 
 STATUS_WORDS = {"queued": "Waiting", "running": "Running", "done": "Done", "failed": "Failed",
                 "cancelled": "Cancelled", "interrupted": "Interrupted"}
 STATUS_STYLE = {"done": "good", "failed": "problem", "cancelled": "warning", "interrupted": "warning"}
+# A job that stopped keeps its bar where it stopped, in the warning colour; a failed job's bar is hidden (the
+# explanation says what happened): neither looks like a finished job's full bar.
+STOPPED_BAR = {"cancelled": "warning", "interrupted": "warning"}
 KIND_WORDS = {"merge": "Merge", "extract": "Extract LoRA", "apply": "Apply LoRA", "download": "Download",
               "try": "Try", "perplexity": "Perplexity", "publish": "Publish"}
 
 
 class JobsPage(QWidget):
     retried = Signal(str)
+    sign_in_requested = Signal()
+    offline_requested = Signal(bool)  # True: work offline; False: go online
 
     def __init__(self, state, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -77,14 +87,18 @@ class JobsPage(QWidget):
         self.cancel_button.clicked.connect(self.cancel_selected)
         self.open_button = QPushButton("Open output folder")
         self.open_button.clicked.connect(self.open_output)
+        self.publish_button = PublishOutputButton(state, self)
         buttons = QHBoxLayout()
         buttons.addWidget(self.cancel_button)
         buttons.addWidget(self.open_button)
+        buttons.addWidget(self.publish_button)
         buttons.addStretch()
         self.summary = QLabel(wordWrap=True)
         self.summary.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.open_fallback = LinkFallback()
         self.explanation = ExplanationPanel()
-        self.explanation.retry_requested.connect(lambda _: self.retry_selected())
+        self.explanation.action_requested.connect(self.perform_fix)
+        self.folder_dialog: QFileDialog | None = None  # open while the user chooses another output folder
         self.log = QPlainTextEdit(readOnly=True, accessibleName="Job log")
         self.log.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
         self.log.setMaximumBlockCount(2000)
@@ -95,6 +109,7 @@ class JobsPage(QWidget):
             right_layout.addWidget(widget)
         right_layout.addLayout(facts)
         right_layout.addLayout(buttons)
+        right_layout.addWidget(self.open_fallback)
         right_layout.addWidget(self.summary)
         right_layout.addWidget(self.explanation)
         right_layout.addWidget(QLabel("<b>Log</b>"))
@@ -180,14 +195,17 @@ class JobsPage(QWidget):
         has = record is not None
         for widget in (self.bar, self.cancel_button, self.open_button, self.log):
             widget.setEnabled(has)
+        self.publish_button.show_record(record)
         if not has:
             self.title.setText("No job selected." if self.list.count() else
                                "No jobs yet. Run a merge or an extraction and it appears here.")
             for label in (self.status, self.stage, self.item, self.rate, self.eta, self.elapsed, self.summary):
                 label.clear()
             self.bar.setValue(0)
+            self._show_bar(None)
             self.log.clear()
-            self.explanation.show_explanation(None)
+            self.explanation.show_explanation(None, "")
+            self.open_fallback.hide_address()
             return
         self.title.setText(record.title)
         self.status.setText(STATUS_WORDS.get(record.status, record.status))
@@ -206,11 +224,22 @@ class JobsPage(QWidget):
         if not active:
             self.rate.clear()
             self.eta.clear()
+        self._show_bar(record.status)
         self._tick()
         self.summary.setText(summary_text(record))
-        self.explanation.show_explanation(record.explanation)
+        self.explanation.show_explanation(record.explanation, record.status, record.output)
+        self.open_fallback.hide_address()
         self.log.setPlainText("\n".join(record.log))
         self.log.verticalScrollBar().setValue(self.log.verticalScrollBar().maximum())
+
+    def _show_bar(self, status: str | None) -> None:
+        """The bar of a failed job is hidden; a stopped one keeps its value in the warning colour."""
+        self.bar.setVisible(status != "failed")
+        palette = QPalette(QGuiApplication.palette())
+        if status in STOPPED_BAR:
+            palette.setColor(QPalette.ColorRole.Highlight, status_colour(STOPPED_BAR[status]))
+        self.bar.setPalette(palette)
+        self.bar.setFormat(f"{STATUS_WORDS[status]} at %p%" if status in STOPPED_BAR else "%p%")
 
     def _progress(self, key: str, event) -> None:
         self._label_item(key)
@@ -244,15 +273,48 @@ class JobsPage(QWidget):
             self.status.setText("Cancelling… (stops after the current tensor)")
 
     def open_output(self) -> None:
+        """Open the job's output folder in the file manager; without one, show the path to copy."""
         record = self.bridge.record(self.selected) if self.selected else None
         if record and record.output and Path(record.output).exists():
-            QDesktopServices.openUrl(QUrl.fromLocalFile(str(record.output)))
+            self.open_fallback.open(QUrl.fromLocalFile(str(record.output)), "folders")
 
-    def retry_selected(self) -> None:
+    def perform_fix(self, action: FixAction) -> None:
+        """Do what an explanation's button offers for the selected job (see `guiapp.jobs.fixes`)."""
+        if action.action == CHOOSE_FOLDER:
+            self.choose_output_folder()
+        elif action.action == SIGN_IN:
+            self.sign_in_requested.emit()
+        elif action.action in (USE_OFFLINE, GO_ONLINE):
+            self.offline_requested.emit(action.action == USE_OFFLINE)
+        else:  # the retries: as it was, with the suggested settings, or replacing the existing output
+            self.retry_selected(action.changes)
+
+    def choose_output_folder(self) -> None:
+        """Ask where to write instead; the job then runs again there, under its own name (made unique)."""
+        record = self.bridge.record(self.selected) if self.selected else None
+        if record is None or not record.output:
+            return
+        output = Path(record.output)
+        dialog = QFileDialog(self, "Choose where to write it", str(output.parent))
+        dialog.setFileMode(QFileDialog.FileMode.Directory)
+        dialog.setOption(QFileDialog.Option.ShowDirsOnly)
+        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        dialog.fileSelected.connect(lambda folder: self._retry_in(folder, output.name))
+        dialog.finished.connect(lambda _: setattr(self, "folder_dialog", None))
+        self.folder_dialog = dialog
+        dialog.open()
+
+    def _retry_in(self, folder: str, name: str) -> None:
+        from guiapp.jobs.naming import default_output  # noqa: PLC0415
+
+        self.retry_selected({"output": str(default_output(folder, name))})
+
+    def retry_selected(self, changes: dict | None = None) -> None:
+        """Run the selected job again with `changes` to its settings (None: its explanation's suggestion)."""
         from guiapp.errors import MergesmithError  # noqa: PLC0415
 
         try:
-            record = self.bridge.retry(self.selected)
+            record = self.bridge.retry(self.selected, changes)
         except MergesmithError as error:
             self.status.setText(f"Cannot retry: {error.message}")
             set_status_style(self.status, "problem")

@@ -1,7 +1,10 @@
-"""A failure shown in the user's terms: title, what happened, why, what to do, Details, and Retry.
+"""A failure shown in the user's terms: title, what happened, why, what to do, the fixes as buttons, and Details.
 
-It shows an `Explanation` (or the dict form the jobs history keeps); the raw error and traceback stay behind
-the Details toggle. "Retry with suggested settings" appears only when the explanation carries settings.
+It shows an `Explanation` (or the dict form the jobs history keeps) in the window's words
+(`guiapp.jobs.fixes.window_text`: no command-line flag or environment variable) with the buttons
+`guiapp.jobs.fixes.fix_actions` lists for it: Retry, Retry with the suggested settings, Choose another folder…,
+Sign in…, Open the model's page, Use offline mode, and Replace <folder>, which asks first, naming what it deletes.
+The raw error and traceback stay behind the Details toggle.
 """
 
 from __future__ import annotations
@@ -9,20 +12,36 @@ from __future__ import annotations
 from dataclasses import asdict, is_dataclass
 from typing import Any
 
-from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QVBoxLayout, QWidget
+from PySide6.QtCore import Qt, QUrl, Signal
+from PySide6.QtWidgets import (
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QMessageBox,
+    QPlainTextEdit,
+    QPushButton,
+    QVBoxLayout,
+    QWidget,
+)
 
+from guiapp.jobs.fixes import OPEN_MODEL_PAGE, REPLACE, RETRY, RETRY_WITH, FixAction, fix_actions, window_text
 from guiapp.ui.text import html_escape
-from guiapp.ui.theme import set_status_style
+from guiapp.ui.theme import set_primary, set_status_style
+from guiapp.ui.widgets.open_link import LinkFallback
 
 
 class ExplanationPanel(QFrame):
-    retry_requested = Signal(dict)
+    """Emits `action_requested(FixAction)` for the fixes its owner performs (retrying, replacing once confirmed,
+    choosing a folder, signing in, offline mode); opens the model's page itself."""
+
+    action_requested = Signal(object)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setFrameShape(QFrame.Shape.StyledPanel)
-        self._retry_with: dict[str, Any] = {}
+        self.actions: list[FixAction] = []
+        self.buttons: dict[str, QPushButton] = {}  # action name -> its button, as shown now
+        self.confirm_replace: QMessageBox | None = None  # the open "Replace folder" question, if any
         self.title = QLabel(wordWrap=True)
         font = self.title.font()
         font.setBold(True)
@@ -37,40 +56,88 @@ class ExplanationPanel(QFrame):
         self.details.setVisible(False)
         self.details.setMinimumHeight(120)
         self.details_button.toggled.connect(self._toggle_details)
-        self.retry_button = QPushButton("Retry with suggested settings")
-        self.retry_button.clicked.connect(lambda: self.retry_requested.emit(dict(self._retry_with)))
-        buttons = QHBoxLayout()
-        buttons.addWidget(self.retry_button)
-        buttons.addWidget(self.details_button)
-        buttons.addStretch()
+        self.action_row = QHBoxLayout()
+        self.link_fallback = LinkFallback()
+        row = QHBoxLayout()
+        row.addLayout(self.action_row)
+        row.addStretch()
+        row.addWidget(self.details_button)
         layout = QVBoxLayout(self)
         for widget in (self.title, self.what, self.why, self.fix):
             layout.addWidget(widget)
-        layout.addLayout(buttons)
+        layout.addLayout(row)
+        layout.addWidget(self.link_fallback)
         layout.addWidget(self.details)
         self.setVisible(False)
 
-    def show_explanation(self, explanation: Any) -> None:
-        """Show an Explanation or its dict; None hides the panel."""
-        if explanation is None:
+    @property
+    def retry_button(self) -> QPushButton | None:
+        """The button that retries with the suggested settings, when the explanation suggests any."""
+        return self.buttons.get(RETRY_WITH)
+
+    def show_explanation(self, explanation: Any, status: str = "failed", output: str | None = None) -> None:
+        """Show an Explanation or its dict with the fixes for a job that ended with `status` and writes `output`;
+        None shows only the plain Retry for a cancelled job (nothing at all for other statuses)."""
+        data = (asdict(explanation) if is_dataclass(explanation) else dict(explanation)) if explanation else {}
+        self.actions = fix_actions(data, status, output)
+        self._show_buttons()
+        self.link_fallback.hide_address()
+        if not data and not self.actions:
             self.setVisible(False)
             return
-        data = asdict(explanation) if is_dataclass(explanation) else dict(explanation)
-        self.title.setText(data.get("title", ""))
-        set_status_style(self.title, "problem")
-        self.what.setText(f"<b>What happened:</b> {html_escape(data.get('what', ''))}")
-        self.why.setText(f"<b>Why:</b> {html_escape(data.get('why', ''))}")
-        self.why.setVisible(bool(data.get("why")))
-        self.fix.setText(f"<b>What to do:</b> {html_escape(data.get('fix', ''))}")
-        self.fix.setVisible(bool(data.get("fix")))
-        self._retry_with = dict(data.get("retry_with") or {})
-        self.retry_button.setVisible(bool(self._retry_with))
-        self.retry_button.setToolTip("Runs the job again with: "
-                                     + ", ".join(f"{k} = {v}" for k, v in self._retry_with.items()))
+        self.title.setText(window_text(data.get("title", "")) if data else "The job was stopped")
+        set_status_style(self.title, "problem" if data else "warning")
+        self._show_part(self.what, "What happened", data.get("what", "") if data else
+                        "It was cancelled before it finished; nothing half-written was left behind.")
+        self._show_part(self.why, "Why", data.get("why", ""))
+        self._show_part(self.fix, "What to do", data.get("fix", ""))
         self.details.setPlainText(data.get("raw", ""))
         self.details_button.setVisible(bool(data.get("raw")))
         self.details_button.setChecked(False)
         self.setVisible(True)
+
+    def _show_part(self, label: QLabel, heading: str, text: str) -> None:
+        label.setText(f"<b>{heading}:</b> {html_escape(window_text(text))}")
+        label.setVisible(bool(text))
+
+    def _show_buttons(self) -> None:
+        for button in self.buttons.values():
+            self.action_row.removeWidget(button)
+            button.deleteLater()
+        self.buttons = {}
+        for action in self.actions:
+            button = QPushButton(action.label)
+            tooltip = action.tooltip
+            if action.action == RETRY_WITH:
+                tooltip += " (" + ", ".join(f"{key} = {value}" for key, value in action.changes.items()) + ")"
+            button.setToolTip(tooltip)
+            button.clicked.connect(lambda _=False, chosen=action: self._perform(chosen))
+            self.action_row.addWidget(button)
+            self.buttons[action.action] = button
+        first = next((b for name, b in self.buttons.items() if name not in (REPLACE, RETRY)), None)
+        if first is not None:
+            set_primary(first)  # the suggested fix stands out; replacing never does
+
+    def _perform(self, action: FixAction) -> None:
+        if action.action == OPEN_MODEL_PAGE:
+            self.link_fallback.open(QUrl(action.url), "the model's page")
+        elif action.action == REPLACE:
+            self._ask_to_replace(action)
+        else:
+            self.action_requested.emit(action)
+
+    def _ask_to_replace(self, action: FixAction) -> None:
+        """Ask before replacing: the question names what is deleted; "Keep it" is the default."""
+        box = QMessageBox(QMessageBox.Icon.Warning, "Replace the existing folder?",
+                          action.tooltip.replace(" You are asked to confirm first.", ""), parent=self)
+        replace = box.addButton("Replace folder", QMessageBox.ButtonRole.DestructiveRole)
+        keep = box.addButton("Keep it", QMessageBox.ButtonRole.RejectRole)
+        box.setDefaultButton(keep)
+        box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        box.buttonClicked.connect(lambda clicked: clicked is replace and self.action_requested.emit(action))
+        box.finished.connect(lambda _: setattr(self, "confirm_replace", None))
+        self.confirm_replace = box
+        box.open()
 
     def _toggle_details(self, shown: bool) -> None:
         self.details.setVisible(shown)
