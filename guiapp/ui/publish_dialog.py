@@ -147,10 +147,10 @@ class PublishDialog(QDialog):
                               lambda error: self._show_check(error_text(error), "problem", ready=False))
 
     def _checked(self, plan) -> None:
-        from guiapp.system.units import format_bytes  # noqa: PLC0415
+        from guiapp.system.units import format_bytes, plural  # noqa: PLC0415
 
         where = "adds a commit to your existing repo" if plan.exists else "creates the repo"
-        self._show_check(f"Ready: {len(plan.files)} files, {format_bytes(plan.total_bytes)}, as {plan.user}; "
+        self._show_check(f"Ready: {plural(len(plan.files), 'file')}, {format_bytes(plan.total_bytes)}, as {plan.user}; "
                          f"publishing {where}.", "good", ready=True)
 
     def _show_check(self, text: str, status: str, ready: bool) -> None:
@@ -205,3 +205,39 @@ class PublishDialog(QDialog):
         else:
             explanation = record.explanation or {}
             self.progress_text.setText(" ".join(filter(None, (explanation.get("what"), explanation.get("fix")))))
+
+
+# The jobs whose output is a model folder worth sharing.
+PUBLISHABLE_KINDS = frozenset({"merge", "extract", "apply"})
+
+
+class PublishOutputButton(QPushButton):
+    """"Publish…" for the Jobs page's selected job: shown for merges, extractions and applies, enabled once the
+    job has finished and its output folder is there, and opening the Publish dialog on that folder."""
+
+    def __init__(self, state, parent: QWidget | None = None) -> None:
+        super().__init__("Publish…", parent)
+        self.state = state
+        self.folder: Path | None = None
+        self.dialog: PublishDialog | None = None
+        self.clicked.connect(self.open_dialog)
+        self.show_record(None)
+
+    def show_record(self, record) -> None:
+        """Follow the selected job's record (None: no job selected)."""
+        publishable = record is not None and record.kind in PUBLISHABLE_KINDS
+        folder = Path(record.output) if publishable and record.status == "done" and record.output else None
+        self.folder = folder if folder is not None and folder.is_dir() else None
+        self.setVisible(publishable)
+        self.setEnabled(self.folder is not None)
+        self.setToolTip(f"Share {self.folder} on the Hugging Face Hub, with a model card you review first."
+                        if self.folder else "A job's output can be published once the job has finished and its "
+                        "folder is still there.")
+
+    def open_dialog(self) -> PublishDialog | None:
+        """Open the Publish dialog on the job's output; returns it (None when there is nothing to publish)."""
+        if self.folder is None:
+            return None
+        self.dialog = PublishDialog(self.state, self.folder, self.window())
+        self.dialog.open()
+        return self.dialog

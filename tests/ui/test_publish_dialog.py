@@ -58,3 +58,28 @@ def test_changing_the_licence_keeps_the_card_edits(qtbot, window, models, upload
     dialog.licence.setCurrentText("mit")
     card = dialog.card.toPlainText()
     assert "license: mit" in card and card.rstrip().endswith("Reviewed by a person.")
+
+
+def test_publish_a_finished_merge_from_the_jobs_page(qtbot, window, models, uploads, tmp_path):
+    import yaml
+
+    from tests.ui.conftest import wait_for_job
+
+    recipe = {"merge_method": "linear", "models": [{"model": str(models.base), "parameters": {"weight": 0.5}},
+                                                   {"model": str(models.tune_a), "parameters": {"weight": 0.5}}]}
+    window.merge.yaml_edit.setPlainText(yaml.safe_dump(recipe, sort_keys=False))
+    window.merge.output_edit.setText(str(tmp_path / "merged"))
+    qtbot.waitUntil(window.merge.run_button.isEnabled, timeout=20_000)
+    qtbot.mouseClick(window.merge.run_button, Qt.MouseButton.LeftButton)
+    record = wait_for_job(qtbot, window, window.jobs.selected)
+    assert record.status == "done", record.log
+    button = window.jobs.publish_button
+    assert button.isVisibleTo(window.jobs) and button.isEnabled()
+    qtbot.mouseClick(button, Qt.MouseButton.LeftButton)
+    dialog = button.dialog
+    qtbot.addWidget(dialog)
+    assert dialog.folder == tmp_path / "merged"
+    qtbot.waitUntil(lambda: dialog.check_status.text().startswith("Ready"), timeout=30_000)
+    assert dialog.repo.text() == f"{TEST_USER}/merged"
+    button.show_record(None)  # no job selected: nothing to publish
+    assert not button.isVisibleTo(window.jobs)
