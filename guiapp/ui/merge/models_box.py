@@ -7,6 +7,7 @@ from typing import Any
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QFormLayout, QGroupBox, QHBoxLayout, QLabel, QPushButton, QVBoxLayout
 
+from guiapp.system.units import plural
 from guiapp.ui.merge.models_table import ModelsTable
 from guiapp.ui.theme import set_status_style
 from guiapp.ui.widgets.model_picker import ModelPicker
@@ -70,7 +71,8 @@ class ModelsBox(QGroupBox):
             self.compatibility.setText("✗ Not compatible as written: see above.")
             set_status_style(self.compatibility, "problem")
         elif result.compatible:
-            self.compatibility.setText(f"✓ Compatible: {result.models} models, {result.tensors} output tensors, "
+            self.compatibility.setText(f"✓ Compatible: {plural(result.models, 'model')}, "
+                                       f"{plural(result.tensors, 'output tensor')}, "
                                        "checked from the files' headers.")
             set_status_style(self.compatibility, "good")
         else:

@@ -33,6 +33,7 @@ from PySide6.QtWidgets import (
 )
 
 from guiapp.jobs.validation import PairCheck, check_adapter, check_pair
+from guiapp.system.units import plural
 from guiapp.ui.background import LatestTask, run_blocking
 from guiapp.ui.merge.output_box import default_output_folder
 from guiapp.ui.pages.jobs import extraction_report
@@ -215,7 +216,6 @@ class LoraPage(QWidget):
 
     async def _list_modules(self, base: str) -> None:
         from guiapp.jobs.library import module_kinds  # noqa: PLC0415
-        from guiapp.system.units import plural  # noqa: PLC0415
 
         try:
             kinds = await run_blocking(module_kinds, base)
@@ -266,7 +266,8 @@ class LoraPage(QWidget):
             set_status_style(self.x_check, "problem")
             self.x_estimate.setText("The estimate appears once both models can be read.")
             return
-        self.x_check.setText(f"✓ These models pair up: {check.matrices} weight matrices to compare.")
+        self.x_check.setText(f"✓ These models pair up: {plural(check.matrices, 'weight matrix', 'weight matrices')} "
+                             "to compare.")
         set_status_style(self.x_check, "good")
         lines = [f"Reads {format_bytes(check.read_bytes)}."]
         if check.fit is not None:
@@ -389,7 +390,7 @@ class LoraPage(QWidget):
             set_status_style(self.a_check, "problem")
             self.a_estimate.setText("The estimate appears once the adapter fits the base model.")
             return
-        self.a_check.setText(f"✓ The adapter fits this base model ({check.matrices} modules changed).")
+        self.a_check.setText(f"✓ The adapter fits this base model ({plural(check.matrices, 'module')} changed).")
         set_status_style(self.a_check, "good")
         lines = [f"Reads and writes about {format_bytes(check.read_bytes)}."]
         if check.fit is not None:
