@@ -85,7 +85,7 @@ class SettingsPage(QWidget):
         row.addWidget(self.sign_out_button)
         form.addRow("Access token", row)
         form.addRow("", QLabel("Needed for gated and private models. The token is kept by huggingface_hub "
-                               "(like `hf auth login`), never in Mergesmith's files.", wordWrap=True))
+                               "(shared with the other Hugging Face tools on this computer), never in Mergesmith's files.", wordWrap=True))
         self.offline_check = QCheckBox("Work offline (use only local folders and downloaded models)")
         self.offline_check.setChecked(settings.value(OFFLINE_KEY, False, type=bool))
         self.offline_check.toggled.connect(self.set_offline)
@@ -145,7 +145,7 @@ class SettingsPage(QWidget):
             if source is None:
                 return "Not signed in. Public models work without an account."
             user = signed_in_user()
-            return f"Signed in as {user}" + (" (from the HF_TOKEN environment variable)" if source == "HF_TOKEN" else "")
+            return f"Signed in as {user}" + (" (set in this computer's environment)" if source == "HF_TOKEN" else "")
 
         call_in_background(who, self._show_account, lambda e: self._show_account(getattr(e, "message", str(e)), True))
 
