@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from guiapp.engine.devices import resolve_device
+from guiapp.engine.sampling import DEFAULT_TEMPERATURE, DEFAULT_TOP_P
 from guiapp.errors import CheckpointError, SettingsError, UnsupportedModelError
 from guiapp.hub.references import ModelRef
 from guiapp.progress import Progress
@@ -77,8 +78,19 @@ class GenerationSettings:
     max_new_tokens: int = 128
     sample: bool = False
     seed: int = 0
-    temperature: float = 0.7
-    top_p: float = 0.9
+    temperature: float = DEFAULT_TEMPERATURE
+    top_p: float = DEFAULT_TOP_P
+
+    def __post_init__(self) -> None:
+        """Raises SettingsError (keyed by the setting) for a temperature that is not above 0 or a top-p outside
+        (0, 1]: transformers would refuse them only once a model is loaded."""
+        if not (math.isfinite(self.temperature) and self.temperature > 0):
+            raise SettingsError(f"The temperature must be above 0 (got {self.temperature}).",
+                                hint=f"Use {DEFAULT_TEMPERATURE}, or Greedy for the likeliest tokens.",
+                                key="temperature")
+        if not (0 < self.top_p <= 1):
+            raise SettingsError(f"Top-p must be above 0 and at most 1 (got {self.top_p}).",
+                                hint=f"Use {DEFAULT_TOP_P}; 1 draws from every token.", key="top_p")
 
     def generate_kwargs(self) -> dict[str, Any]:
         """The `generate()` arguments these settings mean (the same ones a test passes to transformers)."""

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from guiapp.engine.sampling import DEFAULT_TEMPERATURE, DEFAULT_TOP_P
 from guiapp.errors import DeviceError, SettingsError
 from guiapp.jobs.runner import Job
 from guiapp.progress import Progress
@@ -157,15 +158,17 @@ def _folder_identity(reference: str) -> tuple:
 
 
 def try_job(references: list[str], prompt: str, *, max_new_tokens: int = 128, sample: bool = False, seed: int = 0,
+            temperature: float = DEFAULT_TEMPERATURE, top_p: float = DEFAULT_TOP_P,
             device: str = "cpu", dtype: str | None = None, on_output: OutputListener | None = None,
             shelf: ModelShelf | None = None, probe_result=None) -> Job:
-    """A job that generates a continuation of `prompt` with each model in turn.
+    """A job that generates a continuation of `prompt` with each model in turn (`temperature` and `top_p` apply
+    when `sample` is True).
 
     `on_output(index, text)` receives each model's text as it streams (from the job's thread). The summary has
     "generations": one {"model", "text", "tokens", "dtype"} per model. Cancel stops at the next token.
     """
     spec = {"references": list(references), "prompt": prompt, "max_new_tokens": max_new_tokens, "sample": sample,
-            "seed": seed, "device": device, "dtype": dtype}
+            "seed": seed, "temperature": temperature, "top_p": top_p, "device": device, "dtype": dtype}
 
     def work(progress: Progress) -> dict[str, Any]:
         from guiapp.engine.inference import GenerationSettings, generate  # noqa: PLC0415
@@ -173,7 +176,8 @@ def try_job(references: list[str], prompt: str, *, max_new_tokens: int = 128, sa
         plan = plan_try(references, device, dtype, probe_result)
         for line in plan.describe():
             progress.log(line)
-        settings = GenerationSettings(max_new_tokens=max_new_tokens, sample=sample, seed=seed)
+        settings = GenerationSettings(max_new_tokens=max_new_tokens, sample=sample, seed=seed,
+                                      temperature=temperature, top_p=top_p)
         models_shelf = shelf or ModelShelf()
         generations = []
         for index, model_plan in enumerate(plan.models):

@@ -299,3 +299,13 @@ def test_a_hub_model_is_downloaded_and_tried(causal_fp32, bf16_adapter, causal_b
     assert result.status is JobStatus.DONE, result.traceback
     from_hub, local, adapted = result.summary["generations"]
     assert from_hub["tokens"] == local["tokens"] and adapted["text"].strip()
+
+
+@pytest.mark.parametrize(("field", "value"), [("temperature", 0.0), ("temperature", float("nan")), ("top_p", 0.0),
+                                              ("top_p", 1.5)])
+def test_sampling_settings_out_of_range_are_refused_by_name(field, value):
+    from guiapp.errors import SettingsError
+
+    with pytest.raises(SettingsError) as caught:
+        GenerationSettings(sample=True, **{field: value})
+    assert caught.value.key == (field,)

@@ -118,3 +118,32 @@ def test_dtype_dropdown_says_what_each_dtype_runs_as(window):
     assert labels[0] == "Each model's own dtype"
     float16 = inference_option(window.state.probe, "cpu", "float16")
     assert float16.label in labels
+
+
+def test_temperature_and_top_p_reach_the_generation(qtbot, window, try_models):
+    """Sampled with a chosen temperature and top-p, the page's text is what the engine writes with those settings
+    (the defaults stay as before); for greedy decoding the sampling controls are disabled with the reason."""
+    import torch
+
+    from guiapp.engine.inference import GenerationSettings, generate, load_model, resolve_source
+    from guiapp.engine.sampling import DEFAULT_TEMPERATURE, DEFAULT_TOP_P
+
+    page = window.try_page
+    assert (page.temperature.value(), page.top_p.value()) == (DEFAULT_TEMPERATURE, DEFAULT_TOP_P)
+    assert not page.temperature.isEnabled() and "only when Sampled" in page.top_p.toolTip()
+    page.set_models([str(try_models[0])])
+    page.prompt.setPlainText("the cat sat on the")
+    page.max_new_tokens.setValue(12)
+    page.decoding.setCurrentIndex(page.decoding.findData(True))
+    assert page.temperature.isEnabled() and page.top_p.isEnabled()
+    page.seed.setValue(3)
+    page.temperature.setValue(1.6)
+    page.top_p.setValue(0.6)
+    qtbot.mouseClick(page.generate_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: page.status.text() == "Done.", timeout=120_000)
+    record = window.state.jobs.records[-1]
+    assert (record.spec["temperature"], record.spec["top_p"]) == (1.6, 0.6)
+    settings = GenerationSettings(max_new_tokens=12, sample=True, seed=3, temperature=1.6, top_p=0.6)
+    expected = generate(load_model(resolve_source(str(try_models[0])), torch.float32, "cpu"), "the cat sat on the",
+                        settings)
+    assert record.summary["generations"][0]["tokens"] == expected.token_ids

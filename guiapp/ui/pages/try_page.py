@@ -16,6 +16,7 @@ from PySide6.QtGui import QColor, QPainter, QPalette
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QComboBox,
+    QDoubleSpinBox,
     QFileDialog,
     QGridLayout,
     QGroupBox,
@@ -33,7 +34,15 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from guiapp.jobs.tryout import MAX_MODELS, ModelShelf, models_to_try, perplexity_job, try_job
+from guiapp.jobs.tryout import (
+    DEFAULT_TEMPERATURE,
+    DEFAULT_TOP_P,
+    MAX_MODELS,
+    ModelShelf,
+    models_to_try,
+    perplexity_job,
+    try_job,
+)
 from guiapp.ui.background import call_in_background
 from guiapp.ui.text import error_text
 from guiapp.ui.widgets.model_picker import ModelPicker
@@ -179,10 +188,16 @@ class TryPage(QWidget):
         self.decoding.addItem("Greedy (the likeliest token)", False)
         self.decoding.addItem("Sampled", True)
         self.seed = QSpinBox(minimum=0, maximum=2**31 - 1, value=0, prefix="Seed ")
+        self.temperature = QDoubleSpinBox(minimum=0.05, maximum=2.0, singleStep=0.05, decimals=2,
+                                          value=DEFAULT_TEMPERATURE, prefix="Temperature ")
+        self.top_p = QDoubleSpinBox(minimum=0.05, maximum=1.0, singleStep=0.05, decimals=2, value=DEFAULT_TOP_P,
+                                    prefix="Top-p ")
+        self.decoding.currentIndexChanged.connect(self._decoding_changed)
+        self._decoding_changed()
         self.max_new_tokens = QSpinBox(minimum=1, maximum=8192, value=128, suffix=" new tokens at most")
         self.generate_button = QPushButton("Generate")
         self.generate_button.clicked.connect(self.generate)
-        for widget in (self.decoding, self.seed, self.max_new_tokens):
+        for widget in (self.decoding, self.seed, self.temperature, self.top_p, self.max_new_tokens):
             row.addWidget(widget)
         row.addStretch(1)
         row.addWidget(self.generate_button)
@@ -190,6 +205,17 @@ class TryPage(QWidget):
         self.columns_area = QHBoxLayout()
         column.addLayout(self.columns_area, 1)
         return page
+
+    def _decoding_changed(self) -> None:
+        """Seed, temperature and top-p matter only when sampling: disabled, with the reason, for greedy."""
+        sampled = bool(self.decoding.currentData())
+        why = "" if sampled else " (used only when Sampled is chosen)"
+        tips = ((self.seed, "Starts the random draws: the same seed gives the same text"),
+                (self.temperature, "Lower picks likelier words, higher more varied ones"),
+                (self.top_p, "Draw only from the likeliest words that together make up this share of the chances"))
+        for widget, tip in tips:
+            widget.setEnabled(sampled)
+            widget.setToolTip(tip + why + ".")
 
     def _build_perplexity(self) -> QWidget:
         page = QWidget()
@@ -245,6 +271,7 @@ class TryPage(QWidget):
         self._show_columns(references)
         job = try_job(references, self.prompt.toPlainText(), max_new_tokens=self.max_new_tokens.value(),
                       sample=bool(self.decoding.currentData()), seed=self.seed.value(),
+                      temperature=self.temperature.value(), top_p=self.top_p.value(),
                       device=self.device.value() or "cpu", dtype=self.dtype.value(),
                       on_output=self._text_arrived.emit, shelf=self._shelf, probe_result=self.state.probe)
         self._start(job, "generate")
