@@ -61,6 +61,7 @@ def build_modular_plan(recipe: Recipe, headers: dict[ModelRef, ModelHeaders]) ->
                 why=f"A module's tensors are found by their names; these models' tensors start with {', '.join(found)}.",
                 hint="Use the module names of mergekit's architecture files (text_decoder, vision_tower, "
                 "multi_modal_projector), or `slices:` for a text-only model.",
+                key=("modules", name),
             )
         sub = build_plan(module, own)
         sub_plans[name] = sub

@@ -453,7 +453,7 @@ def _resolve_params(
     `key` says whose parameters they are (("models", 2) for the third model; () for the recipe's own)."""
     values: dict[str, Any] = {}
     for spec in specs:
-        value = lookup(scopes, spec.name, filter_name, t)
+        value = lookup(scopes, spec.name, filter_name, t, (*key, "parameters", spec.name))
         if is_missing(value) and spec.required and not enforce_required:
             values[spec.name] = None
             continue

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from guiapp.errors import RecipeError
+from guiapp.errors import KeyPath, RecipeError
 from guiapp.hub.references import ModelRef
 from guiapp.system.bounded import (
     RECIPE_BYTES,
@@ -179,7 +179,7 @@ def recipe_from_dict(document: dict[str, Any]) -> Recipe:
     tokenizer = _tokenizer_settings(document)
     chat_template = _chat_template(document.get("chat_template"))
 
-    base = ModelRef.parse(document["base_model"]) if document.get("base_model") else None
+    base = ModelRef.parse(document["base_model"], "base_model") if document.get("base_model") else None
     parameters = _merged_scopes(_mapping(document_parts.get("module_parameters"), "modules.default.parameters"),
                                 _mapping(document.get("parameters"), "parameters"))
     models = slices = None
@@ -209,7 +209,7 @@ def recipe_from_dict(document: dict[str, Any]) -> Recipe:
                                 "in mergekit or in Mergesmith.")
             sources = [_source(s, f"slices[{i}].sources[{j}]", allow_range=True, warnings=warnings)
                        for j, s in enumerate(entry["sources"])]
-            slice_base = ModelRef.parse(entry["base_model"]) if entry.get("base_model") else None
+            slice_base = ModelRef.parse(entry["base_model"], ("slices", i, "base_model")) if entry.get("base_model") else None
             slices.append(Slice(sources, _mapping(entry.get("parameters"), f"slices[{i}].parameters"), slice_base))
     dtype, out_dtype = document.get("dtype"), document.get("out_dtype")
     for key, value in (("dtype", dtype), ("out_dtype", out_dtype)):
@@ -254,15 +254,18 @@ def _checked_modules(document: dict[str, Any]) -> dict[str, Any] | None:
             "The recipe has `modules:` and also `models:` or `slices:`.",
             why="`modules:` already says what to merge, module by module; the two would contradict each other.",
             hint="Keep only `modules:`, or move its content to the top level and remove `modules:`.",
+            key="modules",
         )
     if not isinstance(modules, dict) or not modules:
         raise RecipeError("`modules:` must map module names to `models:` or `slices:`.",
                           why="Each module of the model is merged from its own list.",
-                          hint="For a text-only model write `modules: {default: {slices: […]}}`, or use `slices:`.")
+                          hint="For a text-only model write `modules: {default: {slices: […]}}`, or use `slices:`.",
+                          key="modules")
     for name, module in modules.items():
         if not isinstance(module, dict):
             raise RecipeError(f"`modules.{name}` must hold `models:` or `slices:`.",
-                              why="The module says what to merge.", hint=f"Write `{name}: {{slices: […]}}`.")
+                              why="The module says what to merge.", hint=f"Write `{name}: {{slices: […]}}`.",
+                              key=("modules", name))
     return modules
 
 
@@ -296,6 +299,7 @@ def _multi_module_recipe(document: dict[str, Any], warnings: list[str]) -> Recip
             "which one from the recipe.",
             hint="Remove `tokenizer`/`tokenizer_source` (the base model's tokenizer is copied), or merge the "
             "language model alone with `slices:`.",
+            key="tokenizer" if document.get("tokenizer") is not None else "tokenizer_source",
         )
     shared = {key: document[key] for key in ("merge_method", "base_model", "dtype", "out_dtype") if key in document}
     modules = {}
@@ -340,6 +344,7 @@ def _tokenizer_settings(document: dict[str, Any]) -> TokenizerSettings | None:
             "The recipe sets both `tokenizer` and `tokenizer_source`.",
             why="Both say which vocabulary the result has; with two answers neither can be chosen.",
             hint="Keep only one of them (`tokenizer:` can hold `source:`).",
+            key="tokenizer",
         )
     if document.get("tokenizer_source") is not None:
         return TokenizerSettings(_tokenizer_source_text(document["tokenizer_source"], "tokenizer_source"))
@@ -349,24 +354,27 @@ def _tokenizer_settings(document: dict[str, Any]) -> TokenizerSettings | None:
     if not isinstance(section, dict):
         raise RecipeError("`tokenizer:` must be a mapping with `source:` (and optionally `tokens:`).",
                           why="It describes the result's vocabulary and where new tokens' rows come from.",
-                          hint="For example `tokenizer: {source: union}`.")
+                          hint="For example `tokenizer: {source: union}`.", key="tokenizer")
     warnings: list[str] = []
     _warn_unknown_keys(section, _TOKENIZER_KEYS, "tokenizer", warnings)
     if warnings:
         raise RecipeError(warnings[0].replace("is ignored", "is not a tokenizer setting"),
                           why="A tokenizer setting Mergesmith does not know would change the vocabulary in a way "
-                          "it cannot apply.", hint="Use only `source`, `tokens` and `pad_to_multiple_of`.")
+                          "it cannot apply.", hint="Use only `source`, `tokens` and `pad_to_multiple_of`.",
+                          key="tokenizer")
     source = _tokenizer_source_text(section.get("source", "union"), "tokenizer.source")  # mergekit's default
     pad = section.get("pad_to_multiple_of")
     if pad is not None and (as_number(pad) is None or float(as_number(pad)) != int(as_number(pad)) or as_number(pad) < 1):
         raise RecipeError(f"`tokenizer.pad_to_multiple_of` must be a whole number of at least 1, got {describe_value(pad)}.",
                           why="The embedding rows are padded up to a multiple of it.",
-                          hint="For example `pad_to_multiple_of: 64`, or remove it.")
+                          hint="For example `pad_to_multiple_of: 64`, or remove it.",
+                          key=("tokenizer", "pad_to_multiple_of"))
     tokens = section.get("tokens") or {}
     if not isinstance(tokens, dict):
         raise RecipeError("`tokenizer.tokens` must map token texts to settings.",
                           why="Each entry says where one token's embedding comes from.",
-                          hint='For example `tokens: {"<|im_start|>": {source: org/name}}`.')
+                          hint='For example `tokens: {"<|im_start|>": {source: org/name}}`.',
+                          key=("tokenizer", "tokens"))
     return TokenizerSettings(
         source,
         {str(token): _token_override(str(token), value) for token, value in tokens.items()},
@@ -376,42 +384,45 @@ def _tokenizer_settings(document: dict[str, Any]) -> TokenizerSettings | None:
 
 def _tokenizer_source_text(value: Any, key: str) -> str:
     if isinstance(value, dict) and "model" in value:
-        return str(ModelRef.parse(value))
+        return str(ModelRef.parse(value, key))
     if not isinstance(value, str) or not value.strip():
         raise RecipeError(f"`{key}` must be `base`, `union` or a model, got {describe_value(value)}.",
                           why="It names the vocabulary the result uses.",
-                          hint=f"For example `{key}: base`.")
+                          hint=f"For example `{key}: base`.", key=key)
     return value.strip()
 
 
 def _token_override(token: str, value: Any) -> TokenOverride:
     where = f'tokenizer.tokens["{token}"]'
+    key = ("tokenizer", "tokens", token)
     if not isinstance(value, dict):
         raise RecipeError(f"{where} must be a mapping with `source:` (and optionally `force:`).",
                           why="It says where this token's embedding row comes from.",
-                          hint="For example `source: org/name`, or `source: {kind: zero}`.")
+                          hint="For example `source: org/name`, or `source: {kind: zero}`.", key=key)
     warnings: list[str] = []
     _warn_unknown_keys(value, _TOKEN_KEYS, where, warnings)
     if warnings:
         raise RecipeError(warnings[0].replace("is ignored", "is not a token setting"),
                           why="An unknown token setting would leave this token's row other than the recipe says.",
-                          hint="Use only `source` and `force`.")
+                          hint="Use only `source` and `force`.", key=key)
     force = value.get("force", False)
     if not isinstance(force, bool):
         raise RecipeError(f"{where}.force must be true or false, got {describe_value(force)}.", why="It is a switch.",
-                          hint="Write `force: true` or remove it.")
+                          hint="Write `force: true` or remove it.", key=(*key, "force"))
     source = value.get("source")
     if source is None and force:
         raise RecipeError(f"{where} has `force: true` but no `source:`.",
                           why="Forcing replaces every model's row of this token with the source's, so it needs one.",
-                          hint="Add `source:` (a model, `{kind: zero}` or `{kind: average}`), or remove `force`.")
+                          hint="Add `source:` (a model, `{kind: zero}` or `{kind: average}`), or remove `force`.",
+                          key=key)
     if source is None:
         return TokenOverride(None, force)
     if isinstance(source, str):
-        return TokenOverride(TokenSource("model", ModelRef.parse(source)), force)
+        return TokenOverride(TokenSource("model", ModelRef.parse(source, (*key, "source"))), force)
     if not isinstance(source, dict):
         raise RecipeError(f"{where}.source must be a model or a mapping with `kind:`, got {describe_value(source)}.",
-                          why="It says which row to take.", hint="For example `source: org/name`.")
+                          why="It says which row to take.", hint="For example `source: org/name`.",
+                          key=(*key, "source"))
     kind = source.get("kind")
     if kind == "zero":
         return TokenOverride(TokenSource("zero"), force)
@@ -422,17 +433,19 @@ def _token_override(token: str, value: Any) -> TokenOverride:
         if (token_text is None) == (token_id is None) or "model" not in source:
             raise RecipeError(f"{where}.source (kind: model_token) needs `model:` and one of `token:` or `token_id:`.",
                               why="It copies the row of one token of one model.",
-                              hint="For example `{kind: model_token, model: org/name, token: <s>}`.")
+                              hint="For example `{kind: model_token, model: org/name, token: <s>}`.",
+                              key=(*key, "source"))
         if token_id is not None and (isinstance(token_id, bool) or not isinstance(token_id, int) or token_id < 0):
             raise RecipeError(f"{where}.source.token_id must be a row number, got {describe_value(token_id)}.",
-                              why="It indexes the model's embedding rows.", hint="Use `token:` with the token's text.")
-        return TokenOverride(TokenSource("model_token", ModelRef.parse(source["model"]),
+                              why="It indexes the model's embedding rows.", hint="Use `token:` with the token's text.",
+                              key=(*key, "source", "token_id"))
+        return TokenOverride(TokenSource("model_token", ModelRef.parse(source["model"], (*key, "source", "model")),
                                          None if token_text is None else str(token_text), token_id), force)
     if "model" in source and kind is None:
-        return TokenOverride(TokenSource("model", ModelRef.parse(source)), force)
+        return TokenOverride(TokenSource("model", ModelRef.parse(source, (*key, "source"))), force)
     raise RecipeError(f"{where}.source has kind {describe_value(kind)}, which is not one Mergesmith knows.",
                       why="The kind says how the row is made.",
-                      hint="Use `model_token`, `zero` or `average`, or name a model.")
+                      hint="Use `model_token`, `zero` or `average`, or name a model.", key=(*key, "source", "kind"))
 
 
 def _chat_template(value: Any) -> str | None:
@@ -445,7 +458,8 @@ def _chat_template(value: Any) -> str | None:
     if not isinstance(value, str) or not value.strip():
         raise RecipeError(f"`chat_template` must be a name or a Jinja template, got {describe_value(value)}.",
                           why="It is written into the result's tokenizer settings.",
-                          hint=f"Use auto, {', '.join(BUILT_IN_CHAT_TEMPLATES)}, or the template text.")
+                          hint=f"Use auto, {', '.join(BUILT_IN_CHAT_TEMPLATES)}, or the template text.",
+                          key="chat_template")
     if value == "auto" or value in BUILT_IN_CHAT_TEMPLATES or ("{" in value and len(value) >= 20):
         return value
     close = difflib.get_close_matches(value, ["auto", *BUILT_IN_CHAT_TEMPLATES], n=1)
@@ -455,6 +469,7 @@ def _chat_template(value: Any) -> str | None:
         why="Chat templates are Jinja text with `{{ … }}` and `{% … %}` blocks; a short word can only be a name.",
         hint=f"Use auto (the inputs' most common template), {', '.join(BUILT_IN_CHAT_TEMPLATES)}, "
         "or paste the template text.",
+        key="chat_template",
     )
 
 
@@ -500,7 +515,7 @@ def _source(entry: Any, where: str, allow_range: bool, warnings: list[str]) -> S
                 key=f"{where}.layer_range",
             )
         layer_range = (value[0], value[1])
-    return Source(ModelRef.parse(entry["model"]), layer_range, _mapping(entry.get("parameters"), f"{where}.parameters"))
+    return Source(ModelRef.parse(entry["model"], f"{where}.model"), layer_range, _mapping(entry.get("parameters"), f"{where}.parameters"))
 
 
 # --- parameter values ---------------------------------------------------------------------------------------
@@ -529,25 +544,28 @@ def layer_position(index: int, count: int) -> float:
     return 1.0 if count <= 1 else index / (count - 1)
 
 
-def evaluate(value: Any, tensor_name: str, t: float) -> Any:
+def evaluate(value: Any, tensor_name: str, t: float, key: KeyPath = ()) -> Any:
     """The value a recipe parameter takes for `tensor_name` at gradient position `t`, or `_MISSING`.
 
     Forms: a scalar; a list of numbers (a gradient, interpolated); a list of booleans or strings (stepped);
     `{filter, value}` or a list of them (first filter that is a substring of the name wins; `*` or no filter
-    matches everything). Raises RecipeError for a form it does not know.
+    matches everything). Raises RecipeError with `key` (the parameter's place in the recipe) for a form it does
+    not know.
     """
     if isinstance(value, dict):
         value = [value]
     if isinstance(value, list):
         if not value:
-            raise RecipeError("A parameter is an empty list.", hint="Give a number, or a list of numbers for a gradient.")
+            raise RecipeError("A parameter is an empty list.", hint="Give a number, or a list of numbers for a gradient.",
+                              key=key)
         if all(isinstance(entry, dict) for entry in value):
             for entry in value:
                 if "value" not in entry:
-                    raise RecipeError(f"The filtered parameter entry {describe_value(entry)} has no `value`.")
+                    raise RecipeError(f"The filtered parameter entry {describe_value(entry)} has no `value`.",
+                                      hint="Write each entry as `{filter: mlp, value: 0.5}`.", key=key)
                 pattern = entry.get("filter")
                 if pattern is None or pattern == "*" or str(pattern) in tensor_name:
-                    return evaluate(entry["value"], tensor_name, t)
+                    return evaluate(entry["value"], tensor_name, t, key)
             return _MISSING
         numbers = [as_number(v) for v in value]
         if all(n is not None for n in numbers):
@@ -559,15 +577,17 @@ def evaluate(value: Any, tensor_name: str, t: float) -> Any:
             return (1 - frac) * value[low] + frac * value[high]
         if all(isinstance(v, (bool, str)) for v in value):
             return value[int(t * (len(value) - 1))]
-        raise RecipeError(f"The parameter value {describe_value(value)} mixes kinds of values.", hint="Use only numbers in a gradient.")
+        raise RecipeError(f"The parameter value {describe_value(value)} mixes kinds of values.",
+                          hint="Use only numbers in a gradient.", key=key)
     return value
 
 
-def lookup(scopes: list[dict[str, Any]], name: str, tensor_name: str, t: float) -> Any:
-    """Look `name` up in `scopes` (most specific first); returns `_MISSING` when no scope gives a value."""
+def lookup(scopes: list[dict[str, Any]], name: str, tensor_name: str, t: float, key: KeyPath = ()) -> Any:
+    """Look `name` up in `scopes` (most specific first); returns `_MISSING` when no scope gives a value. Raises
+    `evaluate`'s RecipeError, with `key`, for a value of a form it does not know."""
     for scope in scopes:
         if name in scope:
-            found = evaluate(scope[name], tensor_name, t)
+            found = evaluate(scope[name], tensor_name, t, key)
             if found is not _MISSING:
                 return found
     return _MISSING

@@ -23,13 +23,11 @@ from typing import Any
 
 import torch
 
+from guiapp.engine.chat_template_names import BUILT_IN_CHAT_TEMPLATES, TEMPLATE_FOLDER
 from guiapp.engine.recipe import TokenizerSettings, TokenSource
 from guiapp.errors import CheckpointError, IncompatibleModelsError, RecipeError
 from guiapp.hub.references import ModelRef
 
-_TEMPLATES = Path(__file__).with_name("chat_templates")
-# Named chat templates (the texts mergekit ships under these names), stored as data files of this package.
-BUILT_IN_CHAT_TEMPLATES = tuple(sorted(path.stem for path in _TEMPLATES.glob("*.jinja")))
 TOKENIZER_FILE = "tokenizer.json"
 CONFIG_FILE = "tokenizer_config.json"
 
@@ -125,6 +123,7 @@ class VocabularyAlignment:
                 f"The row of token {self.tokens[token]!r} is to come from a model that is not an input of this "
                 "tensor.", why="A token's row can only be copied from a model whose tensor is merged here.",
                 hint="Name in `tokenizer.tokens` one of the models this tensor is merged from.",
+                key=("tokenizer", "tokens", self.tokens[token]),
             )
         return tensors[source.model][source.row]
 
@@ -132,30 +131,32 @@ class VocabularyAlignment:
 def _resolve_override(text: str, source: TokenSource, refs: list[ModelRef], vocabularies: dict[int, ModelVocabulary],
                       rows_of: dict[int, list[int]], position: int, embedding_rows: list[int | None]) -> RowSource:
     """The RowSource a `tokenizer.tokens` entry means. Raises RecipeError naming the entry when it cannot be had."""
+    key = ("tokenizer", "tokens", text)
     if source.kind in ("zero", "average"):
         return RowSource(source.kind)
     if source.model not in refs:
         raise RecipeError(f"`tokenizer.tokens` takes {text!r} from {source.model}, which is not one of the merged "
                           "models.", why="Rows can only be copied from a model that is merged.",
-                          hint="Name one of the models under `models:` or `slices:`.")
+                          hint="Name one of the models under `models:` or `slices:`.", key=key)
     model = refs.index(source.model)
     if source.kind == "model":
         row = rows_of[model][position]
         if row < 0:
             raise RecipeError(f"{source.model} has no token {text!r}, so its row cannot be taken from it.",
                               why="A model can only give rows for tokens it has.",
-                              hint="Name a model that has the token, or use `{kind: zero}` or `{kind: average}`.")
+                              hint="Name a model that has the token, or use `{kind: zero}` or `{kind: average}`.",
+                              key=key)
         return RowSource("row", model, row)
     row = source.token_id if source.token is None else vocabularies[model].tokens.get(source.token)
     if row is None:
         raise RecipeError(f"{source.model} has no token {source.token!r} (asked for by {text!r}).",
                           why="`model_token` copies the row of a token the model has.",
-                          hint="Check the token's text (special tokens include their brackets).")
+                          hint="Check the token's text (special tokens include their brackets).", key=key)
     limit = embedding_rows[model]
     if limit is not None and row >= limit:
         raise RecipeError(f"Token id {row} (asked for by {text!r}) is past the last row of {source.model} "
                           f"({limit} rows).", why="The id indexes the model's embedding rows.",
-                          hint="Use `token:` with the token's text instead.")
+                          hint="Use `token:` with the token's text instead.", key=key)
     return RowSource("row", model, row)
 
 
@@ -236,7 +237,8 @@ def build_alignment(
         if text not in position:
             raise RecipeError(f"`tokenizer.tokens` sets {text!r}, which is not in the result's vocabulary.",
                               why="Only tokens of the output tokenizer have rows in the result.",
-                              hint="Check the token's text, or use `source: union` to include other models' tokens.")
+                              hint="Check the token's text, or use `source: union` to include other models' tokens.",
+                              key=("tokenizer", "tokens", text))
         if override.source is not None:
             overrides[position[text]] = _resolve_override(text, override.source, refs, vocabularies, rows_of,
                                                           position[text], embedding_rows)
@@ -323,7 +325,7 @@ def chat_template_text(choice: str, model_folders: list[Path]) -> str | None:
     """The template `chat_template: choice` means: a built-in's text, the inputs' most common template (`auto`;
     None when no input has one), or `choice` itself (Jinja text)."""
     if choice in BUILT_IN_CHAT_TEMPLATES:
-        return (_TEMPLATES / f"{choice}.jinja").read_text(encoding="utf-8")
+        return (TEMPLATE_FOLDER / f"{choice}.jinja").read_text(encoding="utf-8")
     if choice != "auto":
         return choice
     templates = [template.strip() for template in map(_own_chat_template, model_folders) if template]

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from guiapp.errors import CheckpointError, RecipeError
+from guiapp.errors import CheckpointError, KeyPath, RecipeError, key_path
 from guiapp.system.bounded import describe_value
 
 # The Hub's own rule for repo ids: an optional namespace, then a name of letters, digits, "-", "_", ".".
@@ -52,21 +52,21 @@ class ModelRef:
         object.__setattr__(self, "folder", Path(self.model).expanduser().resolve() if local else None)
 
     @classmethod
-    def parse(cls, text: Any) -> ModelRef:
+    def parse(cls, text: Any, key: str | KeyPath | None = None) -> ModelRef:
         """Read `org/name`, `org/name@rev`, a folder path, or any of these `+adapter`, by one rule: an existing
         folder is taken whole (its name may hold "@" or "+"); otherwise the text after the last "+" is the adapter,
         and a part whose text before the first "@" is a Hub id has the rest as its revision (anything else is a
         folder path, "@" included). Also takes mergekit's long form `{model: ..., lora: ...}`.
 
-        Raises RecipeError for anything that is not a non-empty string.
+        Raises RecipeError for anything that is not a non-empty string, with `key` (where a recipe holds the text).
         """
         if isinstance(text, dict) and "model" in text:
-            inner = cls.parse(text["model"])
+            inner = cls.parse(text["model"], (*key_path(key), "model"))
             lora = text.get("lora")
-            return cls(inner.model, inner.revision, cls.parse(lora) if lora else inner.adapter)
+            return cls(inner.model, inner.revision, cls.parse(lora, (*key_path(key), "lora")) if lora else inner.adapter)
         if not isinstance(text, str) or not text.strip():
             raise RecipeError(f"{describe_value(text)} is not a model reference.",
-                              hint="Use a Hub id like org/name or a local folder path.")
+                              hint="Use a Hub id like org/name or a local folder path.", key=key)
         text = text.strip()
         model, plus, adapter = text.rpartition("+")
         if _is_folder(text) or not (plus and model.strip() and adapter.strip()):

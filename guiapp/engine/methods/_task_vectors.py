@@ -113,6 +113,7 @@ def sparsify(
                 f"DELLA needs density - epsilon > 0 and density + epsilon < 1, but {where} has "
                 f"density {density:g} and epsilon {epsilon:g}.",
                 hint="Lower epsilon, or move density away from 0 and 1 (e.g. density 0.5, epsilon 0.1).",
+                key=("parameters", "epsilon"),
             )
         mask = della_mask(delta, density, epsilon, generator)
     kept = int(torch.count_nonzero(mask))

@@ -26,6 +26,7 @@ def check_params(model_params: list[dict[str, Any]], params: dict[str, Any], ten
         raise RecipeError(
             f"The weights add up to zero for {tensor_name}, so linear cannot normalise by them.",
             hint="Change the weights so that they do not cancel out, or set `normalize: false`.",
+            key=("parameters", "normalize"),
         )
 
 

@@ -27,6 +27,7 @@ def multislerp(
             raise RecipeError(
                 f"The weights add up to zero at {where}, so they cannot be normalised.",
                 hint="Change a weight, or set normalize_weights: false.",
+                key=("parameters", "normalize_weights"),
             )
         weights = [w / total for w in weights]
     norms = [_reduce.norm(x) for x in tensors]
