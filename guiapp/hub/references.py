@@ -90,6 +90,13 @@ class ModelRef:
         return None if self.is_local else self.model
 
     @property
+    def short_name(self) -> str:
+        """How a column or a chart names the model: the last part of its adapter's folder or repo id when it has
+        one (that is what makes it differ), else of its own; `name@revision` for a Hub model at a revision."""
+        shown = self.adapter or self
+        return re.split(r"[/\\]", str(shown).rstrip("/\\"))[-1] or str(shown)
+
+    @property
     def base(self) -> ModelRef:
         """The model without its adapter."""
         return ModelRef(self.model, self.revision) if self.adapter else self

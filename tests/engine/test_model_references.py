@@ -89,6 +89,13 @@ def test_the_publish_card_and_output_names_read_references_alike(in_folder):
         == ["tiny-v2", "tiny", "chat"]
 
 
+def test_columns_and_charts_name_a_model_by_the_same_reading(in_folder):
+    """The Try page's short names: an existing folder named `chat+code` is one model, not `code` applied to `chat`."""
+    assert [ModelRef.parse(text).short_name for text in ("chat+code", "org/model+org/adapter@rev", "./out/x/",
+                                                          "org/model@v1", "~/models/tiny")] \
+        == ["chat+code", "adapter@rev", "x", "model@v1", "tiny"]
+
+
 def test_mergekit_long_form_is_the_same_reference():
     assert ModelRef.parse({"model": "org/a@v1", "lora": "org/b@r"}) == ModelRef.parse("org/a@v1+org/b@r")
 

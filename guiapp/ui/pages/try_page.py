@@ -34,6 +34,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from guiapp.hub.references import ModelRef
 from guiapp.jobs.tryout import (
     DEFAULT_TEMPERATURE,
     DEFAULT_TOP_P,
@@ -96,7 +97,7 @@ class ModelColumn(QGroupBox):
     """One model's output: its name, what it runs in, and the text as it streams in."""
 
     def __init__(self, reference: str, parent: QWidget | None = None) -> None:
-        super().__init__(Path(reference.split("+")[-1]).name or reference, parent)
+        super().__init__(ModelRef.parse(reference).short_name, parent)
         self.setToolTip(reference)
         self.status = QLabel("Waiting…", wordWrap=True)
         self.output = QPlainTextEdit(readOnly=True)
@@ -296,7 +297,6 @@ class TryPage(QWidget):
 
     def open_publish(self):
         """Open the Publish dialog for the last model of the list; returns it (None when that is no folder)."""
-        from guiapp.hub.references import ModelRef  # noqa: PLC0415 - the reference parser (no torch)
         from guiapp.ui.publish_dialog import PublishDialog  # noqa: PLC0415 - only when asked for
 
         references = self.references()
@@ -400,7 +400,7 @@ class TryPage(QWidget):
                 value, count = entry["mean_similarity"], f"{len(entry['similarities'])} pairs (similarity)"
             for column, text in enumerate((entry["model"], f"{value:.3f}", count, entry["dtype"])):
                 self.table.setItem(row, column, QTableWidgetItem(text))
-            bars.append((Path(entry["model"].split("+")[-1]).name, value))
+            bars.append((ModelRef.parse(entry["model"]).short_name, value))
         self._fit_table()
         causal = all(entry["perplexity"] is not None for entry in results)
         self.chart.set_values(bars, "Perplexity (lower is better)" if causal else
