@@ -50,14 +50,15 @@ def test_new_merge_clears_the_form_and_undo_brings_it_back(qtbot, window, models
     page = window.merge
     _fill_recipe(qtbot, page, models)
     before = page.recipe.copy()
-    window.activateWindow()
-    page.method_combo.setFocus()  # not a text field, whose own undo would take Ctrl+Z
+    window.activateWindow()  # shortcuts reach an active window only
+    qtbot.waitUntil(window.isActiveWindow, timeout=10_000)
+    window.show_page("models")
     qtbot.keySequence(window, QKeySequence(QKeySequence.StandardKey.New))
-    assert window.current_page() == "merge"
+    assert window.current_page() == "merge"  # New merge shows the page it empties
     assert page.table.rowCount() == 0 and page.base_picker.text() == ""
     assert page.document == {"merge_method": "ties"}
     assert "Undo" in window.statusBar().currentMessage()
-    page.method_combo.setFocus()
+    page.method_combo.setFocus()  # not a text field, whose own undo would take Ctrl+Z
     qtbot.keySequence(window, QKeySequence(QKeySequence.StandardKey.Undo))
     assert page.document == before
     assert page.table.rowCount() == 2 and page.base_picker.text() == str(models.base)

@@ -22,7 +22,7 @@ class RecipePanel(QWidget):
         self._timer = QTimer(self, singleShot=True, interval=YAML_DELAY_MS)
         self._timer.timeout.connect(self.edited)
         layout = QVBoxLayout(self)
-        layout.addWidget(QLabel("<b>Recipe (mergekit YAML)</b> — edit it and the form follows"))
+        layout.addWidget(QLabel("<b>Recipe (mergekit YAML)</b> — edit it and the form follows", wordWrap=True))
         self.yaml_edit = QPlainTextEdit(accessibleName="Recipe YAML")
         self.yaml_edit.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
         self.yaml_edit.setTabChangesFocus(True)

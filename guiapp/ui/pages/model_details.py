@@ -10,7 +10,7 @@ from typing import Any
 
 from PySide6.QtCore import Qt, QUrl
 from PySide6.QtGui import QDesktopServices
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QListWidget, QPushButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QGridLayout, QLabel, QListWidget, QPushButton, QVBoxLayout, QWidget
 
 from guiapp.ui.background import LatestTask, run_blocking
 from guiapp.ui.text import error_text, html_escape
@@ -50,9 +50,10 @@ class ModelDetailsPane(QWidget):
         self.extract_button.clicked.connect(self._extract_from_details)
         self.page_button = QPushButton("Open on the Hub")
         self.page_button.clicked.connect(lambda: self.details and QDesktopServices.openUrl(QUrl(self.details.page_url)))
-        actions = QHBoxLayout()
-        for button in (self.download_button, self.base_button, self.add_button, self.extract_button):
-            actions.addWidget(button)
+        actions = QGridLayout()  # two by two: the pane stays narrow enough for a 1024-pixel window
+        for index, button in enumerate((self.download_button, self.extract_button, self.base_button,
+                                        self.add_button)):
+            actions.addWidget(button, index // 2, index % 2)
         self._actions = (self.download_button, self.base_button, self.add_button, self.extract_button,
                          self.page_button)
         for widget in (self.detail_title, self.fit_badge, self.detail_facts):

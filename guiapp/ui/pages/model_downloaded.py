@@ -24,7 +24,7 @@ from PySide6.QtWidgets import (
 )
 
 from guiapp.ui.background import LatestTask, run_blocking
-from guiapp.ui.library_model import NAME, LibraryFilter
+from guiapp.ui.library_model import CHANGED, NAME, LibraryFilter
 from guiapp.ui.text import error_text
 
 
@@ -38,6 +38,7 @@ class DownloadedTab(QWidget):
         self.cache_table = QTableView(accessibleName="Models on this computer")
         self.cache_table.setModel(self.rows)
         self.cache_table.setSortingEnabled(True)
+        self.cache_table.sortByColumn(CHANGED, Qt.SortOrder.DescendingOrder)  # the newest first
         self.cache_table.setTextElideMode(Qt.TextElideMode.ElideMiddle)
         self.cache_table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.cache_table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
@@ -83,9 +84,10 @@ class DownloadedTab(QWidget):
             self.cache_status.setText("Looking at the disk…")
             return
         downloaded = [e for e in entries if e.source == "downloaded"]
-        text = (f"{plural(len(entries), 'model')} on this computer; {plural(len(downloaded), 'download')}, "
-                f"{format_bytes(sum(e.size for e in downloaded))} in the download cache."
-                if entries else "No models on this computer yet: download one, add a folder, or run a job.")
+        cache = (f"; {len(downloaded)} downloaded, {format_bytes(sum(e.size for e in downloaded))} in the download "
+                 "cache" if downloaded else "")
+        text = (f"{plural(len(entries), 'model')} on this computer{cache}." if entries
+                else "No models on this computer yet: download one, add a folder, or run a job.")
         self.cache_status.setText(text + (f" {self._note}" if self._note else ""))
         self._note = ""
         self._selection_changed()

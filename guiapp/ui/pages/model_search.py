@@ -64,10 +64,13 @@ class HubSearchTab(QWidget):
         self.hide_gated = QCheckBox("Hide gated")
         self.hide_gated.setToolTip("Gated models need you to accept a licence on their Hub page first")
         self.hide_gated.toggled.connect(lambda _: self.search())
-        bar = QHBoxLayout()
-        bar.addWidget(self.search_edit, 1)
+        bar = QVBoxLayout()  # the box on its own line, the filters under it: narrow enough for 1024 pixels
+        bar.addWidget(self.search_edit)
+        filters = QHBoxLayout()
         for widget in (self.sort_combo, self.size_combo, self.hide_gated):
-            bar.addWidget(widget)
+            filters.addWidget(widget)
+        filters.addStretch()
+        bar.addLayout(filters)
 
         self.results = QTableWidget(0, len(COLUMNS), accessibleName="Search results")
         self.results.setHorizontalHeaderLabels(list(COLUMNS))

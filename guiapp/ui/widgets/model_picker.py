@@ -14,6 +14,7 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QComboBox, QFileDialog, QHBoxLayout, QPushButton, QWidget
 
 from guiapp.ui.library_model import REFERENCE_ROLE, LibraryFilter, LibraryModel
+from guiapp.ui.widgets.elided_line_edit import ElidedLineEdit
 
 
 class ModelPicker(QWidget):
@@ -24,6 +25,7 @@ class ModelPicker(QWidget):
         super().__init__(parent)
         self.kinds = tuple(kinds)
         self.combo = QComboBox(editable=True)
+        self.combo.setLineEdit(ElidedLineEdit())  # a long path shows its start and its name, not just one end
         self.combo.setInsertPolicy(QComboBox.InsertPolicy.NoInsert)
         self.combo.lineEdit().setPlaceholderText(placeholder)
         self.combo.setMinimumContentsLength(16)
@@ -74,7 +76,7 @@ class ModelPicker(QWidget):
     def _show_tooltip(self, text: str) -> None:
         index = self.combo.findData(text.strip(), REFERENCE_ROLE)
         described = self.combo.itemData(index, Qt.ItemDataRole.ToolTipRole) if index >= 0 else None
-        self.combo.setToolTip(described or text)
+        self.combo.lineEdit().setToolTip(described or text)
 
     def _browse(self) -> None:
         folder = QFileDialog.getExistingDirectory(self, "Choose a model folder", self.text())
