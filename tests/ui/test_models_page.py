@@ -63,7 +63,10 @@ def test_download_runs_as_a_job_and_shows_in_downloaded(qtbot, window, hub_env, 
     qtbot.mouseClick(page.details_pane.download_button, Qt.MouseButton.LeftButton)
     record = window.state.jobs.records[-1]
     assert record.kind == "download"
+    assert "Downloading" in page.details_pane.detail_status.text()
     assert wait_for_job(qtbot, window, record.key).status == "done"
+    assert page.details_pane.detail_status.text().startswith("Downloaded smith/tiny-base")  # not "Downloading…"
+    qtbot.waitUntil(lambda: "downloaded" in page.details_pane.fit_badge.text(), timeout=15_000)
     page.tabs.setCurrentIndex(1)
     qtbot.waitUntil(lambda: page.downloaded.rows.rowCount() == 1, timeout=15_000)
     assert page.downloaded.rows.index(0, 0).data() == "smith/tiny-base"

@@ -65,6 +65,7 @@ class ModelDetailsPane(QWidget):
         layout.addWidget(self.page_button, 0, Qt.AlignmentFlag.AlignLeft)
         layout.addStretch()
         self._enable_actions(False)
+        state.jobs.record_changed.connect(self._job_changed)
 
     def open_details(self, repo_id: str) -> None:
         """Show `repo_id`'s details (one Hub request, awaited off the UI thread) and its fit on this machine."""
@@ -136,6 +137,22 @@ class ModelDetailsPane(QWidget):
         self.state.jobs.submit(download_job(self.details.repo_id))
         self.detail_status.setText(f"Downloading {self.details.repo_id}: progress on the Jobs page.")
         set_status_style(self.detail_status, "muted")
+
+    def _job_changed(self, key: str) -> None:
+        """The status line follows a download of the model shown: done, failed or cancelled."""
+        record = self.state.jobs.record(key)
+        if (record is None or record.kind != "download" or self.details is None
+                or record.spec.get("repo_id") != self.details.repo_id or record.status in ("queued", "running")):
+            return
+        if record.status == "done":
+            repo_id = self.details.repo_id
+            self.open_details(repo_id)  # read again: the fit now says "downloaded"
+            self.detail_status.setText(f"Downloaded {repo_id}: it is in every model list now.")
+            set_status_style(self.detail_status, "good")
+        else:
+            self.detail_status.setText(f"The download of {self.details.repo_id} {record.status}: the Jobs page "
+                                       "says why and can retry it.")
+            set_status_style(self.detail_status, "problem")
 
 
 def count_text(value: int | None) -> str:
