@@ -88,8 +88,13 @@ def plan_merge(recipe: Recipe, progress: Progress | None = None) -> MergePlan:
     for ref in refs:
         headers[ref] = read_headers(ref)
         progress.step(str(ref))
-    tokenizer_folder(recipe.tokenizer_donor())  # a donor that cannot be had is reported now, not after the merge
+    donor_folder = tokenizer_folder(recipe.tokenizer_donor())  # a donor that cannot be had is reported now
     plan = build_plan(recipe, headers)
+    settings = recipe.tokenizer
+    if settings is not None and (settings.source == "union" or donor_folder or settings.pad_to_multiple_of):
+        # The output's vocabulary size comes from tokenizers (small files, no weights): read them now, so the
+        # plan's shapes, and so the estimate, are the ones the merge writes. Running aligns again, identically.
+        align_vocabulary(plan, _vocabulary_folders(plan), donor_folder)
     for warning in plan.warnings:
         progress.log(f"Warning: {warning}")
     return plan
@@ -153,6 +158,14 @@ def tokenizer_folder(donor: ModelRef | None) -> Path | None:
     from guiapp.hub.resolve import resolve_tokenizer  # noqa: PLC0415 - a local folder is returned as it is
 
     return resolve_tokenizer(donor)
+
+
+def _vocabulary_folders(plan: MergePlan) -> list[Path]:
+    """Each merged model's folder, or for a Hub model the cached folder of its tokenizer files alone (a model
+    without tokenizer.json is given its folder anyway: the base's vocabulary stands in for it)."""
+    from guiapp.hub.resolve import resolve_tokenizer  # noqa: PLC0415 - a local folder is returned as it is
+
+    return [resolve_tokenizer(model.ref.base, required=False) for model in plan.models]
 
 
 def _merge_tensors(

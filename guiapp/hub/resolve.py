@@ -67,13 +67,14 @@ def resolve_models(refs: Sequence[ModelRef], *, progress: Progress | None = None
     return [folders[position] for position in range(len(refs))]
 
 
-def resolve_tokenizer(ref: ModelRef, *, offline: bool = False) -> Path:
+def resolve_tokenizer(ref: ModelRef, *, offline: bool = False, required: bool = True) -> Path:
     """The folder holding the tokenizer of the model `ref` names, for a model that lends only its tokenizer
-    to a merge (`tokenizer_source`): a local folder as it is; of a Hub repo only the tokenizer files are fetched
-    into the HF cache (from the cache alone when offline).
+    to a merge (`tokenizer_source`) or whose vocabulary is read while planning: a local folder as it is; of a Hub
+    repo only the tokenizer files are fetched into the HF cache (from the cache alone when offline).
 
-    Raises CheckpointError when the folder does not exist or the repo has no tokenizer.json, OfflineError when offline and the files are not
-    cached, and the Hub errors of `hub_errors` (ModelNotFoundError, GatedModelError…).
+    Raises CheckpointError when the folder does not exist or (when `required`) the repo has no tokenizer.json,
+    OfflineError when offline and the files are not cached, and the Hub errors of `hub_errors`
+    (ModelNotFoundError, GatedModelError…).
     """
     from huggingface_hub import snapshot_download  # noqa: PLC0415
 
@@ -88,7 +89,7 @@ def resolve_tokenizer(ref: ModelRef, *, offline: bool = False) -> Path:
         folder = Path(snapshot_download(ref.model, revision=ref.revision, allow_patterns=sorted(TOKENIZER_FILES),
                                         cache_dir=connection.cache_dir, endpoint=connection.endpoint,
                                         local_files_only=local_only))
-    if not (folder / "tokenizer.json").is_file():
+    if required and not (folder / "tokenizer.json").is_file():
         raise CheckpointError(
             f"{ref} has no tokenizer.json, so its vocabulary cannot be read.",
             hint="Choose a model that ships tokenizer.json (the fast-tokenizer file most models have).",
