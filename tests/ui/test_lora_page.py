@@ -29,7 +29,10 @@ def test_a_folder_that_is_not_an_adapter_is_explained(qtbot, window, models):
     page.a_adapter.set_text(str(models.tune_a))  # a full model, not an adapter
     qtbot.waitUntil(lambda: page.a_check.property("status") == "problem", timeout=20_000)
     assert "adapter" in page.a_check.text().lower()
-    qtbot.mouseClick(page.a_run, Qt.MouseButton.LeftButton)  # running anyway fails with the explanation
+    assert not page.a_run.isEnabled() and page.a_bar.status.text().startswith("Fix: ")  # Run says why not
+    qtbot.mouseClick(page.a_run, Qt.MouseButton.LeftButton)
+    assert not window.state.jobs.records  # a disabled Run starts nothing
+    page.run_apply()  # running anyway (from code) fails with the explanation
     record = window.state.jobs.records[-1]
     qtbot.waitUntil(lambda: record.status == "failed", timeout=20_000)
     assert not window.jobs.explanation.isHidden()

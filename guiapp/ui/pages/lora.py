@@ -1,8 +1,10 @@
 """The LoRA page: Extract LoRA (fine-tune − base → adapter) and Apply LoRA (base + adapter → full model).
 
 Both forms take their device and dtype dropdowns from the probe, check the models from their headers on a
-worker thread (debounced) and show the estimate before Run. When an extraction this page started finishes,
-its report (adapter size, retained energy, worst modules, nearly-empty warning) appears under the form.
+worker thread (debounced) and show the estimate before Run. Each tab's action bar (below its scroll area, always in
+sight) holds the Run button, disabled with the reason while the models are checked or do not fit, and a one-line
+summary. When an extraction this page started finishes, its report (adapter size, retained energy, worst modules,
+nearly-empty warning) appears under the form, until another pair of models is chosen.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from guiapp.ui.merge.output_box import default_output_folder
 from guiapp.ui.pages.jobs import extraction_report
 from guiapp.ui.text import error_text, sentence
 from guiapp.ui.theme import set_status_style
+from guiapp.ui.widgets.action_bar import ActionBar
 from guiapp.ui.widgets.model_picker import ModelPicker
 from guiapp.ui.widgets.options import OptionCombo, device_choices, dtype_choices
 
@@ -61,10 +64,15 @@ class LoraPage(QWidget):
         self.state = state
         self._extract_key: str | None = None
         self._filled_base = ""  # the Apply base last filled in from an adapter's own config
+        self._report_pair: tuple[str, str] | None = None  # the (base, fine-tune) the shown report is about
+        self.x_bar, self.a_bar = ActionBar("Extract LoRA"), ActionBar("Apply LoRA")
+        self.x_run, self.a_run = self.x_bar.button, self.a_bar.button
+        self.x_run.clicked.connect(self.run_extract)
+        self.a_run.clicked.connect(self.run_apply)
         self.tabs = QTabWidget()
         self.extract_scroll = self._scrolled(self._build_extract())
-        self.tabs.addTab(self.extract_scroll, "Extract LoRA")
-        self.tabs.addTab(self._scrolled(self._build_apply()), "Apply LoRA")
+        self.tabs.addTab(self._with_bar(self.extract_scroll, self.x_bar), "Extract LoRA")
+        self.tabs.addTab(self._with_bar(self._scrolled(self._build_apply()), self.a_bar), "Apply LoRA")
         layout = QVBoxLayout(self)
         layout.addWidget(self.tabs)
         self._checker = LatestTask(500, self)
@@ -73,14 +81,29 @@ class LoraPage(QWidget):
         state.jobs.record_changed.connect(self._job_changed)
         for picker in (self.x_base, self.x_model, self.a_base, self.a_adapter):
             picker.use_library(state.library)
+        for signal in (self.rank_mode.currentIndexChanged, self.rank_value.valueChanged):
+            signal.connect(self._describe_extract)
+        self.a_scale.valueChanged.connect(self._describe_apply)
         self._refresh_capabilities()
         self._restore_form()
+        self._extract_changed()
+        self._apply_changed()
 
     @staticmethod
     def _scrolled(widget: QWidget) -> QScrollArea:
         scroll = QScrollArea(widgetResizable=True)
         scroll.setWidget(widget)
         return scroll
+
+    @staticmethod
+    def _with_bar(scroll: QScrollArea, bar: ActionBar) -> QWidget:
+        """The tab: its form scrolling above, its action bar below (never scrolled away)."""
+        tab = QWidget()
+        layout = QVBoxLayout(tab)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(scroll, 1)
+        layout.addWidget(bar)
+        return tab
 
     # --- extract ---------------------------------------------------------------------------------------------
 
@@ -169,12 +192,9 @@ class LoraPage(QWidget):
         column.addWidget(output)
 
         self.x_estimate = QLabel("Choose both models to see the estimate.", wordWrap=True)
-        self.x_run = QPushButton("Extract LoRA")
-        self.x_run.clicked.connect(self.run_extract)
         self.x_report = QLabel(wordWrap=True)
         self.x_report.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         column.addWidget(self.x_estimate)
-        column.addWidget(self.x_run, 0, Qt.AlignmentFlag.AlignLeft)
         column.addWidget(self.x_report)
         column.addStretch()
         return page
@@ -242,16 +262,32 @@ class LoraPage(QWidget):
         self.include.setText(modules_pattern(item.data(Qt.ItemDataRole.UserRole) for item in items
                                              if item.checkState() == Qt.CheckState.Checked))
 
+    def _describe_extract(self, *_: Any, time: str = "") -> None:
+        """The extraction's summary line: the rank, the fine-tune, the adapter folder's name, the time."""
+        mode = self.rank_mode.currentData()
+        rank = (f"Rank {int(self.rank_value.value())}" if mode == "fixed" else
+                f"{RANK_MODES[mode][0]} {self.rank_value.value():g}")
+        parts = [rank, f"from {Path(self.x_model.text()).name or 'the fine-tune'}"]
+        if self.x_out.text().strip():
+            parts.append(f"into {Path(self.x_out.text().strip()).name}")
+        self.x_bar.set_summary(" · ".join(parts + ([time] if time else [])))
+
     def _extract_changed(self, *_: Any) -> None:
         base, model = self.x_base.text(), self.x_model.text()
+        self._describe_extract()
+        if self._report_pair is not None and self._report_pair != (base, model):
+            self._report_pair = self._extract_key = None  # the report was about other models
+            self.x_report.clear()
         if base:
             self._module_lister.request(lambda: self._list_modules(base))
         if not (base and model):
             self._checker.cancel()  # a check still running for the models no longer chosen is dropped
             self.x_check.clear()
+            self.x_bar.set_waiting("Choose the base model and the fine-tuned model first.")
             return
         self.x_check.setText("Checking the models…")
         set_status_style(self.x_check, "muted")
+        self.x_bar.set_checking()
         device, out, probe = self.x_device.value() or "cpu", self.x_out.text(), self.state.probe
         self._checker.request(lambda: self._check_pair(base, model, device, out, probe))
 
@@ -265,7 +301,10 @@ class LoraPage(QWidget):
             self.x_check.setText("\n".join(problem.text for problem in check.errors))
             set_status_style(self.x_check, "problem")
             self.x_estimate.setText("The estimate appears once both models can be read.")
+            self.x_bar.set_blocked(check.errors[0].text)
             return
+        self.x_bar.set_ready()
+        self._describe_extract(time=str(check.time) if check.time is not None else "")
         self.x_check.setText(f"✓ These models pair up: {plural(check.matrices, 'weight matrix', 'weight matrices')} "
                              "to compare.")
         set_status_style(self.x_check, "good")
@@ -295,6 +334,7 @@ class LoraPage(QWidget):
         )
         record = self.state.jobs.submit(job)
         self._extract_key = record.key
+        self._report_pair = (self.x_base.text(), self.x_model.text())
         self.x_report.setText("Running… (progress on the Jobs page)")
         set_status_style(self.x_report, "muted")
         self.job_submitted.emit(record.key)
@@ -351,9 +391,6 @@ class LoraPage(QWidget):
         column.addWidget(output)
         self.a_estimate = QLabel("Choose the base model and the adapter to see the estimate.", wordWrap=True)
         column.addWidget(self.a_estimate)
-        self.a_run = QPushButton("Apply LoRA")
-        self.a_run.clicked.connect(self.run_apply)
-        column.addWidget(self.a_run, 0, Qt.AlignmentFlag.AlignLeft)
         column.addStretch()
         return page
 
@@ -368,14 +405,25 @@ class LoraPage(QWidget):
             self._filled_base = base
             self.a_base.set_text(base)
 
+    def _describe_apply(self, *_: Any) -> None:
+        """The application's summary line: the adapter, the base, the strength, the output folder's name."""
+        adapter, base = Path(self.a_adapter.text()).name or "The adapter", Path(self.a_base.text()).name
+        parts = [f"{adapter} onto {base or 'its base model'}", f"strength {self.a_scale.value():g}"]
+        if self.a_out.text().strip():
+            parts.append(f"into {Path(self.a_out.text().strip()).name}")
+        self.a_bar.set_summary(" · ".join(parts))
+
     def _apply_changed(self, *_: Any) -> None:
         base, adapter = self.a_base.text(), self.a_adapter.text()
+        self._describe_apply()
         if not (base and adapter):
             self._apply_checker.cancel()
             self.a_check.clear()
+            self.a_bar.set_waiting("Choose the base model and the adapter first.")
             return
         self.a_check.setText("Checking the adapter against the base model…")
         set_status_style(self.a_check, "muted")
+        self.a_bar.set_checking()
         device, out = self.a_device.value() or "cpu", self.a_out.text()
         self._apply_checker.request(lambda: self._check_adapter(base, adapter, device, out))
 
@@ -389,7 +437,9 @@ class LoraPage(QWidget):
             self.a_check.setText("\n".join(problem.text for problem in check.errors))
             set_status_style(self.a_check, "problem")
             self.a_estimate.setText("The estimate appears once the adapter fits the base model.")
+            self.a_bar.set_blocked(check.errors[0].text)
             return
+        self.a_bar.set_ready()
         self.a_check.setText(f"✓ The adapter fits this base model ({plural(check.matrices, 'module')} changed).")
         set_status_style(self.a_check, "good")
         lines = [f"Reads and writes about {format_bytes(check.read_bytes)}."]
