@@ -18,7 +18,8 @@ if TYPE_CHECKING:
     from guiapp.engine.recipe import Recipe
 
 # The keys the form edits; every other key of a document is kept as it is.
-FORM_KEYS = ("merge_method", "base_model", "models", "slices", "parameters", "out_dtype", "tokenizer_source")
+FORM_KEYS = ("merge_method", "base_model", "models", "slices", "parameters", "out_dtype", "tokenizer_source",
+             "chat_template")
 MAX_UNDO = 100
 
 
@@ -43,6 +44,7 @@ class FormValues:
     out_dtype: str | None = None
     keep_out_dtype: bool = False  # the document's out_dtype cannot be chosen here: keep it so its problem shows
     tokenizer_source: str = ""
+    chat_template: str = ""  # "" leaves it out: the tokenizer files are copied as they are
 
 
 class RecipeDocument:
@@ -174,6 +176,8 @@ class RecipeDocument:
             document["out_dtype"] = self._document["out_dtype"]
         if form.tokenizer_source.strip():
             document["tokenizer_source"] = form.tokenizer_source.strip()
+        if form.chat_template.strip():
+            document["chat_template"] = form.chat_template
         document.update({k: v for k, v in self._document.items() if k not in FORM_KEYS})
         self._change(document)
 

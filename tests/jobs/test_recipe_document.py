@@ -67,12 +67,15 @@ def test_yaml_text_replaces_the_document_and_bad_yaml_leaves_it_and_names_the_ke
 
 
 def test_the_form_keeps_keys_it_has_no_field_for():
-    document = RecipeDocument({**linear("a/one"), "dtype": "float16", "chat_template": "chatml"})
+    document = RecipeDocument({**linear("a/one"), "dtype": "float16", "tokenizer": {"pad_to_multiple_of": 8}})
     document.apply_form(FormValues("linear", models=[FormModel("a/one", {"weight": 1.0}), FormModel("a/two")],
-                                   out_dtype="bfloat16"))
+                                   out_dtype="bfloat16", chat_template="chatml"))
     assert document.data == {"merge_method": "linear",
                              "models": [{"model": "a/one", "parameters": {"weight": 1.0}}, {"model": "a/two"}],
-                             "out_dtype": "bfloat16", "dtype": "float16", "chat_template": "chatml"}
+                             "out_dtype": "bfloat16", "chat_template": "chatml", "dtype": "float16",
+                             "tokenizer": {"pad_to_multiple_of": 8}}
+    assert document.undo() and document.data == {**linear("a/one"), "dtype": "float16",
+                                                  "tokenizer": {"pad_to_multiple_of": 8}}
 
 
 def test_the_form_keeps_models_listed_under_modules():

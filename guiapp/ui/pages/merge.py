@@ -37,6 +37,7 @@ from guiapp.ui.merge.recipe_panel import RecipePanel
 from guiapp.ui.merge.run_box import RunBox
 from guiapp.ui.text import error_text
 from guiapp.ui.theme import set_status_style
+from guiapp.ui.widgets import layer_chart
 from guiapp.ui.widgets.param_form import ParamForm
 
 VALIDATION_DELAY_MS = 500
@@ -59,6 +60,7 @@ class MergePage(QWidget):
         self._syncing = False
         self._validator = LatestTask(VALIDATION_DELAY_MS, self)
         self.last_validation: Any = None  # the newest guiapp.jobs.validation.MergeCheck
+        layer_chart.install()  # a list across the layers is drawn under its editor, its points draggable
 
         self.stack = QStackedWidget()
         self.loading = QLabel("Loading the merge methods…", alignment=Qt.AlignmentFlag.AlignCenter)
@@ -275,7 +277,8 @@ class MergePage(QWidget):
             slices=self.advanced.slices(),
             out_dtype=self.dtype_combo.value(),
             keep_out_dtype=bool(wanted) and not self.dtype_combo.is_enabled_choice(wanted),
-            tokenizer_source=self.advanced.tokenizer_combo.currentText(),
+            tokenizer_source=self.advanced.tokenizer_source(),
+            chat_template=self.advanced.chat_template(),
         ))
         return self.document
 
@@ -333,7 +336,8 @@ class MergePage(QWidget):
                                    {k: v for k, v in values.items() if k in per_model},
                                    {k: v for k, v in values.items() if k not in per_model})
             slices = document.get("slices")
-            self.advanced.show_values(slices, str(document.get("tokenizer_source") or ""))
+            self.advanced.show_values(slices, str(document.get("tokenizer_source") or ""),
+                                      str(document.get("chat_template") or ""))
             self.table.setEnabled(not slices)
             wanted = document.get("out_dtype") or document.get("dtype")
             if not self.dtype_combo.select(wanted) and wanted:
@@ -388,6 +392,8 @@ class MergePage(QWidget):
             show_message(label, "\n".join(texts) or None, worst.get(label, "problem"))
         self.models_box.show_verdict(result)
         self.run_box.show_check(result)
+        if result.compatible:  # the headers were read (a recipe error keeps the layers known so far)
+            layer_chart.set_layer_count(result.layers)
 
     def run(self) -> str | None:
         """Submit the merge the form describes; returns the job's record key (None when it cannot start)."""

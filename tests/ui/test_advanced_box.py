@@ -1,0 +1,66 @@
+"""The Merge page's Advanced section: the result's tokenizer and chat template chosen in plain words, written to
+the recipe (with undo), and read back from it; a template of the recipe's own survives form edits."""
+
+from __future__ import annotations
+
+import yaml
+from PySide6.QtCore import Qt
+
+JINJA = "{% for message in messages %}{{ message['content'] }}{% endfor %}"
+
+
+def _yaml(page):
+    return yaml.safe_load(page.yaml_edit.toPlainText())
+
+
+def _choose(combo, value):
+    """Pick the entry holding `value`, as choosing it from the open list does (one change)."""
+    combo.setCurrentIndex(combo.findData(value))
+
+
+def _show_yaml(qtbot, page, recipe):
+    page.yaml_edit.setPlainText(yaml.safe_dump(recipe, sort_keys=False))
+    qtbot.waitUntil(lambda: page.table.rowCount() == len(recipe["models"]), timeout=5_000)  # applied to the form
+
+
+def _start(qtbot, page, models):
+    _show_yaml(qtbot, page, {"merge_method": "linear", "base_model": str(models.base),
+                             "models": [{"model": str(models.tune_a), "parameters": {"weight": 0.5}},
+                                        {"model": str(models.tune_b), "parameters": {"weight": 0.5}}]})
+    qtbot.mouseClick(page.advanced.advanced_button, Qt.MouseButton.LeftButton)
+
+
+def test_tokenizer_and_chat_template_choices_write_the_recipe_with_undo(qtbot, window, models):
+    page = window.merge
+    _start(qtbot, page, models)
+    box = page.advanced
+    labels = [box.tokenizer_combo.itemText(i) for i in range(box.tokenizer_combo.count())]
+    assert labels[1:] == ["The base model's", "Union of all the models' vocabularies", "From model…"]
+    _choose(box.tokenizer_combo, "union")
+    assert _yaml(page)["tokenizer_source"] == "union"
+    _choose(box.chat_template_combo, "chatml")
+    assert _yaml(page)["chat_template"] == "chatml"
+    assert page.undo() and "chat_template" not in _yaml(page)
+    assert box.chat_template_combo.currentData() == "" and box.tokenizer_combo.currentData() == "union"
+    assert page.undo() and "tokenizer_source" not in _yaml(page)
+    assert box.tokenizer_combo.currentData() == ""
+
+    _choose(box.tokenizer_combo, "model")
+    assert box.tokenizer_model.isVisibleTo(box)
+    qtbot.keyClicks(box.tokenizer_model, str(models.tune_b))
+    assert _yaml(page)["tokenizer_source"] == str(models.tune_b)
+
+
+def test_the_recipe_choices_are_shown_and_its_own_template_is_kept(qtbot, window, models):
+    page = window.merge
+    _show_yaml(qtbot, page, {
+        "merge_method": "linear", "models": [{"model": str(models.tune_a), "parameters": {"weight": 0.5}},
+                                             {"model": str(models.tune_b), "parameters": {"weight": 0.5}}],
+        "tokenizer_source": str(models.tune_b), "chat_template": JINJA})
+    box = page.advanced
+    assert box.tokenizer_combo.currentData() == "model" and box.tokenizer_model.text() == str(models.tune_b)
+    assert box.chat_template_combo.currentText().startswith("Your own template")
+    page.table.cellWidget(0, 1).spin.setValue(0.25)  # an edit in the form keeps the recipe's template
+    recipe = _yaml(page)
+    assert recipe["chat_template"] == JINJA and recipe["tokenizer_source"] == str(models.tune_b)
+    assert recipe["models"][0]["parameters"]["weight"] == 0.25
