@@ -47,7 +47,7 @@ from guiapp.engine.peft_format import (
     task_type_for,
 )
 from guiapp.engine.plan import ModelHeaders
-from guiapp.engine.sources import ModelReader, open_reader, read_headers
+from guiapp.engine.sources import ModelReader, open_readers, read_headers
 from guiapp.errors import IncompatibleModelsError, NonFiniteResultError, SettingsError
 from guiapp.hub.references import ModelRef
 from guiapp.progress import Progress
@@ -141,9 +141,8 @@ def extract_lora(settings: ExtractionSettings, progress: Progress | None = None)
     with StagedOutput(settings.out, overwrite=settings.overwrite, inputs=local_inputs, kind="extract") as staged:
         # Headers first (over HTTP range requests for Hub models): an unrelated pair is refused before a download.
         _check_related(read_headers(base_ref), read_headers(model_ref), str(base_ref), str(model_ref))
-        base_reader = open_reader(base_ref, progress)
+        base_reader, model_reader = open_readers((base_ref, model_ref), progress)
         try:
-            model_reader = open_reader(model_ref, progress)
             try:
                 base, tuned = base_reader.checkpoint, model_reader.checkpoint
                 task_type = task_type_for(base.config)
