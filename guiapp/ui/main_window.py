@@ -83,6 +83,11 @@ class MainWindow(QMainWindow):
         self.jobs.retried.connect(self.jobs.select)
         self.jobs.sign_in_requested.connect(self.show_sign_in)
         self.jobs.offline_requested.connect(self.settings.offline_check.setChecked)
+        # Statuses follow what they describe: a sign-in or offline switch re-checks the forms (a gated model's
+        # error goes once it can be read); the Start page follows the sample merge it prepared.
+        for changed in (self.settings.signed_in, self.settings.offline_check.toggled):
+            changed.connect(lambda *_: (self.merge.recheck(), self.lora.recheck()))
+        state.jobs.record_changed.connect(lambda key: self.welcome.follow_job(state.jobs.record(key)))
         state.jobs.record_changed.connect(lambda _: self._update_jobs_label())
         state.jobs.record_added.connect(lambda _: self._update_jobs_label())
         state.methods_ready.connect(lambda _: self.statusBar().showMessage("Ready.", 5000))

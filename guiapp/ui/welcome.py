@@ -22,6 +22,7 @@ class WelcomePage(QWidget):
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
+        self._sample_output: str | None = None  # where the sample merge writes, once it is on the Merge page
         title = QLabel("Welcome to Mergesmith")
         font = title.font()
         font.setPointSizeF(font.pointSizeF() * 1.8)
@@ -92,7 +93,24 @@ class WelcomePage(QWidget):
         self.try_button.setEnabled(True)
         self.status.setText("The sample merge is ready on the Merge page: press Run merge.")
         set_status_style(self.status, "good")
-        self.samples_ready.emit(recipe.document, str(folder / "merged"))
+        self._sample_output = str(folder / "merged")
+        self.samples_ready.emit(recipe.document, self._sample_output)
+
+    def follow_job(self, record) -> None:
+        """Keep the status about the sample merge true once it runs (a `JobRecord` of any job may come here)."""
+        if record is None or record.kind != "merge" or self._sample_output is None \
+                or str(record.spec.get("output")) != self._sample_output:
+            return
+        text, kind = {
+            "queued": ("The sample merge is waiting to start: see the Jobs page.", "muted"),
+            "running": ("The sample merge is running: progress on the Jobs page.", "muted"),
+            "done": (f"The sample merge is done: the merged model is in {self._sample_output}. The Try page "
+                     "runs it next to the models it came from.", "good"),
+            "failed": ("The sample merge failed: the Jobs page says why and offers to retry.", "problem"),
+        }.get(record.status, ("The sample merge was stopped. Run merge on the Merge page starts it again.",
+                              "warning"))
+        self.status.setText(text)
+        set_status_style(self.status, kind)
 
     def _failed(self, error: BaseException) -> None:
         self.try_button.setEnabled(True)

@@ -86,8 +86,7 @@ class LoraPage(QWidget):
         self.a_scale.valueChanged.connect(self._describe_apply)
         self._refresh_capabilities()
         self._restore_form()
-        self._extract_changed()
-        self._apply_changed()
+        self.recheck()
 
     @staticmethod
     def _scrolled(widget: QWidget) -> QScrollArea:
@@ -493,6 +492,11 @@ class LoraPage(QWidget):
             if isinstance(form.get(key), str) and form[key]:
                 set_text(form[key])
         self.modules_toggle.setChecked(bool(self.include.text() or self.exclude.text()))  # never hidden when set
+
+    def recheck(self) -> None:
+        """Check both forms again (what they depend on outside the page changed: a sign-in, offline mode)."""
+        self._extract_changed()
+        self._apply_changed()
 
     def _refresh_capabilities(self) -> None:
         probe = self.state.probe

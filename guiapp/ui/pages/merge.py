@@ -349,6 +349,10 @@ class MergePage(QWidget):
 
     # --- validation ------------------------------------------------------------------------------------------
 
+    def recheck(self) -> None:
+        """Check the recipe again (what it depends on outside the form changed: a sign-in, offline mode)."""
+        self._schedule_validation()
+
     def _schedule_validation(self) -> None:
         if not self.methods:
             return

@@ -49,6 +49,7 @@ def apply_offline_setting() -> None:
 
 class SettingsPage(QWidget):
     show_welcome = Signal()
+    signed_in = Signal()  # a token was accepted: checks that failed for want of access can pass now
 
     def __init__(self, state, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -162,8 +163,11 @@ class SettingsPage(QWidget):
             return
         self.token_edit.clear()
         self.account.setText("Signing in…")
-        call_in_background(lambda: sign_in(token), lambda user: self._show_account(f"Signed in as {user}"),
-                           lambda e: self._show_account(error_text(e), True))
+        call_in_background(lambda: sign_in(token), self._signed_in, lambda e: self._show_account(error_text(e), True))
+
+    def _signed_in(self, user: str) -> None:
+        self._show_account(f"Signed in as {user}")
+        self.signed_in.emit()
 
     def sign_out(self) -> None:
         from guiapp.hub.tokens import sign_out  # noqa: PLC0415
