@@ -81,6 +81,7 @@ class MergeCheck(CheckResult):
     models: int = 0
     output_bytes: int = 0
     input_bytes: int = 0
+    layers: int = 0  # the merged model's number of layers (0: it has none numbered), for the gradient pictures
 
 
 @dataclass
@@ -94,6 +95,7 @@ class PairCheck(CheckResult):
 def check_merge(document: dict[str, Any], device: str, output: str, probe: Any, replace: bool = False) -> MergeCheck:
     """Check the recipe `document` from the models' headers, the output folder by the output rule (`replace`: the
     user allows replacing an earlier Mergesmith output there), and estimate the job. Never raises."""
+    from guiapp.engine.layers import split_layer_name  # noqa: PLC0415
     from guiapp.engine.merge import merge_inputs, plan_merge  # noqa: PLC0415 - loads torch: only when checking
     from guiapp.engine.output_guard import check_output_location  # noqa: PLC0415
     from guiapp.engine.recipe import recipe_from_dict  # noqa: PLC0415
@@ -117,6 +119,7 @@ def check_merge(document: dict[str, Any], device: str, output: str, probe: Any, 
     result.compatible = True
     result.tensors, result.models = len(plan.tasks), len(plan.models)
     result.output_bytes, result.input_bytes = plan.output_bytes, plan.input_bytes
+    result.layers = len({place.index for task in plan.tasks if (place := split_layer_name(task.name)) is not None})
     result.problems.extend(Problem(Severity.WARNING, text, ("models",)) for text in plan.warnings)
     if destination is not None:
         try:

@@ -1,0 +1,109 @@
+"""The one way the window makes a chart: a pyqtgraph plot coloured from the palette (light and dark themes),
+created the first time the chart is shown.
+
+Why pyqtgraph: it is pure Python over Qt, so it works with the PySide6-Essentials wheel Mergesmith ships (QtCharts
+lives in the large PySide6-Addons wheel), and it redraws live data (a job's throughput) cheaply. It loads NumPy, so
+it is imported only when a chart first appears, never on the way to the first window.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from PySide6.QtCore import QEvent, QPointF
+from PySide6.QtGui import QPalette
+from PySide6.QtWidgets import QVBoxLayout, QWidget
+
+from guiapp.ui.theme import is_dark
+
+# Series colours that stay distinguishable and legible: (on light, on dark).
+_SERIES = (("#1a56c4", "#6ea0f7"), ("#c75000", "#ffa55c"), ("#1b6e20", "#8be28f"), ("#8e24aa", "#d59cf0"),
+           ("#00838f", "#6fd6e0"), ("#6d4c41", "#c9a89c"))
+_HIGHLIGHT = ("#b3261e", "#ff8a80")  # what needs attention (the status "problem" colour of guiapp.ui.theme)
+
+
+def pyqtgraph() -> Any:
+    """The pyqtgraph module, configured for the window (imported on first use: it loads NumPy)."""
+    import pyqtgraph as pg  # noqa: PLC0415 - loads NumPy; only once a chart is shown
+
+    pg.setConfigOptions(antialias=True)
+    return pg
+
+
+class ChartHost(QWidget):
+    """A widget holding one plot, built on first show; subclasses draw in `redraw()` (called after creation, on
+    a palette change and whenever their data changes) and may set it up further in `configure()`."""
+
+    def __init__(self, height: int, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.plot: Any = None  # pyqtgraph.PlotWidget once shown
+        self._layout = QVBoxLayout(self)
+        self._layout.setContentsMargins(0, 0, 0, 0)
+        self.setMinimumHeight(height)
+        self.setFixedHeight(height)
+
+    # --- for subclasses ---------------------------------------------------------------------------------------
+
+    def configure(self) -> None:
+        """Set the new plot up (axes, labels, mouse handling)."""
+
+    def redraw(self) -> None:
+        """Draw the data on `self.plot` (not called before the plot exists)."""
+
+    def series_colour(self, index: int) -> str:
+        light, dark = _SERIES[index % len(_SERIES)]
+        return dark if is_dark(self.palette()) else light
+
+    def highlight_colour(self) -> str:
+        light, dark = _HIGHLIGHT
+        return dark if is_dark(self.palette()) else light
+
+    def text_colour(self) -> str:
+        return self.palette().color(QPalette.ColorRole.WindowText).name()
+
+    def ensure_plot(self) -> Any:
+        """The plot, created now if needed."""
+        if self.plot is None:
+            pg = pyqtgraph()
+            self.plot = pg.PlotWidget(parent=self)
+            self.plot.setMenuEnabled(False)
+            self.plot.hideButtons()
+            self.plot.setMouseEnabled(x=False, y=False)
+            self._layout.addWidget(self.plot)
+            # Shown and sized now, not at the next turn of the event loop: mapping points to pixels needs its size.
+            self.plot.show()
+            self._layout.activate()
+            self.configure()
+            self._style()
+            self.redraw()
+        return self.plot
+
+    def to_view(self, pixel: QPointF) -> QPointF:
+        """A point of the plot's viewport in data coordinates."""
+        return self.plot.plotItem.vb.mapSceneToView(self.plot.mapToScene(pixel.toPoint()))
+
+    def to_pixel(self, x: float, y: float) -> QPointF:
+        """Data coordinates as a point of the plot's viewport."""
+        return QPointF(self.plot.mapFromScene(self.plot.plotItem.vb.mapViewToScene(QPointF(x, y))))
+
+    # --- Qt -----------------------------------------------------------------------------------------------------
+
+    def showEvent(self, event: QEvent) -> None:
+        self.ensure_plot()
+        super().showEvent(event)
+
+    def changeEvent(self, event: QEvent) -> None:
+        if event.type() == QEvent.Type.PaletteChange and self.plot is not None:
+            self._style()
+            self.redraw()
+        super().changeEvent(event)
+
+    def _style(self) -> None:
+        pg = pyqtgraph()
+        self.plot.setBackground(self.palette().color(QPalette.ColorRole.Base))
+        pen = pg.mkPen(self.text_colour())
+        for side in ("left", "bottom"):
+            axis = self.plot.getAxis(side)
+            axis.setPen(pen)
+            axis.setTextPen(pen)
+        self.plot.showGrid(x=True, y=True, alpha=0.15)
