@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -120,17 +120,25 @@ class PerplexityResult:
 
 
 def resolve_source(reference: str, progress: Progress | None = None) -> ModelSource:
-    """The folders behind a model argument: a folder, a Hub id (downloaded into the cache as needed), or either
-    of these `+ADAPTER`.
+    """The folders behind one model argument: the one-model case of `resolve_sources`, with its errors."""
+    return resolve_sources([reference], progress)[0]
 
-    Raises RecipeError for an empty reference (ModelRef.parse), CheckpointError for a missing folder, HubError subclasses when a
-    Hub model cannot be had.
+
+def resolve_sources(references: Sequence[str], progress: Progress | None = None) -> list[ModelSource]:
+    """The folders behind each model argument (a folder, a Hub id, or either of these `+ADAPTER`), in order. The
+    Hub models and adapters among them are downloaded into the cache as needed, all under one Downloading bar.
+
+    Raises RecipeError for an empty reference (ModelRef.parse), CheckpointError for a missing folder, HubError
+    subclasses when a Hub model cannot be had.
     """
     from guiapp.hub.resolve import resolve_models  # noqa: PLC0415 - the hub layer loads only when asked
 
-    ref = ModelRef.parse(reference)
-    folder, *adapter = resolve_models([ref.base, *([ref.adapter] if ref.adapter else [])], progress=progress)
-    return ModelSource(ref, folder, adapter[0] if adapter else None)
+    refs = [ModelRef.parse(reference) for reference in references]
+    adapters = [ref.adapter for ref in refs if ref.adapter]
+    folders = resolve_models([ref.base for ref in refs] + adapters, progress=progress)
+    adapter_folders = iter(folders[len(refs):])
+    return [ModelSource(ref, folder, next(adapter_folders) if ref.adapter else None)
+            for ref, folder in zip(refs, folders, strict=False)]
 
 
 def model_kind(config: dict[str, Any]) -> str:

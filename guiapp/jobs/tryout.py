@@ -128,15 +128,21 @@ def _storage_dtype(tensors) -> str:
     return max(counts, key=counts.get) if counts else "float32"
 
 
-def _load(model_plan: TryModelPlan, device: str, shelf: ModelShelf, keep: bool, progress: Progress):
+def _sources(plan: TryPlan, progress: Progress) -> list:
+    """Each planned model's folders: the Hub models among them downloaded first, under one Downloading bar."""
+    from guiapp.engine.inference import resolve_sources  # noqa: PLC0415
+
+    return resolve_sources([model_plan.reference for model_plan in plan.models], progress)
+
+
+def _load(model_plan: TryModelPlan, source, device: str, shelf: ModelShelf, keep: bool, progress: Progress):
     import torch  # noqa: PLC0415
 
-    from guiapp.engine.inference import load_model, resolve_source  # noqa: PLC0415
+    from guiapp.engine.inference import load_model  # noqa: PLC0415
 
     def load():
         progress.start_stage(f"Loading {model_plan.reference}")
-        return load_model(resolve_source(model_plan.reference, progress), getattr(torch, model_plan.run_dtype),
-                          device, progress)
+        return load_model(source, getattr(torch, model_plan.run_dtype), device, progress)
 
     return shelf.take((model_plan.reference, model_plan.run_dtype, device), _folder_identity(model_plan.reference),
                       load, keep)
@@ -180,8 +186,8 @@ def try_job(references: list[str], prompt: str, *, max_new_tokens: int = 128, sa
                                       temperature=temperature, top_p=top_p)
         models_shelf = shelf or ModelShelf()
         generations = []
-        for index, model_plan in enumerate(plan.models):
-            loaded = _load(model_plan, device, models_shelf, plan.together, progress)
+        for index, (model_plan, source) in enumerate(zip(plan.models, _sources(plan, progress), strict=True)):
+            loaded = _load(model_plan, source, device, models_shelf, plan.together, progress)
             listener = (lambda text, index=index: on_output(index, text)) if on_output else None
             result = generate(loaded, prompt, settings, progress, listener)
             generations.append({"model": model_plan.reference, "text": result.text, "tokens": result.token_ids,
@@ -210,8 +216,8 @@ def perplexity_job(references: list[str], text: str, *, window: int = 512, devic
             progress.log(line)
         models_shelf = shelf or ModelShelf()
         results = []
-        for model_plan in plan.models:
-            loaded = _load(model_plan, device, models_shelf, plan.together, progress)
+        for model_plan, source in zip(plan.models, _sources(plan, progress), strict=True):
+            loaded = _load(model_plan, source, device, models_shelf, plan.together, progress)
             entry: dict[str, Any] = {"model": model_plan.reference, "kind": loaded.kind, "dtype": model_plan.run_dtype}
             if loaded.kind == CAUSAL:
                 measured = perplexity(loaded, text, window, progress)
