@@ -9,12 +9,12 @@ from __future__ import annotations
 from typing import Any
 
 from PySide6.QtCore import Qt, QUrl
-from PySide6.QtGui import QDesktopServices
 from PySide6.QtWidgets import QGridLayout, QLabel, QListWidget, QPushButton, QVBoxLayout, QWidget
 
 from guiapp.ui.background import LatestTask, run_blocking
 from guiapp.ui.text import error_text, html_escape
 from guiapp.ui.theme import set_status_style
+from guiapp.ui.widgets.open_link import LinkFallback
 
 # The badge's colour by the worst of the disk and memory verdicts (guiapp.system.resources.FitLevel names).
 FIT_STYLES = {"WILL_NOT_FIT": "problem", "TIGHT": "warning"}
@@ -49,7 +49,9 @@ class ModelDetailsPane(QWidget):
         self.extract_button = QPushButton("Extract LoRA from this")
         self.extract_button.clicked.connect(self._extract_from_details)
         self.page_button = QPushButton("Open on the Hub")
-        self.page_button.clicked.connect(lambda: self.details and QDesktopServices.openUrl(QUrl(self.details.page_url)))
+        self.page_link = LinkFallback()  # the address to copy when no browser opens it
+        self.page_button.clicked.connect(lambda: self.details and self.page_link.open(QUrl(self.details.page_url),
+                                                                                      "web pages"))
         actions = QGridLayout()  # two by two: the pane stays narrow enough for a 1024-pixel window
         for index, button in enumerate((self.download_button, self.extract_button, self.base_button,
                                         self.add_button)):
@@ -63,6 +65,7 @@ class ModelDetailsPane(QWidget):
         layout.addWidget(self.detail_status)
         layout.addLayout(actions)
         layout.addWidget(self.page_button, 0, Qt.AlignmentFlag.AlignLeft)
+        layout.addWidget(self.page_link)
         layout.addStretch()
         self._enable_actions(False)
         state.jobs.record_changed.connect(self._job_changed)
@@ -74,6 +77,7 @@ class ModelDetailsPane(QWidget):
         self.detail_files.clear()
         self.fit_badge.clear()
         self.detail_status.clear()
+        self.page_link.hide_address()
         self._enable_actions(False)
         self._loader.request(lambda: self._load(repo_id))
 

@@ -2,11 +2,12 @@
 
 A number gets a slider with a numeric entry beside it (the slider only where the schema gives a range); a
 boolean a check box. Labels are plain words (`guiapp.jobs.plain_words`), the recipe key in the tooltip. A number's
-"Same for all layers / Changes across layers" choice turns it into a free YAML value, which is how gradients
-across layers (`[0.1, 0.5, 0.9]`) and filters (`[{filter: self_attn, value: 0.5}, {value: 0.3}]`) are entered.
+"All layers / Per layer" choice (same for all layers, or changing across them) turns it into a free YAML value,
+which is how gradients across layers (`[0.1, 0.5, 0.9]`) and filters (`[{filter: self_attn, value: 0.5},
+{value: 0.3}]`) are entered.
 
 A picture of a gradient plugs in through `ParamEditor.gradient_view_factory`: when set, it is called with the
-editor and the widget it returns is shown under the list while "Changes across layers" is chosen; it follows
+editor and the widget it returns is shown under the list while "Per layer" is chosen; it follows
 `gradient_changed` and writes back with `set_gradient`.
 """
 
@@ -33,6 +34,7 @@ from guiapp.jobs.plain_words import parameter_label, parameter_tooltip
 from guiapp.ui.theme import set_status_style
 
 SLIDER_STEPS = 1000
+SAME_FOR_ALL_LAYERS, CHANGES_ACROSS_LAYERS = "All layers", "Per layer"
 UNBOUNDED = 1e6
 
 
@@ -44,9 +46,11 @@ class ParamEditor(QWidget):
     # Makes the picture shown under a gradient (engineer-pluggable, see the module's docstring); None: no picture.
     gradient_view_factory: ClassVar[Callable[[ParamEditor], QWidget] | None] = None
 
-    def __init__(self, spec: Any, parent: QWidget | None = None) -> None:
+    def __init__(self, spec: Any, parent: QWidget | None = None, *, compact: bool = False) -> None:
+        """`compact` leaves the slider out (the number box stays): for a table's narrow cells."""
         super().__init__(parent)
         self.spec = spec
+        self.compact = compact
         self._explicit = False
         self._updating = False
         self.gradient_view: QWidget | None = None
@@ -88,16 +92,19 @@ class ParamEditor(QWidget):
             self.slider.setToolTip(f"{tip}\nThe slider covers {self.slider_range[0]:g} to {self.slider_range[1]:g}; "
                                    "type any other value in the box.")
             self.slider.valueChanged.connect(self._slider_changed)
+            self.slider.setVisible(not compact)
             layout.addWidget(self.slider, 1)
             layout.addWidget(self.spin)
             self.layers_choice = QComboBox(accessibleName=f"{parameter_label(spec.name)}: same or changing")
-            self.layers_choice.addItem("Same for all layers", False)
-            self.layers_choice.addItem("Changes across layers", True)
-            self.layers_choice.setItemData(1, "A list: a gradient from the first layer to the last, or values by "
-                                           "tensor name", Qt.ItemDataRole.ToolTipRole)
-            self.layers_choice.setToolTip("One value for the whole model, or values that change from layer to layer")
-            self.layers_choice.setMinimumContentsLength(8)
-            self.layers_choice.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+            # Short words, so a models table's row stays narrow; the tooltips say them in full.
+            self.layers_choice.addItem(SAME_FOR_ALL_LAYERS, False)
+            self.layers_choice.addItem(CHANGES_ACROSS_LAYERS, True)
+            self.layers_choice.setItemData(0, "Same for all layers: one value for the whole model",
+                                           Qt.ItemDataRole.ToolTipRole)
+            self.layers_choice.setItemData(1, "Changes across layers: a gradient from the first layer to the last "
+                                           "(a list of numbers), or values by tensor name", Qt.ItemDataRole.ToolTipRole)
+            self.layers_choice.setToolTip("Same for all layers, or changes across layers (a gradient)")
+            self.layers_choice.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
             self.layers_choice.currentIndexChanged.connect(lambda _: self._list_toggled(self.varies_by_layer()))
             layout.addWidget(self.text, 1)
             layout.addWidget(self.layers_choice)
@@ -146,15 +153,16 @@ class ParamEditor(QWidget):
         self._explicit = True
 
     def varies_by_layer(self) -> bool:
-        """Whether "Changes across layers" is chosen (the value is a list)."""
+        """Whether "Per layer" (changes across layers) is chosen: the value is a list."""
         return self.check is None and bool(self.layers_choice.currentData())
 
-    def set_gradient(self, values: list[float]) -> None:
-        """Make the value the gradient `values` (first layer to last), as the user's change (a chart calls it)."""
+    def set_gradient(self, values: list[Any]) -> None:
+        """Make the value the list `values` (numbers: a gradient from the first layer to the last; or
+        `{filter, value}` entries), as the user's change (a chart calls it when a point is dragged)."""
         import yaml  # noqa: PLC0415
 
         self._choose_layers(True)
-        self.text.setText(yaml.safe_dump([round(float(v), 6) for v in values], default_flow_style=True).strip())
+        self.text.setText(yaml.safe_dump(values, default_flow_style=True, sort_keys=False).strip())
         self._text_edited(self.text.text())
 
     # --- internals ------------------------------------------------------------------------------------------
@@ -201,7 +209,7 @@ class ParamEditor(QWidget):
     def _list_toggled(self, on: bool) -> None:
         self.text.setVisible(on)
         self.spin.setVisible(not on)
-        self.slider.setVisible(not on)
+        self.slider.setVisible(not on and not self.compact)
         if self.gradient_view is not None:
             self.gradient_view.setVisible(on)
         if on and not self._updating and not self.text.text():
