@@ -21,6 +21,8 @@ def _catalogue(hub_env, models):
 
 def _search(qtbot, window, text):
     page = window.models
+    window.activateWindow()  # shortcuts reach an active window only
+    qtbot.waitUntil(window.isActiveWindow, timeout=10_000)
     qtbot.keySequence(window, QKeySequence(QKeySequence.StandardKey.Find))  # Ctrl+F focuses the search box
     assert window.current_page() == "models" and QApplication.focusWidget() is page.hub.search_edit
     qtbot.keyClicks(page.hub.search_edit, text)
@@ -105,3 +107,15 @@ def test_local_folders_feed_the_merge_page(qtbot, window, models):
     qtbot.mouseClick(page.folders.local_add_button, Qt.MouseButton.LeftButton)
     assert window.current_page() == "merge"
     assert window.merge.table.cellWidget(0, 0).text() == str(models.tune_a)
+
+
+def test_details_of_a_model_that_left_the_results_are_cleared(qtbot, window, hub_env, models):
+    _catalogue(hub_env, models)
+    page = _search(qtbot, window, "tiny")
+    rows = {page.hub.results.item(r, 0).text(): r for r in range(page.hub.results.rowCount())}
+    page.hub.results.selectRow(rows["smith/tiny-gated"])
+    qtbot.waitUntil(lambda: "Licence" in page.details_pane.detail_facts.text(), timeout=15_000)
+    qtbot.keyClicks(page.hub.search_edit, "-chat")
+    qtbot.waitUntil(lambda: page.hub.results.rowCount() == 1, timeout=15_000)
+    assert page.details_pane.detail_title.text() == "Select a model to see its details."
+    assert page.details_pane.detail_facts.text() == "" and not page.details_pane.add_button.isEnabled()

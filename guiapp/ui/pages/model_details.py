@@ -81,6 +81,16 @@ class ModelDetailsPane(QWidget):
         self._enable_actions(False)
         self._loader.request(lambda: self._load(repo_id))
 
+    def clear(self) -> None:
+        """Show no model (the one shown left the search results); a details request still running is dropped."""
+        self._loader.cancel()
+        self.details = None
+        self.detail_title.setText("Select a model to see its details.")
+        for label in (self.detail_facts, self.fit_badge, self.detail_status):
+            label.clear()
+        self.detail_files.clear()
+        self._enable_actions(False)
+
     async def _load(self, repo_id: str) -> None:
         from guiapp.jobs import library  # noqa: PLC0415 - the Hub client loads on first use
 

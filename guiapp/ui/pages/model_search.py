@@ -132,6 +132,9 @@ class HubSearchTab(QWidget):
             return
         self.results.setRowCount(0)
         self._add_results(page, fits)
+        shown = self.details_pane.details
+        if shown is not None and shown.repo_id not in {summary.repo_id for summary in page}:
+            self.details_pane.clear()  # details of a model no longer listed would look like one of the results
 
     async def _next_page(self, results: Any) -> None:
         def next_page() -> tuple[list[Any], list[Any]]:
