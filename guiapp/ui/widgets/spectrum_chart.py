@@ -1,0 +1,231 @@
+"""What a LoRA rank buys, as pictures: before extracting, the share of a fine-tune's change a rank keeps for a
+sample of modules (click the curve to choose that rank); after extracting, each module's retained energy with
+the worst ones highlighted.
+
+The preview reads real tensors and decomposes them (`guiapp.engine.spectrum.preview_spectra`) on a worker thread
+through `run_blocking`; only the newest request's answer is shown, and choosing other models clears it.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from PySide6.QtCore import QEvent, QObject, Qt, Signal
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
+
+from guiapp.ui.background import LatestTask, run_blocking
+from guiapp.ui.text import error_text
+from guiapp.ui.theme import set_status_style
+from guiapp.ui.widgets.charts import ChartHost, pyqtgraph
+
+CHART_HEIGHT = 190
+WORST_SHOWN = 3  # modules highlighted in the report chart
+
+
+class SpectrumChart(ChartHost):
+    """Retained energy against rank, one thin line per sampled module and a thick line for their average; a
+    click chooses the rank under the pointer (`rank_clicked`)."""
+
+    rank_clicked = Signal(int)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(CHART_HEIGHT, parent)
+        self.setAccessibleName("Share of the change kept, by rank")
+        self.setToolTip("Each thin line is one module, the thick line their average. Click to choose that rank.")
+        self.spectra: list[Any] = []  # guiapp.engine.spectrum.ModuleSpectrum
+        self.rank: int | None = None
+
+    def show_spectra(self, spectra: list[Any]) -> None:
+        self.spectra = list(spectra)
+        if self.plot is not None:
+            self.redraw()
+
+    def show_rank(self, rank: int | None) -> None:
+        """Mark `rank` on the curves (None: no mark)."""
+        self.rank = rank
+        if self.plot is not None:
+            self.redraw()
+
+    @property
+    def max_rank(self) -> int:
+        return max((len(s.retained) for s in self.spectra), default=1)
+
+    def average_at(self, rank: int) -> float:
+        """The sampled modules' average share kept at `rank`."""
+        return sum(s.retained_at(rank) for s in self.spectra) / len(self.spectra) if self.spectra else 0.0
+
+    def configure(self) -> None:
+        self.plot.viewport().installEventFilter(self)
+        self.plot.setLabel("bottom", "rank")
+        self.plot.setLabel("left", "change kept")
+
+    def redraw(self) -> None:
+        pg = pyqtgraph()
+        self.plot.clear()
+        for axis in ("left", "bottom"):
+            self.plot.getAxis(axis).setLabel(self.plot.getAxis(axis).labelText, color=self.text_colour())
+        for index, spectrum in enumerate(self.spectra):
+            ranks = list(range(1, len(spectrum.retained) + 1))
+            self.plot.plot(ranks, list(spectrum.retained), pen=pg.mkPen(self.series_colour(index + 1), width=1))
+        if self.spectra:
+            ranks = list(range(1, self.max_rank + 1))
+            self.plot.plot(ranks, [self.average_at(r) for r in ranks], pen=pg.mkPen(self.series_colour(0), width=3))
+        if self.rank is not None and self.spectra:
+            self.plot.addItem(pg.InfiniteLine(self.rank, angle=90, pen=pg.mkPen(self.highlight_colour(), width=1.5,
+                                                                                style=Qt.PenStyle.DashLine)))
+            label = pg.TextItem(f"rank {self.rank}: {self.average_at(self.rank):.0%} kept",
+                                color=self.text_colour(), anchor=(0, 1))
+            label.setPos(min(self.rank, self.max_rank), 0.02)
+            self.plot.addItem(label)
+        self.plot.setXRange(1, max(2, self.max_rank), padding=0.02)
+        self.plot.setYRange(0, 1, padding=0.04)
+        self.plot.getAxis("left").setTicks([[(v / 4, f"{v * 25}%") for v in range(5)]])
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        if (event.type() == QEvent.Type.MouseButtonPress and event.button() == Qt.MouseButton.LeftButton
+                and self.spectra):
+            rank = min(max(1, round(self.to_view(event.position()).x())), self.max_rank)
+            self.show_rank(rank)
+            self.rank_clicked.emit(rank)
+            return True
+        return False
+
+
+class RankPreview(QWidget):
+    """A button that previews the chosen pair's spectra, the chart, and a line saying what is shown. Emits
+    `rank_chosen` when the user clicks a rank on the curve."""
+
+    rank_chosen = Signal(int)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._pair: tuple[str, str] = ("", "")
+        self._stop = threading.Event()
+        self._task = LatestTask(0, self)
+        self.button = QPushButton("Show what each rank keeps")
+        self.button.setToolTip("Reads a few of the models' weight matrices and decomposes their change (both models "
+                               "must be on this computer)")
+        self.button.clicked.connect(self.start)
+        self.status = QLabel(wordWrap=True)
+        self.chart = SpectrumChart()
+        self.chart.setVisible(False)
+        self.chart.rank_clicked.connect(self.rank_chosen)
+        row = QHBoxLayout()
+        row.setContentsMargins(0, 0, 0, 0)
+        row.addWidget(self.button)
+        row.addWidget(self.status, 1)
+        column = QVBoxLayout(self)
+        column.setContentsMargins(0, 0, 0, 0)
+        column.addLayout(row)
+        column.addWidget(self.chart)
+        self.set_pair("", "")
+
+    def set_pair(self, base: str, model: str) -> None:
+        """The models the preview is about; a preview of other models is cleared (and a running one stopped)."""
+        if (base, model) == self._pair and (base or model):
+            return
+        self._pair = (base, model)
+        self._cancel()
+        self.chart.show_spectra([])
+        self.chart.setVisible(False)
+        self.button.setEnabled(bool(base and model))
+        self.status.setText("" if base and model else "Choose both models to preview what each rank keeps.")
+        set_status_style(self.status, "muted")
+
+    def show_rank(self, rank: int | None) -> None:
+        self.chart.show_rank(rank)
+
+    def start(self) -> None:
+        """Compute the preview of the chosen pair in the background."""
+        from guiapp.engine.spectrum import SAMPLE_MODULES  # noqa: PLC0415 - loads torch; the engine is loaded by then
+
+        self._cancel()
+        base, model = self._pair
+        stop = self._stop = threading.Event()
+        self.status.setText(f"Decomposing the change of {SAMPLE_MODULES} sample modules…")
+        set_status_style(self.status, "muted")
+        self.button.setEnabled(False)
+        self._task.request(lambda: self._preview(base, model, stop))
+
+    async def _preview(self, base: str, model: str, stop: threading.Event) -> None:
+        from guiapp.engine.spectrum import PREVIEW_MAX_RANK, SAMPLE_MODULES, preview_spectra  # noqa: PLC0415
+        from guiapp.errors import MergesmithError  # noqa: PLC0415
+
+        try:
+            spectra = await run_blocking(preview_spectra, base, model, SAMPLE_MODULES, PREVIEW_MAX_RANK, stop.is_set)
+        except MergesmithError as error:
+            self.status.setText(error_text(error))
+            set_status_style(self.status, "problem")
+            self.button.setEnabled(True)
+            return
+        self.button.setEnabled(True)
+        self.chart.show_spectra(spectra)
+        self.chart.setVisible(True)
+        fits = [s.rank_for(0.9) for s in spectra]
+        known = [r for r in fits if r is not None]
+        typical = sorted(known)[len(known) // 2] if known else None
+        self.status.setText(f"{len(spectra)} modules sampled across the layers. "
+                            + (f"Rank {typical} keeps 90 % of the change for half of them. " if typical else "")
+                            + "Click the curve to choose a rank.")
+        set_status_style(self.status, None)
+
+    def _cancel(self) -> None:
+        self._stop.set()
+        self._task.cancel()
+
+
+class ModuleEnergyChart(ChartHost):
+    """After an extraction: each LoRA module's retained energy as a bar, the worst few in the highlight colour."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(CHART_HEIGHT, parent)
+        self.setAccessibleName("Change kept by each module")
+        self.modules: list[dict[str, Any]] = []
+        self.worst: list[str] = []
+        self.setVisible(False)  # until an extraction's summary arrives
+
+    def show_summary(self, summary: dict[str, Any] | None) -> None:
+        """Show an extraction summary's `module_energies` (hidden when it has none)."""
+        self.modules = [m for m in (summary or {}).get("module_energies") or [] if m.get("retained_energy") is not None]
+        ranked = sorted(self.modules, key=lambda m: m["retained_energy"])
+        self.worst = [m["module"] for m in ranked[:WORST_SHOWN]] if len(ranked) > WORST_SHOWN else []
+        self.setToolTip("Share of each module's change the adapter keeps. Lowest: "
+                        + ", ".join(f"{m['module']} ({m['retained_energy']:.0%})" for m in ranked[:WORST_SHOWN]))
+        self.setVisible(bool(self.modules))
+        if self.plot is not None:
+            self.redraw()
+
+    def configure(self) -> None:
+        self.plot.setLabel("bottom", "module, first layer to last")
+        self.plot.setLabel("left", "change kept")
+
+    def redraw(self) -> None:
+        pg = pyqtgraph()
+        self.plot.clear()
+        for axis in ("left", "bottom"):
+            self.plot.getAxis(axis).setLabel(self.plot.getAxis(axis).labelText, color=self.text_colour())
+        if not self.modules:
+            return
+        energies = [m["retained_energy"] for m in self.modules]
+        colours = [self.highlight_colour() if m["module"] in self.worst else self.series_colour(0) for m in self.modules]
+        self.plot.addItem(pg.BarGraphItem(x=list(range(len(energies))), height=energies, width=0.8, brushes=colours,
+                                          pens=[pg.mkPen(None)] * len(energies)))
+        for module in self.modules:
+            if module["module"] in self.worst:
+                index = self.modules.index(module)
+                label = pg.TextItem(_short(module["module"]), color=self.highlight_colour(), anchor=(0.5, 1.0))
+                label.setPos(index, module["retained_energy"])
+                self.plot.addItem(label)
+        low = min(energies)
+        self.plot.setYRange(min(0.0, low) if low < 0.5 else max(0.0, low - 0.1), 1.0, padding=0.1)
+        self.plot.setXRange(-0.5, len(energies) - 0.5, padding=0.01)
+        self.plot.getAxis("bottom").setTicks([[]])
+
+
+def _short(module: str) -> str:
+    """"layer 12 v_proj" for model.layers.12.self_attn.v_proj (the module's name when it has no layer)."""
+    from guiapp.engine.layers import split_layer_name  # noqa: PLC0415 - the engine is loaded once jobs have run
+
+    place = split_layer_name(f"{module}.weight")
+    return f"layer {place.index} {module.rpartition('.')[2]}" if place is not None else module

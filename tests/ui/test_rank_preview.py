@@ -1,0 +1,90 @@
+"""The LoRA rank as a picture: the preview of what each rank keeps (computed from the real tensors in the
+background), a click on the curve choosing the rank, and the report's chart per module after extracting."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import Qt
+
+from guiapp.ui.theme import apply_scheme
+from tests.ui.conftest import wait_for_job
+
+SHOTS = Path(os.environ.get("MERGESMITH_CHART_SHOTS") or tempfile.mkdtemp(prefix="charts-"))
+
+
+def _previewed(qtbot, window, models):
+    window.show_page("lora")
+    page = window.lora
+    page.x_base.set_text(str(models.base))
+    page.x_model.set_text(str(models.tune_a))  # every matrix changed by a rank-4 update
+    preview = page.rank_preview
+    qtbot.waitUntil(preview.button.isEnabled, timeout=10_000)
+    qtbot.mouseClick(preview.button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: bool(preview.chart.spectra) and preview.chart.isVisible(), timeout=60_000)
+    qtbot.waitUntil(lambda: preview.chart.plot is not None and preview.chart.plot.viewport().height() > 80,
+                    timeout=10_000)
+    return page, preview
+
+
+def test_the_preview_shows_a_planted_rank_and_a_click_on_the_curve_sets_the_rank(qtbot, window, models):
+    page, preview = _previewed(qtbot, window, models)
+    assert len(preview.chart.spectra) == 8
+    assert all(s.rank_for(0.9999) == 4 for s in preview.chart.spectra)  # all of the change by rank 4
+    assert "Rank 4 keeps 90 %" in preview.status.text() or "Rank 3 keeps 90 %" in preview.status.text()
+    page.rank_mode.setCurrentIndex(page.rank_mode.findData("energy"))
+    viewport = preview.chart.plot.viewport()
+    qtbot.mouseClick(viewport, Qt.MouseButton.LeftButton, pos=preview.chart.to_pixel(6, 0.5).toPoint())
+    assert page.rank_mode.currentData() == "fixed" and page.rank_value.value() == 6
+    assert preview.chart.rank == 6
+
+
+def test_other_models_clear_the_preview(qtbot, window, models):
+    page, preview = _previewed(qtbot, window, models)
+    page.x_model.set_text(str(models.tune_b))
+    assert not preview.chart.isVisible() and preview.chart.spectra == []
+    assert preview.button.isEnabled() and preview.status.text() == ""
+
+
+def test_the_report_charts_each_modules_kept_change_with_the_worst_highlighted(qtbot, window, models, tmp_path):
+    window.show_page("lora")
+    page = window.lora
+    page.x_base.set_text(str(models.base))
+    page.x_model.set_text(str(models.tune_a))
+    page.rank_value.setValue(2)  # below the planted rank 4: some change is lost, unevenly
+    page.x_out.setText(str(tmp_path / "adapter"))
+    qtbot.waitUntil(page.x_bar.button.isEnabled, timeout=20_000)
+    assert not page.x_report_chart.isVisible()
+    qtbot.mouseClick(page.x_bar.button, Qt.MouseButton.LeftButton)
+    record = wait_for_job(qtbot, window, window.jobs.selected, timeout=120_000)
+    assert record.status == "done", record.log
+    window.show_page("lora")
+    chart = page.x_report_chart
+    qtbot.waitUntil(chart.isVisible, timeout=10_000)
+    energies = {m["module"]: m["retained_energy"] for m in record.summary["module_energies"]}
+    assert [m["module"] for m in chart.modules] == list(energies) and len(energies) > 3
+    assert sorted(chart.worst, key=energies.get) == sorted(energies, key=energies.get)[:3]
+    page.x_model.set_text(str(models.tune_b))  # another pair: the chart about the last one goes
+    assert not chart.isVisible()
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_screenshots(qtbot, window, models, tmp_path, scheme):
+    apply_scheme(scheme)
+    try:
+        page, preview = _previewed(qtbot, window, models)
+        preview.chart.show_rank(8)
+        assert preview.grab().save(str(SHOTS / f"rank-preview-{scheme}.png"))
+        summary = {"module_energies": [{"module": f"model.layers.{i // 7}.{kind}", "rank": 8,
+                                        "retained_energy": 0.97 - 0.02 * (i % 7) - (0.2 if i == 9 else 0)}
+                                       for i, kind in enumerate(["self_attn.q_proj", "self_attn.k_proj",
+                                                                 "self_attn.v_proj", "self_attn.o_proj",
+                                                                 "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"] * 2)]}
+        page.x_report_chart.show_summary(summary)
+        qtbot.waitUntil(lambda: page.x_report_chart.plot is not None, timeout=10_000)
+        assert page.x_report_chart.grab().save(str(SHOTS / f"module-energy-{scheme}.png"))
+    finally:
+        apply_scheme("light")
