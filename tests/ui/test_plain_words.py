@@ -54,10 +54,12 @@ def test_a_gradient_is_a_choice_with_a_place_for_a_picture(qtbot, monkeypatch):
     editor = ParamEditor(ParamSpec("weight", ParamKind.FLOAT, default=0.6, per_model=True))
     qtbot.addWidget(editor)
     editor.show()
-    assert editor.layers_choice.currentText() == "Same for all layers" and not editor.gradient_view.isVisible()
+    assert editor.layers_choice.currentText() == "All layers" and not editor.gradient_view.isVisible()
+    assert "Same for all layers" in editor.layers_choice.itemData(0, Qt.ItemDataRole.ToolTipRole)
     editor.layers_choice.setFocus()
     qtbot.keyClick(editor.layers_choice, Qt.Key.Key_Down)
-    assert editor.layers_choice.currentText() == "Changes across layers"
+    assert editor.layers_choice.currentText() == "Per layer"
+    assert "Changes across layers" in editor.layers_choice.itemData(1, Qt.ItemDataRole.ToolTipRole)
     assert editor.gradient_view.isVisible() and editor.value() == [0.6, 0.6]
     assert pictures[-1] == [0.6, 0.6]
     with qtbot.waitSignal(editor.changed, timeout=5_000):

@@ -8,11 +8,14 @@ from __future__ import annotations
 from typing import Any
 
 from PySide6.QtCore import Signal
-from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QLineEdit, QTableWidget, QToolButton
+from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableWidget, QToolButton
 
 from guiapp.jobs.plain_words import parameter_label, parameter_tooltip
 from guiapp.jobs.recipe_document import FormModel
+from guiapp.ui.widgets.elided_line_edit import ElidedLineEdit
 from guiapp.ui.widgets.param_form import ParamEditor
+
+MODEL_COLUMN_WIDTH = 170
 
 
 class ModelsTable(QTableWidget):
@@ -39,12 +42,23 @@ class ModelsTable(QTableWidget):
             self.horizontalHeaderItem(column).setToolTip(f"{parameter_label(spec.name)}: "
                                                          f"{parameter_tooltip(spec.name, spec.help)}")
         header = self.horizontalHeader()
-        header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        header.setSectionResizeMode(0, QHeaderView.ResizeMode.Interactive)  # sized by _fit_model_column
         header.setMinimumSectionSize(60)
         for column in range(1, len(specs) + 1):
             header.setSectionResizeMode(column, QHeaderView.ResizeMode.Interactive)
-            self.setColumnWidth(column, 190)
+            self.setColumnWidth(column, 175)
         header.setSectionResizeMode(len(specs) + 1, QHeaderView.ResizeMode.ResizeToContents)
+        self._fit_model_column()
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 - Qt's name
+        super().resizeEvent(event)
+        self._fit_model_column()
+
+    def _fit_model_column(self) -> None:
+        """The model column takes the room the values leave, but never less than enough to tell models apart
+        (a narrow window scrolls the table sideways instead)."""
+        others = sum(self.columnWidth(column) for column in range(1, self.columnCount()))
+        self.setColumnWidth(0, max(MODEL_COLUMN_WIDTH, self.viewport().width() - others))
 
     def rows(self) -> list[FormModel]:
         """The rows as the recipe document takes them: each reference with its parameters (shown and kept)."""
@@ -63,14 +77,13 @@ class ModelsTable(QTableWidget):
         given). `explicit_defaults` writes the method's defaults into the row, as when the user adds a model."""
         row = self.rowCount()
         self.insertRow(row)
-        picker = QLineEdit(ref, accessibleName=f"Model {row + 1}")
-        picker.setToolTip(ref)
+        picker = ElidedLineEdit(ref)  # the full reference is its tooltip
+        picker.setAccessibleName(f"Model {row + 1}")
         picker.textChanged.connect(lambda _: self.changed.emit())
-        picker.textChanged.connect(picker.setToolTip)
         self.setCellWidget(row, 0, picker)
         editors: dict[str, ParamEditor] = {}
         for column, spec in enumerate(self._method.per_model_params, start=1):
-            editor = ParamEditor(spec)
+            editor = ParamEditor(spec, compact=True)
             editor.set_value(values.get(spec.name))
             if explicit_defaults and spec.name not in values and (spec.required or spec.default is not None):
                 if spec.default is None:
