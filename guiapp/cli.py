@@ -508,7 +508,7 @@ def _run_hub_info(args: argparse.Namespace) -> int:
 
     from guiapp.hub.details import model_details, remote_tensors  # noqa: PLC0415
     from guiapp.hub.references import ModelRef  # noqa: PLC0415
-    from guiapp.system.units import format_bytes  # noqa: PLC0415
+    from guiapp.system.units import format_bytes, plural  # noqa: PLC0415
 
     _hub_setup(args)
     ref = ModelRef.parse(args.repo)
@@ -533,7 +533,7 @@ def _run_hub_info(args: argparse.Namespace) -> int:
     print(f"Base model:    {', '.join(details.base_models) or '-'}")
     print(f"Parameters:    {by_dtype or 'unknown (no safetensors)'}")
     print(f"Download:      {format_bytes(details.download_size)} needed for merging "
-          f"(repo: {format_bytes(details.repo_size)}, {len(details.files)} files)")
+          f"(repo: {format_bytes(details.repo_size)}, {plural(len(details.files), 'file')})")
     print(f"Popularity:    {details.downloads} downloads, {details.likes} likes")
     print(f"Updated:       {details.last_modified or '-'}")
     for t in tensors.values():
@@ -574,7 +574,7 @@ def _run_hub_cache(args: argparse.Namespace) -> int:
     import json  # noqa: PLC0415
 
     from guiapp.hub.cache import scan_cache  # noqa: PLC0415
-    from guiapp.system.units import format_bytes  # noqa: PLC0415
+    from guiapp.system.units import format_bytes, plural  # noqa: PLC0415
 
     _hub_setup(args)
     models = scan_cache()
@@ -584,19 +584,19 @@ def _run_hub_cache(args: argparse.Namespace) -> int:
     if not models:
         print("The Hugging Face cache holds no models.")
     for m in models:
-        refs = ", ".join(ref for r in m.revisions for ref in r.refs) or f"{len(m.revisions)} revisions"
+        refs = ", ".join(ref for r in m.revisions for ref in r.refs) or plural(len(m.revisions), "revision")
         print(f"{m.repo_id:<50} {format_bytes(m.size):>10}  last used {m.last_used:%Y-%m-%d %H:%M}  ({refs})")
     return EXIT_OK
 
 
 def _run_hub_rm(args: argparse.Namespace) -> int:
     from guiapp.hub.cache import plan_deletion  # noqa: PLC0415
-    from guiapp.system.units import format_bytes  # noqa: PLC0415
+    from guiapp.system.units import format_bytes, plural  # noqa: PLC0415
 
     _hub_setup(args)
     plan = plan_deletion(args.repo)
     question = (
-        f"Delete {plan.repo_id} ({len(plan.commits)} revisions) from the cache? "
+        f"Delete {plan.repo_id} ({plural(len(plan.commits), 'revision')}) from the cache? "
         f"This frees {format_bytes(plan.freed_bytes)}."
     )
     if not args.yes:

@@ -16,6 +16,7 @@ from typing import Any
 from guiapp.engine.layers import TensorRole, architecture_of, tensor_place
 from guiapp.errors import MergesmithError
 from guiapp.hub.references import ModelRef
+from guiapp.system.units import plural
 
 _EXAMPLES = 3
 
@@ -62,7 +63,7 @@ class CompatibilityReport:
     def render_text(self) -> str:
         if self.compatible:
             return f"These {len(self.models)} models have the same tensors and shapes: they can be merged."
-        lines = [f"These models cannot be merged as they are ({len(self.problems)} problems):"]
+        lines = [f"These models cannot be merged as they are ({plural(len(self.problems), 'problem')}):"]
         lines += [f"- {problem.message}" + (f"\n  {problem.hint}" if problem.hint else "") for problem in self.problems]
         return "\n".join(lines)
 
