@@ -9,12 +9,21 @@ import json
 import re
 
 import yaml
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QPoint, Qt
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QAbstractButton, QLabel
 
 from guiapp.engine.output_guard import MARKER
-from guiapp.jobs.fixes import CHOOSE_FOLDER, OPEN_MODEL_PAGE, REPLACE, RETRY, RETRY_WITH, SIGN_IN, USE_OFFLINE
+from guiapp.jobs.fixes import (
+    CHOOSE_FOLDER,
+    GO_ONLINE,
+    OPEN_MODEL_PAGE,
+    REPLACE,
+    RETRY,
+    RETRY_WITH,
+    SIGN_IN,
+    USE_OFFLINE,
+)
 from tests.support.hub_server import TEST_TOKEN
 from tests.ui.conftest import wait_for_job
 
@@ -170,3 +179,22 @@ def test_an_unreachable_hub_offers_offline_mode(qtbot, window, models, tmp_path,
     _click(qtbot, panel.buttons[USE_OFFLINE])
     assert window.settings.offline_check.isChecked() and is_offline()
     window.settings.offline_check.setChecked(False)  # the switch is kept in this test's settings only
+
+
+def test_offline_mode_in_the_way_offers_to_go_online(qtbot, window, models, tmp_path, hub_env, hub_server):
+    from guiapp.hub.connection import is_offline  # noqa: PLC0415
+
+    hub_server.add_model("org/tune", models.tune_b)
+    window.show_page("settings")
+    switch = window.settings.offline_check
+    qtbot.mouseClick(switch, Qt.MouseButton.LeftButton, pos=QPoint(8, switch.height() // 2))  # on its box
+    assert is_offline()
+    failed = _run(qtbot, window, _linear(models.tune_a, "org/tune"), tmp_path / "offline")
+    assert failed.status == "failed"
+    panel = window.jobs.explanation
+    assert GO_ONLINE in panel.buttons, (failed.explanation or {}).get("kind")
+    _no_cli_words_in(window)
+    _click(qtbot, panel.buttons[GO_ONLINE])
+    assert not window.settings.offline_check.isChecked() and not is_offline()
+    _click(qtbot, panel.buttons[RETRY])
+    assert wait_for_job(qtbot, window, window.jobs.selected).status == "done"

@@ -34,6 +34,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from guiapp.jobs.fixes import window_text
 from guiapp.jobs.validation import PairCheck, check_adapter, check_pair
 from guiapp.system.units import plural
 from guiapp.ui.background import LatestTask, run_blocking
@@ -297,7 +298,7 @@ class LoraPage(QWidget):
         from guiapp.system.units import format_bytes  # noqa: PLC0415
 
         if check.errors:
-            self.x_check.setText("\n".join(problem.text for problem in check.errors))
+            self.x_check.setText(window_text("\n".join(problem.text for problem in check.errors)))
             set_status_style(self.x_check, "problem")
             self.x_estimate.setText("The estimate appears once both models can be read.")
             self.x_bar.set_blocked(check.errors[0].text)
@@ -433,7 +434,7 @@ class LoraPage(QWidget):
         from guiapp.system.units import format_bytes  # noqa: PLC0415
 
         if check.errors:
-            self.a_check.setText("\n".join(problem.text for problem in check.errors))
+            self.a_check.setText(window_text("\n".join(problem.text for problem in check.errors)))
             set_status_style(self.a_check, "problem")
             self.a_estimate.setText("The estimate appears once the adapter fits the base model.")
             self.a_bar.set_blocked(check.errors[0].text)

@@ -25,6 +25,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from guiapp.jobs.fixes import window_text
 from guiapp.jobs.recipe_document import FormValues, RecipeDocument
 from guiapp.jobs.validation import check_merge
 from guiapp.ui.background import LatestTask, run_blocking
@@ -391,7 +392,7 @@ class MergePage(QWidget):
             if problem.severity is Severity.ERROR or label not in worst:
                 worst[label] = "problem" if problem.severity is Severity.ERROR else "warning"
         for label, texts in shown.items():
-            show_message(label, "\n".join(texts) or None, worst.get(label, "problem"))
+            show_message(label, window_text("\n".join(texts)) or None, worst.get(label, "problem"))
         self.models_box.show_verdict(result)
         self.run_box.show_check(result)
 

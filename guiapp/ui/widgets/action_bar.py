@@ -11,6 +11,7 @@ from __future__ import annotations
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QSizePolicy, QVBoxLayout, QWidget
 
+from guiapp.jobs.fixes import window_text
 from guiapp.ui.theme import set_primary, set_status_style
 
 
@@ -82,7 +83,7 @@ class ActionBar(QFrame):
 
     def set_blocked(self, problem: str) -> None:
         """The job cannot run as set up: the button is disabled and "Fix: <problem>" says why."""
-        self._show(False, f"Fix: {problem}", "problem")
+        self._show(False, f"Fix: {window_text(problem)}", "problem")
 
     def set_ready(self, note: str = "Ready.", kind: str = "good") -> None:
         self._show(True, note, kind)
