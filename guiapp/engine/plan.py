@@ -530,10 +530,10 @@ def _unknown_parameter_warning(key: str, where: str, method: MergeMethod, known:
 def _tokenizer_model(recipe: Recipe, index_of: dict[ModelRef, int]) -> int:
     """The merged model whose vocabulary decides the rows: the source named, else the base (the first model
     without one, as mergekit does). A donor that is not merged lends its tokenizer only (see align_vocabulary)."""
-    source = recipe.tokenizer_source
-    if source in (None, "base", "union") or recipe.tokenizer_donor() is not None:
+    named = recipe.tokenizer.model if recipe.tokenizer else None
+    if named is None or recipe.tokenizer_donor() is not None:
         return index_of[recipe.base_model] if recipe.base_model else 0
-    return index_of[ModelRef.parse(source)]
+    return index_of[named]
 
 
 def align_vocabulary(plan: MergePlan, folders: list[Path], donor_folder: Path | None = None) -> None:

@@ -62,11 +62,13 @@ class TokenOverride:
 
 @dataclass(frozen=True)
 class TokenizerSettings:
-    """The `tokenizer:` section, or `tokenizer_source:` alone (then `tokens` is empty)."""
+    """The `tokenizer:` section, or `tokenizer_source:` alone (then `tokens` is empty). `model` is the model
+    `source` names, read once (None for `base` and `union`)."""
 
     source: str
     tokens: dict[str, TokenOverride] = field(default_factory=dict)
     pad_to_multiple_of: int | None = None
+    model: ModelRef | None = None
 
 
 @dataclass
@@ -120,11 +122,8 @@ class Recipe:
 
     def tokenizer_donor(self) -> ModelRef | None:
         """The model named by `tokenizer_source` when it is not one of the merged models (only its tokenizer is used)."""
-        source = self.tokenizer.source if self.tokenizer else None
-        if source in (None, "base", "union"):
-            return None
-        ref = ModelRef.parse(source)
-        return None if ref in self.model_refs() else ref
+        ref = self.tokenizer.model if self.tokenizer else None
+        return None if ref is None or ref in self.model_refs() else ref
 
 
 def load_recipe(path: Path) -> Recipe:
@@ -347,7 +346,8 @@ def _tokenizer_settings(document: dict[str, Any]) -> TokenizerSettings | None:
             key="tokenizer",
         )
     if document.get("tokenizer_source") is not None:
-        return TokenizerSettings(_tokenizer_source_text(document["tokenizer_source"], "tokenizer_source"))
+        source, model = _tokenizer_source(document["tokenizer_source"], "tokenizer_source")
+        return TokenizerSettings(source, model=model)
     section = document.get("tokenizer")
     if section is None:
         return None
@@ -362,7 +362,7 @@ def _tokenizer_settings(document: dict[str, Any]) -> TokenizerSettings | None:
                           why="A tokenizer setting Mergesmith does not know would change the vocabulary in a way "
                           "it cannot apply.", hint="Use only `source`, `tokens` and `pad_to_multiple_of`.",
                           key="tokenizer")
-    source = _tokenizer_source_text(section.get("source", "union"), "tokenizer.source")  # mergekit's default
+    source, model = _tokenizer_source(section.get("source", "union"), "tokenizer.source")  # mergekit's default
     pad = section.get("pad_to_multiple_of")
     if pad is not None and (as_number(pad) is None or float(as_number(pad)) != int(as_number(pad)) or as_number(pad) < 1):
         raise RecipeError(f"`tokenizer.pad_to_multiple_of` must be a whole number of at least 1, got {describe_value(pad)}.",
@@ -379,17 +379,22 @@ def _tokenizer_settings(document: dict[str, Any]) -> TokenizerSettings | None:
         source,
         {str(token): _token_override(str(token), value) for token, value in tokens.items()},
         int(as_number(pad)) if pad is not None else None,
+        model,
     )
 
 
-def _tokenizer_source_text(value: Any, key: str) -> str:
+def _tokenizer_source(value: Any, key: str) -> tuple[str, ModelRef | None]:
+    """The source's text and the model it names (None for `base` and `union`). Raises RecipeError with `key` for
+    anything else that is not a model reference."""
     if isinstance(value, dict) and "model" in value:
-        return str(ModelRef.parse(value, key))
+        model = ModelRef.parse(value, key)
+        return str(model), model
     if not isinstance(value, str) or not value.strip():
         raise RecipeError(f"`{key}` must be `base`, `union` or a model, got {describe_value(value)}.",
                           why="It names the vocabulary the result uses.",
                           hint=f"For example `{key}: base`.", key=key)
-    return value.strip()
+    text = value.strip()
+    return text, None if text in ("base", "union") else ModelRef.parse(text, key)
 
 
 def _token_override(token: str, value: Any) -> TokenOverride:

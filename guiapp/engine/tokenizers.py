@@ -196,11 +196,11 @@ def build_alignment(
     """
     reference = base_model if base_model is not None else 0
     documents = [read_tokenizer(folder) for folder in folders]
-    if settings.source == "union" or settings.source == "base":
+    if settings.model is None:  # union or base
         out_document = documents[reference]
         out_label = refs[reference]
     else:
-        ref = ModelRef.parse(settings.source)
+        ref = settings.model
         index = refs.index(ref) if ref in refs else None
         out_document = documents[index] if index is not None else read_tokenizer(donor_folder)
         out_label = ref
