@@ -37,12 +37,13 @@ def merge_job(recipe: Recipe, output: Path, *, device: str = "cpu", seed: int = 
                 from guiapp.system.capabilities import require_compute  # noqa: PLC0415
 
                 require_compute(cached_probe(), "merge", device, dtype_name(plan.compute_dtype))
-            _check_fit(estimate_merge(plan, device, Path(output), cached_probe()), progress, force)
+            estimated.update(_check_fit(estimate_merge(plan, device, Path(output), cached_probe()), progress, force))
 
+        estimated: dict[str, Any] = {}
         settings = MergeSettings(Path(output), device=device, seed=seed,
                                  shard_bytes=shard_bytes or DEFAULT_SHARD_BYTES, overwrite=overwrite,
                                  compute_dtype=compute_dtype, threads=ThreadPolicy(limit=threads))
-        return run_merge(recipe, settings, progress, before_start=check_fit).summary()
+        return {**run_merge(recipe, settings, progress, before_start=check_fit).summary(), **estimated}
 
     return Job(title=f"Merge ({recipe.merge_method}) → {Path(output).name}", kind="merge", spec=spec, work=work)
 
@@ -75,14 +76,14 @@ def extract_job(base: str, model: str, out: Path, *, rank_mode: str = "fixed", r
         estimate = estimate_extraction(read_headers(ModelRef.parse(base)), read_headers(ModelRef.parse(model)),
                                        device, Path(out), cached_probe(), rank=rank, solver=solver,
                                        embeddings=embeddings)
-        _check_fit(estimate, progress, force)
+        estimated = _check_fit(estimate, progress, force)
 
         settings = ExtractionSettings(
             base=base, model=model, out=Path(out), rule=RankRule(rank_mode, rank_value, max_rank), solver=solver,
             include=include, exclude=exclude, embeddings=embeddings, dtype=dtype, device=device,
             compute_dtype=compute_dtype, overwrite=overwrite, threads=ThreadPolicy(limit=threads),
         )
-        return extract_lora(settings, progress)
+        return {**extract_lora(settings, progress), **estimated}
 
     return Job(title=f"Extract LoRA → {Path(out).name}", kind="extract", spec=spec, work=work)
 
@@ -102,12 +103,12 @@ def apply_job(base: str, adapter: str, out: Path, *, scale: float = 1.0, dtype: 
         from guiapp.jobs.estimates import estimate_apply  # noqa: PLC0415
         from guiapp.system.threads import ThreadPolicy  # noqa: PLC0415
 
-        _check_fit(estimate_apply(read_headers(ModelRef.parse(base)), device, Path(out)), progress, force)
+        estimated = _check_fit(estimate_apply(read_headers(ModelRef.parse(base)), device, Path(out)), progress, force)
 
         settings = ApplySettings(base=base, adapter=adapter, out=Path(out), scale=scale, dtype=dtype,
                                  device=device, overwrite=overwrite, max_shard_size=max_shard_size,
                                  threads=ThreadPolicy(limit=threads))
-        return apply_lora(settings, progress)
+        return {**apply_lora(settings, progress), **estimated}
 
     return Job(title=f"Apply LoRA → {Path(out).name}", kind="apply", spec=spec, work=work)
 
@@ -174,8 +175,15 @@ def retry(kind: str, spec: dict[str, Any], changes: dict[str, Any]) -> Job:
     return job_from_spec(kind, spec)
 
 
-def _check_fit(estimate, progress, force: bool) -> None:
-    """Log a job's estimate; refuse it (InsufficientResourcesError with the numbers) if it will not fit."""
+def _check_fit(estimate, progress, force: bool) -> dict[str, Any]:
+    """Log a job's estimate; refuse it (InsufficientResourcesError with the numbers) if it will not fit.
+
+    Returns the time estimate as the job's summary keeps it (`estimate`: seconds, low, high, text; {} when the
+    time is not known), so the window can show the estimate against the actual time when the job ends."""
     progress.log("Estimate: " + estimate.summary().replace("\n", "\n  "))
     if not estimate.fit.fits and not force:
         raise estimate.fit.as_error()
+    time = estimate.time
+    if time is None:
+        return {}
+    return {"estimate": {"seconds": time.seconds, "low": time.low, "high": time.high, "text": str(time)}}

@@ -33,6 +33,7 @@ from guiapp.jobs.fixes import CHOOSE_FOLDER, GO_ONLINE, SIGN_IN, USE_OFFLINE, Fi
 from guiapp.ui.publish_dialog import PublishOutputButton
 from guiapp.ui.theme import set_status_style, status_colour
 from guiapp.ui.widgets.explanation import ExplanationPanel
+from guiapp.ui.widgets.job_chart import JobChart
 from guiapp.ui.widgets.open_link import LinkFallback
 
 STATUS_WORDS = {"queued": "Waiting", "running": "Running", "done": "Done", "failed": "Failed",
@@ -111,6 +112,8 @@ class JobsPage(QWidget):
         right_layout.addLayout(buttons)
         right_layout.addWidget(self.open_fallback)
         right_layout.addWidget(self.summary)
+        self.job_chart = JobChart(self.bridge)  # throughput over time; the estimate against the actual time
+        right_layout.addWidget(self.job_chart)
         right_layout.addWidget(self.explanation)
         right_layout.addWidget(QLabel("<b>Log</b>"))
         right_layout.addWidget(self.log, 1)
@@ -196,6 +199,7 @@ class JobsPage(QWidget):
         for widget in (self.bar, self.cancel_button, self.open_button, self.log):
             widget.setEnabled(has)
         self.publish_button.show_record(record)
+        self.job_chart.show_record(record)
         if not has:
             self.title.setText("No job selected." if self.list.count() else
                                "No jobs yet. Run a merge or an extraction and it appears here.")

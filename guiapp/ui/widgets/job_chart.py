@@ -1,0 +1,149 @@
+"""A job's throughput over time (MB/s from the progress events the job bridge receives) and, once it has ended,
+its time estimate against the actual time: the estimated range is shaded on the same time axis, so one look says
+whether the job ran as expected.
+
+Points are collected for every job of the session as its events arrive, so selecting a running job shows its
+whole history; the chart shows the job the Jobs page selects (`show_record`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
+
+from guiapp.system.units import format_duration_range, format_seconds
+from guiapp.ui.widgets.charts import ChartHost, pyqtgraph
+
+CHART_HEIGHT = 150
+MAX_POINTS = 600  # per job; older points are thinned out beyond this
+MAX_JOBS = 20  # jobs whose points are kept
+CLOSE_RATIO = 1.5  # an actual time within 1/1.5 of the estimate's low end and 1.5 times its high end is close
+
+
+class ThroughputChart(ChartHost):
+    """MB/s against seconds since the job started, with the estimate's range shaded once the job is done."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(CHART_HEIGHT, parent)
+        self.setAccessibleName("Throughput over time")
+        self.points: list[tuple[float, float]] = []  # (seconds since start, MB/s)
+        self.estimate: dict[str, Any] | None = None
+        self.actual: float | None = None
+
+    def show_job(self, points: list[tuple[float, float]], estimate: dict[str, Any] | None,
+                 actual: float | None) -> None:
+        self.points, self.estimate, self.actual = list(points), estimate, actual
+        if self.plot is not None:
+            self.redraw()
+
+    def configure(self) -> None:
+        self.plot.setLabel("bottom", "seconds")
+        self.plot.setLabel("left", "MB/s")
+
+    def redraw(self) -> None:
+        pg = pyqtgraph()
+        self.plot.clear()
+        for axis in ("left", "bottom"):
+            self.plot.getAxis(axis).setLabel(self.plot.getAxis(axis).labelText, color=self.text_colour())
+        right = max([p[0] for p in self.points] + [self.actual or 0.0, 1.0])
+        if self.estimate is not None and self.actual is not None:
+            low, high = _estimate_range(self.estimate)
+            colour = pg.mkColor(self.series_colour(2))
+            colour.setAlpha(60)
+            region = pg.LinearRegionItem((low, high), movable=False, brush=pg.mkBrush(colour),
+                                         pen=pg.mkPen(self.series_colour(2), width=1))
+            self.plot.addItem(region)
+            self.plot.addItem(pg.InfiniteLine(self.actual, angle=90,
+                                              pen=pg.mkPen(self.text_colour(), width=1.5, style=Qt.PenStyle.DashLine)))
+            right = max(right, high)
+        if self.points:
+            self.plot.plot([p[0] for p in self.points], [p[1] for p in self.points],
+                           pen=pg.mkPen(self.series_colour(0), width=2), fillLevel=0,
+                           brush=pg.mkBrush(self._fill_colour()))
+        top = max([p[1] for p in self.points] + [1.0])
+        self.plot.setXRange(0, right, padding=0.03)
+        self.plot.setYRange(0, top, padding=0.08)
+
+    def _fill_colour(self) -> Any:
+        colour = pyqtgraph().mkColor(self.series_colour(0))
+        colour.setAlpha(50)
+        return colour
+
+
+class JobChart(QWidget):
+    """The throughput chart with a line under it: the estimate against the actual time once a job has ended.
+    Collects points from `bridge.progress` (guiapp.ui.job_bridge.JobBridge) for every job."""
+
+    def __init__(self, bridge: Any, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.bridge = bridge
+        self.points: dict[str, list[tuple[float, float]]] = {}
+        self.key: str | None = None
+        self.chart = ThroughputChart()
+        self.verdict = QLabel(wordWrap=True)
+        self.verdict.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        column = QVBoxLayout(self)
+        column.setContentsMargins(0, 0, 0, 0)
+        column.addWidget(self.chart)
+        column.addWidget(self.verdict)
+        bridge.progress.connect(self._progress)
+        self.show_record(None)
+
+    def show_record(self, record: Any) -> None:
+        """Show `record`'s throughput and, if it has ended, its estimate against the time it took (hidden when
+        there is neither)."""
+        self.key = record.key if record is not None else None
+        points = self.points.get(self.key, []) if self.key else []
+        estimate = (record.summary or {}).get("estimate") if record is not None else None
+        actual = _actual_seconds(record) if record is not None and record.status == "done" else None
+        self.chart.show_job(points, estimate, actual)
+        self.chart.setVisible(bool(points) or (estimate is not None and actual is not None))
+        self.verdict.setText(_verdict(estimate, actual))
+        self.verdict.setVisible(bool(self.verdict.text()))
+
+    def _progress(self, key: str, event: Any) -> None:
+        # The recent rate once measured; before that, the average so far.
+        rate = event.rate or (event.bytes_done / event.elapsed if event.elapsed > 0 else 0.0)
+        points = self.points.setdefault(key, [])
+        if not rate or (points and event.elapsed <= points[-1][0]):
+            return  # nothing moved yet, or the same moment again: the line only moves forward
+        points.append((event.elapsed, rate / 1e6))
+        if len(points) > MAX_POINTS:
+            del points[1::2]  # every other point: the shape stays, the count halves
+        for old in list(self.points)[:-MAX_JOBS]:
+            del self.points[old]
+        if key == self.key:
+            self.chart.setVisible(True)
+            self.chart.show_job(points, None, None)
+
+
+def _estimate_range(estimate: dict[str, Any]) -> tuple[float, float]:
+    seconds = float(estimate["seconds"])
+    low = estimate.get("low")
+    high = estimate.get("high")
+    return (float(low) if low is not None else seconds), (float(high) if high is not None else seconds)
+
+
+def _actual_seconds(record: Any) -> float | None:
+    if record.started is None or record.finished is None:
+        return None
+    return max(0.0, record.finished - record.started)
+
+
+def _verdict(estimate: dict[str, Any] | None, actual: float | None) -> str:
+    """"Estimated about 1–2 min (shaded); took 1 min 20 s (dashed line), close to the estimate." and the like;
+    "" when either is unknown. Within 0.67–1.5 times the estimated range counts as close (the goal estimates
+    are held to)."""
+    if estimate is None or actual is None:
+        return ""
+    low, high = _estimate_range(estimate)
+    if actual > CLOSE_RATIO * high:
+        how = "slower than estimated"
+    elif actual < low / CLOSE_RATIO:
+        how = "faster than estimated"
+    else:
+        how = "close to the estimate"
+    return (f"Estimated about {format_duration_range(low, high)} (shaded); took {format_seconds(actual)} "
+            f"(dashed line), {how}.")
