@@ -343,15 +343,24 @@ def test_ctrl_c_in_the_cli_leaves_nothing(tmp_path):
     recipe_file.write_text(f"merge_method: ties\nbase_model: {model}\nmodels:\n  - model: {model}\n"
                            f"    parameters: {{weight: 1, density: 0.5}}\n")
     never = tmp_path / "never-released"  # the signal, not this file, ends the pause
+
+    def as_in_a_terminal() -> None:
+        # A test run started in the background (`pytest &`, nohup, some CI runners) ignores SIGINT, and a child
+        # inherits that; a terminal's Ctrl-C reaches a program whose SIGINT is at its default.
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+
     process = subprocess.Popen([sys.executable, "-m", "guiapp", "merge", str(recipe_file), str(tmp_path / "out")],
-                               stderr=subprocess.PIPE, text=True,
+                               stderr=subprocess.PIPE, text=True, preexec_fn=as_in_a_terminal,
                                env={**os.environ, PAUSE_VARIABLE: f"Merging:2:{never}"})
-    for line in process.stderr:
-        if line.startswith("Paused after step 2 of Merging"):
-            process.send_signal(signal.SIGINT)
-            break
-    rest = process.stderr.read()
-    assert process.wait(timeout=60) == 1
+    try:
+        for line in process.stderr:
+            if line.startswith("Paused after step 2 of Merging"):
+                process.send_signal(signal.SIGINT)
+                break
+        _, rest = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert process.returncode == 1
     assert "Interrupted" in rest and "Traceback" not in rest
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model", "recipe.yml"]
 
