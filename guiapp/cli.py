@@ -827,6 +827,8 @@ def _print_extraction_summary(summary: dict) -> None:
 
 
 def _add_try_commands(commands: argparse._SubParsersAction) -> None:
+    from guiapp.engine.sampling import DEFAULT_TEMPERATURE, DEFAULT_TOP_P  # noqa: PLC0415 - two numbers, no torch
+
     model_help = "A model folder, a Hub id, or BASE+ADAPTER (a PEFT LoRA adapter on its base), as in recipes."
     try_ = commands.add_parser("try", help="Generate text with one to four models side by side.")
     try_.add_argument("models", nargs="+", metavar="MODEL", help=model_help)
@@ -834,6 +836,11 @@ def _add_try_commands(commands: argparse._SubParsersAction) -> None:
     try_.add_argument("--max-new-tokens", type=int, default=128, help="Stop after this many new tokens (default: 128).")
     try_.add_argument("--sample", action="store_true", help="Sample instead of picking the likeliest token.")
     try_.add_argument("--seed", type=int, default=0, help="Seed for --sample (default: 0).")
+    try_.add_argument("--temperature", type=float, default=DEFAULT_TEMPERATURE,
+                      help=f"For --sample: lower picks likelier tokens (default: {DEFAULT_TEMPERATURE}).")
+    try_.add_argument("--top-p", type=float, default=DEFAULT_TOP_P,
+                      help=f"For --sample: draw from the likeliest tokens holding this much probability "
+                      f"(default: {DEFAULT_TOP_P}).")
     try_.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N, mps or xpu (default: cpu).")
     try_.add_argument("--dtype", default=None, help="Run in this dtype where the device can (default: the model's).")
     try_.set_defaults(handler=_run_try)
@@ -861,7 +868,8 @@ def _run_try(args: argparse.Namespace) -> int:
         print(text, end="", flush=True)
 
     job = try_job(args.models, args.prompt, max_new_tokens=args.max_new_tokens, sample=args.sample, seed=args.seed,
-                  device=args.device, dtype=args.dtype, on_output=on_output)
+                  temperature=args.temperature, top_p=args.top_p, device=args.device, dtype=args.dtype,
+                  on_output=on_output)
     result = run_job(job, JobListeners(on_log=lambda job_, line: print(line, file=sys.stderr)))
     print()
     if result.status is JobStatus.FAILED:

@@ -42,3 +42,18 @@ def test_unknown_architecture_is_explained_not_a_traceback(causal_fp32, try_prob
     err = " ".join(capsys.readouterr().err.split())  # the explanation is wrapped to the terminal's width
     assert code == EXIT_FAILED
     assert "transformers does not know this architecture" in err and "Traceback" not in err
+
+
+def test_try_samples_with_the_temperature_and_top_p_given(causal_fp32, try_probe, capsys):
+    import torch
+
+    from guiapp.engine.inference import GenerationSettings, generate, load_model, resolve_source
+
+    code = main(["try", str(causal_fp32), "--prompt", "the cat sat", "--max-new-tokens", "6", "--sample", "--seed",
+                 "5", "--temperature", "1.5", "--top-p", "0.5"])
+    assert code == EXIT_OK
+    settings = GenerationSettings(max_new_tokens=6, sample=True, seed=5, temperature=1.5, top_p=0.5)
+    expected = generate(load_model(resolve_source(str(causal_fp32)), torch.float32, "cpu"), "the cat sat", settings)
+    assert capsys.readouterr().out.split("===")[-1].strip() == expected.text.strip()
+    assert main(["try", str(causal_fp32), "--prompt", "x", "--sample", "--top-p", "1.5"]) == EXIT_FAILED
+    assert "Top-p must be above 0 and at most 1" in capsys.readouterr().err
