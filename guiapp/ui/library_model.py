@@ -26,9 +26,7 @@ from PySide6.QtCore import (
 from guiapp.ui.background import LatestTask, run_blocking
 
 REFERENCE_ROLE = Qt.ItemDataRole.UserRole  # the Hub id or folder a job takes
-KIND_ROLE = Qt.ItemDataRole.UserRole + 1  # "model" or "adapter"
-SOURCE_ROLE = Qt.ItemDataRole.UserRole + 2  # "downloaded", "folder", "output"
-SORT_ROLE = Qt.ItemDataRole.UserRole + 3  # a value that sorts the column (bytes, seconds)
+SORT_ROLE = Qt.ItemDataRole.UserRole + 1  # a value that sorts the column (bytes, seconds)
 COLUMNS = ("Model", "Where", "Size", "Last changed")
 NAME, WHERE, SIZE, CHANGED = range(len(COLUMNS))
 # Jobs whose end changes what is on disk.
@@ -108,10 +106,6 @@ class LibraryModel(QAbstractTableModel):
             return describe_entry(entry)
         if role == REFERENCE_ROLE:
             return entry.reference
-        if role == KIND_ROLE:
-            return entry.kind
-        if role == SOURCE_ROLE:
-            return entry.source
         if role == SORT_ROLE:
             return {SIZE: entry.size, CHANGED: entry.modified}.get(index.column(), _cell(entry, index.column()))
         return None
