@@ -124,13 +124,26 @@ class Checkpoint:
         info = self.tensors[name]
         if info.file.endswith(".safetensors"):
             return self._files[info.file].read(name, info.data_offsets, info.dtype, info.shape)
+        return self._pickled_tensor(name).clone()
+
+    def read_rows(self, name: str, rows: range) -> torch.Tensor:
+        """The rows `rows` (consecutive) of the tensor `name` as stored, on the CPU; from a safetensors file only
+        their bytes are read. Raises CheckpointError as `read` does."""
+        info = self.tensors[name]
+        if info.file.endswith(".safetensors"):
+            return self._files[info.file].read_rows(name, info.data_offsets, info.dtype, info.shape, rows)
+        return self._pickled_tensor(name)[rows.start : rows.stop].clone()
+
+    def _pickled_tensor(self, name: str) -> torch.Tensor:
+        """The tensor `name` of a pickle, loaded whole once per file. Raises CheckpointError when the file changed."""
+        info = self.tensors[name]
         path = self.folder / info.file
         if info.file not in self._pickled:
             self._pickled[info.file] = (load_pickle_weights(path), file_identity(path))
         state, identity = self._pickled[info.file]
         if file_identity(path) != identity:  # a zip pickle is memory-mapped: check, then copy out at once
             raise changed_file_error(path, name, "its size or modification time changed")
-        return state[name].clone()
+        return state[name]
 
     def close(self) -> None:
         for file in self._files.values():

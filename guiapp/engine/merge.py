@@ -1,7 +1,10 @@
 """The merge loop: plan, then for each output tensor read → compute in float32 → cast → append to its shard.
 
-Peak memory is the inputs of one tensor (plus those of the next one, read ahead on a second thread while the
-current one is computed), never a model or a shard. The output appears under its name only when complete.
+Tensors that an elementwise method merges (or that are copied) go through the loop a block of rows at a time:
+each input's rows of one block are read from its file, merged, cast and appended, so memory holds a few blocks
+whatever the tensor's size. Other methods need whole tensors: those go through whole. The next piece is read
+ahead on a second thread while the current one is computed, and the previous one written on a third: peak
+memory is a few pieces, never a model or a shard. The output appears under its name only when complete.
 """
 
 from __future__ import annotations
@@ -29,7 +32,14 @@ from guiapp.engine.output import (
     check_free_space,
     local_input_folders,
 )
-from guiapp.engine.plan import MergePlan, TensorTask, align_vocabulary, build_plan, compute_in_recipe_dtype
+from guiapp.engine.plan import (
+    MergePlan,
+    TensorInput,
+    TensorTask,
+    align_vocabulary,
+    build_plan,
+    compute_in_recipe_dtype,
+)
 from guiapp.engine.recipe import Recipe
 from guiapp.engine.sources import ModelReader, open_readers, read_headers
 from guiapp.errors import IncompatibleModelsError, NonFiniteResultError
@@ -180,32 +190,40 @@ def _merge_tensors(
     writer = ShardedWriter(folder, planned, settings.shard_bytes)
     progress.start_stage("Merging", total=len(plan.tasks), bytes_total=plan.input_bytes)
     stats: list[dict[str, Any]] = []
-    # Reading the next tensor (page faults, dtype casts) and writing the previous one overlap the computation
-    # of the current one; at most one tensor waits on each side, so memory stays a few tensors.
+    pieces = _pieces(plan)
+    # Reading the next piece (file reads, dtype casts) and writing the previous one overlap the computation of
+    # the current one; at most one piece waits on each side, so memory stays a few pieces.
     # Reading and writing are bound by memory and disk: one torch thread each.
     with ThreadPoolExecutor(1, "mergesmith-read", initializer=use_cpu_threads, initargs=(1,)) as reads, \
             ThreadPoolExecutor(1, "mergesmith-write", initializer=use_cpu_threads, initargs=(1,)) as writes, \
             _threads_restored():
-        pending_read: Future | None = reads.submit(_read_inputs, plan, readers, plan.tasks[0], device)
+        pending_read: Future | None = reads.submit(_read_piece, plan, readers, pieces[0], device)
         pending_write: Future | None = None
         try:
-            for index, task in enumerate(plan.tasks):
+            for index, piece in enumerate(pieces):
+                task = piece.task
                 tensors = pending_read.result()
                 pending_read = (
-                    reads.submit(_read_inputs, plan, readers, plan.tasks[index + 1], device)
-                    if index + 1 < len(plan.tasks) else None
+                    reads.submit(_read_piece, plan, readers, pieces[index + 1], device)
+                    if index + 1 < len(pieces) else None
                 )
+                if piece.first:
+                    seconds, extra = 0.0, {}
                 use_cpu_threads(settings.threads.threads_for(_work_kind(plan, task)))
                 tick = time.perf_counter()
-                result, extra = _compute(plan, task, tensors, device, settings.seed)
+                if piece.rows is None:
+                    result = _compute(plan, task, tensors, device, settings.seed, extra)
+                else:
+                    result = _merge_block(plan, task, tensors, device, settings.seed, extra)
                 del tensors
+                seconds += time.perf_counter() - tick
                 if pending_write is not None:
                     pending_write.result()
-                pending_write = writes.submit(writer.write, task.name, result)
+                pending_write = writes.submit(writer.write, task.name, result, piece.rows.start if piece.rows else 0)
                 del result
-                stats.append({"tensor": task.name, "seconds": time.perf_counter() - tick,
-                              "threads": torch.get_num_threads(), **extra})
-                progress.step(task.name, nbytes=plan.task_input_bytes(task))
+                if piece.last:
+                    stats.append({"tensor": task.name, "seconds": seconds, "threads": torch.get_num_threads(), **extra})
+                    progress.step(task.name, nbytes=plan.task_input_bytes(task))
             if pending_write is not None:
                 pending_write.result()
         except BaseException:
@@ -234,15 +252,72 @@ def _work_kind(plan: MergePlan, task: TensorTask) -> WorkKind:
     return WorkKind.DENSE
 
 
-# Elementwise methods merge blocks of this many entries, which stay in the CPU's cache through every step.
+# Elementwise methods (and copies) merge blocks of this many entries, which stay in the CPU's cache through every
+# step, and which are also what the loop reads and writes at a time.
 BLOCK_ELEMENTS = 1 << 20
-_PAGE = 4096
 
 
 def merges_in_blocks(plan: MergePlan, task: TensorTask) -> bool:
-    """Whether the loop merges `task` block by block (elementwise methods on tensors larger than a block)."""
-    return plan.method.elementwise and task.floating and not task.copy and len(task.shape) > 0 \
+    """Whether `task` is merged block by block (elementwise methods and copies of tensors larger than a block)."""
+    return (plan.method.elementwise or task.copy) and task.floating and len(task.shape) > 0 \
         and math.prod(task.shape) > BLOCK_ELEMENTS
+
+
+def streams_in_blocks(plan: MergePlan, task: TensorTask) -> bool:
+    """Whether `task` is also read and written block by block: merged in blocks, from inputs as stored (inputs laid
+    out in another vocabulary or changed by an adapter exist whole only, so they are read whole)."""
+    return merges_in_blocks(plan, task) and task.vocabulary is None \
+        and not any(plan.models[item.model].ref.adapter for item in task.inputs)
+
+
+@dataclass(frozen=True)
+class _Piece:
+    """What the loop reads, computes and writes in one step: a whole tensor, or the rows `rows` of it."""
+
+    task: TensorTask
+    rows: range | None = None
+
+    @property
+    def first(self) -> bool:
+        return self.rows is None or self.rows.start == 0
+
+    @property
+    def last(self) -> bool:
+        return self.rows is None or self.rows.stop == self.task.shape[0]
+
+
+def _pieces(plan: MergePlan) -> list[_Piece]:
+    pieces = []
+    for task in plan.tasks:
+        if streams_in_blocks(plan, task):
+            pieces.extend(_Piece(task, rows) for rows in _row_blocks(task.shape))
+        else:
+            pieces.append(_Piece(task))
+    return pieces
+
+
+def _row_blocks(shape: tuple[int, ...]) -> list[range]:
+    """The rows of each block of a tensor of `shape`: whole rows, about BLOCK_ELEMENTS entries in all."""
+    block_rows = max(1, BLOCK_ELEMENTS // max(1, math.prod(shape[1:])))
+    return [range(start, min(start + block_rows, shape[0])) for start in range(0, shape[0], block_rows)]
+
+
+def _read_piece(plan: MergePlan, readers: list[ModelReader], piece: _Piece, device: torch.device) -> list[torch.Tensor]:
+    if piece.rows is None:
+        return _read_inputs(plan, readers, piece.task, device)
+    return [_read_rows(readers, piece.task, item, piece.rows) for item in piece.task.inputs]
+
+
+def _read_rows(readers: list[ModelReader], task: TensorTask, item: TensorInput, rows: range) -> torch.Tensor:
+    """The input `item`'s rows `rows` of `task`, as stored: rows past those it has (a smaller vocabulary) come from
+    the tokenizer source's tensor, as `_read_inputs` pads them."""
+    own = rows if item.rows is None else range(rows.start, max(rows.start, min(rows.stop, item.rows)))
+    tensor = readers[item.model].read_rows(item.tensor, own)
+    if item.pad_from is not None and rows.stop > own.stop:
+        model, name = item.pad_from
+        padding = readers[model].read_rows(name, range(own.stop, rows.stop))
+        tensor = torch.cat([tensor, padding.to(tensor.dtype)])
+    return tensor
 
 
 def _read_inputs(plan: MergePlan, readers: list[ModelReader], task: TensorTask, device: torch.device) -> list[torch.Tensor]:
@@ -260,11 +335,8 @@ def _read_inputs(plan: MergePlan, readers: list[ModelReader], task: TensorTask, 
                 model, name = item.pad_from
                 padding = readers[model].read(name)[item.rows : task.shape[0]]
                 tensor = torch.cat([tensor, padding.to(tensor.dtype)])
-        if merges_in_blocks(plan, task):
-            # Stored as is; touching one byte per page brings the file's pages in ahead of the computation.
-            tensor.reshape(-1).view(torch.uint8)[::_PAGE].sum()
-        elif task.floating:
-            tensor = _to_compute(plan, tensor, device)
+        if task.floating and not merges_in_blocks(plan, task):
+            tensor = _to_compute(plan, tensor, device)  # blocks are converted one at a time
         tensors.append(tensor)
     return tensors
 
@@ -276,9 +348,11 @@ def _to_compute(plan: MergePlan, tensor: torch.Tensor, device: torch.device) -> 
 
 
 def _compute(
-    plan: MergePlan, task: TensorTask, tensors: list[torch.Tensor], device: torch.device, seed: int
-) -> tuple[torch.Tensor, dict[str, Any]]:
-    extra: dict[str, Any] = {}
+    plan: MergePlan, task: TensorTask, tensors: list[torch.Tensor], device: torch.device, seed: int,
+    extra: dict[str, Any],
+) -> torch.Tensor:
+    """The whole output tensor of `task` from its whole inputs, in the output dtype, on the CPU (the method's
+    statistics go into `extra`). Raises IncompatibleModelsError / NonFiniteResultError."""
     if not task.floating:
         if any(not torch.equal(tensors[0], other) for other in tensors[1:]):
             labels = ", ".join(plan.models[i.model].label for i in task.inputs)
@@ -286,40 +360,35 @@ def _compute(
                 f"{task.name} holds integers (not weights) and differs between {labels}, so it cannot be merged.",
                 hint="These models are not compatible; check that they share an architecture.",
             )
-        return tensors[0].cpu(), extra
-    if task.copy:
-        result = tensors[0]
-    elif merges_in_blocks(plan, task):
-        return _compute_in_blocks(plan, task, tensors, device, seed)
-    else:
-        result = _merge_one(plan, task, tensors, device, seed, extra)
+        return tensors[0].cpu()
+    if merges_in_blocks(plan, task):
+        stored = torch.empty(task.shape, dtype=plan.out_dtype)
+        for rows in _row_blocks(task.shape):
+            stored[rows.start : rows.stop] = _merge_block(
+                plan, task, [t[rows.start : rows.stop] for t in tensors], device, seed, extra)
+        return stored
+    result = tensors[0] if task.copy else _merge_one(plan, task, tensors, device, seed, extra)
     stored = result.to(plan.out_dtype)
     if not _all_finite(stored):
         raise _non_finite_error(plan, task, tensors, computed_finite=_all_finite(result))
-    return stored.cpu(), extra
+    return stored.cpu()
 
 
-def _compute_in_blocks(
-    plan: MergePlan, task: TensorTask, tensors: list[torch.Tensor], device: torch.device, seed: int
-) -> tuple[torch.Tensor, dict[str, Any]]:
-    stored = torch.empty(task.shape, dtype=plan.out_dtype, device=device)
-    extra: dict[str, Any] = {}
-    for rows in _row_blocks(task.shape):
-        block = [_to_compute(plan, tensor[rows], device) for tensor in tensors]
-        stored[rows] = _merge_one(plan, task, block, device, seed, extra)
+def _merge_block(
+    plan: MergePlan, task: TensorTask, tensors: list[torch.Tensor], device: torch.device, seed: int,
+    extra: dict[str, Any],
+) -> torch.Tensor:
+    """One block of rows of `task`'s output from its inputs' rows (as stored), in the output dtype, on the CPU.
+
+    Raises NonFiniteResultError when the block comes out NaN or infinite: an elementwise method's block depends
+    on these rows alone, so they tell an input's NaN from an overflow of the cast.
+    """
+    inputs = [_to_compute(plan, tensor, device) for tensor in tensors]
+    result = inputs[0] if task.copy else _merge_one(plan, task, inputs, device, seed, extra)
+    stored = result.to(plan.out_dtype)
     if not _all_finite(stored):
-        # Rare, so it may be slow: merge again to tell an overflow of the cast from NaN in the computation.
-        computed_finite = all(
-            _all_finite(_merge_one(plan, task, [_to_compute(plan, t[rows], device) for t in tensors], device, seed, {}))
-            for rows in _row_blocks(task.shape)
-        )
-        raise _non_finite_error(plan, task, [_to_compute(plan, t, device) for t in tensors], computed_finite)
-    return stored.cpu(), extra
-
-
-def _row_blocks(shape: tuple[int, ...]) -> list[slice]:
-    block_rows = max(1, BLOCK_ELEMENTS // max(1, math.prod(shape[1:])))
-    return [slice(start, start + block_rows) for start in range(0, shape[0], block_rows)]
+        raise _non_finite_error(plan, task, inputs, computed_finite=_all_finite(result))
+    return stored.cpu()
 
 
 def _merge_one(

@@ -1,10 +1,10 @@
 """Writing a job's output: safetensors shards streamed tensor by tensor, inside a staging folder.
 
 Every output shape and dtype is known from the plan, so each shard's header is written first and tensor data
-is appended after it as it is computed: memory never holds a shard. The whole output is written into a hidden
-staging folder next to the destination and renamed into place only when complete, so a cancelled, failed or
-killed job never leaves a folder that looks like a finished model. Staging folders of dead processes are
-removed by `clean_stale_staging` (called before every job).
+is appended after it as it is computed, a whole tensor or a block of its rows at a time: memory never holds a
+shard. The whole output is written into a hidden staging folder next to the destination and renamed into place
+only when complete, so a cancelled, failed or killed job never leaves a folder that looks like a finished model.
+Staging folders of dead processes are removed by `clean_stale_staging` (called before every job).
 """
 
 from __future__ import annotations
@@ -105,6 +105,7 @@ class ShardedWriter:
         self._prefix = filename_prefix
         self._order = [(shard_index, t) for shard_index, shard in enumerate(self._shards) for t in shard]
         self._position = 0
+        self._rows_written = 0  # of the tensor at `_position`, written in parts
         self._stream: BinaryIO | None = None
         self._open_shard = -1
 
@@ -112,19 +113,27 @@ class ShardedWriter:
     def filenames(self) -> list[str]:
         return list(self._filenames)
 
-    def write(self, name: str, tensor: torch.Tensor) -> None:
-        """Append `tensor` (already in its planned dtype and shape) as the next planned tensor `name`."""
+    def write(self, name: str, tensor: torch.Tensor, first_row: int = 0) -> None:
+        """Append `tensor` (already in its planned dtype) as the next planned tensor `name`: whole, or in parts of
+        its rows, in order (`first_row` is the part's first row). The next tensor comes once the last row is in."""
         shard_index, planned = self._order[self._position]
-        if name != planned.name or tuple(tensor.shape) != planned.shape or tensor.dtype != planned.dtype:
+        total_rows = planned.shape[0] if planned.shape else 1
+        part_rows = tensor.shape[0] if planned.shape else 1
+        if name != planned.name or tensor.dtype != planned.dtype or tensor.dim() != len(planned.shape) \
+                or tuple(tensor.shape[1:]) != planned.shape[1:] or first_row != self._rows_written \
+                or first_row + part_rows > total_rows:
             raise RuntimeError(
-                f"internal error: wrote {name} {tuple(tensor.shape)} {tensor.dtype}, plan expected "
-                f"{planned.name} {planned.shape} {planned.dtype}"
+                f"internal error: wrote {name} {tuple(tensor.shape)} {tensor.dtype} from row {first_row}, plan "
+                f"expected {planned.name} {planned.shape} {planned.dtype} from row {self._rows_written}"
             )
         if shard_index != self._open_shard:
             self._start_shard(shard_index)
         data = tensor.detach().to("cpu").contiguous().reshape(-1).view(torch.uint8).numpy()
         self._guard_disk(lambda: self._stream.write(data))
-        self._position += 1
+        self._rows_written += part_rows
+        if self._rows_written == total_rows:
+            self._position += 1
+            self._rows_written = 0
 
     def close(self) -> None:
         """Finish the last shard and write the index. Raises RuntimeError if a planned tensor was not written."""

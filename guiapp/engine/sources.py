@@ -71,6 +71,13 @@ class ModelReader:
             return tensor
         return self.adapter.apply_to(name, tensor)
 
+    def read_rows(self, name: str, rows: range) -> torch.Tensor:
+        """The rows `rows` of tensor `name` as stored, reading only those. For a model without an adapter (an
+        adapter changes whole tensors: read those with `read`). Raises CheckpointError as `Checkpoint.read_rows`."""
+        if self.adapter is not None:
+            raise RuntimeError(f"internal error: rows of {name} read from a model with an adapter")
+        return self.checkpoint.read_rows(name, rows)
+
     def close(self) -> None:
         self.checkpoint.close()
 

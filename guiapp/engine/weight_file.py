@@ -8,6 +8,7 @@ modification time it had when its header was read, so a file rewritten or cut in
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 from pathlib import Path
@@ -19,7 +20,8 @@ from guiapp.errors import CheckpointError
 
 
 class SafetensorsFile:
-    """An open safetensors file whose header has been read: `read(begin, end, dtype, shape)` returns one tensor.
+    """An open safetensors file whose header has been read: `read` returns one tensor, `read_rows`
+    some of its rows.
 
     Takes ownership of `stream` (opened with `guiapp.system.bounded.open_regular_file`); `data_start` is the
     offset of the first data byte (8 + header length). Close it to release the file.
@@ -38,6 +40,21 @@ class SafetensorsFile:
         Raises CheckpointError when the file was changed or cut by another program since its header was read.
         """
         begin, end = data_offsets
+        return self._read_bytes(name, begin, end).view(dtype).reshape(shape)
+
+    def read_rows(self, name: str, data_offsets: tuple[int, int], dtype: torch.dtype, shape: tuple[int, ...],
+                  rows: range) -> torch.Tensor:
+        """The rows `rows` (consecutive, within the first dimension) of that tensor, as a new CPU tensor: a
+        positional read of their bytes alone, so memory holds the rows asked for, not the tensor.
+
+        Raises CheckpointError as `read` does.
+        """
+        row_bytes = math.prod(shape[1:]) * dtype.itemsize
+        begin = data_offsets[0] + rows.start * row_bytes
+        return self._read_bytes(name, begin, begin + len(rows) * row_bytes).view(dtype).reshape(len(rows), *shape[1:])
+
+    def _read_bytes(self, name: str, begin: int, end: int) -> torch.Tensor:
+        """Bytes `begin` to `end` (relative to the data start) of the tensor `name`, checked against changes."""
         self._check_unchanged(name)
         buffer = torch.empty(end - begin, dtype=torch.uint8)
         target = memoryview(buffer.numpy())
@@ -48,7 +65,7 @@ class SafetensorsFile:
                 self._check_unchanged(name)
                 raise changed_file_error(self.path, name, f"it ended before tensor \"{name}\" did")
             done += count
-        return buffer.view(dtype).reshape(shape)
+        return buffer
 
     def close(self) -> None:
         self._stream.close()

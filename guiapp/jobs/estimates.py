@@ -1,9 +1,10 @@
 """What a job will need before it starts: memory, disk and time, from headers alone, and whether it fits.
 
-Memory is private (anonymous) memory: model files are memory-mapped, so the pages of the inputs belong to the
-page cache, which the system reclaims under pressure; what cannot be reclaimed is the float32 working set of
-the tensors being merged. The merge loop holds one tensor's inputs, the method's temporaries and the output
-cast, plus the next tensor's inputs read ahead.
+Memory is private (anonymous) memory: the page cache holding the model files is reclaimed by the system under
+pressure; what cannot be reclaimed is what the loop reads into its own buffers and the float32 working set of
+the tensors being merged. The merge loop holds one piece's inputs (a whole tensor, or a block of rows of a tensor
+an elementwise method merges), the method's temporaries and the output cast, plus the next piece's inputs read
+ahead and the previous piece's output being written.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ class JobEstimate:
 
 def merge_working_set(plan) -> int:
     """Peak private bytes the merge loop adds while running `plan` (a guiapp.engine.plan.MergePlan)."""
-    from guiapp.engine.merge import BLOCK_ELEMENTS, merges_in_blocks  # noqa: PLC0415 - the engine is loaded by then
+    from guiapp.engine.merge import BLOCK_ELEMENTS, merges_in_blocks, streams_in_blocks  # noqa: PLC0415 - loaded by then
 
     compute_size = plan.compute_dtype.itemsize
     copies = plan.method.working_copies
@@ -57,27 +58,33 @@ def merge_working_set(plan) -> int:
                 total += math.prod(task.shape) * (compute_size if task.floating else info.dtype.itemsize)
         return total
 
-    def compute(task) -> int:
-        numel = math.prod(task.shape)
-        out = numel * plan.out_tensor_dtype(task).itemsize
-        if task.copy or not task.floating:
-            return out
-        return int(copies.for_inputs(len(task.inputs)) * numel * compute_size) + out
+    def block_rows(task) -> int:
+        return min(task.shape[0], max(1, BLOCK_ELEMENTS // max(1, math.prod(task.shape[1:]))))
 
-    # In blocks, each input's block is read into a compute-dtype copy besides the method's own copies.
-    block_bytes = int((copies.for_inputs(max(1, len(plan.models))) + max(1, len(plan.models)))
-                      * BLOCK_ELEMENTS * compute_size)
-    # Every input is read whole into a private buffer (positional reads: see guiapp.engine.weight_file).
-    reads = [plan.task_input_bytes(task) + (0 if merges_in_blocks(plan, task) else read_copies(task))
-             for task in plan.tasks]
-    outputs = [math.prod(task.shape) * plan.out_tensor_dtype(task).itemsize for task in plan.tasks]
+    def piece(task) -> tuple[int, int, int]:
+        """(inputs read, working bytes while it is computed, output written) of one piece of `task`."""
+        numel = math.prod(task.shape)
+        out_size = plan.out_tensor_dtype(task).itemsize
+        if not merges_in_blocks(plan, task):
+            method = 0 if task.copy or not task.floating else int(copies.for_inputs(len(task.inputs)) * numel * compute_size)
+            return plan.task_input_bytes(task) + read_copies(task), method + numel * out_size, numel * out_size
+        # Each input's block is converted to the compute dtype besides the method's own copies.
+        block = block_rows(task) * math.prod(task.shape[1:])
+        block_working = int((copies.for_inputs(len(task.inputs)) + len(task.inputs)) * block * compute_size)
+        if streams_in_blocks(plan, task):
+            stored = sum(plan.models[i.model].tensors[i.tensor].dtype.itemsize for i in task.inputs)
+            return block * stored, block_working + block * out_size, block * out_size
+        # Read whole (positional reads into private buffers), merged in blocks into the whole output.
+        return plan.task_input_bytes(task), block_working + numel * out_size, numel * out_size
+
+    pieces = [piece(task) for task in plan.tasks]
     peak = 0
-    for index, task in enumerate(plan.tasks):
-        # The next tensor's inputs are read ahead, the previous output is still being written.
-        ahead = reads[index + 1] if index + 1 < len(plan.tasks) else 0
-        behind = outputs[index - 1] if index > 0 else 0
-        working = reads[index] + (outputs[index] + block_bytes if merges_in_blocks(plan, task) else compute(task))
-        peak = max(peak, working + ahead + behind)
+    for index, (read, working, written) in enumerate(pieces):
+        streamed = streams_in_blocks(plan, plan.tasks[index])
+        # Read ahead: the next piece, of this tensor or the next; written behind: the previous one, likewise.
+        ahead = max(read if streamed else 0, pieces[index + 1][0] if index + 1 < len(pieces) else 0)
+        behind = max(written if streamed else 0, pieces[index - 1][2] if index > 0 else 0)
+        peak = max(peak, read + working + ahead + behind)
     return peak + _JOB_OVERHEAD_BYTES
 
 

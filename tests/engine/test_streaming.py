@@ -1,0 +1,110 @@
+"""Tensors merged in blocks are read, merged and written a block at a time: the output is byte for byte what the
+whole-tensor path writes, and the merge's peak memory does not grow with the size of the largest tensor."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+import guiapp.engine.merge as merge_module
+from guiapp.engine.merge import BLOCK_ELEMENTS, MergeSettings, plan_merge, run_merge, streams_in_blocks
+from guiapp.engine.samples import LlamaShape, llama_config, llama_tensors, write_checkpoint, write_llama
+from tests.engine.helpers import recipe
+
+_EXTRA = "model.layers.0.mlp.up_proj.bias"  # a tensor only the base has: slerp copies it
+
+
+def _model(folder: Path, shape: LlamaShape, seed: int, extra: bool = False) -> Path:
+    tensors = llama_tensors(shape, torch.Generator().manual_seed(seed))
+    if extra:  # larger than a block, so that the copy goes through in blocks too
+        tensors[_EXTRA] = torch.randn(BLOCK_ELEMENTS * 2 + 3, generator=torch.Generator().manual_seed(seed))
+    return write_checkpoint(folder, tensors, llama_config(shape, torch.bfloat16), torch.bfloat16, shards=2)
+
+
+def _output_bytes(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.glob("*.safetensors*"))}
+
+
+def test_streamed_output_is_byte_identical_to_the_whole_tensor_path(tmp_path, monkeypatch):
+    vocab = BLOCK_ELEMENTS // 64 * 3 + 5  # embeddings span four blocks, the last one partial
+    base = _model(tmp_path / "base", LlamaShape(layers=1, vocab=vocab), seed=0, extra=True)
+    bigger = _model(tmp_path / "bigger", LlamaShape(layers=1, vocab=vocab + 7), seed=1)  # cut to the base's rows
+    small_vocab = BLOCK_ELEMENTS // 64 - 100  # padded from the base from within the first block to the end
+    smaller = _model(tmp_path / "smaller", LlamaShape(layers=1, vocab=small_vocab), seed=2)
+    texts = {
+        "task_arithmetic": f"merge_method: task_arithmetic\nbase_model: {base}\ntokenizer_source: base\nmodels:\n"
+                           f"  - model: {bigger}\n    parameters: {{weight: 0.7}}\n"
+                           f"  - model: {smaller}\n    parameters: {{weight: 0.4}}\ndtype: float16\n",
+        "slerp": f"merge_method: slerp\nbase_model: {base}\ntokenizer_source: base\nmodels:\n  - model: {base}\n"
+                 f"  - model: {bigger}\nparameters: {{t: 0.3}}\n",
+    }
+    plans = {method: plan_merge(recipe(text)) for method, text in texts.items()}
+    streamed = {method: {t.name: t for t in plan.tasks if streams_in_blocks(plan, t)} for method, plan in plans.items()}
+    embeddings = streamed["task_arithmetic"]["model.embed_tokens.weight"]
+    assert [item.rows for item in embeddings.inputs] == [vocab, small_vocab, None]  # the base comes last
+    assert embeddings.inputs[1].pad_from is not None
+    copied = streamed["slerp"][_EXTRA]
+    assert copied.copy and math.prod(copied.shape) > 2 * BLOCK_ELEMENTS
+    assert "model.embed_tokens.weight" not in streamed["slerp"]  # slerp needs whole tensors
+
+    for method, text in texts.items():
+        run_merge(recipe(text), MergeSettings(tmp_path / f"streamed-{method}", shard_bytes=8_000_000))
+    monkeypatch.setattr(merge_module, "streams_in_blocks", lambda plan, task: False)
+    for method, text in texts.items():
+        run_merge(recipe(text), MergeSettings(tmp_path / f"whole-{method}", shard_bytes=8_000_000))
+        streamed_files = _output_bytes(tmp_path / f"streamed-{method}")
+        whole_files = _output_bytes(tmp_path / f"whole-{method}")
+        assert len(whole_files) > 2  # sharded: blocks are written across shard files
+        assert streamed_files.keys() == whole_files.keys()
+        for name, data in whole_files.items():
+            assert streamed_files[name] == data, (method, name)
+
+
+_CHILD = textwrap.dedent("""
+    import sys
+    from pathlib import Path
+    from guiapp.engine.merge import MergeSettings, run_merge
+    from guiapp.engine.recipe import parse_recipe
+    run_merge(parse_recipe(Path(sys.argv[1]).read_text()), MergeSettings(Path(sys.argv[2])))
+""")
+
+
+def _peak_private(command: list[str]) -> int:
+    """The peak anonymous resident memory of `command`'s process, sampled from /proc until it exits."""
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    status = Path(f"/proc/{process.pid}/status")
+    peak = 0
+    while process.poll() is None:
+        try:
+            for line in status.read_text().splitlines():
+                if line.startswith("RssAnon:"):
+                    peak = max(peak, int(line.split()[1]) * 1024)
+        except OSError:
+            pass
+        time.sleep(0.002)
+    _, err = process.communicate()
+    assert process.returncode == 0, err
+    return peak
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="measures RssAnon from /proc")
+def test_peak_memory_does_not_grow_with_the_largest_tensor(tmp_path):
+    peaks = {}
+    for vocab in (16_000, 80_000):  # tied embeddings of 32 MB and 164 MB in bfloat16, the rest a few MB
+        shape = LlamaShape(hidden=1024, intermediate=256, layers=1, heads=8, kv_heads=8, vocab=vocab)
+        one = write_llama(tmp_path / f"one-{vocab}", shape, seed=1, tie_embeddings=True)
+        two = write_llama(tmp_path / f"two-{vocab}", shape, seed=2, tie_embeddings=True)
+        recipe_file = tmp_path / f"recipe-{vocab}.yml"
+        recipe_file.write_text(f"merge_method: linear\nmodels:\n  - model: {one}\n    parameters: {{weight: 0.5}}\n"
+                               f"  - model: {two}\n    parameters: {{weight: 0.5}}\n")
+        peaks[vocab] = _peak_private([sys.executable, "-c", _CHILD, str(recipe_file), str(tmp_path / f"out-{vocab}")])
+    growth = peaks[80_000] - peaks[16_000]
+    # Whole tensors would add both inputs, the result and the write behind: 4 × 131 MB more. Blocks add nothing.
+    assert growth < 40 * 2**20, (peaks, growth)
