@@ -88,3 +88,23 @@ def test_screenshots(qtbot, window, models, tmp_path, scheme):
         assert page.x_report_chart.grab().save(str(SHOTS / f"module-energy-{scheme}.png"))
     finally:
         apply_scheme("light")
+
+
+def test_the_jobs_page_shows_an_extractions_chart_per_module(qtbot, window, models, tmp_path):
+    window.show_page("lora")
+    page = window.lora
+    page.x_base.set_text(str(models.base))
+    page.x_model.set_text(str(models.tune_a))
+    page.x_out.setText(str(tmp_path / "adapter"))
+    qtbot.waitUntil(page.x_bar.button.isEnabled, timeout=20_000)
+    record = wait_for_job(qtbot, window, page.run_extract(), timeout=120_000)
+    assert record.status == "done", record.log
+    window.show_page("jobs")
+    window.jobs.select(record.key)
+    chart = window.jobs.energy_chart
+    qtbot.waitUntil(chart.isVisible, timeout=10_000)
+    assert [m["module"] for m in chart.modules] == [m["module"] for m in record.summary["module_energies"]]
+    window.resize(1024, 700)
+    qtbot.waitUntil(lambda: window.height() == 700, timeout=5_000)
+    assert window.jobs.log.height() >= 60  # the log keeps room under the charts at the smallest size
+    assert window.grab().save(str(SHOTS / "jobs-page-1024x700.png"))

@@ -35,6 +35,7 @@ from guiapp.ui.theme import set_status_style, status_colour
 from guiapp.ui.widgets.explanation import ExplanationPanel
 from guiapp.ui.widgets.job_chart import JobChart
 from guiapp.ui.widgets.open_link import LinkFallback
+from guiapp.ui.widgets.spectrum_chart import ModuleEnergyChart
 
 STATUS_WORDS = {"queued": "Waiting", "running": "Running", "done": "Done", "failed": "Failed",
                 "cancelled": "Cancelled", "interrupted": "Interrupted"}
@@ -114,6 +115,8 @@ class JobsPage(QWidget):
         right_layout.addWidget(self.summary)
         self.job_chart = JobChart(self.bridge)  # throughput over time; the estimate against the actual time
         right_layout.addWidget(self.job_chart)
+        self.energy_chart = ModuleEnergyChart(height=130, shrinks=True)  # an extraction's change kept per module, worst in red
+        right_layout.addWidget(self.energy_chart)
         right_layout.addWidget(self.explanation)
         right_layout.addWidget(QLabel("<b>Log</b>"))
         right_layout.addWidget(self.log, 1)
@@ -200,6 +203,7 @@ class JobsPage(QWidget):
             widget.setEnabled(has)
         self.publish_button.show_record(record)
         self.job_chart.show_record(record)
+        self.energy_chart.show_summary(record.summary if has and record.kind == "extract" else None)
         if not has:
             self.title.setText("No job selected." if self.list.count() else
                                "No jobs yet. Run a merge or an extraction and it appears here.")

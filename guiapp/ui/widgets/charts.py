@@ -10,15 +10,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from PySide6.QtCore import QEvent, QPointF
+from PySide6.QtCore import QEvent, QPointF, QSize
 from PySide6.QtGui import QPalette
-from PySide6.QtWidgets import QVBoxLayout, QWidget
+from PySide6.QtWidgets import QSizePolicy, QVBoxLayout, QWidget
 
 from guiapp.ui.theme import is_dark
 
 # Series colours that stay distinguishable and legible: (on light, on dark).
 _SERIES = (("#1a56c4", "#6ea0f7"), ("#c75000", "#ffa55c"), ("#1b6e20", "#8be28f"), ("#8e24aa", "#d59cf0"),
            ("#00838f", "#6fd6e0"), ("#6d4c41", "#c9a89c"))
+MIN_HEIGHT_FRACTION = 0.6
 _HIGHLIGHT = ("#b3261e", "#ff8a80")  # what needs attention (the status "problem" colour of guiapp.ui.theme)
 
 
@@ -34,13 +35,16 @@ class ChartHost(QWidget):
     """A widget holding one plot, built on first show; subclasses draw in `redraw()` (called after creation, on
     a palette change and whenever their data changes) and may set it up further in `configure()`."""
 
-    def __init__(self, height: int, parent: QWidget | None = None) -> None:
+    def __init__(self, height: int, parent: QWidget | None = None, *, shrinks: bool = False) -> None:
+        """`height` tall; `shrinks`: down to about two thirds of it when the page is short of room (a page
+        without a scroll bar, such as Jobs, stays usable at the smallest window size)."""
         super().__init__(parent)
         self.plot: Any = None  # pyqtgraph.PlotWidget once shown
         self._layout = QVBoxLayout(self)
         self._layout.setContentsMargins(0, 0, 0, 0)
-        self.setMinimumHeight(height)
-        self.setFixedHeight(height)
+        self._height = height
+        self.setMinimumHeight(round(height * MIN_HEIGHT_FRACTION) if shrinks else height)
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Maximum)
 
     # --- for subclasses ---------------------------------------------------------------------------------------
 
@@ -87,6 +91,9 @@ class ChartHost(QWidget):
         return QPointF(self.plot.mapFromScene(self.plot.plotItem.vb.mapViewToScene(QPointF(x, y))))
 
     # --- Qt -----------------------------------------------------------------------------------------------------
+
+    def sizeHint(self) -> QSize:
+        return QSize(super().sizeHint().width(), self._height)
 
     def showEvent(self, event: QEvent) -> None:
         self.ensure_plot()

@@ -26,7 +26,7 @@ class ThroughputChart(ChartHost):
     """MB/s against seconds since the job started, with the estimate's range shaded once the job is done."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__(CHART_HEIGHT, parent)
+        super().__init__(CHART_HEIGHT, parent, shrinks=True)  # on the Jobs page, which has no scroll bar
         self.setAccessibleName("Throughput over time")
         self.points: list[tuple[float, float]] = []  # (seconds since start, MB/s)
         self.estimate: dict[str, Any] | None = None

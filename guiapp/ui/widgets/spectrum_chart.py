@@ -8,6 +8,7 @@ through `run_blocking`; only the newest request's answer is shown, and choosing 
 
 from __future__ import annotations
 
+import math
 import threading
 from typing import Any
 
@@ -21,6 +22,7 @@ from guiapp.ui.widgets.charts import ChartHost, pyqtgraph
 
 CHART_HEIGHT = 190
 WORST_SHOWN = 3  # modules highlighted in the report chart
+WORTH_A_LOOK = 0.995  # a module keeping less of its change than this may be highlighted
 
 
 class SpectrumChart(ChartHost):
@@ -178,8 +180,8 @@ class RankPreview(QWidget):
 class ModuleEnergyChart(ChartHost):
     """After an extraction: each LoRA module's retained energy as a bar, the worst few in the highlight colour."""
 
-    def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__(CHART_HEIGHT, parent)
+    def __init__(self, height: int = CHART_HEIGHT, parent: QWidget | None = None, *, shrinks: bool = False) -> None:
+        super().__init__(height, parent, shrinks=shrinks)
         self.setAccessibleName("Change kept by each module")
         self.modules: list[dict[str, Any]] = []
         self.worst: list[str] = []
@@ -189,7 +191,9 @@ class ModuleEnergyChart(ChartHost):
         """Show an extraction summary's `module_energies` (hidden when it has none)."""
         self.modules = [m for m in (summary or {}).get("module_energies") or [] if m.get("retained_energy") is not None]
         ranked = sorted(self.modules, key=lambda m: m["retained_energy"])
-        self.worst = [m["module"] for m in ranked[:WORST_SHOWN]] if len(ranked) > WORST_SHOWN else []
+        # Only modules that lose something worth a look (an adapter keeping everything has no worst modules).
+        self.worst = [m["module"] for m in ranked[:WORST_SHOWN] if m["retained_energy"] < WORTH_A_LOOK] \
+            if len(ranked) > WORST_SHOWN else []
         self.setToolTip("Share of each module's change the adapter keeps. Lowest: "
                         + ", ".join(f"{m['module']} ({m['retained_energy']:.0%})" for m in ranked[:WORST_SHOWN]))
         self.setVisible(bool(self.modules))
@@ -197,14 +201,12 @@ class ModuleEnergyChart(ChartHost):
             self.redraw()
 
     def configure(self) -> None:
-        self.plot.setLabel("bottom", "module, first layer to last")
-        self.plot.setLabel("left", "change kept")
+        self.plot.setLabel("bottom", "change kept by each module, first layer to last")
 
     def redraw(self) -> None:
         pg = pyqtgraph()
         self.plot.clear()
-        for axis in ("left", "bottom"):
-            self.plot.getAxis(axis).setLabel(self.plot.getAxis(axis).labelText, color=self.text_colour())
+        self.plot.getAxis("bottom").setLabel(self.plot.getAxis("bottom").labelText, color=self.text_colour())
         if not self.modules:
             return
         energies = [m["retained_energy"] for m in self.modules]
@@ -214,11 +216,16 @@ class ModuleEnergyChart(ChartHost):
         for module in self.modules:
             if module["module"] in self.worst:
                 index = self.modules.index(module)
-                label = pg.TextItem(_short(module["module"]), color=self.highlight_colour(), anchor=(0.5, 1.0))
+                # Names near an edge lean inwards, so they are not cut off.
+                lean = 0.0 if index < len(energies) / 4 else 1.0 if index >= 3 * len(energies) / 4 else 0.5
+                label = pg.TextItem(_short(module["module"]), color=self.highlight_colour(), anchor=(lean, 1.0))
                 label.setPos(index, module["retained_energy"])
                 self.plot.addItem(label)
         low = min(energies)
-        self.plot.setYRange(min(0.0, low) if low < 0.5 else max(0.0, low - 0.1), 1.0, padding=0.1)
+        bottom = min(0.0, low) if low < 0.5 else math.floor((low - 0.05) * 10) / 10  # a round 60 %, 70 %…
+        self.plot.setYRange(bottom, 1.0 + 0.25 * (1.0 - bottom), padding=0)  # room above the bars for the names
+        self.plot.getAxis("left").setTicks([[(bottom + (1.0 - bottom) * i / 2, f"{bottom + (1.0 - bottom) * i / 2:.0%}")
+                                             for i in range(3)]])
         self.plot.setXRange(-0.5, len(energies) - 0.5, padding=0.01)
         self.plot.getAxis("bottom").setTicks([[]])
 
