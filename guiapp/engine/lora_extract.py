@@ -181,6 +181,9 @@ def extract_lora(settings: ExtractionSettings, progress: Progress | None = None)
         "unchanged_modules": totals["unchanged_modules"],
         "mean_retained_energy": totals["mean_retained_energy"],
         "worst_modules": report["worst_modules"],
+        # Each LoRA module's rank and retained energy, for the window's chart of the result.
+        "module_energies": [{"module": m["module"], "rank": m["rank"], "retained_energy": m["retained_energy"]}
+                            for m in report["modules"] if m["kind"] in ("lora", "embedding_lora")],
         "warnings": report["warnings"],
     }
 

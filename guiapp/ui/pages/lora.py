@@ -45,6 +45,7 @@ from guiapp.ui.theme import set_status_style
 from guiapp.ui.widgets.action_bar import ActionBar
 from guiapp.ui.widgets.model_picker import ModelPicker
 from guiapp.ui.widgets.options import OptionCombo, device_choices, dtype_choices
+from guiapp.ui.widgets.spectrum_chart import ModuleEnergyChart, RankPreview
 
 ADAPTER_DTYPES = ("bfloat16", "float16", "float32")
 MODEL_DTYPES = ("bfloat16", "float16", "float32", "float64")
@@ -141,6 +142,11 @@ class LoraPage(QWidget):
         form.addRow("Value", self.rank_value)
         form.addRow("Maximum rank", self.max_rank)
         form.addRow("Solver", self.solver)
+        self.rank_preview = RankPreview()  # the curve of what each rank keeps; a click there sets the rank
+        self.rank_preview.rank_chosen.connect(self._use_rank)
+        self.rank_value.valueChanged.connect(lambda value: self.rank_preview.show_rank(
+            int(value) if self.rank_mode.currentData() == "fixed" else None))
+        form.addRow(self.rank_preview)
         column.addWidget(rank)
         self._rank_mode_changed()
 
@@ -196,6 +202,8 @@ class LoraPage(QWidget):
         self.x_report.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         column.addWidget(self.x_estimate)
         column.addWidget(self.x_report)
+        self.x_report_chart = ModuleEnergyChart()
+        column.addWidget(self.x_report_chart)
         column.addStretch()
         return page
 
@@ -272,12 +280,19 @@ class LoraPage(QWidget):
             parts.append(f"into {Path(self.x_out.text().strip()).name}")
         self.x_bar.set_summary(" · ".join(parts + ([time] if time else [])))
 
+    def _use_rank(self, rank: int) -> None:
+        """A rank clicked on the preview: a fixed rank of that value."""
+        self.rank_mode.setCurrentIndex(self.rank_mode.findData("fixed"))
+        self.rank_value.setValue(rank)
+
     def _extract_changed(self, *_: Any) -> None:
         base, model = self.x_base.text(), self.x_model.text()
         self._describe_extract()
         if self._report_pair is not None and self._report_pair != (base, model):
             self._report_pair = self._extract_key = None  # the report was about other models
             self.x_report.clear()
+            self.x_report_chart.show_summary(None)
+        self.rank_preview.set_pair(base, model)
         if base:
             self._module_lister.request(lambda: self._list_modules(base))
         if not (base and model):
@@ -336,6 +351,7 @@ class LoraPage(QWidget):
         self._extract_key = record.key
         self._report_pair = (self.x_base.text(), self.x_model.text())
         self.x_report.setText("Running… (progress on the Jobs page)")
+        self.x_report_chart.show_summary(None)
         set_status_style(self.x_report, "muted")
         self.job_submitted.emit(record.key)
         return record.key
@@ -347,6 +363,7 @@ class LoraPage(QWidget):
         if record.status == "done":
             report = extraction_report(record.summary)
             self.x_report.setText(report)
+            self.x_report_chart.show_summary(record.summary)
             set_status_style(self.x_report, "warning" if "Warning" in report else None)
             QTimer.singleShot(0, lambda: self.extract_scroll.ensureWidgetVisible(self.x_report))  # once laid out
         elif record.status in ("failed", "cancelled"):

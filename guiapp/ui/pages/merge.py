@@ -38,6 +38,7 @@ from guiapp.ui.merge.recipe_panel import RecipePanel
 from guiapp.ui.merge.run_box import RunBox
 from guiapp.ui.text import error_text
 from guiapp.ui.theme import set_status_style
+from guiapp.ui.widgets import layer_chart
 from guiapp.ui.widgets.param_form import ParamForm
 
 VALIDATION_DELAY_MS = 500
@@ -60,6 +61,7 @@ class MergePage(QWidget):
         self._syncing = False
         self._validator = LatestTask(VALIDATION_DELAY_MS, self)
         self.last_validation: Any = None  # the newest guiapp.jobs.validation.MergeCheck
+        layer_chart.install()  # a list across the layers is drawn under its editor, its points draggable
 
         self.stack = QStackedWidget()
         self.loading = QLabel("Loading the merge methods…", alignment=Qt.AlignmentFlag.AlignCenter)
@@ -395,6 +397,8 @@ class MergePage(QWidget):
             show_message(label, window_text("\n".join(texts)) or None, worst.get(label, "problem"))
         self.models_box.show_verdict(result)
         self.run_box.show_check(result)
+        if result.compatible:  # the headers were read (a recipe error keeps the layers known so far)
+            layer_chart.set_layer_count(result.layers)
 
     def run(self) -> str | None:
         """Submit the merge the form describes; returns the job's record key (None when it cannot start)."""
