@@ -19,6 +19,8 @@ def test_first_run_welcome_tries_the_sample_models(qtbot, window, tmp_path):
     assert page.method_combo.currentData() == "ties" and page.table.rowCount() == 2
     assert page.output_edit.text() == str(tmp_path / "samples" / "merged")
     qtbot.waitUntil(lambda: page.run_message.text() == "Ready.", timeout=20_000)
+    window.activateWindow()  # shortcuts reach an active window only
+    qtbot.waitUntil(window.isActiveWindow, timeout=10_000)
     qtbot.keySequence(window, QKeySequence("Ctrl+R"))  # runs the job of the page shown
     assert window.current_page() == "jobs"
     assert wait_for_job(qtbot, window, window.jobs.selected).status == "done"
