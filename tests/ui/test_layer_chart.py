@@ -128,3 +128,17 @@ def test_a_models_gradient_shows_its_chart_in_a_row_tall_enough(qtbot, window, m
     assert [c.anchors for c in chart.curves] == [(0.2, 0.9, 0.4)]
     SHOTS.mkdir(parents=True, exist_ok=True)
     assert page.table.grab().save(str(SHOTS / "layer-chart-models-table.png"))
+
+
+def test_a_long_list_is_written_on_one_line_in_its_box(qtbot):
+    from guiapp.engine.methods import get_method
+    from guiapp.ui.widgets.param_form import ParamEditor
+
+    editor = ParamEditor(get_method("slerp").param("t"))
+    qtbot.addWidget(editor)
+    value = [{"filter": "self_attn", "value": [0, 0.5, 0.3, 0.7, 1]}, {"filter": "mlp", "value": [1, 0.5, 0.7, 0.3, 0]},
+             {"value": 0.5}]
+    editor.set_value(value)
+    assert "  " not in editor.text.text() and editor.value() == value
+    editor.set_gradient([*value, {"filter": "embed", "value": [0.25, 0.75]}])  # as a drag writes it
+    assert "  " not in editor.text.text() and editor.value()[-1] == {"filter": "embed", "value": [0.25, 0.75]}

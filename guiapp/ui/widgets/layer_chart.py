@@ -112,16 +112,17 @@ class GradientChart(ChartHost):
                 table.setRowHeight(row, max(TABLE_ROW_HEIGHT, needed))
 
     def configure(self) -> None:
-        self.legend = self.plot.addLegend(offset=(4, 4))
+        self.legend = self.plot.addLegend(offset=(40, 1), verSpacing=-6)  # one row along the top
         self.plot.viewport().installEventFilter(self)
         self.plot.viewport().setMouseTracking(True)
 
     def redraw(self) -> None:
         pg = pyqtgraph()
         self.plot.clear()  # its items leave the legend too
-        self.legend.setVisible(len(self.curves) > 1)  # one curve needs no key
+        keyed = len(self.curves) > 1  # one curve needs no key
+        self.legend.setVisible(keyed)
+        self.legend.setColumnCount(max(1, len(self.curves)))
         self.legend.setLabelTextColor(self.text_colour())
-        self.legend.setBrush(self.palette().base())
         for index, curve in enumerate(self.curves):
             colour = self.series_colour(index)
             if curve.layer_values:
@@ -135,7 +136,9 @@ class GradientChart(ChartHost):
                            symbolBrush=colour, symbolPen=pg.mkPen(self.palette().base().color(), width=1.5))
         last = self.layer_count - 1 if self.layer_count > 1 else 1
         self.plot.setXRange(0, last, padding=0.04)
-        self.plot.setYRange(*self._y_range, padding=0.08)
+        low, high = self._y_range
+        # Room above the curves for the key's row, so it never hides a point.
+        self.plot.setYRange(low, high + (0.3 * (high - low) if keyed else 0.0), padding=0.08)
         bottom = self.plot.getAxis("bottom")
         bottom.setLabel("layer" if self.layer_count > 1 else "first layer → last layer", color=self.text_colour())
         if self.layer_count <= 1:

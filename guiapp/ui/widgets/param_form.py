@@ -36,6 +36,7 @@ from guiapp.ui.theme import set_status_style
 SLIDER_STEPS = 1000
 SAME_FOR_ALL_LAYERS, CHANGES_ACROSS_LAYERS = "All layers", "Per layer"
 UNBOUNDED = 1e6
+ONE_LINE = 1 << 30  # YAML line width for the one-line list box (PyYAML wraps at 80 columns otherwise)
 
 
 class ParamEditor(QWidget):
@@ -138,7 +139,7 @@ class ParamEditor(QWidget):
                 import yaml  # noqa: PLC0415 - lists only appear once recipes are loaded
 
                 self._choose_layers(True)
-                self.text.setText(yaml.safe_dump(shown, default_flow_style=True, sort_keys=False).strip())
+                self.text.setText(yaml.safe_dump(shown, default_flow_style=True, sort_keys=False, width=ONE_LINE).strip())
                 self.gradient_changed.emit(shown)
             else:
                 self._choose_layers(False)
@@ -162,7 +163,7 @@ class ParamEditor(QWidget):
         import yaml  # noqa: PLC0415
 
         self._choose_layers(True)
-        self.text.setText(yaml.safe_dump(values, default_flow_style=True, sort_keys=False).strip())
+        self.text.setText(yaml.safe_dump(values, default_flow_style=True, sort_keys=False, width=ONE_LINE).strip())
         self._text_edited(self.text.text())
 
     # --- internals ------------------------------------------------------------------------------------------
