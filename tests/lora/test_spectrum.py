@@ -8,8 +8,9 @@ import torch
 from guiapp.engine.checkpoint import open_checkpoint
 from guiapp.engine.layers import split_layer_name
 from guiapp.engine.spectrum import preview_spectra, sample_modules, update_spectrum
-from guiapp.errors import IncompatibleModelsError, JobCancelled
+from guiapp.errors import IncompatibleModelsError, JobCancelled, OfflineError
 from tests.lora.helpers import finetune
+from tests.support.fixtures import hub_env, hub_server  # noqa: F401 - fixtures
 
 
 def _rank_r(rows: int, cols: int, rank: int, seed: int = 0) -> torch.Tensor:
@@ -75,3 +76,11 @@ def test_the_extraction_summary_lists_each_lora_modules_retained_energy(llama_ba
     for entry in summary["module_energies"]:
         assert entry["retained_energy"] == lora[entry["module"]]["retained_energy"]
         assert entry["rank"] == lora[entry["module"]]["rank"]
+
+
+def test_a_hub_model_not_downloaded_is_not_fetched_for_a_preview(hub_env, hub_server, llama_base, llama_planted):
+    hub_server.add_model("org/tuned", llama_planted)
+    with pytest.raises(OfflineError, match="org/tuned is not downloaded yet") as caught:
+        preview_spectra(str(llama_base), "org/tuned")
+    assert "Download it" in caught.value.hint
+    assert not list(hub_env.cache_dir.glob("models--org--tuned/**/*.safetensors"))  # nothing was downloaded
