@@ -72,6 +72,10 @@ def _run(folder: Path) -> None:
     if window.jobs.bar.value() != window.jobs.bar.maximum():
         raise SelfTestFailed("the Jobs page did not show the finished job at 100 %")
     print(f"Merged {record.summary['tensors']} tensors into {output.name} in {record.summary['seconds']:.2f} s.")
+    try:  # the charts' library (pyqtgraph) is imported only when a chart first shows: check a bundle carries it
+        window.jobs.job_chart.chart.ensure_plot()
+    except ImportError as error:
+        raise SelfTestFailed(f"the Jobs page cannot draw its chart: {error}") from None
     window.close()
     app.processEvents()
 
