@@ -76,3 +76,30 @@ def test_grouped_methods_offer_an_unknown_method_too():
 def test_plural():
     assert (plural(1, "model"), plural(0, "model"), plural(3, "model")) == ("1 model", "0 models", "3 models")
     assert plural(2, "match", "matches") == "2 matches"
+
+
+def test_building_editors_opens_no_window_of_its_own(qtbot):
+    """A control shown before it has a parent opens as a window of its own, if only for a moment, and takes the
+    activation from the main window (whose keyboard shortcuts then stopped working)."""
+    from PySide6.QtCore import QEvent, QObject
+    from PySide6.QtWidgets import QApplication
+
+    class WindowsShown(QObject):
+        def __init__(self) -> None:
+            super().__init__()
+            self.shown: list[str] = []
+
+        def eventFilter(self, watched, event) -> bool:  # noqa: N802 - Qt's name
+            if event.type() == QEvent.Type.Show and isinstance(watched, QWidget) and watched.isWindow():
+                self.shown.append(type(watched).__name__)
+            return False
+
+    spy = WindowsShown()
+    QApplication.instance().installEventFilter(spy)
+    try:
+        for compact in (False, True):
+            editor = ParamEditor(ParamSpec("weight", ParamKind.FLOAT, default=0.5, per_model=True), compact=compact)
+            qtbot.addWidget(editor)
+    finally:
+        QApplication.instance().removeEventFilter(spy)
+    assert spy.shown == []

@@ -93,9 +93,10 @@ class ParamEditor(QWidget):
             self.slider.setToolTip(f"{tip}\nThe slider covers {self.slider_range[0]:g} to {self.slider_range[1]:g}; "
                                    "type any other value in the box.")
             self.slider.valueChanged.connect(self._slider_changed)
-            self.slider.setVisible(not compact)
             layout.addWidget(self.slider, 1)
             layout.addWidget(self.spin)
+            # Only once it has a parent: showing a parentless widget opens it as a window of its own.
+            self.slider.setVisible(not compact)
             self.layers_choice = QComboBox(accessibleName=f"{parameter_label(spec.name)}: same or changing")
             # Short words, so a models table's row stays narrow; the tooltips say them in full.
             self.layers_choice.addItem(SAME_FOR_ALL_LAYERS, False)
