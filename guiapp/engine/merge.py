@@ -45,6 +45,7 @@ from guiapp.engine.sources import ModelReader, open_readers, read_headers
 from guiapp.errors import IncompatibleModelsError, NonFiniteResultError
 from guiapp.hub.references import ModelRef
 from guiapp.progress import Progress
+from guiapp.system.memory import release_free_memory
 from guiapp.system.threads import ThreadPolicy, WorkKind
 
 # Room for config, tokenizer and card files, and for the file system's own overhead.
@@ -222,6 +223,7 @@ def _merge_tensors(
                 pending_write = writes.submit(writer.write, task.name, result, piece.rows.start if piece.rows else 0)
                 del result
                 if piece.last:
+                    release_free_memory()  # what the blocks of this tensor left in the allocator's heaps
                     stats.append({"tensor": task.name, "seconds": seconds, "threads": torch.get_num_threads(), **extra})
                     progress.step(task.name, nbytes=plan.task_input_bytes(task))
             if pending_write is not None:
