@@ -81,7 +81,7 @@ class SpectrumChart(ChartHost):
             label.setPos(min(self.rank, self.max_rank), 0.02)
             self.plot.addItem(label)
         self.plot.setXRange(1, max(2, self.max_rank), padding=0.02)
-        self.plot.setYRange(0, 1, padding=0.04)
+        self.plot.setYRange(-0.04, 1.1, padding=0)  # room above 100 % for its label
         self.plot.getAxis("left").setTicks([[(v / 4, f"{v * 25}%") for v in range(5)]])
 
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:
