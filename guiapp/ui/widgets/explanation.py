@@ -29,6 +29,9 @@ from guiapp.ui.text import html_escape
 from guiapp.ui.theme import set_primary, set_status_style
 from guiapp.ui.widgets.open_link import LinkFallback
 
+# What happened to a job that stopped without an error, by its status.
+STOPPED_WORDS = {"interrupted": "Mergesmith was closed while it ran; nothing half-written was left behind."}
+
 
 class ExplanationPanel(QFrame):
     """Emits `action_requested(FixAction)` for the fixes its owner performs (retrying, replacing once confirmed,
@@ -87,8 +90,8 @@ class ExplanationPanel(QFrame):
             return
         self.title.setText(window_text(data.get("title", "")) if data else "The job was stopped")
         set_status_style(self.title, "problem" if data else "warning")
-        self._show_part(self.what, "What happened", data.get("what", "") if data else
-                        "It was cancelled before it finished; nothing half-written was left behind.")
+        self._show_part(self.what, "What happened", data.get("what", "") if data else STOPPED_WORDS.get(
+            status, "It was cancelled before it finished; nothing half-written was left behind."))
         self._show_part(self.why, "Why", data.get("why", ""))
         self._show_part(self.fix, "What to do", data.get("fix", ""))
         self.details.setPlainText(data.get("raw", ""))
