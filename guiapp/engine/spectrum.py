@@ -24,6 +24,9 @@ from guiapp.hub.references import ModelRef
 SAMPLE_MODULES = 8
 # The curve goes this far (or to the matrix's full rank when smaller): ranks above it are rarely worth their size.
 PREVIEW_MAX_RANK = 256
+# Fewer than the extraction's 3: a curve to choose a rank on needs the shape, not the last digit (about half the
+# time; an exactly low-rank update is still found exactly).
+PREVIEW_POWER_ITERATIONS = 1
 
 
 @dataclass(frozen=True)
@@ -68,7 +71,7 @@ def update_spectrum(module: str, delta: torch.Tensor, max_rank: int = PREVIEW_MA
     shape = (int(matrix.shape[0]), int(matrix.shape[1]))
     if total == 0.0:
         return ModuleSpectrum(module, shape, (0.0,), (1.0,))
-    _, values, _ = truncated_svd(matrix, min(max_rank, min(shape)), seed=seed)
+    _, values, _ = truncated_svd(matrix, min(max_rank, min(shape)), power_iterations=PREVIEW_POWER_ITERATIONS, seed=seed)
     values = values.detach().cpu().double()
     retained = torch.clamp(torch.cumsum(values.square(), 0) / total, max=1.0)
     return ModuleSpectrum(module, shape, tuple(values.tolist()), tuple(retained.tolist()))
