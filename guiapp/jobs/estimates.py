@@ -48,14 +48,15 @@ def merge_working_set(plan) -> int:
     compute_size = plan.compute_dtype.itemsize
     copies = plan.method.working_copies
 
-    def read_copies(task) -> int:
+    def whole_inputs(task) -> int:
+        """The inputs of a task read whole, as the merge holds them: each read into its own buffer and, for a
+        floating tensor, converted to the compute dtype (the buffer read is then freed)."""
         total = 0
         for item in task.inputs:
             info = plan.models[item.model].tensors[item.tensor]
-            converted = not task.floating or info.dtype != plan.compute_dtype or item.rows is not None \
-                or plan.read_dtype not in (None, plan.compute_dtype)
-            if converted:
-                total += math.prod(task.shape) * (compute_size if task.floating else info.dtype.itemsize)
+            converted = task.floating and (info.dtype != plan.compute_dtype or item.rows is not None
+                                           or plan.read_dtype not in (None, plan.compute_dtype))
+            total += math.prod(task.shape) * compute_size if converted else info.nbytes
         return total
 
     def block_rows(task) -> int:
@@ -67,7 +68,7 @@ def merge_working_set(plan) -> int:
         out_size = plan.out_tensor_dtype(task).itemsize
         if not merges_in_blocks(plan, task):
             method = 0 if task.copy or not task.floating else int(copies.for_inputs(len(task.inputs)) * numel * compute_size)
-            return plan.task_input_bytes(task) + read_copies(task), method + numel * out_size, numel * out_size
+            return whole_inputs(task), method + numel * out_size, numel * out_size
         # Each input's block is converted to the compute dtype besides the method's own copies.
         block = block_rows(task) * math.prod(task.shape[1:])
         block_working = int((copies.for_inputs(len(task.inputs)) + len(task.inputs)) * block * compute_size)
