@@ -72,7 +72,7 @@ def _output_closed() -> bool:
 
     Such a pipe is where the output was going, not a failure: like other Unix tools, the command then ends
     quietly. A BrokenPipeError from anywhere else (a socket to the Hub) is a real failure."""
-    import select  # noqa: PLC0415
+    import select
 
     if not hasattr(select, "poll"):  # Windows: a broken pipe there can only be the output's
         return True
@@ -154,7 +154,7 @@ def _build_parser() -> argparse.ArgumentParser:
 
 
 def _launch_window(args: argparse.Namespace) -> int:
-    import os  # noqa: PLC0415
+    import os
 
     # The self-test opens the window offscreen when there is no display: only a display it cannot use stops it.
     problem = _display_problem() if not args.self_test or os.environ.get("DISPLAY") else None
@@ -162,24 +162,24 @@ def _launch_window(args: argparse.Namespace) -> int:
         print(problem, file=sys.stderr)
         return EXIT_FAILED
     if args.self_test:
-        from guiapp.ui.self_test import run_self_test  # noqa: PLC0415 - Qt only loads when the window is wanted
+        from guiapp.ui.self_test import run_self_test  # Qt only loads when the window is wanted
 
         return run_self_test()
-    from guiapp.ui.app import run_app  # noqa: PLC0415
+    from guiapp.ui.app import run_app
 
     return run_app()
 
 
 def _display_problem() -> str | None:
     """Why the window cannot open on this Linux session (Qt would abort with a cryptic plugin error), or None."""
-    import os  # noqa: PLC0415
+    import os
 
     if not sys.platform.startswith("linux") or os.environ.get("QT_QPA_PLATFORM") or os.environ.get("WAYLAND_DISPLAY"):
         return None
     if not os.environ.get("DISPLAY"):
         return ("Mergesmith's window needs a desktop session, and none was found (no DISPLAY or WAYLAND_DISPLAY).\n"
                 "Start it from your desktop, or use the command line: `mergesmith --help` lists the jobs it runs.")
-    from guiapp.system.display_libraries import install_advice, missing_libraries, xcb_plugin  # noqa: PLC0415
+    from guiapp.system.display_libraries import install_advice, missing_libraries, xcb_plugin
 
     plugin = xcb_plugin()
     try:
@@ -219,8 +219,8 @@ def _retry_flags(changes: Mapping[str, Any], args: argparse.Namespace | None) ->
 def _print_explanation(error: BaseException, args: argparse.Namespace | None = None) -> None:
     """Print the explanation without the traceback, which is saved to a file for bug reports instead; its retry
     settings as the flags of the command `args` ran (none without it)."""
-    from guiapp.system.explain import explain  # noqa: PLC0415
-    from guiapp.system.probe import cache_dir  # noqa: PLC0415
+    from guiapp.system.explain import explain
+    from guiapp.system.probe import cache_dir
 
     explanation = explain(error)
     print(explanation.render_text(details=False, retry=lambda changes: _retry_flags(changes, args)), file=sys.stderr)
@@ -294,7 +294,7 @@ def _duration(seconds: float) -> str:
 def run_in_terminal(job, args: argparse.Namespace | None = None) -> int:
     """Run `job` here with terminal progress; print its explanation on failure (retry settings as the flags of
     the command `args` ran). Returns the exit code."""
-    from guiapp.jobs.runner import JobListeners, JobStatus, run_job  # noqa: PLC0415
+    from guiapp.jobs.runner import JobListeners, JobStatus, run_job
 
     printer = TerminalProgress()
     result = run_job(job, JobListeners(on_event=printer.on_event, on_log=printer.on_log))
@@ -355,9 +355,9 @@ def _thread_count(text: str) -> int:
 
 
 def _run_merge(args: argparse.Namespace) -> int:
-    from guiapp.engine.output import parse_size  # noqa: PLC0415
-    from guiapp.engine.recipe import load_recipe  # noqa: PLC0415
-    from guiapp.jobs.specs import merge_job  # noqa: PLC0415
+    from guiapp.engine.output import parse_size
+    from guiapp.engine.recipe import load_recipe
+    from guiapp.jobs.specs import merge_job
 
     try:
         shard_bytes = parse_size(args.out_shard_size)
@@ -373,12 +373,12 @@ def _run_merge(args: argparse.Namespace) -> int:
 
 
 def _print_plan(recipe, out_dir: Path, device: str, compute_dtype: str = "float32") -> int:
-    from guiapp.engine.merge import plan_merge  # noqa: PLC0415
-    from guiapp.engine.plan import compute_in_recipe_dtype  # noqa: PLC0415
-    from guiapp.jobs.durations import process_seconds_so_far  # noqa: PLC0415
-    from guiapp.jobs.estimates import estimate_merge  # noqa: PLC0415
-    from guiapp.system.probe import cached_probe  # noqa: PLC0415
-    from guiapp.system.units import format_bytes  # noqa: PLC0415
+    from guiapp.engine.merge import plan_merge
+    from guiapp.engine.plan import compute_in_recipe_dtype
+    from guiapp.jobs.durations import process_seconds_so_far
+    from guiapp.jobs.estimates import estimate_merge
+    from guiapp.system.probe import cached_probe
+    from guiapp.system.units import format_bytes
 
     plan = plan_merge(recipe)
     if compute_dtype == "recipe":
@@ -400,8 +400,8 @@ def _print_plan(recipe, out_dir: Path, device: str, compute_dtype: str = "float3
 
 
 def _run_demo(args: argparse.Namespace) -> int:
-    from guiapp.jobs.demo import default_demo_folder, prepare_demo  # noqa: PLC0415
-    from guiapp.jobs.specs import merge_job  # noqa: PLC0415
+    from guiapp.jobs.demo import default_demo_folder, prepare_demo
+    from guiapp.jobs.specs import merge_job
 
     folder = args.out or default_demo_folder()
     print(f"Writing three small sample models (a base and two fine-tunes of it) to {folder} …", file=sys.stderr)
@@ -471,15 +471,15 @@ def _add_hub_commands(commands: argparse._SubParsersAction) -> None:
 
 
 def _hub_setup(args: argparse.Namespace) -> None:
-    from guiapp.hub.connection import set_offline  # noqa: PLC0415
+    from guiapp.hub.connection import set_offline
 
     set_offline(args.offline)
 
 
 def _run_hub_search(args: argparse.Namespace) -> int:
-    import json  # noqa: PLC0415
+    import json
 
-    from guiapp.hub.search import ModelSearch, SearchQuery  # noqa: PLC0415
+    from guiapp.hub.search import ModelSearch, SearchQuery
 
     _hub_setup(args)
     query = SearchQuery(text=args.query, author=args.author, sort=args.sort, limit=args.limit)
@@ -504,11 +504,11 @@ def _parameter_count(count: int) -> str:
 
 
 def _run_hub_info(args: argparse.Namespace) -> int:
-    import json  # noqa: PLC0415
+    import json
 
-    from guiapp.hub.details import model_details, remote_tensors  # noqa: PLC0415
-    from guiapp.hub.references import ModelRef  # noqa: PLC0415
-    from guiapp.system.units import format_bytes, plural  # noqa: PLC0415
+    from guiapp.hub.details import model_details, remote_tensors
+    from guiapp.hub.references import ModelRef
+    from guiapp.system.units import format_bytes, plural
 
     _hub_setup(args)
     ref = ModelRef.parse(args.repo)
@@ -542,8 +542,8 @@ def _run_hub_info(args: argparse.Namespace) -> int:
 
 
 def _run_hub_check(args: argparse.Namespace) -> int:
-    from guiapp.engine.compatibility import check_compatibility  # noqa: PLC0415 - torch-free
-    from guiapp.hub.references import ModelRef  # noqa: PLC0415
+    from guiapp.engine.compatibility import check_compatibility  # torch-free
+    from guiapp.hub.references import ModelRef
 
     _hub_setup(args)
     report = check_compatibility([ModelRef.parse(text) for text in args.models])
@@ -552,9 +552,9 @@ def _run_hub_check(args: argparse.Namespace) -> int:
 
 
 def _run_hub_download(args: argparse.Namespace) -> int:
-    from guiapp.hub.downloads import download_model  # noqa: PLC0415
-    from guiapp.hub.references import ModelRef  # noqa: PLC0415
-    from guiapp.progress import Progress  # noqa: PLC0415
+    from guiapp.hub.downloads import download_model
+    from guiapp.hub.references import ModelRef
+    from guiapp.progress import Progress
 
     _hub_setup(args)
     ref = ModelRef.parse(args.repo)
@@ -571,10 +571,10 @@ def _run_hub_download(args: argparse.Namespace) -> int:
 
 
 def _run_hub_cache(args: argparse.Namespace) -> int:
-    import json  # noqa: PLC0415
+    import json
 
-    from guiapp.hub.cache import scan_cache  # noqa: PLC0415
-    from guiapp.system.units import format_bytes, plural  # noqa: PLC0415
+    from guiapp.hub.cache import scan_cache
+    from guiapp.system.units import format_bytes, plural
 
     _hub_setup(args)
     models = scan_cache()
@@ -590,8 +590,8 @@ def _run_hub_cache(args: argparse.Namespace) -> int:
 
 
 def _run_hub_rm(args: argparse.Namespace) -> int:
-    from guiapp.hub.cache import plan_deletion  # noqa: PLC0415
-    from guiapp.system.units import format_bytes, plural  # noqa: PLC0415
+    from guiapp.hub.cache import plan_deletion
+    from guiapp.system.units import format_bytes, plural
 
     _hub_setup(args)
     plan = plan_deletion(args.repo)
@@ -610,15 +610,15 @@ def _run_hub_rm(args: argparse.Namespace) -> int:
 
 
 def _run_hub_upload(args: argparse.Namespace) -> int:
-    from guiapp.hub.publish_card import (  # noqa: PLC0415
+    from guiapp.hub.publish_card import (
         base_models,
         input_licences,
         licence_warnings,
         preset_licence,
         publish_card,
     )
-    from guiapp.hub.upload import check_upload, upload_folder  # noqa: PLC0415
-    from guiapp.progress import Progress  # noqa: PLC0415
+    from guiapp.hub.upload import check_upload, upload_folder
+    from guiapp.progress import Progress
 
     _hub_setup(args)
     plan = check_upload(args.folder, args.repo, private=not args.public)
@@ -649,10 +649,10 @@ def _add_system_commands(commands: argparse._SubParsersAction) -> None:
 
 
 def _run_probe(args: argparse.Namespace) -> int:
-    import json  # noqa: PLC0415
+    import json
 
-    from guiapp.system.probe import cached_probe, probe  # noqa: PLC0415
-    from guiapp.system.report import format_probe_report  # noqa: PLC0415
+    from guiapp.system.probe import cached_probe, probe
+    from guiapp.system.report import format_probe_report
 
     result = None if args.refresh else cached_probe()
     if result is None:
@@ -663,7 +663,7 @@ def _run_probe(args: argparse.Namespace) -> int:
 
 
 def _run_explain(args: argparse.Namespace) -> int:
-    from guiapp.system.explain import explain  # noqa: PLC0415
+    from guiapp.system.explain import explain
 
     if args.text == "-" and sys.stdin.isatty():
         print("Paste the error text, then press Ctrl-D (Ctrl-Z and Enter on Windows):", file=sys.stderr)
@@ -727,7 +727,7 @@ def _add_lora_commands(commands: argparse._SubParsersAction) -> None:
 
 
 def _run_extract_lora(args: argparse.Namespace) -> int:
-    from guiapp.jobs.specs import extract_job  # noqa: PLC0415 - torch loads with the job
+    from guiapp.jobs.specs import extract_job  # torch loads with the job
 
     if args.energy is not None:
         rank_mode, rank_value = "energy", args.energy
@@ -750,7 +750,7 @@ def _run_extract_lora(args: argparse.Namespace) -> int:
 
 
 def _run_apply_lora(args: argparse.Namespace) -> int:
-    from guiapp.jobs.specs import apply_job  # noqa: PLC0415 - torch loads with the job
+    from guiapp.jobs.specs import apply_job  # torch loads with the job
 
     if args.dry_run:
         return _print_lora_plan(args)
@@ -767,12 +767,12 @@ def _run_apply_lora(args: argparse.Namespace) -> int:
 def _print_lora_plan(args: argparse.Namespace, rank: int | None = None) -> int:
     """`extract-lora --dry-run` (given `rank`) or `apply-lora --dry-run`: the inputs' headers are read, the
     plan and the estimate printed as `merge --dry-run` prints them; nothing is written."""
-    from guiapp.engine.sources import read_headers  # noqa: PLC0415
-    from guiapp.hub.references import ModelRef  # noqa: PLC0415
-    from guiapp.jobs.durations import process_seconds_so_far  # noqa: PLC0415
-    from guiapp.jobs.estimates import estimate_apply, estimate_extraction  # noqa: PLC0415
-    from guiapp.system.probe import cached_probe  # noqa: PLC0415
-    from guiapp.system.units import format_bytes  # noqa: PLC0415
+    from guiapp.engine.sources import read_headers
+    from guiapp.hub.references import ModelRef
+    from guiapp.jobs.durations import process_seconds_so_far
+    from guiapp.jobs.estimates import estimate_apply, estimate_extraction
+    from guiapp.system.probe import cached_probe
+    from guiapp.system.units import format_bytes
 
     base = read_headers(ModelRef.parse(args.base))
     startup = process_seconds_so_far()  # the real run is a new process too: its start-up counts as this one's
@@ -827,7 +827,7 @@ def _print_extraction_summary(summary: dict) -> None:
 
 
 def _add_try_commands(commands: argparse._SubParsersAction) -> None:
-    from guiapp.engine.sampling import DEFAULT_TEMPERATURE, DEFAULT_TOP_P  # noqa: PLC0415 - two numbers, no torch
+    from guiapp.engine.sampling import DEFAULT_TEMPERATURE, DEFAULT_TOP_P  # two numbers, no torch
 
     model_help = "A model folder, a Hub id, or BASE+ADAPTER (a PEFT LoRA adapter on its base), as in recipes."
     try_ = commands.add_parser("try", help="Generate text with one to four models side by side.")
@@ -856,8 +856,8 @@ def _add_try_commands(commands: argparse._SubParsersAction) -> None:
 
 
 def _run_try(args: argparse.Namespace) -> int:
-    from guiapp.jobs.runner import JobListeners, JobStatus, run_job  # noqa: PLC0415
-    from guiapp.jobs.tryout import try_job  # noqa: PLC0415
+    from guiapp.jobs.runner import JobListeners, JobStatus, run_job
+    from guiapp.jobs.tryout import try_job
 
     current = {"index": -1}
 
@@ -878,10 +878,10 @@ def _run_try(args: argparse.Namespace) -> int:
 
 
 def _run_perplexity(args: argparse.Namespace) -> int:
-    import json  # noqa: PLC0415
+    import json
 
-    from guiapp.engine.inference import read_text_file  # noqa: PLC0415
-    from guiapp.jobs.tryout import perplexity_job  # noqa: PLC0415
+    from guiapp.engine.inference import read_text_file
+    from guiapp.jobs.tryout import perplexity_job
 
     job = perplexity_job(args.models, read_text_file(args.text), window=args.window, device=args.device,
                          dtype=args.dtype)

@@ -206,7 +206,7 @@ def _unsupported(source: ModelSource, config: dict[str, Any], error: Exception) 
 
 
 def _attach_adapter(model: Any, source: ModelSource) -> Any:
-    import peft  # noqa: PLC0415
+    import peft  # noqa: PLC0415 - peft and transformers take seconds to load; only Try jobs need them
 
     try:
         return peft.PeftModel.from_pretrained(model, source.adapter_folder, is_trainable=False)
@@ -227,7 +227,7 @@ def _check_one_dtype(model: Any, dtype: torch.dtype, source: ModelSource) -> Non
 
 
 def _load_tokenizer(source: ModelSource) -> Any:
-    import transformers  # noqa: PLC0415
+    import transformers  # noqa: PLC0415 - seconds to load; only Try jobs need it
 
     for folder in (source.folder, source.adapter_folder):
         if folder is not None and any((folder / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json",
@@ -288,7 +288,7 @@ class _StreamToListener:
     """transformers' TextStreamer, but handing text to a listener and counting tokens (which checks cancel)."""
 
     def __init__(self, tokenizer: Any, progress: Progress, on_text: TextListener | None) -> None:
-        import transformers  # noqa: PLC0415
+        import transformers  # noqa: PLC0415 - seconds to load; only Try jobs need it
 
         listener = on_text or (lambda text: None)
 

@@ -403,9 +403,9 @@ def _read_adapter_config(folder: Path) -> dict[str, Any]:
 def _read_adapter_tensors(folder: Path) -> dict[str, Any]:
     safetensors_path = folder / ADAPTER_WEIGHTS
     if safetensors_path.is_file():
-        from safetensors import safe_open  # noqa: PLC0415
+        from safetensors import safe_open  # noqa: PLC0415 - only adapters saved as safetensors need it
 
-        from guiapp.engine.checkpoint import read_safetensors_header  # noqa: PLC0415
+        from guiapp.engine.checkpoint import read_safetensors_header  # noqa: PLC0415 - with safe_open above
 
         with open_regular_file(safetensors_path, CheckpointError, what="adapter file") as stream:
             read_safetensors_header(stream, os.fstat(stream.fileno()).st_size, str(safetensors_path))

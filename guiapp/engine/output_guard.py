@@ -33,8 +33,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
+
 from guiapp import __version__
 from guiapp.errors import OutputError
+from guiapp.system.units import format_bytes
 
 MARKER = ".mergesmith-output.json"
 # A marker is a few kilobytes (one line per output file); anything far larger is not one of ours.
@@ -61,7 +64,6 @@ class PreviousOutput:
     identity: str
 
     def describe(self) -> str:
-        from guiapp.system.units import format_bytes  # noqa: PLC0415
 
         return (f"an earlier Mergesmith {self.kind} output from {self.created} ({len(self.files)} files, "
                 f"{format_bytes(self.total_bytes)})")
@@ -105,7 +107,7 @@ def free_destination(destination: Path | str) -> Path:
 
 def hugging_face_cache() -> Path:
     """The Hugging Face cache folder in use (huggingface_hub's setting, read now)."""
-    from guiapp.hub.connection import HubConnection  # noqa: PLC0415
+    from guiapp.hub.connection import HubConnection  # noqa: PLC0415 - the cache location is asked when a job starts, not at import
 
     return HubConnection.current().cache_dir
 
@@ -232,7 +234,6 @@ def foreign_entries(folder: Path, previous: PreviousOutput) -> list[str]:
 
 def describe_folder(folder: Path) -> str:
     """A short description of what `folder` holds: "3 files, 1.2 GB: a.txt, b.bin, notes …" (bounded walk)."""
-    from guiapp.system.units import format_bytes  # noqa: PLC0415
 
     count, size = 0, 0
     for name in _relative_files(folder):
@@ -483,7 +484,6 @@ def _owner_gone(pid: str | None, path: Path) -> bool:
     if int(pid) == os.getpid():
         with _in_use_guard:
             return path not in _in_use
-    import psutil  # noqa: PLC0415
 
     return not psutil.pid_exists(int(pid))
 
@@ -549,11 +549,11 @@ def _try_lock(path: Path, *, create: bool = True) -> int | None:
 def _lock_descriptor(descriptor: int) -> bool:
     try:
         if sys.platform == "win32":
-            import msvcrt  # noqa: PLC0415
+            import msvcrt  # noqa: PLC0415 - exists on Windows only
 
             msvcrt.locking(descriptor, msvcrt.LK_NBLCK, 1)
         else:
-            import fcntl  # noqa: PLC0415
+            import fcntl  # noqa: PLC0415 - exists outside Windows only
 
             fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as error:

@@ -545,7 +545,7 @@ def align_vocabulary(plan: MergePlan, folders: list[Path], donor_folder: Path | 
     (mergekit likewise assumes a model without a tokenizer shares the base's). Raises IncompatibleModelsError
     when `union` or a donor has no tokenizer.json, RecipeError for `tokenizer.tokens` entries that do not fit.
     """
-    from guiapp.engine.tokenizers import build_alignment, read_tokenizer  # noqa: PLC0415
+    from guiapp.engine.tokenizers import build_alignment, read_tokenizer  # noqa: PLC0415 - the tokenizers library loads only when a vocabulary is aligned
 
     settings = plan.recipe.tokenizer
     tasks = [t for t in plan.tasks if t.floating and is_vocabulary_tensor(t.name)]

@@ -28,7 +28,7 @@ def read_headers(ref: ModelRef) -> ModelHeaders:
     """
     folder = ref.existing_folder()
     if folder is None:
-        from guiapp.hub.resolve import read_model_metadata  # noqa: PLC0415
+        from guiapp.hub.resolve import read_model_metadata  # noqa: PLC0415 - huggingface_hub loads for Hub models only
 
         metadata = read_model_metadata(ref)  # cached per commit
         tensors = {name: tensor_info(record, str(ref)) for name, record in metadata.tensors.items()}
@@ -96,7 +96,7 @@ def open_readers(refs: Sequence[ModelRef], progress: Progress | None = None) -> 
 
     Raises CheckpointError / HubError subclasses when a model cannot be had (none is left open).
     """
-    from guiapp.engine.lora_apply import LoraAdapter  # noqa: PLC0415
+    from guiapp.engine.lora_apply import LoraAdapter  # noqa: PLC0415 - lora_apply imports this module
     from guiapp.hub.resolve import resolve_models  # noqa: PLC0415 - a local folder is returned as it is
 
     adapters = [ref.adapter for ref in refs if ref.adapter]
@@ -120,7 +120,7 @@ def open_readers(refs: Sequence[ModelRef], progress: Progress | None = None) -> 
 
 def _open_adapter(ref: ModelRef, base_tensors: dict[str, TensorInfo], progress: Progress | None = None):
     """Open the LoRA adapter of a `model+adapter` reference, checked against the model's tensors."""
-    from guiapp.engine.lora_apply import open_adapter_for_merge  # noqa: PLC0415
+    from guiapp.engine.lora_apply import open_adapter_for_merge  # noqa: PLC0415 - lora_apply imports this module
 
     adapter = open_adapter_for_merge(ref.adapter, progress=progress)
     adapter.check_base(base_tensors, str(ref.base))

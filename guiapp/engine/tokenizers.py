@@ -27,6 +27,7 @@ from guiapp.engine.chat_template_names import BUILT_IN_CHAT_TEMPLATES, TEMPLATE_
 from guiapp.engine.recipe import TokenizerSettings, TokenSource
 from guiapp.errors import CheckpointError, IncompatibleModelsError, RecipeError
 from guiapp.hub.references import ModelRef
+from guiapp.system.bounded import JSON_BYTES, TOKENIZER_JSON_BYTES, load_json_limited, read_text_limited
 
 TOKENIZER_FILE = "tokenizer.json"
 CONFIG_FILE = "tokenizer_config.json"
@@ -164,7 +165,6 @@ def read_tokenizer(folder: Path | None) -> dict[str, Any] | None:
     """The parsed tokenizer.json of `folder`, or None when it has none. Raises CheckpointError when it is damaged."""
     if folder is None or not (Path(folder) / TOKENIZER_FILE).is_file():
         return None
-    from guiapp.system.bounded import TOKENIZER_JSON_BYTES, load_json_limited  # noqa: PLC0415
 
     document = load_json_limited(Path(folder) / TOKENIZER_FILE, TOKENIZER_JSON_BYTES, CheckpointError,
                                  what="tokenizer file")
@@ -176,7 +176,7 @@ def read_tokenizer(folder: Path | None) -> dict[str, Any] | None:
 
 def vocabulary_of(document: dict[str, Any]) -> dict[str, int]:
     """Token text → id of a tokenizer.json document (model vocabulary and added tokens)."""
-    from tokenizers import Tokenizer  # noqa: PLC0415
+    from tokenizers import Tokenizer  # noqa: PLC0415 - the library loads only when a vocabulary is rebuilt
 
     return Tokenizer.from_str(json.dumps(document)).get_vocab(with_added_tokens=True)
 
@@ -280,7 +280,7 @@ def _stripped(document: dict[str, Any], rows: int | None) -> dict[str, Any]:
 def _union(document: dict[str, Any], others: list[tuple[ModelVocabulary, dict[str, Any] | None]]) -> dict[str, Any]:
     """`document` with every token of `others` it lacks appended: their ordinary tokens, in id order, then their
     added (special) tokens with their own settings."""
-    from tokenizers import AddedToken, Tokenizer  # noqa: PLC0415
+    from tokenizers import AddedToken, Tokenizer  # noqa: PLC0415 - the library loads only when a vocabulary is rebuilt
 
     tokenizer = Tokenizer.from_str(json.dumps(document))
     known = set(tokenizer.get_vocab(with_added_tokens=True))
@@ -308,7 +308,6 @@ def write_tokenizer(folder: Path, document: dict[str, Any], config_folder: Path 
     (Path(folder) / TOKENIZER_FILE).write_text(json.dumps(document, ensure_ascii=False), encoding="utf-8")
     config: dict[str, Any] = {}
     if config_folder is not None and (Path(config_folder) / CONFIG_FILE).is_file():
-        from guiapp.system.bounded import JSON_BYTES, load_json_limited  # noqa: PLC0415
 
         config = load_json_limited(Path(config_folder) / CONFIG_FILE, JSON_BYTES, CheckpointError,
                                    what="tokenizer settings file")
@@ -333,7 +332,6 @@ def chat_template_text(choice: str, model_folders: list[Path]) -> str | None:
 
 
 def _own_chat_template(folder: Path) -> str | None:
-    from guiapp.system.bounded import JSON_BYTES, load_json_limited, read_text_limited  # noqa: PLC0415
 
     if (Path(folder) / "chat_template.jinja").is_file():
         return read_text_limited(Path(folder) / "chat_template.jinja", JSON_BYTES, CheckpointError,

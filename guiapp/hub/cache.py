@@ -116,8 +116,8 @@ def plan_deletion(
 
 
 def _scan(connection: HubConnection | None) -> HFCacheInfo | None:
-    from huggingface_hub import scan_cache_dir  # noqa: PLC0415
-    from huggingface_hub.errors import CacheNotFound  # noqa: PLC0415
+    from huggingface_hub import scan_cache_dir
+    from huggingface_hub.errors import CacheNotFound
 
     try:
         return scan_cache_dir((connection or HubConnection.current()).cache_dir)

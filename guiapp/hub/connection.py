@@ -68,7 +68,7 @@ class HubConnection:
 
     def api(self) -> HfApi:
         """A client for this endpoint; it uses the token huggingface_hub knows (HF_TOKEN or the stored one)."""
-        from huggingface_hub import HfApi  # noqa: PLC0415 - keeps `import guiapp.hub.*` light
+        from huggingface_hub import HfApi  # keeps `import guiapp.hub.*` light
 
         return HfApi(endpoint=self.endpoint)
 

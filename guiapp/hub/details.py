@@ -196,7 +196,7 @@ def _indexed_shards(repo_id: str, commit: str, listed: list[str], connection: Hu
 
     Raises CheckpointError when the index names a file the repo does not list at its top level.
     """
-    from huggingface_hub import hf_hub_download  # noqa: PLC0415
+    from huggingface_hub import hf_hub_download
 
     index = hf_hub_download(repo_id, "model.safetensors.index.json", revision=commit,
                             cache_dir=connection.cache_dir, endpoint=connection.endpoint)

@@ -56,7 +56,7 @@ def plan_download(
 
     Raises the errors of `model_details` (offline, not found, rate limited…).
     """
-    from huggingface_hub import try_to_load_from_cache  # noqa: PLC0415
+    from huggingface_hub import try_to_load_from_cache
 
     connection = connection or HubConnection.current()
     details = model_details(repo_id, revision, connection=connection)
@@ -101,7 +101,7 @@ def download_models(
     GatedModelError, ModelNotFoundError, RevisionNotFoundError, OfflineError, RateLimitedError and
     ConnectionLostError for Hub failures.
     """
-    from huggingface_hub import hf_hub_download  # noqa: PLC0415
+    from huggingface_hub import hf_hub_download
 
     connection = connection or HubConnection.current()
     progress = progress or Progress()
@@ -145,7 +145,7 @@ def download_models(
 
 
 def _snapshot_folder(cache_dir: Path, plan: DownloadPlan) -> Path:
-    from huggingface_hub.file_download import repo_folder_name  # noqa: PLC0415
+    from huggingface_hub.file_download import repo_folder_name
 
     return cache_dir / repo_folder_name(repo_id=plan.repo_id, repo_type="model") / "snapshots" / plan.commit
 

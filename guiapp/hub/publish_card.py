@@ -56,7 +56,7 @@ def preset_licence(inputs: list[InputLicence]) -> str:
 
 def base_models(folder: Path) -> list[str]:
     """The Hub ids of the models `folder` was made from: the recipe's models, or an adapter's base model."""
-    from guiapp.hub.references import ModelRef  # noqa: PLC0415
+    from guiapp.hub.references import ModelRef
 
     names: list[str] = []
     recipe = folder / RECIPE_FILE
@@ -80,8 +80,8 @@ def base_models(folder: Path) -> list[str]:
 def input_licences(models: list[str]) -> list[InputLicence]:
     """Each model's licence and gating from its Hub page (licence None for a model the Hub does not show).
     Raises the other HubErrors of `model_details` (offline, connection lost)."""
-    from guiapp.errors import ModelNotFoundError  # noqa: PLC0415
-    from guiapp.hub.details import model_details  # noqa: PLC0415
+    from guiapp.errors import ModelNotFoundError
+    from guiapp.hub.details import model_details
 
     entries = []
     for model in models:

@@ -76,9 +76,9 @@ def resolve_tokenizer(ref: ModelRef, *, offline: bool = False, required: bool = 
     OfflineError when offline and the files are not cached, and the Hub errors of `hub_errors`
     (ModelNotFoundError, GatedModelError…).
     """
-    from huggingface_hub import snapshot_download  # noqa: PLC0415
+    from huggingface_hub import snapshot_download
 
-    from guiapp.hub.merge_files import TOKENIZER_FILES  # noqa: PLC0415
+    from guiapp.hub.merge_files import TOKENIZER_FILES
 
     folder = ref.existing_folder()
     if folder is not None:
@@ -118,8 +118,8 @@ def read_model_metadata(ref: ModelRef, *, offline: bool = False) -> ModelMetadat
 
 def _cached_snapshot(ref: ModelRef) -> Path:
     """The complete cached snapshot of a Hub reference, or OfflineError naming the model."""
-    from huggingface_hub import snapshot_download  # noqa: PLC0415
-    from huggingface_hub.errors import LocalEntryNotFoundError  # noqa: PLC0415
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
 
     missing = OfflineError(
         f"{ref} is not downloaded, and Mergesmith is working offline.",
@@ -156,8 +156,8 @@ def _read_config(folder: Path, label: str) -> dict[str, Any]:
 
 
 def _download_config(ref: ModelRef) -> dict[str, Any]:
-    from huggingface_hub import hf_hub_download  # noqa: PLC0415
-    from huggingface_hub.errors import EntryNotFoundError  # noqa: PLC0415
+    from huggingface_hub import hf_hub_download
+    from huggingface_hub.errors import EntryNotFoundError
 
     connection = HubConnection.current()
     with hub_errors(ref.model, ref.revision):

@@ -60,7 +60,7 @@ def check_hub_answers() -> None:
     global _installed
     if _installed:
         return
-    from huggingface_hub import set_client_factory  # noqa: PLC0415 - keeps `import guiapp.hub.*` light
+    from huggingface_hub import set_client_factory  # keeps `import guiapp.hub.*` light
 
     with _install_lock:
         if not _installed:
@@ -116,7 +116,7 @@ def _refusal(endpoint: str, what: str, value: object, expected: str) -> HubRespo
 
 
 def _checked_client() -> httpx2.Client:
-    from huggingface_hub.utils import _http  # noqa: PLC0415 - its default client carries the Hub's request hook
+    from huggingface_hub.utils import _http  # its default client carries the Hub's request hook
 
     client = _http.default_client_factory()
     client.event_hooks["request"].append(_ask_for_known_encodings)
@@ -182,7 +182,7 @@ def _endpoint_of(url: httpx2.URL) -> str:
 @functools.cache
 def _bounded_body_class() -> type:
     """_BoundedBody as the httpx2 stream type responses must hold (made on first use: httpx2 is heavy)."""
-    import httpx2  # noqa: PLC0415
+    import httpx2
 
     return type("BoundedBody", (_BoundedBody, httpx2.SyncByteStream), {})
 

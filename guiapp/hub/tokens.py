@@ -14,7 +14,7 @@ from guiapp.hub.failures import hub_errors
 
 def token_source() -> str | None:
     """Where the active token comes from: "HF_TOKEN" (environment), "stored" (huggingface_hub's token file) or None."""
-    from huggingface_hub import get_token  # noqa: PLC0415
+    from huggingface_hub import get_token
 
     if os.environ.get("HF_TOKEN") or os.environ.get("HUGGING_FACE_HUB_TOKEN"):
         return "HF_TOKEN"
@@ -26,7 +26,7 @@ def sign_in(token: str) -> str:
 
     Raises InvalidTokenError when the Hub rejects it and OfflineError when offline; nothing is stored then.
     """
-    from huggingface_hub import login  # noqa: PLC0415
+    from huggingface_hub import login
 
     require_online("Signing in to the Hub")
     token = token.strip()
@@ -38,14 +38,14 @@ def sign_in(token: str) -> str:
 
 def sign_out() -> None:
     """Remove the stored token(s). A token in HF_TOKEN stays active: it is the environment's, not ours."""
-    from huggingface_hub import logout  # noqa: PLC0415
+    from huggingface_hub import logout
 
     logout()
 
 
 def signed_in_user() -> str | None:
     """The user name of the active token, or None without a token. Raises InvalidTokenError, OfflineError."""
-    from huggingface_hub import get_token  # noqa: PLC0415
+    from huggingface_hub import get_token
 
     token = get_token()
     if token is None:

@@ -51,7 +51,7 @@ def check_upload(folder: Path, repo_id: str, private: bool = True) -> UploadPlan
     Raises UploadRefusedError (not signed in, read-only token, invalid name, name of someone else's repo),
     OutputError for a folder without files, InvalidTokenError / OfflineError / ConnectionLostError from the Hub.
     """
-    from huggingface_hub import get_token  # noqa: PLC0415
+    from huggingface_hub import get_token
 
     folder = Path(folder)
     files = _files_of(folder)
@@ -88,9 +88,9 @@ def upload_folder(plan: UploadPlan, progress: Progress | None = None, card: str 
     storage, not in any commit, and are not sent again next time. Raises ConnectionLostError / RateLimitedError / InvalidTokenError
     and the other HubErrors, with the repo left private when this upload created it.
     """
-    from contextlib import ExitStack  # noqa: PLC0415
+    from contextlib import ExitStack
 
-    from huggingface_hub import CommitOperationAdd, constants  # noqa: PLC0415
+    from huggingface_hub import CommitOperationAdd, constants
 
     # hf_xet uploads from its own threads, where a cancel cannot reach (see guiapp.hub.downloads).
     constants.HF_HUB_DISABLE_XET = True
@@ -186,7 +186,7 @@ def _is_own_state(name: str) -> bool:
 
 
 def _repo_exists(api, repo_id: str) -> bool:
-    from huggingface_hub import errors as hf  # noqa: PLC0415
+    from huggingface_hub import errors as hf
 
     try:
         with hub_errors(repo_id):

@@ -22,9 +22,9 @@ def prepare_demo(folder: Path) -> Recipe:
 
     Raises OutputError when one of the sample models' folders exists holding something else.
     """
-    import torch  # noqa: PLC0415 - only this job needs it at this point
+    import torch  # only this job needs it at this point
 
-    from guiapp.engine.samples import write_llama, write_llama_finetune  # noqa: PLC0415
+    from guiapp.engine.samples import write_llama, write_llama_finetune
 
     folder = Path(folder)
     base, math_tune, chat_tune = folder / "tiny-base", folder / "tiny-math", folder / "tiny-chat"

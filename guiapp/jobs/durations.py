@@ -104,7 +104,7 @@ def process_seconds_so_far() -> float:
         uptime = float(Path("/proc/uptime").read_text().split()[0])
         return max(0.0, uptime - ticks / os.sysconf("SC_CLK_TCK"))
     except (OSError, ValueError, IndexError):
-        import psutil  # noqa: PLC0415
+        import psutil
 
         return max(0.0, time.time() - psutil.Process().create_time())
 

@@ -132,8 +132,8 @@ def _download_bytes(model) -> int:
     """The weights of a Hub model (its ModelHeaders) still to download; 0 when local or in the cache already."""
     if model.ref.is_local:
         return 0
-    from guiapp.errors import OfflineError  # noqa: PLC0415
-    from guiapp.hub.resolve import resolve_model  # noqa: PLC0415
+    from guiapp.errors import OfflineError
+    from guiapp.hub.resolve import resolve_model
 
     try:
         resolve_model(model.ref, offline=True)  # the cache only, no network

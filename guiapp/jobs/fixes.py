@@ -127,7 +127,7 @@ def describe_changes(changes: Mapping[str, Any]) -> str:
 
 def describe_output(folder: Path) -> str:
     """What replacing `folder` would delete, in words ("an earlier Mergesmith merge output from … (3 files, 1 GB)")."""
-    from guiapp.engine.output_guard import describe_folder, read_marker  # noqa: PLC0415 - no torch
+    from guiapp.engine.output_guard import describe_folder, read_marker  # no torch
 
     try:
         previous = read_marker(folder)

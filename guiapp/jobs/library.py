@@ -102,8 +102,8 @@ def module_kinds(reference: str) -> list[tuple[str, int]]:
 
     Raises what reading the headers raises (CheckpointError, the Hub's errors).
     """
-    from guiapp.engine.sources import read_headers  # noqa: PLC0415 - the engine loads torch
-    from guiapp.hub.references import ModelRef  # noqa: PLC0415
+    from guiapp.engine.sources import read_headers  # the engine loads torch
+    from guiapp.hub.references import ModelRef
 
     counts: dict[str, int] = {}
     for name, tensor in read_headers(ModelRef.parse(reference)).tensors.items():
@@ -115,7 +115,7 @@ def module_kinds(reference: str) -> list[tuple[str, int]]:
 
 def modules_pattern(kinds: Iterable[str]) -> str:
     """The regular expression matching the modules whose last name is one of `kinds` ("" for none)."""
-    import re  # noqa: PLC0415
+    import re
 
     names = sorted(set(kinds))
     return f"(^|\\.)({'|'.join(re.escape(n) for n in names)})$" if names else ""
@@ -249,7 +249,7 @@ def details_with_fit(repo_id: str) -> DetailsWithFit:
 def use_fit(details: ModelDetails) -> UseFit | None:
     """Whether downloading and merging `details`' model fits this machine; None when the machine's disk or memory
     cannot be examined."""
-    from guiapp.system.resources import disk, memory  # noqa: PLC0415
+    from guiapp.system.resources import disk, memory
 
     try:
         space, ram = disk(cache_folder()), memory()
@@ -266,7 +266,7 @@ def use_fit(details: ModelDetails) -> UseFit | None:
 def downloads_fit(sizes: Iterable[int]) -> list[FitLevel | None]:
     """For download sizes in bytes (search results), whether each fits the cache's free disk; None for a size
     that is not known (0) or when the disk cannot be examined."""
-    from guiapp.system.resources import disk  # noqa: PLC0415
+    from guiapp.system.resources import disk
 
     sizes = list(sizes)
     try:
@@ -280,8 +280,8 @@ def downloads_fit(sizes: Iterable[int]) -> list[FitLevel | None]:
 def _largest_tensor_bytes(reference: str) -> int | None:
     """The largest tensor of `reference`'s model in float32 bytes, from its headers; None when they cannot be
     read (no safetensors, offline)."""
-    from guiapp.engine.sources import read_headers  # noqa: PLC0415 - the engine loads torch
-    from guiapp.hub.references import ModelRef  # noqa: PLC0415
+    from guiapp.engine.sources import read_headers  # the engine loads torch
+    from guiapp.hub.references import ModelRef
 
     try:
         tensors = read_headers(ModelRef.parse(reference)).tensors.values()

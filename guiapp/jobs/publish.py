@@ -18,7 +18,7 @@ def publish_job(folder: Path, repo_id: str, *, private: bool = True, card: str |
     spec = {"folder": str(folder), "repo_id": repo_id, "private": private, "card": card}
 
     def work(progress: Progress) -> dict[str, Any]:
-        from guiapp.hub.upload import check_upload, upload_folder  # noqa: PLC0415
+        from guiapp.hub.upload import check_upload, upload_folder
 
         plan = check_upload(Path(folder), repo_id, private=private)
         return {"url": upload_folder(plan, progress, card=card), "repo": repo_id}

@@ -25,16 +25,16 @@ def merge_job(recipe: Recipe, output: Path, *, device: str = "cpu", seed: int = 
             "threads": threads}
 
     def work(progress):
-        from guiapp.engine.merge import MergeSettings, run_merge  # noqa: PLC0415 - torch loads with the job
-        from guiapp.engine.output import DEFAULT_SHARD_BYTES  # noqa: PLC0415
-        from guiapp.jobs.estimates import estimate_merge  # noqa: PLC0415
-        from guiapp.system.probe import cached_probe  # noqa: PLC0415
-        from guiapp.system.threads import ThreadPolicy  # noqa: PLC0415
+        from guiapp.engine.merge import MergeSettings, run_merge  # torch loads with the job
+        from guiapp.engine.output import DEFAULT_SHARD_BYTES
+        from guiapp.jobs.estimates import estimate_merge
+        from guiapp.system.probe import cached_probe
+        from guiapp.system.threads import ThreadPolicy
 
         def check_fit(plan) -> None:
             if plan.compute_as_recipe:
-                from guiapp.engine.checkpoint import dtype_name  # noqa: PLC0415
-                from guiapp.system.capabilities import require_compute  # noqa: PLC0415
+                from guiapp.engine.checkpoint import dtype_name
+                from guiapp.system.capabilities import require_compute
 
                 require_compute(cached_probe(), "merge", device, dtype_name(plan.compute_dtype))
             estimated.update(_check_fit(estimate_merge(plan, device, Path(output), cached_probe()), progress, force))
@@ -64,13 +64,13 @@ def extract_job(base: str, model: str, out: Path, *, rank_mode: str = "fixed", r
             "overwrite": overwrite, "force": force, "threads": threads}
 
     def work(progress):
-        from guiapp.engine.lora_extract import ExtractionSettings, extract_lora  # noqa: PLC0415 - torch
-        from guiapp.engine.lowrank import RankRule  # noqa: PLC0415
-        from guiapp.engine.sources import read_headers  # noqa: PLC0415
-        from guiapp.hub.references import ModelRef  # noqa: PLC0415
-        from guiapp.jobs.estimates import estimate_extraction  # noqa: PLC0415
-        from guiapp.system.probe import cached_probe  # noqa: PLC0415
-        from guiapp.system.threads import ThreadPolicy  # noqa: PLC0415
+        from guiapp.engine.lora_extract import ExtractionSettings, extract_lora  # torch
+        from guiapp.engine.lowrank import RankRule
+        from guiapp.engine.sources import read_headers
+        from guiapp.hub.references import ModelRef
+        from guiapp.jobs.estimates import estimate_extraction
+        from guiapp.system.probe import cached_probe
+        from guiapp.system.threads import ThreadPolicy
 
         rank = int(rank_value) if rank_mode == "fixed" else (max_rank or 32)
         estimate = estimate_extraction(read_headers(ModelRef.parse(base)), read_headers(ModelRef.parse(model)),
@@ -97,11 +97,11 @@ def apply_job(base: str, adapter: str, out: Path, *, scale: float = 1.0, dtype: 
             "overwrite": overwrite, "max_shard_size": max_shard_size, "force": force, "threads": threads}
 
     def work(progress):
-        from guiapp.engine.lora_apply import ApplySettings, apply_lora  # noqa: PLC0415 - torch
-        from guiapp.engine.sources import read_headers  # noqa: PLC0415
-        from guiapp.hub.references import ModelRef  # noqa: PLC0415
-        from guiapp.jobs.estimates import estimate_apply  # noqa: PLC0415
-        from guiapp.system.threads import ThreadPolicy  # noqa: PLC0415
+        from guiapp.engine.lora_apply import ApplySettings, apply_lora  # torch
+        from guiapp.engine.sources import read_headers
+        from guiapp.hub.references import ModelRef
+        from guiapp.jobs.estimates import estimate_apply
+        from guiapp.system.threads import ThreadPolicy
 
         estimated = _check_fit(estimate_apply(read_headers(ModelRef.parse(base)), device, Path(out)), progress, force)
 
@@ -118,7 +118,7 @@ def download_job(repo_id: str, revision: str | None = None) -> Job:
     spec = {"repo_id": repo_id, "revision": revision}
 
     def work(progress):
-        from guiapp.hub.downloads import download_model  # noqa: PLC0415
+        from guiapp.hub.downloads import download_model
 
         return {"output": str(download_model(repo_id, revision, progress=progress))}
 
@@ -143,8 +143,8 @@ def job_from_spec(kind: str, spec: dict[str, Any]) -> Job:
     if kind == "download":
         return download_job(spec["repo_id"], spec.get("revision"))
     if kind in ("try", "perplexity", "publish"):
-        from guiapp.jobs.publish import publish_job  # noqa: PLC0415
-        from guiapp.jobs.tryout import perplexity_job, try_job  # noqa: PLC0415
+        from guiapp.jobs.publish import publish_job
+        from guiapp.jobs.tryout import perplexity_job, try_job
 
         if kind == "publish":
             return publish_job(Path(spec["folder"]), spec["repo_id"], private=spec["private"], card=spec["card"])

@@ -44,7 +44,7 @@ class TryPlan:
     reason: str
 
     def describe(self) -> list[str]:
-        from guiapp.system.units import format_bytes  # noqa: PLC0415
+        from guiapp.system.units import format_bytes
 
         lines = [f"{m.reference}: runs in {m.run_dtype}" + (f" ({m.note})" if m.note else "")
                  + f", about {format_bytes(m.loaded_bytes)} loaded" for m in self.models]
@@ -83,14 +83,14 @@ def plan_try(references: list[str], device: str = "cpu", dtype: str | None = Non
     than four, DeviceError when the probe says the device cannot run the dtype at all, and the header readers'
     CheckpointError / HubError subclasses.
     """
-    import torch  # noqa: PLC0415
+    import torch
 
-    from guiapp.engine.sources import read_headers  # noqa: PLC0415
-    from guiapp.hub.references import ModelRef  # noqa: PLC0415
-    from guiapp.system.capabilities import inference_option  # noqa: PLC0415
-    from guiapp.system.probe import probe  # noqa: PLC0415
-    from guiapp.system.resources import gpu_memory, memory  # noqa: PLC0415
-    from guiapp.system.units import format_bytes  # noqa: PLC0415
+    from guiapp.engine.sources import read_headers
+    from guiapp.hub.references import ModelRef
+    from guiapp.system.capabilities import inference_option
+    from guiapp.system.probe import probe
+    from guiapp.system.resources import gpu_memory, memory
+    from guiapp.system.units import format_bytes
 
     if not 1 <= len(references) <= MAX_MODELS:
         raise SettingsError(f"Try compares one to {MAX_MODELS} models; {len(references)} were given.",
@@ -130,15 +130,15 @@ def _storage_dtype(tensors) -> str:
 
 def _sources(plan: TryPlan, progress: Progress) -> list:
     """Each planned model's folders: the Hub models among them downloaded first, under one Downloading bar."""
-    from guiapp.engine.inference import resolve_sources  # noqa: PLC0415
+    from guiapp.engine.inference import resolve_sources
 
     return resolve_sources([model_plan.reference for model_plan in plan.models], progress)
 
 
 def _load(model_plan: TryModelPlan, source, device: str, shelf: ModelShelf, keep: bool, progress: Progress):
-    import torch  # noqa: PLC0415
+    import torch
 
-    from guiapp.engine.inference import load_model  # noqa: PLC0415
+    from guiapp.engine.inference import load_model
 
     def load():
         progress.start_stage(f"Loading {model_plan.reference}")
@@ -151,7 +151,7 @@ def _load(model_plan: TryModelPlan, source, device: str, shelf: ModelShelf, keep
 def _folder_identity(reference: str) -> tuple:
     """What changes when a local model or adapter folder is replaced (a job writing its output again renames a
     new folder into place), so a kept model is not mistaken for the new one. Empty for Hub models."""
-    from guiapp.hub.references import ModelRef  # noqa: PLC0415
+    from guiapp.hub.references import ModelRef
 
     ref = ModelRef.parse(reference)
     identity = []
@@ -177,7 +177,7 @@ def try_job(references: list[str], prompt: str, *, max_new_tokens: int = 128, sa
             "seed": seed, "temperature": temperature, "top_p": top_p, "device": device, "dtype": dtype}
 
     def work(progress: Progress) -> dict[str, Any]:
-        from guiapp.engine.inference import GenerationSettings, generate  # noqa: PLC0415
+        from guiapp.engine.inference import GenerationSettings, generate
 
         plan = plan_try(references, device, dtype, probe_result)
         for line in plan.describe():
@@ -209,7 +209,7 @@ def perplexity_job(references: list[str], text: str, *, window: int = 512, devic
     spec = {"references": list(references), "text": text, "window": window, "device": device, "dtype": dtype}
 
     def work(progress: Progress) -> dict[str, Any]:
-        from guiapp.engine.inference import CAUSAL, perplexity, sentence_pairs, similarities  # noqa: PLC0415
+        from guiapp.engine.inference import CAUSAL, perplexity, sentence_pairs, similarities
 
         plan = plan_try(references, device, dtype, probe_result)
         for line in plan.describe():
@@ -241,8 +241,8 @@ def models_to_try(kind: str, spec: dict[str, Any], output: str | None) -> list[s
     """What to compare after a finished job: its inputs, then its output (an adapter as `BASE+ADAPTER`), at most
     four, without repeats. Empty for a job kind that makes no model. Never raises: a spec it cannot read gives
     what could be read of it."""
-    from guiapp.engine.recipe import recipe_from_dict  # noqa: PLC0415 - the recipe parser (YAML, no torch)
-    from guiapp.errors import MergesmithError  # noqa: PLC0415
+    from guiapp.engine.recipe import recipe_from_dict  # the recipe parser (YAML, no torch)
+    from guiapp.errors import MergesmithError
 
     if kind == "merge":
         try:

@@ -95,12 +95,12 @@ class PairCheck(CheckResult):
 def check_merge(document: dict[str, Any], device: str, output: str, probe: Any, replace: bool = False) -> MergeCheck:
     """Check the recipe `document` from the models' headers, the output folder by the output rule (`replace`: the
     user allows replacing an earlier Mergesmith output there), and estimate the job. Never raises."""
-    from guiapp.engine.layers import split_layer_name  # noqa: PLC0415
-    from guiapp.engine.merge import merge_inputs, plan_merge  # noqa: PLC0415 - loads torch: only when checking
-    from guiapp.engine.output_guard import check_output_location  # noqa: PLC0415
-    from guiapp.engine.recipe import recipe_from_dict  # noqa: PLC0415
-    from guiapp.errors import RecipeError  # noqa: PLC0415
-    from guiapp.jobs.estimates import estimate_merge  # noqa: PLC0415
+    from guiapp.engine.layers import split_layer_name
+    from guiapp.engine.merge import merge_inputs, plan_merge  # loads torch: only when checking
+    from guiapp.engine.output_guard import check_output_location
+    from guiapp.engine.recipe import recipe_from_dict
+    from guiapp.errors import RecipeError
+    from guiapp.jobs.estimates import estimate_merge
 
     result = MergeCheck()
     destination = Path(output).expanduser() if output else None
@@ -141,10 +141,10 @@ def check_merge(document: dict[str, Any], device: str, output: str, probe: Any, 
 def check_pair(base: str, model: str, device: str, output: str, probe: Any) -> PairCheck:
     """Whether `model` is a fine-tune of `base` (the one compatibility check, from their headers) and what
     extracting an adapter costs. Never raises."""
-    from guiapp.engine.lora_extract import pair_problem  # noqa: PLC0415 - loads torch: only when checking
-    from guiapp.engine.sources import read_headers  # noqa: PLC0415
-    from guiapp.hub.references import ModelRef  # noqa: PLC0415
-    from guiapp.jobs.estimates import estimate_extraction  # noqa: PLC0415
+    from guiapp.engine.lora_extract import pair_problem  # loads torch: only when checking
+    from guiapp.engine.sources import read_headers
+    from guiapp.hub.references import ModelRef
+    from guiapp.jobs.estimates import estimate_extraction
 
     try:
         base_ref = ModelRef.parse(base)
@@ -172,11 +172,11 @@ def check_pair(base: str, model: str, device: str, output: str, probe: Any) -> P
 
 def check_adapter(base: str, adapter: str, device: str, output: str) -> PairCheck:
     """Whether the adapter in folder `adapter` fits `base`'s tensors and what applying it costs. Never raises."""
-    from guiapp.engine.lora_apply import open_adapter_for_merge  # noqa: PLC0415 - loads torch: only when checking
-    from guiapp.engine.sources import read_headers  # noqa: PLC0415
-    from guiapp.errors import IncompatibleModelsError  # noqa: PLC0415
-    from guiapp.hub.references import ModelRef  # noqa: PLC0415
-    from guiapp.jobs.estimates import estimate_apply  # noqa: PLC0415
+    from guiapp.engine.lora_apply import open_adapter_for_merge  # loads torch: only when checking
+    from guiapp.engine.sources import read_headers
+    from guiapp.errors import IncompatibleModelsError
+    from guiapp.hub.references import ModelRef
+    from guiapp.jobs.estimates import estimate_apply
 
     try:
         headers = read_headers(ModelRef.parse(base))

@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from guiapp import __version__
 from guiapp.system.paths import home_dir
 
 CACHE_DIR_VARIABLE = "MERGESMITH_CACHE_DIR"
@@ -303,7 +304,6 @@ def machine_fingerprint() -> dict[str, str]:
 
 def _probe_code_digest() -> str:
     """A digest of the probe child's source, or Mergesmith's version where the source is not on disk (bundles)."""
-    from guiapp import __version__  # noqa: PLC0415
 
     try:
         return hashlib.sha256(Path(__file__).with_name("probe_child.py").read_bytes()).hexdigest()[:16]

@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _library_versions() -> dict[str, str]:
     import numpy  # noqa: PLC0415 - versions are read last, once the checks have run
-    import safetensors  # noqa: PLC0415
+    import safetensors  # noqa: PLC0415 - with numpy above
 
     return {"numpy": numpy.__version__, "safetensors": safetensors.__version__}
 

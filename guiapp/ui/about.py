@@ -27,7 +27,7 @@ LINKS = (
 
 def torch_build() -> str:
     """torch's version and what it was built for, e.g. "2.13.0+cpu (CPU only)" or "2.13.0 (CUDA 12.8)"."""
-    import torch  # noqa: PLC0415 - loaded in the background by the time anyone opens About
+    import torch  # loaded in the background by the time anyone opens About
 
     if torch.version.cuda:
         target = f"CUDA {torch.version.cuda}"

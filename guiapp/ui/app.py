@@ -20,9 +20,9 @@ from guiapp.ui.wheel_guard import install_wheel_guard
 
 def create_window(argv: Sequence[str] | None = None, *, keep_history: bool = True):
     """The application object and the (not yet shown) main window, with saved settings applied."""
-    from guiapp.ui.main_window import MainWindow  # noqa: PLC0415
-    from guiapp.ui.pages.settings import apply_offline_setting, apply_saved_settings  # noqa: PLC0415
-    from guiapp.ui.state import AppState  # noqa: PLC0415
+    from guiapp.ui.main_window import MainWindow
+    from guiapp.ui.pages.settings import apply_offline_setting, apply_saved_settings
+    from guiapp.ui.state import AppState
 
     app = QApplication.instance() or QApplication(list(argv if argv is not None else sys.argv))
     app.setOrganizationName("Mergesmith")
@@ -40,9 +40,9 @@ def create_window(argv: Sequence[str] | None = None, *, keep_history: bool = Tru
 
 def run_app(argv: Sequence[str] | None = None) -> int:
     """Show the window and run until it is closed; returns the exit code."""
-    import asyncio  # noqa: PLC0415 - not needed to show the window
+    import asyncio  # not needed to show the window
 
-    import qasync  # noqa: PLC0415
+    import qasync
 
     app, window = create_window(argv)
     sys.excepthook = lambda kind, error, trace: show_unexpected(window, error)
@@ -57,9 +57,9 @@ def run_app(argv: Sequence[str] | None = None) -> int:
 
 def show_unexpected(parent, error: BaseException) -> None:
     """A bug of ours, reported as an explanation (the traceback behind Details) instead of a console dump."""
-    from PySide6.QtWidgets import QMessageBox  # noqa: PLC0415
+    from PySide6.QtWidgets import QMessageBox
 
-    from guiapp.system.explain import explain  # noqa: PLC0415
+    from guiapp.system.explain import explain
 
     explanation = explain(error)
     box = QMessageBox(QMessageBox.Icon.Warning, "Something went wrong", explanation.title, parent=parent)

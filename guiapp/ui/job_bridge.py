@@ -80,7 +80,7 @@ class JobBridge(QObject):
 
         Raises MergesmithError (e.g. RecipeError) when the changed settings do not make a valid job.
         """
-        from guiapp.jobs.specs import retry  # noqa: PLC0415 - imports the recipe parser
+        from guiapp.jobs.specs import retry  # imports the recipe parser
 
         record = self.record(key)
         if changes is None:
@@ -114,7 +114,7 @@ class JobBridge(QObject):
     def _worker_done(self, result: JobResult) -> None:
         explanation = None
         if result.status is JobStatus.FAILED:
-            from guiapp.system.explain import explain  # noqa: PLC0415
+            from guiapp.system.explain import explain
 
             explanation = asdict(explain(result.error, {"job": result.job.title}))
         self._done.emit(result, explanation)
@@ -146,7 +146,7 @@ class JobBridge(QObject):
         if explanation is not None:
             self._add_log(record, f"Failed: {explanation['what']}")
         elif result.status is JobStatus.DONE:
-            from guiapp.system.units import format_seconds  # noqa: PLC0415
+            from guiapp.system.units import format_seconds
 
             self._add_log(record, f"Finished in {format_seconds(result.elapsed)}; the result is in "
                                   f"{record.output}.")

@@ -58,7 +58,7 @@ class LibraryModel(QAbstractTableModel):
         self._reader.request(lambda: self._read(outputs))
 
     async def _read(self, outputs: list[str]) -> None:
-        from guiapp.jobs.library import library_entries  # noqa: PLC0415 - the Hub client loads on first use
+        from guiapp.jobs.library import library_entries  # the Hub client loads on first use
 
         self.set_entries(await run_blocking(library_entries, [Path(folder) for folder in outputs]))
 
@@ -113,7 +113,7 @@ class LibraryModel(QAbstractTableModel):
 
 def describe_entry(entry: Any) -> str:
     """The full story of an entry, for its tooltip: the reference in full, where it is, its size, its base."""
-    from guiapp.system.units import format_bytes  # noqa: PLC0415
+    from guiapp.system.units import format_bytes
 
     lines = [entry.reference, f"{entry.where} · {'LoRA adapter' if entry.kind == 'adapter' else 'model'} · "
              f"{format_bytes(entry.size)}"]
@@ -125,7 +125,7 @@ def describe_entry(entry: Any) -> str:
 
 
 def _cell(entry: Any, column: int) -> str:
-    from guiapp.system.units import format_bytes  # noqa: PLC0415
+    from guiapp.system.units import format_bytes
 
     if column == NAME:
         return entry.name + (" (LoRA adapter)" if entry.kind == "adapter" else "")

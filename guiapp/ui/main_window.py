@@ -129,13 +129,13 @@ class MainWindow(QMainWindow):
         return action
 
     def _about(self) -> None:
-        from guiapp.ui.about import AboutDialog  # noqa: PLC0415 - only when asked for
+        from guiapp.ui.about import AboutDialog  # only when asked for
 
         AboutDialog(self).exec()
 
     def open_recipe_format(self) -> None:
         """Open docs/recipes.md with the system's viewer; when none opens it, show where the file is."""
-        from guiapp.ui.resource_files import recipe_format_doc  # noqa: PLC0415 - only when asked for
+        from guiapp.ui.resource_files import recipe_format_doc  # only when asked for
 
         try:
             path = recipe_format_doc()

@@ -33,7 +33,7 @@ from guiapp.ui.theme import set_status_style
 class PublishDialog(QDialog):
     def __init__(self, state, folder: Path, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        from guiapp.hub.publish_card import LICENCES  # noqa: PLC0415 - plain Python, no network
+        from guiapp.hub.publish_card import LICENCES  # plain Python, no network
 
         self.state = state
         self.folder = Path(folder)
@@ -88,15 +88,15 @@ class PublishDialog(QDialog):
     # --- checks and card ----------------------------------------------------------------------------------
 
     def _prepare(self) -> tuple[str | None, list, str]:
-        from guiapp.hub.publish_card import base_models, input_licences  # noqa: PLC0415
-        from guiapp.hub.tokens import signed_in_user  # noqa: PLC0415
+        from guiapp.hub.publish_card import base_models, input_licences
+        from guiapp.hub.tokens import signed_in_user
 
         user = signed_in_user()
         inputs = input_licences(base_models(self.folder))
         return user, inputs, self.folder.name
 
     def _prepared(self, answer: tuple) -> None:
-        from guiapp.hub.publish_card import licence_warnings, preset_licence  # noqa: PLC0415
+        from guiapp.hub.publish_card import licence_warnings, preset_licence
 
         user, inputs, name = answer
         if user and "/" not in self.repo.text():
@@ -114,7 +114,7 @@ class PublishDialog(QDialog):
 
     def _licence_changed(self, _: str) -> None:
         """Only the card's licence line follows the licence: the user's edits to the card stay."""
-        from guiapp.hub.publish_card import with_licence  # noqa: PLC0415
+        from guiapp.hub.publish_card import with_licence
 
         edited = self._card_edited()
         self.card.setPlainText(with_licence(self.card.toPlainText(), self._chosen_licence()))
@@ -129,7 +129,7 @@ class PublishDialog(QDialog):
 
     def _fill_card(self) -> None:
         """Write the card from the folder, unless the user has edited it (their text is never replaced)."""
-        from guiapp.hub.publish_card import publish_card  # noqa: PLC0415
+        from guiapp.hub.publish_card import publish_card
 
         if self._card_edited():
             return
@@ -139,7 +139,7 @@ class PublishDialog(QDialog):
 
     def check(self) -> None:
         """Ask the Hub (in the background) whether this repo name can be published to now."""
-        from guiapp.hub.upload import check_upload  # noqa: PLC0415
+        from guiapp.hub.upload import check_upload
 
         repo, folder = self.repo.text().strip(), self.folder
         self._show_check("Checking…", "", ready=False)
@@ -147,7 +147,7 @@ class PublishDialog(QDialog):
                               lambda error: self._show_check(error_text(error), "problem", ready=False))
 
     def _checked(self, plan) -> None:
-        from guiapp.system.units import format_bytes, plural  # noqa: PLC0415
+        from guiapp.system.units import format_bytes, plural
 
         where = "adds a commit to your existing repo" if plan.exists else "creates the repo"
         self._show_check(f"Ready: {plural(len(plan.files), 'file')}, {format_bytes(plan.total_bytes)}, as {plan.user}; "
@@ -181,7 +181,7 @@ class PublishDialog(QDialog):
     def _job_progress(self, key: str, event) -> None:
         if key != self._key:
             return
-        from guiapp.system.units import format_bytes, format_seconds  # noqa: PLC0415
+        from guiapp.system.units import format_bytes, format_seconds
 
         self.progress.setValue(int(event.fraction * 1000))
         rate = f", {format_bytes(int(event.rate))}/s" if event.rate else ""

@@ -38,9 +38,9 @@ def run_self_test() -> int:
 
 
 def _run(folder: Path) -> None:
-    from PySide6.QtCore import QSettings  # noqa: PLC0415
+    from PySide6.QtCore import QSettings
 
-    from guiapp.ui.app import create_window  # noqa: PLC0415
+    from guiapp.ui.app import create_window
 
     # Keep the user's saved window state and settings out of it (and unchanged by it).
     QSettings.setDefaultFormat(QSettings.Format.IniFormat)
@@ -82,8 +82,8 @@ def _run(folder: Path) -> None:
 
 def _step(what: str, done: Callable[[], bool], timeout: float, detail: Callable[[], str] | None = None) -> None:
     """Run the event loop until `done()` or `timeout` seconds; a timeout fails the self-test naming `what`."""
-    from PySide6.QtCore import QEventLoop  # noqa: PLC0415
-    from PySide6.QtWidgets import QApplication  # noqa: PLC0415
+    from PySide6.QtCore import QEventLoop
+    from PySide6.QtWidgets import QApplication
 
     deadline = time.monotonic() + timeout
     while not done():

@@ -52,8 +52,8 @@ class AppState(QObject):
         that holds no model is skipped."""
 
         def add() -> None:
-            from guiapp.errors import MergesmithError  # noqa: PLC0415
-            from guiapp.jobs.library import add_local_folder  # noqa: PLC0415
+            from guiapp.errors import MergesmithError
+            from guiapp.jobs.library import add_local_folder
 
             for folder in folders:
                 try:
@@ -79,7 +79,7 @@ class AppState(QObject):
         self.probing = True
 
         def run():
-            from guiapp.system.probe import probe  # noqa: PLC0415
+            from guiapp.system.probe import probe
 
             return probe(refresh=refresh)
 
@@ -110,6 +110,6 @@ class AppState(QObject):
 
 def _load_methods() -> dict[str, Any]:
     import guiapp.engine.merge  # noqa: F401, PLC0415 - warms the engine so the first validation is quick
-    from guiapp.engine.methods import METHODS  # noqa: PLC0415 - imports torch: never on the UI thread
+    from guiapp.engine.methods import METHODS  # imports torch: never on the UI thread
 
     return dict(METHODS)

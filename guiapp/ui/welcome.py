@@ -75,7 +75,7 @@ class WelcomePage(QWidget):
 
     def try_samples(self, folder: Path | None = None) -> None:
         """Generate the sample models (worker thread), then hand the demo recipe to the Merge page."""
-        from guiapp.jobs.demo import default_demo_folder  # noqa: PLC0415 - no torch at import
+        from guiapp.jobs.demo import default_demo_folder  # no torch at import
 
         folder = Path(folder or default_demo_folder())
         self.try_button.setEnabled(False)
@@ -83,7 +83,7 @@ class WelcomePage(QWidget):
         set_status_style(self.status, "muted")
 
         def prepare():
-            from guiapp.jobs.demo import prepare_demo  # noqa: PLC0415
+            from guiapp.jobs.demo import prepare_demo
 
             return prepare_demo(folder)
 

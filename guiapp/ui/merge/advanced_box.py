@@ -108,7 +108,7 @@ class AdvancedBox(QWidget):
     def show_values(self, slices: Any, tokenizer_source: str, chat_template: str = "") -> None:
         """Show a recipe's slices (opening the section when there are some), tokenizer source and chat template,
         without reporting them as edits."""
-        import yaml  # noqa: PLC0415
+        import yaml
 
         self.slices_edit.setPlainText(yaml.safe_dump(slices, sort_keys=False).strip() if slices else "")
         if slices:

@@ -25,7 +25,7 @@ class MethodBox(QGroupBox):
     def set_methods(self, methods: dict[str, Any]) -> None:
         """List `methods` (name → method), without announcing a change."""
         self.methods = methods
-        from guiapp.jobs.plain_words import grouped_methods  # noqa: PLC0415
+        from guiapp.jobs.plain_words import grouped_methods
 
         chosen = self.method_combo.currentData()
         self.method_combo.blockSignals(True)

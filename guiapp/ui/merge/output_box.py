@@ -74,7 +74,7 @@ class OutputBox(QGroupBox):
             self.dtype_note.setText("Checking what this machine supports…")
             set_status_style(self.dtype_note, "muted")
         elif wanted and not self.dtype_combo.is_enabled_choice(wanted):
-            from guiapp.system.capabilities import option  # noqa: PLC0415
+            from guiapp.system.capabilities import option
 
             reason = option(probe, "merge", self.device, wanted).reason if wanted in RECIPE_DTYPES else \
                 "it is not a dtype a recipe can store"

@@ -79,7 +79,7 @@ class HardwarePage(QWidget):
         set_status_style(self.summary, "problem")
 
     def show_probe(self, result: Any) -> None:
-        from guiapp.system.capabilities import describe_device  # noqa: PLC0415
+        from guiapp.system.capabilities import describe_device
 
         self.reprobe_button.setEnabled(True)
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(result.probed_at)) if result.probed_at else "never"
@@ -103,9 +103,9 @@ class HardwarePage(QWidget):
 
     def _show_memory(self) -> None:
         def facts() -> str:
-            from guiapp.hub.connection import HubConnection  # noqa: PLC0415
-            from guiapp.system.resources import disk, memory  # noqa: PLC0415
-            from guiapp.system.units import format_bytes  # noqa: PLC0415
+            from guiapp.hub.connection import HubConnection
+            from guiapp.system.resources import disk, memory
+            from guiapp.system.units import format_bytes
 
             ram = memory()
             lines = [f"RAM: {format_bytes(ram.available)} available of {format_bytes(ram.total)}."]
@@ -124,8 +124,8 @@ class HardwarePage(QWidget):
         call_in_background(facts, self.memory.setText, lambda e: self.memory.setText(str(e)))
 
     def _show_device(self) -> None:
-        from guiapp.system.capabilities import JOB_OPERATIONS, dtype_options  # noqa: PLC0415
-        from guiapp.system.probe import DTYPE_NAMES  # noqa: PLC0415
+        from guiapp.system.capabilities import JOB_OPERATIONS, dtype_options
+        from guiapp.system.probe import DTYPE_NAMES
 
         result, device = self.state.probe, self.device_combo.currentData()
         if result is None or device is None:

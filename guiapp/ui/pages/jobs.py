@@ -313,13 +313,13 @@ class JobsPage(QWidget):
         dialog.open()
 
     def _retry_in(self, folder: str, name: str) -> None:
-        from guiapp.jobs.naming import default_output  # noqa: PLC0415
+        from guiapp.jobs.naming import default_output
 
         self.retry_selected({"output": str(default_output(folder, name))})
 
     def retry_selected(self, changes: dict | None = None) -> None:
         """Run the selected job again with `changes` to its settings (None: its explanation's suggestion)."""
-        from guiapp.errors import MergesmithError  # noqa: PLC0415
+        from guiapp.errors import MergesmithError
 
         try:
             record = self.bridge.retry(self.selected, changes)
@@ -332,7 +332,7 @@ class JobsPage(QWidget):
 
 def summary_text(record) -> str:
     """What a finished job produced, in a sentence or two (the extraction report included)."""
-    from guiapp.system.units import format_bytes  # noqa: PLC0415
+    from guiapp.system.units import format_bytes
 
     summary = record.summary or {}
     if record.status != "done" or not summary:
@@ -358,7 +358,7 @@ def summary_text(record) -> str:
 
 def extraction_report(summary: dict) -> str:
     """The extraction's end report: size, retained energy, worst modules, and a warning when nearly empty."""
-    from guiapp.system.units import format_bytes  # noqa: PLC0415
+    from guiapp.system.units import format_bytes
 
     totals = summary.get("totals", summary)
     energy = totals.get("mean_retained_energy")
@@ -380,6 +380,6 @@ def extraction_report(summary: dict) -> str:
 
 
 def _duration(seconds: float) -> str:
-    from guiapp.system.units import format_seconds  # noqa: PLC0415
+    from guiapp.system.units import format_seconds
 
     return format_seconds(max(0.0, seconds))

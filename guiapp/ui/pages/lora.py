@@ -243,7 +243,7 @@ class LoraPage(QWidget):
         self.modules_advanced.setVisible(shown)
 
     async def _list_modules(self, base: str) -> None:
-        from guiapp.jobs.library import module_kinds  # noqa: PLC0415
+        from guiapp.jobs.library import module_kinds
 
         try:
             kinds = await run_blocking(module_kinds, base)
@@ -264,7 +264,7 @@ class LoraPage(QWidget):
                                    "is extracted.")
 
     def _module_kinds_chosen(self) -> None:
-        from guiapp.jobs.library import modules_pattern  # noqa: PLC0415
+        from guiapp.jobs.library import modules_pattern
 
         items = (self.module_list.item(row) for row in range(self.module_list.count()))
         self.include.setText(modules_pattern(item.data(Qt.ItemDataRole.UserRole) for item in items
@@ -310,7 +310,7 @@ class LoraPage(QWidget):
         self._show_extract_check(await run_blocking(check_pair, base, model, device, out, probe))
 
     def _show_extract_check(self, check: PairCheck) -> None:
-        from guiapp.system.units import format_bytes  # noqa: PLC0415
+        from guiapp.system.units import format_bytes
 
         if check.errors:
             self.x_check.setText(window_text("\n".join(problem.text for problem in check.errors)))
@@ -332,7 +332,7 @@ class LoraPage(QWidget):
         self.x_estimate.setText("\n".join(lines))
 
     def run_extract(self) -> str | None:
-        from guiapp.jobs.specs import extract_job  # noqa: PLC0415
+        from guiapp.jobs.specs import extract_job
 
         if not (self.x_base.text() and self.x_model.text() and self.x_out.text().strip()):
             self.x_check.setText("Choose the base model, the fine-tuned model and the adapter folder first.")
@@ -413,7 +413,7 @@ class LoraPage(QWidget):
 
     def _fill_base_of_adapter(self, adapter: str) -> None:
         """Fill the base model in from the adapter's own config, unless the user chose another base."""
-        from guiapp.jobs.library import adapter_base  # noqa: PLC0415
+        from guiapp.jobs.library import adapter_base
 
         adapter = adapter.strip()
         entry = self.state.library.find(adapter) if adapter else None
@@ -448,7 +448,7 @@ class LoraPage(QWidget):
         self._show_apply_check(await run_blocking(check_adapter, base, adapter, device, out))
 
     def _show_apply_check(self, check: PairCheck) -> None:
-        from guiapp.system.units import format_bytes  # noqa: PLC0415
+        from guiapp.system.units import format_bytes
 
         if check.errors:
             self.a_check.setText(window_text("\n".join(problem.text for problem in check.errors)))
@@ -465,7 +465,7 @@ class LoraPage(QWidget):
         self.a_estimate.setText("\n".join(lines))
 
     def run_apply(self) -> str | None:
-        from guiapp.jobs.specs import apply_job  # noqa: PLC0415
+        from guiapp.jobs.specs import apply_job
 
         if not (self.a_base.text() and self.a_adapter.text() and self.a_out.text().strip()):
             self.a_check.setText("Choose the base model, the adapter and the output folder first.")
@@ -482,7 +482,7 @@ class LoraPage(QWidget):
 
     def save_form(self) -> None:
         """Keep both forms for the next start (never the Replace choices, which are made each time)."""
-        from guiapp.jobs.form_memory import remember_form  # noqa: PLC0415
+        from guiapp.jobs.form_memory import remember_form
 
         remember_form("lora", {
             "x_base": self.x_base.text(), "x_model": self.x_model.text(), "rank_mode": self.rank_mode.currentData(),
@@ -494,7 +494,7 @@ class LoraPage(QWidget):
         })
 
     def _restore_form(self) -> None:
-        from guiapp.jobs.form_memory import remembered_form  # noqa: PLC0415
+        from guiapp.jobs.form_memory import remembered_form
 
         form = remembered_form("lora")
         for combo, key in ((self.rank_mode, "rank_mode"), (self.solver, "solver"), (self.embeddings, "embeddings")):

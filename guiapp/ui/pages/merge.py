@@ -167,7 +167,7 @@ class MergePage(QWidget):
             self._method_changed()
 
     def _engine_failed(self, error: BaseException) -> None:
-        from guiapp.system.explain import explain  # noqa: PLC0415
+        from guiapp.system.explain import explain
 
         explanation = explain(error)
         self.loading.setWordWrap(True)
@@ -226,13 +226,13 @@ class MergePage(QWidget):
 
     def save_form(self) -> None:
         """Keep the recipe being edited and its output folder for the next start (never the Replace choice)."""
-        from guiapp.jobs.form_memory import remember_form  # noqa: PLC0415
+        from guiapp.jobs.form_memory import remember_form
 
         self.recipe_panel.flush()
         remember_form("merge", {"recipe": self.recipe.copy(), "output": self.output_edit.text().strip()})
 
     def _restore_form(self) -> None:
-        from guiapp.jobs.form_memory import remembered_form  # noqa: PLC0415
+        from guiapp.jobs.form_memory import remembered_form
 
         form = remembered_form("merge")
         if isinstance(form.get("output"), str) and form["output"]:
@@ -301,7 +301,7 @@ class MergePage(QWidget):
     # --- document → form -------------------------------------------------------------------------------------
 
     def _yaml_edited(self) -> None:
-        from guiapp.errors import MergesmithError  # noqa: PLC0415
+        from guiapp.errors import MergesmithError
 
         try:
             warnings = self.recipe.parse_yaml(self.recipe_panel.text())
@@ -381,7 +381,7 @@ class MergePage(QWidget):
 
     def _show_validation(self, result: Any) -> None:
         """Show a `MergeCheck`: each problem next to the field its key names, then the verdict and the estimate."""
-        from guiapp.jobs.validation import Severity  # noqa: PLC0415 - loaded by the check that produced `result`
+        from guiapp.jobs.validation import Severity  # loaded by the check that produced `result`
 
         self.last_validation = result
         labels = {"method": self.method_message, "base": self.base_message, "models": self.models_message,
@@ -402,8 +402,8 @@ class MergePage(QWidget):
 
     def run(self) -> str | None:
         """Submit the merge the form describes; returns the job's record key (None when it cannot start)."""
-        from guiapp.errors import MergesmithError  # noqa: PLC0415
-        from guiapp.jobs.specs import merge_job  # noqa: PLC0415
+        from guiapp.errors import MergesmithError
+        from guiapp.jobs.specs import merge_job
 
         self.recipe_panel.flush()  # a YAML edit not yet applied is part of what the user runs
         output = self.output_edit.text().strip()

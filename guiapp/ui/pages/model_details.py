@@ -92,7 +92,7 @@ class ModelDetailsPane(QWidget):
         self._enable_actions(False)
 
     async def _load(self, repo_id: str) -> None:
-        from guiapp.jobs import library  # noqa: PLC0415 - the Hub client loads on first use
+        from guiapp.jobs import library  # the Hub client loads on first use
 
         try:
             answer = await run_blocking(library.details_with_fit, repo_id)
@@ -103,7 +103,7 @@ class ModelDetailsPane(QWidget):
         self._show(answer.details, answer.fit)
 
     def _show(self, details: Any, fit: Any) -> None:
-        from guiapp.system.units import format_bytes  # noqa: PLC0415
+        from guiapp.system.units import format_bytes
 
         self.details = details
         self.detail_title.setText(details.repo_id)
@@ -144,7 +144,7 @@ class ModelDetailsPane(QWidget):
             self.state.extract_from.emit(self.details.repo_id, self.details.base_models[0] if self.details.base_models else "")
 
     def _download(self) -> None:
-        from guiapp.jobs.specs import download_job  # noqa: PLC0415
+        from guiapp.jobs.specs import download_job
 
         if self.details is None:
             return

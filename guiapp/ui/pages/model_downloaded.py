@@ -77,7 +77,7 @@ class DownloadedTab(QWidget):
         self.state.library.refresh()
 
     def _show_totals(self) -> None:
-        from guiapp.system.units import format_bytes, plural  # noqa: PLC0415
+        from guiapp.system.units import format_bytes, plural
 
         entries = self.state.library.entries
         if not self.state.library.loaded:
@@ -115,7 +115,7 @@ class DownloadedTab(QWidget):
             signal.emit(entry.reference)
 
     async def _plan_deletion(self) -> None:
-        from guiapp.jobs import library  # noqa: PLC0415
+        from guiapp.jobs import library
 
         entry = self._selected()
         if entry is None or entry.source != "downloaded":
@@ -129,7 +129,7 @@ class DownloadedTab(QWidget):
         QTimer.singleShot(0, self, lambda: self._confirm_deletion(plan))
 
     def _confirm_deletion(self, plan: Any) -> None:
-        from guiapp.system.units import format_bytes, plural  # noqa: PLC0415
+        from guiapp.system.units import format_bytes, plural
 
         box = QMessageBox(QMessageBox.Icon.Question, "Delete a downloaded model",
                           f"Delete {plan.repo_id} ({plural(len(plan.commits), 'version')}) from the download "
@@ -142,7 +142,7 @@ class DownloadedTab(QWidget):
             self._deleter.request(lambda: self._delete(plan))
 
     async def _delete(self, plan: Any) -> None:
-        from guiapp.system.units import format_bytes  # noqa: PLC0415
+        from guiapp.system.units import format_bytes
 
         try:
             await run_blocking(plan.execute)

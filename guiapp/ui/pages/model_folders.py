@@ -43,7 +43,7 @@ class LocalFoldersTab(QWidget):
         layout.addLayout(buttons)
 
     def refresh_local(self) -> None:
-        from guiapp.jobs.library import list_local_folders  # noqa: PLC0415
+        from guiapp.jobs.library import list_local_folders
 
         self.local_list.clear()
         for folder in list_local_folders():
@@ -53,8 +53,8 @@ class LocalFoldersTab(QWidget):
 
     def add_local_folder(self, folder: str | None = None) -> None:
         """Add `folder` (asked for when None) to the list; a folder that holds no model is refused, saying why."""
-        from guiapp.errors import MergesmithError  # noqa: PLC0415
-        from guiapp.jobs.library import add_local_folder  # noqa: PLC0415
+        from guiapp.errors import MergesmithError
+        from guiapp.jobs.library import add_local_folder
 
         folder = folder or QFileDialog.getExistingDirectory(self, "Add a model folder")
         if not folder:
@@ -74,7 +74,7 @@ class LocalFoldersTab(QWidget):
         return item.text().removesuffix(MISSING) if item else None
 
     def _remove_selected(self) -> None:
-        from guiapp.jobs.library import remove_local_folder  # noqa: PLC0415
+        from guiapp.jobs.library import remove_local_folder
 
         if folder := self._selected():
             remove_local_folder(Path(folder))

@@ -115,7 +115,7 @@ class HubSearchTab(QWidget):
         self._searcher.request(lambda: self._run_search(query))
 
     async def _run_search(self, query: dict[str, Any]) -> None:
-        from guiapp.jobs import library  # noqa: PLC0415 - the Hub client loads on first use
+        from guiapp.jobs import library  # the Hub client loads on first use
 
         self._search = self._search or library.ModelSearch(page_size=30)
         search = self._search
@@ -149,8 +149,8 @@ class HubSearchTab(QWidget):
         self._add_results(page, fits)
 
     def _add_results(self, page: list[Any], fits: list[Any]) -> None:
-        from guiapp.jobs.library import weights_size  # noqa: PLC0415 - loaded by the search
-        from guiapp.system.units import plural  # noqa: PLC0415
+        from guiapp.jobs.library import weights_size  # loaded by the search
+        from guiapp.system.units import plural
 
         for summary, fit in zip(page, fits, strict=True):
             row = self.results.rowCount()
@@ -185,7 +185,7 @@ class HubSearchTab(QWidget):
         self._searcher.request(lambda: self._next_page(results))
 
     def _search_failed(self, error: BaseException) -> None:
-        from guiapp.errors import JobCancelled  # noqa: PLC0415
+        from guiapp.errors import JobCancelled
 
         if isinstance(error, JobCancelled):
             return  # replaced by a newer search
@@ -200,6 +200,6 @@ class HubSearchTab(QWidget):
 
 def _fits(page: list[Any]) -> list[Any]:
     """Each result's download against the cache's free disk (runs on the worker thread with the search)."""
-    from guiapp.jobs.library import downloads_fit, weights_bytes  # noqa: PLC0415
+    from guiapp.jobs.library import downloads_fit, weights_bytes
 
     return downloads_fit(weights_bytes(summary.parameters_by_dtype) for summary in page)

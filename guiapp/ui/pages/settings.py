@@ -42,7 +42,7 @@ def apply_saved_settings() -> None:
 
 
 def apply_offline_setting() -> None:
-    from guiapp.hub.connection import set_offline  # noqa: PLC0415
+    from guiapp.hub.connection import set_offline
 
     set_offline(QSettings().value(OFFLINE_KEY, False, type=bool))
 
@@ -140,7 +140,7 @@ class SettingsPage(QWidget):
 
     def refresh_account(self) -> None:
         def who() -> str:
-            from guiapp.hub.tokens import signed_in_user, token_source  # noqa: PLC0415
+            from guiapp.hub.tokens import signed_in_user, token_source
 
             source = token_source()
             if source is None:
@@ -155,7 +155,7 @@ class SettingsPage(QWidget):
         set_status_style(self.account, "problem" if problem else None)
 
     def sign_in(self) -> None:
-        from guiapp.hub.tokens import sign_in  # noqa: PLC0415
+        from guiapp.hub.tokens import sign_in
 
         token = self.token_edit.text().strip()
         if not token:
@@ -170,7 +170,7 @@ class SettingsPage(QWidget):
         self.signed_in.emit()
 
     def sign_out(self) -> None:
-        from guiapp.hub.tokens import sign_out  # noqa: PLC0415
+        from guiapp.hub.tokens import sign_out
 
         call_in_background(sign_out, lambda _: self.refresh_account(), lambda e: self._show_account(error_text(e), True))
 
@@ -186,12 +186,12 @@ class SettingsPage(QWidget):
 
 def _hub_address() -> str:
     """The Hub in use (HF_ENDPOINT), where tokens are made."""
-    from guiapp.hub.connection import HubConnection  # noqa: PLC0415
+    from guiapp.hub.connection import HubConnection
 
     return HubConnection.current().endpoint.split("://", 1)[-1]
 
 
 def _current_cache() -> str:
-    from huggingface_hub import constants  # noqa: PLC0415
+    from huggingface_hub import constants
 
     return constants.HF_HUB_CACHE

@@ -297,7 +297,7 @@ class TryPage(QWidget):
 
     def open_publish(self):
         """Open the Publish dialog for the last model of the list; returns it (None when that is no folder)."""
-        from guiapp.ui.publish_dialog import PublishDialog  # noqa: PLC0415 - only when asked for
+        from guiapp.ui.publish_dialog import PublishDialog  # only when asked for
 
         references = self.references()
         if references:
@@ -313,7 +313,7 @@ class TryPage(QWidget):
     def load_text_file(self, path: Path) -> None:
         """Read a .txt or .jsonl file into the text box (off the UI thread); a problem is shown in the status."""
         def read() -> str:
-            from guiapp.engine.inference import read_text_file  # noqa: PLC0415 - imports torch: off the UI thread
+            from guiapp.engine.inference import read_text_file  # imports torch: off the UI thread
 
             return read_text_file(path)
 

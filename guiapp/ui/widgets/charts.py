@@ -25,7 +25,7 @@ _HIGHLIGHT = ("#b3261e", "#ff8a80")  # what needs attention (the status "problem
 
 def pyqtgraph() -> Any:
     """The pyqtgraph module, configured for the window (imported on first use: it loads NumPy)."""
-    import pyqtgraph as pg  # noqa: PLC0415 - loads NumPy; only once a chart is shown
+    import pyqtgraph as pg  # loads NumPy; only once a chart is shown
 
     pg.setConfigOptions(antialias=True)
     return pg

@@ -73,7 +73,7 @@ def device_choices(probe, job: str) -> list[Choice]:
     """The device dropdown for `job` from the probe (just the CPU until the probe is in)."""
     if probe is None:
         return [Choice("cpu", "CPU")]
-    from guiapp.system.capabilities import device_options  # noqa: PLC0415 - only once there is a probe
+    from guiapp.system.capabilities import device_options  # only once there is a probe
 
     return [Choice(d.device, d.label if d.possible else f"{d.label} (not available: {d.reason})", d.possible,
                    d.reason or "") for d in device_options(probe, job)]
@@ -84,7 +84,7 @@ def dtype_choices(probe, job: str, device: str, dtypes: tuple[str, ...], default
     choices = [Choice(None, default_label)]
     if probe is None:
         return choices + [Choice(d, d) for d in dtypes]
-    from guiapp.system.capabilities import dtype_options  # noqa: PLC0415 - only once there is a probe
+    from guiapp.system.capabilities import dtype_options  # only once there is a probe
 
     options = {o.storage_dtype: o for o in dtype_options(probe, job, device)}
     return choices + [Choice(d, options[d].label, options[d].possible, options[d].reason or options[d].note)

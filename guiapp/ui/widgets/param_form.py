@@ -137,7 +137,7 @@ class ParamEditor(QWidget):
             if self.check is not None:
                 self.check.setChecked(bool(shown))
             elif isinstance(shown, (list, dict)):
-                import yaml  # noqa: PLC0415 - lists only appear once recipes are loaded
+                import yaml  # lists only appear once recipes are loaded
 
                 self._choose_layers(True)
                 self.text.setText(yaml.safe_dump(shown, default_flow_style=True, sort_keys=False, width=ONE_LINE).strip())
@@ -161,7 +161,7 @@ class ParamEditor(QWidget):
     def set_gradient(self, values: list[Any]) -> None:
         """Make the value the list `values` (numbers: a gradient from the first layer to the last; or
         `{filter, value}` entries), as the user's change (a chart calls it when a point is dragged)."""
-        import yaml  # noqa: PLC0415
+        import yaml
 
         self._choose_layers(True)
         self.text.setText(yaml.safe_dump(values, default_flow_style=True, sort_keys=False, width=ONE_LINE).strip())
@@ -170,8 +170,8 @@ class ParamEditor(QWidget):
     # --- internals ------------------------------------------------------------------------------------------
 
     def _parsed_text(self) -> Any:
-        from guiapp.errors import MergesmithError, RecipeError  # noqa: PLC0415
-        from guiapp.system.bounded import parse_yaml_bounded  # noqa: PLC0415
+        from guiapp.errors import MergesmithError, RecipeError
+        from guiapp.system.bounded import parse_yaml_bounded
 
         try:
             value = parse_yaml_bounded(self.text.text() or "null", "The value", RecipeError)

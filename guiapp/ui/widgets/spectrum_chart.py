@@ -140,7 +140,7 @@ class RankPreview(QWidget):
 
     def start(self) -> None:
         """Compute the preview of the chosen pair in the background."""
-        from guiapp.engine.spectrum import SAMPLE_MODULES  # noqa: PLC0415 - loads torch; the engine is loaded by then
+        from guiapp.engine.spectrum import SAMPLE_MODULES  # loads torch; the engine is loaded by then
 
         self._cancel()
         base, model = self._pair
@@ -151,8 +151,8 @@ class RankPreview(QWidget):
         self._task.request(lambda: self._preview(base, model, stop))
 
     async def _preview(self, base: str, model: str, stop: threading.Event) -> None:
-        from guiapp.engine.spectrum import PREVIEW_MAX_RANK, SAMPLE_MODULES, preview_spectra  # noqa: PLC0415
-        from guiapp.errors import MergesmithError  # noqa: PLC0415
+        from guiapp.engine.spectrum import PREVIEW_MAX_RANK, SAMPLE_MODULES, preview_spectra
+        from guiapp.errors import MergesmithError
 
         try:
             spectra = await run_blocking(preview_spectra, base, model, SAMPLE_MODULES, PREVIEW_MAX_RANK, stop.is_set)
@@ -232,7 +232,7 @@ class ModuleEnergyChart(ChartHost):
 
 def _short(module: str) -> str:
     """"layer 12 v_proj" for model.layers.12.self_attn.v_proj (the module's name when it has no layer)."""
-    from guiapp.engine.layers import split_layer_name  # noqa: PLC0415 - the engine is loaded once jobs have run
+    from guiapp.engine.layers import split_layer_name  # the engine is loaded once jobs have run
 
     place = split_layer_name(f"{module}.weight")
     return f"layer {place.index} {module.rpartition('.')[2]}" if place is not None else module
