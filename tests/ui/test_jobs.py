@@ -227,3 +227,22 @@ def test_a_full_disk_is_seen_before_the_merge_and_explained(qtbot, window, model
     assert panel.title.text() == "Not enough space or memory"
     assert "disk" in panel.what.text() and "another disk" in panel.fix.text()
     assert list(tiny_disk.iterdir()) == []  # nothing was started on it
+
+
+def test_a_finished_job_shows_its_own_stage_not_the_last_selected_jobs(qtbot, window, models, tmp_path):
+    page = window.lora
+    page.x_base.set_text(str(models.base))
+    page.x_model.set_text(str(models.tune_a))
+    page.x_out.setText(str(tmp_path / "adapter"))
+    qtbot.waitUntil(page.x_run.isEnabled, timeout=20_000)
+    qtbot.mouseClick(page.x_run, Qt.MouseButton.LeftButton)
+    extraction = wait_for_job(qtbot, window, window.jobs.selected, timeout=120_000)
+    assert extraction.status == "done", extraction.log
+    _prepare(window, _medium_recipe(models), tmp_path / "merged")
+    qtbot.waitUntil(window.merge.run_button.isEnabled, timeout=20_000)
+    qtbot.mouseClick(window.merge.run_button, Qt.MouseButton.LeftButton)
+    merge = wait_for_job(qtbot, window, window.jobs.selected, timeout=120_000)
+    assert merge.status == "done", merge.log
+    merge_stage = window.jobs.stage.text()
+    window.jobs.select(extraction.key)
+    assert window.jobs.stage.text() != merge_stage and "adapter" in window.jobs.stage.text()

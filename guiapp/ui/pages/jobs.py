@@ -221,14 +221,14 @@ class JobsPage(QWidget):
         active = record.status in ("queued", "running")
         self.cancel_button.setEnabled(active)
         self.open_button.setEnabled(bool(record.output) and record.status == "done")
-        if record.status == "done":
-            self.bar.setValue(1000)
-        elif record.key in self.bridge.latest:
+        if record.key in self.bridge.latest:  # this job's own last step, not the one shown before
             self._progress(record.key, self.bridge.latest[record.key])
         else:
             self.bar.setValue(0)
             for label in (self.stage, self.item, self.rate, self.eta):
                 label.clear()
+        if record.status == "done":
+            self.bar.setValue(1000)
         if not active:
             self.rate.clear()
             self.eta.clear()
