@@ -108,3 +108,30 @@ def test_the_jobs_page_shows_an_extractions_chart_per_module(qtbot, window, mode
     qtbot.waitUntil(lambda: window.height() == 700, timeout=5_000)
     assert window.jobs.log.height() >= 60  # the log keeps room under the charts at the smallest size
     assert window.grab().save(str(SHOTS / "jobs-page-1024x700.png"))
+
+
+def test_the_names_of_neighbouring_worst_modules_do_not_cover_each_other(qtbot):
+    import pyqtgraph as pg
+
+    from guiapp.ui.widgets.spectrum_chart import ModuleEnergyChart
+
+    chart = ModuleEnergyChart()
+    qtbot.addWidget(chart)
+    chart.resize(620, 190)
+    kinds = ["self_attn.q_proj", "self_attn.k_proj", "mlp.down_proj", "mlp.up_proj", "self_attn.v_proj",
+             "self_attn.o_proj", "mlp.gate_proj"]
+    worst = {0: 0.28, 2: 0.29, 3: 0.3}  # as the screenshots' extraction: three low bars side by side
+    chart.show_summary({"module_energies": [
+        {"module": f"model.layers.{i // 7}.{kind}", "rank": 8, "retained_energy": worst.get(i, 0.5)}
+        for i, kind in enumerate(kinds * 2)]})
+    chart.show()
+    qtbot.waitUntil(lambda: chart.plot is not None and chart.plot.viewport().width() > 300, timeout=10_000)
+    chart.redraw()
+
+    def label_rects():
+        return [item.sceneBoundingRect() for item in chart.plot.items() if isinstance(item, pg.TextItem)]
+
+    qtbot.waitUntil(lambda: len(label_rects()) == 3 and all(0 <= r.left() and r.right() <= chart.width()
+                                                            for r in label_rects()), timeout=10_000)
+    rects = label_rects()
+    assert not any(a.intersects(b) for n, a in enumerate(rects) for b in rects[n + 1:]), rects

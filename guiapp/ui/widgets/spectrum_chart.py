@@ -13,6 +13,7 @@ import threading
 from typing import Any
 
 from PySide6.QtCore import QEvent, QObject, Qt, Signal
+from PySide6.QtGui import QFontMetrics
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
 from guiapp.ui.background import LatestTask, run_blocking
@@ -23,6 +24,7 @@ from guiapp.ui.widgets.charts import ChartHost, pyqtgraph
 CHART_HEIGHT = 190
 WORST_SHOWN = 3  # modules highlighted in the report chart
 WORTH_A_LOOK = 0.995  # a module keeping less of its change than this may be highlighted
+AXIS_PIXELS = 45  # the left axis of the report chart, outside the bars
 
 
 class SpectrumChart(ChartHost):
@@ -203,6 +205,11 @@ class ModuleEnergyChart(ChartHost):
     def configure(self) -> None:
         self.plot.setLabel("bottom", "change kept by each module, first layer to last")
 
+    def resizeEvent(self, event) -> None:  # noqa: N802 - Qt's name
+        super().resizeEvent(event)
+        if self.plot is not None and self.modules:
+            self.redraw()  # which names collide depends on the width
+
     def redraw(self) -> None:
         pg = pyqtgraph()
         self.plot.clear()
@@ -213,14 +220,17 @@ class ModuleEnergyChart(ChartHost):
         colours = [self.highlight_colour() if m["module"] in self.worst else self.series_colour(0) for m in self.modules]
         self.plot.addItem(pg.BarGraphItem(x=list(range(len(energies))), height=energies, width=0.8, brushes=colours,
                                           pens=[pg.mkPen(None)] * len(energies)))
-        for module in self.modules:
-            if module["module"] in self.worst:
-                index = self.modules.index(module)
-                # Names near an edge lean inwards, so they are not cut off.
-                lean = 0.0 if index < len(energies) / 4 else 1.0 if index >= 3 * len(energies) / 4 else 0.5
-                label = pg.TextItem(_short(module["module"]), color=self.highlight_colour(), anchor=(lean, 1.0))
-                label.setPos(index, module["retained_energy"])
-                self.plot.addItem(label)
+        worst = [(index, _short(m["module"])) for index, m in enumerate(self.modules) if m["module"] in self.worst]
+        bar_pixels = max(1.0, self.width() - AXIS_PIXELS) / len(energies)
+        metrics = QFontMetrics(self.font())
+        for (index, name), row in zip(worst, _label_rows(
+                [(index, (metrics.horizontalAdvance(name) + 12) / bar_pixels) for index, name in worst]), strict=True):
+            # Names near an edge lean inwards, so they are not cut off; a name that would cover its neighbour's
+            # goes one line higher.
+            lean = 0.0 if index < len(energies) / 4 else 1.0 if index >= 3 * len(energies) / 4 else 0.5
+            label = pg.TextItem(name, color=self.highlight_colour(), anchor=(lean, 1.0 + 1.1 * row))
+            label.setPos(index, self.modules[index]["retained_energy"])
+            self.plot.addItem(label)
         low = min(energies)
         bottom = min(0.0, low) if low < 0.5 else math.floor((low - 0.05) * 10) / 10  # a round 60 %, 70 %…
         self.plot.setYRange(bottom, 1.0 + 0.25 * (1.0 - bottom), padding=0)  # room above the bars for the names
@@ -228,6 +238,22 @@ class ModuleEnergyChart(ChartHost):
                                              for i in range(3)]])
         self.plot.setXRange(-0.5, len(energies) - 0.5, padding=0.01)
         self.plot.getAxis("bottom").setTicks([[]])
+
+
+def _label_rows(labels: list[tuple[int, float]]) -> list[int]:
+    """The line (0: just above the bar) of each (bar index, width in bars) label, left to right: the lowest line
+    where it does not cover a label already placed."""
+    placed: list[list[tuple[int, float]]] = []
+    rows = []
+    for index, width in labels:
+        row = next((r for r, line in enumerate(placed)
+                    if all(abs(index - other) >= (width + other_width) / 2 for other, other_width in line)),
+                   len(placed))
+        if row == len(placed):
+            placed.append([])
+        placed[row].append((index, width))
+        rows.append(row)
+    return rows
 
 
 def _short(module: str) -> str:
