@@ -142,3 +142,17 @@ def test_a_long_list_is_written_on_one_line_in_its_box(qtbot):
     assert "  " not in editor.text.text() and editor.value() == value
     editor.set_gradient([*value, {"filter": "embed", "value": [0.25, 0.75]}])  # as a drag writes it
     assert "  " not in editor.text.text() and editor.value()[-1] == {"filter": "embed", "value": [0.25, 0.75]}
+
+
+def test_the_models_table_grows_to_show_every_row_with_a_chart(qtbot, window, models):
+    window.resize(1360, 860)
+    window.show_page("merge")
+    page = window.merge
+    page.yaml_edit.setPlainText(yaml.safe_dump({
+        "merge_method": "ties", "base_model": str(models.base),
+        "models": [{"model": str(models.tune_a), "parameters": {"weight": [0.3, 0.8], "density": 0.5}},
+                   {"model": str(models.tune_b), "parameters": {"weight": 0.4, "density": 0.5}}]}, sort_keys=False))
+    table = page.table
+    qtbot.waitUntil(lambda: table.rowCount() == 2 and table.rowHeight(0) > 100, timeout=10_000)
+    rows = table.rowHeight(0) + table.rowHeight(1)
+    qtbot.waitUntil(lambda: table.viewport().height() >= rows, timeout=5_000)

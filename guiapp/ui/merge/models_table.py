@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from PySide6.QtCore import Signal
+from PySide6.QtCore import QSize, Signal
 from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableWidget, QToolButton
 
 from guiapp.jobs.plain_words import parameter_label, parameter_tooltip
@@ -16,6 +16,7 @@ from guiapp.ui.widgets.elided_line_edit import ElidedLineEdit
 from guiapp.ui.widgets.param_form import ParamEditor
 
 MODEL_COLUMN_WIDTH = 170
+MIN_TABLE_HEIGHT, MAX_TABLE_HEIGHT = 150, 480  # beyond the maximum, the table scrolls its rows
 
 
 class ModelsTable(QTableWidget):
@@ -25,7 +26,10 @@ class ModelsTable(QTableWidget):
         super().__init__(0, 1)
         self.setSelectionMode(QAbstractItemView.SelectionMode.NoSelection)
         self.verticalHeader().setVisible(False)
-        self.setMinimumHeight(150)
+        self.setMinimumHeight(MIN_TABLE_HEIGHT)
+        # Tall enough for its rows (a gradient's chart makes a row tall), so no model hides below the first.
+        self.verticalHeader().sectionResized.connect(lambda *_: self.updateGeometry())
+        self.model().rowsRemoved.connect(lambda *_: self.updateGeometry())
         self._method: Any = None
         self._rows: list[dict[str, Any]] = []  # {"picker": QLineEdit, "editors": {name: ParamEditor}, "extra": {}}
 
@@ -49,6 +53,12 @@ class ModelsTable(QTableWidget):
             self.setColumnWidth(column, 175)
         header.setSectionResizeMode(len(specs) + 1, QHeaderView.ResizeMode.ResizeToContents)
         self._fit_model_column()
+
+    def sizeHint(self) -> QSize:  # noqa: N802 - Qt's name
+        rows = sum(self.rowHeight(row) for row in range(self.rowCount()))
+        sideways = self.horizontalScrollBar().sizeHint().height() if self.horizontalScrollBar().isVisible() else 0
+        height = self.horizontalHeader().height() + rows + sideways + 2 * self.frameWidth()
+        return QSize(super().sizeHint().width(), max(MIN_TABLE_HEIGHT, min(MAX_TABLE_HEIGHT, height)))
 
     def resizeEvent(self, event) -> None:  # noqa: N802 - Qt's name
         super().resizeEvent(event)
