@@ -147,3 +147,20 @@ def test_temperature_and_top_p_reach_the_generation(qtbot, window, try_models):
     expected = generate(load_model(resolve_source(str(try_models[0])), torch.float32, "cpu"), "the cat sat on the",
                         settings)
     assert record.summary["generations"][0]["tokens"] == expected.token_ids
+
+
+def test_the_device_dropdown_shows_the_whole_device_name(qtbot, window):
+    from PySide6.QtWidgets import QStyle, QStyleOptionComboBox
+
+    window.resize(1360, 860)
+    window.show_page("try")
+    combo = window.try_page.device
+
+    def room() -> int:
+        option = QStyleOptionComboBox()
+        combo.initStyleOption(option)
+        return combo.style().subControlRect(QStyle.ComplexControl.CC_ComboBox, option,
+                                            QStyle.SubControl.SC_ComboBoxEditField, combo).width()
+
+    qtbot.waitUntil(lambda: combo.count() > 0 and combo.isVisible(), timeout=10_000)
+    qtbot.waitUntil(lambda: room() >= combo.fontMetrics().horizontalAdvance(combo.currentText()), timeout=5_000)

@@ -140,10 +140,9 @@ class TryPage(QWidget):
         self.device.choice_changed.connect(lambda _: self._refresh_capabilities())
         settings_row = QHBoxLayout()
         settings_row.addWidget(QLabel("Device"))
-        settings_row.addWidget(self.device)
+        settings_row.addWidget(self.device, 1)  # the spare room: a device's name is long ("CPU: …, 25.3 GB RAM")
         settings_row.addWidget(QLabel("Dtype"))
         settings_row.addWidget(self.dtype)
-        settings_row.addStretch(1)
         self.publish_button = QPushButton("Publish the last model…")
         self.publish_button.setToolTip("Publish the last model of the list (a folder on this computer; for "
                                        "BASE+ADAPTER, the adapter) to the Hugging Face Hub")
