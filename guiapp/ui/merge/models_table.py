@@ -56,13 +56,15 @@ class ModelsTable(QTableWidget):
 
     def sizeHint(self) -> QSize:  # noqa: N802 - Qt's name
         rows = sum(self.rowHeight(row) for row in range(self.rowCount()))
-        sideways = self.horizontalScrollBar().sizeHint().height() if self.horizontalScrollBar().isVisible() else 0
+        scrolls_sideways = self.horizontalHeader().length() > self.viewport().width()  # a narrow window
+        sideways = self.horizontalScrollBar().sizeHint().height() if scrolls_sideways else 0
         height = self.horizontalHeader().height() + rows + sideways + 2 * self.frameWidth()
         return QSize(super().sizeHint().width(), max(MIN_TABLE_HEIGHT, min(MAX_TABLE_HEIGHT, height)))
 
     def resizeEvent(self, event) -> None:  # noqa: N802 - Qt's name
         super().resizeEvent(event)
         self._fit_model_column()
+        self.updateGeometry()  # the sideways scroll bar, there or not, changes the height the rows need
 
     def _fit_model_column(self) -> None:
         """The model column takes the room the values leave, but never less than enough to tell models apart
