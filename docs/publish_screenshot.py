@@ -10,6 +10,7 @@ checks are done.
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -22,7 +23,9 @@ sys.path.insert(0, str(DOCS.parent))  # for tests.support.hub_server
 def main() -> int:
     if not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-    folder = Path(tempfile.mkdtemp(prefix="mergesmith-shots-"))
+    folder = Path(tempfile.gettempdir()) / "mergesmith-publish-screenshot"  # a short, stable path: it is shown
+    shutil.rmtree(folder, ignore_errors=True)  # this script's own folder from an earlier run
+    folder.mkdir()
     os.environ["MERGESMITH_CONFIG_DIR"] = str(folder / "config")
     os.environ["HF_HOME"] = str(folder / "hf")
     from tests.support.hub_server import TEST_TOKEN, HubServer, enable_uploads
