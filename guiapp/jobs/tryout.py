@@ -15,6 +15,7 @@ from guiapp.engine.sampling import DEFAULT_TEMPERATURE, DEFAULT_TOP_P
 from guiapp.errors import DeviceError, SettingsError
 from guiapp.jobs.runner import Job
 from guiapp.progress import Progress
+from guiapp.system.units import plural
 
 MAX_MODELS = 4
 # Room left for activations, the KV cache and the tokenizer when judging whether models fit together.
@@ -194,7 +195,7 @@ def try_job(references: list[str], prompt: str, *, max_new_tokens: int = 128, sa
                                 "dtype": model_plan.run_dtype})
         return {"generations": generations}
 
-    return Job(title=f"Try {len(references)} model(s)", kind="try", spec=spec, work=work)
+    return Job(title=f"Try {plural(len(references), 'model')}", kind="try", spec=spec, work=work)
 
 
 def perplexity_job(references: list[str], text: str, *, window: int = 512, device: str = "cpu",
@@ -234,7 +235,7 @@ def perplexity_job(references: list[str], text: str, *, window: int = 512, devic
             results.append(entry)
         return {"results": results}
 
-    return Job(title=f"Perplexity of {len(references)} model(s)", kind="perplexity", spec=spec, work=work)
+    return Job(title=f"Perplexity of {plural(len(references), 'model')}", kind="perplexity", spec=spec, work=work)
 
 
 def models_to_try(kind: str, spec: dict[str, Any], output: str | None) -> list[str]:

@@ -309,3 +309,8 @@ def test_sampling_settings_out_of_range_are_refused_by_name(field, value):
     with pytest.raises(SettingsError) as caught:
         GenerationSettings(sample=True, **{field: value})
     assert caught.value.key == (field,)
+
+
+def test_job_titles_count_models_in_words():
+    assert try_job(["a"], "hi").title == "Try 1 model"
+    assert perplexity_job(["a", "b"], "text").title == "Perplexity of 2 models"
