@@ -4,10 +4,8 @@ whole-tensor path writes, and the merge's peak memory does not grow with the siz
 from __future__ import annotations
 
 import math
-import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -17,6 +15,7 @@ import guiapp.engine.merge as merge_module
 from guiapp.engine.merge import BLOCK_ELEMENTS, MergeSettings, plan_merge, run_merge, streams_in_blocks
 from guiapp.engine.samples import LlamaShape, llama_config, llama_tensors, write_checkpoint, write_llama
 from tests.engine.helpers import recipe
+from tests.support.memory import run_measuring_memory
 
 _EXTRA = "model.layers.0.mlp.up_proj.bias"  # a tensor only the base has: slerp copies it
 
@@ -76,25 +75,7 @@ _CHILD = textwrap.dedent("""
 """)
 
 
-def _peak_private(command: list[str]) -> int:
-    """The peak anonymous resident memory of `command`'s process, sampled from /proc until it exits."""
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    status = Path(f"/proc/{process.pid}/status")
-    peak = 0
-    while process.poll() is None:
-        try:
-            for line in status.read_text().splitlines():
-                if line.startswith("RssAnon:"):
-                    peak = max(peak, int(line.split()[1]) * 1024)
-        except OSError:
-            pass
-        time.sleep(0.002)
-    _, err = process.communicate()
-    assert process.returncode == 0, err
-    return peak
-
-
-@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="measures RssAnon from /proc")
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="samples RssAnon from /proc")
 def test_peak_memory_does_not_grow_with_the_largest_tensor(tmp_path):
     peaks = {}
     for vocab in (16_000, 80_000):  # tied embeddings of 32 MB and 164 MB in bfloat16, the rest a few MB
@@ -104,7 +85,8 @@ def test_peak_memory_does_not_grow_with_the_largest_tensor(tmp_path):
         recipe_file = tmp_path / f"recipe-{vocab}.yml"
         recipe_file.write_text(f"merge_method: linear\nmodels:\n  - model: {one}\n    parameters: {{weight: 0.5}}\n"
                                f"  - model: {two}\n    parameters: {{weight: 0.5}}\n")
-        peaks[vocab] = _peak_private([sys.executable, "-c", _CHILD, str(recipe_file), str(tmp_path / f"out-{vocab}")])
+        run = run_measuring_memory([sys.executable, "-c", _CHILD, str(recipe_file), str(tmp_path / f"out-{vocab}")])
+        peaks[vocab] = run.peak_private
     growth = peaks[80_000] - peaks[16_000]
     # Whole tensors would add both inputs, the result and the write behind: 4 × 131 MB more. Blocks add nothing.
     assert growth < 40 * 2**20, (peaks, growth)

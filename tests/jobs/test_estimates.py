@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import json
 import struct
-import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -19,6 +17,7 @@ from guiapp.errors import InsufficientResourcesError
 from guiapp.jobs.runner import JobStatus, run_job
 from guiapp.jobs.specs import merge_job
 from tests.engine.helpers import recipe
+from tests.support.memory import run_measuring_memory
 
 _CHILD = textwrap.dedent("""
     import sys
@@ -30,23 +29,6 @@ _CHILD = textwrap.dedent("""
     print(estimate_merge(plan_merge(recipe), "cpu", Path(sys.argv[2])).peak_ram, flush=True)
     run_merge(recipe, MergeSettings(Path(sys.argv[2])))
 """)
-
-
-def _peak_private(command: list[str]) -> tuple[int, str]:
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    peak = 0
-    status = Path(f"/proc/{process.pid}/status")
-    while process.poll() is None:
-        try:
-            for line in status.read_text().splitlines():
-                if line.startswith("RssAnon:"):
-                    peak = max(peak, int(line.split()[1]) * 1024)
-        except OSError:
-            pass
-        time.sleep(0.002)
-    out, err = process.communicate()
-    assert process.returncode == 0, err
-    return peak, out
 
 
 @pytest.fixture(scope="module")
@@ -74,8 +56,8 @@ def test_memory_estimate_is_within_a_quarter_of_the_measured_peak(method, unseen
             f"  - model: {tune}\n    parameters: {{weight: 0.3{extra}}}\n" for tune in tunes)
     recipe_file = tmp_path / "recipe.yml"
     recipe_file.write_text(text)
-    measured, out = _peak_private([sys.executable, "-c", _CHILD, str(recipe_file), str(tmp_path / "out")])
-    estimated = int(out.splitlines()[0])
+    run = run_measuring_memory([sys.executable, "-c", _CHILD, str(recipe_file), str(tmp_path / "out")])
+    measured, estimated = run.peak_private, int(run.stdout.splitlines()[0])
     assert 0.75 * measured <= estimated <= 1.25 * measured, (estimated, measured)
 
 
