@@ -14,6 +14,7 @@ from typing import Any
 
 from guiapp.engine.recipe import as_number, evaluate, is_missing, layer_position
 from guiapp.errors import RecipeError
+from guiapp.system.bounded import describe_value
 
 # Dragged values are written with this many decimals (what a person would type).
 DECIMALS = 3
@@ -66,6 +67,7 @@ def with_anchor(value: Any, entry: int | None, anchor: int, number: float) -> An
     """
     changed = copy.deepcopy([value] if isinstance(value, dict) else value)
     number = round(float(number), DECIMALS)
+    missing = RecipeError(f"The value {describe_value(value)} has no point {anchor + 1} to move.")
     try:
         if entry is None:
             changed[anchor] = number
@@ -74,9 +76,9 @@ def with_anchor(value: Any, entry: int | None, anchor: int, number: float) -> An
         elif anchor == 0:
             changed[entry]["value"] = number
         else:
-            raise IndexError(anchor)
+            raise missing
     except (IndexError, KeyError, TypeError):
-        raise RecipeError(f"The value {value!r} has no point {anchor + 1} to move.") from None
+        raise missing from None
     return changed
 
 

@@ -26,6 +26,7 @@ from guiapp.engine.merge import MergeSettings, run_merge
 from guiapp.engine.output import StagedOutput, clean_stale_staging
 from guiapp.engine.recipe import parse_recipe
 from guiapp.errors import OutputError
+from guiapp.jobs.fixes import REPLACE, RETRY_WITH
 from guiapp.jobs.runner import JobStatus, run_job
 from guiapp.jobs.specs import merge_job, retry
 from guiapp.progress import PAUSE_VARIABLE
@@ -387,7 +388,7 @@ def test_the_final_rename_never_replaces(how, tmp_path, monkeypatch):
 
 def test_the_window_cannot_replace_a_folder_it_did_not_write(qtbot, window, models, tmp_path, seen):
     """Ticking "Replace the folder" over the user's own folder: the page says no before the run, the job refuses,
-    and no "Retry with suggested settings" is offered."""
+    and neither a retry with other settings nor Replace is offered."""
     users = tmp_path / "mine"
     users.mkdir()
     (users / "notes.txt").write_text("the user's own file")
@@ -401,7 +402,8 @@ def test_the_window_cannot_replace_a_folder_it_did_not_write(qtbot, window, mode
     qtbot.waitUntil(lambda: "not made by Mergesmith" in page.output_message.text(), timeout=60_000)
     record = wait_for_job(qtbot, window, page.run())
     assert record.status == "failed" and (users / "notes.txt").read_text() == "the user's own file"
-    assert window.jobs.explanation.retry_button.isHidden()
+    offered = window.jobs.explanation.buttons
+    assert RETRY_WITH not in offered and REPLACE not in offered, list(offered)
     assert sorted(p.name for p in users.iterdir()) == ["notes.txt"] and leftovers(tmp_path) == []
     seen("outputs", "the window, Replace ticked, over the user's folder", page.output_message.text())
 
