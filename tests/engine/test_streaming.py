@@ -88,5 +88,7 @@ def test_peak_memory_does_not_grow_with_the_largest_tensor(tmp_path):
         run = run_measuring_memory([sys.executable, "-c", _CHILD, str(recipe_file), str(tmp_path / f"out-{vocab}")])
         peaks[vocab] = run.peak_private
     growth = peaks[80_000] - peaks[16_000]
-    # Whole tensors would add both inputs, the result and the write behind: 4 × 131 MB more. Blocks add nothing.
-    assert growth < 40 * 2**20, (peaks, growth)
+    # Whole tensors would add both inputs, the result and the write behind: 4 × 131 MB more (the loop that read
+    # whole tensors measured +393 MB). Blocks add nothing; the bound leaves room for what sampling a loaded
+    # machine's allocator adds (a full-suite run next to another once read more than 40 MB).
+    assert growth < 150 * 2**20, (peaks, growth)
