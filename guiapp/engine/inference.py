@@ -235,6 +235,8 @@ def _load_tokenizer(source: ModelSource) -> Any:
             return transformers.AutoTokenizer.from_pretrained(folder)
     raise CheckpointError(
         f"{source.label} has no tokenizer (no tokenizer.json or tokenizer_config.json in its folder).",
+        why="Trying a model turns the prompt into tokens with the model's own tokenizer, and this folder holds "
+        "only weights and a configuration.",
         hint="Copy the tokenizer files of the model it came from into the folder; merges made by Mergesmith "
         "copy them from the base model.",
     )

@@ -122,6 +122,41 @@ def write_llama(
     return write_checkpoint(folder, tensors, llama_config(shape, dtype, tie_embeddings), dtype, shards)
 
 
+def write_byte_tokenizer(folder: Path, vocab: int = 256) -> None:
+    """A byte-level tokenizer for the sample models (tokenizer.json + tokenizer_config.json), built offline.
+
+    Ids 0–2 are <unk>, <s> and </s> (the config's bos/eos ids); the other ids are single bytes, starting at byte 3,
+    so any typed text tokenizes: the sample models can be tried, not only merged.
+    """
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers  # noqa: PLC0415 - only the demo writes one
+
+    specials = ["<unk>", "<s>", "</s>"]
+    byte_chars = _byte_level_alphabet()
+    tokens = specials + [byte_chars[b] for b in range(len(specials), min(vocab, 256))]
+    tokenizer = Tokenizer(models.BPE(vocab={token: i for i, token in enumerate(tokens)}, merges=[], unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    tokenizer.add_special_tokens(specials)
+    folder = Path(folder)
+    tokenizer.save(str(folder / "tokenizer.json"))
+    config = {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>", "eos_token": "</s>",
+              "unk_token": "<unk>", "model_max_length": 512, "clean_up_tokenization_spaces": False}
+    (folder / "tokenizer_config.json").write_text(json.dumps(config, indent=2))
+
+
+def _byte_level_alphabet() -> list[str]:
+    """GPT-2's byte-to-character table: printable bytes stand for themselves, the others for chars above 255."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    chars, extra = {}, 0
+    for byte in range(256):
+        if byte in printable:
+            chars[byte] = chr(byte)
+        else:
+            chars[byte] = chr(256 + extra)
+            extra += 1
+    return [chars[byte] for byte in range(256)]
+
+
 def write_llama_finetune(
     folder: Path,
     base: Path,

@@ -1,4 +1,5 @@
-"""The sample job: two small fine-tunes of one small base model, generated locally, and a recipe merging them.
+"""The sample job: two small fine-tunes of one small base model (with a byte-level tokenizer, so they can be tried
+too), generated locally, and a recipe merging them.
 
 It lets a new user see a whole job work in seconds without downloading anything (the CLI's `demo`, the
 window's "Try it with sample models", and `--self-test`).
@@ -24,7 +25,7 @@ def prepare_demo(folder: Path) -> Recipe:
     """
     import torch  # only this job needs it at this point
 
-    from guiapp.engine.samples import write_llama, write_llama_finetune
+    from guiapp.engine.samples import write_byte_tokenizer, write_llama, write_llama_finetune
 
     folder = Path(folder)
     base, math_tune, chat_tune = folder / "tiny-base", folder / "tiny-math", folder / "tiny-chat"
@@ -39,6 +40,9 @@ def prepare_demo(folder: Path) -> Recipe:
     for model, seed in ((math_tune, 1), (chat_tune, 2)):
         if not (model / "config.json").is_file():
             write_llama_finetune(model, base, seed=seed, delta_rank=None, delta_scale=0.005)
+    for model in (base, math_tune, chat_tune):
+        if not (model / "tokenizer.json").is_file():  # sample folders written before the samples had one
+            write_byte_tokenizer(model)
     return recipe_from_dict(
         {
             "merge_method": "ties",

@@ -57,3 +57,25 @@ def test_try_samples_with_the_temperature_and_top_p_given(causal_fp32, try_probe
     assert capsys.readouterr().out.split("===")[-1].strip() == expected.text.strip()
     assert main(["try", str(causal_fp32), "--prompt", "x", "--sample", "--top-p", "1.5"]) == EXIT_FAILED
     assert "Top-p must be above 0 and at most 1" in capsys.readouterr().err
+
+
+def test_the_sample_merge_can_be_tried(try_probe, tmp_path, capsys):
+    """The first thing a new user merges (the window's "Try it with sample models") opens on the Try page."""
+    assert main(["demo", "--out", str(tmp_path)]) == EXIT_OK
+    merged = tmp_path / "merged"
+    capsys.readouterr()
+    code = main(["try", str(merged), "--prompt", "Hello", "--max-new-tokens", "4"])
+    captured = capsys.readouterr()
+    assert code == EXIT_OK, captured.err
+    assert captured.out.split(f"=== {merged} ===")[1].strip()
+
+
+def test_a_folder_without_a_tokenizer_says_so_not_that_it_is_corrupt(causal_fp32, try_probe, tmp_path, capsys):
+    folder = tmp_path / "weights-only"
+    folder.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        (folder / name).write_bytes((causal_fp32 / name).read_bytes())
+    code = main(["try", str(folder), "--prompt", "hello"])
+    err = " ".join(capsys.readouterr().err.split())
+    assert code == EXIT_FAILED
+    assert "has no tokenizer" in err and "holds only weights" in err and "corrupt" not in err, err
