@@ -759,7 +759,9 @@ def _run_apply_lora(args: argparse.Namespace) -> int:
                     threads=args.threads)
     summary, code = _run_with_summary(job, args)
     if code == EXIT_OK:
-        print(f"Model:   {summary['output']} ({summary['bytes'] / 1e9:.2f} GB, {summary['tensors']} tensors: "
+        from guiapp.system.units import format_bytes
+
+        print(f"Model:   {summary['output']} ({format_bytes(summary['bytes'])}, {summary['tensors']} tensors: "
               f"{summary['changed']} changed by the adapter, {summary['replaced']} replaced)")
     return code
 

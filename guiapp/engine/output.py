@@ -35,6 +35,7 @@ from guiapp.engine.output_guard import (
 )
 from guiapp.errors import InsufficientResourcesError, OutputError
 from guiapp.hub.references import ModelRef
+from guiapp.system.units import format_bytes
 
 DEFAULT_SHARD_BYTES = 5_000_000_000
 
@@ -300,7 +301,7 @@ def check_free_space(folder: Path, needed_bytes: int) -> None:
     free = shutil.disk_usage(probe).free
     if free < needed_bytes:
         raise InsufficientResourcesError(
-            f"The output needs {needed_bytes / 1e9:.2f} GB but the disk holding {probe} has only "
-            f"{free / 1e9:.2f} GB free.",
-            hint=f"Free at least {(needed_bytes - free) / 1e9:.2f} GB, or choose an output folder on another disk.",
+            f"The output needs {format_bytes(needed_bytes)} but the disk holding {probe} has only "
+            f"{format_bytes(free)} free.",
+            hint=f"Free at least {format_bytes(needed_bytes - free)}, or choose an output folder on another disk.",
         )
