@@ -1,11 +1,13 @@
 """Does the window stay responsive while a job runs? A QTimer heartbeat during a real merge and extraction.
 
-    python benchmarks/ui_responsiveness.py [--hidden 1024] [--layers 4]
+    python benchmarks/ui_responsiveness.py [--hidden 1024] [--layers 4] [--busy]
 
 Opens the window (offscreen unless a display is there), then runs a TIES merge of two generated fine-tunes
 and a LoRA extraction through the window's own pages and job runner, with the Jobs page showing progress.
 A 5 ms QTimer on the UI thread records when it fires; the stall of each beat is how late it came. Prints the
-worst stall and the 99th percentile per job (target: worst < 50 ms).
+worst stall and the 99th percentile per job (target: worst < 50 ms). `--busy` runs both jobs again with a
+competing CPU load (one busy process per half of the cores, as benchmarks/merge.py --busy does): a busy
+workstation must not make the window stall either.
 """
 
 from __future__ import annotations
@@ -17,6 +19,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from workload import CompetingLoad, load_average  # noqa: E402
 
 BEAT_MS = 5
 WRITE_MODELS = """
@@ -35,15 +40,16 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hidden", type=int, default=1024)
     parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--busy", action="store_true", help="measure again with another process busy")
     args = parser.parse_args()
     if not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     with tempfile.TemporaryDirectory(prefix="mergesmith-bench-") as folder:
         os.environ["MERGESMITH_CONFIG_DIR"] = str(Path(folder) / "config")
-        return run(Path(folder), args.hidden, args.layers)
+        return run(Path(folder), args.hidden, args.layers, args.busy)
 
 
-def run(folder: Path, hidden: int, layers: int) -> int:
+def run(folder: Path, hidden: int, layers: int, busy: bool) -> int:
     from PySide6.QtCore import QSettings, QTimer
 
     from guiapp.ui.app import create_window
@@ -91,19 +97,31 @@ def run(folder: Path, hidden: int, layers: int) -> int:
         "merge_method": "ties", "base_model": str(base),
         "models": [{"model": str(t), "parameters": {"weight": 0.5, "density": 0.5}} for t in tunes],
     }))
-    window.merge.output_edit.setText(str(folder / "merged"))
+    print(load_average(), flush=True)
+    results = [measure_both(window, folder / "quiet", base, tunes, measure, "")]
+    if busy:
+        with CompetingLoad() as load:
+            results.append(measure_both(window, folder / "busy", base, tunes, measure,
+                                        f" with {load.count} busy process(es)"))
+    window.state.jobs.shutdown()
+    del app
+    return 0 if all(results) else 1
+
+
+def measure_both(window, out: Path, base: Path, tunes: list[Path], measure, label: str) -> bool:
+    """The TIES merge and the extraction through the window's pages, writing under `out`."""
+    window.show_page("merge")
+    window.merge.output_edit.setText(str(out / "merged"))
     wait(lambda: window.merge.run_message.text() == "Ready.", 60)
-    merge_ok = measure("TIES merge", window.merge.run)
+    merge_ok = measure("TIES merge" + label, window.merge.run)
 
     window.show_page("lora")
     window.lora.x_base.set_text(str(base))
     window.lora.x_model.set_text(str(tunes[0]))
     window.lora.rank_value.setValue(16)
-    window.lora.x_out.setText(str(folder / "adapter"))
-    extract_ok = measure("LoRA extraction", window.lora.run_extract)
-    window.state.jobs.shutdown()
-    del app
-    return 0 if merge_ok and extract_ok else 1
+    window.lora.x_out.setText(str(out / "adapter"))
+    extract_ok = measure("LoRA extraction" + label, window.lora.run_extract)
+    return merge_ok and extract_ok
 
 
 def wait(done, timeout: float) -> None:
