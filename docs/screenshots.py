@@ -64,7 +64,7 @@ def shoot(folder: Path, server) -> None:
                      card_data={"license": "apache-2.0", "base_model": "mergesmith-demo/tiny-base"})
     server.add_model("mergesmith-demo/tiny-gated", samples / "tiny-base", gated=True, downloads=12)
     storytellers = [write_causal(folder / name, torch.float32, seed=seed)
-                    for seed, name in enumerate(("tiny-storyteller", "tiny-storyteller-2"))]
+                    for seed, name in enumerate(("tiny-storyteller", "tiny-storyteller-2", "tiny-storyteller-3"))]
 
     app, window = create_window([sys.argv[0]], keep_history=True)
     window.resize(*DEFAULT_SIZE)
