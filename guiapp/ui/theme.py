@@ -48,6 +48,14 @@ def set_primary(button: QWidget) -> None:
     button.style().polish(button)
 
 
+def set_attention(widget: QWidget, on: bool) -> None:
+    """Outline `widget` in the accent colour (a control a problem points at), or take the outline away."""
+    widget.setProperty("attention", on)
+    widget.style().unpolish(widget)
+    widget.style().polish(widget)
+    widget.update()
+
+
 def status_style_sheet() -> str:
     """The application style sheet: the status colours and the primary button, for the current scheme."""
     background, hover, disabled = _PRIMARY["dark" if is_dark() else "light"]
@@ -57,7 +65,8 @@ def status_style_sheet() -> str:
                f'QPushButton[role="primary"]:disabled {{ background: {disabled}; color: '
                f'{"#8a919c" if is_dark() else "#f4f6fa"}; }}')
     statuses = "\n".join(f'*[status="{kind}"] {{ color: {status_colour(kind)}; }}' for kind in _STATUS)
-    return statuses + "\n" + primary
+    attention = f'*[attention="true"] {{ border: 2px solid {background}; border-radius: 3px; }}'
+    return statuses + "\n" + primary + "\n" + attention
 
 
 def apply_scheme(name: str) -> None:

@@ -8,10 +8,11 @@ from __future__ import annotations
 from typing import Any
 
 from PySide6.QtCore import QSize, Signal
-from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableWidget, QToolButton
+from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableWidget, QToolButton, QWidget
 
 from guiapp.jobs.plain_words import parameter_label, parameter_tooltip
 from guiapp.jobs.recipe_document import FormModel
+from guiapp.jobs.recipe_fixes import suggested_value
 from guiapp.ui.widgets.elided_line_edit import ElidedLineEdit
 from guiapp.ui.widgets.param_form import ParamEditor
 
@@ -98,8 +99,7 @@ class ModelsTable(QTableWidget):
             editor = ParamEditor(spec, compact=True)
             editor.set_value(values.get(spec.name))
             if explicit_defaults and spec.name not in values and (spec.required or spec.default is not None):
-                if spec.default is None:
-                    editor.set_value(spec.maximum if spec.maximum is not None and spec.maximum <= 1 else 1.0)
+                editor.set_value(suggested_value(spec))
                 editor.set_explicit_default()
             editor.changed.connect(lambda *_: self.changed.emit())
             self.setCellWidget(row, column, editor)
@@ -111,6 +111,23 @@ class ModelsTable(QTableWidget):
         self.setCellWidget(row, len(self._method.per_model_params) + 1, remove)
         self.setRowHeight(row, max(34, picker.sizeHint().height() + 6))
         self._rows.append(entry)
+
+    def reference_widget(self, row: int) -> QWidget | None:
+        """The box holding the `row`-th model's reference (None past the last row)."""
+        return self._rows[row]["picker"] if 0 <= row < len(self._rows) else None
+
+    def editor(self, row: int, name: str) -> ParamEditor | None:
+        """The `row`-th model's editor of parameter `name` (None when there is no such row or column)."""
+        return self._rows[row]["editors"].get(name) if 0 <= row < len(self._rows) else None
+
+    def mark_unused_base_values(self, base: str | None, reason: str) -> None:
+        """Disable the per-model values of the row(s) holding `base` (None: no row's values are unused), with
+        `reason` as their tooltip; the other rows' values are enabled with their own tooltips."""
+        for row in self._rows:
+            unused = bool(base) and row["picker"].text().strip() == base
+            for name, editor in row["editors"].items():
+                editor.setEnabled(not unused)
+                editor.setToolTip(reason if unused else parameter_tooltip(name, editor.spec.help))
 
     def _remove_row(self, entry: dict[str, Any]) -> None:
         index = self._rows.index(entry)

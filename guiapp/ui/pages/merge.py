@@ -27,6 +27,7 @@ from PySide6.QtWidgets import (
 
 from guiapp.jobs.fixes import window_text
 from guiapp.jobs.recipe_document import FormValues, RecipeDocument
+from guiapp.jobs.recipe_fixes import fix_for
 from guiapp.jobs.validation import check_merge
 from guiapp.ui.background import LatestTask, run_blocking
 from guiapp.ui.merge.advanced_box import AdvancedBox
@@ -34,6 +35,7 @@ from guiapp.ui.merge.messages import show_message
 from guiapp.ui.merge.method_box import MethodBox
 from guiapp.ui.merge.models_box import ModelsBox
 from guiapp.ui.merge.output_box import OutputBox, default_output_folder
+from guiapp.ui.merge.problem_control import control_for, point_at
 from guiapp.ui.merge.recipe_panel import RecipePanel
 from guiapp.ui.merge.run_box import RunBox
 from guiapp.ui.text import error_text
@@ -61,6 +63,11 @@ class MergePage(QWidget):
         self._syncing = False
         self._validator = LatestTask(VALIDATION_DELAY_MS, self)
         self.last_validation: Any = None  # the newest guiapp.jobs.validation.MergeCheck
+        # The problem blocking Run (its key and text: the check's first error, or the YAML view's own) and its
+        # one-click guiapp.jobs.recipe_fixes.RecipeFix with the document that fix applies to.
+        self._problem: tuple[Any, str] | None = None
+        self._fix: Any = None
+        self._fix_document: dict[str, Any] = {}
         layer_chart.install()  # a list across the layers is drawn under its editor, its points draggable
 
         self.stack = QStackedWidget()
@@ -123,6 +130,8 @@ class MergePage(QWidget):
 
         self.run_box = RunBox()
         self.run_box.run_button.clicked.connect(self.run)
+        self.run_box.action_bar.show_button.clicked.connect(self.show_problem)
+        self.run_box.action_bar.fix_button.clicked.connect(self.fix_problem)
         self.estimate, self.fit_label = self.run_box.estimate, self.run_box.fit_label
         self.run_button, self.run_message = self.run_box.run_button, self.run_box.run_message
         column.addWidget(self.run_box)
@@ -283,6 +292,18 @@ class MergePage(QWidget):
         ))
         return self.document
 
+    def _mark_unused_fields(self) -> None:
+        """Disable what the method ignores, saying why: a base listed among the models keeps its own values only
+        with a method that merges it as one more input."""
+        method = self._method()
+        if method is None:
+            return
+        ignores_base_values = method.base_role.value != "input"
+        self.table.mark_unused_base_values(
+            self.base_picker.text() if ignores_base_values else None,
+            f"Not used: {method.title} measures the other models' changes against the base model, so the base's "
+            "own values here are ignored. Set them on the other models.")
+
     def _slices_edited(self, uses_slices: bool) -> None:
         self.models_box.use_slices(uses_slices)
         self._form_changed()
@@ -293,10 +314,34 @@ class MergePage(QWidget):
         self.form_document()
         self._show_yaml()
         self._update_dtype_note()
+        self._mark_unused_fields()
         self._schedule_validation()
 
     def _show_yaml(self) -> None:
         self.recipe_panel.show_text(self.recipe.yaml())
+
+    def _block_on_yaml_problem(self, error: Any) -> None:
+        """The YAML view holds a recipe that cannot be read: Run waits for it (it would run the last valid one),
+        with "Show me" at the key's line and a fix when there is one."""
+        from guiapp.errors import MergesmithError, RecipeError
+        from guiapp.system.bounded import parse_yaml_bounded
+
+        self._validator.cancel()
+        try:
+            written = parse_yaml_bounded(self.recipe_panel.text(), "The recipe", RecipeError)
+        except MergesmithError:
+            written = None
+        can_show, fix = self._offer_fix(getattr(error, "key", None) or (), error.message,
+                                        written if isinstance(written, dict) else None)
+        self.run_box.action_bar.set_blocked(error_text(error), can_show, fix)
+
+    def _offer_fix(self, key: Any, message: str, document: dict[str, Any] | None) -> tuple[bool, str | None]:
+        """Remember the problem blocking Run and its one-click fix on `document` (None: no fix); returns whether
+        a control can be shown for it and the fix's label."""
+        self._problem = (key, message)
+        self._fix = fix_for(key, document, self._method()) if document is not None else None
+        self._fix_document = document or {}
+        return bool(key) and control_for(self, key, message) is not None, self._fix.label if self._fix else None
 
     # --- document → form -------------------------------------------------------------------------------------
 
@@ -307,6 +352,7 @@ class MergePage(QWidget):
             warnings = self.recipe.parse_yaml(self.recipe_panel.text())
         except MergesmithError as error:
             show_message(self.yaml_message, error_text(error), "problem")
+            self._block_on_yaml_problem(error)
             return
         show_message(self.yaml_message, "\n".join(warnings) or None, "warning")
         self.apply_document(self.document, from_yaml=True)
@@ -346,6 +392,7 @@ class MergePage(QWidget):
         finally:
             self._syncing = False
         self._update_dtype_note()
+        self._mark_unused_fields()
         if not from_yaml:
             self._show_yaml()
         self._schedule_validation()
@@ -359,6 +406,7 @@ class MergePage(QWidget):
     def _schedule_validation(self) -> None:
         if not self.methods:
             return
+        self._problem, self._fix = None, None
         method = self._method()
         self.run_box.describe_job(method.title if method else "", len(self.document.get("models") or []),
                                   self.output_edit.text().strip())
@@ -396,9 +444,24 @@ class MergePage(QWidget):
         for label, texts in shown.items():
             show_message(label, window_text("\n".join(texts)) or None, worst.get(label, "problem"))
         self.models_box.show_verdict(result)
-        self.run_box.show_check(result)
+        problem = result.errors[0] if result.errors else None
+        can_show, fix = self._offer_fix(problem.key, problem.message, self.recipe.copy()) if problem else (False, None)
+        self.run_box.show_check(result, can_show, fix)
         if result.compatible:  # the headers were read (a recipe error keeps the layers known so far)
             layer_chart.set_layer_count(result.layers)
+
+    def show_problem(self) -> bool:
+        """Focus and outline the control that fixes the problem blocking Run; False when there is none."""
+        return self._problem is not None and point_at(self, *self._problem)
+
+    def fix_problem(self) -> None:
+        """Make the offered one-click fix (one undo step), show the control it changed, and check again."""
+        if self._fix is None or self._problem is None:
+            return
+        key, fixed = self._problem[0], RecipeDocument(self._fix_document)
+        self._fix.apply(fixed)
+        self.apply_document(fixed.data)  # checks again, which forgets the problem and its fix
+        point_at(self, key, "")
 
     def run(self) -> str | None:
         """Submit the merge the form describes; returns the job's record key (None when it cannot start)."""

@@ -3,7 +3,8 @@
 The bar sits below the page's scroll area, so the main action never scrolls away. While the form has an error or
 is still being checked the button is disabled and the reason stands next to it ("Fix: …", "Checking…"). Both
 lines keep one line's height and elide what does not fit (the full text in the tooltip), so nothing shifts when a
-status appears.
+status appears. A problem the page can point at gets "Show me" (the page focuses the control that fixes it), and
+one with a clear fix a button that makes it; the page connects their `clicked`.
 """
 
 from __future__ import annotations
@@ -49,7 +50,8 @@ class ElidedLabel(QLabel):
 
 
 class ActionBar(QFrame):
-    """The primary `button` (named `action`), the job's `summary` line and the `status` line beside the button."""
+    """The primary `button` (named `action`), the job's `summary` line and the `status` line beside the button,
+    and for a problem `show_button` ("Show me") and `fix_button` (the fix in words), hidden until offered."""
 
     def __init__(self, action: str, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -69,6 +71,12 @@ class ActionBar(QFrame):
         layout.setContentsMargins(8, 6, 8, 6)
         layout.addWidget(self.button)
         layout.addLayout(lines, 1)
+        self.show_button = QPushButton("Show me")
+        self.show_button.setToolTip("Go to the setting that fixes this problem")
+        self.fix_button = QPushButton()
+        for helper in (self.show_button, self.fix_button):
+            helper.setVisible(False)
+            layout.addWidget(helper)
         self.set_waiting("")
 
     def set_summary(self, text: str) -> None:
@@ -81,14 +89,21 @@ class ActionBar(QFrame):
     def set_checking(self) -> None:
         self._show(False, "Checking…", "muted")
 
-    def set_blocked(self, problem: str) -> None:
-        """The job cannot run as set up: the button is disabled and "Fix: <problem>" says why."""
+    def set_blocked(self, problem: str, can_show: bool = False, fix: str | None = None) -> None:
+        """The job cannot run as set up: the button is disabled and "Fix: <problem>" says why; `can_show` offers
+        "Show me", `fix` (the fix in words) a button that makes it."""
         self._show(False, f"Fix: {window_text(problem)}", "problem")
+        self.show_button.setVisible(can_show)
+        self.fix_button.setText(fix or "")
+        self.fix_button.setToolTip(fix or "")
+        self.fix_button.setVisible(bool(fix))
 
     def set_ready(self, note: str = "Ready.", kind: str = "good") -> None:
         self._show(True, note, kind)
 
     def _show(self, enabled: bool, text: str, kind: str) -> None:
+        self.show_button.setVisible(False)
+        self.fix_button.setVisible(False)
         self.button.setEnabled(enabled)
         self.status.setText(text)
         set_status_style(self.status, kind if text else None)

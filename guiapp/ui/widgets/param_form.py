@@ -154,6 +154,12 @@ class ParamEditor(QWidget):
         """Write the shown value into the recipe (new model rows start with their weights visible)."""
         self._explicit = True
 
+    def input_widget(self) -> QWidget:
+        """The control a user types or ticks the value in (the check box, the number box, or the list box)."""
+        if self.check is not None:
+            return self.check
+        return self.text if self.varies_by_layer() else self.spin
+
     def varies_by_layer(self) -> bool:
         """Whether "Per layer" (changes across layers) is chosen: the value is a list."""
         return self.check is None and bool(self.layers_choice.currentData())
