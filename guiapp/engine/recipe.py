@@ -530,11 +530,14 @@ _MISSING = object()
 
 def as_number(value: Any) -> int | float | None:
     """`value` as a number: numbers as they are, and text that spells one (YAML 1.1 reads `1e-5`, with no dot
-    before the exponent, as a string; mergekit accepts it, so Mergesmith does too). None for anything else."""
+    before the exponent, as a string; mergekit accepts it, so Mergesmith does too). None for anything else,
+    including NaN and infinities (`.nan`, `.inf`), which no parameter can use."""
     if isinstance(value, bool):
         return None
-    if isinstance(value, (int, float)):
+    if isinstance(value, int):
         return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
     if isinstance(value, str):
         try:
             number = float(value.strip())
@@ -582,6 +585,12 @@ def evaluate(value: Any, tensor_name: str, t: float, key: KeyPath = ()) -> Any:
             return (1 - frac) * value[low] + frac * value[high]
         if all(isinstance(v, (bool, str)) for v in value):
             return value[int(t * (len(value) - 1))]
+        unusable = [v for v in value if isinstance(v, float) and not math.isfinite(v)]
+        if unusable:
+            raise RecipeError(f"The gradient {describe_value(value)} holds {describe_value(unusable[0])}, which is not "
+                              "a number a parameter can take.",
+                              hint="Use only finite numbers in a gradient: NaN or infinity would break the model.",
+                              key=key)
         raise RecipeError(f"The parameter value {describe_value(value)} mixes kinds of values.",
                           hint="Use only numbers in a gradient.", key=key)
     return value

@@ -49,3 +49,17 @@ def test_text_that_is_not_a_number_is_still_refused(llama_pair):
     )
     with pytest.raises(RecipeError, match="`tol` must be a number, got 'small'"):
         plan_merge(recipe)
+
+
+@pytest.mark.parametrize("written", [".nan", ".inf", "-.inf", "1e309", "[0.5, .nan]"])
+def test_not_a_number_and_infinity_are_refused_before_the_merge(llama_pair, written):
+    """A NaN or infinite weight would only show as a broken model (or a NaN stop mid-merge): refuse it when checked."""
+    base, one, two = llama_pair
+    recipe = parse_recipe(
+        f"merge_method: linear\nmodels:\n  - model: {one}\n    parameters:\n      weight: {written}\n"
+        f"  - model: {two}\n    parameters:\n      weight: 0.5\n"
+    )
+    with pytest.raises(RecipeError, match="(`weight` of .* must be a number|is not a number a parameter can take)") \
+            as raised:
+        plan_merge(recipe)
+    assert raised.value.key[-2:] == ("parameters", "weight")
