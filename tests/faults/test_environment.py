@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import resource
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +15,7 @@ from guiapp.jobs.specs import download_job, merge_job, retry
 from guiapp.system.explain import explain
 from tests.faults.harness import cli_explanation, fails_cleanly, fingerprint, leftovers
 from tests.support.filesystems import small_filesystem
+from tests.support.warm_cli import WarmCli
 
 # A few MB: big enough that a dropped connection or a filling disk lands in the middle of a file.
 MEDIUM = LlamaShape(hidden=256, intermediate=1024, layers=2, heads=4, kv_heads=2, vocab=2048)
@@ -95,20 +94,16 @@ def hungry(tmp_path_factory) -> tuple[Path, Path]:
     return model, recipe
 
 
-def _limited_cli(*args: str) -> subprocess.CompletedProcess:
-    def limit_address_space():
-        resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE_LIMIT, ADDRESS_SPACE_LIMIT))
-
-    return subprocess.run([sys.executable, "-m", "guiapp", *args], capture_output=True, text=True, timeout=180,
-                          preexec_fn=limit_address_space)
+def _limited_cli(warm_cli: WarmCli, *args: str) -> subprocess.CompletedProcess:
+    return warm_cli.run(args, timeout=180, address_space=ADDRESS_SPACE_LIMIT)
 
 
 @pytest.mark.parametrize("force", [False, True], ids=["refused by the estimate", "forced past the estimate"])
-def test_memory_too_small_under_a_real_address_space_limit(force, hungry, tmp_path, seen):
+def test_memory_too_small_under_a_real_address_space_limit(force, hungry, tmp_path, warm_cli, seen):
     model, recipe = hungry
     before = fingerprint(model)
     out = tmp_path / "out"
-    done = _limited_cli("merge", str(recipe), str(out), *(["--force"] if force else []))
+    done = _limited_cli(warm_cli, "merge", str(recipe), str(out), *(["--force"] if force else []))
     assert done.returncode == 1, done.stderr  # an exit with an explanation, not a crash (no signal, no 137)
     assert "Traceback" not in done.stderr
     title, what = cli_explanation(done.stderr)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import base64
 import logging
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +17,7 @@ import pytest
 from guiapp.cli import main
 from tests.faults.harness import cli_explanation
 from tests.support.hub_server import TEST_TOKEN, make_hostile
+from tests.support.warm_cli import WarmCli
 
 ESCAPE = "../../../../escaped/evil.pth"  # from the cache's blobs/ folder: up to the test's own folder
 HOSTILE_TITLE = "The Hub sent an answer Mergesmith cannot use"
@@ -164,18 +164,18 @@ def test_log_lines_of_any_library_are_scrubbed(hub_env, caplog, seen):
     seen("hostile hub", "a library's log line quoting a password and a token", logged)
 
 
-def _cli(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "guiapp", *args], capture_output=True, text=True, timeout=120,
-                          env=env, cwd=cwd)
+def _cli(warm_cli: WarmCli, args: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess:
+    """The CLI in a process of its own, which reads HF_TOKEN and HF_ENDPOINT from `env` as it starts."""
+    return warm_cli.run(args, timeout=120, env=env, cwd=cwd)
 
 
-def test_a_token_echoed_by_the_server_is_never_shown_or_saved(hub_env, hostile, tmp_path, seen):
+def test_a_token_echoed_by_the_server_is_never_shown_or_saved(hub_env, hostile, tmp_path, warm_cli, seen):
     hostile.echo_authorization = True
     hub_env.server.fail_next(403, times=10, path_contains="/api/models/")
     cache = tmp_path / "mergesmith-cache"
     env = {**hub_env.env, "HF_TOKEN": TEST_TOKEN, "MERGESMITH_CACHE_DIR": str(cache)}
 
-    done = _cli(["hub", "info", "org/model"], env, tmp_path)
+    done = _cli(warm_cli, ["hub", "info", "org/model"], env, tmp_path)
 
     assert done.returncode == 1
     report = (cache / "last-error.txt").read_text()
@@ -187,13 +187,13 @@ def test_a_token_echoed_by_the_server_is_never_shown_or_saved(hub_env, hostile, 
     seen("hostile hub", "server echoes the Authorization header", f"{title}: {what}")
 
 
-def test_a_password_in_hf_endpoint_is_never_shown_or_saved(hub_env, hostile, tmp_path, seen):
+def test_a_password_in_hf_endpoint_is_never_shown_or_saved(hub_env, hostile, tmp_path, warm_cli, seen):
     hostile.echo_authorization = True
     cache = tmp_path / "mergesmith-cache"
     endpoint = hub_env.server.url.replace("http://", "http://someone:s3cret-pass@")
     env = {**hub_env.env, "HF_ENDPOINT": endpoint, "MERGESMITH_CACHE_DIR": str(cache)}
 
-    done = _cli(["hub", "info", "org/missing"], env, tmp_path)
+    done = _cli(warm_cli, ["hub", "info", "org/missing"], env, tmp_path)
 
     assert done.returncode == 1
     report = (cache / "last-error.txt").read_text()

@@ -3,13 +3,14 @@
 Each case runs the real CLI (or the real job functions in a child process) on real files. A hang fails the case
 through the child's timeout, not by hanging the run; a blow-up fails it through an address-space limit
 (RLIMIT_AS) in the child. The limits are generous: they separate "bounded" from "never ends", not fast from slow.
+The children are forked from a warm process that has torch imported (tests/support/warm_cli.py); only the case
+that needs a user namespace starts a new program.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -27,19 +28,15 @@ from guiapp.jobs.specs import extract_job, merge_job
 from guiapp.system.explain import explain
 from tests.faults.conftest import SMALL
 from tests.faults.harness import cli_explanation, fails_cleanly, leftovers
+from tests.support.warm_cli import WarmCli
 
 ADDRESS_SPACE_LIMIT = 1_500_000_000  # torch and a small merge fit; an expanding value or /dev/zero does not
 HANG_SECONDS = 150  # a child still running after this is hanging (or quadratic), however loaded the machine
 
 
-def _cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+def _cli(warm_cli: WarmCli, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
     """`mergesmith ARGS` in a child with an address-space limit; a hang fails the test by its timeout."""
-
-    def limit() -> None:
-        resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE_LIMIT, ADDRESS_SPACE_LIMIT))
-
-    return subprocess.run([sys.executable, "-m", "guiapp", *args], capture_output=True, text=True, input=stdin,
-                          timeout=HANG_SECONDS, preexec_fn=limit)
+    return warm_cli.run(args, stdin=stdin, timeout=HANG_SECONDS, address_space=ADDRESS_SPACE_LIMIT)
 
 
 def _refused(done: subprocess.CompletedProcess) -> tuple[str, str]:
@@ -59,39 +56,39 @@ def _linear(*models: Path, weight: str = "1") -> str:
 
 
 @pytest.mark.parametrize("name", ["model.safetensors", "config.json"])
-def test_named_pipe_in_place_of_a_model_file(name, trio, tmp_path, seen):
+def test_named_pipe_in_place_of_a_model_file(name, trio, tmp_path, warm_cli, seen):
     hostile = Path(shutil.copytree(trio.base, tmp_path / "hostile"))
     (hostile / name).unlink()
     os.mkfifo(hostile / name)
     recipe = tmp_path / "recipe.yml"
     recipe.write_text(_linear(trio.one, hostile))
     out = tmp_path / "out"
-    title, what = _refused(_cli("merge", str(recipe), str(out)))
+    title, what = _refused(_cli(warm_cli, "merge", str(recipe), str(out)))
     assert "named pipe" in what and name in what
     assert not out.exists() and leftovers(tmp_path) == []
     seen("inputs", f"named pipe as {name} (merge)", f"{title}: {what}")
 
 
-def test_named_pipe_in_place_of_a_model_file_in_hub_check(trio, tmp_path, seen):
+def test_named_pipe_in_place_of_a_model_file_in_hub_check(trio, tmp_path, warm_cli, seen):
     hostile = Path(shutil.copytree(trio.base, tmp_path / "hostile"))
     (hostile / "model.safetensors").unlink()
     os.mkfifo(hostile / "model.safetensors")
-    done = _cli("hub", "check", str(trio.base), str(hostile))
+    done = _cli(warm_cli, "hub", "check", str(trio.base), str(hostile))
     assert done.returncode != 0 and "Traceback" not in done.stderr
     assert "named pipe" in done.stdout + done.stderr
     seen("inputs", "named pipe as model.safetensors (hub check)", "named pipe refused")
 
 
-def test_device_as_the_recipe(trio, tmp_path, seen):
-    title, what = _refused(_cli("merge", "/dev/zero", str(tmp_path / "out")))
+def test_device_as_the_recipe(tmp_path, warm_cli, seen):
+    title, what = _refused(_cli(warm_cli, "merge", "/dev/zero", str(tmp_path / "out")))
     assert title == "The recipe has a problem" and "device" in what
     seen("inputs", "/dev/zero as the recipe", f"{title}: {what}")
 
 
-def test_weights_file_as_the_recipe(tmp_path, seen):
+def test_weights_file_as_the_recipe(tmp_path, warm_cli, seen):
     weights = tmp_path / "model.safetensors"
     save_file({"big": torch.zeros(1_000_000)}, weights)  # 4 MB: past the recipe limit
-    title, what = _refused(_cli("merge", str(weights), str(tmp_path / "out")))
+    title, what = _refused(_cli(warm_cli, "merge", str(weights), str(tmp_path / "out")))
     assert title == "The recipe has a problem" and "larger than" in what and "safetensors" in what
     seen("inputs", "a weights file passed as the recipe", f"{title}: {what}")
 
@@ -105,16 +102,16 @@ _LAUGHS = "".join(
 
 
 @pytest.mark.parametrize("where", ["weight", "filter"])
-def test_billion_laughs_in_a_recipe(where, trio, tmp_path, seen):
+def test_billion_laughs_in_a_recipe(where, trio, tmp_path, warm_cli, seen):
     value = "*x9" if where == "weight" else "[{filter: *x9, value: 1}, {value: 1}]"
     recipe = tmp_path / "recipe.yml"
     recipe.write_text(_LAUGHS + _linear(trio.one, trio.two, weight=value))
-    title, what = _refused(_cli("merge", str(recipe), str(tmp_path / "out"), "--dry-run"))
+    title, what = _refused(_cli(warm_cli, "merge", str(recipe), str(tmp_path / "out"), "--dry-run"))
     assert title == "The recipe has a problem" and "aliases" in what and len(what) < 400
     seen("inputs", f"billion-laughs YAML as a {where}", f"{title}: {what}")
 
 
-def test_billion_laughs_value_in_the_window_history(tmp_path, seen):
+def test_billion_laughs_value_in_the_window_history(tmp_path, warm_cli, seen):
     # The window's forms hand recipe documents to jobs; a value holding shared lists must not expand on saving.
     script = textwrap.dedent("""
         import sys, time
@@ -128,9 +125,7 @@ def test_billion_laughs_value_in_the_window_history(tmp_path, seen):
         print(len(load_history()))
     """)
     env = {**os.environ, "MERGESMITH_CONFIG_DIR": str(tmp_path / "config")}
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env,
-                          timeout=HANG_SECONDS,
-                          preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE_LIMIT,) * 2))
+    done = warm_cli.run([], code=script, env=env, timeout=HANG_SECONDS, address_space=ADDRESS_SPACE_LIMIT)
     assert done.returncode == 0 and done.stdout.strip() == "1", done.stderr[-2000:]
     assert (tmp_path / "config" / "jobs_history.json").stat().st_size < 1_000_000
     seen("inputs", "job history with a billion-laughs value", "saved, the value left out")
@@ -150,30 +145,31 @@ def adapter(trio, tmp_path_factory) -> Path:
 # `regex` matches the first one in linear time (it matches nothing); the second runs into the time bound.
 @pytest.mark.parametrize(("pattern", "said"), [("(.|.)*!", "left out by the settings"),
                                                ("(.*){1,32000}[bc]", "--include")])
-def test_backtracking_include_pattern(pattern, said, trio, tmp_path, seen):
+def test_backtracking_include_pattern(pattern, said, trio, tmp_path, warm_cli, seen):
     out = tmp_path / "adapter"
-    title, what = _refused(_cli("extract-lora", "--base", str(trio.base), "--model", str(trio.one),
+    title, what = _refused(_cli(warm_cli, "extract-lora", "--base", str(trio.base), "--model", str(trio.one),
                                 "--out", str(out), "--include", pattern))
     assert said in what
     assert not out.exists() and leftovers(tmp_path) == []
     seen("inputs", f"backtracking --include {pattern}", f"{title}: {what}")
 
 
-def test_backtracking_rank_pattern_in_an_adapter(trio, adapter, tmp_path, seen):
+def test_backtracking_rank_pattern_in_an_adapter(trio, adapter, tmp_path, warm_cli, seen):
     hostile = Path(shutil.copytree(adapter, tmp_path / "hostile-adapter"))
     config_path = hostile / "adapter_config.json"
     config = json.loads(config_path.read_text())
     config["rank_pattern"] = {"(.*){1,32000}[bc]": 4}
     config_path.write_text(json.dumps(config))
     out = tmp_path / "out"
-    title, what = _refused(_cli("apply-lora", "--base", str(trio.base), "--adapter", str(hostile), "--out", str(out)))
+    title, what = _refused(_cli(warm_cli, "apply-lora", "--base", str(trio.base), "--adapter", str(hostile),
+                                "--out", str(out)))
     assert "rank_pattern" in what and "took more than" in what
     assert not out.exists() and leftovers(tmp_path) == []
     seen("inputs", "backtracking rank_pattern in an adapter", f"{title}: {what}")
 
 
-def test_explain_with_a_long_run_of_dotted_words(seen):
-    done = _cli("explain", "-", stdin="a." * 100_000 + "\n")
+def test_explain_with_a_long_run_of_dotted_words(warm_cli, seen):
+    done = _cli(warm_cli, "explain", "-", stdin="a." * 100_000 + "\n")
     assert done.returncode in (0, 1) and "Traceback" not in done.stderr
     seen("inputs", "explain with 200 KB of dotted words", done.stdout.strip().splitlines()[0])
 
@@ -199,11 +195,11 @@ PLANNING_CASES = {
 
 
 @pytest.mark.parametrize("case", list(PLANNING_CASES))
-def test_planning_cost(case, tmp_path, seen):
+def test_planning_cost(case, tmp_path, warm_cli, seen):
     model = _model_with_tensors(tmp_path / "model", PLANNING_CASES[case])
     recipe = tmp_path / "recipe.yml"
     recipe.write_text(_linear(model, model))
-    done = _cli("merge", str(recipe), str(tmp_path / "out"), "--dry-run")
+    done = _cli(warm_cli, "merge", str(recipe), str(tmp_path / "out"), "--dry-run")
     assert "Traceback" not in done.stderr, done.stderr[-2000:]
     if done.returncode != 0:
         title, what = cli_explanation(done.stderr)
@@ -214,7 +210,7 @@ def test_planning_cost(case, tmp_path, seen):
 # --- files that change while they are read ----------------------------------------------------------------
 
 
-def test_input_truncated_while_the_merge_reads_it(trio, tmp_path, seen):
+def test_input_truncated_while_the_merge_reads_it(trio, tmp_path, warm_cli, seen):
     victim = Path(shutil.copytree(trio.one, tmp_path / "victim"))
     out = tmp_path / "out"
     script = textwrap.dedent(f"""
@@ -237,7 +233,7 @@ def test_input_truncated_while_the_merge_reads_it(trio, tmp_path, seen):
         print(explanation.title)
         print(explanation.what)
     """)
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=HANG_SECONDS)
+    done = warm_cli.run([], code=script, timeout=HANG_SECONDS)
     assert done.returncode == 0, f"the merge died (exit {done.returncode}): {done.stderr[-2000:]}"
     status, title, what = done.stdout.splitlines()[:3]
     assert status == "FAILED" and title == "A model file cannot be read" and "model.safetensors" in what
@@ -326,6 +322,8 @@ def test_home_unset_and_no_passwd_entry(tmp_path, seen):
     env = {key: value for key, value in os.environ.items()
            if key not in ("HOME", "XDG_CONFIG_HOME", "XDG_CACHE_HOME", "MERGESMITH_CONFIG_DIR", "MERGESMITH_CACHE_DIR")}
     env["TMPDIR"] = str(tmp_path)  # the stand-in home goes where the test can see it
+    # A new program (not a warm child, tests/support/warm_cli.py): only one started inside the user namespace runs
+    # as a user with no passwd entry.
     done = subprocess.run([*stranger, sys.executable, "-m", "guiapp", "merge", str(recipe), str(tmp_path / "out")],
                           capture_output=True, text=True, timeout=HANG_SECONDS, env=env)
     title, what = _refused(done)

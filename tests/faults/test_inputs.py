@@ -6,8 +6,6 @@ from __future__ import annotations
 import json
 import shutil
 import struct
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -151,14 +149,13 @@ def test_config_that_is_not_json(trio, tmp_path, seen):
     seen("inputs", "config.json that is not JSON", explanation)
 
 
-def test_recipe_with_yaml_tags_that_construct_objects(trio, tmp_path, seen):
+def test_recipe_with_yaml_tags_that_construct_objects(trio, tmp_path, warm_cli, seen):
     marker = tmp_path / "code-ran"
     recipe_file = tmp_path / "recipe.yml"
     recipe_file.write_text(f"merge_method: !!python/object/apply:os.system [\"touch {marker}\"]\n"
                            f"models:\n  - model: {trio.one}\n    parameters: {{weight: 1}}\n")
     before = fingerprint(trio.one, recipe_file)
-    done = subprocess.run([sys.executable, "-m", "guiapp", "merge", str(recipe_file), str(tmp_path / "out")],
-                          capture_output=True, text=True, timeout=120)
+    done = warm_cli.run(["merge", str(recipe_file), str(tmp_path / "out")], timeout=120)
     assert done.returncode == 1 and "Traceback" not in done.stderr
     assert not marker.exists(), "a YAML tag constructed an object"
     assert fingerprint(trio.one, recipe_file) == before and not (tmp_path / "out").exists()

@@ -17,7 +17,7 @@ from PySide6.QtCore import QTimer
 
 from guiapp.jobs.estimates import private_memory
 from tests.faults.harness import leftovers
-from tests.ui.conftest import isolated_settings, make_window, models, probed, window  # noqa: F401 - in the child
+from tests.ui.conftest import isolated_settings, make_window, window  # noqa: F401 - in the child
 
 JOBS = 10
 _CHILD = "MERGESMITH_LOAD_TEST_CHILD"  # set in the process that runs the jobs

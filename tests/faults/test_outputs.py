@@ -32,7 +32,7 @@ from guiapp.jobs.specs import merge_job, retry
 from guiapp.progress import PAUSE_VARIABLE
 from guiapp.system.explain import explain
 from tests.faults.harness import cli_explanation, fingerprint, leftovers, looks_finished
-from tests.ui.conftest import isolated_settings, make_window, models, probed, wait_for_job, window  # noqa: F401
+from tests.ui.conftest import isolated_settings, make_window, wait_for_job, window  # noqa: F401
 
 
 def _ties(base: Path, one: Path, two: Path) -> str:
@@ -262,6 +262,8 @@ def test_sigterm_of_a_cli_merge_leaves_nothing(trio, tmp_path, seen):
     out = tmp_path / "merged"
     before = fingerprint(trio.base, trio.one, trio.two, recipe)
     never = tmp_path / "never-released"  # the signal, not this file, ends the pause
+    # A real `mergesmith` program (not a warm child, tests/support/warm_cli.py): the signal must meet the handlers
+    # the program itself installs, nothing inherited from a test helper.
     process = subprocess.Popen([sys.executable, "-m", "guiapp", "merge", str(recipe), str(out)],
                                stderr=subprocess.PIPE, text=True,
                                env={**os.environ, PAUSE_VARIABLE: f"Merging:2:{never}"})

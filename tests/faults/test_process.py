@@ -24,7 +24,7 @@ from guiapp.jobs.runner import JobListeners, JobStatus, run_job
 from guiapp.jobs.specs import merge_job
 from guiapp.progress import PAUSE_VARIABLE, CancelToken
 from tests.faults.harness import fingerprint, leftovers, looks_finished
-from tests.ui.conftest import isolated_settings, make_window, models, probed, window  # noqa: F401 - the window
+from tests.ui.conftest import isolated_settings, make_window, window  # noqa: F401 - the window
 
 CANCELS = 20
 # Big enough that the output spans several 20 MB shards, so a kill lands between shards.
@@ -80,11 +80,13 @@ def slow_model(tmp_path_factory) -> Path:
 
 
 def _cli(*args, env: dict[str, str] | None = None) -> subprocess.Popen:
+    """A real `mergesmith` program (not a warm child, tests/support/warm_cli.py): `kill -9` ends what the user
+    runs, nothing a test helper set up around it."""
     return subprocess.Popen([sys.executable, "-m", "guiapp", *map(str, args)], stderr=subprocess.PIPE, text=True,
                             env={**os.environ, **(env or {})})
 
 
-def test_kill_9_of_a_cli_merge_midway(slow_model, tmp_path, seen):
+def test_kill_9_of_a_cli_merge_midway(slow_model, tmp_path, warm_cli, seen):
     recipe = tmp_path / "recipe.yml"
     recipe.write_text(f"merge_method: ties\nbase_model: {slow_model}\nmodels:\n  - model: {slow_model}\n"
                       f"    parameters: {{weight: 1, density: 0.5}}\n")
@@ -108,10 +110,9 @@ def test_kill_9_of_a_cli_merge_midway(slow_model, tmp_path, seen):
     assert not out.exists() and not looks_finished(out)
     assert fingerprint(slow_model, recipe) == before
 
-    # The next start: any job writing next to it removes the dead process's staging folder.
-    again = _cli("merge", recipe, tmp_path / "second", "--out-shard-size", "20MB")
-    _, err = again.communicate(timeout=180)
-    assert again.returncode == 0, err
+    # The next start (another process): any job writing next to it removes the dead process's staging folder.
+    again = warm_cli.run(["merge", str(recipe), str(tmp_path / "second"), "--out-shard-size", "20MB"], timeout=180)
+    assert again.returncode == 0, again.stderr
     assert leftovers(tmp_path) == [] and not out.exists() and looks_finished(tmp_path / "second")
     seen("process", "kill -9 of a CLI merge midway, then the next start",
          f"(killed: no message possible) {len(staged)} staging folder, removed by the next job; "

@@ -50,7 +50,7 @@ def hub(hub_env, trio):
     return hub_env
 
 
-def test_the_token_stays_in_huggingface_hubs_token_file(hub, trio, qtbot, tmp_path, monkeypatch, seen):
+def test_the_token_stays_in_huggingface_hubs_token_file(hub, trio, qtbot, tmp_path, monkeypatch, warm_cli, seen):
     from guiapp.hub.tokens import sign_in  # noqa: PLC0415
     from guiapp.ui.job_bridge import JobBridge  # noqa: PLC0415
 
@@ -71,8 +71,7 @@ def test_the_token_stays_in_huggingface_hubs_token_file(hub, trio, qtbot, tmp_pa
     # The CLI's way: a failure is explained on screen and its full report saved as last-error.txt.
     recipe = tmp_path / "members.yml"
     recipe.write_text(_linear(trio.one, "org/members-only"))
-    cli = subprocess.run([sys.executable, "-m", "guiapp", "merge", str(recipe), str(tmp_path / "cli-out")],
-                         capture_output=True, text=True, timeout=120, env={**os.environ})
+    cli = warm_cli.run(["merge", str(recipe), str(tmp_path / "cli-out")], timeout=120)
     assert cli.returncode == 1 and (cache / "last-error.txt").is_file()
     # An exported recipe (the Merge page's Export writes the recipe's YAML) and the merge's own copy of it.
     (tmp_path / "exported.yml").write_text(yaml.safe_dump(done.spec["recipe"], sort_keys=False))
@@ -92,6 +91,8 @@ def test_outputs_get_the_users_umask(trio, tmp_path, seen):
     recipe = tmp_path / "recipe.yml"
     recipe.write_text(_linear(trio.one, trio.two))
     out = tmp_path / "out"
+    # A new program, not a warm child (tests/support/warm_cli.py): the umask is in force before anything of
+    # Mergesmith's or its libraries is imported, as when the user starts it.
     done = subprocess.run([sys.executable, "-m", "guiapp", "merge", str(recipe), str(out)], capture_output=True,
                           text=True, timeout=120, preexec_fn=lambda: os.umask(0o027))
     assert done.returncode == 0, done.stderr
