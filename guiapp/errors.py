@@ -64,13 +64,20 @@ class MergesmithError(Exception):
 
 
 class RecipeError(MergesmithError, ValueError):
-    """The recipe is invalid (unknown method, missing or out-of-range parameter, bad YAML); `key` names where."""
+    """The recipe is invalid: an unknown method, a missing or out-of-range parameter, or YAML that cannot be read.
+
+    (The first paragraph of an error class's docstring is the "Why" users read when the error gives none; `key`
+    names the recipe key.)
+    """
 
     title = "The recipe has a problem"
 
 
 class SettingsError(MergesmithError, ValueError):
-    """A job setting or option is invalid (a rank, solver, scale, shard size, sort order…); `key` names it."""
+    """A job setting or option is invalid (a rank, solver, scale, shard size, sort order…).
+
+    `key` names the setting.
+    """
 
     title = "A setting has a problem"
 
@@ -153,7 +160,7 @@ class ModelNotFoundError(HubError, FileNotFoundError):
 
 
 class RevisionNotFoundError(HubError, FileNotFoundError):
-    """The model exists but the branch, tag or commit after `@` does not."""
+    """The model exists but the branch, tag or commit written after the @ in its name does not."""
 
     title = "The model version was not found"
 
@@ -190,7 +197,7 @@ class InvalidTokenError(HubError, PermissionError):
 
 
 class HubResponseError(HubError):
-    """The Hub (or the mirror HF_ENDPOINT names) sent an answer Mergesmith will not use: a file or version name
+    """The Hub (or the mirror Mergesmith is set to use) sent an answer Mergesmith will not use: a file or version name
     that would point outside the cache, an answer too large once decompressed, or fields of the wrong kind."""
 
     title = "The Hub sent an answer Mergesmith cannot use"

@@ -11,7 +11,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from guiapp.errors import CheckpointError, GatedModelError, JobCancelled, NonFiniteResultError
+from guiapp.errors import CheckpointError, GatedModelError, JobCancelled, MergesmithError, NonFiniteResultError
 from guiapp.system.explain import Explanation, explain
 
 
@@ -561,3 +561,22 @@ def test_a_broken_pipe_is_not_a_network_failure():
     reader.stdin = None  # already broken: nothing for Popen to close
     assert explanation.kind == "broken_pipe" and "Hub" not in explanation.title
     assert explanation.title == explain("BrokenPipeError: [Errno 32] Broken pipe").title
+
+
+def _error_classes() -> list[type]:
+    import inspect
+
+    import guiapp.errors as errors
+
+    return [cls for _, cls in inspect.getmembers(errors, inspect.isclass)
+            if issubclass(cls, errors.MergesmithError) and cls is not errors.MergesmithError]
+
+
+@pytest.mark.parametrize("error_class", _error_classes(), ids=lambda cls: cls.__name__)
+def test_the_why_an_error_class_gives_is_written_for_the_user(error_class):
+    """With no `why` of its own, an error's "Why" is its class's first docstring paragraph: plain words, not notes
+    for developers (`key` names where) or environment variables."""
+    error = error_class.__new__(error_class)
+    MergesmithError.__init__(error, "Something specific happened.")
+    why = explain(error).why
+    assert why and "`" not in why and "_" not in why and "key" not in why.split(), why
