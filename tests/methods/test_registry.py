@@ -27,6 +27,13 @@ def test_unknown_method_suggests_the_closest_name():
     assert "task_arithmetic" in caught.value.hint
 
 
+@pytest.mark.parametrize(("written", "meant"), [("LINEAR", "linear"), ("Task-Arithmetic", "task_arithmetic")])
+def test_a_method_written_in_capitals_or_with_dashes_gets_its_name_suggested(written, meant):
+    with pytest.raises(RecipeError) as caught:
+        get_method(written)
+    assert f'Did you mean "{meant}"?' in str(caught.value)
+
+
 @pytest.mark.parametrize("name", sorted(ALL_METHODS))
 def test_every_method_describes_itself_and_its_params(name):
     method = get_method(name)

@@ -49,7 +49,7 @@ def get_method(name: str) -> MergeMethod:
     try:
         return METHODS[name]
     except KeyError:
-        close = difflib.get_close_matches(str(name), METHODS, n=1)
+        close = difflib.get_close_matches(str(name).lower().replace("-", "_"), METHODS, n=1)
         suggestion = f' Did you mean "{close[0]}"?' if close else ""
         raise RecipeError(
             f'Unknown merge method "{name}".{suggestion}',
