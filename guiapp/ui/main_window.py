@@ -71,7 +71,7 @@ class MainWindow(QMainWindow):
         self._build_menus()
         self.statusBar().showMessage("Loading PyTorch and the merge methods in the background…")
 
-        self.welcome.go_to.connect(self.show_page)
+        self.welcome.go_to.connect(self._start_on)
         self.welcome.samples_ready.connect(self._sample_ready)
         self.settings.show_welcome.connect(lambda: self.show_page("welcome"))
         state.use_as_base.connect(lambda ref: (self.merge.set_base(ref), self.show_page("merge")))
@@ -180,6 +180,12 @@ class MainWindow(QMainWindow):
 
     def show_page(self, key: str) -> None:
         self.nav.setCurrentRow([k for k, _ in PAGES].index(key))
+
+    def _start_on(self, key: str) -> None:
+        """A page chosen on the Start page, ready for its first step (the Models page: typing a search)."""
+        self.show_page(key)
+        if key == "models":
+            self.models.focus_search()
 
     def current_page(self) -> str:
         return PAGES[self.nav.currentRow()][0]

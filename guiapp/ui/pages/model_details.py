@@ -44,8 +44,9 @@ class ModelDetailsPane(QWidget):
         self.download_button.clicked.connect(self._download)
         self.base_button = QPushButton("Use as base")
         self.base_button.clicked.connect(lambda: self.details and state.use_as_base.emit(self.details.repo_id))
+        self.chosen: list[tuple[str, tuple[str, ...]]] = []  # the selected results: (repo id, the bases it names)
         self.add_button = QPushButton("Add to merge")
-        self.add_button.clicked.connect(lambda: self.details and state.add_to_merge.emit(self.details.repo_id))
+        self.add_button.clicked.connect(self._add_to_merge)
         self.extract_button = QPushButton("Extract LoRA from this")
         self.extract_button.clicked.connect(self._extract_from_details)
         self.page_button = QPushButton("Open on the Hub")
@@ -135,6 +136,26 @@ class ModelDetailsPane(QWidget):
         self.extract_button.setToolTip(f"Extract a LoRA of this model against {details.base_models[0]}"
                                        if details.base_models else "Extract a LoRA of this model (choose its base)")
 
+    def set_chosen(self, chosen: list[tuple[str, tuple[str, ...]]]) -> None:
+        """The models selected in the results, each with the base models it names: "Add to merge" adds them all."""
+        self.chosen = chosen
+        several = len(chosen) > 1
+        self.add_button.setText(f"Add {len(chosen)} models to merge" if several else "Add to merge")
+        self.add_button.setToolTip("Add the selected models to the merge; one the others name as their base model "
+                                   "becomes the merge's base" if several else "Add this model to the merge")
+
+    def _add_to_merge(self) -> None:
+        if len(self.chosen) <= 1:
+            if self.details is not None:
+                self.state.add_to_merge.emit(self.details.repo_id)
+            return
+        base = base_of_the_others(self.chosen)
+        if base is not None:
+            self.state.use_as_base.emit(base)
+        for repo_id, _ in self.chosen:
+            if repo_id != base:
+                self.state.add_to_merge.emit(repo_id)
+
     def _enable_actions(self, enabled: bool) -> None:
         for button in self._actions:
             button.setEnabled(enabled)
@@ -167,6 +188,13 @@ class ModelDetailsPane(QWidget):
             self.detail_status.setText(f"The download of {self.details.repo_id} {record.status}: the Jobs page "
                                        "says why and can retry it.")
             set_status_style(self.detail_status, "problem")
+
+
+def base_of_the_others(chosen: list[tuple[str, tuple[str, ...]]]) -> str | None:
+    """The one chosen model every other chosen model names as its base (repo id, bases named), else None."""
+    found = [repo_id for repo_id, _ in chosen
+             if all(repo_id in bases for other, bases in chosen if other != repo_id)]
+    return found[0] if len(found) == 1 else None
 
 
 def count_text(value: int | None) -> str:

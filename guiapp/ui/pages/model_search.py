@@ -36,6 +36,7 @@ SIZE_FILTERS = {"Any size": (None, None), "Under 1B parameters": (None, 1_000_00
                 "1B to 10B": (1_000_000_000, 10_000_000_000), "Over 10B": (10_000_000_000, None)}
 COLUMNS = ("Model", "Size", "Parameters", "Fit", "Downloads", "Likes", "Updated", "Gated")
 NAME_COLUMN, FIT_COLUMN, GATED_COLUMN = 0, 3, 7
+BASES_ROLE = Qt.ItemDataRole.UserRole + 1  # the base models a result's tags name
 # The Fit column by the download's verdict against the cache's free disk (FitLevel names).
 FIT_CELLS = {"FITS_IN_RAM": ("Fits", "The download fits the free disk; open the model to see the memory it needs"),
              "TIGHT": ("Tight", "The download takes nearly all of the free disk"),
@@ -76,7 +77,7 @@ class HubSearchTab(QWidget):
         self.results.setHorizontalHeaderLabels(list(COLUMNS))
         self.results.setTextElideMode(Qt.TextElideMode.ElideMiddle)
         self.results.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
-        self.results.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.results.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)  # add several at once
         self.results.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.results.verticalHeader().setVisible(False)
         header = self.results.horizontalHeader()
@@ -168,6 +169,7 @@ class HubSearchTab(QWidget):
             for column, text in enumerate(cells):
                 item = QTableWidgetItem(text)
                 item.setData(Qt.ItemDataRole.UserRole, summary.repo_id)
+                item.setData(BASES_ROLE, declared_bases(summary.tags))
                 item.setToolTip(tips.get(column, ""))
                 self.results.setItem(row, column, item)
         count = self.results.rowCount()
@@ -193,9 +195,18 @@ class HubSearchTab(QWidget):
         set_status_style(self.search_status, "problem")
 
     def _result_selected(self) -> None:
-        items = self.results.selectedItems()
-        if items:
-            self.details_pane.open_details(items[0].data(Qt.ItemDataRole.UserRole))
+        """Show the details of the row clicked last, and let the pane add every selected model."""
+        rows = sorted({index.row() for index in self.results.selectionModel().selectedRows()})
+        self.details_pane.set_chosen([(self.results.item(row, NAME_COLUMN).data(Qt.ItemDataRole.UserRole),
+                                       self.results.item(row, NAME_COLUMN).data(BASES_ROLE)) for row in rows])
+        if rows:
+            shown = self.results.currentRow() if self.results.currentRow() in rows else rows[0]
+            self.details_pane.open_details(self.results.item(shown, NAME_COLUMN).data(Qt.ItemDataRole.UserRole))
+
+
+def declared_bases(tags: tuple[str, ...]) -> tuple[str, ...]:
+    """The base models a Hub model's tags name ("base_model:org/name", "base_model:finetune:org/name")."""
+    return tuple(dict.fromkeys(tag.rsplit(":", 1)[-1] for tag in tags if tag.startswith("base_model:")))
 
 
 def _fits(page: list[Any]) -> list[Any]:
