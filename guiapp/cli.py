@@ -513,7 +513,7 @@ def _run_hub_info(args: argparse.Namespace) -> int:
     _hub_setup(args)
     ref = ModelRef.parse(args.repo)
     if ref.hub_id is None:
-        print(f"mergesmith hub info: {args.repo} is a folder path, not a Hub model id (org/name).", file=sys.stderr)
+        print(f"mergesmith hub info: {_not_a_hub_id(ref)}", file=sys.stderr)
         return EXIT_USAGE
     details = model_details(ref.hub_id, ref.revision)
     tensors = remote_tensors(ref.hub_id, details.commit) if args.tensors else {}
@@ -541,6 +541,22 @@ def _run_hub_info(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _not_a_hub_id(ref) -> str:
+    """Why a reference that is not a Hub id cannot be looked up on the Hub (hub info, hub download)."""
+    from guiapp.errors import CheckpointError
+    from guiapp.system.bounded import describe_value
+
+    shown = describe_value(str(ref))
+    try:
+        folder = ref.existing_folder()
+    except CheckpointError:  # no such folder: the text is simply not an id
+        folder = None
+    if folder is not None:
+        return f"{shown} is a folder on this computer, not a Hub model id (org/name)."
+    return (f"{shown} is not a Hub model id: an id is org/name, each part at most 96 letters, digits, "
+            "'-', '_' or '.'.")
+
+
 def _run_hub_check(args: argparse.Namespace) -> int:
     from guiapp.engine.compatibility import check_compatibility  # torch-free
     from guiapp.hub.references import ModelRef
@@ -559,8 +575,7 @@ def _run_hub_download(args: argparse.Namespace) -> int:
     _hub_setup(args)
     ref = ModelRef.parse(args.repo)
     if ref.hub_id is None:
-        print(f"mergesmith hub download: {args.repo} is a folder path, not a Hub model id (org/name).",
-              file=sys.stderr)
+        print(f"mergesmith hub download: {_not_a_hub_id(ref)}", file=sys.stderr)
         return EXIT_USAGE
     printer = TerminalProgress()
     progress = Progress(on_event=lambda event: printer.on_event(None, event))

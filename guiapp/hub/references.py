@@ -29,7 +29,16 @@ def split_revision(text: str) -> tuple[str, str | None]:
 
 
 def _is_folder(text: str) -> bool:
-    return Path(text).expanduser().is_dir()
+    return _is_dir(Path(text).expanduser())
+
+
+def _is_dir(path: Path) -> bool:
+    """Path.is_dir() that answers False for a name the system cannot look up (too long, a NUL byte), which
+    pathlib raises about."""
+    try:
+        return path.is_dir()
+    except (OSError, ValueError):
+        return False
 
 
 @dataclass(frozen=True)
@@ -108,7 +117,7 @@ class ModelRef:
         """
         if self.folder is None:
             return None
-        if not self.folder.is_dir():
+        if not _is_dir(self.folder):
             raise CheckpointError(
                 f"The model folder {self.folder} does not exist.",
                 hint="Check the path, or use a Hub id such as org/name.",

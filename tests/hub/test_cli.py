@@ -81,3 +81,14 @@ def test_failures_are_explained(published, hub_env):
     assert code == 1 and "org/nope" in err and "spelling" in err
     code, _, err = run(hub_env, "hub", "--offline", "search", "llama")
     assert code == 1 and "offline" in err.lower()
+
+
+@pytest.mark.parametrize(("written", "said"), [
+    ("org/name with space", "is not a Hub model id: an id is org/name"),
+    ("a" * 500 + "/b", "is not a Hub model id: an id is org/name"),  # the system refuses to look the name up
+    (".", "is a folder on this computer, not a Hub model id"),
+])
+def test_what_is_not_a_hub_id_is_said_for_what_it_is(hub_env, written, said):
+    for command in ("info", "download"):
+        code, _, err = run(hub_env, "hub", command, written)
+        assert code == 2 and said in err and "Traceback" not in err, err
