@@ -37,6 +37,7 @@ import psutil
 
 from guiapp import __version__
 from guiapp.errors import OutputError
+from guiapp.system.bounded import describe_value
 from guiapp.system.units import format_bytes
 
 MARKER = ".mergesmith-output.json"
@@ -144,6 +145,7 @@ def check_output_location(destination: Path | str, inputs: Iterable[Path], *, re
     """
     path = absolute_destination(destination)
     _check_parent(path)
+    _check_name_lengths(path)
     for candidate in {path, _resolve(path)}:
         for protected in protected_folders(inputs):
             folder = protected.folder
@@ -391,6 +393,32 @@ def _check_parent(path: Path) -> None:
                     hint="Choose an output folder in a folder that exists, or under a new folder name.",
                 )
             return
+
+
+def _check_name_lengths(path: Path) -> None:
+    """Refuse, before anything is written, a folder name the disk would refuse: the output's own name must leave
+    room for the hidden staging folder's longer name beside it."""
+    existing = next((ancestor for ancestor in path.parents if os.path.isdir(ancestor)), Path(path.anchor or "/"))
+    try:
+        limit = os.pathconf(existing, "PC_NAME_MAX")
+    except (OSError, ValueError, AttributeError):  # not answered here (Windows has no pathconf): the usual limit
+        limit = 255
+    for part in path.relative_to(existing).parts[:-1]:
+        if len(part.encode()) > limit:
+            raise OutputError(
+                f"The folder name {describe_value(part)} in the output path is {len(part.encode())} bytes long; "
+                f"names on this disk can have at most {limit}.",
+                hint="Choose an output folder with shorter folder names.",
+            )
+    staging = len(staging_name(path, "partial").name.encode())
+    if staging > limit:
+        room = limit - (staging - len(path.name.encode()))
+        raise OutputError(
+            f"The output folder's name is {len(path.name.encode())} bytes long, too long for this disk: names there "
+            f"can have at most {limit} bytes, and the unfinished folder Mergesmith writes first adds "
+            f"{staging - len(path.name.encode())} to it.",
+            hint=f"Choose a shorter name for the output folder: at most {room} plain letters and digits.",
+        )
 
 
 def _relative_files(folder: Path, *, with_folders: bool = False) -> Iterable[str]:

@@ -455,6 +455,17 @@ CATALOGUE: tuple[Entry, ...] = (
         refine=_refine_disk_full,
     ),
     Entry(
+        key="name_too_long",
+        title="A file or folder name is too long",
+        what="A file or folder name is longer than the disk allows.",
+        why="Most file systems allow at most 255 bytes per file or folder name (fewer characters for accented or "
+        "non-Latin letters), whatever the length of the whole path.",
+        fix="Choose a shorter name for the output folder (or move the model to a folder with a shorter name), "
+        "then run it again.",
+        pattern=_patterns(r"\[Errno 36\] File name too long(?:: '(?P<path>[^']+)')?", r"ENAMETOOLONG",
+                          r"The filename or extension is too long"),
+    ),
+    Entry(
         key="gated_repo",
         title="This model needs your permission first",
         what="The model is gated: its files can only be read after you accept its licence.",

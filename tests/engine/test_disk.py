@@ -53,3 +53,24 @@ def test_disk_that_fills_up_midway(model, tmp_path):
         with pytest.raises(InsufficientResourcesError, match="filled up"):
             run_merge(recipe(_text(model)), MergeSettings(disk / "out"), Progress(on_event=fill_the_disk))
         assert sorted(p.name for p in disk.iterdir()) == ["someone-else.bin"]
+
+
+@pytest.mark.parametrize("too_long", ["o" * 240, "o" * 300 + "/out", "ö" * 120])
+def test_an_output_name_the_disk_would_refuse_is_refused_first(model, tmp_path, too_long):
+    """Names are limited per folder (255 bytes), and the staging folder's name is longer than the output's: a
+    name that fits the disk but not its staging sibling failed mid-job as an unexplained OSError."""
+    before = fingerprint(model)
+    with pytest.raises(OutputError, match="bytes long") as caught:
+        run_merge(recipe(_text(model)), MergeSettings(tmp_path / "outs" / too_long))
+    assert "shorter" in caught.value.hint
+    assert not (tmp_path / "outs").exists() and fingerprint(model) == before
+
+
+def test_a_name_too_long_for_the_disk_is_explained():
+    from guiapp.system.explain import explain
+
+    try:
+        open("/tmp/" + "n" * 300, "w")  # noqa: SIM115 - it cannot open
+    except OSError as error:
+        explanation = explain(error)
+    assert explanation.title == "A file or folder name is too long" and "shorter name" in explanation.fix
