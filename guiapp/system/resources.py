@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 
 from guiapp.errors import DeviceError, InsufficientResourcesError, OutputError
-from guiapp.system.units import format_bytes, format_duration_range
+from guiapp.system.units import format_bytes, roughly
 
 # Above these fractions of what is free, a job is "tight": it may fit, but other programs can tip it over.
 TIGHT_FRACTION_OF_RAM = 0.8
@@ -265,4 +265,4 @@ class TimeEstimate:
     def __str__(self) -> str:
         low = self.seconds if self.low is None else self.low
         high = self.seconds if self.high is None else self.high
-        return f"about {format_duration_range(low, high)}"
+        return roughly(low, high)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 
+UNDER_A_SECOND = "under a second"
+
 
 def format_bytes(count: float) -> str:
     """1536 → "1.5 KB", 25276510208 → "25.3 GB" (decimal units, as disks and the Hub show them)."""
@@ -15,7 +17,9 @@ def format_bytes(count: float) -> str:
 
 
 def format_seconds(seconds: float) -> str:
-    """42 → "42 s", 150 → "2 min 30 s", 7260 → "2 h 1 min"."""
+    """42 → "42 s", 150 → "2 min 30 s", 7260 → "2 h 1 min", 0.4 → "less than a second" (0 → "0 s")."""
+    if 0 < seconds < 1:
+        return "less than a second"
     total = round(seconds)
     if total < 60:
         return f"{total} s"
@@ -29,8 +33,11 @@ def format_seconds(seconds: float) -> str:
 def format_duration_range(low: float, high: float) -> str:
     """A duration that is only known roughly, in the unit of its upper end: (50, 110) → "1–2 min",
     (4, 9) → "4–9 s", (12, 33) → "10–35 s", (5000, 9000) → "1–3 h". Ends are rounded outwards, to whole units
-    (seconds above 10 to fives), so the range never looks more precise than it is."""
+    (seconds above 10 to fives), so the range never looks more precise than it is; up to about a second
+    (below 1.5 s) it is "under a second"."""
     low, high = max(0.0, min(low, high)), max(0.0, low, high)
+    if high < 1.5:
+        return UNDER_A_SECOND
     if high < 60:
         step = 5 if high > 10 else 1
         bottom, top, unit = math.floor(low / step) * step, math.ceil(high / step) * step, "s"
@@ -40,6 +47,12 @@ def format_duration_range(low: float, high: float) -> str:
     else:
         bottom, top, unit = max(1, math.floor(low / 3600)), math.ceil(high / 3600), "h"
     return f"{top} {unit}" if bottom >= top else f"{bottom}–{top} {unit}"
+
+
+def roughly(low: float, high: float) -> str:
+    """A rough duration as a phrase: "about 1–2 min", or "under a second"."""
+    text = format_duration_range(low, high)
+    return text if text == UNDER_A_SECOND else f"about {text}"
 
 
 def plural(count: int, noun: str, plural_noun: str | None = None) -> str:

@@ -185,7 +185,7 @@ class PublishDialog(QDialog):
 
         self.progress.setValue(int(event.fraction * 1000))
         rate = f", {format_bytes(int(event.rate))}/s" if event.rate else ""
-        left = f", about {format_seconds(event.eta)} left" if event.eta is not None else ""
+        left = f", {'about ' if event.eta >= 1 else ''}{format_seconds(event.eta)} left" if event.eta is not None else ""
         current = f" (last: {event.item})" if event.item else ""
         self.progress_text.setText(f"File {event.done} of {event.total}, {format_bytes(event.bytes_done)} of "
                                    f"{format_bytes(event.bytes_total)}{rate}{left}{current}")

@@ -19,7 +19,8 @@ from guiapp.jobs.estimates import estimate_merge
 from guiapp.jobs.runner import JobStatus, run_job
 from guiapp.jobs.specs import merge_job
 from guiapp.system.probe import ProbeResult, Speed
-from guiapp.system.units import format_duration_range
+from guiapp.system.resources import TimeEstimate
+from guiapp.system.units import format_duration_range, format_seconds, roughly
 
 # Two of these make a linear merge just above the size whose throughput is recorded (20 MB).
 CALIBRATING = LlamaShape(hidden=256, intermediate=688, layers=2, heads=4, kv_heads=2, vocab=9000)
@@ -42,9 +43,18 @@ def test_durations_are_shown_as_ranges_in_one_unit():
     assert format_duration_range(50, 110) == "1–2 min"
     assert format_duration_range(4, 9) == "4–9 s"
     assert format_duration_range(12, 33) == "10–35 s"
-    assert format_duration_range(0, 0.3) == "1 s"
+    assert format_duration_range(0, 0.3) == "under a second"
+    assert format_duration_range(0.8, 1.3) == "under a second"  # whole seconds cannot say more
+    assert format_duration_range(0.8, 2.2) == "1–3 s"
     assert format_duration_range(130, 170) == "2–3 min"
     assert format_duration_range(5000, 9000) == "1–3 h"
+
+
+def test_sub_second_durations_are_said_in_words():
+    assert roughly(0.2, 0.9) == "under a second" and roughly(4, 9) == "about 4–9 s"
+    assert format_seconds(0.4) == "less than a second" and format_seconds(0) == "0 s"
+    assert format_seconds(42) == "42 s"
+    assert str(TimeEstimate(0.9, "test", 0.7, 1.2)) == "under a second"
 
 
 def test_an_estimate_counts_start_up_downloads_and_work(probed):

@@ -3,6 +3,8 @@ while the form has an error or is being checked, a one-line summary, and nothing
 
 from __future__ import annotations
 
+import re
+
 import yaml
 from PySide6.QtCore import QPoint, QRect, Qt
 
@@ -42,7 +44,9 @@ def test_run_is_in_sight_at_the_smallest_size_and_disabled_with_the_reason_until
     qtbot.waitUntil(button.isEnabled, timeout=20_000)
     assert status.text() == "Ready."
     summary = page.run_box.action_bar.summary.text()
-    assert summary.startswith("Linear (weighted average) · 2 models · into merged · about "), summary
+    # the time as a range, or in words below a second (which one depends on this machine's speed)
+    assert re.fullmatch(r"Linear \(weighted average\) · 2 models · into merged · (about \S+ \w+|under a second)",
+                        summary), summary
     qtbot.mouseClick(button, Qt.MouseButton.LeftButton)
     assert wait_for_job(qtbot, window, window.jobs.selected).status == "done"
 

@@ -246,3 +246,13 @@ def test_a_finished_job_shows_its_own_stage_not_the_last_selected_jobs(qtbot, wi
     merge_stage = window.jobs.stage.text()
     window.jobs.select(extraction.key)
     assert window.jobs.stage.text() != merge_stage and "adapter" in window.jobs.stage.text()
+
+
+def test_a_sub_second_merge_says_so_in_words():
+    from types import SimpleNamespace
+
+    from guiapp.ui.pages.jobs import summary_text
+
+    record = SimpleNamespace(status="done", kind="merge", summary={"tensors": 3, "output_bytes": 2000,
+                                                                    "output": "/out", "seconds": 0.4})
+    assert summary_text(record) == "Wrote 3 tensors (2.0 KB) to /out in less than a second."

@@ -43,7 +43,8 @@ def test_form_builds_the_recipe_yaml(qtbot, window, models):
     # the plan is checked off the UI thread and its verdict appears before Run
     qtbot.waitUntil(lambda: "Compatible" in page.compatibility.text(), timeout=20_000)
     assert "3 models" in page.compatibility.text()
-    assert "Reads" in page.estimate.text() and "Time: about" in page.estimate.text()
+    assert "Reads" in page.estimate.text()
+    assert "Time: about" in page.estimate.text() or "Time: under a second." in page.estimate.text()
     assert page.fit_label.text().startswith("Fits in RAM")
 
 

@@ -339,7 +339,7 @@ def summary_text(record) -> str:
         return ""
     if record.kind == "merge":
         text = (f"Wrote {summary.get('tensors')} tensors ({format_bytes(summary.get('output_bytes', 0))}) to "
-                f"{summary.get('output')} in {summary.get('seconds', 0):.1f} s.")
+                f"{summary.get('output')} in {_duration(summary.get('seconds', 0))}.")
         return text + "".join(f"\nWarning: {w}" for w in summary.get("warnings") or [])
     if record.kind == "extract":
         return extraction_report(summary)

@@ -13,7 +13,7 @@ from typing import Any
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
-from guiapp.system.units import format_duration_range, format_seconds
+from guiapp.system.units import format_seconds, roughly
 from guiapp.ui.widgets.charts import ChartHost, pyqtgraph
 
 CHART_HEIGHT = 150
@@ -145,5 +145,5 @@ def _verdict(estimate: dict[str, Any] | None, actual: float | None) -> str:
         how = "faster than estimated"
     else:
         how = "close to the estimate"
-    return (f"Estimated about {format_duration_range(low, high)} (shaded); took {format_seconds(actual)} "
+    return (f"Estimated {roughly(low, high)} (shaded); took {format_seconds(actual)} "
             f"(dashed line), {how}.")
