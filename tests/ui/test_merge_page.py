@@ -141,3 +141,18 @@ def test_import_and_export_recipe_files(qtbot, window, models, tmp_path):
     page.export_recipe(str(target))
     assert yaml.safe_load(target.read_text()) == _yaml(page)
     assert _yaml(page)["models"][0]["parameters"]["weight"] == 0.5
+
+
+def test_the_models_tables_headers_are_not_cut_at_the_default_width(qtbot, window, models):
+    window.resize(1360, 860)
+    window.show_page("merge")
+    page = window.merge
+    page.yaml_edit.setPlainText(yaml.safe_dump({"merge_method": "ties", "base_model": str(models.base), "models": [
+        {"model": str(models.tune_a), "parameters": {"weight": 0.5, "density": 0.5}},
+        {"model": str(models.tune_b), "parameters": {"weight": 0.5, "density": 0.5}}]}))
+    qtbot.waitUntil(lambda: page.table.rowCount() == 2, timeout=10_000)
+    header = page.table.horizontalHeader()
+    for column in range(1, page.table.columnCount() - 1):  # the values' columns ("Keep this fraction of changes")
+        text = page.table.horizontalHeaderItem(column).text()
+        assert header.sectionSize(column) >= header.sectionSizeHint(column), text
+    assert header.length() <= page.table.viewport().width()  # and the table still fits without scrolling sideways

@@ -17,6 +17,7 @@ from guiapp.ui.widgets.elided_line_edit import ElidedLineEdit
 from guiapp.ui.widgets.param_form import ParamEditor
 
 MODEL_COLUMN_WIDTH = 170
+VALUE_COLUMN_WIDTH = 175  # a number box and its "All layers / Per layer" choice
 MIN_TABLE_HEIGHT, MAX_TABLE_HEIGHT = 150, 480  # beyond the maximum, the table scrolls its rows
 
 
@@ -49,9 +50,9 @@ class ModelsTable(QTableWidget):
         header = self.horizontalHeader()
         header.setSectionResizeMode(0, QHeaderView.ResizeMode.Interactive)  # sized by _fit_model_column
         header.setMinimumSectionSize(60)
-        for column in range(1, len(specs) + 1):
+        for column in range(1, len(specs) + 1):  # wide enough for the editor, and for its label to show whole
             header.setSectionResizeMode(column, QHeaderView.ResizeMode.Interactive)
-            self.setColumnWidth(column, 175)
+            self.setColumnWidth(column, max(VALUE_COLUMN_WIDTH, header.sectionSizeHint(column)))
         header.setSectionResizeMode(len(specs) + 1, QHeaderView.ResizeMode.ResizeToContents)
         self._fit_model_column()
 
