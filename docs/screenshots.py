@@ -8,6 +8,9 @@ shows), a real merge, a failing merge (output folder taken), a rank preview and 
 generation on the Try page. It grabs every page light at 1360×860, Merge, LoRA and Jobs dark, and Merge, LoRA,
 Jobs and Models at 1024×700: docs/screenshot-<page>[-dark][-1024x700].png. The Publish dialog has its own script
 (docs/publish_screenshot.py: it needs the test Hub's upload API and a sign-in).
+
+Names given on the command line (`merge merge-dark jobs`…) limit the files written to those, so a change to one
+page refreshes its pictures only; the run is the same.
 """
 
 from __future__ import annotations
@@ -36,11 +39,12 @@ def main() -> int:
 
     with HubServer() as server:
         os.environ["HF_ENDPOINT"] = server.url
-        shoot(folder, server)
+        shoot(folder, server, set(sys.argv[1:]))
     return 0
 
 
-def shoot(folder: Path, server) -> None:
+def shoot(folder: Path, server, wanted: set[str]) -> None:
+    """Drive the window and save its pictures (only the names in `wanted`, when it is not empty)."""
     import torch
     from PySide6.QtCore import QEventLoop, QSettings
     from PySide6.QtWidgets import QApplication
@@ -87,6 +91,8 @@ def shoot(folder: Path, server) -> None:
         window.resize(*size)
         wait(lambda: (window.width(), window.height()) == size, timeout=10)
         settle()
+        if wanted and name not in wanted:
+            return
         window.grab().save(str(DOCS / f"screenshot-{name}.png"))
         print(f"docs/screenshot-{name}.png")
 
