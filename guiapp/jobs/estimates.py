@@ -171,12 +171,31 @@ def estimate_extraction(base, model, device: str, destination: Path, probe_resul
     on_gpu = device != "cpu"
     peak_ram = process_baseline() + (2 * largest if on_gpu else working)
     output_bytes = sum(_adapter_bytes(name, info, rank, embeddings) for name, info in model.tensors.items())
-    read_bytes = sum(i.nbytes for i in model.tensors.values()) + sum(i.nbytes for i in base.tensors.values())
+    # The work is decomposing the changed matrices (the base's and the fine-tune's, read and subtracted); the
+    # embeddings and output head that are saved whole, and the norms, cost little next to it. Counting every byte
+    # read made the cost per byte grow with the model, as a larger model has fewer of its bytes in embeddings
+    # (59 % of a 40 MB model's bytes are decomposed, 67 % of a 150 MB one's): the middle size came out 0.64.
+    decomposed = 2 * sum(info.nbytes for name, info in model.tensors.items() if _decomposed(name, info, embeddings))
     key = timing_key("extract", "exact" if solver == "exact" else None)
-    time = estimate_duration(key, read_bytes, probe_result, device, startup_seconds=startup_seconds)
-    work_begins(key, read_bytes)
+    time = estimate_duration(key, decomposed, probe_result, device, startup_seconds=startup_seconds)
+    work_begins(key, decomposed)
     fit = fit_verdict(peak_ram, working if on_gpu else 0, output_bytes, device, destination)
     return JobEstimate(peak_ram, working if on_gpu else 0, output_bytes, time, fit)
+
+
+def _is_vocabulary(name: str, info) -> bool:
+    """Whether a fine-tune tensor is the embeddings or the output head (extraction treats them as `embeddings`
+    says)."""
+    from guiapp.engine.peft_format import is_embedding, is_output_head  # noqa: PLC0415 - torch-free, only here
+
+    module = name.rsplit(".", 1)[0]
+    return len(info.shape) == 2 and (is_embedding(module, info.shape) or is_output_head(module))
+
+
+def _decomposed(name: str, info, embeddings: str) -> bool:
+    """Whether extraction decomposes this tensor into LoRA factors (a matrix, and not a vocabulary one that is
+    saved whole or skipped)."""
+    return len(info.shape) == 2 and (embeddings == "lora" or not _is_vocabulary(name, info))
 
 
 def _adapter_bytes(name: str, info, rank: int, embeddings: str) -> int:
@@ -185,13 +204,9 @@ def _adapter_bytes(name: str, info, rank: int, embeddings: str) -> int:
     Matrices become LoRA factors of `rank`; embeddings and the output head follow `embeddings`; anything else
     (norms, biases of saved modules) is saved whole. In the fine-tune's storage precision, as extraction writes.
     """
-    from guiapp.engine.peft_format import is_embedding, is_output_head  # noqa: PLC0415 - torch-free, only here
-
-    module = name.rsplit(".", 1)[0]
-    vocabulary = len(info.shape) == 2 and (is_embedding(module, info.shape) or is_output_head(module))
-    if vocabulary and embeddings == "skip":
+    if _is_vocabulary(name, info) and embeddings == "skip":
         return 0
-    if len(info.shape) == 2 and not (vocabulary and embeddings == "save"):
+    if _decomposed(name, info, embeddings):
         rows, cols = info.shape
         factors = (rows + cols) * min(rank, rows, cols) * (info.nbytes // max(1, info.numel))
         return factors + 2 * _ADAPTER_HEADER_ENTRY_BYTES
