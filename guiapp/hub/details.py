@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 from guiapp.errors import CheckpointError
@@ -23,6 +21,7 @@ from guiapp.hub.server_checks import (
     checked_filename,
     checked_revision,
 )
+from guiapp.system.bounded import INDEX_JSON_BYTES, load_json_limited
 
 
 @dataclass(frozen=True)
@@ -200,11 +199,13 @@ def _indexed_shards(repo_id: str, commit: str, listed: list[str], connection: Hu
 
     index = hf_hub_download(repo_id, "model.safetensors.index.json", revision=commit,
                             cache_dir=connection.cache_dir, endpoint=connection.endpoint)
+    hint = "Tell the model's authors; choose another version of the model."
+    document = load_json_limited(index, INDEX_JSON_BYTES, CheckpointError, what="index file", hint=hint)
     try:
-        shards = sorted(set(json.loads(Path(index).read_text(encoding="utf-8"))["weight_map"].values()))
-    except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, AttributeError):
+        shards = sorted(set(document["weight_map"].values()))
+    except (KeyError, TypeError, AttributeError):
         raise CheckpointError(f"The index of {repo_id} (model.safetensors.index.json) is damaged.",
-                              hint="Tell the model's authors; choose another version of the model.") from None
+                              hint=hint) from None
     strangers = [name for name in shards if name not in listed]
     if strangers:
         raise CheckpointError(

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from guiapp.errors import CheckpointError
-from guiapp.system.bounded import open_regular_file
+from guiapp.system.bounded import INDEX_JSON_BYTES, load_json_limited, open_regular_file
 
 # Larger headers do not occur in real checkpoints (the format's own limit is 100 MB); a bigger length means the
 # file is not safetensors at all.
@@ -220,8 +220,10 @@ def read_folder_headers(folder: Path) -> dict[str, TensorRecord]:
     index = folder / INDEX_FILE
     if index.is_file():
         try:
-            files = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-        except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as error:
+            document = load_json_limited(index, INDEX_JSON_BYTES, CheckpointError, what="index file",
+                                         hint="Download or export the model again.")
+            files = sorted(set(document["weight_map"].values()))
+        except (KeyError, TypeError, AttributeError) as error:
             raise CheckpointError(
                 f"{index} is not a valid safetensors index ({error}).",
                 hint="Download or export the model again.",

@@ -10,7 +10,8 @@ import os
 import tempfile
 from pathlib import Path
 
-from guiapp.errors import CheckpointError
+from guiapp.errors import CheckpointError, MergesmithError
+from guiapp.system.bounded import JSON_BYTES, load_json_limited
 from guiapp.system.paths import settings_file
 
 SETTINGS_NAME = "local_folders.json"
@@ -20,8 +21,8 @@ def list_local_folders() -> list[Path]:
     """The added folders in the order they were added (an unreadable settings file counts as an empty list)."""
     path = settings_file(SETTINGS_NAME)
     try:
-        entries = json.loads(path.read_text()).get("folders", [])
-    except (OSError, ValueError, AttributeError):
+        entries = load_json_limited(path, JSON_BYTES, MergesmithError, what="folder list").get("folders", [])
+    except (MergesmithError, AttributeError):
         return []
     return [Path(entry) for entry in entries if isinstance(entry, str)]
 

@@ -8,11 +8,20 @@ the inputs' licences; an input that is gated or whose licence forbids derivative
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
+
+from guiapp.errors import MergesmithError
+from guiapp.system.bounded import (
+    JSON_BYTES,
+    RECIPE_BYTES,
+    load_json_limited,
+    load_yaml_limited,
+    parse_yaml_bounded,
+    read_text_limited,
+)
 
 LICENCES = ("apache-2.0", "mit", "llama3.1", "llama3.2", "llama3.3", "gemma", "cc-by-4.0", "cc-by-sa-4.0",
             "cc-by-nc-4.0", "openrail", "other")
@@ -21,6 +30,7 @@ NO_DERIVATIVES = frozenset({"cc-by-nd-4.0", "cc-by-nc-nd-4.0", "cc-by-nd-3.0", "
 TAGS = ("merge", "mergekit", "mergesmith")
 RECIPE_FILE = "mergesmith_recipe.yml"
 EXTRACTION_REPORT = "extraction_report.json"
+CARD_BYTES = 4_000_000  # a README longer than this is not a model card a merge wrote
 
 
 @dataclass(frozen=True)
@@ -59,16 +69,19 @@ def base_models(folder: Path) -> list[str]:
     from guiapp.hub.references import ModelRef
 
     names: list[str] = []
-    recipe = folder / RECIPE_FILE
-    if recipe.is_file():
-        document = yaml.safe_load(recipe.read_text(encoding="utf-8")) or {}
+    try:
+        document = load_yaml_limited(folder / RECIPE_FILE, RECIPE_BYTES, MergesmithError, what="recipe") or {}
         sources = [*(document.get("models") or []),
                    *(s for piece in document.get("slices") or [] for s in piece.get("sources") or [])]
         names = [entry.get("model") if isinstance(entry, dict) else entry for entry in sources]
         names.append(document.get("base_model"))
-    adapter = folder / "adapter_config.json"
-    if adapter.is_file():
-        names.append(json.loads(adapter.read_text(encoding="utf-8")).get("base_model_name_or_path"))
+    except (MergesmithError, AttributeError, TypeError):  # no recipe, or not one Mergesmith wrote: no inputs from it
+        names = []
+    try:
+        names.append(load_json_limited(folder / "adapter_config.json", JSON_BYTES, MergesmithError,
+                                       what="adapter configuration").get("base_model_name_or_path"))
+    except (MergesmithError, AttributeError):  # not an adapter (or an unreadable one): no base to list
+        pass
     models = []
     for name in names:
         hub_id = ModelRef.parse(name).hub_id if isinstance(name, str) and name.strip() else None
@@ -141,13 +154,16 @@ def with_licence(card: str, licence: str) -> str:
 
 
 def _split_card(path: Path) -> tuple[dict, str]:
-    text = path.read_text(encoding="utf-8") if path.is_file() else ""
+    try:
+        text = read_text_limited(path, CARD_BYTES, MergesmithError, what="model card")
+    except MergesmithError:  # no card (or not a text file): the card is written from scratch
+        text = ""
     if text.startswith("---\n"):
         front_text, separator, body = text[4:].partition("\n---")
         if separator:
             try:
-                front = yaml.safe_load(front_text) or {}
-            except yaml.YAMLError:
+                front = parse_yaml_bounded(front_text, str(path), MergesmithError) or {}
+            except MergesmithError:
                 front = {}
             return (front if isinstance(front, dict) else {}), body.lstrip("-\n")
     return {}, text
@@ -155,8 +171,10 @@ def _split_card(path: Path) -> tuple[dict, str]:
 
 def _report_section(report: Path) -> str:
     try:
-        data = json.loads(report.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
+        data = load_json_limited(report, JSON_BYTES, MergesmithError, what="extraction report")
+    except MergesmithError:
+        data = None
+    if not isinstance(data, dict):
         return "## Extraction report\n\nThe extraction report (extraction_report.json) is in the files."
     lines = ["## Extraction report", ""]
     for key in ("lora_modules", "saved_modules", "mean_retained_energy"):

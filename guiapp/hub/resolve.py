@@ -4,7 +4,6 @@ and header-only metadata (tensor names, shapes, dtypes and config.json) without 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +17,7 @@ from guiapp.hub.failures import hub_errors
 from guiapp.hub.headers import TensorRecord, read_folder_headers
 from guiapp.hub.references import ModelRef
 from guiapp.progress import Progress
+from guiapp.system.bounded import JSON_BYTES, load_json_limited
 
 CONFIG_FILES = ("config.json", "adapter_config.json")
 
@@ -143,12 +143,8 @@ def _read_config(folder: Path, label: str) -> dict[str, Any]:
     for name in CONFIG_FILES:
         path = folder / name
         if path.is_file():
-            try:
-                return json.loads(path.read_text())
-            except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-                raise CheckpointError(
-                    f"{path} cannot be read as JSON ({error}).", hint="Restore or re-download it."
-                ) from error
+            return load_json_limited(path, JSON_BYTES, CheckpointError, what="model configuration",
+                                     hint="Restore or re-download it.")
     raise CheckpointError(
         f"{label} has no config.json, so its architecture is unknown.",
         hint="Choose a folder with a complete model (config.json next to the weights).",

@@ -24,6 +24,8 @@ import threading
 import time
 from pathlib import Path
 
+from guiapp.errors import MergesmithError
+from guiapp.system.bounded import JSON_BYTES, load_json_limited
 from guiapp.system.paths import settings_file
 from guiapp.system.resources import TimeEstimate
 
@@ -158,8 +160,8 @@ def measured_seconds_per_byte(key: str) -> float | None:
 
 def _load() -> dict[str, list[float]]:
     try:
-        data = json.loads(settings_file(TIMINGS_NAME).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        data = load_json_limited(settings_file(TIMINGS_NAME), JSON_BYTES, MergesmithError, what="timings file")
+    except MergesmithError:
         return {}
     if not isinstance(data, dict):
         return {}

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from guiapp.errors import MergesmithError
-from guiapp.system.bounded import check_value_size, describe_value
+from guiapp.system.bounded import JSON_BYTES, check_value_size, describe_value, load_json_limited
 from guiapp.system.paths import settings_file
 from guiapp.system.scrub import scrub
 
@@ -96,9 +96,9 @@ def load_history() -> list[JobRecord]:
     Jobs that were queued or running when the app last stopped are marked as interrupted.
     """
     try:
-        entries = json.loads(history_path().read_text(encoding="utf-8")).get("jobs", [])
+        entries = load_json_limited(history_path(), JSON_BYTES, MergesmithError, what="job history").get("jobs", [])
         records = [JobRecord.from_json(entry) for entry in entries if isinstance(entry, dict)]
-    except (OSError, ValueError, TypeError, AttributeError):
+    except (MergesmithError, ValueError, TypeError, AttributeError):
         return []
     for record in records:
         if record.status in ("queued", "running"):

@@ -8,19 +8,20 @@ Every function here may block on the network or the disk: the window awaits them
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from guiapp.engine.output_guard import read_marker
+from guiapp.errors import MergesmithError
 from guiapp.hub.cache import CachedModel, DeletionPlan, plan_deletion, scan_cache
 from guiapp.hub.connection import HubConnection
 from guiapp.hub.details import ModelDetails, model_details
 from guiapp.hub.headers import bytes_per_element
 from guiapp.hub.local_folders import add_local_folder, list_local_folders, remove_local_folder
 from guiapp.hub.search import ModelSearch, SearchQuery, SearchResults
+from guiapp.system.bounded import load_json_limited
 from guiapp.system.resources import TIGHT_FRACTION_OF_DISK, TIGHT_FRACTION_OF_RAM, FitLevel
 from guiapp.system.units import format_bytes
 
@@ -88,10 +89,9 @@ def adapter_base(folder: Path | str) -> str | None:
     None when `folder` is not an adapter or does not name one."""
     config = Path(folder) / "adapter_config.json"
     try:
-        if config.stat().st_size > _MAX_ADAPTER_CONFIG_BYTES:
-            return None
-        base = json.loads(config.read_text(encoding="utf-8")).get("base_model_name_or_path")
-    except (OSError, ValueError, AttributeError):
+        base = load_json_limited(config, _MAX_ADAPTER_CONFIG_BYTES, MergesmithError,
+                                 what="adapter configuration").get("base_model_name_or_path")
+    except (MergesmithError, AttributeError):
         return None
     return base if isinstance(base, str) and base.strip() else None
 

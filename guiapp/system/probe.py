@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from guiapp import __version__
+from guiapp.errors import MergesmithError
+from guiapp.system.bounded import JSON_BYTES, load_json_limited
 from guiapp.system.paths import home_dir
 
 CACHE_DIR_VARIABLE = "MERGESMITH_CACHE_DIR"
@@ -261,8 +263,8 @@ def cache_file(fingerprint: dict[str, str]) -> Path:
 def load_cached(path: Path, fingerprint: dict[str, str]) -> ProbeResult | None:
     """The stored result at `path` if it exists, parses, and was probed on a machine with this fingerprint."""
     try:
-        result = ProbeResult.from_json(json.loads(path.read_text(encoding="utf-8")))
-    except (OSError, ValueError, KeyError, TypeError):
+        result = ProbeResult.from_json(load_json_limited(path, JSON_BYTES, MergesmithError, what="probe result"))
+    except (MergesmithError, ValueError, KeyError, TypeError, AttributeError):
         return None  # missing, damaged or from another version: probe again
     return result if result.fingerprint == fingerprint else None
 
