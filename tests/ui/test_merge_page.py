@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+
+import pytest
 import yaml
 from PySide6.QtCore import Qt
 
@@ -141,6 +144,24 @@ def test_import_and_export_recipe_files(qtbot, window, models, tmp_path):
     page.export_recipe(str(target))
     assert yaml.safe_load(target.read_text()) == _yaml(page)
     assert _yaml(page)["models"][0]["parameters"]["weight"] == 0.5
+
+
+@pytest.mark.parametrize("kind", ["fifo", "weights", "latin-1"])
+def test_importing_a_file_that_is_not_a_recipe_says_so_and_keeps_the_recipe(qtbot, window, models, tmp_path, kind):
+    """A pipe would freeze the window (read on the UI thread); binary data raised UnicodeDecodeError."""
+    page = window.merge
+    page.yaml_edit.setPlainText(yaml.safe_dump({"merge_method": "linear", "models": [{"model": str(models.base)}]}))
+    before = page.yaml_edit.toPlainText()
+    chosen = tmp_path / "chosen.yml"
+    if kind == "fifo":
+        os.mkfifo(chosen)
+    elif kind == "weights":
+        chosen.write_bytes((models.base / "model.safetensors").read_bytes())
+    else:
+        chosen.write_bytes("merge_method: linéar\n".encode("latin-1"))
+    page.import_recipe(str(chosen))
+    assert "Cannot open it" in page.yaml_message.text(), page.yaml_message.text()
+    assert page.yaml_edit.toPlainText() == before
 
 
 def test_the_models_tables_headers_are_not_cut_at_the_default_width(qtbot, window, models):

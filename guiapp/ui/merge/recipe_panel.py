@@ -61,10 +61,13 @@ class RecipePanel(QWidget):
     def import_recipe(self, path: str | None = None) -> None:
         path = path or QFileDialog.getOpenFileName(self, "Import a recipe", "", "Recipes (*.yml *.yaml)")[0]
         if path:
-            try:
-                self.yaml_edit.setPlainText(Path(path).read_text(encoding="utf-8"))
-            except OSError as error:
-                show_message(self.yaml_message, f"Cannot read {path}: {error.strerror}.", "problem")
+            from guiapp.errors import RecipeError
+            from guiapp.system.bounded import RECIPE_BYTES, read_text_limited
+
+            try:  # a pipe, a weights file or binary data chosen by mistake is said, never read whole
+                self.yaml_edit.setPlainText(read_text_limited(Path(path), RECIPE_BYTES, RecipeError, what="recipe"))
+            except RecipeError as error:
+                show_message(self.yaml_message, f"Cannot open it: {error.message}", "problem")
                 return
             self._timer.stop()
             self.edited.emit()
