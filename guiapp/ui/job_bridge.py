@@ -138,8 +138,9 @@ class JobBridge(QObject):
     def _on_done(self, result: JobResult, explanation: dict | None) -> None:
         record = self.record(self._keys[result.job.id])
         record.status = result.status.value
-        record.started = record.started or result.started
-        record.finished = result.finished
+        # The job's own clock: the UI thread may hear of the start after a quick job already ended (its elapsed
+        # time came out below zero, shown as "0 s").
+        record.started, record.finished = result.started, result.finished
         record.summary = result.summary
         record.explanation = explanation
         # The log tells the whole story, its end included.

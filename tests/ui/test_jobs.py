@@ -256,3 +256,19 @@ def test_a_sub_second_merge_says_so_in_words():
     record = SimpleNamespace(status="done", kind="merge", summary={"tensors": 3, "output_bytes": 2000,
                                                                     "output": "/out", "seconds": 0.4})
     assert summary_text(record) == "Wrote 3 tensors (2.0 KB) to /out in less than a second."
+
+
+def test_a_job_that_failed_at_once_did_not_take_0_s(qtbot, window, models, tmp_path):
+    taken = tmp_path / "taken"  # a folder Mergesmith did not write: the merge is refused before any work
+    page = window.merge
+    page.output_edit.setText(str(taken))
+    page.yaml_edit.setPlainText(yaml.safe_dump({"merge_method": "linear", "models": [
+        {"model": str(models.tune_a), "parameters": {"weight": 0.5}},
+        {"model": str(models.tune_b), "parameters": {"weight": 0.5}}]}))
+    qtbot.waitUntil(page.run_button.isEnabled, timeout=30_000)
+    taken.mkdir()
+    (taken / "notes.txt").write_text("not a model\n")
+    qtbot.mouseClick(page.run_button, Qt.MouseButton.LeftButton)
+    record = wait_for_job(qtbot, window, window.jobs.selected)
+    assert record.status == "failed"
+    assert window.jobs.elapsed.text() not in ("", "0 s")  # it ran for some time, however short
