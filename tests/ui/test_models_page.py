@@ -119,3 +119,13 @@ def test_details_of_a_model_that_left_the_results_are_cleared(qtbot, window, hub
     qtbot.waitUntil(lambda: page.hub.results.rowCount() == 1, timeout=15_000)
     assert page.details_pane.detail_title.text() == "Select a model to see its details."
     assert page.details_pane.detail_facts.text() == "" and not page.details_pane.add_button.isEnabled()
+
+
+def test_several_results_name_their_base():
+    from guiapp.ui.pages.model_details import base_of_the_others
+    from guiapp.ui.pages.model_search import declared_bases
+
+    assert declared_bases(("license:mit", "base_model:org/b", "base_model:finetune:org/b")) == ("org/b",)
+    chat, code, base = ("org/chat", ("org/b",)), ("org/code", ("org/b",)), ("org/b", ())
+    assert base_of_the_others([chat, base, code]) == "org/b"
+    assert base_of_the_others([chat, code]) is None  # neither is the other's base

@@ -145,3 +145,14 @@ def test_the_bases_own_values_are_disabled_where_the_method_does_not_use_them(qt
     assert tune_weight.isEnabled()
     page.method_combo.setCurrentIndex(page.method_combo.findData("linear"))  # linear merges the base as an input
     qtbot.waitUntil(lambda: page.table.cellWidget(0, 1).isEnabled(), timeout=CHECK_MS)
+
+
+def test_a_keys_line_is_found_in_the_yaml():
+    from guiapp.ui.merge.problem_control import yaml_position
+
+    text = ("merge_method: ties\nmodels:\n- model: a\n  parameters:\n    weight: 1\n- model: b\n  parameters:\n"
+            "    weight: 2\ntokenizer:\n  source: base\ndtype: int4\n")
+    line = lambda key: text[:yaml_position(text, key)].count("\n")  # noqa: E731 - a one-line helper
+    assert line(("dtype",)) == 10 and line(("tokenizer", "source")) == 9
+    assert line(("models", 1, "parameters", "weight")) == 7
+    assert yaml_position(text, ("chat_template",)) is None
