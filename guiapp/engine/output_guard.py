@@ -143,6 +143,9 @@ def check_output_location(destination: Path | str, inputs: Iterable[Path], *, re
     False (the error offers to retry with overwrite only for an earlier Mergesmith output) or it is not an
     earlier Mergesmith output holding nothing else. Nothing is created or changed.
     """
+    if "\0" in str(destination):
+        raise OutputError(f"The output folder {describe_value(str(destination))} holds a NUL character, which no "
+                          "folder name can hold.", hint="Retype the output folder's name.")
     path = absolute_destination(destination)
     _check_parent(path)
     _check_name_lengths(path)

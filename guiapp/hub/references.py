@@ -77,6 +77,9 @@ class ModelRef:
             raise RecipeError(f"{describe_value(text)} is not a model reference.",
                               hint="Use a Hub id like org/name or a local folder path.", key=key)
         text = text.strip()
+        if "\0" in text:
+            raise RecipeError(f"{describe_value(text)} is not a model reference: it holds a NUL character, which no "
+                              "folder or Hub name can hold.", hint="Retype the name or path.", key=key)
         model, plus, adapter = text.rpartition("+")
         if _is_folder(text) or not (plus and model.strip() and adapter.strip()):
             return cls._without_adapter(text)

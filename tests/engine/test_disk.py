@@ -74,3 +74,14 @@ def test_a_name_too_long_for_the_disk_is_explained():
     except OSError as error:
         explanation = explain(error)
     assert explanation.title == "A file or folder name is too long" and "shorter name" in explanation.fix
+
+
+def test_a_nul_character_in_the_output_or_a_reference_is_said_not_crashed(model, tmp_path):
+    from guiapp.errors import RecipeError
+    from guiapp.hub.references import ModelRef
+
+    with pytest.raises(OutputError, match="NUL character"):
+        run_merge(recipe(_text(model)), MergeSettings(tmp_path / "out\0put"))
+    with pytest.raises(RecipeError, match="NUL character") as caught:
+        ModelRef.parse("org/na\0me", key=("models", 0, "model"))
+    assert caught.value.key == ("models", 0, "model")
