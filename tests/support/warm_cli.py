@@ -53,8 +53,9 @@ READS_ENVIRONMENT_AT_IMPORT = ("huggingface_hub", "transformers", "peft")
 class WarmCli:
     """A running zygote: `run()` is `subprocess.run([python, -m, guiapp, ...])`, without the start-up cost.
 
-    Start it with `WarmCli()` and end it with `close()` (or use it as a context manager). Raises RuntimeError
-    when the zygote cannot start or dies; a case's own failure is only ever in the returned exit code and output.
+    Start it with `WarmCli()` and end it with `close()` (or use it as a context manager). It runs one case at a
+    time: call `run()` from one thread. Raises RuntimeError when the zygote cannot start or dies; a case's own
+    failure is only ever in the returned exit code and output.
     """
 
     def __init__(self) -> None:
