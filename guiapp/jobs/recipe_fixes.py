@@ -66,7 +66,7 @@ def fix_for(key: KeyPath, document: dict[str, Any], method: Any) -> RecipeFix | 
         if base and method.base_role.value == "input":  # the base is merged as one more input: give it a row
             values = {s.name: suggested_value(s) for s in method.per_model_params if s.required}
             said = ", ".join(f"{parameter_label(n)} {v:g}" for n, v in values.items())
-            return RecipeFix(f"Add the base model ({short_name(base)}) to the table with {said}",
+            return RecipeFix(f"Add the base ({short_name(base)}) with {said}",
                              lambda recipe: recipe.add_model(str(base), values))
     return None
 

@@ -37,7 +37,7 @@ def test_linear_gives_the_base_a_row_and_a_weight():
     document = {"merge_method": "linear", "base_model": "org/base",
                 "models": [{"model": "org/x", "parameters": {"weight": 1}}]}
     fix = fix_for(("models", 1, "parameters", "weight"), document, METHODS["linear"])
-    assert fix.label == "Add the base model (base) to the table with Weight 1"
+    assert fix.label == "Add the base (base) with Weight 1"
     assert _applied(fix, document)["models"][-1] == {"model": "org/base", "parameters": {"weight": 1.0}}
 
 

@@ -15,6 +15,8 @@ from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QSizePol
 from guiapp.jobs.fixes import window_text
 from guiapp.ui.theme import set_primary, set_status_style
 
+MIN_FIX_WIDTH = 200  # pixels of the fix button's text however narrow the bar
+
 
 class ElidedLabel(QLabel):
     """A one-line label that shows what fits of its text (elided in the middle, full text in the tooltip).
@@ -94,7 +96,10 @@ class ActionBar(QFrame):
         "Show me", `fix` (the fix in words) a button that makes it."""
         self._show(False, f"Fix: {window_text(problem)}", "problem")
         self.show_button.setVisible(can_show)
-        self.fix_button.setText(fix or "")
+        # At most a third of the bar, so the problem itself stays readable beside it (the tooltip has it all).
+        shown = self.fix_button.fontMetrics().elidedText(fix or "", Qt.TextElideMode.ElideRight,
+                                                         max(self.width() // 3, MIN_FIX_WIDTH))
+        self.fix_button.setText(shown)
         self.fix_button.setToolTip(fix or "")
         self.fix_button.setVisible(bool(fix))
 
