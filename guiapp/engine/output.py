@@ -35,6 +35,7 @@ from guiapp.engine.output_guard import (
 )
 from guiapp.errors import InsufficientResourcesError, OutputError
 from guiapp.hub.references import ModelRef
+from guiapp.system.paths import resolved
 from guiapp.system.units import format_bytes
 
 DEFAULT_SHARD_BYTES = 5_000_000_000
@@ -295,7 +296,7 @@ def _output_folder_error(parent: Path, error: OSError) -> Exception:
 
 def check_free_space(folder: Path, needed_bytes: int) -> None:
     """Raise InsufficientResourcesError when the disk holding `folder` has less than `needed_bytes` free."""
-    probe = Path(folder).resolve()
+    probe = resolved(folder)
     while not probe.exists() and probe != probe.parent:
         probe = probe.parent
     free = shutil.disk_usage(probe).free

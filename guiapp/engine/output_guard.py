@@ -38,6 +38,7 @@ import psutil
 from guiapp import __version__
 from guiapp.errors import OutputError
 from guiapp.system.bounded import describe_value
+from guiapp.system.paths import resolved
 from guiapp.system.units import format_bytes
 
 MARKER = ".mergesmith-output.json"
@@ -83,7 +84,7 @@ def absolute_destination(destination: Path | str) -> Path:
     """`destination` made absolute with its parent resolved, its own name kept (a link there is not followed)."""
     path = Path(destination).expanduser()
     path = Path(os.path.abspath(path))  # removes `..` the way the user meant it, before links are resolved
-    return _resolve(path.parent) / path.name
+    return resolved(path.parent) / path.name
 
 
 def free_destination(destination: Path | str) -> Path:
@@ -128,10 +129,10 @@ def protected_folders(inputs: Iterable[Path]) -> list[Protected]:
     protected: list[Protected] = []
     for source in inputs:
         source = Path(source).expanduser()
-        protected.append(Protected(_resolve(source), f"the input {source}"))
+        protected.append(Protected(resolved(source), f"the input {source}"))
         for target in _link_targets(source):
             protected.append(Protected(target, f"the folder {target}, which the input {source} links into", True))
-    protected.append(Protected(_resolve(hugging_face_cache()), "the Hugging Face cache"))
+    protected.append(Protected(resolved(hugging_face_cache()), "the Hugging Face cache"))
     return protected
 
 
@@ -149,7 +150,7 @@ def check_output_location(destination: Path | str, inputs: Iterable[Path], *, re
     path = absolute_destination(destination)
     _check_parent(path)
     _check_name_lengths(path)
-    for candidate in {path, _resolve(path)}:
+    for candidate in {path, resolved(path)}:
         for protected in protected_folders(inputs):
             folder = protected.folder
             inside = folder in candidate.parents and not protected.inside_allowed
@@ -165,7 +166,7 @@ def check_output_location(destination: Path | str, inputs: Iterable[Path], *, re
         return None
     if path.is_symlink():
         raise OutputError(
-            f"{path} is a link to {_resolve(path)}, and Mergesmith does not write through links.",
+            f"{path} is a link to {resolved(path)}, and Mergesmith does not write through links.",
             why="Replacing it would delete the folder the link points to, which may hold anything.",
             hint="Choose the real folder itself, or a new name.",
         )
@@ -364,13 +365,6 @@ def clean_leftovers(parent: Path) -> list[Path]:
 # --- helpers ----------------------------------------------------------------------------------------------------
 
 
-def _resolve(path: Path) -> Path:
-    try:
-        return Path(path).resolve()
-    except (OSError, RuntimeError):  # a loop of links: compare it as written
-        return Path(os.path.abspath(path))
-
-
 def _link_targets(folder: Path) -> set[Path]:
     """The folders symbolic links inside `folder` resolve into (a linked file's folder), bounded walk."""
     targets: set[Path] = set()
@@ -380,7 +374,7 @@ def _link_targets(folder: Path) -> set[Path]:
             seen += 1
             path = os.path.join(root, name)
             if os.path.islink(path):
-                target = _resolve(Path(path))
+                target = resolved(Path(path))
                 targets.add(target if target.is_dir() else target.parent)
         if seen >= _WALK_LIMIT:
             break

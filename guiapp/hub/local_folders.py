@@ -12,7 +12,7 @@ from pathlib import Path
 
 from guiapp.errors import CheckpointError, MergesmithError
 from guiapp.system.bounded import JSON_BYTES, load_json_limited
-from guiapp.system.paths import settings_file
+from guiapp.system.paths import resolved, settings_file
 
 SETTINGS_NAME = "local_folders.json"
 
@@ -33,7 +33,7 @@ def add_local_folder(folder: Path) -> Path:
     Raises CheckpointError when it is not a folder or holds no model (config.json or adapter_config.json next
     to .safetensors or .bin weights).
     """
-    folder = Path(folder).expanduser().resolve()
+    folder = resolved(folder)
     if not folder.is_dir():
         raise CheckpointError(f"{folder} is not a folder.", hint="Choose the folder that contains config.json.")
     has_config = (folder / "config.json").is_file() or (folder / "adapter_config.json").is_file()
@@ -51,7 +51,7 @@ def add_local_folder(folder: Path) -> Path:
 
 def remove_local_folder(folder: Path) -> None:
     """Forget `folder` (its files stay where they are); forgetting an unknown folder does nothing."""
-    folder = Path(folder).expanduser().resolve()
+    folder = resolved(folder)
     _save([f for f in list_local_folders() if f != folder])
 
 

@@ -4,6 +4,7 @@ around for a model, read once by `ModelRef.parse`."""
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -11,6 +12,7 @@ from typing import Any
 
 from guiapp.errors import CheckpointError, KeyPath, RecipeError, key_path
 from guiapp.system.bounded import describe_value
+from guiapp.system.paths import resolved
 
 # The Hub's own rule for repo ids: an optional namespace, then a name of letters, digits, "-", "_", ".".
 _REPO_ID = re.compile(r"^(?:[A-Za-z0-9][\w.-]{0,95}/)?[A-Za-z0-9][\w.-]{0,95}$")
@@ -58,7 +60,7 @@ class ModelRef:
 
     def __post_init__(self) -> None:
         local = _is_folder(self.model) or not is_hub_id(self.model)
-        object.__setattr__(self, "folder", Path(self.model).expanduser().resolve() if local else None)
+        object.__setattr__(self, "folder", resolved(self.model) if local else None)
 
     @classmethod
     def parse(cls, text: Any, key: str | KeyPath | None = None) -> ModelRef:
@@ -121,6 +123,12 @@ class ModelRef:
         if self.folder is None:
             return None
         if not _is_dir(self.folder):
+            if os.path.islink(Path(self.model).expanduser()):
+                raise CheckpointError(
+                    f"The model folder {self.model} is a link that does not lead to a folder: it is broken, or links "
+                    "lead back to themselves.",
+                    hint="Choose the real folder the link should point to.",
+                )
             raise CheckpointError(
                 f"The model folder {self.folder} does not exist.",
                 hint="Check the path, or use a Hub id such as org/name.",

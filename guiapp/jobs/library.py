@@ -22,6 +22,7 @@ from guiapp.hub.headers import bytes_per_element
 from guiapp.hub.local_folders import add_local_folder, list_local_folders, remove_local_folder
 from guiapp.hub.search import ModelSearch, SearchQuery, SearchResults
 from guiapp.system.bounded import load_json_limited
+from guiapp.system.paths import resolved
 from guiapp.system.resources import TIGHT_FRACTION_OF_DISK, TIGHT_FRACTION_OF_RAM, FitLevel
 from guiapp.system.units import format_bytes
 
@@ -129,7 +130,7 @@ def _output_entry(folder: Path) -> LibraryEntry | None:
 
 
 def _folder_entry(folder: Path, source: str, size: int | None = None) -> LibraryEntry | None:
-    folder = Path(folder).expanduser().resolve()
+    folder = resolved(folder)
     weights = _weight_files(folder)
     if not weights:
         return None

@@ -53,3 +53,14 @@ def _stand_in_home() -> Path:
 def settings_file(name: str) -> Path:
     """The path of the settings file `name` (e.g. "local_folders.json") inside `config_dir()`."""
     return config_dir() / name
+
+
+def resolved(path: Path | str) -> Path:
+    """`path` with `~` expanded and its links followed, absolute. Never raises: a loop of links (which pathlib
+    raises RuntimeError about) or a name the system cannot look up is kept as written, made absolute, so the
+    problem is reported where the path is used, by what it is."""
+    path = Path(path).expanduser()
+    try:
+        return path.resolve()
+    except (OSError, RuntimeError, ValueError):
+        return Path(os.path.abspath(path))

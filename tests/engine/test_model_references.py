@@ -120,3 +120,16 @@ def test_there_is_one_model_reference_type():
 def _line_of_model_ref() -> int:
     tree = ast.parse((ROOT / "guiapp/hub/references.py").read_text(encoding="utf-8"))
     return next(node.lineno for node in tree.body if isinstance(node, ast.ClassDef) and node.name == "ModelRef")
+
+
+@pytest.mark.parametrize("link", ["loop", "broken"])
+def test_a_link_that_never_reaches_a_folder_is_said_for_what_it_is(tmp_path, link):
+    """A link to itself made pathlib raise RuntimeError ("Symlink loop"), shown as "not recognised"."""
+    from guiapp.errors import CheckpointError
+    from guiapp.hub.references import ModelRef
+
+    path = tmp_path / "model"
+    path.symlink_to(path if link == "loop" else tmp_path / "gone")
+    reference = ModelRef.parse(str(path))
+    with pytest.raises(CheckpointError, match="is a link that does not lead to a folder"):
+        reference.existing_folder()
