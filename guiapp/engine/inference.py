@@ -250,7 +250,13 @@ def prompt_ids(loaded: LoadedModel, prompt: str) -> torch.Tensor:
         encoded = tokenizer(text, add_special_tokens=False, return_tensors="pt")
     else:
         encoded = tokenizer(prompt, return_tensors="pt")
-    return encoded["input_ids"].to(loaded.device)
+    ids = encoded["input_ids"]
+    if ids.shape[-1] == 0:  # an empty prompt with a tokenizer that adds no start token: start from that token
+        if tokenizer.bos_token_id is None:
+            raise SettingsError("The prompt is empty and this model's tokenizer has no start token to begin from.",
+                                hint="Type a few words for the model to continue.", key="prompt")
+        ids = torch.tensor([[tokenizer.bos_token_id]])
+    return ids.to(loaded.device)
 
 
 def generate(

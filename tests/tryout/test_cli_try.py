@@ -79,3 +79,12 @@ def test_a_folder_without_a_tokenizer_says_so_not_that_it_is_corrupt(causal_fp32
     err = " ".join(capsys.readouterr().err.split())
     assert code == EXIT_FAILED
     assert "has no tokenizer" in err and "holds only weights" in err and "corrupt" not in err, err
+
+
+def test_an_empty_prompt_starts_from_the_start_token(try_probe, tmp_path, capsys):
+    """The sample tokenizer adds no start token: an empty prompt was zero tokens and a reshape error."""
+    assert main(["demo", "--out", str(tmp_path)]) == EXIT_OK
+    capsys.readouterr()
+    code = main(["try", str(tmp_path / "merged"), "--prompt", "", "--max-new-tokens", "3"])
+    captured = capsys.readouterr()
+    assert code == EXIT_OK, captured.err
