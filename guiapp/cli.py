@@ -354,6 +354,20 @@ def _thread_count(text: str) -> int:
     return count
 
 
+MAX_SEARCH_RESULTS = 1000  # ten pages of the Hub's answers; a narrower query finds a model faster than more rows
+
+
+def _result_count(text: str) -> int:
+    try:
+        count = int(text)
+    except ValueError:
+        count = 0
+    if not 1 <= count <= MAX_SEARCH_RESULTS:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of results: give a whole number from 1 to "
+                                         f"{MAX_SEARCH_RESULTS}.")
+    return count
+
+
 def _run_merge(args: argparse.Namespace) -> int:
     from guiapp.engine.output import parse_size
     from guiapp.engine.recipe import load_recipe
@@ -426,7 +440,8 @@ def _add_hub_commands(commands: argparse._SubParsersAction) -> None:
     search.add_argument("--sort", default="trending", choices=["trending", "downloads", "likes", "updated"],
                         help="Order of the results: trending (popular lately, the default), downloads (most "
                         "downloaded), likes (most liked) or updated (most recently changed).")
-    search.add_argument("--limit", type=int, default=20, help="How many results (default: 20).")
+    search.add_argument("--limit", type=_result_count, default=20,
+                        help=f"How many results (default: 20, at most {MAX_SEARCH_RESULTS}).")
     search.add_argument("--author", default=None, help="Only models of this user or organisation.")
     search.add_argument("--json", action="store_true", help="Print JSON instead of a table.")
     search.set_defaults(handler=_run_hub_search)

@@ -92,3 +92,14 @@ def test_what_is_not_a_hub_id_is_said_for_what_it_is(hub_env, written, said):
     for command in ("info", "download"):
         code, _, err = run(hub_env, "hub", command, written)
         assert code == 2 and said in err and "Traceback" not in err, err
+
+
+@pytest.mark.parametrize("limit", ["0", "-5", "100000000", "many"])
+def test_a_result_count_out_of_range_is_a_usage_error_before_any_request(limit, capsys):
+    """--limit 0 or -5 went to the Hub (and 100,000,000 would page through it); now argparse refuses them."""
+    from guiapp.cli import main
+
+    with pytest.raises(SystemExit) as stopped:
+        main(["hub", "--offline", "search", "llama", "--limit", limit])
+    assert stopped.value.code == 2
+    assert "is not a number of results: give a whole number from 1 to 1000" in capsys.readouterr().err
