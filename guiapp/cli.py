@@ -357,6 +357,16 @@ def _thread_count(text: str) -> int:
 MAX_SEARCH_RESULTS = 1000  # ten pages of the Hub's answers; a narrower query finds a model faster than more rows
 
 
+def _finite_number(text: str) -> float:
+    try:
+        number = float(text)
+    except ValueError:
+        number = math.nan
+    if not math.isfinite(number):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number: give one such as 1 or 0.5.")
+    return number
+
+
 def _result_count(text: str) -> int:
     try:
         count = int(text)
@@ -744,7 +754,8 @@ def _add_lora_commands(commands: argparse._SubParsersAction) -> None:
     apply.add_argument("--base", required=True, help="The base model: a folder or a Hub id.")
     apply.add_argument("--adapter", required=True, help="The adapter: a folder or a Hub id.")
     apply.add_argument("--out", required=True, type=Path, help="The model folder to create.")
-    apply.add_argument("--scale", type=float, default=1.0, help="Multiply the adapter's effect (default: 1).")
+    apply.add_argument("--scale", type=_finite_number, default=1.0,
+                       help="Multiply the adapter's effect (default: 1).")
     apply.add_argument("--dtype", default=None, help="Output dtype (default: each tensor keeps the base's).")
     apply.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N, mps or xpu (default: cpu).")
     apply.add_argument("--out-shard-size", default="5GB", help="Largest output file, e.g. 2GB (default: 5GB).")

@@ -254,6 +254,13 @@ class ApplySettings:
     max_shard_size: str = "5GB"
     threads: ThreadPolicy = field(default_factory=ThreadPolicy, compare=False)
 
+    def __post_init__(self) -> None:
+        """Raises SettingsError (key "scale") for a scale that is not a finite number: every changed weight would
+        become NaN or infinite, found only when the first tensor is written."""
+        if not math.isfinite(self.scale):
+            raise SettingsError(f"The adapter's scale must be a finite number (got {self.scale}).",
+                                hint="Use 1 for the adapter as it was trained, 0.5 for half its effect.", key="scale")
+
 
 def apply_lora(settings: ApplySettings, progress: Progress | None = None) -> dict[str, Any]:
     """Write `settings.base` with `settings.adapter` applied as a full model folder at `settings.out`.

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
+
+import pytest
 
 from guiapp.cli import EXIT_FAILED, EXIT_OK, main
 from tests.tryout.models import SENTENCES
@@ -88,3 +91,25 @@ def test_an_empty_prompt_starts_from_the_start_token(try_probe, tmp_path, capsys
     code = main(["try", str(tmp_path / "merged"), "--prompt", "", "--max-new-tokens", "3"])
     captured = capsys.readouterr()
     assert code == EXIT_OK, captured.err
+
+
+@pytest.mark.parametrize("tokens", ["0", "-3"])
+def test_no_new_tokens_is_a_setting_problem_not_an_unrecognised_error(causal_fp32, try_probe, capsys, tokens):
+    code = main(["try", str(causal_fp32), "--prompt", "hi", "--max-new-tokens", tokens])
+    err = " ".join(capsys.readouterr().err.split())
+    assert code == EXIT_FAILED
+    assert f"The number of new tokens must be at least 1 (got {tokens})" in err and "not recognise" not in err
+
+
+@pytest.mark.parametrize("scale", ["nan", "inf", "-inf", "half"])
+def test_an_adapter_scale_that_is_not_a_finite_number_is_refused_first(scale, capsys):
+    from guiapp.engine.lora_apply import ApplySettings
+    from guiapp.errors import SettingsError
+
+    with pytest.raises(SystemExit) as stopped:
+        main(["apply-lora", "--base", "b", "--adapter", "a", "--out", "o", f"--scale={scale}", "--dry-run"])
+    assert stopped.value.code == 2 and "is not a number" in capsys.readouterr().err
+    if scale != "half":  # the window builds the settings itself
+        with pytest.raises(SettingsError, match="scale must be a finite number") as caught:
+            ApplySettings(base="b", adapter="a", out=Path("o"), scale=float(scale))
+        assert caught.value.key == ("scale",)
