@@ -85,8 +85,12 @@ class GenerationSettings:
     def __post_init__(self) -> None:
         """Raises SettingsError (keyed by the setting) for a temperature that is not above 0 or a top-p outside
         (0, 1]: transformers would refuse them only once a model is loaded."""
+        if self.max_new_tokens < 1:
+            raise SettingsError(f"The number of new tokens must be at least 1 (got {self.max_new_tokens}).",
+                                hint="Ask for 64 or 128 new tokens to see how a model continues.",
+                                key="max_new_tokens")
         if not (math.isfinite(self.temperature) and self.temperature > 0):
-            raise SettingsError(f"The temperature must be above 0 (got {self.temperature}).",
+            raise SettingsError(f"The temperature must be a number above 0 (got {self.temperature}).",
                                 hint=f"Use {DEFAULT_TEMPERATURE}, or Greedy for the likeliest tokens.",
                                 key="temperature")
         if not (0 < self.top_p <= 1):
@@ -170,7 +174,7 @@ def load_model(source: ModelSource, dtype: torch.dtype, device: str, progress: P
     auto = transformers.AutoModelForCausalLM if kind == CAUSAL else transformers.AutoModel
     try:
         model = auto.from_pretrained(source.folder, dtype=dtype)
-    except (ValueError, KeyError) as error:
+    except (ValueError, KeyError, ModuleNotFoundError) as error:
         raise _unsupported(source, config, error) from None
     if source.adapter_folder is not None:
         model = _attach_adapter(model, source)
@@ -194,6 +198,15 @@ def _unsupported(source: ModelSource, config: dict[str, Any], error: Exception) 
     if "auto_map" in config or "trust_remote_code" in str(error):
         why = ("its architecture is defined by Python code in the model's own repository, and Mergesmith never "
                "runs code that comes with a model")
+    elif isinstance(error, ModuleNotFoundError) and "transformers.models." in str(error):
+        # The app download carries the model code of the common families only (packaging/mergesmith.spec).
+        return UnsupportedModelError(
+            f"{source.label} ({architecture}) cannot be tried in this copy of Mergesmith: the app download carries "
+            "the code of the most used model families (Llama, Mistral, Qwen, Gemma, Phi, GPT-2, BERT and a few "
+            "more), not of this one.",
+            hint="Merging and extracting work for every architecture; to try this one, install Mergesmith with "
+            "Python (see the install guide), which brings all of transformers.",
+        )
     else:
         why = "the installed transformers does not know this architecture"
     return UnsupportedModelError(
