@@ -143,7 +143,7 @@ def _build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"mergesmith {__version__}")
     parser.add_argument("--self-test", action="store_true",
                         help="Open the window (offscreen without a display), merge the sample models through it, "
-                        "and exit 0 if everything worked.")
+                        "try the result on the Try page, and exit 0 if everything worked.")
     commands = parser.add_subparsers(title="commands", metavar="COMMAND")
     _add_merge_commands(commands)
     _add_lora_commands(commands)

@@ -1,5 +1,6 @@
 """`mergesmith --self-test`: open the window (offscreen when there is no display), run the sample-models merge
-through the window's own pages and job runner, check the result, and exit 0, or print what failed.
+through the window's own pages and job runner, check the result, try the merged model on the Try page (a few
+tokens: the app carries transformers), and exit 0, or print what failed.
 
 It uses throwaway folders for the samples, the output and the settings, so it never touches the user's files
 or history; the packaged app runs it to check an installation.
@@ -32,8 +33,8 @@ def run_self_test() -> int:
         except SelfTestFailed as failure:
             print(f"Self-test FAILED: {failure}", file=sys.stderr)
             return 1
-    print("Self-test passed: the window opened, the sample models were written and merged, and the merged model "
-          "is complete.")
+    print("Self-test passed: the window opened, the sample models were written and merged, the merged model is "
+          "complete and generates text.")
     return 0
 
 
@@ -76,8 +77,27 @@ def _run(folder: Path) -> None:
         window.jobs.job_chart.chart.ensure_plot()
     except ImportError as error:
         raise SelfTestFailed(f"the Jobs page cannot draw its chart: {error}") from None
+    _try(window, output)
     window.close()
     app.processEvents()
+
+
+def _try(window, model: Path) -> None:
+    """Generate a few tokens from `model` on the Try page, as a user would after the merge."""
+    page = window.try_page
+    window.show_page("try")
+    page.set_models([str(model)])
+    page.prompt.setPlainText("Hello")
+    page.max_new_tokens.setValue(4)
+    page.generate_button.click()
+    # Generate is disabled while the run goes and enabled again when it has ended, done or not.
+    _step("try the merged model (transformers)", lambda: page.generate_button.isEnabled() and page.status.text()
+          not in ("", "Starting…"), JOB_TIMEOUT_SECONDS, lambda: page.status.text())
+    produced = page.columns[0].text() if page.columns else ""
+    if page.status.text() != "Done." or not produced.strip():
+        raise SelfTestFailed(f"the Try page did not generate text: {page.status.text()} "
+                             f"{page.columns[0].status.text() if page.columns else ''}".strip())
+    print(f"Tried {model.name}: {len(produced)} characters generated.")
 
 
 def _step(what: str, done: Callable[[], bool], timeout: float, detail: Callable[[], str] | None = None) -> None:
