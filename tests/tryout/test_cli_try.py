@@ -113,3 +113,13 @@ def test_an_adapter_scale_that_is_not_a_finite_number_is_refused_first(scale, ca
         with pytest.raises(SettingsError, match="scale must be a finite number") as caught:
             ApplySettings(base="b", adapter="a", out=Path("o"), scale=float(scale))
         assert caught.value.key == ("scale",)
+
+
+def test_a_family_the_app_download_does_not_carry_is_said_as_such(causal_fp32):
+    """The bundle carries transformers' code for the common families only; the others fail to import by name."""
+    from guiapp.engine.inference import _unsupported, resolve_source
+
+    source = resolve_source(str(causal_fp32))
+    missing = ModuleNotFoundError("No module named 'transformers.models.frobnicator'")
+    error = _unsupported(source, {"architectures": ["FrobnicatorForCausalLM"]}, missing)
+    assert "cannot be tried in this copy of Mergesmith" in error.message and "install Mergesmith with" in error.hint
