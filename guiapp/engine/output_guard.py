@@ -38,7 +38,7 @@ import psutil
 from guiapp import __version__
 from guiapp.errors import OutputError
 from guiapp.system.bounded import describe_value
-from guiapp.system.paths import resolved
+from guiapp.system.paths import expanded, resolved
 from guiapp.system.units import format_bytes
 
 MARKER = ".mergesmith-output.json"
@@ -82,7 +82,7 @@ def lock_path(destination: Path) -> Path:
 
 def absolute_destination(destination: Path | str) -> Path:
     """`destination` made absolute with its parent resolved, its own name kept (a link there is not followed)."""
-    path = Path(destination).expanduser()
+    path = expanded(destination)
     path = Path(os.path.abspath(path))  # removes `..` the way the user meant it, before links are resolved
     return resolved(path.parent) / path.name
 
@@ -128,7 +128,7 @@ def protected_folders(inputs: Iterable[Path]) -> list[Protected]:
     """The inputs themselves, every folder a symbolic link inside them resolves into, and the Hugging Face cache."""
     protected: list[Protected] = []
     for source in inputs:
-        source = Path(source).expanduser()
+        source = expanded(source)
         protected.append(Protected(resolved(source), f"the input {source}"))
         for target in _link_targets(source):
             protected.append(Protected(target, f"the folder {target}, which the input {source} links into", True))

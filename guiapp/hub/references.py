@@ -12,7 +12,7 @@ from typing import Any
 
 from guiapp.errors import CheckpointError, KeyPath, RecipeError, key_path
 from guiapp.system.bounded import describe_value
-from guiapp.system.paths import resolved
+from guiapp.system.paths import expanded, resolved
 
 # The Hub's own rule for repo ids: an optional namespace, then a name of letters, digits, "-", "_", ".".
 _REPO_ID = re.compile(r"^(?:[A-Za-z0-9][\w.-]{0,95}/)?[A-Za-z0-9][\w.-]{0,95}$")
@@ -31,7 +31,7 @@ def split_revision(text: str) -> tuple[str, str | None]:
 
 
 def _is_folder(text: str) -> bool:
-    return _is_dir(Path(text).expanduser())
+    return _is_dir(expanded(text))
 
 
 def _is_dir(path: Path) -> bool:
@@ -123,7 +123,7 @@ class ModelRef:
         if self.folder is None:
             return None
         if not _is_dir(self.folder):
-            if os.path.islink(Path(self.model).expanduser()):
+            if os.path.islink(expanded(self.model)):
                 raise CheckpointError(
                     f"The model folder {self.model} is a link that does not lead to a folder: it is broken, or links "
                     "lead back to themselves.",

@@ -11,11 +11,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from pathlib import Path
 from typing import Any
 
 from guiapp.errors import KeyPath, key_path
-from guiapp.system.paths import home_dir
+from guiapp.system.paths import expanded, home_dir
 
 
 class Severity(Enum):
@@ -103,7 +102,7 @@ def check_merge(document: dict[str, Any], device: str, output: str, probe: Any, 
     from guiapp.jobs.estimates import estimate_merge
 
     result = MergeCheck()
-    destination = Path(output).expanduser() if output else None
+    destination = expanded(output) if output else None
     if destination is None:
         result.problems.append(Problem(Severity.ERROR, "Choose an output folder.", ("output",)))
     try:
@@ -163,7 +162,7 @@ def check_pair(base: str, model: str, device: str, output: str, probe: Any) -> P
                       read_bytes=sum(t.nbytes for t in model_headers.tensors.values())
                       + sum(t.nbytes for t in base_headers.tensors.values()))
     try:
-        estimate = estimate_extraction(base_headers, model_headers, device, Path(output).expanduser(), probe)
+        estimate = estimate_extraction(base_headers, model_headers, device, expanded(output), probe)
     except Exception:  # an output drive that cannot be examined is reported when the job starts
         return check
     check.fit, check.time = estimate.fit, estimate.time
@@ -192,7 +191,7 @@ def check_adapter(base: str, adapter: str, device: str, output: str) -> PairChec
     check = PairCheck(compatible=True, matrices=len(lora.modules) + len(lora.replacements),
                       read_bytes=sum(t.nbytes for t in headers.tensors.values()))
     try:
-        check.fit = estimate_apply(headers, device, Path(output).expanduser()).fit
+        check.fit = estimate_apply(headers, device, expanded(output)).fit
     except Exception:  # an output drive that cannot be examined is reported when the job starts
         check.fit = None
     return check

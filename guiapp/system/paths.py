@@ -19,7 +19,7 @@ def config_dir() -> Path:
     """The folder for Mergesmith's settings files (not created here; writers create it when they first write)."""
     override = os.environ.get("MERGESMITH_CONFIG_DIR")
     if override:
-        return Path(override).expanduser()
+        return expanded(override)
     if sys.platform == "win32":
         return Path(os.environ.get("APPDATA") or home_dir() / "AppData" / "Roaming") / "Mergesmith"
     if sys.platform == "darwin":
@@ -59,8 +59,14 @@ def resolved(path: Path | str) -> Path:
     """`path` with `~` expanded and its links followed, absolute. Never raises: a loop of links (which pathlib
     raises RuntimeError about) or a name the system cannot look up is kept as written, made absolute, so the
     problem is reported where the path is used, by what it is."""
-    path = Path(path).expanduser()
+    path = expanded(path)
     try:
         return path.resolve()
     except (OSError, RuntimeError, ValueError):
         return Path(os.path.abspath(path))
+
+
+def expanded(path: Path | str) -> Path:
+    """`path` with a leading `~` or `~user` expanded. Never raises: pathlib's expanduser raises RuntimeError for a
+    user this computer does not have, where os.path leaves the text as it is (then reported where it is used)."""
+    return Path(os.path.expanduser(os.fspath(path)))

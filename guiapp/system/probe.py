@@ -25,7 +25,7 @@ from typing import Any
 from guiapp import __version__
 from guiapp.errors import MergesmithError
 from guiapp.system.bounded import JSON_BYTES, load_json_limited
-from guiapp.system.paths import home_dir
+from guiapp.system.paths import expanded, home_dir
 
 CACHE_DIR_VARIABLE = "MERGESMITH_CACHE_DIR"
 DEFAULT_TIMEOUT_SECONDS = 120.0
@@ -247,7 +247,7 @@ def cache_dir() -> Path:
     """Mergesmith's cache folder: `MERGESMITH_CACHE_DIR` when set, else the platform's user cache folder."""
     override = os.environ.get(CACHE_DIR_VARIABLE)
     if override:
-        return Path(override).expanduser()
+        return expanded(override)
     if sys.platform == "win32":
         return Path(os.environ.get("LOCALAPPDATA") or home_dir() / "AppData" / "Local") / "Mergesmith" / "Cache"
     if sys.platform == "darwin":

@@ -14,6 +14,7 @@ from pathlib import Path
 import psutil
 
 from guiapp.errors import DeviceError, InsufficientResourcesError, OutputError
+from guiapp.system.paths import expanded
 from guiapp.system.units import format_bytes, roughly
 
 # Above these fractions of what is free, a job is "tight": it may fit, but other programs can tip it over.
@@ -85,7 +86,7 @@ def disk(path: Path | str) -> Disk:
 
     Raises OutputError when even the existing parent cannot be examined (permissions, a vanished drive).
     """
-    candidate = Path(path).expanduser().absolute()
+    candidate = expanded(path).absolute()
     while not candidate.exists() and candidate != candidate.parent:
         candidate = candidate.parent
     try:

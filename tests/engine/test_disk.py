@@ -85,3 +85,15 @@ def test_a_nul_character_in_the_output_or_a_reference_is_said_not_crashed(model,
     with pytest.raises(RecipeError, match="NUL character") as caught:
         ModelRef.parse("org/na\0me", key=("models", 0, "model"))
     assert caught.value.key == ("models", 0, "model")
+
+
+def test_a_tilde_for_a_user_this_computer_does_not_have_is_a_path_not_a_crash(tmp_path, monkeypatch):
+    """pathlib's expanduser raised RuntimeError ("Could not determine home directory"), shown as not recognised."""
+    from guiapp.engine.output_guard import check_output_location
+    from guiapp.errors import CheckpointError
+    from guiapp.hub.references import ModelRef
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(CheckpointError, match="does not exist"):
+        ModelRef.parse("~no-such-user-here/model").existing_folder()
+    assert check_output_location("~no-such-user-here/out", [], replace=False) is None

@@ -36,6 +36,7 @@ from PySide6.QtWidgets import (
 
 from guiapp.jobs.fixes import window_text
 from guiapp.jobs.validation import PairCheck, check_adapter, check_pair
+from guiapp.system.paths import expanded
 from guiapp.system.units import plural
 from guiapp.ui.background import LatestTask, run_blocking
 from guiapp.ui.merge.output_box import default_output_folder
@@ -339,7 +340,7 @@ class LoraPage(QWidget):
             set_status_style(self.x_check, "problem")
             return None
         job = extract_job(
-            self.x_base.text(), self.x_model.text(), Path(self.x_out.text().strip()).expanduser(),
+            self.x_base.text(), self.x_model.text(), expanded(self.x_out.text().strip()),
             rank_mode=self.rank_mode.currentData(), rank_value=_rank_value(self.rank_mode.currentData(),
                                                                            self.rank_value.value()),
             max_rank=self.max_rank.value() or None, solver=self.solver.currentData(),
@@ -471,7 +472,7 @@ class LoraPage(QWidget):
             self.a_check.setText("Choose the base model, the adapter and the output folder first.")
             set_status_style(self.a_check, "problem")
             return None
-        job = apply_job(self.a_base.text(), self.a_adapter.text(), Path(self.a_out.text().strip()).expanduser(),
+        job = apply_job(self.a_base.text(), self.a_adapter.text(), expanded(self.a_out.text().strip()),
                         scale=self.a_scale.value(), dtype=self.a_dtype.value(), device=self.a_device.value() or "cpu",
                         overwrite=self.a_overwrite.isChecked())
         record = self.state.jobs.submit(job)

@@ -11,7 +11,6 @@ names.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import Qt, Signal
@@ -29,6 +28,7 @@ from guiapp.jobs.fixes import window_text
 from guiapp.jobs.recipe_document import FormValues, RecipeDocument
 from guiapp.jobs.recipe_fixes import fix_for
 from guiapp.jobs.validation import check_merge
+from guiapp.system.paths import expanded
 from guiapp.ui.background import LatestTask, run_blocking
 from guiapp.ui.merge.advanced_box import AdvancedBox
 from guiapp.ui.merge.messages import show_message
@@ -479,7 +479,7 @@ class MergePage(QWidget):
             self.run_message.setText(error.message)
             set_status_style(self.run_message, "problem")
             return None
-        job = merge_job(recipe, Path(output).expanduser(), device=self.device_combo.value() or "cpu",
+        job = merge_job(recipe, expanded(output), device=self.device_combo.value() or "cpu",
                         overwrite=self.overwrite_check.isChecked())
         record = self.state.jobs.submit(job)
         self.job_submitted.emit(record.key)
