@@ -99,6 +99,17 @@ async def _answer(answer: Awaitable[Any], on_result: Callable[[Any], None],
     on_result(result)
 
 
+def _cancel_all(tasks: set[asyncio.Task]) -> None:
+    """Cancel the tasks of an owner being deleted. When the app is quitting, the loop's own Qt timer may already be
+    gone, and cancelling (which schedules the task once more) raises RuntimeError: the loop will run nothing else
+    anyway, so there is nothing to cancel."""
+    for task in list(tasks):
+        try:
+            task.cancel()
+        except RuntimeError:  # "Internal C++ object (_SimpleTimer) already deleted" while quitting
+            return
+
+
 class LatestTask(QObject):
     """Debounced coroutines of which only the newest runs to its end.
 
@@ -114,7 +125,7 @@ class LatestTask(QObject):
         self._timer = QTimer(self, singleShot=True, interval=delay_ms)
         self._timer.timeout.connect(self._start)
         running = self._running = set()  # the tasks to cancel if this object is deleted (self is gone by then)
-        self.destroyed.connect(lambda *_: [task.cancel() for task in running])
+        self.destroyed.connect(lambda *_: _cancel_all(running))
 
     def request(self, make: Callable[[], Coroutine[Any, Any, Any]]) -> None:
         self._cancel_running()
