@@ -339,18 +339,24 @@ def _add_merge_commands(commands: argparse._SubParsersAction) -> None:
 
 
 def _add_threads_option(command: argparse.ArgumentParser) -> None:
-    command.add_argument("--threads", type=_thread_count, default=None, metavar="N",
+    command.add_argument("--threads", type=_count_of("threads"), default=None, metavar="N",
                          help="Use at most N CPU threads for the compute-heavy steps (default: the cores other "
                          "programs leave free; simple additions always use one).")
 
 
-def _thread_count(text: str) -> int:
-    try:
-        count = int(text)
-    except ValueError:
-        count = 0
-    if count < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of threads: give a whole number, 1 or more.")
+def _count_of(noun: str, maximum: int | None = None) -> Callable[[str], int]:
+    """An argparse type for a count of `noun` from 1 (to `maximum`): the number, or a usage error saying the range."""
+    allowed = f" from 1 to {maximum}" if maximum is not None else ", 1 or more"
+
+    def count(text: str) -> int:
+        try:
+            number = int(text)
+        except ValueError:
+            number = 0
+        if number < 1 or (maximum is not None and number > maximum):
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number of {noun}: give a whole number{allowed}.")
+        return number
+
     return count
 
 
@@ -365,17 +371,6 @@ def _finite_number(text: str) -> float:
     if not math.isfinite(number):
         raise argparse.ArgumentTypeError(f"{text!r} is not a number: give one such as 1 or 0.5.")
     return number
-
-
-def _result_count(text: str) -> int:
-    try:
-        count = int(text)
-    except ValueError:
-        count = 0
-    if not 1 <= count <= MAX_SEARCH_RESULTS:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of results: give a whole number from 1 to "
-                                         f"{MAX_SEARCH_RESULTS}.")
-    return count
 
 
 def _run_merge(args: argparse.Namespace) -> int:
@@ -450,7 +445,7 @@ def _add_hub_commands(commands: argparse._SubParsersAction) -> None:
     search.add_argument("--sort", default="trending", choices=["trending", "downloads", "likes", "updated"],
                         help="Order of the results: trending (popular lately, the default), downloads (most "
                         "downloaded), likes (most liked) or updated (most recently changed).")
-    search.add_argument("--limit", type=_result_count, default=20,
+    search.add_argument("--limit", type=_count_of("results", MAX_SEARCH_RESULTS), default=20,
                         help=f"How many results (default: 20, at most {MAX_SEARCH_RESULTS}).")
     search.add_argument("--author", default=None, help="Only models of this user or organisation.")
     search.add_argument("--json", action="store_true", help="Print JSON instead of a table.")
