@@ -31,16 +31,8 @@ def split_revision(text: str) -> tuple[str, str | None]:
 
 
 def _is_folder(text: str) -> bool:
-    return _is_dir(expanded(text))
-
-
-def _is_dir(path: Path) -> bool:
-    """Path.is_dir() that answers False for a name the system cannot look up (too long, a NUL byte), which
-    pathlib raises about."""
-    try:
-        return path.is_dir()
-    except (OSError, ValueError):
-        return False
+    # os.path.isdir, not Path.is_dir: a name the system cannot look up (too long, a NUL byte) is simply not a folder
+    return os.path.isdir(expanded(text))
 
 
 @dataclass(frozen=True)
@@ -122,7 +114,7 @@ class ModelRef:
         """
         if self.folder is None:
             return None
-        if not _is_dir(self.folder):
+        if not os.path.isdir(self.folder):
             if os.path.islink(expanded(self.model)):
                 raise CheckpointError(
                     f"The model folder {self.model} is a link that does not lead to a folder: it is broken, or links "
