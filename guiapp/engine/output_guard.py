@@ -148,8 +148,7 @@ def check_output_location(destination: Path | str, inputs: Iterable[Path], *, re
         raise OutputError(f"The output folder {describe_value(str(destination))} holds a NUL character, which no "
                           "folder name can hold.", hint="Retype the output folder's name.")
     path = absolute_destination(destination)
-    _check_parent(path)
-    _check_name_lengths(path)
+    _check_name_lengths(path, _check_parent(path))
     for candidate in {path, resolved(path)}:
         for protected in protected_folders(inputs):
             folder = protected.folder
@@ -381,7 +380,8 @@ def _link_targets(folder: Path) -> set[Path]:
     return targets
 
 
-def _check_parent(path: Path) -> None:
+def _check_parent(path: Path) -> Path:
+    """The nearest of `path`'s parents that exists; OutputError when it is not a folder."""
     for ancestor in path.parents:
         if os.path.lexists(ancestor):
             if not ancestor.is_dir():
@@ -389,13 +389,14 @@ def _check_parent(path: Path) -> None:
                     f"{ancestor} is a file, so the output folder {path} cannot be created inside it.",
                     hint="Choose an output folder in a folder that exists, or under a new folder name.",
                 )
-            return
+            return ancestor
+    return Path(path.anchor or "/")
 
 
-def _check_name_lengths(path: Path) -> None:
-    """Refuse, before anything is written, a folder name the disk would refuse: the output's own name must leave
-    room for the hidden staging folder's longer name beside it."""
-    existing = next((ancestor for ancestor in path.parents if os.path.isdir(ancestor)), Path(path.anchor or "/"))
+def _check_name_lengths(path: Path, existing: Path) -> None:
+    """Refuse, before anything is written, a folder name the disk holding `existing` (the nearest parent of `path`
+    that exists) would refuse: the output's own name must leave room for the hidden staging folder's longer name
+    beside it."""
     try:
         limit = os.pathconf(existing, "PC_NAME_MAX")
     except (OSError, ValueError, AttributeError):  # not answered here (Windows has no pathconf): the usual limit
@@ -407,14 +408,13 @@ def _check_name_lengths(path: Path) -> None:
                 f"names on this disk can have at most {limit}.",
                 hint="Choose an output folder with shorter folder names.",
             )
-    staging = len(staging_name(path, "partial").name.encode())
-    if staging > limit:
-        room = limit - (staging - len(path.name.encode()))
+    name = len(path.name.encode())
+    added = len(staging_name(path, "partial").name.encode()) - name
+    if name + added > limit:
         raise OutputError(
-            f"The output folder's name is {len(path.name.encode())} bytes long, too long for this disk: names there "
-            f"can have at most {limit} bytes, and the unfinished folder Mergesmith writes first adds "
-            f"{staging - len(path.name.encode())} to it.",
-            hint=f"Choose a shorter name for the output folder: at most {room} plain letters and digits.",
+            f"The output folder's name is {name} bytes long, too long for this disk: names there can have at most "
+            f"{limit} bytes, and the unfinished folder Mergesmith writes first adds {added} to it.",
+            hint=f"Choose a shorter name for the output folder: at most {limit - added} plain letters and digits.",
         )
 
 
