@@ -36,6 +36,7 @@ from guiapp.engine.output_guard import (
 from guiapp.errors import InsufficientResourcesError, OutputError
 from guiapp.hub.references import ModelRef
 from guiapp.system.paths import resolved
+from guiapp.system.resources import disk
 from guiapp.system.units import format_bytes
 
 DEFAULT_SHARD_BYTES = 5_000_000_000
@@ -295,14 +296,13 @@ def _output_folder_error(parent: Path, error: OSError) -> Exception:
 
 
 def check_free_space(folder: Path, needed_bytes: int) -> None:
-    """Raise InsufficientResourcesError when the disk holding `folder` has less than `needed_bytes` free."""
-    probe = resolved(folder)
-    while not probe.exists() and probe != probe.parent:
-        probe = probe.parent
-    free = shutil.disk_usage(probe).free
-    if free < needed_bytes:
+    """Raise InsufficientResourcesError when the disk holding `folder` has less than `needed_bytes` free (and
+    OutputError, from `disk`, when it cannot be examined)."""
+    where = disk(resolved(folder))
+    if where.free < needed_bytes:
         raise InsufficientResourcesError(
-            f"The output needs {format_bytes(needed_bytes)} but the disk holding {probe} has only "
-            f"{format_bytes(free)} free.",
-            hint=f"Free at least {format_bytes(needed_bytes - free)}, or choose an output folder on another disk.",
+            f"The output needs {format_bytes(needed_bytes)} but the disk holding {where.path} has only "
+            f"{format_bytes(where.free)} free.",
+            hint=f"Free at least {format_bytes(needed_bytes - where.free)}, or choose an output folder on another "
+            "disk.",
         )

@@ -8,7 +8,6 @@ Progress and cancel ride on its `tqdm_class` hook: the bar it creates for each f
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +20,7 @@ from guiapp.hub.connection import HubConnection, require_online
 from guiapp.hub.details import RepoFile, model_details
 from guiapp.hub.failures import hub_errors
 from guiapp.progress import Progress
+from guiapp.system.resources import disk
 from guiapp.system.units import format_bytes
 
 # Cancel, resume and progress all happen at chunk boundaries; huggingface_hub's default 10 MiB chunk would
@@ -162,8 +162,7 @@ def _use_cancellable_transfers() -> None:
 
 
 def _check_free_space(plans: Sequence[DownloadPlan], cache_dir: Path) -> None:
-    existing = next(p for p in (cache_dir, *cache_dir.parents) if p.exists())
-    free = shutil.disk_usage(existing).free
+    free = disk(cache_dir).free
     missing = sum(plan.missing_bytes for plan in plans)
     if missing and free < missing + HEADROOM_BYTES:
         names = ", ".join(plan.repo_id for plan in plans if plan.missing_bytes)
