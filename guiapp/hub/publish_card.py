@@ -14,6 +14,7 @@ from pathlib import Path
 import yaml
 
 from guiapp.errors import MergesmithError
+from guiapp.hub.local_folders import adapter_base
 from guiapp.system.bounded import (
     JSON_BYTES,
     RECIPE_BYTES,
@@ -68,7 +69,7 @@ def base_models(folder: Path) -> list[str]:
     """The Hub ids of the models `folder` was made from: the recipe's models, or an adapter's base model."""
     from guiapp.hub.references import ModelRef
 
-    names: list[str] = []
+    names: list[str | None] = []
     try:
         document = load_yaml_limited(folder / RECIPE_FILE, RECIPE_BYTES, MergesmithError, what="recipe") or {}
         sources = [*(document.get("models") or []),
@@ -77,11 +78,7 @@ def base_models(folder: Path) -> list[str]:
         names.append(document.get("base_model"))
     except (MergesmithError, AttributeError, TypeError):  # no recipe, or not one Mergesmith wrote: no inputs from it
         names = []
-    try:
-        names.append(load_json_limited(folder / "adapter_config.json", JSON_BYTES, MergesmithError,
-                                       what="adapter configuration").get("base_model_name_or_path"))
-    except (MergesmithError, AttributeError):  # not an adapter (or an unreadable one): no base to list
-        pass
+    names.append(adapter_base(folder))
     models = []
     for name in names:
         hub_id = ModelRef.parse(name).hub_id if isinstance(name, str) and name.strip() else None

@@ -14,14 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from guiapp.engine.output_guard import read_marker
-from guiapp.errors import MergesmithError
 from guiapp.hub.cache import CachedModel, DeletionPlan, plan_deletion, scan_cache
 from guiapp.hub.connection import HubConnection
 from guiapp.hub.details import ModelDetails, model_details
 from guiapp.hub.headers import bytes_per_element
-from guiapp.hub.local_folders import add_local_folder, list_local_folders, remove_local_folder
+from guiapp.hub.local_folders import adapter_base, add_local_folder, list_local_folders, remove_local_folder
 from guiapp.hub.search import ModelSearch, SearchQuery, SearchResults
-from guiapp.system.bounded import load_json_limited
 from guiapp.system.paths import resolved
 from guiapp.system.resources import TIGHT_FRACTION_OF_DISK, TIGHT_FRACTION_OF_RAM, FitLevel
 from guiapp.system.units import format_bytes
@@ -36,8 +34,6 @@ __all__ = [
 # Where an entry comes from, in the words the window shows.
 SOURCE_WORDS = {"downloaded": "Downloaded", "folder": "Added folder", "output": "Made by Mergesmith"}
 WEIGHT_PATTERNS = ("*.safetensors", "*.bin")
-# An adapter_config.json is a few hundred bytes; a far larger one is not read.
-_MAX_ADAPTER_CONFIG_BYTES = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -83,18 +79,6 @@ def library_entries(outputs: Iterable[Path | str] = ()) -> list[LibraryEntry]:
     for model in cached:
         add(_cache_entry(model))
     return entries
-
-
-def adapter_base(folder: Path | str) -> str | None:
-    """The base model an adapter folder says it was made for (adapter_config.json's base_model_name_or_path);
-    None when `folder` is not an adapter or does not name one."""
-    config = Path(folder) / "adapter_config.json"
-    try:
-        base = load_json_limited(config, _MAX_ADAPTER_CONFIG_BYTES, MergesmithError,
-                                 what="adapter configuration").get("base_model_name_or_path")
-    except (MergesmithError, AttributeError):
-        return None
-    return base if isinstance(base, str) and base.strip() else None
 
 
 def module_kinds(reference: str) -> list[tuple[str, int]]:
