@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import PurePath
 from typing import Any
 
-from guiapp.errors import KeyPath
+from guiapp.errors import KeyPath, RecipeError
+from guiapp.hub.references import ModelRef
 from guiapp.jobs.plain_words import parameter_label
 from guiapp.jobs.recipe_document import RecipeDocument
 
@@ -72,8 +72,11 @@ def fix_for(key: KeyPath, document: dict[str, Any], method: Any) -> RecipeFix | 
 
 
 def short_name(reference: Any) -> str:
-    """A model's reference as a person names it: the last part of a folder or a Hub id."""
-    return PurePath(str(reference)).name or str(reference)
+    """A model's reference as a person names it (ModelRef.short_name), or as written when it is not one."""
+    try:
+        return ModelRef.parse(reference).short_name
+    except RecipeError:
+        return str(reference)
 
 
 def _value_fix(spec: Any, scope: dict[str, Any], model: int | None, whose: str) -> RecipeFix | None:
