@@ -59,6 +59,11 @@ class ModelSummary:
     parameters_by_dtype: dict[str, int] = field(default_factory=dict)
     tags: tuple[str, ...] = ()
 
+    @property
+    def declared_bases(self) -> tuple[str, ...]:
+        """The base models the model's tags name ("base_model:org/name", "base_model:finetune:org/name")."""
+        return tuple(dict.fromkeys(tag.rsplit(":", 1)[-1] for tag in self.tags if tag.startswith("base_model:")))
+
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["last_modified"] = self.last_modified.isoformat() if self.last_modified else None

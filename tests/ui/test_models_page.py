@@ -122,10 +122,12 @@ def test_details_of_a_model_that_left_the_results_are_cleared(qtbot, window, hub
 
 
 def test_several_results_name_their_base():
+    from guiapp.hub.search import ModelSummary
     from guiapp.ui.pages.model_details import base_of_the_others
-    from guiapp.ui.pages.model_search import declared_bases
 
-    assert declared_bases(("license:mit", "base_model:org/b", "base_model:finetune:org/b")) == ("org/b",)
+    summary = ModelSummary("org/chat", "org", 0, 0, None, None, None, False, None,
+                           tags=("license:mit", "base_model:org/b", "base_model:finetune:org/b"))
+    assert summary.declared_bases == ("org/b",)
     chat, code, base = ("org/chat", ("org/b",)), ("org/code", ("org/b",)), ("org/b", ())
     assert base_of_the_others([chat, base, code]) == "org/b"
     assert base_of_the_others([chat, code]) is None  # neither is the other's base

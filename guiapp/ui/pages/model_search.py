@@ -169,7 +169,7 @@ class HubSearchTab(QWidget):
             for column, text in enumerate(cells):
                 item = QTableWidgetItem(text)
                 item.setData(Qt.ItemDataRole.UserRole, summary.repo_id)
-                item.setData(BASES_ROLE, declared_bases(summary.tags))
+                item.setData(BASES_ROLE, summary.declared_bases)
                 item.setToolTip(tips.get(column, ""))
                 self.results.setItem(row, column, item)
         count = self.results.rowCount()
@@ -202,11 +202,6 @@ class HubSearchTab(QWidget):
         if rows:
             shown = self.results.currentRow() if self.results.currentRow() in rows else rows[0]
             self.details_pane.open_details(self.results.item(shown, NAME_COLUMN).data(Qt.ItemDataRole.UserRole))
-
-
-def declared_bases(tags: tuple[str, ...]) -> tuple[str, ...]:
-    """The base models a Hub model's tags name ("base_model:org/name", "base_model:finetune:org/name")."""
-    return tuple(dict.fromkeys(tag.rsplit(":", 1)[-1] for tag in tags if tag.startswith("base_model:")))
 
 
 def _fits(page: list[Any]) -> list[Any]:
