@@ -72,6 +72,7 @@ class MainWindow(QMainWindow):
         self.statusBar().showMessage("Loading PyTorch and the merge methods in the background…")
 
         self.welcome.go_to.connect(self._start_on)
+        self.welcome.search_typed.connect(self._search_from_start)
         self.welcome.samples_ready.connect(self._sample_ready)
         self.settings.show_welcome.connect(lambda: self.show_page("welcome"))
         state.use_as_base.connect(lambda ref: (self.merge.set_base(ref), self.show_page("merge")))
@@ -186,6 +187,13 @@ class MainWindow(QMainWindow):
         self.show_page(key)
         if key == "models":
             self.models.focus_search()
+
+    def _search_from_start(self, typed: str) -> None:
+        """Keys typed in the Start page's search box: the search goes on in the Models page's box, which takes the
+        keyboard (what was there before is replaced by the first key)."""
+        if self.current_page() != "models":
+            self._start_on("models")
+        self.models.hub.search_edit.insert(typed)
 
     def current_page(self) -> str:
         return PAGES[self.nav.currentRow()][0]

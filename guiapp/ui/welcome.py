@@ -9,7 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
+from PySide6.QtGui import QShowEvent
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QLineEdit, QPushButton, QVBoxLayout, QWidget
 
 from guiapp.ui.background import call_in_background
 from guiapp.ui.text import error_text
@@ -19,6 +20,7 @@ from guiapp.ui.theme import set_status_style
 class WelcomePage(QWidget):
     samples_ready = Signal(object, str)  # recipe document, output folder
     go_to = Signal(str)
+    search_typed = Signal(str)  # what was typed in the Start page's search box, to go on with on the Models page
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -44,15 +46,19 @@ class WelcomePage(QWidget):
                           "1 MB in all) and fills in a merge of the fine-tunes. Nothing is downloaded; the merge "
                           "takes seconds.", wordWrap=True)
         self.status = QLabel(wordWrap=True)
-        search = QPushButton("Find models on the Hub")
-        search.clicked.connect(lambda: self.go_to.emit("models"))
+        # Typing here goes on in the Models page's search box (results as you type): the first key takes you there.
+        self.search_edit = QLineEdit(placeholderText="Find models on the Hub: type a name…",
+                                     accessibleName="Find models on the Hub")
+        self.search_edit.setMinimumWidth(320)
+        self.search_edit.textEdited.connect(self._typed)
+        self.search_edit.returnPressed.connect(lambda: self.go_to.emit("models"))
         merge = QPushButton("Start a merge")
         merge.clicked.connect(lambda: self.go_to.emit("merge"))
         extract = QPushButton("Extract a LoRA")
         extract.clicked.connect(lambda: self.go_to.emit("lora"))
         others = QHBoxLayout()
-        for button in (search, merge, extract):
-            others.addWidget(button)
+        for widget in (self.search_edit, merge, extract):
+            others.addWidget(widget)
         others.addStretch()
         column = QVBoxLayout()
         column.addWidget(title)
@@ -72,6 +78,15 @@ class WelcomePage(QWidget):
         layout.addStretch()
         layout.addWidget(box, 3)
         layout.addStretch()
+
+    def showEvent(self, event: QShowEvent) -> None:
+        super().showEvent(event)
+        self.search_edit.setFocus()  # a user who starts typing is searching the Hub
+
+    def _typed(self, text: str) -> None:
+        self.search_edit.clear()  # the box hands its text on: coming back to the Start page finds it empty
+        if text:
+            self.search_typed.emit(text)
 
     def try_samples(self, folder: Path | None = None) -> None:
         """Generate the sample models (worker thread), then hand the demo recipe to the Merge page."""
