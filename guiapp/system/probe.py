@@ -280,15 +280,16 @@ def store(result: ProbeResult, path: Path) -> None:
 def machine_fingerprint() -> dict[str, str]:
     """What the probe result depends on, read without importing torch or waking a GPU driver.
 
-    The torch build, Python, the CPU model, the display/compute devices on the PCI bus (vendor:device ids),
-    the NVIDIA/AMD driver versions, the visible-device variables, the OS release, and the probe's own code (a
-    new Mergesmith may check more operations). Any change re-probes.
+    The torch build, Python and the environment it runs in (`sys.prefix`: a venv reached as bin/python or as
+    bin/python3 is one environment with one probe), the CPU model, the display/compute devices on the PCI bus
+    (vendor:device ids), the NVIDIA/AMD driver versions, the visible-device variables, the OS release, and the
+    probe's own code (a new Mergesmith may check more operations). Any change re-probes.
     """
     return {
         "probe": _probe_code_digest(),
         "torch": _distribution_version("torch"),
         "python": platform.python_version(),
-        "executable": sys.executable,
+        "environment": sys.prefix,
         "machine": platform.machine(),
         "os": f"{platform.system()} {platform.release()}",
         "cpu": cpuinfo_field("model name") or platform.processor(),
