@@ -55,3 +55,29 @@ def test_the_app_runs_on_the_qasync_loop_and_exits_when_closed(tmp_path):
     assert done.stdout.split() == ["exit", "0", "True"], done.stdout  # torch came in the background meanwhile
     # Quitting with checks still running printed "Error in sys.excepthook … (_SimpleTimer) already deleted".
     assert "Traceback" not in done.stderr, done.stderr
+
+
+LOAD_IN_BACKGROUND = """
+import sys, threading, time
+imported_on_ui_thread = []
+sys.addaudithook(lambda event, args: event == "import" and args[0] == "pyqtgraph" and not imported_on_ui_thread
+                 and imported_on_ui_thread.append(threading.current_thread() is threading.main_thread()))
+from guiapp.ui.app import create_window
+app, window = create_window([])
+window.show()
+window.state.start_loading(probe=False)
+deadline = time.monotonic() + 300
+while window.state.methods is None and time.monotonic() < deadline:
+    app.processEvents()
+    time.sleep(0.01)
+print("pyqtgraph" in sys.modules, imported_on_ui_thread)
+"""
+
+
+def test_the_chart_library_loads_in_the_background_with_torch(tmp_path):
+    # Imported by the first chart instead (the Jobs page's, when a job starts), it froze the window for 0.3–0.5 s.
+    env = {**os.environ, "QT_QPA_PLATFORM": "offscreen", "MERGESMITH_CONFIG_DIR": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", LOAD_IN_BACKGROUND], capture_output=True, text=True, env=env,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True", "[False]"], done.stdout
