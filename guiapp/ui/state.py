@@ -69,7 +69,8 @@ class AppState(QObject):
             self.library.refresh()
 
     def start_loading(self, probe: bool = True) -> None:
-        """Load the method registry (torch), then (with `probe`) this machine's probe result, off the UI thread."""
+        """Load the method registry (torch) and the chart library, then (with `probe`) this machine's probe result,
+        off the UI thread."""
         self._probe_after_methods = probe
         call_in_background(_load_methods, self._methods_loaded, self._methods_failed)
 

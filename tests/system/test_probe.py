@@ -76,9 +76,10 @@ def test_most_float8_operations_fail_but_storage_casts_work(probed):
 
 
 def test_matmul_speed_is_measured_per_dtype(probed):
-    speeds = [probed.speed("cpu", dtype, "matmul") for dtype in ("float32", "bfloat16", "float16")]
+    dtypes = ("float32", *HALF)
+    speeds = [probed.speed("cpu", dtype, "matmul") for dtype in dtypes]
     assert all(speeds)
-    for speed, dtype in zip(speeds, ("float32", "bfloat16", "float16")):
+    for speed, dtype in zip(speeds, dtypes):
         assert speed.dtype == dtype and speed.seconds > 0
         assert speed.gflops == pytest.approx(2 * MATMUL_SIDE**3 / speed.seconds / 1e9)
     # Each dtype timed on its own, not one number copied to all. How the three compare is this CPU's business
@@ -113,11 +114,12 @@ def _fake_child(tmp_path, body: str) -> list[str]:
 
 def test_one_python_under_two_names_shares_one_probe():
     # The `mergesmith` launcher runs bin/python3, `python -m guiapp` bin/python: the same environment, one probe.
-    names = [name for name in ("python", "python3") if (Path(sys.executable).parent / name).exists()]
+    bin_folder = Path(sys.executable).parent
+    names = [name for name in ("python", "python3") if (bin_folder / name).exists()]
     if len(names) < 2:
-        pytest.skip(f"this environment has only {names} in {Path(sys.executable).parent}")
+        pytest.skip(f"this environment has only {names} in {bin_folder}")
     code = "import json, guiapp.system.probe as p; print(json.dumps(p.machine_fingerprint()))"
-    prints = [subprocess.run([str(Path(sys.executable).parent / name), "-c", code], capture_output=True, text=True,
+    prints = [subprocess.run([str(bin_folder / name), "-c", code], capture_output=True, text=True,
                              check=True).stdout for name in names]
     assert prints[0] == prints[1]
 

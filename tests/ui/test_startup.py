@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 SHOW_WINDOW = """
 import sys
@@ -17,10 +18,16 @@ print("visible" if window.isVisible() else "hidden", ",".join(heavy) or "-")
 """
 
 
-def test_showing_the_window_does_not_import_torch(tmp_path):
-    env = {**os.environ, "QT_QPA_PLATFORM": "offscreen", "MERGESMITH_CONFIG_DIR": str(tmp_path)}
-    done = subprocess.run([sys.executable, "-c", SHOW_WINDOW], capture_output=True, text=True, env=env, timeout=60)
+def _run_offscreen(script: str, config: Path, timeout: float) -> subprocess.CompletedProcess:
+    """`script` in a new Python process, as a fresh start of the app: offscreen, with its own config folder."""
+    env = {**os.environ, "QT_QPA_PLATFORM": "offscreen", "MERGESMITH_CONFIG_DIR": str(config)}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=timeout)
     assert done.returncode == 0, done.stderr
+    return done
+
+
+def test_showing_the_window_does_not_import_torch(tmp_path):
+    done = _run_offscreen(SHOW_WINDOW, tmp_path, timeout=60)
     assert done.stdout.split() == ["visible", "-"], done.stdout
 
 
@@ -49,9 +56,7 @@ print("exit", code, "torch" in sys.modules)
 
 
 def test_the_app_runs_on_the_qasync_loop_and_exits_when_closed(tmp_path):
-    env = {**os.environ, "QT_QPA_PLATFORM": "offscreen", "MERGESMITH_CONFIG_DIR": str(tmp_path)}
-    done = subprocess.run([sys.executable, "-c", RUN_APP], capture_output=True, text=True, env=env, timeout=120)
-    assert done.returncode == 0, done.stderr
+    done = _run_offscreen(RUN_APP, tmp_path, timeout=120)
     assert done.stdout.split() == ["exit", "0", "True"], done.stdout  # torch came in the background meanwhile
     # Quitting with checks still running printed "Error in sys.excepthook … (_SimpleTimer) already deleted".
     assert "Traceback" not in done.stderr, done.stderr
@@ -76,8 +81,5 @@ print("pyqtgraph" in sys.modules, imported_on_ui_thread)
 
 def test_the_chart_library_loads_in_the_background_with_torch(tmp_path):
     # Imported by the first chart instead (the Jobs page's, when a job starts), it froze the window for 0.3–0.5 s.
-    env = {**os.environ, "QT_QPA_PLATFORM": "offscreen", "MERGESMITH_CONFIG_DIR": str(tmp_path)}
-    done = subprocess.run([sys.executable, "-c", LOAD_IN_BACKGROUND], capture_output=True, text=True, env=env,
-                          timeout=600)
-    assert done.returncode == 0, done.stderr
+    done = _run_offscreen(LOAD_IN_BACKGROUND, tmp_path, timeout=600)
     assert done.stdout.split() == ["True", "[False]"], done.stdout
