@@ -12,11 +12,12 @@ the same recipes run through `mergekit-yaml` and our time over theirs is printed
 Targets (2 CPU cores): linear and task_arithmetic ≤ 2× the floor, ties and slerp ≤ 6×; peak private memory
 below 8 float32 copies of the largest tensor + 300 MB, at every model size.
 
-    python benchmarks/merge.py --busy [--methods linear,ties] [--size-gb 1.0]
+    python benchmarks/merge.py --busy [--methods all|linear,ties] [--size-gb 1.0]
 
-measures each method on a quiet machine and again while one busy process per half of the cores competes for the
-CPU (a workstation with a browser, an IDE or a training run open), in one run, and prints the busy/quiet ratio
-(goal ≤ 1.5×) with mergekit under the same load (from recipe_parity.py's venv, or --mergekit).
+measures each method (`all`: the 20) on a quiet machine and again while one busy process per half of the cores
+competes for the CPU (a workstation with a browser, an IDE or a training run open), in one run, and prints the
+busy/quiet ratio (goal ≤ 1.5×) with mergekit under the same load for --mergekit-methods (from recipe_parity.py's
+venv, or --mergekit).
 """
 
 from __future__ import annotations
@@ -35,17 +36,41 @@ from pathlib import Path
 
 from workload import CompetingLoad, load_average, mergekit_tool
 
+_TWO = ("  - model: {one}\n    parameters: {{weight: 0.5{extra}}}\n"
+        "  - model: {two}\n    parameters: {{weight: 0.5{extra}}}\n")
+_BF16 = "dtype: bfloat16\n"
+
+
+def _task_vectors(method: str, extra: str = "") -> str:
+    return f"merge_method: {method}\nbase_model: {{base}}\nmodels:\n" + _TWO.replace("{extra}", extra) + _BF16
+
+
 RECIPES = {
-    "linear": "merge_method: linear\nmodels:\n  - model: {one}\n    parameters: {{weight: 0.5}}\n"
-              "  - model: {two}\n    parameters: {{weight: 0.5}}\ndtype: bfloat16\n",
-    "task_arithmetic": "merge_method: task_arithmetic\nbase_model: {base}\nmodels:\n  - model: {one}\n"
-                       "    parameters: {{weight: 0.5}}\n  - model: {two}\n    parameters: {{weight: 0.5}}\ndtype: bfloat16\n",
-    "ties": "merge_method: ties\nbase_model: {base}\nmodels:\n  - model: {one}\n    parameters: {{weight: 0.5, density: 0.5}}\n"
-            "  - model: {two}\n    parameters: {{weight: 0.5, density: 0.5}}\ndtype: bfloat16\n",
+    "linear": "merge_method: linear\nmodels:\n" + _TWO.replace("{extra}", "") + _BF16,
+    "task_arithmetic": _task_vectors("task_arithmetic"),
+    "ties": _task_vectors("ties", ", density: 0.5"),
     "slerp": "merge_method: slerp\nbase_model: {base}\nmodels:\n  - model: {base}\n  - model: {one}\n"
-             "parameters: {{t: 0.5}}\ndtype: bfloat16\n",
+             "parameters: {{t: 0.5}}\n" + _BF16,
+    "dare_linear": _task_vectors("dare_linear", ", density: 0.5"),
+    "dare_ties": _task_vectors("dare_ties", ", density: 0.5"),
+    "breadcrumbs": _task_vectors("breadcrumbs", ", density: 0.8, gamma: 0.05"),
+    "breadcrumbs_ties": _task_vectors("breadcrumbs_ties", ", density: 0.8, gamma: 0.05"),
+    "della": _task_vectors("della", ", density: 0.5, epsilon: 0.1"),
+    "della_linear": _task_vectors("della_linear", ", density: 0.5, epsilon: 0.1"),
+    "sce": _task_vectors("sce").replace(_BF16, "parameters: {{select_topk: 0.5}}\n" + _BF16),
+    "model_stock": _task_vectors("model_stock"),
+    "ram": _task_vectors("ram"),
+    "ramplus_tl": _task_vectors("ramplus_tl"),
+    "karcher": "merge_method: karcher\nmodels:\n" + _TWO.replace("{extra}", "") + _BF16,
+    "multislerp": _task_vectors("multislerp"),
+    "nuslerp": _task_vectors("nuslerp"),
+    "nearswap": "merge_method: nearswap\nbase_model: {base}\nmodels:\n  - model: {one}\nparameters: {{t: 0.001}}\n" + _BF16,
+    "arcee_fusion": "merge_method: arcee_fusion\nbase_model: {base}\nmodels:\n  - model: {one}\n" + _BF16,
+    "passthrough": "merge_method: passthrough\nslices:\n  - sources:\n      - model: {one}\n        layer_range: [0, {half}]\n"
+                   "  - sources:\n      - model: {two}\n        layer_range: [{half}, {layers}]\n" + _BF16,
 }
 TARGETS = {"linear": 2.0, "task_arithmetic": 2.0, "ties": 6.0, "slerp": 6.0}
+OTHER_TARGET = 6.0  # the methods without a target of their own (--methods all)
 BUSY_GOAL = 1.5  # busy time over quiet time
 
 _OURS = textwrap.dedent("""
@@ -158,6 +183,11 @@ def build_models(folder: Path, size_gb: float) -> tuple[Path, Path, Path, int]:
     return base, tuned[0], tuned[1], largest
 
 
+def recipe_text(method: str, base: Path, one: Path, two: Path) -> str:
+    layers = json.loads((base / "config.json").read_text())["num_hidden_layers"]
+    return RECIPES[method].format(base=base, one=one, two=two, layers=layers, half=layers // 2)
+
+
 def timed_run(command: list[str], timeout: float) -> float | None:
     """Wall seconds of `command`, or None when it did not finish within `timeout` (then it is killed)."""
     start = time.perf_counter()
@@ -169,8 +199,9 @@ def timed_run(command: list[str], timeout: float) -> float | None:
 
 
 def busy_table(folder: Path, size_gb: float, methods: list[str], repeat: int, mergekit: str | None,
-               timeout: float) -> list[dict]:
-    """Each method quiet and under a competing load, ours (fastest of `repeat`) and mergekit's (once each)."""
+               timeout: float, mergekit_methods: set[str]) -> list[dict]:
+    """Each method quiet and under a competing load, ours (fastest of `repeat`) and, for `mergekit_methods`,
+    mergekit's (once each)."""
     if (folder / "two").exists():  # models of an earlier run (--workdir)
         base, one, two = folder / "base", folder / "one", folder / "two"
     else:
@@ -178,7 +209,7 @@ def busy_table(folder: Path, size_gb: float, methods: list[str], repeat: int, me
     rows = []
     for method in methods:
         recipe = folder / f"{method}.yml"
-        recipe.write_text(RECIPES[method].format(base=base, one=one, two=two))
+        recipe.write_text(recipe_text(method, base, one, two))
         row: dict = {"method": method}
         for condition in ("quiet", "busy"):
             with CompetingLoad() if condition == "busy" else contextlib.nullcontext():
@@ -187,13 +218,14 @@ def busy_table(folder: Path, size_gb: float, methods: list[str], repeat: int, me
                     shutil.rmtree(folder / f"out-{method}", ignore_errors=True)
                     runs.append(run_measured([sys.executable, "-c", _OURS, str(recipe), str(folder / f"out-{method}")])[0])
                 row[f"ours_{condition}_s"] = round(min(runs), 2)
-                if mergekit:
+                if mergekit and method in mergekit_methods:
                     shutil.rmtree(folder / f"mergekit-{method}", ignore_errors=True)
                     seconds = timed_run([mergekit, str(recipe), str(folder / f"mergekit-{method}"), "--lazy-unpickle"],
                                         timeout)
                     row[f"mergekit_{condition}_s"] = None if seconds is None else round(seconds, 2)
             print(f"  {method:<16} {condition:<5} ours {row[f'ours_{condition}_s']:7.2f} s"
-                  + (f"  mergekit {_seconds(row[f'mergekit_{condition}_s'], timeout)}" if mergekit else "")
+                  + (f"  mergekit {_seconds(row[f'mergekit_{condition}_s'], timeout)}"
+                     if f"mergekit_{condition}_s" in row else "")
                   + f"  ({load_average()})", flush=True)
         row["busy_over_quiet"] = round(row["ours_busy_s"] / row["ours_quiet_s"], 2)
         rows.append(row)
@@ -213,7 +245,9 @@ def print_busy_table(rows: list[dict], mergekit: str | None, timeout: float) -> 
     for row in rows:
         line = (f"| {row['method']} | {row['ours_quiet_s']:.1f} s | {row['ours_busy_s']:.1f} s | "
                 f"{row['busy_over_quiet']:.2f}× {'ok' if row['busy_over_quiet'] <= BUSY_GOAL else 'MISSED'} |")
-        if mergekit:
+        if mergekit and "mergekit_busy_s" not in row:
+            line += " | | |"
+        elif mergekit:
             theirs = row["mergekit_busy_s"]
             ahead = (f"{theirs / row['ours_busy_s']:.1f}× faster" if theirs is not None
                      else f"> {timeout / row['ours_busy_s']:.1f}× faster")
@@ -225,7 +259,10 @@ def print_busy_table(rows: list[dict], mergekit: str | None, timeout: float) -> 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--size-gb", type=float, action="append", help="model size in GB (repeatable); default 1.0")
-    parser.add_argument("--methods", default=",".join(RECIPES))
+    parser.add_argument("--methods", default=None,
+                        help="comma-separated, or 'all' (default: " + ",".join(TARGETS) + "; with --busy: linear,ties)")
+    parser.add_argument("--mergekit-methods", default="linear,task_arithmetic,ties,slerp",
+                        help="the methods that also run through mergekit with --busy (it takes minutes each)")
     parser.add_argument("--workdir", type=Path, default=None)
     parser.add_argument("--repeat", type=int, default=3,
                         help="runs of the floor and of our merge, alternating; the fastest of each counts")
@@ -240,18 +277,19 @@ def main() -> None:
     mergekit = args.mergekit or (str(mergekit_tool("mergekit-yaml") or "") or None)
     work = Path(args.workdir or tempfile.mkdtemp(prefix="mergesmith-bench-"))
     if args.busy:
-        methods = args.methods.split(",") if args.methods != ",".join(RECIPES) else ["linear", "ties"]
+        methods = list(RECIPES) if args.methods == "all" else (args.methods or "linear,ties").split(",")
         folder = work / f"{sizes[0]:g}GB"
         folder.mkdir(parents=True, exist_ok=True)
         print(f"Busy-machine benchmark in {folder} ({load_average()}); mergekit: {mergekit or 'not installed'}",
               flush=True)
-        rows = busy_table(folder, sizes[0], methods, args.repeat, mergekit, args.mergekit_timeout)
+        rows = busy_table(folder, sizes[0], methods, args.repeat, mergekit, args.mergekit_timeout,
+                          set(args.mergekit_methods.split(",")))
         print_busy_table(rows, mergekit, args.mergekit_timeout)
         print(json.dumps(rows, indent=2))
         if args.workdir is None:
             shutil.rmtree(work, ignore_errors=True)
         return
-    methods = args.methods.split(",")
+    methods = list(RECIPES) if args.methods == "all" else (args.methods or ",".join(TARGETS)).split(",")
     rows = []
     for size in sizes:
         folder = work / f"{size:g}GB"
@@ -263,8 +301,9 @@ def main() -> None:
         budget = 8 * largest + 300e6
         for method in methods:
             recipe = folder / f"{method}.yml"
-            recipe.write_text(RECIPES[method].format(base=base, one=one, two=two))
-            inputs = [base, one, two] if method in ("task_arithmetic", "ties") else ([one, two] if method == "linear" else [base, one])
+            text = recipe_text(method, base, one, two)
+            recipe.write_text(text)
+            inputs = [model for model in (base, one, two) if f"model: {model}\n" in text]
             floors, ours_runs, peaks = [], [], []
             for _ in range(args.repeat):
                 shutil.rmtree(folder / f"floor-{method}", ignore_errors=True)
@@ -278,7 +317,7 @@ def main() -> None:
             row = {
                 "size_gb": round(model_bytes / 1e9, 2), "method": method, "seconds": round(ours, 2),
                 "floor_seconds": round(floor, 2), "ratio_to_floor": round(ours / floor, 2),
-                "target_ratio": TARGETS[method], "peak_private_mb": round(peak / 1e6),
+                "target_ratio": TARGETS.get(method, OTHER_TARGET), "peak_private_mb": round(peak / 1e6),
                 "memory_budget_mb": round(budget / 1e6),
             }
             if mergekit:
@@ -294,7 +333,7 @@ def main() -> None:
             verdict = "ok" if row["ratio_to_floor"] <= row["target_ratio"] and peak <= budget else "MISSED"
             extra = (f", mergekit {row['mergekit_seconds']} s (ours/theirs {row['ours_over_mergekit']}), largest "
                      f"difference {row['max_difference_vs_mergekit']:.2g}") if mergekit else ""
-            print(f"  {method:<16} {ours:7.2f} s  floor {floor:6.2f} s  ratio {ours / floor:5.2f} (≤ {TARGETS[method]})"
+            print(f"  {method:<16} {ours:7.2f} s  floor {floor:6.2f} s  ratio {ours / floor:5.2f} (≤ {row['target_ratio']})"
                   f"  peak private {peak / 1e6:7.0f} MB (budget {budget / 1e6:.0f}){extra}  {verdict}", flush=True)
             shutil.rmtree(folder / f"out-{method}", ignore_errors=True)
             shutil.rmtree(folder / f"floor-{method}", ignore_errors=True)

@@ -26,7 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from merge import _OURS, RECIPES, build_models, run_measured  # noqa: E402
+from merge import _OURS, build_models, recipe_text, run_measured  # noqa: E402
 from workload import drop_page_cache, load_average  # noqa: E402
 
 from guiapp.engine.samples import LlamaShape, llama_config  # noqa: E402
@@ -175,7 +175,7 @@ def peak_at_1gb(cache: Path, methods: list[str]) -> dict[str, int]:
     peaks = {}
     for method in methods:
         recipe = folder / f"{method}.yml"
-        recipe.write_text(RECIPES[method].format(base=folder / "base", one=folder / "one", two=folder / "two"))
+        recipe.write_text(recipe_text(method, folder / "base", folder / "one", folder / "two"))
         shutil.rmtree(folder / "out", ignore_errors=True)
         peaks[method] = run_measured([sys.executable, "-c", _OURS, str(recipe), str(folder / "out")])[1]
         shutil.rmtree(folder / "out", ignore_errors=True)
@@ -210,7 +210,7 @@ def main() -> int:
     rows = []
     for method in methods:
         recipe = folder / f"{method}.yml"
-        recipe.write_text(RECIPES[method].format(**models))
+        recipe.write_text(recipe_text(method, **models))
         inputs = [models["one"], models["two"]] if method == "linear" else list(models.values())
         files = [f for model in inputs for f in model.glob("*.safetensors")]
         out = folder / "out"

@@ -2,9 +2,11 @@
 
 Tensors that an elementwise method merges (or that are copied) go through the loop a block of rows at a time:
 each input's rows of one block are read from its file, merged, cast and appended, so memory holds a few blocks
-whatever the tensor's size. Other methods need whole tensors: those go through whole. The next piece is read
-ahead on a second thread while the current one is computed, and the previous one written on a third: peak
-memory is a few pieces, never a model or a shard. The output appears under its name only when complete.
+whatever the tensor's size. A method with a survey (TIES, Breadcrumbs) streams the same way after it has been
+shown every block of the tensor in a pass or two (the blocks are read again from the files). Other methods need
+whole tensors: those go through whole. The next piece is read ahead on a second thread while the current one is
+computed, and the previous one written on a third: peak memory is a few pieces, never a model or a shard. The
+output appears under its name only when complete.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import Any
 import torch
 
 from guiapp.engine.devices import resolve_device, use_cpu_threads
-from guiapp.engine.methods.base import MergeContext
+from guiapp.engine.methods.base import MergeContext, TensorSettings, TensorSurvey
 from guiapp.engine.model_card import write_merge_metadata
 from guiapp.engine.output import (
     DEFAULT_SHARD_BYTES,
@@ -208,21 +210,31 @@ def _merge_tensors(
                     reads.submit(_read_piece, plan, readers, pieces[index + 1], device)
                     if index + 1 < len(pieces) else None
                 )
-                if piece.first:
+                if index == 0 or pieces[index - 1].task is not task:
                     seconds, extra = 0.0, {}
                 use_cpu_threads(settings.threads.threads_for(_work_kind(plan, task)))
                 tick = time.perf_counter()
+                if piece.counting:
+                    _count_block(plan, piece, tensors, device, settings.seed)
+                    seconds += time.perf_counter() - tick
+                    if piece.rows.stop == task.shape[0]:  # the end of a pass
+                        release_free_memory()
+                        if piece.survey.passes_left and not pieces[index + 1].counting:
+                            # An unlucky sample asks for another pass: it goes before the merge pass, whose first
+                            # block is being read ahead already and holds the same rows as the new pass's first.
+                            pieces[index + 1 : index + 1] = _counting_pass(task, piece.survey)
+                    continue
                 if piece.rows is None:
                     result = _compute(plan, task, tensors, device, settings.seed, extra)
                 else:
-                    result = _merge_block(plan, task, tensors, device, settings.seed, extra)
+                    result = _merge_block(plan, task, tensors, device, settings.seed, extra, piece.survey)
                 del tensors
                 seconds += time.perf_counter() - tick
                 if pending_write is not None:
                     pending_write.result()
                 pending_write = writes.submit(writer.write, task.name, result, piece.rows.start if piece.rows else 0)
                 del result
-                if piece.last:
+                if index + 1 == len(pieces) or pieces[index + 1].task is not task:
                     release_free_memory()  # what the blocks of this tensor left in the allocator's heaps
                     stats.append({"tensor": task.name, "seconds": seconds, "threads": torch.get_num_threads(), **extra})
                     progress.step(task.name, nbytes=plan.task_input_bytes(task))
@@ -249,6 +261,7 @@ def _threads_restored() -> Iterator[None]:
 
 
 def _work_kind(plan: MergePlan, task: TensorTask) -> WorkKind:
+    # The other methods (TIES too, block by block) compute far more per entry than they move: the free cores help.
     if plan.method.elementwise or task.copy or not task.floating:
         return WorkKind.ELEMENTWISE
     return WorkKind.DENSE
@@ -265,37 +278,49 @@ def merges_in_blocks(plan: MergePlan, task: TensorTask) -> bool:
         and math.prod(task.shape) > BLOCK_ELEMENTS
 
 
+def tensor_survey(plan: MergePlan, task: TensorTask) -> TensorSurvey | None:
+    """A fresh survey with which the plan's method merges `task` block by block, or None (it needs it whole)."""
+    if plan.method.survey is None or task.copy or not task.floating:
+        return None
+    settings = TensorSettings(task.model_params, task.params, task.base_index, math.prod(task.shape), plan.compute_dtype)
+    return plan.method.survey(settings)
+
+
 def streams_in_blocks(plan: MergePlan, task: TensorTask) -> bool:
-    """Whether `task` is also read and written block by block: merged in blocks, from inputs as stored (inputs laid
-    out in another vocabulary or changed by an adapter exist whole only, so they are read whole)."""
-    return merges_in_blocks(plan, task) and task.vocabulary is None \
-        and not any(plan.models[item.model].ref.adapter for item in task.inputs)
+    """Whether `task` is read, merged and written block by block: a tensor larger than a block that is copied or
+    merged by an elementwise method or one with a survey, from inputs as stored (inputs laid out in another
+    vocabulary or changed by an adapter exist whole only, so they are read whole)."""
+    large = task.floating and len(task.shape) > 0 and math.prod(task.shape) > BLOCK_ELEMENTS
+    return large and (merges_in_blocks(plan, task) or tensor_survey(plan, task) is not None) \
+        and task.vocabulary is None and not any(plan.models[item.model].ref.adapter for item in task.inputs)
 
 
 @dataclass(frozen=True)
 class _Piece:
-    """What the loop reads, computes and writes in one step: a whole tensor, or the rows `rows` of it."""
+    """What the loop reads and computes in one step: a whole tensor, or the rows `rows` of it, either merged and
+    written, or (`counting`) shown to the tensor's `survey` in one of its passes."""
 
     task: TensorTask
     rows: range | None = None
-
-    @property
-    def first(self) -> bool:
-        return self.rows is None or self.rows.start == 0
-
-    @property
-    def last(self) -> bool:
-        return self.rows is None or self.rows.stop == self.task.shape[0]
+    survey: TensorSurvey | None = None
+    counting: bool = False
 
 
 def _pieces(plan: MergePlan) -> list[_Piece]:
     pieces = []
     for task in plan.tasks:
         if streams_in_blocks(plan, task):
-            pieces.extend(_Piece(task, rows) for rows in _row_blocks(task.shape))
+            survey = tensor_survey(plan, task)
+            for _ in range(survey.passes_left if survey else 0):
+                pieces.extend(_counting_pass(task, survey))
+            pieces.extend(_Piece(task, rows, survey) for rows in _row_blocks(task.shape))
         else:
             pieces.append(_Piece(task))
     return pieces
+
+
+def _counting_pass(task: TensorTask, survey: TensorSurvey) -> list[_Piece]:
+    return [_Piece(task, rows, survey, counting=True) for rows in _row_blocks(task.shape)]
 
 
 def _row_blocks(shape: tuple[int, ...]) -> list[range]:
@@ -376,17 +401,26 @@ def _compute(
     return stored.cpu()
 
 
+def _count_block(plan: MergePlan, piece: _Piece, tensors: list[torch.Tensor], device: torch.device, seed: int) -> None:
+    """Show one block (its inputs' rows as stored) to the survey of its tensor; end the pass after the last."""
+    inputs = [_to_compute(plan, tensor, device) for tensor in tensors]
+    piece.survey.count(_context(plan, piece.task, inputs, device, seed))
+    if piece.rows.stop == piece.task.shape[0]:
+        piece.survey.end_pass()
+
+
 def _merge_block(
     plan: MergePlan, task: TensorTask, tensors: list[torch.Tensor], device: torch.device, seed: int,
-    extra: dict[str, Any],
+    extra: dict[str, Any], survey: TensorSurvey | None = None,
 ) -> torch.Tensor:
-    """One block of rows of `task`'s output from its inputs' rows (as stored), in the output dtype, on the CPU.
+    """One block of rows of `task`'s output from its inputs' rows (as stored), in the output dtype, on the CPU;
+    merged by the `survey` of the whole tensor when its method has one.
 
-    Raises NonFiniteResultError when the block comes out NaN or infinite: an elementwise method's block depends
-    on these rows alone, so they tell an input's NaN from an overflow of the cast.
+    Raises NonFiniteResultError when the block comes out NaN or infinite: the block depends on these rows (and
+    on the survey, which only ranks them), so they tell an input's NaN from an overflow of the cast.
     """
     inputs = [_to_compute(plan, tensor, device) for tensor in tensors]
-    result = inputs[0] if task.copy else _merge_one(plan, task, inputs, device, seed, extra)
+    result = inputs[0] if task.copy else _merge_one(plan, task, inputs, device, seed, extra, survey)
     stored = result.to(plan.out_dtype)
     if not _all_finite(stored):
         raise _non_finite_error(plan, task, inputs, computed_finite=_all_finite(result))
@@ -395,11 +429,18 @@ def _merge_block(
 
 def _merge_one(
     plan: MergePlan, task: TensorTask, tensors: list[torch.Tensor], device: torch.device, seed: int,
-    stats: dict[str, Any],
+    stats: dict[str, Any], survey: TensorSurvey | None = None,
 ) -> torch.Tensor:
+    context = _context(plan, task, tensors, device, seed)
+    result = survey.merge(context) if survey else plan.method.merge(context)
+    stats.update(context.stats)
+    return result
+
+
+def _context(plan: MergePlan, task: TensorTask, tensors: list[torch.Tensor], device: torch.device, seed: int) -> MergeContext:
     generator = torch.Generator(device=device)
     generator.manual_seed(seed * 1_000_003 + zlib.crc32(task.name.encode()))
-    context = MergeContext(
+    return MergeContext(
         tensor_name=task.name,
         tensors=tensors,
         base_index=task.base_index,
@@ -408,9 +449,6 @@ def _merge_one(
         model_names=[plan.models[i.model].label for i in task.inputs],
         generator=generator,
     )
-    result = plan.method.merge(context)
-    stats.update(context.stats)
-    return result
 
 
 def _all_finite(tensor: torch.Tensor) -> bool:

@@ -3,7 +3,7 @@
 Memory is private (anonymous) memory: the page cache holding the model files is reclaimed by the system under
 pressure; what cannot be reclaimed is what the loop reads into its own buffers and the float32 working set of
 the tensors being merged. The merge loop holds one piece's inputs (a whole tensor, or a block of rows of a tensor
-an elementwise method merges), the method's temporaries and the output cast, plus the next piece's inputs read
+it streams), the method's temporaries and the output cast, plus the next piece's inputs read
 ahead and the previous piece's output being written.
 """
 
@@ -66,13 +66,14 @@ def merge_working_set(plan) -> int:
         """(inputs read, working bytes while it is computed, output written) of one piece of `task`."""
         numel = math.prod(task.shape)
         out_size = plan.out_tensor_dtype(task).itemsize
-        if not merges_in_blocks(plan, task):
+        streamed = streams_in_blocks(plan, task)
+        if not (streamed or merges_in_blocks(plan, task)):
             method = 0 if task.copy or not task.floating else int(copies.for_inputs(len(task.inputs)) * numel * compute_size)
             return whole_inputs(task), method + numel * out_size, numel * out_size
         # Each input's block is converted to the compute dtype besides the method's own copies.
         block = block_rows(task) * math.prod(task.shape[1:])
         block_working = int((copies.for_inputs(len(task.inputs)) + len(task.inputs)) * block * compute_size)
-        if streams_in_blocks(plan, task):
+        if streamed:
             stored = sum(plan.models[i.model].tensors[i.tensor].dtype.itemsize for i in task.inputs)
             return block * stored, block_working + block * out_size, block * out_size
         # Read whole (positional reads into private buffers), merged in blocks into the whole output.

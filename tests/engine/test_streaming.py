@@ -1,11 +1,13 @@
-"""Tensors merged in blocks are read, merged and written a block at a time: the output is byte for byte what the
-whole-tensor path writes, and the merge's peak memory does not grow with the size of the largest tensor."""
+"""Tensors merged in blocks are read, merged and written a block at a time (after the passes a method with a survey,
+like TIES, makes over them): the output is byte for byte what the whole-tensor path writes, and the merge's peak
+memory does not grow with the size of the largest tensor."""
 
 from __future__ import annotations
 
 import math
 import sys
 import textwrap
+import weakref
 from pathlib import Path
 
 import pytest
@@ -13,6 +15,7 @@ import torch
 
 import guiapp.engine.merge as merge_module
 from guiapp.engine.merge import BLOCK_ELEMENTS, MergeSettings, plan_merge, run_merge, streams_in_blocks
+from guiapp.engine.methods._selection import LargestK
 from guiapp.engine.samples import LlamaShape, llama_config, llama_tensors, write_checkpoint, write_llama
 from tests.engine.helpers import recipe
 from tests.support.memory import run_measuring_memory
@@ -43,6 +46,14 @@ def test_streamed_output_is_byte_identical_to_the_whole_tensor_path(tmp_path, mo
                            f"  - model: {smaller}\n    parameters: {{weight: 0.4}}\ndtype: float16\n",
         "slerp": f"merge_method: slerp\nbase_model: {base}\ntokenizer_source: base\nmodels:\n  - model: {base}\n"
                  f"  - model: {bigger}\nparameters: {{t: 0.3}}\n",
+        # bfloat16 inputs make many changes of equal size, so the cut falls among ties that span blocks.
+        "ties": f"merge_method: ties\nbase_model: {base}\nmodels:\n"
+                f"  - model: {bigger}\n    parameters: {{weight: 0.7, density: 0.4}}\n"
+                f"  - model: {smaller}\n    parameters: {{weight: 0.5, density: 0.75}}\n"
+                f"tokenizer_source: base\n",
+        "breadcrumbs_ties": f"merge_method: breadcrumbs_ties\nbase_model: {base}\ntokenizer_source: base\nmodels:\n"
+                            f"  - model: {bigger}\n    parameters: {{weight: 1.0, density: 0.5, gamma: 0.02}}\n"
+                            f"  - model: {smaller}\n    parameters: {{weight: 0.6, density: 0.9, gamma: 0.1}}\n",
     }
     plans = {method: plan_merge(recipe(text)) for method, text in texts.items()}
     streamed = {method: {t.name: t for t in plan.tasks if streams_in_blocks(plan, t)} for method, plan in plans.items()}
@@ -52,18 +63,38 @@ def test_streamed_output_is_byte_identical_to_the_whole_tensor_path(tmp_path, mo
     copied = streamed["slerp"][_EXTRA]
     assert copied.copy and math.prod(copied.shape) > 2 * BLOCK_ELEMENTS
     assert "model.embed_tokens.weight" not in streamed["slerp"]  # slerp needs whole tensors
+    ranked = streamed["ties"]["model.embed_tokens.weight"]
+    assert merge_module.tensor_survey(plans["ties"], ranked).passes_left == 2  # a sample, then a count
+    assert streamed["breadcrumbs_ties"].keys() == streamed["task_arithmetic"].keys()
 
     for method, text in texts.items():
         run_merge(recipe(text), MergeSettings(tmp_path / f"streamed-{method}", shard_bytes=8_000_000))
+    # An unlucky sample: each selection's first bracket holds only the sample's largest value, so every ranked
+    # tensor needs a third pass, inserted before its merge pass.
+    missed, misses = weakref.WeakSet(), []
+    real_bracket = LargestK._draw_bracket
+
+    def unlucky_once(self):
+        if self in missed or self._ordered_sample is None:
+            return real_bracket(self)
+        missed.add(self)
+        misses.append(self._k)
+        return self._ordered_sample[0], self._ordered_sample[0]
+
+    with monkeypatch.context() as patch:
+        patch.setattr(LargestK, "_draw_bracket", unlucky_once)
+        run_merge(recipe(texts["ties"]), MergeSettings(tmp_path / "unlucky-ties", shard_bytes=8_000_000))
+    assert len(misses) >= 4  # two models' rankings of each tensor larger than a block
     monkeypatch.setattr(merge_module, "streams_in_blocks", lambda plan, task: False)
     for method, text in texts.items():
         run_merge(recipe(text), MergeSettings(tmp_path / f"whole-{method}", shard_bytes=8_000_000))
-        streamed_files = _output_bytes(tmp_path / f"streamed-{method}")
         whole_files = _output_bytes(tmp_path / f"whole-{method}")
         assert len(whole_files) > 2  # sharded: blocks are written across shard files
-        assert streamed_files.keys() == whole_files.keys()
-        for name, data in whole_files.items():
-            assert streamed_files[name] == data, (method, name)
+        for streamed_run in [f"streamed-{method}"] + (["unlucky-ties"] if method == "ties" else []):
+            streamed_files = _output_bytes(tmp_path / streamed_run)
+            assert streamed_files.keys() == whole_files.keys()
+            for name, data in whole_files.items():
+                assert streamed_files[name] == data, (streamed_run, name)
 
 
 _CHILD = textwrap.dedent("""
@@ -76,19 +107,21 @@ _CHILD = textwrap.dedent("""
 
 
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="samples RssAnon from /proc")
-def test_peak_memory_does_not_grow_with_the_largest_tensor(tmp_path):
+@pytest.mark.parametrize("method", ["linear", "ties"])
+def test_peak_memory_does_not_grow_with_the_largest_tensor(tmp_path, method):
     peaks = {}
     for vocab in (16_000, 80_000):  # tied embeddings of 32 MB and 164 MB in bfloat16, the rest a few MB
         shape = LlamaShape(hidden=1024, intermediate=256, layers=1, heads=8, kv_heads=8, vocab=vocab)
         one = write_llama(tmp_path / f"one-{vocab}", shape, seed=1, tie_embeddings=True)
         two = write_llama(tmp_path / f"two-{vocab}", shape, seed=2, tie_embeddings=True)
         recipe_file = tmp_path / f"recipe-{vocab}.yml"
-        recipe_file.write_text(f"merge_method: linear\nmodels:\n  - model: {one}\n    parameters: {{weight: 0.5}}\n"
-                               f"  - model: {two}\n    parameters: {{weight: 0.5}}\n")
+        base, density = (f"base_model: {one}\n", ", density: 0.3") if method == "ties" else ("", "")
+        recipe_file.write_text(f"merge_method: {method}\n{base}models:\n  - model: {one}\n    parameters: {{weight: 0.5}}\n"
+                               f"  - model: {two}\n    parameters: {{weight: 0.5{density}}}\n")
         run = run_measuring_memory([sys.executable, "-c", _CHILD, str(recipe_file), str(tmp_path / f"out-{vocab}")])
         peaks[vocab] = run.peak_private
     growth = peaks[80_000] - peaks[16_000]
     # Whole tensors would add both inputs, the result and the write behind: 4 × 131 MB more (the loop that read
-    # whole tensors measured +393 MB). Blocks add nothing; the bound leaves room for what sampling a loaded
+    # whole tensors measured +393 MB; TIES on whole tensors, +1.2 GB). Blocks add nothing; the bound leaves room for what sampling a loaded
     # machine's allocator adds (a full-suite run next to another once read more than 40 MB).
     assert growth < 150 * 2**20, (peaks, growth)

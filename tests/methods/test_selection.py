@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from guiapp.engine.methods import _reduce, _selection
-from guiapp.engine.methods._selection import kth_largest, top_k_mask
+from guiapp.engine.methods import _reduce
+from guiapp.engine.methods._selection import LargestK, top_k_mask
 
 
 def reference_top_k(values: list[float], k: int) -> list[int]:
@@ -37,15 +37,6 @@ def test_ties_at_the_cut_keep_the_lowest_flat_indices():
     assert mask.shape == values.shape
 
 
-def test_kth_largest_on_a_large_random_tensor_matches_a_sort():
-    values = torch.rand(300_000, generator=torch.Generator().manual_seed(2)) ** 3
-    ordered = torch.sort(values, descending=True).values
-    for k in (1, 7, 150_000, 299_999, 300_000):
-        value, taken, tied = kth_largest(values, k)
-        assert float(value) == float(ordered[k - 1])
-        assert taken == int((ordered[:k] == value).sum()) and tied == int((values == value).sum())
-
-
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_top_k_on_large_tensors_with_many_ties(dtype):
     generator = torch.Generator().manual_seed(4)
@@ -56,25 +47,112 @@ def test_top_k_on_large_tensors_with_many_ties(dtype):
         assert torch.equal(top_k_mask(values, k), expected), (levels, k)
 
 
+def _streamed_mask(values: torch.Tensor, k: int, block_sizes: list[int]) -> torch.Tensor:
+    """LargestK over `values` shown in blocks of the given sizes (repeated until the end), masks concatenated."""
+    blocks, start, sizes = [], 0, iter(block_sizes * values.numel())
+    while start < values.numel():
+        size = next(sizes)
+        blocks.append(values[start : start + size])
+        start += size
+    largest = LargestK(values.numel(), k, values.dtype)
+    while largest.passes_left:
+        for block in blocks:
+            largest.count(block)
+        largest.end_pass()
+    return torch.cat([largest.mask(block) for block in blocks])
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+def test_blocks_select_exactly_what_a_stable_sort_selects(dtype):
+    generator = torch.Generator().manual_seed(7)
+    for levels, k, blocks in [(4, 30_000, [777, 5]), (1_000_000, 12_345, [10_000]), (2, 1, [3, 4_999]),
+                              (7, 49_999, [1]), (100, 25_000, [50_000])]:
+        if levels < 1_000_000:
+            values = torch.randint(0, levels, (50_000,), generator=generator).to(dtype) * 1e-3
+        else:
+            values = torch.rand(50_000, generator=generator).to(dtype) ** 4
+        if levels == 7:
+            values = values[:1_000]
+            k = 600
+        expected = torch.zeros(values.numel(), dtype=torch.bool)
+        expected[torch.sort(values.double(), descending=True, stable=True).indices[:k]] = True
+        assert torch.equal(_streamed_mask(values, k, blocks), expected), (dtype, levels, k, blocks)
+        assert torch.equal(top_k_mask(values, k), expected)
+
+
+def _passes(values: torch.Tensor, k: int) -> int:
+    largest, passes = LargestK(values.numel(), k, values.dtype), 0
+    while largest.passes_left:
+        largest.count(values)
+        largest.end_pass()
+        passes += 1
+    return passes
+
+
+def test_a_sample_and_a_count_are_two_passes_and_small_tensors_need_one():
+    values = torch.rand(1_000_000, generator=torch.Generator().manual_seed(8))
+    assert [_passes(values, k) for k in (1, 500_000, 999_999)] == [2, 2, 2]
+    assert _passes(values[:1000], 300) == 1
+    assert _passes(values, 0) == _passes(values, 1_000_000) == 0
+
+
 @pytest.mark.parametrize("wrong", ["too_low", "too_high"])
-def test_a_bracket_that_misses_is_widened_and_the_answer_stays_exact(monkeypatch, wrong):
-    values = torch.rand(100_000, generator=torch.Generator().manual_seed(5))
-    k = 40_000
+def test_a_bracket_that_misses_costs_one_more_pass_and_the_answer_stays_exact(monkeypatch, wrong):
+    values = torch.rand(200_000, generator=torch.Generator().manual_seed(5))
+    k = 80_000
     ordered = torch.sort(values, descending=True).values
-    if wrong == "too_low":  # the whole bracket lies below the k-th largest
-        bracket = (ordered[60_000], ordered[70_000])
-    else:
-        bracket = (ordered[1_000], ordered[2_000])
-    monkeypatch.setattr(_selection, "_bracket", lambda flat, k: bracket)
-    value, taken, tied = kth_largest(values, k)
-    assert float(value) == float(ordered[k - 1]) and taken == tied == 1
+    # The whole bracket lies below the k-th largest, or above it.
+    missed = (ordered[120_000], ordered[140_000]) if wrong == "too_low" else (ordered[1_000], ordered[2_000])
+    drawn = []
+    real = LargestK._draw_bracket
+
+    def unlucky_first(self):
+        drawn.append(1)
+        return missed if len(drawn) == 1 else real(self)
+
+    monkeypatch.setattr(LargestK, "_draw_bracket", unlucky_first)
+    expected = torch.zeros(200_000, dtype=torch.bool)
+    expected[torch.sort(values, descending=True, stable=True).indices[:k]] = True
+    assert _passes(values, k) == 3
+    assert torch.equal(_streamed_mask(values, k, [30_000]), expected)
 
 
-def test_kth_largest_refuses_bad_input():
+def test_changes_that_are_mostly_zero_are_counted_not_collected():
+    """A fine-tune that left most of a tensor alone: 90 % of |δ| is exactly 0, and the cut falls among the zeros or
+    just above them. The answer is exact, and the bracket's bound at 0 does not pull the zeros into memory."""
+    generator = torch.Generator().manual_seed(9)
+    values = torch.rand(400_000, generator=generator) * (torch.rand(400_000, generator=generator) < 0.1)
+    collected = []
+    real_count = LargestK.count
+
+    def count_and_measure(self, scores):
+        real_count(self, scores)
+        collected.append(sum(t.numel() for t in self._inside))
+
+    for k in (20_000, 40_000, 45_000, 200_000):
+        expected = torch.zeros(400_000, dtype=torch.bool)
+        expected[torch.sort(values, descending=True, stable=True).indices[:k]] = True
+        collected.clear()
+        LargestK.count = count_and_measure
+        try:
+            mask = _streamed_mask(values, k, [50_000])
+        finally:
+            LargestK.count = real_count
+        assert torch.equal(mask, expected), k
+        assert max(collected) < 40_000, (k, max(collected))  # the nonzero tenth at most, never the zeros
+
+
+def test_nan_is_never_selected_and_the_passes_end():
+    values = torch.tensor([float("nan")] * 70_000 + [1.0] * 30_000)
+    mask = top_k_mask(values, 50_000)
+    assert int(mask.sum()) == 30_000 and not bool(mask[:70_000].any())
+
+
+def test_largest_k_refuses_integers_and_an_early_mask():
     with pytest.raises(ValueError):
-        kth_largest(torch.ones(3, dtype=torch.int32), 1)
+        LargestK(3, 1, torch.int32)
     with pytest.raises(ValueError):
-        kth_largest(torch.ones(3), 4)
+        LargestK(3, 1, torch.float32).mask(torch.ones(3))
 
 
 def test_reductions_accumulate_in_float64():

@@ -1,11 +1,13 @@
 """Exact selection of the largest entries, with ties broken by lowest flat index.
 
 Every rank-based choice (TIES' magnitude pruning, Breadcrumbs' window, SCE's variance top-k) goes through
-`top_k_mask`, so they all order entries the same way: by value, and among equal values the lower flat index
-counts as the larger. `torch.quantile` refuses more than 2^24 entries and `torch.kthvalue`/`topk` take seconds
-on a 58 M-entry weight, so large tensors use a sample to bracket the k-th largest value, count exactly how many
-entries lie above the bracket, and select among the few entries inside it the same way (sorting once they are
-few). The answer is exact whatever the sample; an unlucky sample only costs another pass with a wider bracket.
+`LargestK`, so they all order entries the same way: by value, and among equal values the lower flat index counts
+as the larger. The scores may come a block at a time, so a tensor too large to hold whole can be ranked while it
+streams past (torch.quantile refuses more than 2^24 entries; a sort or kthvalue holds them all and takes seconds).
+One pass draws a random sample of the scores, whose order statistics very likely enclose the k-th largest; a
+second pass counts the entries above that bracket and keeps the few inside it, among which the k-th largest is
+found by sorting. The answer is exact whatever the sample: an unlucky one only costs another pass with a wider
+bracket.
 """
 
 from __future__ import annotations
@@ -14,87 +16,137 @@ import math
 
 import torch
 
-_SORT_BELOW = 1 << 16  # smaller tensors are simply sorted
-_SAMPLE = 1 << 16
-_SAMPLE_SEED = 0x5EED  # a fixed seed: the sample affects speed only, so it need not vary with the job
+_SAMPLE_EVERY = 64  # entries per sampled entry, in expectation
+_SORT_BELOW = 1 << 16  # fewer scores than this are simply sorted: no sample, one pass
+_SAMPLE_SEED = 0x5EED  # the sample affects speed only, so it need not vary with the job
 
 
-def kth_largest(values: torch.Tensor, k: int) -> tuple[torch.Tensor, int, int]:
-    """Return the k-th largest entry of `values`, how many entries equal to it fall within the top k, and how
-    many entries equal it in all.
+class LargestK:
+    """The k largest of `n` floating scores, seen a block at a time (NaN is never selected).
 
-    `values` must be a floating tensor without NaN and 1 <= k <= numel; otherwise ValueError (a programming
-    error, never a user's).
+    Show every block, in order, to `count` once per pass, and call `end_pass` after each; `passes_left` says
+    whether another pass is needed (usually two in all; a third after an unlucky sample). Then `mask` marks the
+    selected entries of each block, again called on the blocks in order. k <= 0 selects nothing, k >= n
+    everything, without any pass.
     """
-    if not values.dtype.is_floating_point:
-        raise ValueError(f"kth_largest needs floating values, not {values.dtype}")
-    flat = values.reshape(-1)
-    n = flat.numel()
-    if not 1 <= k <= n:
-        raise ValueError(f"k={k} is outside 1..{n}")
-    if n < _SORT_BELOW:
-        return _kth_in(flat, k)
-    upper, lower = _bracket(flat, k)
-    outside = torch.empty_like(flat, dtype=torch.bool)
-    inside = torch.empty_like(flat, dtype=torch.bool)
-    while True:
-        above = int(torch.count_nonzero(torch.gt(flat, upper, out=outside))) if upper is not None else 0
-        at_least = int(torch.count_nonzero(torch.ge(flat, lower, out=inside))) if lower is not None else n
-        if above >= k:
-            upper = None  # the sample put the bracket too low: open it upwards
-        elif at_least < k:
-            lower = None  # too high: open it downwards
+
+    def __init__(self, n: int, k: int, dtype: torch.dtype) -> None:
+        if not dtype.is_floating_point:
+            raise ValueError(f"LargestK ranks floating scores, not {dtype}")
+        self._n, self._k, self._dtype = n, k, dtype
+        self._sampling = n >= _SORT_BELOW
+        self._generator = torch.Generator().manual_seed(_SAMPLE_SEED)
+        self._sample: list[torch.Tensor] = []
+        self._ordered_sample: torch.Tensor | None = None
+        self._margin = 0
+        self._bracket: tuple[torch.Tensor | None, torch.Tensor | None] = (None, None)
+        self._above = 0  # entries above the bracket
+        self._at_upper = 0  # entries equal to its upper bound
+        self._inside: list[torch.Tensor] = []  # the entries strictly inside it
+        self._at_lower = 0  # entries equal to its lower bound (when it is below the upper one)
+        self._threshold: torch.Tensor | None = None
+        self._ties_left = 0  # entries equal to the threshold still to be selected, in flat order
+        self._all_ties = True
+        self.passes_left = 0 if k <= 0 or k >= n else (2 if self._sampling else 1)
+
+    def count(self, scores: torch.Tensor) -> None:
+        """Look at one block's scores in the current pass."""
+        flat = scores.reshape(-1)
+        if self._sampling and self._ordered_sample is None:
+            picks = torch.randint(flat.numel(), (max(1, flat.numel() // _SAMPLE_EVERY),), generator=self._generator)
+            self._sample.append(flat[picks.to(flat.device)])
+            return
+        upper, lower = self._bracket
+        # Entries equal to a bound are only counted: a tensor whose changes are mostly 0 (rows a fine-tune never
+        # touched) would otherwise put most of itself inside a bracket that starts at 0.
+        strictly_inside = torch.ones_like(flat, dtype=torch.bool)
+        if upper is not None:
+            above, at_least = torch.gt(flat, upper), torch.ge(flat, upper)
+            self._above += int(torch.count_nonzero(above))
+            self._at_upper += int(torch.count_nonzero(at_least)) - int(torch.count_nonzero(above))
+            strictly_inside &= ~at_least
+        if lower is not None and (upper is None or bool(lower < upper)):
+            above, at_least = torch.gt(flat, lower), torch.ge(flat, lower)
+            self._at_lower += int(torch.count_nonzero(at_least)) - int(torch.count_nonzero(above))
+            strictly_inside &= above
+        self._inside.append(flat[strictly_inside])
+
+    def end_pass(self) -> None:
+        """Close the current pass: after the sample, draw the bracket; after the count, find the k-th largest or
+        widen the bracket for another pass."""
+        self.passes_left -= 1
+        if self._sampling and self._ordered_sample is None:
+            sample = torch.cat(self._sample)
+            self._ordered_sample = torch.sort(sample[~torch.isnan(sample)], descending=True).values
+            self._sample = []
+            fraction = self._k / self._n
+            # About 6 standard deviations of the sample rank of the k-th largest entry, plus a little for small k.
+            self._margin = int(6 * math.sqrt(self._ordered_sample.numel() * fraction * (1 - fraction))) + 8
+            self._bracket = self._draw_bracket()
+            return
+        inside = torch.cat(self._inside)
+        inside = torch.sort(inside[~torch.isnan(inside)], descending=True).values
+        upper, lower = self._bracket
+        wanted = self._k - self._above  # the k-th largest's rank among the entries at or below the upper bound
+        candidates = [(upper, self._at_upper), (None, inside.numel()), (lower, self._at_lower)]
+        self._inside, self._above, self._at_upper, self._at_lower = [], 0, 0, 0
+        for bound, count in candidates:  # noqa: B007 - the loop stops at the one that holds the k-th largest
+            if 1 <= wanted <= count:
+                break
+            wanted -= count
         else:
-            break
-    if upper is not None and lower is not None and bool(upper == lower):
-        return upper, k - above, at_least - above  # the bracket is a single value: all ties
-    if at_least - above == n:
-        return _kth_in(flat, k)  # the bracket excluded nothing: no progress to make by recursing
-    if lower is None:
-        inside.fill_(True)
-    if upper is not None:
-        inside.logical_and_(torch.le(flat, upper, out=outside))
-    del outside
-    # Every entry equal to the answer lies inside the bracket, so the counts of the subproblem are final.
-    return kth_largest(flat[inside], k - above)
+            if upper is None and lower is None:  # only NaN is left unranked; it is never selected
+                self._threshold = inside[-1] if inside.numel() else torch.tensor(math.inf, dtype=self._dtype)
+                return
+            self._margin *= 8  # the bracket missed: count again with a wider one
+            self._bracket = self._draw_bracket()
+            self.passes_left = 1
+            return
+        if bound is not None:
+            self._threshold, self._ties_left = bound, wanted
+            self._all_ties = wanted == count
+            return
+        self._threshold = inside[wanted - 1]
+        greater = int(torch.count_nonzero(inside > self._threshold))
+        self._ties_left = wanted - greater
+        self._all_ties = self._ties_left == int(torch.count_nonzero(inside == self._threshold))
 
+    def _draw_bracket(self) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """(upper, lower) sample values around the k-th largest's expected rank; None: no bound on that side."""
+        if self._ordered_sample is None:
+            return None, None
+        size = self._ordered_sample.numel()
+        position = int(self._k / self._n * size)
+        high, low = position - self._margin, position + self._margin
+        return (self._ordered_sample[high] if high >= 0 else None, self._ordered_sample[low] if low < size else None)
 
-def _kth_in(flat: torch.Tensor, k: int) -> tuple[torch.Tensor, int, int]:
-    value = torch.sort(flat, descending=True).values[k - 1]
-    greater = int(torch.count_nonzero(flat > value))
-    return value, k - greater, int(torch.count_nonzero(flat == value))
-
-
-def _bracket(flat: torch.Tensor, k: int) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-    """Values from a sample that very likely enclose the k-th largest entry (None: no bound on that side)."""
-    n = flat.numel()
-    generator = torch.Generator(device=flat.device).manual_seed(_SAMPLE_SEED)
-    picks = torch.randint(n, (_SAMPLE,), generator=generator, device=flat.device)
-    ordered = torch.sort(flat[picks], descending=True).values
-    fraction = k / n
-    # About 6 standard deviations of the sample rank of the k-th largest entry, plus a little for small k.
-    margin = int(6 * math.sqrt(_SAMPLE * fraction * (1 - fraction))) + 8
-    position = int(fraction * _SAMPLE)
-    high, low = position - margin, position + margin
-    upper = ordered[high] if high >= 0 else None
-    lower = ordered[low] if low < _SAMPLE else None
-    return upper, lower
+    def mask(self, scores: torch.Tensor) -> torch.Tensor:
+        """A boolean mask (the block's shape) of the block's selected entries."""
+        if self._k <= 0 or self._k >= self._n:
+            return torch.full(scores.shape, self._k > 0, dtype=torch.bool, device=scores.device)
+        if self.passes_left:
+            raise ValueError("LargestK.mask before the k-th largest was found")
+        if self._all_ties:
+            return torch.ge(scores, self._threshold)
+        flat = scores.reshape(-1)
+        selected = torch.gt(flat, self._threshold)
+        if self._ties_left:
+            equal = torch.eq(flat, self._threshold)
+            found = int(torch.count_nonzero(equal))
+            if found > self._ties_left:
+                equal &= equal.cumsum(0) <= self._ties_left
+            selected |= equal
+            self._ties_left -= min(found, self._ties_left)
+        return selected.view(scores.shape)
 
 
 def top_k_mask(scores: torch.Tensor, k: int) -> torch.Tensor:
     """A boolean mask (shape of `scores`) of the k largest scores; among equal scores, lowest flat index first.
 
-    `scores` must be floating without NaN. k <= 0 selects nothing, k >= numel everything.
+    `scores` must be floating (NaN is never selected). k <= 0 selects nothing, k >= numel everything.
     """
-    n = scores.numel()
-    if k <= 0:
-        return torch.zeros_like(scores, dtype=torch.bool)
-    if k >= n:
-        return torch.ones_like(scores, dtype=torch.bool)
-    flat = scores.reshape(-1)
-    threshold, taken, tied = kth_largest(flat, k)
-    if taken == tied:
-        return (flat >= threshold).view(scores.shape)
-    mask = flat > threshold
-    mask[torch.nonzero(flat == threshold).squeeze(1)[:taken]] = True
-    return mask.view(scores.shape)
+    largest = LargestK(scores.numel(), k, scores.dtype)
+    while largest.passes_left:
+        largest.count(scores)
+        largest.end_pass()
+    return largest.mask(scores)

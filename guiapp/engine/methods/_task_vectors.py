@@ -8,13 +8,23 @@ Each method module only declares which sparsifier and consensus it uses and its 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from enum import Enum
 
 import torch
 
 from guiapp.engine.methods import _reduce
-from guiapp.engine.methods._selection import top_k_mask
-from guiapp.engine.methods.base import BaseRole, MergeContext, MergeMethod, ParamKind, ParamSpec, WorkingCopies
+from guiapp.engine.methods._selection import LargestK
+from guiapp.engine.methods.base import (
+    BaseRole,
+    MergeContext,
+    MergeMethod,
+    ParamKind,
+    ParamSpec,
+    TensorSettings,
+    TensorSurvey,
+    WorkingCopies,
+)
 from guiapp.errors import IncompatibleModelsError, RecipeError
 
 # Below these L1 sums a rescale factor would be noise over noise (mergekit's issue #609: inf, then NaN).
@@ -29,11 +39,54 @@ class Sparsifier(str, Enum):
     DELLA = "della"  # DELLA: keep with a probability that grows with the entry's rank in its row
 
 
-def magnitude_mask(delta: torch.Tensor, density: float, scratch: torch.Tensor) -> torch.Tensor:
-    """Keep exactly max(1, int(d·numel)) entries with the largest |δ| (d <= 0: none). Overwrites `scratch`."""
-    if density <= 0:
-        return torch.zeros_like(delta, dtype=torch.bool)
-    return top_k_mask(torch.abs(delta, out=scratch), max(1, int(density * delta.numel())))
+class _Ranking:
+    """Which entries of one model's δ a rank-based sparsifier keeps (TIES' largest |δ|, Breadcrumbs' window), learned
+    from |δ| shown a block at a time as `LargestK` learns it: passes of `count` and `end_pass` while `passes_left`,
+    then `mask` on each block in order."""
+
+    def __init__(self, sparsifier: Sparsifier, params: dict, numel: int, dtype: torch.dtype) -> None:
+        density = float(params["density"])
+        if sparsifier is Sparsifier.MAGNITUDE:
+            # Exactly max(1, int(d·numel)) entries (d <= 0: none).
+            self._keep = LargestK(numel, max(1, int(density * numel)) if density > 0 else 0, dtype)
+            self._drop = None
+        else:
+            # Breadcrumbs: rank |δ| descending, skip the top int(gamma·N), keep the next int(d·N).
+            target = int(density * numel)
+            n_bottom = max(0, numel - target - int(float(params["gamma"]) * numel))
+            n_top = numel - target - n_bottom
+            self._keep = LargestK(numel, n_top + target, dtype)
+            self._drop = LargestK(numel, n_top, dtype) if n_top else None
+        self._selections = [s for s in (self._keep, self._drop) if s is not None]
+
+    @property
+    def passes_left(self) -> int:
+        return max(s.passes_left for s in self._selections)
+
+    def count(self, magnitudes: torch.Tensor) -> None:
+        for selection in self._selections:
+            if selection.passes_left:
+                selection.count(magnitudes)
+
+    def end_pass(self) -> None:
+        for selection in self._selections:
+            if selection.passes_left:
+                selection.end_pass()
+
+    def mask(self, magnitudes: torch.Tensor) -> torch.Tensor:
+        kept = self._keep.mask(magnitudes)
+        if self._drop is not None:
+            kept &= ~self._drop.mask(magnitudes)
+        return kept
+
+    @classmethod
+    def of_whole(cls, sparsifier: Sparsifier, params: dict, magnitudes: torch.Tensor) -> _Ranking:
+        """The ranking of one whole tensor's magnitudes, every pass done."""
+        ranking = cls(sparsifier, params, magnitudes.numel(), magnitudes.dtype)
+        while ranking.passes_left:
+            ranking.count(magnitudes)
+            ranking.end_pass()
+        return ranking
 
 
 def random_mask(
@@ -41,19 +94,6 @@ def random_mask(
 ) -> torch.Tensor:
     """Keep each entry independently with probability d. Overwrites `scratch`."""
     return torch.rand(delta.shape, generator=generator, out=scratch) < density
-
-
-def outlier_mask(delta: torch.Tensor, density: float, gamma: float, scratch: torch.Tensor) -> torch.Tensor:
-    """Breadcrumbs: rank |δ| descending, skip the top int(gamma·N), keep the next int(d·N). Overwrites `scratch`."""
-    n = delta.numel()
-    target = int(density * n)
-    n_bottom = max(0, n - target - int(gamma * n))
-    n_top = n - target - n_bottom
-    magnitudes = torch.abs(delta, out=scratch)
-    kept = top_k_mask(magnitudes, n_top + target)
-    if n_top:
-        kept &= ~top_k_mask(magnitudes, n_top)
-    return kept
 
 
 def della_mask(
@@ -87,23 +127,25 @@ def sparsify(
     generator: torch.Generator,
     scratch: torch.Tensor,
     where: str,
+    ranking: _Ranking | None = None,
 ) -> int:
     """Sparsify `delta` in place with one model's params; return how many entries were kept.
 
     Density >= 1 leaves δ untouched (no pruning, no outlier removal, no rescale). With `rescale`, the kept
     entries are scaled so the L1 norm matches the unpruned δ (skipped when either sum is below 1e-7).
-    `scratch` is a float buffer of δ's shape and dtype that this overwrites.
+    `scratch` is a float buffer of δ's shape and dtype that this overwrites. A rank-based sparsifier ranks δ's
+    own entries, or, for a block of a larger tensor, takes the `ranking` of the whole tensor (counted already).
     Raises RecipeError (naming `where`: model and tensor) when DELLA's density ± epsilon leaves (0, 1).
     """
     density = float(params["density"])
     if density >= 1:
         return delta.numel()
-    if sparsifier is Sparsifier.MAGNITUDE:
-        mask = magnitude_mask(delta, density, scratch)
+    if sparsifier in (Sparsifier.MAGNITUDE, Sparsifier.OUTLIERS):
+        magnitudes = torch.abs(delta, out=scratch)
+        ranking = ranking or _Ranking.of_whole(sparsifier, params, magnitudes)
+        mask = ranking.mask(magnitudes)
     elif sparsifier is Sparsifier.RANDOM:
         mask = random_mask(delta, density, generator, scratch)
-    elif sparsifier is Sparsifier.OUTLIERS:
-        mask = outlier_mask(delta, density, float(params["gamma"]), scratch)
     elif density <= 0:
         mask = torch.zeros_like(delta, dtype=torch.bool)
     else:
@@ -159,9 +201,10 @@ def _sign_consensus(
 
 
 def merge_task_vectors(
-    ctx: MergeContext, sparsifier: Sparsifier | None, consensus: bool
+    ctx: MergeContext, sparsifier: Sparsifier | None, consensus: bool, rankings: dict[int, _Ranking] | None = None
 ) -> torch.Tensor:
-    """The generic task-vector merge of one tensor (see the module docstring).
+    """The generic task-vector merge of one tensor (see the module docstring), or of one block of it with the
+    `rankings` of the whole tensor's inputs (by input index).
 
     Raises IncompatibleModelsError when the tensor has no base input, RecipeError for invalid DELLA params.
     """
@@ -186,7 +229,7 @@ def merge_task_vectors(
             where = f'model "{ctx.model_names[i]}" at tensor {ctx.tensor_name}'
             kept += sparsify(
                 delta, sparsifier, ctx.model_params[i], rescale=rescale, generator=ctx.generator,
-                scratch=scratch, where=where,
+                scratch=scratch, where=where, ranking=rankings[i] if rankings else None,
             )
         weight = float(ctx.model_params[i]["weight"])
         weighted.append(delta.mul_(weight))
@@ -208,6 +251,56 @@ def merge_task_vectors(
     if scale != 1:
         mixed.mul_(scale)
     return mixed.add_(base)
+
+
+class _RankedSurvey(TensorSurvey):
+    """TIES and Breadcrumbs a block at a time: every model's |δ| is ranked over the whole tensor first (usually two
+    passes), then each block is merged with those rankings: the same result as the whole tensor gives."""
+
+    def __init__(self, sparsifier: Sparsifier, consensus: bool, settings: TensorSettings) -> None:
+        self._sparsifier = sparsifier
+        self._consensus = consensus
+        self._numel = settings.numel
+        self._rankings = {
+            i: _Ranking(sparsifier, params, settings.numel, settings.dtype)
+            for i, params in enumerate(settings.model_params)
+            if i != settings.base_index and float(params["density"]) < 1
+        }
+        self._kept = 0.0
+
+    @property
+    def passes_left(self) -> int:
+        return max((r.passes_left for r in self._rankings.values()), default=0)
+
+    def count(self, block: MergeContext) -> None:
+        base = block.base
+        magnitudes = torch.empty_like(base)
+        for i, ranking in self._rankings.items():
+            if ranking.passes_left:
+                ranking.count(torch.sub(block.tensors[i], base, out=magnitudes).abs_())
+
+    def end_pass(self) -> None:
+        for ranking in self._rankings.values():
+            if ranking.passes_left:
+                ranking.end_pass()
+
+    def merge(self, block: MergeContext) -> torch.Tensor:
+        merged = merge_task_vectors(block, self._sparsifier, self._consensus, self._rankings)
+        # The block's kept fraction, weighted by its share of the tensor: the last block leaves the tensor's.
+        self._kept += block.stats.get("kept_fraction", 1.0) * block.base.numel()
+        block.stats["kept_fraction"] = self._kept / self._numel if self._numel else 1.0
+        return merged
+
+
+def _ranked_survey(sparsifier: Sparsifier, consensus: bool) -> Callable[[TensorSettings], TensorSurvey | None]:
+    def survey(settings: TensorSettings) -> TensorSurvey | None:
+        # Rescaling needs the kept entries' L1 before any block is merged: a third pass, not worth it for an option
+        # these methods leave off. A tensor without a base fails in merge_task_vectors, with its message.
+        if settings.base_index is None or settings.params.get("rescale", False):
+            return None
+        return _RankedSurvey(sparsifier, consensus, settings)
+
+    return survey
 
 
 def task_vector_method(
@@ -279,4 +372,5 @@ def task_vector_method(
         merge=lambda ctx: merge_task_vectors(ctx, sparsifier, consensus),
         working_copies=working_copies,
         elementwise=sparsifier is None and not consensus,
+        survey=_ranked_survey(sparsifier, consensus) if sparsifier in (Sparsifier.MAGNITUDE, Sparsifier.OUTLIERS) else None,
     )

@@ -7,6 +7,7 @@ input already in the compute dtype (float32, or float64) on the chosen device.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
@@ -100,6 +101,47 @@ class MergeContext:
         return [i for i in range(len(self.tensors)) if i != self.base_index]
 
 
+class TensorSurvey(ABC):
+    """How a method merges one large tensor a block of rows at a time when each entry's result depends on the rest
+    of the tensor only through a few numbers it can learn first (TIES' magnitude threshold per model).
+
+    While `passes_left`, the merge loop shows `count` every block of the tensor, in order, and calls `end_pass`
+    after the last (a pass may find that it needs another: `passes_left` can grow then); then it calls `merge` on
+    every block, in order, and writes what it returns. Each block comes as a MergeContext whose tensors are the
+    inputs' rows of that block. So memory holds a few blocks, never the tensor, and the result is the one the
+    method's `merge` gives on the whole tensor.
+    """
+
+    @property
+    @abstractmethod
+    def passes_left(self) -> int:
+        """How many more passes over the blocks the survey needs before it can merge."""
+
+    @abstractmethod
+    def count(self, block: MergeContext) -> None:
+        """Learn from one block in the current pass."""
+
+    @abstractmethod
+    def end_pass(self) -> None:
+        """Called after the last block of each pass."""
+
+    @abstractmethod
+    def merge(self, block: MergeContext) -> torch.Tensor:
+        """The merged rows of one block, in the compute dtype."""
+
+
+@dataclass(frozen=True)
+class TensorSettings:
+    """What a method knows of one output tensor before reading it: its resolved parameters (as in MergeContext),
+    its number of entries and the compute dtype."""
+
+    model_params: list[dict[str, Any]]
+    params: dict[str, Any]
+    base_index: int | None
+    numel: int
+    dtype: torch.dtype
+
+
 @dataclass(frozen=True)
 class MergeMethod:
     """A merge method: schema plus the per-tensor function.
@@ -110,7 +152,8 @@ class MergeMethod:
     parameter's range expresses) and raises RecipeError when they cannot be used. `working_copies` is what the
     estimator needs to know about the method's memory. `elementwise` methods compute
     each entry from the inputs' entries at the same position alone, so the loop may merge a tensor in blocks of
-    rows that stay in the CPU's cache.
+    rows that stay in the CPU's cache. A method with a `survey` can do the same after a look at the whole tensor:
+    given a tensor's settings it returns a fresh TensorSurvey, or None when those settings need the whole tensor.
     """
 
     name: str
@@ -125,6 +168,7 @@ class MergeMethod:
     check_inputs: Callable[[int, bool], str | None] = lambda n_non_base, has_base: None
     check_params: Callable[[list[dict[str, Any]], dict[str, Any], str], None] = lambda model_params, params, name: None
     elementwise: bool = False
+    survey: Callable[[TensorSettings], TensorSurvey | None] | None = None
 
     def param(self, name: str) -> ParamSpec | None:
         return next((p for p in self.params if p.name == name), None)
