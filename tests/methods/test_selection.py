@@ -117,11 +117,16 @@ def test_a_bracket_that_misses_costs_one_more_pass_and_the_answer_stays_exact(mo
     assert torch.equal(_streamed_mask(values, k, [30_000]), expected)
 
 
-def test_changes_that_are_mostly_zero_are_counted_not_collected():
-    """A fine-tune that left most of a tensor alone: 90 % of |δ| is exactly 0, and the cut falls among the zeros or
-    just above them. The answer is exact, and the bracket's bound at 0 does not pull the zeros into memory."""
+@pytest.mark.parametrize("kind", ["mostly_zero", "three_levels"])
+def test_entries_equal_to_a_bound_are_counted_not_collected(kind):
+    """Ties at the cut, as real checkpoints make them: a fine-tune that left 90 % of a tensor alone (|δ| exactly 0),
+    or bfloat16 weights whose changes take a few values. The answer is exact, and a bracket whose bounds sit on
+    those values (or are the same value) keeps neither the ties nor what lies below them in memory."""
     generator = torch.Generator().manual_seed(9)
-    values = torch.rand(400_000, generator=generator) * (torch.rand(400_000, generator=generator) < 0.1)
+    if kind == "mostly_zero":
+        values = torch.rand(400_000, generator=generator) * (torch.rand(400_000, generator=generator) < 0.1)
+    else:
+        values = torch.randint(0, 3, (400_000,), generator=generator).float() / 10
     collected = []
     real_count = LargestK.count
 
@@ -129,7 +134,7 @@ def test_changes_that_are_mostly_zero_are_counted_not_collected():
         real_count(self, scores)
         collected.append(sum(t.numel() for t in self._inside))
 
-    for k in (20_000, 40_000, 45_000, 200_000):
+    for k in (20_000, 40_000, 45_000, 200_000, 300_000):
         expected = torch.zeros(400_000, dtype=torch.bool)
         expected[torch.sort(values, descending=True, stable=True).indices[:k]] = True
         collected.clear()

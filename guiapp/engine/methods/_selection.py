@@ -65,10 +65,11 @@ class LargestK:
             self._above += int(torch.count_nonzero(above))
             self._at_upper += int(torch.count_nonzero(at_least)) - int(torch.count_nonzero(above))
             strictly_inside &= ~at_least
-        if lower is not None and (upper is None or bool(lower < upper)):
-            above, at_least = torch.gt(flat, lower), torch.ge(flat, lower)
-            self._at_lower += int(torch.count_nonzero(at_least)) - int(torch.count_nonzero(above))
+        if lower is not None:
+            above = torch.gt(flat, lower)
             strictly_inside &= above
+            if upper is None or bool(lower < upper):  # equal bounds: the entries at them are counted once, above
+                self._at_lower += int(torch.count_nonzero(torch.ge(flat, lower))) - int(torch.count_nonzero(above))
         self._inside.append(flat[strictly_inside])
 
     def end_pass(self) -> None:
