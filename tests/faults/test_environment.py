@@ -88,9 +88,10 @@ def test_output_folder_already_exists(medium, tmp_path, seen):
 def hungry(tmp_path_factory) -> tuple[Path, Path]:
     root = tmp_path_factory.mktemp("hungry")
     model = write_llama(root / "model", HUNGRY, dtype=torch.bfloat16, seed=0)
-    recipe = root / "ties.yml"
-    recipe.write_text(f"merge_method: ties\nbase_model: {model}\nmodels:\n  - model: {model}\n"
-                      f"    parameters: {{weight: 1, density: 0.5}}\n")
+    # DELLA ranks each row and rescales, so it holds whole tensors (TIES would stream this one in little memory).
+    recipe = root / "della.yml"
+    recipe.write_text(f"merge_method: della\nbase_model: {model}\nmodels:\n  - model: {model}\n"
+                      f"    parameters: {{weight: 1, density: 0.5, epsilon: 0.1}}\n")
     return model, recipe
 
 
