@@ -41,6 +41,9 @@ def logical_cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+_MIN_INTERVAL_S = 0.1
+
+
 class LoadMeter:
     """Measures how many cores other programs keep busy, from CPU-time counters (no sleeping, no sampling thread).
 
@@ -52,6 +55,7 @@ class LoadMeter:
         self._process = psutil.Process()
         self._first_interval_s = first_interval_s
         self._last: tuple[float, float, float] | None = None
+        self._reading: float | None = None
 
     def _sample(self) -> tuple[float, float, float]:
         system = psutil.cpu_times()
@@ -62,17 +66,21 @@ class LoadMeter:
         return time.monotonic(), busy, own.user + own.system
 
     def busy_elsewhere(self) -> float:
-        """Cores kept busy by other processes since the last reading (0 when nothing else runs)."""
+        """Cores kept busy by other processes since the last reading (0 when nothing else runs, at most every core
+        this process may use). A reading asked for sooner than `_MIN_INTERVAL_S` after the last is that one again:
+        the counters advance in ticks (10 ms on Linux), so one tick over a far shorter interval would read as
+        dozens of cores."""
         if self._last is None:
             self._last = self._sample()
             time.sleep(self._first_interval_s)
         now = self._sample()
         wall = now[0] - self._last[0]
-        if wall <= 0:
-            return 0.0
+        if wall <= 0 or (self._reading is not None and wall < _MIN_INTERVAL_S):
+            return self._reading or 0.0
         others = ((now[1] - self._last[1]) - (now[2] - self._last[2])) / wall
         self._last = now
-        return max(0.0, others)
+        self._reading = min(float(logical_cores()), max(0.0, others))
+        return self._reading
 
 
 @dataclass
