@@ -218,6 +218,7 @@ def _merge_tensors(
                     _count_block(plan, piece, tensors, device, settings.seed)
                     seconds += time.perf_counter() - tick
                     if piece.rows.stop == task.shape[0]:  # the end of a pass
+                        piece.survey.end_pass()
                         release_free_memory()
                         if piece.survey.passes_left and not pieces[index + 1].counting:
                             # An unlucky sample asks for another pass: it goes before the merge pass, whose first
@@ -402,11 +403,9 @@ def _compute(
 
 
 def _count_block(plan: MergePlan, piece: _Piece, tensors: list[torch.Tensor], device: torch.device, seed: int) -> None:
-    """Show one block (its inputs' rows as stored) to the survey of its tensor; end the pass after the last."""
+    """Show one block (its inputs' rows as stored) to the survey of its tensor."""
     inputs = [_to_compute(plan, tensor, device) for tensor in tensors]
     piece.survey.count(_context(plan, piece.task, inputs, device, seed))
-    if piece.rows.stop == piece.task.shape[0]:
-        piece.survey.end_pass()
 
 
 def _merge_block(
