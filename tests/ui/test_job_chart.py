@@ -60,3 +60,37 @@ def test_screenshot(qtbot, window, models, tmp_path, probed, scheme):
         assert chart.grab().save(str(SHOTS / f"job-chart-{scheme}.png"))
     finally:
         apply_scheme("light")
+
+
+def test_the_charts_plots_are_made_while_the_window_is_idle_not_while_a_job_reports(qtbot, window, models, tmp_path,
+                                                                                    probed):
+    from guiapp.ui.widgets.charts import ChartHost
+
+    # Making a plot froze the window for 0.2 s when a job's first progress arrived (issue 15): every chart the
+    # window has gets its plot once the chart library has loaded, before any job.
+    charts = window.findChildren(ChartHost)
+    assert {type(c).__name__ for c in charts} >= {"ThroughputChart", "ModuleEnergyChart", "SpectrumChart"}
+    qtbot.waitUntil(lambda: all(c.plot is not None for c in window.findChildren(ChartHost)), timeout=10_000)
+    plots = {id(c): c.plot for c in window.findChildren(ChartHost)}
+    window.show_page("jobs")
+    record, seen = _run_medium_extraction(qtbot, window, models, tmp_path / "adapter", probed)
+    assert record.status == "done" and seen
+    assert all(plots.get(id(c)) is c.plot for c in window.findChildren(ChartHost) if id(c) in plots)
+
+
+def test_a_hidden_chart_draws_its_data_when_it_is_next_shown(qtbot):
+    from guiapp.ui.widgets.job_chart import ThroughputChart
+
+    chart = ThroughputChart()
+    qtbot.addWidget(chart)
+    chart.ensure_plot()  # as the window prepares it, hidden
+    drawn = []
+    chart.redraw = lambda: drawn.append(list(chart.points))
+    for n in range(1, 6):
+        chart.show_job([(float(t), 10.0) for t in range(n)], None, None)
+    assert drawn == []  # five changes while hidden draw nothing
+    chart.show()
+    qtbot.waitUntil(chart.isVisible)
+    assert len(drawn) == 1 and len(drawn[0]) == 5  # the last data, once
+    chart.show_job([(0.0, 1.0)], None, None)
+    assert drawn[-1] == [(0.0, 1.0)]  # on screen: at once

@@ -1,16 +1,21 @@
 """The one way the window makes a chart: a pyqtgraph plot coloured from the palette (light and dark themes),
-created the first time the chart is shown.
+created ahead of need while the window is idle (`prepare_charts`) or else the first time the chart is shown.
 
 Why pyqtgraph: it is pure Python over Qt, so it works with the PySide6-Essentials wheel Mergesmith ships (QtCharts
 lives in the large PySide6-Addons wheel), and it redraws live data (a job's throughput) cheaply. It loads NumPy, so
-it is imported only when a chart first appears, never on the way to the first window.
+it is imported on a worker thread after the first window shows, never on the way to it.
+
+Making a plot costs the UI thread about 40 ms and drawing one for the first time more; done when a job's first
+progress arrives, that froze the window for 0.2 s. So the window makes its charts' plots once the library is
+loaded, one per turn of the event loop, and a chart that is hidden redraws when it is next shown, not each time
+its data changes.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from PySide6.QtCore import QEvent, QPointF, QSize
+from PySide6.QtCore import QEvent, QPointF, QSize, QTimer
 from PySide6.QtGui import QPalette
 from PySide6.QtWidgets import QSizePolicy, QVBoxLayout, QWidget
 
@@ -39,7 +44,8 @@ class ChartHost(QWidget):
         """`height` tall; `shrinks`: down to about two thirds of it when the page is short of room (a page
         without a scroll bar, such as Jobs, stays usable at the smallest window size)."""
         super().__init__(parent)
-        self.plot: Any = None  # pyqtgraph.PlotWidget once shown
+        self.plot: Any = None  # pyqtgraph.PlotWidget once prepared or shown
+        self._stale = False  # data changed while hidden
         self._layout = QVBoxLayout(self)
         self._layout.setContentsMargins(0, 0, 0, 0)
         self._height = height
@@ -53,6 +59,16 @@ class ChartHost(QWidget):
 
     def redraw(self) -> None:
         """Draw the data on `self.plot` (not called before the plot exists)."""
+
+    def refresh(self) -> None:
+        """The data changed: draw it now if the chart is on screen, else when it is next shown."""
+        if self.plot is None:
+            return
+        if self.isVisible():
+            self._stale = False
+            self.redraw()
+        else:
+            self._stale = True
 
     def series_colour(self, index: int) -> str:
         light, dark = _SERIES[index % len(_SERIES)]
@@ -96,13 +112,17 @@ class ChartHost(QWidget):
         return QSize(super().sizeHint().width(), self._height)
 
     def showEvent(self, event: QEvent) -> None:
-        self.ensure_plot()
+        if self.plot is None:
+            self.ensure_plot()
+        elif self._stale:
+            self._stale = False
+            self.redraw()
         super().showEvent(event)
 
     def changeEvent(self, event: QEvent) -> None:
         if event.type() == QEvent.Type.PaletteChange and self.plot is not None:
             self._style()
-            self.redraw()
+            self.refresh()
         super().changeEvent(event)
 
     def _style(self) -> None:
@@ -114,3 +134,17 @@ class ChartHost(QWidget):
             axis.setPen(pen)
             axis.setTextPen(pen)
         self.plot.showGrid(x=True, y=True, alpha=0.15)
+
+
+def prepare_charts(window: QWidget) -> None:
+    """Make the plots of `window`'s charts now, one per turn of the event loop, so that none is made while a job
+    reports progress. Call once the chart library is loaded; stops by itself if the window goes."""
+
+    def next_chart() -> None:
+        # Looked up again each turn: pages delete and make charts (a method's parameter editors) in between.
+        chart = next((c for c in window.findChildren(ChartHost) if c.plot is None), None)
+        if chart is not None:
+            chart.ensure_plot()
+            QTimer.singleShot(0, window, next_chart)
+
+    QTimer.singleShot(0, window, next_chart)

@@ -35,16 +35,21 @@ class ThroughputChart(ChartHost):
     def show_job(self, points: list[tuple[float, float]], estimate: dict[str, Any] | None,
                  actual: float | None) -> None:
         self.points, self.estimate, self.actual = list(points), estimate, actual
-        if self.plot is not None:
-            self.redraw()
+        self.refresh()
 
     def configure(self) -> None:
         self.plot.setLabel("bottom", "seconds")
         self.plot.setLabel("left", "MB/s")
+        # One curve whose data is replaced as points arrive (making items anew for each point cost more than
+        # drawing them); the estimate's marks are made once the job has ended.
+        self.curve = self.plot.plot([], [], fillLevel=0)
+        self.marks: list[Any] = []
 
     def redraw(self) -> None:
         pg = pyqtgraph()
-        self.plot.clear()
+        for mark in self.marks:
+            self.plot.removeItem(mark)
+        self.marks = []
         for axis in ("left", "bottom"):
             self.plot.getAxis(axis).setLabel(self.plot.getAxis(axis).labelText, color=self.text_colour())
         right = max([p[0] for p in self.points] + [self.actual or 0.0, 1.0])
@@ -52,16 +57,16 @@ class ThroughputChart(ChartHost):
             low, high = _estimate_range(self.estimate)
             colour = pg.mkColor(self.series_colour(2))
             colour.setAlpha(60)
-            region = pg.LinearRegionItem((low, high), movable=False, brush=pg.mkBrush(colour),
-                                         pen=pg.mkPen(self.series_colour(2), width=1))
-            self.plot.addItem(region)
-            self.plot.addItem(pg.InfiniteLine(self.actual, angle=90,
-                                              pen=pg.mkPen(self.text_colour(), width=1.5, style=Qt.PenStyle.DashLine)))
+            self.marks = [pg.LinearRegionItem((low, high), movable=False, brush=pg.mkBrush(colour),
+                                              pen=pg.mkPen(self.series_colour(2), width=1)),
+                          pg.InfiniteLine(self.actual, angle=90, pen=pg.mkPen(self.text_colour(), width=1.5,
+                                                                              style=Qt.PenStyle.DashLine))]
+            for mark in self.marks:
+                self.plot.addItem(mark)
             right = max(right, high)
-        if self.points:
-            self.plot.plot([p[0] for p in self.points], [p[1] for p in self.points],
-                           pen=pg.mkPen(self.series_colour(0), width=2), fillLevel=0,
-                           brush=pg.mkBrush(self._fill_colour()))
+        self.curve.setPen(pg.mkPen(self.series_colour(0), width=2))
+        self.curve.setBrush(pg.mkBrush(self._fill_colour()))
+        self.curve.setData([p[0] for p in self.points], [p[1] for p in self.points])
         top = max([p[1] for p in self.points] + [1.0])
         self.plot.setXRange(0, right, padding=0.03)
         self.plot.setYRange(0, top, padding=0.08)

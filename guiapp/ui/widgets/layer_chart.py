@@ -155,8 +155,7 @@ class GradientChart(ChartHost):
         self.curves = gradient_curves(shown, self.layer_count or None)
         if self._drag is None:
             self._y_range = self._range_for(self.curves)
-        if self.plot is not None:
-            self.redraw()
+        self.refresh()
 
     def _anchor_point(self, curve: GradientCurve, anchor: int) -> tuple[float, float]:
         span = self.layer_count - 1 if self.layer_count > 1 else 1

@@ -42,14 +42,12 @@ class SpectrumChart(ChartHost):
 
     def show_spectra(self, spectra: list[Any]) -> None:
         self.spectra = list(spectra)
-        if self.plot is not None:
-            self.redraw()
+        self.refresh()
 
     def show_rank(self, rank: int | None) -> None:
         """Mark `rank` on the curves (None: no mark)."""
         self.rank = rank
-        if self.plot is not None:
-            self.redraw()
+        self.refresh()
 
     @property
     def max_rank(self) -> int:
@@ -199,16 +197,15 @@ class ModuleEnergyChart(ChartHost):
         self.setToolTip("Share of each module's change the adapter keeps. Lowest: "
                         + ", ".join(f"{m['module']} ({m['retained_energy']:.0%})" for m in ranked[:WORST_SHOWN]))
         self.setVisible(bool(self.modules))
-        if self.plot is not None:
-            self.redraw()
+        self.refresh()
 
     def configure(self) -> None:
         self.plot.setLabel("bottom", "change kept by each module, first layer to last")
 
     def resizeEvent(self, event) -> None:  # noqa: N802 - Qt's name
         super().resizeEvent(event)
-        if self.plot is not None and self.modules:
-            self.redraw()  # which names collide depends on the width
+        if self.modules:
+            self.refresh()  # which names collide depends on the width
 
     def redraw(self) -> None:
         pg = pyqtgraph()
