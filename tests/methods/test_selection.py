@@ -117,6 +117,41 @@ def test_a_bracket_that_misses_costs_one_more_pass_and_the_answer_stays_exact(mo
     assert torch.equal(_streamed_mask(values, k, [30_000]), expected)
 
 
+def _held_bytes(largest: LargestK) -> int:
+    """The bytes of the tensors a selection still references (a view keeps its whole storage alive)."""
+    storages = {}
+    for value in vars(largest).values():
+        for item in value if isinstance(value, (list, tuple)) else [value]:
+            if isinstance(item, torch.Tensor):
+                storage = item.untyped_storage()
+                storages[storage.data_ptr()] = storage.nbytes()
+    return sum(storages.values())
+
+
+@pytest.mark.parametrize("miss", [False, True])
+def test_once_the_cut_is_found_a_selection_holds_none_of_the_scores(monkeypatch, miss):
+    # A merge keeps every tensor's selections until it ends; each held its sorted sample (1/64 of the scores),
+    # which summed over a 7B model's tensors to about 0.9 GB.
+    values = torch.rand(1_000_000, generator=torch.Generator().manual_seed(9))
+    if miss:
+        real, drawn = LargestK._draw_bracket, []
+
+        def unlucky_first(self):
+            drawn.append(1)
+            return (self._ordered_sample[0], self._ordered_sample[0]) if len(drawn) == 1 else real(self)
+
+        monkeypatch.setattr(LargestK, "_draw_bracket", unlucky_first)
+    largest = LargestK(values.numel(), 300_000, values.dtype)
+    largest.count(values)
+    largest.end_pass()
+    assert _held_bytes(largest) >= values.numel() // 64 * 4 * 0.9  # the sample, until the cut is found
+    while largest.passes_left:
+        largest.count(values)
+        largest.end_pass()
+    assert _held_bytes(largest) <= 64  # a few numbers
+    assert int(largest.mask(values).sum()) == 300_000
+
+
 @pytest.mark.parametrize("kind", ["mostly_zero", "three_levels"])
 def test_entries_equal_to_a_bound_are_counted_not_collected(kind):
     """Ties at the cut, as real checkpoints make them: a fine-tune that left 90 % of a tensor alone (|δ| exactly 0),

@@ -97,20 +97,27 @@ class LargestK:
             wanted -= count
         else:
             if upper is None and lower is None:  # only NaN is left unranked; it is never selected
-                self._threshold = inside[-1] if inside.numel() else torch.tensor(math.inf, dtype=self._dtype)
+                self._found(inside[-1] if inside.numel() else torch.tensor(math.inf, dtype=self._dtype), 0, True)
                 return
             self._margin *= 8  # the bracket missed: count again with a wider one
             self._bracket = self._draw_bracket()
             self.passes_left = 1
             return
         if bound is not None:
-            self._threshold, self._ties_left = bound, wanted
-            self._all_ties = wanted == count
+            self._found(bound, wanted, wanted == count)
             return
-        self._threshold = inside[wanted - 1]
-        greater = int(torch.count_nonzero(inside > self._threshold))
-        self._ties_left = wanted - greater
-        self._all_ties = self._ties_left == int(torch.count_nonzero(inside == self._threshold))
+        threshold = inside[wanted - 1]
+        ties_left = wanted - int(torch.count_nonzero(inside > threshold))
+        self._found(threshold, ties_left, ties_left == int(torch.count_nonzero(inside == threshold)))
+
+    def _found(self, threshold: torch.Tensor, ties_left: int, all_ties: bool) -> None:
+        # The sample is no longer needed: a merge keeps every tensor's selections until it ends (a 7B model's
+        # samples add up to about 1 GB); the threshold and the bracket's bounds are views that would keep it (or
+        # the entries collected) alive.
+        self._threshold, self._ties_left, self._all_ties = threshold.clone(), ties_left, all_ties
+        self._bracket = (None, None)
+        if self._ordered_sample is not None:
+            self._ordered_sample = self._ordered_sample[:0].clone()
 
     def _draw_bracket(self) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         """(upper, lower) sample values around the k-th largest's expected rank; None: no bound on that side."""
