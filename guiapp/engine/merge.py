@@ -143,9 +143,9 @@ def run_merge(
         plan = plan_merge(recipe, progress)
         if settings.compute_dtype == "recipe":
             compute_in_recipe_dtype(plan)
-        check_free_space(staged.path, plan.output_bytes + _DISK_MARGIN_BYTES)
         if before_start is not None:
-            before_start(plan)
+            before_start(plan)  # the estimate: it names every shortage (disk, RAM, VRAM) at once
+        check_free_space(staged.path, plan.output_bytes + _DISK_MARGIN_BYTES)
         readers = open_readers([model.ref for model in plan.models], progress)
         try:
             donor_folder = tokenizer_folder(plan.tokenizer_donor)

@@ -230,7 +230,10 @@ def fit_verdict(
             problems.append((FitLevel.TIGHT, f"it needs {format_bytes(peak_vram_bytes)} on {device} and "
                              f"{format_bytes(vram.free)} is free now"))
     if problems:
-        level, reason = max(problems, key=lambda problem: list(FitLevel).index(problem[0]))  # the worst
+        # Every problem at the worst level, so that one look says all that must change (a full disk and too
+        # little RAM: both, not the one after the other).
+        level = max((problem[0] for problem in problems), key=list(FitLevel).index)
+        reason = ", and ".join(text for problem_level, text in problems if problem_level is level)
     elif vram is not None:
         level = FitLevel.FITS_ON_GPU
         free = vram.free if vram.free is not None else vram.total

@@ -4,6 +4,7 @@ refused before it reads a byte of weights."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import struct
 import sys
@@ -98,6 +99,30 @@ def test_a_merge_that_cannot_fit_is_refused_with_the_numbers(tmp_path):
     assert "--force" in result.error.hint
     assert not (tmp_path / "out").exists() and sorted(p.name for p in tmp_path.iterdir()) == ["a", "b"]
     assert any(line.startswith("Estimate:") for line in result.log)
+
+
+def test_a_merge_short_of_disk_and_ram_is_refused_for_both(tmp_path, monkeypatch):
+    # The run of the test above failed once on a machine with 7.3 GB free: the output's free-space check came
+    # before the estimate, so the refusal named the disk only, and a user who freed it would then hear of the RAM.
+    import guiapp.engine.output as output
+    import guiapp.system.resources as resources
+
+    real_disk = resources.disk
+
+    def nearly_full(path):
+        return dataclasses.replace(real_disk(path), free=1_000_000_000)
+
+    monkeypatch.setattr(resources, "disk", nearly_full)
+    monkeypatch.setattr(output, "disk", nearly_full)
+    first = _huge_sparse_model(tmp_path / "a", 1_000_000, 4096)
+    second = _huge_sparse_model(tmp_path / "b", 1_000_000, 4096)
+    job = merge_job(recipe(f"merge_method: slerp\nbase_model: {first}\nmodels:\n  - model: {first}\n"
+                           f"  - model: {second}\nparameters: {{t: 0.5}}\n"), tmp_path / "out")
+    result = run_job(job)
+    assert isinstance(result.error, InsufficientResourcesError)
+    message = str(result.error)
+    assert "will not fit" in message and "the output needs 8.2 GB" in message and "of RAM" in message, message
+    assert not (tmp_path / "out").exists()
 
 
 def test_extraction_and_apply_that_cannot_fit_are_refused_before_reading(tmp_path):

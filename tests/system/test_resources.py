@@ -84,3 +84,10 @@ def test_gpu_verdicts_and_the_error_of_a_job_that_will_not_fit():
     assert isinstance(error, InsufficientResourcesError) and error.retry_with == {"device": "cpu"}
     assert "30.0 GB needed on cuda:0, 20.0 GB free of 24.0 GB" in error.message
 
+
+
+def test_a_job_short_of_disk_and_ram_hears_of_both_at_once():
+    fit = fit_verdict(40 * GB, 0, 600 * GB, "cpu", "/unused", ram=Memory(32 * GB, 16 * GB), space=PLENTY)
+    assert fit.level is FitLevel.WILL_NOT_FIT
+    assert "the output needs 600.0 GB" in fit.reason and "it needs 40.0 GB of RAM" in fit.reason
+    assert "will not fit: the output needs 600.0 GB" in fit.as_error().message
