@@ -167,11 +167,21 @@ class Fit:
     def as_error(self) -> InsufficientResourcesError:
         """The error a job raises when it refuses to start because it will not fit."""
         gpu_too_small = self.device != "cpu" and self.vram_total is not None and self.peak_vram > self.vram_total
-        hint = "Free some space or memory, or choose another output folder"
-        hint += "; or run it on the CPU, which has more memory than this GPU." if gpu_too_small else "."
+        # One remedy for each shortage, in the order the verdict names them.
+        remedies = []
+        if self.disk_needed > self.disk_free:
+            remedies.append(f"free at least {format_bytes(self.disk_needed - self.disk_free)} on that disk or "
+                            "choose an output folder on another disk")
+        if self.peak_ram > self.ram_total:
+            remedies.append("run it on a computer with more memory")
+        elif self.peak_ram > self.ram_available:
+            remedies.append("close other programs to free memory")
+        if gpu_too_small:
+            remedies.append("run it on the CPU, which has more memory than this GPU")
+        hint = "; ".join(remedies) or "free some space or memory, or choose another output folder"
         return InsufficientResourcesError(
             "\n".join([f"This job will not fit: {self.reason}.", *self._numbers()]),
-            hint=hint + " (The CLI's --force starts it anyway.)",
+            hint=f"{hint[0].upper()}{hint[1:]}. (The CLI's --force starts it anyway.)",
             retry_with={"device": "cpu"} if gpu_too_small else None,
         )
 

@@ -90,4 +90,8 @@ def test_a_job_short_of_disk_and_ram_hears_of_both_at_once():
     fit = fit_verdict(40 * GB, 0, 600 * GB, "cpu", "/unused", ram=Memory(32 * GB, 16 * GB), space=PLENTY)
     assert fit.level is FitLevel.WILL_NOT_FIT
     assert "the output needs 600.0 GB" in fit.reason and "it needs 40.0 GB of RAM" in fit.reason
-    assert "will not fit: the output needs 600.0 GB" in fit.as_error().message
+    error = fit.as_error()
+    assert "will not fit: the output needs 600.0 GB" in error.message
+    # A remedy for each: the disk's names the space to free (a full-disk refusal said "another disk" before).
+    assert error.hint.startswith("Free at least 100.0 GB on that disk or choose an output folder on another disk; "
+                                 "run it on a computer with more memory."), error.hint
