@@ -83,3 +83,18 @@ def test_the_chart_library_loads_in_the_background_with_torch(tmp_path):
     # Imported by the first chart instead (the Jobs page's, when a job starts), it froze the window for 0.3–0.5 s.
     done = _run_offscreen(LOAD_IN_BACKGROUND, tmp_path, timeout=600)
     assert done.stdout.split() == ["True", "[False]"], done.stdout
+
+
+BUILD_WINDOW = """
+import sys
+from guiapp.ui.app import create_window
+app, window = create_window([])
+print("huggingface_hub.utils._http" in sys.modules)
+"""
+
+
+def test_building_the_window_does_not_load_the_hub_client(tmp_path):
+    # Showing the Hub's address on the Settings page loaded huggingface_hub's HTTP client (httpx and its errors,
+    # about 0.1-0.2 s of a 1.5 s start); it loads with the first request, off the way to the window.
+    done = _run_offscreen(BUILD_WINDOW, tmp_path, timeout=60)
+    assert done.stdout.split() == ["False"], done.stdout

@@ -186,9 +186,9 @@ class SettingsPage(QWidget):
 
 def _hub_address() -> str:
     """The Hub in use (HF_ENDPOINT), where tokens are made."""
-    from guiapp.hub.connection import HubConnection
+    from guiapp.hub.connection import current_endpoint
 
-    return HubConnection.current().endpoint.split("://", 1)[-1]
+    return current_endpoint().split("://", 1)[-1]
 
 
 def _current_cache() -> str:
