@@ -94,3 +94,28 @@ def test_a_hidden_chart_draws_its_data_when_it_is_next_shown(qtbot):
     assert len(drawn) == 1 and len(drawn[0]) == 5  # the last data, once
     chart.show_job([(0.0, 1.0)], None, None)
     assert drawn[-1] == [(0.0, 1.0)]  # on screen: at once
+
+
+def test_the_charts_ranges_grow_in_round_steps():
+    from guiapp.ui.widgets.job_chart import round_up
+
+    assert [round_up(v) for v in (0.3, 1, 1.2, 2, 3.7, 9.9, 10, 11, 45, 51, 180, 999)] == \
+        [0.5, 1, 2, 2, 5, 10, 10, 20, 50, 100, 200, 1000]
+
+
+def test_a_chart_deleted_while_the_window_prepares_its_charts_is_skipped(qtbot):
+    import shiboken6
+    from PySide6.QtWidgets import QVBoxLayout, QWidget
+
+    from guiapp.ui.widgets.charts import prepare_charts
+    from guiapp.ui.widgets.job_chart import ThroughputChart
+
+    window = QWidget()
+    qtbot.addWidget(window)
+    column = QVBoxLayout(window)
+    charts = [ThroughputChart() for _ in range(3)]
+    for chart in charts:
+        column.addWidget(chart)
+    prepare_charts(window)
+    shiboken6.delete(charts[1])  # a page drops one of its charts before its turn comes
+    qtbot.waitUntil(lambda: charts[0].plot is not None and charts[2].plot is not None, timeout=5_000)
