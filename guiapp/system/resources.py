@@ -10,6 +10,7 @@ import enum
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import psutil
 
@@ -154,6 +155,9 @@ class Fit:
     disk_needed: int
     disk_free: int
     disk_path: Path
+    # What would make a job that will not fit fit: one remedy for each problem the reason names, in its order.
+    remedies: tuple[str, ...] = ()
+    retry_on_cpu: bool = False
 
     @property
     def fits(self) -> bool:
@@ -166,23 +170,11 @@ class Fit:
 
     def as_error(self) -> InsufficientResourcesError:
         """The error a job raises when it refuses to start because it will not fit."""
-        gpu_too_small = self.device != "cpu" and self.vram_total is not None and self.peak_vram > self.vram_total
-        # One remedy for each shortage, in the order the verdict names them.
-        remedies = []
-        if self.disk_needed > self.disk_free:
-            remedies.append(f"free at least {format_bytes(self.disk_needed - self.disk_free)} on that disk or "
-                            "choose an output folder on another disk")
-        if self.peak_ram > self.ram_total:
-            remedies.append("run it on a computer with more memory")
-        elif self.peak_ram > self.ram_available:
-            remedies.append("close other programs to free memory")
-        if gpu_too_small:
-            remedies.append("run it on the CPU, which has more memory than this GPU")
-        hint = "; ".join(remedies) or "free some space or memory, or choose another output folder"
+        hint = "; ".join(self.remedies)
         return InsufficientResourcesError(
             "\n".join([f"This job will not fit: {self.reason}.", *self._numbers()]),
             hint=f"{hint[0].upper()}{hint[1:]}. (The CLI's --force starts it anyway.)",
-            retry_with={"device": "cpu"} if gpu_too_small else None,
+            retry_with={"device": "cpu"} if self.retry_on_cpu else None,
         )
 
     def _numbers(self) -> list[str]:
@@ -218,32 +210,40 @@ def fit_verdict(
     space = space or disk(destination)
     if device != "cpu" and vram is None:
         vram = gpu_memory(device)
-    problems: list[tuple[FitLevel, str]] = []
+    problems: list[_Problem] = []
     if disk_bytes > space.free:
-        problems.append((FitLevel.WILL_NOT_FIT, f"the output needs {format_bytes(disk_bytes)} at {space.path} but "
-                         f"only {format_bytes(space.free)} is free"))
+        problems.append(_Problem(
+            FitLevel.WILL_NOT_FIT,
+            f"the output needs {format_bytes(disk_bytes)} at {space.path} but only {format_bytes(space.free)} is free",
+            f"free at least {format_bytes(disk_bytes - space.free)} on that disk or choose an output folder on "
+            "another disk"))
     elif disk_bytes > TIGHT_FRACTION_OF_DISK * space.free:
-        problems.append((FitLevel.TIGHT, f"the output needs {format_bytes(disk_bytes)}, nearly all of the "
-                         f"{format_bytes(space.free)} free at {space.path}"))
+        problems.append(_Problem(FitLevel.TIGHT, f"the output needs {format_bytes(disk_bytes)}, nearly all of the "
+                                 f"{format_bytes(space.free)} free at {space.path}"))
     if peak_ram_bytes > ram.total:
         limit = (f"Mergesmith may use only {format_bytes(ram.total)} (the memory limit it runs under)" if ram.limited
                  else f"this machine has {format_bytes(ram.total)} in all")
-        problems.append((FitLevel.WILL_NOT_FIT, f"it needs {format_bytes(peak_ram_bytes)} of RAM and {limit}"))
+        problems.append(_Problem(FitLevel.WILL_NOT_FIT, f"it needs {format_bytes(peak_ram_bytes)} of RAM and {limit}",
+                                 "run it on a computer with more memory"))
     elif peak_ram_bytes > TIGHT_FRACTION_OF_RAM * ram.available:
-        problems.append((FitLevel.TIGHT, f"it needs {format_bytes(peak_ram_bytes)} of RAM and "
-                         f"{format_bytes(ram.available)} is available now; closing other programs helps"))
+        problems.append(_Problem(FitLevel.TIGHT, f"it needs {format_bytes(peak_ram_bytes)} of RAM and "
+                                 f"{format_bytes(ram.available)} is available now; closing other programs helps"))
     if vram is not None:
         if peak_vram_bytes > vram.total:
-            problems.append((FitLevel.WILL_NOT_FIT, f"it needs {format_bytes(peak_vram_bytes)} on {device}, which "
-                             f"has {format_bytes(vram.total)}"))
+            problems.append(_Problem(
+                FitLevel.WILL_NOT_FIT,
+                f"it needs {format_bytes(peak_vram_bytes)} on {device}, which has {format_bytes(vram.total)}",
+                "run it on the CPU, which has more memory than this GPU", retry_on_cpu=True))
         elif vram.free is not None and peak_vram_bytes > TIGHT_FRACTION_OF_VRAM * vram.free:
-            problems.append((FitLevel.TIGHT, f"it needs {format_bytes(peak_vram_bytes)} on {device} and "
-                             f"{format_bytes(vram.free)} is free now"))
+            problems.append(_Problem(FitLevel.TIGHT, f"it needs {format_bytes(peak_vram_bytes)} on {device} and "
+                                     f"{format_bytes(vram.free)} is free now"))
+    named: list[_Problem] = []
     if problems:
         # Every problem at the worst level, so that one look says all that must change (a full disk and too
         # little RAM: both, not the one after the other).
-        level = max((problem[0] for problem in problems), key=list(FitLevel).index)
-        reason = ", and ".join(text for problem_level, text in problems if problem_level is level)
+        level = max((problem.level for problem in problems), key=list(FitLevel).index)
+        named = [problem for problem in problems if problem.level is level]
+        reason = ", and ".join(problem.text for problem in named)
     elif vram is not None:
         level = FitLevel.FITS_ON_GPU
         free = vram.free if vram.free is not None else vram.total
@@ -257,7 +257,18 @@ def fit_verdict(
         peak_vram=peak_vram_bytes if vram is not None else 0,
         vram_free=vram.free if vram else None, vram_total=vram.total if vram else None,
         disk_needed=disk_bytes, disk_free=space.free, disk_path=space.path,
+        remedies=tuple(problem.remedy for problem in named if problem.remedy),
+        retry_on_cpu=any(problem.retry_on_cpu for problem in named),
     )
+
+
+class _Problem(NamedTuple):
+    """One way a job does not fit well; `remedy` says what the user can do about one that stops the job."""
+
+    level: FitLevel
+    text: str
+    remedy: str = ""
+    retry_on_cpu: bool = False
 
 
 def svd_flop_count(rows: int, cols: int) -> float:
