@@ -34,7 +34,7 @@ class LargestK:
         if not dtype.is_floating_point:
             raise ValueError(f"LargestK ranks floating scores, not {dtype}")
         self._n, self._k, self._dtype = n, k, dtype
-        self._sampling = n >= _SORT_BELOW
+        self._drawing_sample = n >= _SORT_BELOW  # the first pass draws the sample
         self._generator = torch.Generator().manual_seed(_SAMPLE_SEED)
         self._sample: list[torch.Tensor] = []
         self._ordered_sample: torch.Tensor | None = None
@@ -47,12 +47,12 @@ class LargestK:
         self._threshold: torch.Tensor | None = None
         self._ties_left = 0  # entries equal to the threshold still to be selected, in flat order
         self._all_ties = True
-        self.passes_left = 0 if k <= 0 or k >= n else (2 if self._sampling else 1)
+        self.passes_left = 0 if k <= 0 or k >= n else (2 if self._drawing_sample else 1)
 
     def count(self, scores: torch.Tensor) -> None:
         """Look at one block's scores in the current pass."""
         flat = scores.reshape(-1)
-        if self._sampling and self._ordered_sample is None:
+        if self._drawing_sample:
             picks = torch.randint(flat.numel(), (max(1, flat.numel() // _SAMPLE_EVERY),), generator=self._generator)
             self._sample.append(flat[picks.to(flat.device)])
             return
@@ -76,7 +76,8 @@ class LargestK:
         """Close the current pass: after the sample, draw the bracket; after the count, find the k-th largest or
         widen the bracket for another pass."""
         self.passes_left -= 1
-        if self._sampling and self._ordered_sample is None:
+        if self._drawing_sample:
+            self._drawing_sample = False
             sample = torch.cat(self._sample)
             self._ordered_sample = torch.sort(sample[~torch.isnan(sample)], descending=True).values
             self._sample = []
@@ -115,9 +116,7 @@ class LargestK:
         # samples add up to about 1 GB); the threshold and the bracket's bounds are views that would keep it (or
         # the entries collected) alive.
         self._threshold, self._ties_left, self._all_ties = threshold.clone(), ties_left, all_ties
-        self._bracket = (None, None)
-        if self._ordered_sample is not None:
-            self._ordered_sample = self._ordered_sample[:0].clone()
+        self._bracket, self._ordered_sample = (None, None), None
 
     def _draw_bracket(self) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         """(upper, lower) sample values around the k-th largest's expected rank; None: no bound on that side."""
