@@ -13,6 +13,8 @@ bracket.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
+from typing import Protocol, TypeVar
 
 import torch
 
@@ -152,8 +154,38 @@ def top_k_mask(scores: torch.Tensor, k: int) -> torch.Tensor:
 
     `scores` must be floating (NaN is never selected). k <= 0 selects nothing, k >= numel everything.
     """
-    largest = LargestK(scores.numel(), k, scores.dtype)
-    while largest.passes_left:
-        largest.count(scores)
-        largest.end_pass()
-    return largest.mask(scores)
+    return shown_whole(LargestK(scores.numel(), k, scores.dtype), scores).mask(scores)
+
+
+class Passes(Protocol):
+    """Anything that learns from passes over one tensor's blocks: `LargestK`, and groups of them."""
+
+    @property
+    def passes_left(self) -> int: ...
+
+    def count(self, scores: torch.Tensor) -> None: ...
+
+    def end_pass(self) -> None: ...
+
+
+Learner = TypeVar("Learner", bound=Passes)
+
+
+def shown_whole(learner: Learner, scores: torch.Tensor) -> Learner:
+    """`learner` after every pass it needs over `scores`, a whole tensor shown as one block."""
+    while learner.passes_left:
+        learner.count(scores)
+        learner.end_pass()
+    return learner
+
+
+def passes_left(group: Iterable[Passes]) -> int:
+    """The passes the group still needs: as many as its slowest member (0 for an empty group)."""
+    return max((member.passes_left for member in group), default=0)
+
+
+def end_pass(group: Iterable[Passes]) -> None:
+    """Close the current pass for each member still counting."""
+    for member in group:
+        if member.passes_left:
+            member.end_pass()

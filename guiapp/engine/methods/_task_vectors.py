@@ -13,8 +13,7 @@ from enum import Enum
 
 import torch
 
-from guiapp.engine.methods import _reduce
-from guiapp.engine.methods._selection import LargestK
+from guiapp.engine.methods import _reduce, _selection
 from guiapp.engine.methods.base import (
     BaseRole,
     MergeContext,
@@ -48,20 +47,20 @@ class _Ranking:
         density = float(params["density"])
         if sparsifier is Sparsifier.MAGNITUDE:
             # Exactly max(1, int(d·numel)) entries (d <= 0: none).
-            self._keep = LargestK(numel, max(1, int(density * numel)) if density > 0 else 0, dtype)
+            self._keep = _selection.LargestK(numel, max(1, int(density * numel)) if density > 0 else 0, dtype)
             self._drop = None
         else:
             # Breadcrumbs: rank |δ| descending, skip the top int(gamma·N), keep the next int(d·N).
             target = int(density * numel)
             n_bottom = max(0, numel - target - int(float(params["gamma"]) * numel))
             n_top = numel - target - n_bottom
-            self._keep = LargestK(numel, n_top + target, dtype)
-            self._drop = LargestK(numel, n_top, dtype) if n_top else None
+            self._keep = _selection.LargestK(numel, n_top + target, dtype)
+            self._drop = _selection.LargestK(numel, n_top, dtype) if n_top else None
         self._selections = [s for s in (self._keep, self._drop) if s is not None]
 
     @property
     def passes_left(self) -> int:
-        return max(s.passes_left for s in self._selections)
+        return _selection.passes_left(self._selections)
 
     def count(self, magnitudes: torch.Tensor) -> None:
         for selection in self._selections:
@@ -69,9 +68,7 @@ class _Ranking:
                 selection.count(magnitudes)
 
     def end_pass(self) -> None:
-        for selection in self._selections:
-            if selection.passes_left:
-                selection.end_pass()
+        _selection.end_pass(self._selections)
 
     def mask(self, magnitudes: torch.Tensor) -> torch.Tensor:
         kept = self._keep.mask(magnitudes)
@@ -82,11 +79,7 @@ class _Ranking:
     @classmethod
     def of_whole(cls, sparsifier: Sparsifier, params: dict, magnitudes: torch.Tensor) -> _Ranking:
         """The ranking of one whole tensor's magnitudes, every pass done."""
-        ranking = cls(sparsifier, params, magnitudes.numel(), magnitudes.dtype)
-        while ranking.passes_left:
-            ranking.count(magnitudes)
-            ranking.end_pass()
-        return ranking
+        return _selection.shown_whole(cls(sparsifier, params, magnitudes.numel(), magnitudes.dtype), magnitudes)
 
 
 def random_mask(
@@ -270,7 +263,7 @@ class _RankedSurvey(TensorSurvey):
 
     @property
     def passes_left(self) -> int:
-        return max((r.passes_left for r in self._rankings.values()), default=0)
+        return _selection.passes_left(self._rankings.values())
 
     def count(self, block: MergeContext) -> None:
         base = block.base
@@ -280,9 +273,7 @@ class _RankedSurvey(TensorSurvey):
                 ranking.count(torch.sub(block.tensors[i], base, out=magnitudes).abs_())
 
     def end_pass(self) -> None:
-        for ranking in self._rankings.values():
-            if ranking.passes_left:
-                ranking.end_pass()
+        _selection.end_pass(self._rankings.values())
 
     def merge(self, block: MergeContext) -> torch.Tensor:
         merged = merge_task_vectors(block, self._sparsifier, self._consensus, self._rankings)
