@@ -96,11 +96,28 @@ def test_a_hidden_chart_draws_its_data_when_it_is_next_shown(qtbot):
     assert drawn[-1] == [(0.0, 1.0)]  # on screen: at once
 
 
-def test_the_charts_ranges_grow_in_round_steps():
-    from guiapp.ui.widgets.job_chart import round_up
+def test_a_running_jobs_axes_change_in_round_steps_and_an_ended_jobs_fit_its_data(qtbot):
+    from guiapp.ui.widgets.job_chart import ThroughputChart
 
-    assert [round_up(v) for v in (0.3, 1, 1.2, 2, 3.7, 9.9, 10, 11, 45, 51, 180, 999)] == \
-        [0.5, 1, 2, 2, 5, 10, 10, 20, 50, 100, 200, 1000]
+    chart = ThroughputChart()
+    qtbot.addWidget(chart)
+    chart.show()
+    chart.ensure_plot()
+    ranges = []
+    points = []
+    for step in range(1, 301):  # a one-minute job reporting five times a second, at 100–130 MB/s
+        points.append((step / 5, 100.0 + 30.0 * (step % 7) / 6))
+        chart.show_job(points, None, None)
+        ranges.append(tuple(map(tuple, chart.plot.viewRange())))
+    # Laying the axes out again on every event cost the window about 25 ms each time: a round step now and then
+    # (about ten per tenfold growth) instead.
+    assert len(set(ranges)) <= 30, len(set(ranges))
+    (_, right), (_, top) = ranges[-1]
+    assert right >= 60 and top >= 130  # every point in view
+    chart.show_job(points, {"seconds": 50.0, "low": 40.0, "high": 70.0}, 60.0)
+    (_, right), (_, top) = chart.plot.viewRange()
+    # Ended: the ranges fit the data (a round step up could leave half the chart empty).
+    assert 70 <= right <= 70 * 1.1 and 130 <= top <= 130 * 1.15, chart.plot.viewRange()
 
 
 def test_a_chart_deleted_while_the_window_prepares_its_charts_is_skipped(qtbot):

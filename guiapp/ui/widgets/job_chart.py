@@ -69,10 +69,11 @@ class ThroughputChart(ChartHost):
         self.curve.setBrush(pg.mkBrush(self._fill_colour()))
         self.curve.setData([p[0] for p in self.points], [p[1] for p in self.points])
         top = max([p[1] for p in self.points] + [1.0])
-        # Ranges grow in round steps, so that most progress events move the curve only: laying the axes out again
-        # on every event cost about 25 ms of the window's time.
-        self.plot.setXRange(0, round_up(right), padding=0.03)
-        self.plot.setYRange(0, round_up(top), padding=0.08)
+        # While a job runs, its ranges grow in round steps, so that most progress events move the curve only
+        # (laying the axes out again on every event cost about 25 ms of the window's time); an ended job's fit it.
+        fit = round_up if self.actual is None else float
+        self.plot.setXRange(0, fit(right), padding=0.03)
+        self.plot.setYRange(0, fit(top), padding=0.08)
 
     def _fill_colour(self) -> Any:
         colour = pyqtgraph().mkColor(self.series_colour(0))
@@ -128,9 +129,13 @@ class JobChart(QWidget):
 
 
 def round_up(value: float) -> float:
-    """The smallest of 1, 2, 5, 10, 20, 50… (times a power of ten) that is at least `value` (> 0)."""
+    """The smallest round number at least `value` (> 0): 1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10… times a power of
+    ten, so that an axis never shows more than a quarter of itself empty."""
     power = 10.0 ** math.floor(math.log10(value))
-    return next(step * power for step in (1, 2, 5, 10) if step * power >= value * (1 - 1e-9))
+    return next(step * power for step in _ROUND_STEPS if step * power >= value * (1 - 1e-9))
+
+
+_ROUND_STEPS = (1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10)
 
 
 def _estimate_range(estimate: dict[str, Any]) -> tuple[float, float]:
