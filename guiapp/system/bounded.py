@@ -64,6 +64,8 @@ def open_regular_file(path: Path | str, error: ErrorClass, *, what: str = "file"
             raise error(
                 f"{path} is {_kind_of(mode)}, not a regular file, so Mergesmith did not read it as a {what}.",
                 hint=f"Choose the {what} itself (a regular file), not a pipe, device or folder.",
+                why=_folder_given(what) if stat.S_ISDIR(mode) else
+                "Only regular files are read: a pipe or a device may never end, or wait for a writer forever.",
             )
         if hasattr(os, "set_blocking"):
             os.set_blocking(descriptor, True)
@@ -350,13 +352,22 @@ def _read_at_most(stream: BinaryIO, count: int, path: Path | str, error: ErrorCl
 
 
 def _open_failure(path: Path | str, failure: OSError, error: ErrorClass, what: str) -> MergesmithError:
+    # The why is about the file: the error class's own (say, "the recipe is invalid") would blame its contents.
     if failure.errno == errno.ENOENT:
-        return error(f"{path} does not exist.", hint=f"Check the {what}'s name and folder.")
+        return error(f"{path} does not exist.", hint=f"Check the {what}'s name and folder.",
+                     why="There is no file at that path: a typo in its name or folder, or it was moved or deleted.")
     if failure.errno in (errno.EACCES, errno.EPERM):
-        return error(f"{path} cannot be read: permission denied.", hint=f"Give your user read access to the {what}.")
+        return error(f"{path} cannot be read: permission denied.", hint=f"Give your user read access to the {what}.",
+                     why="The file's permissions do not let your user account read it.")
     if failure.errno == errno.EISDIR:
-        return error(f"{path} is a folder, not a {what}.", hint=f"Choose the {what} itself.")
-    return error(f"{path} cannot be read: {failure.strerror or failure}.", hint=f"Check the {what} and its disk.")
+        return error(f"{path} is a folder, not a {what}.", hint=f"Choose the {what} itself.",
+                     why=_folder_given(what))
+    return error(f"{path} cannot be read: {failure.strerror or failure}.", hint=f"Check the {what} and its disk.",
+                 why="The system could not open the file (the message above is its own words).")
+
+
+def _folder_given(what: str) -> str:
+    return f"A folder was given where a {what} (one file) was expected."
 
 
 def _kind_of(mode: int) -> str:

@@ -580,3 +580,24 @@ def test_the_why_an_error_class_gives_is_written_for_the_user(error_class):
     MergesmithError.__init__(error, "Something specific happened.")
     why = explain(error).why
     assert why and "`" not in why and "_" not in why and "key" not in why.split(), why
+
+
+@pytest.mark.parametrize("kind", ["missing", "folder", "fifo"])
+@pytest.mark.parametrize("error_class", ["RecipeError", "CheckpointError"])
+def test_a_file_that_cannot_be_opened_is_explained_by_what_the_file_is(tmp_path, kind, error_class):
+    """A recipe that is not there is not "an invalid recipe" (the class's general why said so under "the file
+    does not exist"): the why is about the file."""
+    import guiapp.errors as errors
+    from guiapp.system.bounded import open_regular_file
+
+    path = tmp_path / "recipe.yml"
+    if kind == "folder":
+        path.mkdir()
+    elif kind == "fifo":
+        os.mkfifo(path)
+    explanation = explain(raised(lambda: open_regular_file(path, getattr(errors, error_class), what="recipe")))
+    assert explanation.kind == error_class and str(path) in explanation.what
+    general = explain(getattr(errors, error_class)("Something specific happened.")).why
+    assert explanation.why != general, explanation.render_text()
+    said = {"missing": "no file", "folder": "folder", "fifo": "pipe"}[kind]
+    assert said in explanation.why, explanation.why
