@@ -225,15 +225,15 @@ class LoraAdapter:
         return (int(b.shape[0]), math.prod(int(d) for d in a.shape[1:]))
 
 
-def open_adapter_for_merge(adapter: ModelRef, progress: Progress | None = None) -> LoraAdapter:
-    """Open the adapter of a recipe's `model+adapter` reference (a local folder or a Hub model, downloaded as
-    needed).
+def open_adapter(adapter: ModelRef, progress: Progress | None = None, scale: float = 1.0) -> LoraAdapter:
+    """Open the adapter `adapter` names (a local folder or a Hub model, downloaded as needed): apply-lora's, or
+    that of a recipe's `model+adapter` reference.
 
     Raises CheckpointError / HubError subclasses when the adapter cannot be had or read.
     """
     from guiapp.hub.resolve import resolve_model  # noqa: PLC0415 - the hub layer loads only when asked
 
-    return LoraAdapter.open(resolve_model(adapter, progress=progress))
+    return LoraAdapter.open(resolve_model(adapter, progress=progress, what="adapter"), scale=scale)
 
 
 @dataclass(frozen=True)
@@ -270,8 +270,6 @@ def apply_lora(settings: ApplySettings, progress: Progress | None = None) -> dic
     space (InsufficientResourcesError). A tensor that becomes NaN/infinite stops the job (NonFiniteResultError).
     The output appears only when complete. Returns a summary: output, tensors changed/replaced, bytes written.
     """
-    from guiapp.hub.resolve import resolve_model  # noqa: PLC0415 - the hub layer loads only when asked
-
     progress = progress or Progress()
     device = resolve_device(settings.device)
     out_dtype = _out_dtype(settings.dtype)
@@ -281,7 +279,7 @@ def apply_lora(settings: ApplySettings, progress: Progress | None = None) -> dic
         raise SettingsError(str(error), hint="Example: 5GB", key="max_shard_size") from None
     progress.start_stage("Checking the base model and the adapter")
     base_ref = ModelRef.parse(settings.base)
-    adapter = LoraAdapter.open(resolve_model(ModelRef.parse(settings.adapter), progress=progress), scale=settings.scale)
+    adapter = open_adapter(ModelRef.parse(settings.adapter), progress=progress, scale=settings.scale)
     # The base's headers (over HTTP range requests for a Hub model) are enough to refuse a mismatch before a download.
     base_headers = read_headers(base_ref)
     adapter.check_base(base_headers.tensors, str(base_ref))

@@ -269,7 +269,7 @@ def local_input_folders(refs: Iterable[ModelRef]) -> tuple[Path, ...]:
     for ref in refs:
         folders.append(ref.existing_folder())
         if ref.adapter:
-            folders.append(ref.adapter.existing_folder())
+            folders.append(ref.adapter.existing_folder("adapter"))
     return tuple(folder for folder in folders if folder is not None)
 
 

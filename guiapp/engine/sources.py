@@ -120,8 +120,8 @@ def open_readers(refs: Sequence[ModelRef], progress: Progress | None = None) -> 
 
 def _open_adapter(ref: ModelRef, base_tensors: dict[str, TensorInfo], progress: Progress | None = None):
     """Open the LoRA adapter of a `model+adapter` reference, checked against the model's tensors."""
-    from guiapp.engine.lora_apply import open_adapter_for_merge  # noqa: PLC0415 - lora_apply imports this module
+    from guiapp.engine.lora_apply import open_adapter  # noqa: PLC0415 - lora_apply imports this module
 
-    adapter = open_adapter_for_merge(ref.adapter, progress=progress)
+    adapter = open_adapter(ref.adapter, progress=progress)
     adapter.check_base(base_tensors, str(ref.base))
     return adapter

@@ -107,22 +107,22 @@ class ModelRef:
         """The model without its adapter."""
         return ModelRef(self.model, self.revision) if self.adapter else self
 
-    def existing_folder(self) -> Path | None:
+    def existing_folder(self, what: str = "model") -> Path | None:
         """The folder of a local reference, None for a Hub model.
 
-        Raises CheckpointError when the folder does not exist.
+        Raises CheckpointError when the folder does not exist, naming it as `what` ("model", "adapter").
         """
         if self.folder is None:
             return None
         if not os.path.isdir(self.folder):
             if os.path.islink(expanded(self.model)):
                 raise CheckpointError(
-                    f"The model folder {self.model} is a link that does not lead to a folder: it is broken, or links "
+                    f"The {what} folder {self.model} is a link that does not lead to a folder: it is broken, or links "
                     "lead back to themselves.",
                     hint="Choose the real folder the link should point to.",
                 )
             raise CheckpointError(
-                f"The model folder {self.folder} does not exist.",
+                f"The {what} folder {self.folder} does not exist.",
                 hint="Check the path, or use a Hub id such as org/name.",
             )
         return self.folder

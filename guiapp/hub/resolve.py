@@ -31,29 +31,31 @@ class ModelMetadata:
     config: dict[str, Any]
 
 
-def resolve_model(ref: ModelRef, *, progress: Progress | None = None, offline: bool = False) -> Path:
+def resolve_model(ref: ModelRef, *, progress: Progress | None = None, offline: bool = False,
+                  what: str = "model") -> Path:
     """The local folder holding the model `ref` names (its adapter, if any, is not looked at).
 
-    The one-model case of `resolve_models`, with its errors.
+    The one-model case of `resolve_models`, with its errors; `what` ("model", "adapter") is what they call it.
     """
-    return resolve_models([ref], progress=progress, offline=offline)[0]
+    return resolve_models([ref], progress=progress, offline=offline, what=what)[0]
 
 
-def resolve_models(refs: Sequence[ModelRef], *, progress: Progress | None = None, offline: bool = False) -> list[Path]:
+def resolve_models(refs: Sequence[ModelRef], *, progress: Progress | None = None, offline: bool = False,
+                   what: str = "model") -> list[Path]:
     """The local folders holding the models `refs` name, in order (adapters are not looked at: pass them as
     references of their own).
 
     A local folder is returned as it is. Hub models are downloaded into the HF cache as needed (only the files a
     merge needs), all in one "Downloading" stage whose bar counts every model's files from the start, and their
     snapshot folders returned. Offline (`offline=True`, Mergesmith's offline switch, or HF_HUB_OFFLINE) only the
-    cache is used. Raises CheckpointError for a folder that does not exist, OfflineError naming the model when
+    cache is used. Raises CheckpointError for a folder that does not exist (calling it a `what`), OfflineError naming the model when
     offline and it is not fully downloaded, and the download errors of `download_models` (ModelNotFoundError,
     RevisionNotFoundError…).
     """
     folders: dict[int, Path] = {}
     from_hub: dict[tuple[str, str | None], list[int]] = {}
     for position, ref in enumerate(refs):
-        folder = ref.existing_folder()
+        folder = ref.existing_folder(what)
         if folder is not None:
             folders[position] = folder
         elif offline or is_offline():

@@ -171,7 +171,7 @@ def check_pair(base: str, model: str, device: str, output: str, probe: Any) -> P
 
 def check_adapter(base: str, adapter: str, device: str, output: str) -> PairCheck:
     """Whether the adapter in folder `adapter` fits `base`'s tensors and what applying it costs. Never raises."""
-    from guiapp.engine.lora_apply import open_adapter_for_merge  # loads torch: only when checking
+    from guiapp.engine.lora_apply import open_adapter  # loads torch: only when checking
     from guiapp.engine.sources import read_headers
     from guiapp.errors import IncompatibleModelsError
     from guiapp.hub.references import ModelRef
@@ -182,7 +182,7 @@ def check_adapter(base: str, adapter: str, device: str, output: str) -> PairChec
     except Exception as error:  # unreadable, missing or not a model: said next to the base
         return PairCheck(problems=[problem_from(error, "base")])
     try:
-        lora = open_adapter_for_merge(ModelRef.parse(adapter))
+        lora = open_adapter(ModelRef.parse(adapter))
         lora.check_base(headers.tensors, base)
     except IncompatibleModelsError as error:
         return PairCheck(problems=[problem_from(error, "adapter")], compatible=False)

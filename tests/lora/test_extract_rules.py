@@ -204,6 +204,21 @@ def test_a_folder_without_adapter_config_is_not_an_adapter(llama_base, llama_pla
         apply_lora(ApplySettings(str(llama_base), str(llama_planted), tmp_path / "full"))
 
 
+def test_a_missing_adapter_folder_is_called_an_adapter(llama_base, tmp_path):
+    """apply-lora with a mistyped adapter path said "The model folder … does not exist": which one?"""
+    missing = tmp_path / "no-such-adapter"
+    with pytest.raises(CheckpointError, match=r"^The adapter folder .*no-such-adapter does not exist"):
+        apply_lora(ApplySettings(str(llama_base), str(missing), tmp_path / "full"))
+    recipe = f"merge_method: linear\nmodels:\n  - model: {llama_base}+{missing}\n    parameters: {{weight: 1}}\n"
+    (tmp_path / "recipe.yml").write_text(recipe)
+    from guiapp.engine.merge import MergeSettings, run_merge
+    from guiapp.engine.recipe import load_recipe
+
+    with pytest.raises(CheckpointError, match=r"^The adapter folder .*no-such-adapter does not exist"):
+        run_merge(load_recipe(tmp_path / "recipe.yml"), MergeSettings(tmp_path / "merged"))
+    assert not (tmp_path / "full").exists() and not (tmp_path / "merged").exists()
+
+
 def test_an_adapter_that_changes_nothing_is_refused(llama_base, tmp_path):
     tuned = finetune(llama_base, tmp_path / "tuned", only=r"q_proj", shift_1d=0.0)
     adapter = Path(extract(llama_base, tuned, tmp_path / "lora")["output"])
