@@ -48,9 +48,9 @@ def resolve_models(refs: Sequence[ModelRef], *, progress: Progress | None = None
     A local folder is returned as it is. Hub models are downloaded into the HF cache as needed (only the files a
     merge needs), all in one "Downloading" stage whose bar counts every model's files from the start, and their
     snapshot folders returned. Offline (`offline=True`, Mergesmith's offline switch, or HF_HUB_OFFLINE) only the
-    cache is used. Raises CheckpointError for a folder that does not exist (calling it a `what`), OfflineError naming the model when
-    offline and it is not fully downloaded, and the download errors of `download_models` (ModelNotFoundError,
-    RevisionNotFoundError…).
+    cache is used. Raises CheckpointError for a folder that does not exist (calling it a `what`), OfflineError
+    naming the model when offline and it is not fully downloaded, and the download errors of `download_models`
+    (ModelNotFoundError, RevisionNotFoundError…).
     """
     folders: dict[int, Path] = {}
     from_hub: dict[tuple[str, str | None], list[int]] = {}
