@@ -108,3 +108,23 @@ def test_importing_mergesmith_makes_waiting_openmp_threads_sleep():
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "PASSIVE"
+
+
+def test_streamed_blocks_are_converted_on_the_reading_thread(llama_trio, tmp_path, monkeypatch):
+    # The loop's thread computes; turning a block's bfloat16 rows into float32 overlaps it on the reader.
+    import threading
+
+    import guiapp.engine.merge as merge_module
+
+    converted_on = set()
+    real = merge_module._to_compute
+
+    def to_compute(plan, tensor, device):
+        if tensor.dtype != plan.compute_dtype:
+            converted_on.add(threading.current_thread().name.split("_")[0])
+        return real(plan, tensor, device)
+
+    monkeypatch.setattr(merge_module, "_to_compute", to_compute)
+    monkeypatch.setattr(merge_module, "BLOCK_ELEMENTS", 1 << 12)  # every weight of the small models streams
+    _threads_per_tensor(llama_trio, tmp_path, "ties", ThreadPolicy(busy_elsewhere=lambda: 0.0))
+    assert converted_on == {"mergesmith-read"}
