@@ -331,11 +331,15 @@ def _row_blocks(shape: tuple[int, ...]) -> list[range]:
 
 
 def _read_piece(plan: MergePlan, readers: list[ModelReader], piece: _Piece, device: torch.device) -> list[torch.Tensor]:
-    """The inputs of `piece`: whole tensors as `_read_inputs` gives them, or a block's rows converted to the compute
-    dtype on `device` (here, on the reading thread, while the loop computes the piece before)."""
+    """The inputs of `piece`: whole tensors as `_read_inputs` gives them, or a block's rows. Rows that dense work
+    will use are converted to the compute dtype on `device` here, on the reading thread, while the loop computes
+    the piece before; an elementwise merge computes less than the reader reads, so it converts its own."""
     if piece.rows is None:
         return _read_inputs(plan, readers, piece.task, device)
-    return [_to_compute(plan, _read_rows(readers, piece.task, item, piece.rows), device) for item in piece.task.inputs]
+    rows = [_read_rows(readers, piece.task, item, piece.rows) for item in piece.task.inputs]
+    if _work_kind(plan, piece.task) is WorkKind.DENSE:
+        return [_to_compute(plan, tensor, device) for tensor in rows]
+    return rows
 
 
 def _read_rows(readers: list[ModelReader], task: TensorTask, item: TensorInput, rows: range) -> torch.Tensor:
@@ -394,8 +398,8 @@ def _compute(
     if merges_in_blocks(plan, task):
         stored = torch.empty(task.shape, dtype=plan.out_dtype)
         for rows in _row_blocks(task.shape):
-            block = [_to_compute(plan, t[rows.start : rows.stop], device) for t in tensors]
-            stored[rows.start : rows.stop] = _merge_block(plan, task, block, device, seed, extra)
+            stored[rows.start : rows.stop] = _merge_block(
+                plan, task, [t[rows.start : rows.stop] for t in tensors], device, seed, extra)
         return stored
     result = tensors[0] if task.copy else _merge_one(plan, task, tensors, device, seed, extra)
     stored = result.to(plan.out_dtype)
@@ -405,24 +409,26 @@ def _compute(
 
 
 def _count_block(plan: MergePlan, piece: _Piece, tensors: list[torch.Tensor], device: torch.device, seed: int) -> None:
-    """Show one block (its inputs' rows in the compute dtype) to the survey of its tensor."""
-    piece.survey.count(_context(plan, piece.task, tensors, device, seed))
+    """Show one block (its inputs' rows) to the survey of its tensor."""
+    inputs = [_to_compute(plan, tensor, device) for tensor in tensors]  # already done, if the reader did it
+    piece.survey.count(_context(plan, piece.task, inputs, device, seed))
 
 
 def _merge_block(
     plan: MergePlan, task: TensorTask, tensors: list[torch.Tensor], device: torch.device, seed: int,
     extra: dict[str, Any], survey: TensorSurvey | None = None,
 ) -> torch.Tensor:
-    """One block of rows of `task`'s output from its inputs' rows (in the compute dtype), in the output dtype, on
-    the CPU; merged by the `survey` of the whole tensor when its method has one.
+    """One block of rows of `task`'s output from its inputs' rows, in the output dtype, on the CPU; merged by the
+    `survey` of the whole tensor when its method has one.
 
     Raises NonFiniteResultError when the block comes out NaN or infinite: the block depends on these rows (and
     on the survey, which only ranks them), so they tell an input's NaN from an overflow of the cast.
     """
-    result = tensors[0] if task.copy else _merge_one(plan, task, tensors, device, seed, extra, survey)
+    inputs = [_to_compute(plan, tensor, device) for tensor in tensors]  # already done, if the reader did it
+    result = inputs[0] if task.copy else _merge_one(plan, task, inputs, device, seed, extra, survey)
     stored = result.to(plan.out_dtype)
     if not _all_finite(stored):
-        raise _non_finite_error(plan, task, tensors, computed_finite=_all_finite(result))
+        raise _non_finite_error(plan, task, inputs, computed_finite=_all_finite(result))
     return stored.cpu()
 
 

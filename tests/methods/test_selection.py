@@ -267,3 +267,12 @@ def test_a_sample_of_the_scores_at_the_positions_asked_for_selects_as_the_whole_
                 selection.count(block)
             selection.end_pass()
     assert torch.equal(torch.cat([whole.indicator(b) for b in blocks]), torch.cat([sampled.indicator(b) for b in blocks]))
+
+
+def test_the_sample_stays_about_a_million_scores_however_long_the_tensor():
+    # A merge keeps a selection per model and tensor until the cut is found; its sample must not grow with the
+    # tensor, or the peak memory does (a 7B model's embedding has 131 M entries).
+    for n in (1 << 22, 1 << 28):
+        selection = LargestK(n, n // 2, torch.float32)
+        drawn = sum(selection.sample_positions(1 << 20).numel() for _ in range(n >> 20))
+        assert drawn == min(n // 64, 1 << 20)

@@ -18,7 +18,8 @@ from typing import Protocol, TypeVar
 
 import torch
 
-_SAMPLE_EVERY = 64  # entries per sampled entry, in expectation
+_SAMPLE_EVERY = 64  # entries per sampled entry, at least
+_SAMPLE_MOST = 1 << 20  # about this many at most: the bracket is narrow enough, and the sample stays the same size
 _SORT_BELOW = 1 << 16  # fewer scores than this are simply sorted: no sample, one pass
 _SAMPLE_SEED = 0x5EED  # the sample affects speed only, so it need not vary with the job
 _EXACT_FLOAT_SUM = 1 << 24
@@ -38,6 +39,7 @@ class LargestK:
             raise ValueError(f"LargestK ranks floating scores, not {dtype}")
         self._n, self._k, self._dtype = n, k, dtype
         self._drawing_sample = n >= _SORT_BELOW  # the first pass draws the sample
+        self._sample_every = max(_SAMPLE_EVERY, n // _SAMPLE_MOST)
         self._sample: list[torch.Tensor] = []
         self._ordered_sample: torch.Tensor | None = None
         self._margin = 0
@@ -58,7 +60,7 @@ class LargestK:
         if not (self._drawing_sample and self.passes_left):
             return None
         generator = torch.Generator().manual_seed(_SAMPLE_SEED + len(self._sample))
-        return torch.randint(numel, (max(1, numel // _SAMPLE_EVERY),), generator=generator)
+        return torch.randint(numel, (max(1, numel // self._sample_every),), generator=generator)
 
     def count_sample(self, sampled: torch.Tensor) -> None:
         """Look at the next block's scores at `sample_positions`, in the pass that draws the sample."""
