@@ -331,15 +331,9 @@ def _row_blocks(shape: tuple[int, ...]) -> list[range]:
 
 
 def _read_piece(plan: MergePlan, readers: list[ModelReader], piece: _Piece, device: torch.device) -> list[torch.Tensor]:
-    """The inputs of `piece`: whole tensors as `_read_inputs` gives them, or a block's rows. Rows that dense work
-    will use are converted to the compute dtype on `device` here, on the reading thread, while the loop computes
-    the piece before; an elementwise merge computes less than the reader reads, so it converts its own."""
     if piece.rows is None:
         return _read_inputs(plan, readers, piece.task, device)
-    rows = [_read_rows(readers, piece.task, item, piece.rows) for item in piece.task.inputs]
-    if _work_kind(plan, piece.task) is WorkKind.DENSE:
-        return [_to_compute(plan, tensor, device) for tensor in rows]
-    return rows
+    return [_read_rows(readers, piece.task, item, piece.rows) for item in piece.task.inputs]
 
 
 def _read_rows(readers: list[ModelReader], task: TensorTask, item: TensorInput, rows: range) -> torch.Tensor:
@@ -409,8 +403,8 @@ def _compute(
 
 
 def _count_block(plan: MergePlan, piece: _Piece, tensors: list[torch.Tensor], device: torch.device, seed: int) -> None:
-    """Show one block (its inputs' rows) to the survey of its tensor."""
-    inputs = [_to_compute(plan, tensor, device) for tensor in tensors]  # already done, if the reader did it
+    """Show one block (its inputs' rows as stored) to the survey of its tensor."""
+    inputs = [_to_compute(plan, tensor, device) for tensor in tensors]
     piece.survey.count(_context(plan, piece.task, inputs, device, seed))
 
 
@@ -418,13 +412,13 @@ def _merge_block(
     plan: MergePlan, task: TensorTask, tensors: list[torch.Tensor], device: torch.device, seed: int,
     extra: dict[str, Any], survey: TensorSurvey | None = None,
 ) -> torch.Tensor:
-    """One block of rows of `task`'s output from its inputs' rows, in the output dtype, on the CPU; merged by the
-    `survey` of the whole tensor when its method has one.
+    """One block of rows of `task`'s output from its inputs' rows (as stored), in the output dtype, on the CPU;
+    merged by the `survey` of the whole tensor when its method has one.
 
     Raises NonFiniteResultError when the block comes out NaN or infinite: the block depends on these rows (and
     on the survey, which only ranks them), so they tell an input's NaN from an overflow of the cast.
     """
-    inputs = [_to_compute(plan, tensor, device) for tensor in tensors]  # already done, if the reader did it
+    inputs = [_to_compute(plan, tensor, device) for tensor in tensors]
     result = inputs[0] if task.copy else _merge_one(plan, task, inputs, device, seed, extra, survey)
     stored = result.to(plan.out_dtype)
     if not _all_finite(stored):

@@ -70,8 +70,7 @@ def merge_working_set(plan) -> int:
         if not (streamed or merges_in_blocks(plan, task)):
             method = 0 if task.copy or not task.floating else int(copies.for_inputs(len(task.inputs)) * numel * compute_size)
             return whole_inputs(task), method + numel * out_size, numel * out_size
-        # Each input's block is converted to the compute dtype besides the method's own copies (a streamed block on
-        # the reading thread: its converted copy is held, and read ahead, instead of the stored one).
+        # Each input's block is converted to the compute dtype besides the method's own copies.
         block = block_rows(task) * math.prod(task.shape[1:])
         block_working = int((copies.for_inputs(len(task.inputs)) + len(task.inputs)) * block * compute_size)
         if streamed:

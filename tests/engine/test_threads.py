@@ -108,31 +108,3 @@ def test_importing_mergesmith_makes_waiting_openmp_threads_sleep():
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "PASSIVE"
-
-
-@pytest.mark.parametrize(("method", "where"), [("ties", {"mergesmith-read"}), ("task_arithmetic", {"MainThread"})])
-def test_streamed_blocks_are_converted_where_there_is_time(llama_trio, tmp_path, monkeypatch, method, where):
-    # Dense work computes on the loop's thread, so the reader turns a block's bfloat16 rows into float32 beside it;
-    # an elementwise merge computes less than the reader reads, so the loop converts its own blocks.
-    import threading
-
-    import guiapp.engine.merge as merge_module
-
-    converted_on = set()
-    real_to_compute, real_read_rows = merge_module._to_compute, merge_module._read_rows
-
-    def read_rows(*args):
-        block = real_read_rows(*args)
-        block.streamed_block = True
-        return block
-
-    def to_compute(plan, tensor, device):
-        if getattr(tensor, "streamed_block", False) and tensor.dtype != plan.compute_dtype:
-            converted_on.add(threading.current_thread().name.split("_")[0])
-        return real_to_compute(plan, tensor, device)
-
-    monkeypatch.setattr(merge_module, "_read_rows", read_rows)
-    monkeypatch.setattr(merge_module, "_to_compute", to_compute)
-    monkeypatch.setattr(merge_module, "BLOCK_ELEMENTS", 1 << 12)  # every weight of the small models streams
-    _threads_per_tensor(llama_trio, tmp_path, method, ThreadPolicy(busy_elsewhere=lambda: 0.0))
-    assert converted_on == where
