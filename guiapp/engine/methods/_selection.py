@@ -76,19 +76,17 @@ class LargestK:
         upper, lower = self._bracket
         # Entries equal to a bound are only counted: a tensor whose changes are mostly 0 (rows a fine-tune never
         # touched) would otherwise put most of itself inside a bracket that starts at 0.
-        indicator = torch.empty(flat.shape, dtype=torch.float32, device=flat.device)
         strictly_inside = torch.ones_like(flat, dtype=torch.bool)
         if upper is not None:
-            above = count_ones(torch.gt(flat, upper, out=indicator))
-            self._above += above
-            self._at_upper += count_ones(torch.ge(flat, upper, out=indicator)) - above
-            strictly_inside &= ~indicator.bool()
+            above, at_least = torch.gt(flat, upper), torch.ge(flat, upper)
+            self._above += int(torch.count_nonzero(above))
+            self._at_upper += int(torch.count_nonzero(at_least)) - int(torch.count_nonzero(above))
+            strictly_inside &= ~at_least
         if lower is not None:
-            above = count_ones(torch.gt(flat, lower, out=indicator))
-            strictly_inside &= indicator.bool()
+            above = torch.gt(flat, lower)
+            strictly_inside &= above
             if upper is None or bool(lower < upper):  # equal bounds: the entries at them are counted once, above
-                self._at_lower += count_ones(torch.ge(flat, lower, out=indicator)) - above
-        del indicator
+                self._at_lower += int(torch.count_nonzero(torch.ge(flat, lower))) - int(torch.count_nonzero(above))
         self._inside.append(flat[strictly_inside])
 
     def end_pass(self) -> None:
