@@ -14,16 +14,15 @@ from __future__ import annotations
 import math
 import time
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from guiapp.engine.devices import resolve_device, use_cpu_threads
+from guiapp.engine.devices import resolve_device, threads_restored, use_cpu_threads
 from guiapp.engine.methods.base import MergeContext, TensorSettings, TensorSurvey
 from guiapp.engine.model_card import write_merge_metadata
 from guiapp.engine.output import (
@@ -199,7 +198,7 @@ def _merge_tensors(
     # Reading and writing are bound by memory and disk: one torch thread each.
     with ThreadPoolExecutor(1, "mergesmith-read", initializer=use_cpu_threads, initargs=(1,)) as reads, \
             ThreadPoolExecutor(1, "mergesmith-write", initializer=use_cpu_threads, initargs=(1,)) as writes, \
-            _threads_restored():
+            threads_restored():
         pending_read: Future | None = reads.submit(_read_piece, plan, readers, pieces[0], device)
         pending_write: Future | None = None
         try:
@@ -249,16 +248,6 @@ def _merge_tensors(
             raise
     writer.close()
     return stats
-
-
-@contextmanager
-def _threads_restored() -> Iterator[None]:
-    """The calling thread's torch thread count is set per tensor; afterwards it is what it was."""
-    before = torch.get_num_threads()
-    try:
-        yield
-    finally:
-        use_cpu_threads(before)
 
 
 def _work_kind(plan: MergePlan, task: TensorTask) -> WorkKind:
