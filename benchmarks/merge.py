@@ -76,8 +76,8 @@ BUSY_GOAL = 1.5  # busy time over quiet time
 _OURS = textwrap.dedent("""
     import sys, time
     from pathlib import Path
-    from guiapp.system.memory import limit_heaps
-    limit_heaps()  # as the mergesmith command does when it starts
+    from guiapp.system.memory import configure_heaps
+    configure_heaps()  # as the mergesmith command does when it starts
     from guiapp.engine.merge import MergeSettings, run_merge
     from guiapp.engine.recipe import load_recipe
     recipe = load_recipe(Path(sys.argv[1]))

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from guiapp import __version__
-from guiapp.system.memory import limit_heaps
+from guiapp.system.memory import configure_heaps
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -26,7 +26,7 @@ Handler = Callable[[argparse.Namespace], int]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    limit_heaps()
+    configure_heaps()
     parser = _build_parser()
     args = parser.parse_args(argv)
     handler: Handler | None = getattr(args, "handler", None)

@@ -46,7 +46,7 @@ from guiapp.engine.sources import ModelReader, open_readers, read_headers
 from guiapp.errors import IncompatibleModelsError, NonFiniteResultError
 from guiapp.hub.references import ModelRef
 from guiapp.progress import Progress
-from guiapp.system.memory import release_free_memory
+from guiapp.system.memory import FREE_HEAP_BUDGET, release_free_memory
 from guiapp.system.threads import ThreadPolicy, WorkKind
 
 # Room for config, tokenizer and card files, and for the file system's own overhead.
@@ -218,7 +218,6 @@ def _merge_tensors(
                     seconds += time.perf_counter() - tick
                     if piece.rows.stop == task.shape[0]:  # the end of a pass
                         piece.survey.end_pass()
-                        release_free_memory()
                         if piece.survey.passes_left and not pieces[index + 1].counting:
                             # An unlucky sample asks for another pass: it goes before the merge pass, whose first
                             # block is being read ahead already and holds the same rows as the new pass's first.
@@ -235,7 +234,7 @@ def _merge_tensors(
                 pending_write = writes.submit(writer.write, task.name, result, piece.rows.start if piece.rows else 0)
                 del result
                 if index + 1 == len(pieces) or pieces[index + 1].task is not task:
-                    release_free_memory()  # what the blocks of this tensor left in the allocator's heaps
+                    release_free_memory(above=FREE_HEAP_BUDGET)
                     stats.append({"tensor": task.name, "seconds": seconds, "threads": torch.get_num_threads(), **extra})
                     progress.step(task.name, nbytes=plan.task_input_bytes(task))
             if pending_write is not None:
@@ -246,6 +245,8 @@ def _merge_tensors(
                     future.exception()  # let it finish before the file is closed under it
             writer.abort()
             raise
+        finally:
+            release_free_memory()  # the blocks the heaps kept for reuse, now that none will come
     writer.close()
     return stats
 

@@ -1,13 +1,20 @@
-"""Keeping what the C allocator holds for a job close to what the job uses.
+"""Keeping what the C allocator holds for a job close to what the job uses, without paying for it again and again.
 
 The C allocator (glibc's malloc) keeps what a program frees in its heaps, to reuse it. The merge loop allocates
-and frees blocks of a few MB on three threads, thousands of times in a large merge; what glibc keeps then grows
-with the length of the merge, not with the size of a block (measured on a linear merge: 207 MB at 1 GB, 244 MB
-at 7 B). Trimming the heaps after each tensor keeps the peak what the blocks themselves need.
+and frees blocks of a few MB on three threads, thousands of times in a large merge.
+
+Left to its defaults, glibc moves two thresholds as the program runs: blocks above the first are mapped fresh from
+the system and returned on free, and free memory above the second at the top of a heap is returned at once. Either
+way the next block's pages are faulted in and zeroed again by the kernel: in a streamed TIES merge of a 1 GB model
+that was 2.2-2.9 million page faults and 10-14 s of system time in a 27-32 s merge. A job process therefore fixes
+both thresholds well above a block (`configure_heaps`), so blocks come from the heaps and are reused.
 
 glibc also gives each thread that allocates a heap of its own, up to eight per core: the reader, the writer, the
 merge and torch's threads each keep their own free blocks. A streamed TIES merge of a 7 B model peaked at 644 MB
-that way and at 334 MB with two heaps (324 MB at 1 GB), so a job process caps them (`limit_heaps`).
+that way and at 334 MB with two heaps (324 MB at 1 GB), so a job process caps them too.
+
+What the heaps hold free is returned to the system once a job ends, and after a tensor when it has grown beyond
+`FREE_HEAP_BUDGET` (a merge whose blocks come in many sizes could otherwise keep the largest mix of them).
 """
 
 from __future__ import annotations
@@ -18,24 +25,56 @@ import os
 import sys
 
 HEAPS = 2
-_M_ARENA_MAX = -8  # mallopt's parameter number in glibc's malloc.h
+# Blocks (a million entries, 4-8 MB) stay well below the first; whole tensors of the methods that need them whole
+# (hundreds of MB) are still mapped and returned on free. The second lets a heap keep one set of blocks' memory.
+MAPPED_ABOVE = 32 << 20
+TRIMMED_ABOVE = 64 << 20
+FREE_HEAP_BUDGET = 256 << 20
+# mallopt's parameter numbers in glibc's malloc.h, and the environment variables that set the same values
+_OPTIONS = {"MALLOC_ARENA_MAX": (-8, HEAPS), "MALLOC_MMAP_THRESHOLD_": (-3, MAPPED_ABOVE),
+            "MALLOC_TRIM_THRESHOLD_": (-1, TRIMMED_ABOVE)}
 
 
-def release_free_memory() -> None:
-    """Return the pages the C allocator holds free to the system (glibc's malloc_trim). Does nothing where the C
-    library has no such call (macOS, Windows, musl); never raises."""
+class _MallocInfo(ctypes.Structure):
+    """glibc's struct mallinfo2 (2.33 and later)."""
+
+    _fields_ = [(name, ctypes.c_size_t) for name in (
+        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+
+def release_free_memory(above: int = 0) -> None:
+    """Return the pages the C allocator holds free to the system (glibc's malloc_trim), if it holds more than
+    `above` bytes free (without a way to tell, whatever it holds). Does nothing where the C library has no such call
+    (macOS, Windows, musl); never raises."""
     trim = _c_function("malloc_trim")
-    if trim is not None:
+    if trim is None:
+        return
+    free = heap_bytes_free() if above > 0 else None
+    if free is None or free > above:
         trim(0)
 
 
-def limit_heaps() -> None:
-    """Let the threads that allocate from now on share `HEAPS` malloc heaps. Call it when the process starts,
-    before its threads do: glibc stops counting its heaps once it has made more than eight. A `MALLOC_ARENA_MAX`
-    the user set is left as it is. Does nothing without glibc; never raises."""
+def heap_bytes_free() -> int | None:
+    """Bytes the C allocator's heaps hold free (glibc's mallinfo2), or None where it cannot say."""
+    info = _c_function("mallinfo2")
+    if info is None:
+        return None
+    info.restype = _MallocInfo
+    return int(info().fordblks)
+
+
+def configure_heaps() -> None:
+    """Let the threads that allocate from now on share `HEAPS` malloc heaps, and fix the thresholds above which glibc
+    maps an allocation of its own (`MAPPED_ABOVE`) and returns a heap's free top (`TRIMMED_ABOVE`). Call it when
+    the process starts, before its threads do: glibc stops counting its heaps once it has made more than eight.
+    A value the user set through glibc's environment variables is left as it is. Does nothing without glibc; never
+    raises."""
     mallopt = _c_function("mallopt")
-    if mallopt is not None and "MALLOC_ARENA_MAX" not in os.environ:
-        mallopt(_M_ARENA_MAX, HEAPS)
+    if mallopt is None:
+        return
+    for variable, (option, value) in _OPTIONS.items():
+        if variable not in os.environ:
+            mallopt(option, value)
 
 
 @functools.cache
