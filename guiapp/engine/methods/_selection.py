@@ -23,6 +23,34 @@ _SORT_BELOW = 1 << 16  # fewer scores than this are simply sorted: no sample, on
 _SAMPLE_SEED = 0x5EED  # the sample affects speed only, so it need not vary with the job
 
 
+class _Gathered:
+    """Entries gathered over one pass, in one buffer that doubles when full. One allocation rather than one small
+    piece per block: pieces that live through a pass sit between the blocks' short-lived buffers in the C
+    allocator's heap, so what it held grew with the number of blocks (a 65 M-entry tensor's merge peaked 50-370 MB
+    above the others')."""
+
+    def __init__(self, capacity: int) -> None:
+        self._capacity = max(1, capacity)
+        self._buffer: torch.Tensor | None = None
+        self._size = 0
+
+    def slot(self, count: int, like: torch.Tensor) -> torch.Tensor:
+        """The next `count` entries of the buffer (dtype and device of `like`), counted as gathered: fill them."""
+        end = self._size + count
+        if self._buffer is None:
+            self._buffer = torch.empty(max(self._capacity, end), dtype=like.dtype, device=like.device)
+        elif end > self._buffer.numel():
+            grown = torch.empty(max(end, 2 * self._buffer.numel()), dtype=self._buffer.dtype, device=like.device)
+            grown[: self._size] = self._buffer[: self._size]
+            self._buffer = grown
+        start, self._size = self._size, end
+        return self._buffer[start:end]
+
+    def values(self) -> torch.Tensor:
+        """What was gathered, in order (empty before the first block)."""
+        return self._buffer[: self._size] if self._buffer is not None else torch.empty(0)
+
+
 class LargestK:
     """The k largest of `n` floating scores, seen a block at a time (NaN is never selected).
 
@@ -38,13 +66,13 @@ class LargestK:
         self._n, self._k, self._dtype = n, k, dtype
         self._drawing_sample = n >= _SORT_BELOW  # the first pass draws the sample
         self._generator = torch.Generator().manual_seed(_SAMPLE_SEED)
-        self._sample: list[torch.Tensor] = []
+        self._sample = _Gathered(n // _SAMPLE_EVERY + 64)
         self._ordered_sample: torch.Tensor | None = None
         self._margin = 0
         self._bracket: tuple[torch.Tensor | None, torch.Tensor | None] = (None, None)
         self._above = 0  # entries above the bracket
         self._at_upper = 0  # entries equal to its upper bound
-        self._inside: list[torch.Tensor] = []  # the entries strictly inside it
+        self._inside = _Gathered(n if not self._drawing_sample else 0)  # the entries strictly inside it
         self._at_lower = 0  # entries equal to its lower bound (when it is below the upper one)
         self._threshold: torch.Tensor | None = None
         self._ties_left = 0  # entries equal to the threshold still to be selected, in flat order
@@ -56,7 +84,7 @@ class LargestK:
         flat = scores.reshape(-1)
         if self._drawing_sample:
             picks = torch.randint(flat.numel(), (max(1, flat.numel() // _SAMPLE_EVERY),), generator=self._generator)
-            self._sample.append(flat[picks.to(flat.device)])
+            torch.index_select(flat, 0, picks.to(flat.device), out=self._sample.slot(picks.numel(), flat))
             return
         upper, lower = self._bracket
         # Entries equal to a bound are only counted: a tensor whose changes are mostly 0 (rows a fine-tune never
@@ -72,7 +100,8 @@ class LargestK:
             strictly_inside &= above
             if upper is None or bool(lower < upper):  # equal bounds: the entries at them are counted once, above
                 self._at_lower += int(torch.count_nonzero(torch.ge(flat, lower))) - int(torch.count_nonzero(above))
-        self._inside.append(flat[strictly_inside])
+        inside = flat[strictly_inside]
+        self._inside.slot(inside.numel(), inside).copy_(inside)
 
     def end_pass(self) -> None:
         """Close the current pass: after the sample, draw the bracket; after the count, find the k-th largest or
@@ -80,20 +109,21 @@ class LargestK:
         self.passes_left -= 1
         if self._drawing_sample:
             self._drawing_sample = False
-            sample = torch.cat(self._sample)
+            sample = self._sample.values()
             self._ordered_sample = torch.sort(sample[~torch.isnan(sample)], descending=True).values
-            self._sample = []
+            self._sample = _Gathered(0)
             fraction = self._k / self._n
             # About 6 standard deviations of the sample rank of the k-th largest entry, plus a little for small k.
             self._margin = int(6 * math.sqrt(self._ordered_sample.numel() * fraction * (1 - fraction))) + 8
             self._bracket = self._draw_bracket()
+            self._inside = _Gathered(self._expected_inside())
             return
-        inside = torch.cat(self._inside)
+        inside = self._inside.values()
         inside = torch.sort(inside[~torch.isnan(inside)], descending=True).values
         upper, lower = self._bracket
         wanted = self._k - self._above  # the k-th largest's rank among the entries at or below the upper bound
         candidates = [(upper, self._at_upper), (None, inside.numel()), (lower, self._at_lower)]
-        self._inside, self._above, self._at_upper, self._at_lower = [], 0, 0, 0
+        self._above, self._at_upper, self._at_lower = 0, 0, 0
         for bound, count in candidates:  # noqa: B007 - the loop stops at the one that holds the k-th largest
             if 1 <= wanted <= count:
                 break
@@ -104,6 +134,7 @@ class LargestK:
                 return
             self._margin *= 8  # the bracket missed: count again with a wider one
             self._bracket = self._draw_bracket()
+            self._inside = _Gathered(self._expected_inside())
             self.passes_left = 1
             return
         if bound is not None:
@@ -118,7 +149,13 @@ class LargestK:
         # samples add up to about 1 GB); the threshold and the bracket's bounds are views that would keep it (or
         # the entries collected) alive.
         self._threshold, self._ties_left, self._all_ties = threshold.clone(), ties_left, all_ties
-        self._bracket, self._ordered_sample = (None, None), None
+        self._bracket, self._ordered_sample, self._inside = (None, None), None, _Gathered(0)
+
+    def _expected_inside(self) -> int:
+        # The bracket spans 2·margin sample entries, each standing for n / sample-size entries; twice that, so the
+        # buffer seldom grows.
+        size = self._ordered_sample.numel() if self._ordered_sample is not None else 0
+        return self._n if size == 0 else min(self._n, 4 * self._margin * self._n // size)
 
     def _draw_bracket(self) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         """(upper, lower) sample values around the k-th largest's expected rank; None: no bound on that side."""
