@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from guiapp.engine.methods import _reduce
+from guiapp.engine.methods import _reduce, _selection
 from guiapp.engine.methods._selection import LargestK, top_k_mask
 
 
@@ -59,7 +59,7 @@ def _streamed_mask(values: torch.Tensor, k: int, block_sizes: list[int]) -> torc
         for block in blocks:
             largest.count(block)
         largest.end_pass()
-    return torch.cat([largest.mask(block) for block in blocks])
+    return torch.cat([largest.indicator(block).bool() for block in blocks])
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
@@ -149,7 +149,7 @@ def test_once_the_cut_is_found_a_selection_holds_none_of_the_scores(monkeypatch,
         largest.count(values)
         largest.end_pass()
     assert _held_bytes(largest) <= 64  # a few numbers
-    assert int(largest.mask(values).sum()) == 300_000
+    assert int(largest.indicator(values).sum()) == 300_000
 
 
 @pytest.mark.parametrize("kind", ["mostly_zero", "three_levels"])
@@ -192,7 +192,7 @@ def test_largest_k_refuses_integers_and_an_early_mask():
     with pytest.raises(ValueError):
         LargestK(3, 1, torch.int32)
     with pytest.raises(ValueError):
-        LargestK(3, 1, torch.float32).mask(torch.ones(3))
+        LargestK(3, 1, torch.float32).indicator(torch.ones(3))
 
 
 def test_reductions_accumulate_in_float64():
@@ -239,3 +239,40 @@ def test_chunking_does_not_change_the_results(monkeypatch, chunk):
     )
     assert _reduce.sum_abs(cube) == pytest.approx(float(cube.abs().sum()), rel=1e-12)
     assert _reduce.norm(cube) == pytest.approx(float(cube.norm()), rel=1e-12)
+
+
+def test_count_ones_is_exact_past_what_a_float32_sum_holds():
+    ones = torch.ones((1 << 24) + 3)  # a float32 sum of these reads 2^24: 2^24 + 1 is not a float32
+    assert _selection.count_ones(ones) == (1 << 24) + 3
+
+
+def test_a_sample_of_the_scores_at_the_positions_asked_for_selects_as_the_whole_blocks_do():
+    generator = torch.Generator().manual_seed(11)
+    values = torch.randint(0, 300, (400_000,), generator=generator).to(torch.float32)
+    blocks = values.split(65_536)
+    whole, sampled, other = (LargestK(values.numel(), 123_456, values.dtype) for _ in range(3))
+    for block in blocks:
+        whole.count(block)
+        positions = sampled.sample_positions(block.numel())
+        assert torch.equal(positions, other.sample_positions(block.numel()))  # every selection over these blocks
+        assert positions.numel() == block.numel() // 64
+        sampled.count_sample(block[positions])
+        other.count_sample(block[positions])
+    assert sampled.sample_positions(10) is not None  # still drawing until the pass ends
+    for selection in (whole, sampled):
+        selection.end_pass()
+        assert selection.sample_positions(65_536) is None
+        while selection.passes_left:
+            for block in blocks:
+                selection.count(block)
+            selection.end_pass()
+    assert torch.equal(torch.cat([whole.indicator(b) for b in blocks]), torch.cat([sampled.indicator(b) for b in blocks]))
+
+
+def test_the_sample_stays_about_a_million_scores_however_long_the_tensor():
+    # A merge keeps a selection per model and tensor until the cut is found; its sample must not grow with the
+    # tensor, or the peak memory does (a 7B model's embedding has 131 M entries).
+    for n in (1 << 22, 1 << 28):
+        selection = LargestK(n, n // 2, torch.float32)
+        drawn = sum(selection.sample_positions(1 << 20).numel() for _ in range(n >> 20))
+        assert drawn == min(n // 64, 1 << 20)

@@ -18,9 +18,11 @@ from typing import Protocol, TypeVar
 
 import torch
 
-_SAMPLE_EVERY = 64  # entries per sampled entry, in expectation
+_SAMPLE_EVERY = 64  # entries per sampled entry, at least
+_SAMPLE_MOST = 1 << 20  # about this many at most: the bracket is narrow enough, and the sample stays the same size
 _SORT_BELOW = 1 << 16  # fewer scores than this are simply sorted: no sample, one pass
 _SAMPLE_SEED = 0x5EED  # the sample affects speed only, so it need not vary with the job
+_EXACT_FLOAT_SUM = 1 << 24
 
 
 class _Gathered:
@@ -55,8 +57,8 @@ class LargestK:
     """The k largest of `n` floating scores, seen a block at a time (NaN is never selected).
 
     Show every block, in order, to `count` once per pass, and call `end_pass` after each; `passes_left` says
-    whether another pass is needed (usually two in all; a third after an unlucky sample). Then `mask` marks the
-    selected entries of each block, again called on the blocks in order. k <= 0 selects nothing, k >= n
+    whether another pass is needed (usually two in all; a third after an unlucky sample). Then `indicator` marks
+    the selected entries of each block, again called on the blocks in order. k <= 0 selects nothing, k >= n
     everything, without any pass.
     """
 
@@ -65,8 +67,9 @@ class LargestK:
             raise ValueError(f"LargestK ranks floating scores, not {dtype}")
         self._n, self._k, self._dtype = n, k, dtype
         self._drawing_sample = n >= _SORT_BELOW  # the first pass draws the sample
-        self._generator = torch.Generator().manual_seed(_SAMPLE_SEED)
-        self._sample = _Gathered(n // _SAMPLE_EVERY + 64)
+        self._sample_every = max(_SAMPLE_EVERY, n // _SAMPLE_MOST)
+        self._sample = _Gathered(n // self._sample_every + 64)
+        self._sampled_blocks = 0
         self._ordered_sample: torch.Tensor | None = None
         self._margin = 0
         self._bracket: tuple[torch.Tensor | None, torch.Tensor | None] = (None, None)
@@ -79,27 +82,43 @@ class LargestK:
         self._all_ties = True
         self.passes_left = 0 if k <= 0 or k >= n else (2 if self._drawing_sample else 1)
 
+    def sample_positions(self, numel: int) -> torch.Tensor | None:
+        """While the first pass draws the sample: the flat positions, in the next block of `numel` scores, of those
+        it samples; None in other passes. A caller whose scores are costly computes just these and shows them to
+        `count_sample` instead of the block to `count`. Every selection over the same blocks draws the same ones."""
+        if not (self._drawing_sample and self.passes_left):
+            return None
+        generator = torch.Generator().manual_seed(_SAMPLE_SEED + self._sampled_blocks)
+        return torch.randint(numel, (max(1, numel // self._sample_every),), generator=generator)
+
+    def count_sample(self, sampled: torch.Tensor) -> None:
+        """Look at the next block's scores at `sample_positions`, in the pass that draws the sample."""
+        self._sample.slot(sampled.numel(), sampled).copy_(sampled.reshape(-1))
+        self._sampled_blocks += 1
+
     def count(self, scores: torch.Tensor) -> None:
         """Look at one block's scores in the current pass."""
         flat = scores.reshape(-1)
-        if self._drawing_sample:
-            picks = torch.randint(flat.numel(), (max(1, flat.numel() // _SAMPLE_EVERY),), generator=self._generator)
-            torch.index_select(flat, 0, picks.to(flat.device), out=self._sample.slot(picks.numel(), flat))
+        positions = self.sample_positions(flat.numel())
+        if positions is not None:
+            self.count_sample(flat[positions.to(flat.device)])
             return
         upper, lower = self._bracket
         # Entries equal to a bound are only counted: a tensor whose changes are mostly 0 (rows a fine-tune never
         # touched) would otherwise put most of itself inside a bracket that starts at 0.
+        indicator = torch.empty(flat.shape, dtype=torch.float32, device=flat.device)
         strictly_inside = torch.ones_like(flat, dtype=torch.bool)
         if upper is not None:
-            above, at_least = torch.gt(flat, upper), torch.ge(flat, upper)
-            self._above += int(torch.count_nonzero(above))
-            self._at_upper += int(torch.count_nonzero(at_least)) - int(torch.count_nonzero(above))
-            strictly_inside &= ~at_least
+            above = count_ones(torch.gt(flat, upper, out=indicator))
+            self._above += above
+            self._at_upper += count_ones(torch.ge(flat, upper, out=indicator)) - above
+            strictly_inside &= ~indicator.bool()
         if lower is not None:
-            above = torch.gt(flat, lower)
-            strictly_inside &= above
+            above = count_ones(torch.gt(flat, lower, out=indicator))
+            strictly_inside &= indicator.bool()
             if upper is None or bool(lower < upper):  # equal bounds: the entries at them are counted once, above
-                self._at_lower += int(torch.count_nonzero(torch.ge(flat, lower))) - int(torch.count_nonzero(above))
+                self._at_lower += count_ones(torch.ge(flat, lower, out=indicator)) - above
+        del indicator
         inside = flat[strictly_inside]
         self._inside.slot(inside.numel(), inside).copy_(inside)
 
@@ -166,24 +185,33 @@ class LargestK:
         high, low = position - self._margin, position + self._margin
         return (self._ordered_sample[high] if high >= 0 else None, self._ordered_sample[low] if low < size else None)
 
-    def mask(self, scores: torch.Tensor) -> torch.Tensor:
-        """A boolean mask (the block's shape) of the block's selected entries."""
+    def indicator(self, scores: torch.Tensor) -> torch.Tensor:
+        """1.0 at the block's selected entries and 0.0 elsewhere: float32, the block's shape."""
         if self._k <= 0 or self._k >= self._n:
-            return torch.full(scores.shape, self._k > 0, dtype=torch.bool, device=scores.device)
+            return torch.full(scores.shape, float(self._k > 0), dtype=torch.float32, device=scores.device)
         if self.passes_left:
-            raise ValueError("LargestK.mask before the k-th largest was found")
+            raise ValueError("LargestK.indicator before the k-th largest was found")
+        selected = torch.empty(scores.shape, dtype=torch.float32, device=scores.device)
         if self._all_ties:
-            return torch.ge(scores, self._threshold)
-        flat = scores.reshape(-1)
-        selected = torch.gt(flat, self._threshold)
+            return torch.ge(scores, self._threshold, out=selected)
+        torch.gt(scores, self._threshold, out=selected)
         if self._ties_left:
-            equal = torch.eq(flat, self._threshold)
-            found = int(torch.count_nonzero(equal))
-            if found > self._ties_left:
-                equal &= equal.cumsum(0) <= self._ties_left
-            selected |= equal
+            equal = torch.eq(scores.reshape(-1), self._threshold, out=torch.empty_like(selected.view(-1)))
+            found = count_ones(equal)
+            if found > self._ties_left:  # the first ones in flat order; a float64 running count is exact
+                equal.mul_(equal.cumsum(0, dtype=torch.float64) <= self._ties_left)
+            selected.view(-1).add_(equal)
             self._ties_left -= min(found, self._ties_left)
-        return selected.view(scores.shape)
+        return selected
+
+
+def count_ones(indicator: torch.Tensor) -> int:
+    """How many entries of a float32 tensor of 0.0 and 1.0 are 1.0.
+
+    Comparisons written into float32 and summed run several times faster on CPU than into bool and counted; a
+    float32 sum of 0s and 1s is exact up to 2^24 entries, so longer tensors are summed in parts.
+    """
+    return sum(int(part.sum()) for part in indicator.reshape(-1).split(_EXACT_FLOAT_SUM))
 
 
 def top_k_mask(scores: torch.Tensor, k: int) -> torch.Tensor:
@@ -191,7 +219,7 @@ def top_k_mask(scores: torch.Tensor, k: int) -> torch.Tensor:
 
     `scores` must be floating (NaN is never selected). k <= 0 selects nothing, k >= numel everything.
     """
-    return shown_whole(LargestK(scores.numel(), k, scores.dtype), scores).mask(scores)
+    return shown_whole(LargestK(scores.numel(), k, scores.dtype), scores).indicator(scores).bool()
 
 
 class Passes(Protocol):

@@ -41,7 +41,7 @@ class Sparsifier(str, Enum):
 class _Ranking:
     """Which entries of one model's δ a rank-based sparsifier keeps (TIES' largest |δ|, Breadcrumbs' window), learned
     from |δ| shown a block at a time as `LargestK` learns it: passes of `count` and `end_pass` while `passes_left`,
-    then `mask` on each block in order."""
+    then `indicator` on each block in order."""
 
     def __init__(self, sparsifier: Sparsifier, params: dict, numel: int, dtype: torch.dtype) -> None:
         density = float(params["density"])
@@ -62,6 +62,14 @@ class _Ranking:
     def passes_left(self) -> int:
         return _selection.passes_left(self._selections)
 
+    def sample_positions(self, numel: int) -> torch.Tensor | None:
+        return self._keep.sample_positions(numel)  # the drop selection draws the same
+
+    def count_sample(self, magnitudes: torch.Tensor) -> None:
+        for selection in self._selections:
+            if selection.passes_left:
+                selection.count_sample(magnitudes)
+
     def count(self, magnitudes: torch.Tensor) -> None:
         for selection in self._selections:
             if selection.passes_left:
@@ -70,10 +78,10 @@ class _Ranking:
     def end_pass(self) -> None:
         _selection.end_pass(self._selections)
 
-    def mask(self, magnitudes: torch.Tensor) -> torch.Tensor:
-        kept = self._keep.mask(magnitudes)
+    def indicator(self, magnitudes: torch.Tensor) -> torch.Tensor:
+        kept = self._keep.indicator(magnitudes)
         if self._drop is not None:
-            kept &= ~self._drop.mask(magnitudes)
+            kept.sub_(self._drop.indicator(magnitudes))  # the dropped entries are among the kept ones
         return kept
 
     @classmethod
@@ -85,14 +93,16 @@ class _Ranking:
 def random_mask(
     delta: torch.Tensor, density: float, generator: torch.Generator, scratch: torch.Tensor
 ) -> torch.Tensor:
-    """Keep each entry independently with probability d. Overwrites `scratch`."""
-    return torch.rand(delta.shape, generator=generator, out=scratch) < density
+    """Keep each entry independently with probability d: 1.0 where kept, 0.0 elsewhere, in `scratch`."""
+    draws = torch.rand(delta.shape, generator=generator, out=scratch)
+    return torch.lt(draws, density, out=draws)
 
 
 def della_mask(
     delta: torch.Tensor, density: float, epsilon: float, generator: torch.Generator
 ) -> torch.Tensor:
-    """DELLA's MagPrune: per row (last dim; a 1-D tensor is one row) keep with probability (d−ε) + 2ε·rank.
+    """DELLA's MagPrune: per row (last dim; a 1-D tensor is one row) keep with probability (d−ε) + 2ε·rank; 1.0
+    where kept, 0.0 elsewhere (float32).
 
     rank is the entry's magnitude rank in its row normalised to [0, 1] (largest = 1); a row of one entry gets
     probability d. The caller has checked 0 < d−ε and d+ε < 1.
@@ -108,7 +118,7 @@ def della_mask(
     probabilities.scatter_(1, order, by_position.to(probabilities).expand_as(rows))
     del order
     draws = torch.rand(rows.shape, generator=generator, device=delta.device, dtype=torch.float32)
-    return (draws < probabilities).view(delta.shape)
+    return torch.lt(draws, probabilities, out=draws).view(delta.shape)
 
 
 def sparsify(
@@ -136,11 +146,11 @@ def sparsify(
     if sparsifier in (Sparsifier.MAGNITUDE, Sparsifier.OUTLIERS):
         magnitudes = torch.abs(delta, out=scratch)
         ranking = ranking or _Ranking.of_whole(sparsifier, params, magnitudes)
-        mask = ranking.mask(magnitudes)
+        kept = ranking.indicator(magnitudes)
     elif sparsifier is Sparsifier.RANDOM:
-        mask = random_mask(delta, density, generator, scratch)
+        kept = random_mask(delta, density, generator, scratch)
     elif density <= 0:
-        mask = torch.zeros_like(delta, dtype=torch.bool)
+        kept = torch.zeros_like(delta, dtype=torch.float32)
     else:
         epsilon = float(params["epsilon"])
         if not (density - epsilon > 0 and density + epsilon < 1):
@@ -150,17 +160,16 @@ def sparsify(
                 hint="Lower epsilon, or move density away from 0 and 1 (e.g. density 0.5, epsilon 0.1).",
                 key=("parameters", "epsilon"),
             )
-        mask = della_mask(delta, density, epsilon, generator)
-    kept = int(torch.count_nonzero(mask))
+        kept = della_mask(delta, density, epsilon, generator)
     l1_before = _reduce.sum_abs(delta) if rescale else 0.0
-    # Multiplying by a float copy of the mask: float × bool runs several times slower on CPU.
-    delta.mul_(scratch.copy_(mask))
-    del mask
+    delta.mul_(kept)
+    kept_count = _selection.count_ones(kept)
+    del kept
     if rescale:
         l1_after = _reduce.sum_abs(delta)
         if l1_before >= _RESCALE_EPS and l1_after >= _RESCALE_EPS:
             delta.mul_(l1_before / l1_after)
-    return kept
+    return kept_count
 
 
 def _sign_consensus(
@@ -267,10 +276,17 @@ class _RankedSurvey(TensorSurvey):
 
     def count(self, block: MergeContext) -> None:
         base = block.base
-        magnitudes = torch.empty_like(base)
+        magnitudes = None
         for i, ranking in self._rankings.items():
-            if ranking.passes_left:
-                ranking.count(torch.sub(block.tensors[i], base, out=magnitudes).abs_())
+            if not ranking.passes_left:
+                continue
+            positions = ranking.sample_positions(base.numel())
+            if positions is not None:  # |δ| of the sampled entries only: a 64th of the work
+                at = positions.to(base.device)
+                ranking.count_sample(block.tensors[i].reshape(-1)[at].sub_(base.reshape(-1)[at]).abs_())
+                continue
+            magnitudes = torch.empty_like(base) if magnitudes is None else magnitudes
+            ranking.count(torch.sub(block.tensors[i], base, out=magnitudes).abs_())
 
     def end_pass(self) -> None:
         _selection.end_pass(self._rankings.values())
