@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -133,6 +134,13 @@ class Checkpoint:
         if info.file.endswith(".safetensors"):
             return self._files[info.file].read_rows(name, info.data_offsets, info.dtype, info.shape, rows)
         return self._pickled_tensor(name)[rows.start : rows.stop].clone()
+
+    def warm(self, name: str, scratch: memoryview, stop: Callable[[], bool]) -> None:
+        """Bring the bytes of tensor `name` into the system's page cache (`SafetensorsFile.warm`); a pickle, which
+        is loaded whole once, is left alone. Never raises for an unreadable file: the real read reports it."""
+        info = self.tensors[name]
+        if info.file.endswith(".safetensors"):
+            self._files[info.file].warm(info.data_offsets, scratch, stop)
 
     def _pickled_tensor(self, name: str) -> torch.Tensor:
         """The tensor `name` of a pickle, loaded whole once per file. Raises CheckpointError when the file changed."""

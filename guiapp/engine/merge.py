@@ -33,6 +33,7 @@ from guiapp.engine.output import (
     check_free_space,
     local_input_folders,
 )
+from guiapp.engine.page_cache import PageCacheWarmer
 from guiapp.engine.plan import (
     MergePlan,
     TensorInput,
@@ -193,6 +194,10 @@ def _merge_tensors(
     progress.start_stage("Merging", total=len(plan.tasks), bytes_total=plan.input_bytes)
     stats: list[dict[str, Any]] = []
     pieces = _pieces(plan)
+    task_index = {id(task): index for index, task in enumerate(plan.tasks)}
+    # A tensor read in several passes is read from disk in the first only: its bytes are brought in while the
+    # tensor before it is merged.
+    read_in_passes = {id(piece.task) for piece in pieces if piece.counting}
     # Reading the next piece (file reads, dtype casts) and writing the previous one overlap the computation of
     # the current one; at most one piece waits on each side, so memory stays a few pieces.
     # Reading and writing are bound by memory and disk: one torch thread each.
@@ -201,6 +206,10 @@ def _merge_tensors(
             threads_restored():
         pending_read: Future | None = reads.submit(_read_piece, plan, readers, pieces[0], device)
         pending_write: Future | None = None
+        warmer = PageCacheWarmer([
+            [(readers[item.model], item.tensor) for item in task.inputs] if id(task) in read_in_passes else []
+            for task in plan.tasks
+        ])
         try:
             for index, piece in enumerate(pieces):
                 task = piece.task
@@ -211,6 +220,7 @@ def _merge_tensors(
                 )
                 if index == 0 or pieces[index - 1].task is not task:
                     seconds, extra = 0.0, {}
+                    warmer.reached(task_index[id(task)])
                 use_cpu_threads(settings.threads.threads_for(_work_kind(plan, task)))
                 tick = time.perf_counter()
                 if piece.counting:
@@ -246,6 +256,7 @@ def _merge_tensors(
             writer.abort()
             raise
         finally:
+            warmer.close()
             release_free_memory()  # the blocks the heaps kept for reuse, now that none will come
     writer.close()
     return stats

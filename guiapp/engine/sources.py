@@ -7,7 +7,7 @@ needs the files, fetched into the standard Hugging Face cache.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -77,6 +77,10 @@ class ModelReader:
         if self.adapter is not None:
             raise RuntimeError(f"internal error: rows of {name} read from a model with an adapter")
         return self.checkpoint.read_rows(name, rows)
+
+    def warm(self, name: str, scratch: memoryview, stop: Callable[[], bool]) -> None:
+        """Bring the stored bytes of tensor `name` into the system's page cache (`Checkpoint.warm`); never raises."""
+        self.checkpoint.warm(name, scratch, stop)
 
     def close(self) -> None:
         self.checkpoint.close()

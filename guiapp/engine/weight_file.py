@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import os
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
@@ -52,6 +53,20 @@ class SafetensorsFile:
         row_bytes = math.prod(shape[1:]) * dtype.itemsize
         begin = data_offsets[0] + rows.start * row_bytes
         return self._read_bytes(name, begin, begin + len(rows) * row_bytes).view(dtype).reshape(len(rows), *shape[1:])
+
+    def warm(self, data_offsets: tuple[int, int], scratch: memoryview, stop: Callable[[], bool]) -> None:
+        """Read the bytes at `data_offsets` into `scratch`, piece by piece, and drop them: what is left is the file's
+        pages in the system's page cache, so the next real read of them comes from memory. Stops early when
+        `stop()` says so or a read fails or comes back short (the real read reports that)."""
+        offset, end = self._data_start + data_offsets[0], self._data_start + data_offsets[1]
+        while offset < end and not stop():
+            try:
+                count = self._read_into(scratch[: min(len(scratch), end - offset)], offset)
+            except CheckpointError:
+                return
+            if count <= 0:
+                return
+            offset += count
 
     def _read_bytes(self, name: str, begin: int, end: int) -> torch.Tensor:
         """Bytes `begin` to `end` (relative to the data start) of the tensor `name`, checked against changes."""

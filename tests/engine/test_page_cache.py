@@ -1,0 +1,87 @@
+"""A tensor that a merge reads in several passes (TIES) is read from disk while the tensor before it is merged, by a
+thread of its own that ends with the merge, however the merge ends."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+import guiapp.engine.merge as merge_module
+from guiapp.engine.merge import BLOCK_ELEMENTS, MergeSettings, plan_merge, run_merge, streams_in_blocks
+from guiapp.engine.samples import LlamaShape, write_llama
+from guiapp.engine.weight_file import SafetensorsFile
+from tests.engine.helpers import recipe
+
+_SHAPE = LlamaShape(layers=1, vocab=BLOCK_ELEMENTS // 64 + 5)  # embeddings and lm_head just over a block
+
+
+def _recipe(tmp_path: Path, method: str) -> str:
+    base = write_llama(tmp_path / "base", _SHAPE, seed=0)
+    tuned = [write_llama(tmp_path / f"tuned{i}", _SHAPE, seed=i) for i in (1, 2)]
+    density = "density: 0.5, " if method == "ties" else ""
+    models = "".join(f"  - model: {path}\n    parameters: {{{density}weight: 0.5}}\n" for path in tuned)
+    return f"merge_method: {method}\nbase_model: {base}\nmodels:\n{models}"
+
+
+def _reads_by_thread(monkeypatch) -> list[tuple[str, str, int]]:
+    """(thread name, file, offset) of every read from a safetensors file, in order."""
+    reads: list[tuple[str, str, int]] = []
+    real_read_into = SafetensorsFile._read_into
+
+    def recorded(self, target, offset):
+        reads.append((threading.current_thread().name, str(self.path), offset))
+        return real_read_into(self, target, offset)
+
+    monkeypatch.setattr(SafetensorsFile, "_read_into", recorded)
+    return reads
+
+
+def _warm_threads() -> list[threading.Thread]:
+    return [thread for thread in threading.enumerate() if thread.name == "mergesmith-warm"]
+
+
+def test_the_next_ranked_tensor_is_read_from_disk_before_its_first_pass(tmp_path, monkeypatch):
+    text = _recipe(tmp_path, "ties")
+    plan = plan_merge(recipe(text))
+    ranked = [task for task in plan.tasks if streams_in_blocks(plan, task)]
+    assert len(ranked) == 2  # the embeddings and lm_head
+    reads = _reads_by_thread(monkeypatch)
+    real_count_block = merge_module._count_block
+
+    def slow_count_block(*args):  # room for the warming thread on a busy machine
+        time.sleep(0.2)
+        return real_count_block(*args)
+
+    monkeypatch.setattr(merge_module, "_count_block", slow_count_block)
+    run_merge(recipe(text), MergeSettings(tmp_path / "out"))
+
+    warmed = {(file, offset) for thread, file, offset in reads if thread == "mergesmith-warm"}
+    assert len(warmed) == len(ranked[1].inputs)  # the second ranked tensor of each input, one read each (< 8 MB)
+    for place in warmed:  # read from disk ahead of the loop's own reader
+        assert next(thread for thread, file, offset in reads if (file, offset) == place) == "mergesmith-warm"
+    assert not _warm_threads()
+
+
+def test_the_first_tensor_and_single_pass_merges_are_not_read_twice(tmp_path, monkeypatch):
+    reads = _reads_by_thread(monkeypatch)
+    run_merge(recipe(_recipe(tmp_path, "task_arithmetic")), MergeSettings(tmp_path / "single-pass"))
+    assert reads and not any(thread == "mergesmith-warm" for thread, _, _ in reads)
+    assert not _warm_threads()
+
+
+def test_the_warming_thread_ends_when_the_merge_fails(tmp_path, monkeypatch):
+    text = _recipe(tmp_path, "ties")
+    real_merge_block = merge_module._merge_block
+
+    def failing(*args, **kwargs):
+        time.sleep(0.2)
+        raise OSError("the disk is gone")
+
+    monkeypatch.setattr(merge_module, "_merge_block", failing)
+    with pytest.raises(OSError):
+        run_merge(recipe(text), MergeSettings(tmp_path / "failed"))
+    assert not _warm_threads()
+    monkeypatch.setattr(merge_module, "_merge_block", real_merge_block)
