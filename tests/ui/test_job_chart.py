@@ -120,6 +120,35 @@ def test_a_running_jobs_axes_change_in_round_steps_and_an_ended_jobs_fit_its_dat
     assert 70 <= right <= 70 * 1.1 and 130 <= top <= 130 * 1.15, chart.plot.viewRange()
 
 
+def test_a_running_jobs_events_lay_its_axes_out_only_when_their_ranges_change(qtbot, monkeypatch):
+    from guiapp.ui.widgets.charts import pyqtgraph
+    from guiapp.ui.widgets.job_chart import ThroughputChart
+
+    # Laying an axis out (its ticks and labels) costs the window 20-35 ms; setting a label again, even to the same
+    # text and colour, made every progress event do it for both axes (stalls of 45-67 ms while a merge ran).
+    axis_type = pyqtgraph().AxisItem
+    layouts = []
+    real_layout = axis_type.generateDrawSpecs
+
+    def counted(self, painter):
+        layouts.append(self)
+        return real_layout(self, painter)
+
+    monkeypatch.setattr(axis_type, "generateDrawSpecs", counted)
+    chart = ThroughputChart()
+    qtbot.addWidget(chart)
+    chart.show()
+    chart.ensure_plot()
+    points, ranges = [], set()
+    for step in range(1, 101):
+        points.append((step / 5, 100.0 + 30.0 * (step % 7) / 6))
+        chart.show_job(points, None, None)
+        chart.plot.grab()  # paints it as the screen would
+        ranges.add(tuple(map(tuple, chart.plot.viewRange())))
+    assert layouts  # the painting was seen
+    assert len(layouts) <= 2 * (len(ranges) + 1), (len(layouts), len(ranges))
+
+
 def test_a_chart_deleted_while_the_window_prepares_its_charts_is_skipped(qtbot):
     import shiboken6
     from PySide6.QtWidgets import QVBoxLayout, QWidget

@@ -45,14 +45,17 @@ class ThroughputChart(ChartHost):
         # drawing them); the estimate's marks are made once the job has ended.
         self.curve = self.plot.plot([], [], fillLevel=0)
         self.marks: list[Any] = []
+        self._label_colour: str | None = None
 
     def redraw(self) -> None:
         pg = pyqtgraph()
         for mark in self.marks:
             self.plot.removeItem(mark)
         self.marks = []
-        for axis in ("left", "bottom"):
-            self.plot.getAxis(axis).setLabel(self.plot.getAxis(axis).labelText, color=self.text_colour())
+        if self._label_colour != self.text_colour():  # a label set again lays its axis out again: ~25 ms
+            self._label_colour = self.text_colour()
+            for axis in ("left", "bottom"):
+                self.plot.getAxis(axis).setLabel(self.plot.getAxis(axis).labelText, color=self._label_colour)
         right = max([p[0] for p in self.points] + [self.actual or 0.0, 1.0])
         if self.estimate is not None and self.actual is not None:
             low, high = _estimate_range(self.estimate)
