@@ -12,11 +12,10 @@ import pytest
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's heaps")
 
-# Eight threads allocate and stay alive together (a thread that has ended hands its heap to the next), then
-# glibc's own report (malloc_info) is counted: one <heap> element per heap.
-_CHILD = textwrap.dedent(
+# Each child starts as the mergesmith command does ("entry") or as a plain interpreter ("plain").
+_START = textwrap.dedent(
     """
-    import ctypes, os, sys, tempfile, threading
+    import ctypes, sys
     if sys.argv[1] == "entry":
         from guiapp.cli import main
         try:
@@ -25,6 +24,14 @@ _CHILD = textwrap.dedent(
             pass
     libc = ctypes.CDLL(None)
     libc.malloc.restype = ctypes.c_void_p
+    """
+)
+
+# Eight threads allocate and stay alive together (a thread that has ended hands its heap to the next), then
+# glibc's own report (malloc_info) is counted: one <heap> element per heap.
+_CHILD = _START + textwrap.dedent(
+    """
+    import os, tempfile, threading
     libc.fopen.restype = ctypes.c_void_p
     barrier = threading.Barrier(9)
     def allocate():
@@ -47,17 +54,9 @@ _CHILD = textwrap.dedent(
 
 # A 16 MB block (a block of a merge, a little larger) is written, freed, allocated and written again: the page
 # faults of the second round are counted (4096 when its pages come fresh from the system).
-_REUSE_CHILD = textwrap.dedent(
+_REUSE_CHILD = _START + textwrap.dedent(
     """
-    import ctypes, resource, sys
-    if sys.argv[1] == "entry":
-        from guiapp.cli import main
-        try:
-            main(["--version"])
-        except SystemExit:
-            pass
-    libc = ctypes.CDLL(None)
-    libc.malloc.restype = ctypes.c_void_p
+    import resource
     size = 16 << 20
     block = libc.malloc(size)
     ctypes.memset(block, 1, size)
