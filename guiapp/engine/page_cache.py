@@ -58,11 +58,12 @@ class PageCacheWarmer:
         warmed = -1  # the last task warmed
         while True:
             with self._changed:
-                while not self._closed and (self._upcoming() is None or self._upcoming() <= warmed):
+                target = self._upcoming()
+                while not self._closed and (target is None or target <= warmed):
                     self._changed.wait()
+                    target = self._upcoming()
                 if self._closed:
                     return
-                target = self._upcoming()
 
             def stop(target: int = target) -> bool:
                 return self._closed or self._reached >= target  # the loop reads that task itself by now
