@@ -123,12 +123,8 @@ def check_merge(document: dict[str, Any], device: str, output: str, probe: Any, 
     if destination is not None:
         try:
             check_output_location(destination, merge_inputs(recipe), replace=replace)
-        except Exception as error:  # an earlier output that may be replaced once ticked: a warning
-            if getattr(error, "retry_with", None):
-                result.problems.append(Problem(Severity.WARNING, getattr(error, "message", str(error)), ("output",),
-                                               "Choose a new folder, or allow replacing it.", error))
-            else:
-                result.problems.append(problem_from(error, "output"))
+        except Exception as error:  # the job would stop at once: Run waits for a new name or the Replace tick
+            result.problems.append(problem_from(error, "output"))
     try:
         estimate = estimate_merge(plan, device, destination or home_dir(), probe)
     except Exception:  # the output drive or GPU cannot be examined: the job says so when it starts

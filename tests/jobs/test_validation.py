@@ -55,13 +55,14 @@ def test_models_that_do_not_fit_together_are_not_compatible(models, tmp_path):
     assert problem.key == ("models",) and problem.severity is Severity.ERROR
 
 
-def test_an_existing_output_is_a_warning_and_no_output_an_error(models, tmp_path):
+def test_an_existing_output_blocks_the_run_with_a_free_name_unless_replacing_is_allowed(models, tmp_path):
     taken = tmp_path / "taken"
     taken.mkdir()
     check = check_merge(linear(models["a"], models["b"]), "cpu", str(taken), None)
-    assert check.ready
-    [warning] = check.warnings
-    assert warning.key == ("output",) and "already exists" in warning.message
+    [problem] = check.errors
+    assert problem.key == ("output",) and "already exists" in problem.message
+    assert problem.error.retry_with == {"output": str(tmp_path / "taken-2")}
+    assert check_merge(linear(models["a"], models["b"]), "cpu", str(taken), None, replace=True).ready
     check = check_merge(linear(models["a"], models["b"]), "cpu", "", None)
     assert [p.key for p in check.errors] == [("output",)]
 

@@ -198,3 +198,26 @@ def test_offline_mode_in_the_way_offers_to_go_online(qtbot, window, models, tmp_
     assert not window.settings.offline_check.isChecked() and not is_offline()
     _click(qtbot, panel.buttons[RETRY])
     assert wait_for_job(qtbot, window, window.jobs.selected).status == "done"
+
+
+def test_an_output_folder_that_is_taken_blocks_run_and_offers_a_new_name_before_anything_runs(qtbot, window, models,
+                                                                                             tmp_path):
+    output = tmp_path / "tiny-merge"
+    assert _run(qtbot, window, _linear(models.tune_a, models.tune_b), output).status == "done"
+    window.show_page("merge")
+    page, bar = window.merge, window.merge.run_box.action_bar
+    page.output_edit.setText("")
+    page.output_edit.setText(str(output))  # the same merge again, into the folder the first run made
+    qtbot.waitUntil(lambda: bar.status.text().startswith("Fix:"), timeout=20_000)
+    assert "already exists" in bar.status.text() and not page.run_button.isEnabled()
+    assert bar.fix_button.text() == "Use a new name: tiny-merge-2"
+    _click(qtbot, bar.fix_button)
+    qtbot.waitUntil(page.run_button.isEnabled, timeout=20_000)
+    assert page.output_edit.text() == str(tmp_path / "tiny-merge-2") and bar.status.text() == "Ready."
+
+    page.output_edit.setText(str(output))  # or keep the name and allow replacing the earlier output
+    qtbot.waitUntil(lambda: bar.status.text().startswith("Fix:"), timeout=20_000)
+    box = page.overwrite_check
+    qtbot.mouseClick(box, Qt.MouseButton.LeftButton, pos=QPoint(8, box.height() // 2))  # on the box, not its row
+    qtbot.waitUntil(page.run_button.isEnabled, timeout=20_000)
+    assert box.isChecked() and len(window.state.jobs.records) == 1  # nothing ran to find any of this out

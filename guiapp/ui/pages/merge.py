@@ -11,6 +11,7 @@ names.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import Qt, Signal
@@ -64,10 +65,12 @@ class MergePage(QWidget):
         self._validator = LatestTask(VALIDATION_DELAY_MS, self)
         self.last_validation: Any = None  # the newest guiapp.jobs.validation.MergeCheck
         # The problem blocking Run (its key and text: the check's first error, or the YAML view's own) and its
-        # one-click guiapp.jobs.recipe_fixes.RecipeFix with the document that fix applies to.
+        # one-click fix: a guiapp.jobs.recipe_fixes.RecipeFix with the document that fix applies to, or a free
+        # output folder when the chosen one is taken.
         self._problem: tuple[Any, str] | None = None
         self._fix: Any = None
         self._fix_document: dict[str, Any] = {}
+        self._free_output: str | None = None
         layer_chart.install()  # a list across the layers is drawn under its editor, its points draggable
 
         self.stack = QStackedWidget()
@@ -335,13 +338,17 @@ class MergePage(QWidget):
                                         written if isinstance(written, dict) else None)
         self.run_box.action_bar.set_blocked(error_text(error), can_show, fix)
 
-    def _offer_fix(self, key: Any, message: str, document: dict[str, Any] | None) -> tuple[bool, str | None]:
-        """Remember the problem blocking Run and its one-click fix on `document` (None: no fix); returns whether
-        a control can be shown for it and the fix's label."""
+    def _offer_fix(self, key: Any, message: str, document: dict[str, Any] | None,
+                   error: BaseException | None = None) -> tuple[bool, str | None]:
+        """Remember the problem blocking Run and its one-click fix on `document` (None: no fix), or the free folder
+        `error` suggests for a taken output; returns whether a control can be shown for it and the fix's label."""
         self._problem = (key, message)
+        self._free_output = (getattr(error, "retry_with", None) or {}).get("output")
         self._fix = fix_for(key, document, self._method()) if document is not None else None
         self._fix_document = document or {}
-        return bool(key) and control_for(self, key, message) is not None, self._fix.label if self._fix else None
+        label = f"Use a new name: {Path(self._free_output).name}" if self._free_output else \
+            self._fix.label if self._fix else None
+        return bool(key) and control_for(self, key, message) is not None, label
 
     # --- document → form -------------------------------------------------------------------------------------
 
@@ -406,7 +413,7 @@ class MergePage(QWidget):
     def _schedule_validation(self) -> None:
         if not self.methods:
             return
-        self._problem, self._fix = None, None
+        self._problem, self._fix, self._free_output = None, None, None
         method = self._method()
         self.run_box.describe_job(method.title if method else "", len(self.document.get("models") or []),
                                   self.output_edit.text().strip())
@@ -445,7 +452,8 @@ class MergePage(QWidget):
             show_message(label, window_text("\n".join(texts)) or None, worst.get(label, "problem"))
         self.models_box.show_verdict(result)
         problem = result.errors[0] if result.errors else None
-        can_show, fix = self._offer_fix(problem.key, problem.message, self.recipe.copy()) if problem else (False, None)
+        can_show, fix = self._offer_fix(problem.key, problem.message, self.recipe.copy(), problem.error) \
+            if problem else (False, None)
         self.run_box.show_check(result, can_show, fix)
         if result.compatible:  # the headers were read (a recipe error keeps the layers known so far)
             layer_chart.set_layer_count(result.layers)
@@ -456,6 +464,11 @@ class MergePage(QWidget):
 
     def fix_problem(self) -> None:
         """Make the offered one-click fix (one undo step), show the control it changed, and check again."""
+        if self._problem is not None and self._free_output:
+            key = self._problem[0]
+            self.output_edit.setText(self._free_output)  # checks again, which forgets the problem and its fix
+            point_at(self, key, "")
+            return
         if self._fix is None or self._problem is None:
             return
         key, fixed = self._problem[0], RecipeDocument(self._fix_document)
