@@ -76,7 +76,11 @@ def apply_scheme(name: str) -> None:
     a forced dark scheme falls back to our own dark palette, so both choices always take effect.
     """
     app = QApplication.instance()
-    app.setStyle("Fusion")
+    if app.style().name().lower() != "fusion":
+        # Once only, before any style sheet: replacing the style under a style sheet can make the next
+        # setStyleSheet repolish widgets through the deleted style (a segfault, seen building a second window).
+        app.setStyleSheet("")
+        app.setStyle("Fusion")
     scheme = SCHEMES.get(name, Qt.ColorScheme.Unknown)
     app.styleHints().setColorScheme(scheme)
     palette = app.style().standardPalette()

@@ -77,3 +77,17 @@ def test_dark_scheme_is_legible(qtbot, window):
     assert window_colour.lightness() < 80 and text.lightness() > 180
     combo.setCurrentIndex(combo.findData("system"))
     assert QApplication.palette().color(QPalette.ColorRole.Window).lightness() > 128
+
+
+def test_switching_the_scheme_never_replaces_the_style_under_a_style_sheet(qtbot, window, monkeypatch):
+    # Qt can crash when the application's style is replaced while a style sheet is applied: the next
+    # setStyleSheet repolishes widgets through the deleted style (a full test run segfaulted there, building a window).
+    sheets_when_replaced = []
+    replace_style = QApplication.setStyle
+    monkeypatch.setattr(QApplication, "setStyle", staticmethod(
+        lambda style: sheets_when_replaced.append(QApplication.instance().styleSheet()) or replace_style(style)))
+    combo = window.settings.theme_combo
+    for scheme in ("dark", "light", "system"):
+        combo.setCurrentIndex(combo.findData(scheme))
+        assert QApplication.instance().styleSheet()
+    assert not any(sheets_when_replaced)
