@@ -225,6 +225,11 @@ class LoraAdapter:
         return (int(b.shape[0]), math.prod(int(d) for d in a.shape[1:]))
 
 
+def apply_inputs(base: ModelRef, adapter: LoraAdapter) -> tuple[Path, ...]:
+    """The local folders applying `adapter` to `base` reads, which the output must keep clear of."""
+    return tuple(folder for folder in (base.existing_folder(), adapter.folder) if folder is not None)
+
+
 def open_adapter(adapter: ModelRef, progress: Progress | None = None, scale: float = 1.0) -> LoraAdapter:
     """Open the adapter `adapter` names (a local folder or a Hub model, downloaded as needed): apply-lora's, or
     that of a recipe's `model+adapter` reference.
@@ -293,8 +298,8 @@ def apply_lora(settings: ApplySettings, progress: Progress | None = None) -> dic
         PlannedTensor(name, info.shape, out_dtype if out_dtype and info.dtype.is_floating_point else info.dtype)
         for name, info in base_headers.tensors.items()
     ]
-    inputs = tuple(p for p in (base_ref.existing_folder(), adapter.folder) if p is not None)
-    with StagedOutput(settings.out, overwrite=settings.overwrite, inputs=inputs, kind="apply") as staged:
+    with StagedOutput(settings.out, overwrite=settings.overwrite, inputs=apply_inputs(base_ref, adapter),
+                      kind="apply") as staged:
         total_bytes = sum(t.nbytes for t in plan)
         check_free_space(staged.path, total_bytes)
         reader = open_reader(base_ref, progress)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
+from pathlib import Path
 from typing import Any
 
 from guiapp.errors import KeyPath, key_path
@@ -46,6 +47,26 @@ def problem_from(error: BaseException, default_key: str | KeyPath = ()) -> Probl
     message = getattr(error, "message", None) or str(error) or type(error).__name__
     key = getattr(error, "key", None) or key_path(default_key)
     return Problem(Severity.ERROR, message, key, getattr(error, "hint", None), error)
+
+
+def output_problems(destination: Path, inputs: tuple[Path, ...], replace: bool) -> list[Problem]:
+    """The output rule (`guiapp.engine.output_guard.check_output_location`) for a job reading `inputs`: [] when it
+    may write at `destination`, else the refusal. A taken folder's error carries the free name to offer
+    (`retry_with`); the job would stop at once there, so it blocks the run like any other error."""
+    from guiapp.engine.output_guard import check_output_location  # noqa: PLC0415 - loaded by the checks' callers
+
+    try:
+        check_output_location(destination, inputs, replace=replace)
+    except Exception as error:
+        return [problem_from(error, "output")]
+    return []
+
+
+def free_output(error: BaseException | None) -> tuple[str, str] | None:
+    """The free folder a taken output's error offers instead and the label of the button that takes it (None: it
+    offers none)."""
+    folder = (getattr(error, "retry_with", None) or {}).get("output")
+    return (folder, f"Use a new name: {Path(folder).name}") if folder else None
 
 
 @dataclass
@@ -96,7 +117,6 @@ def check_merge(document: dict[str, Any], device: str, output: str, probe: Any, 
     user allows replacing an earlier Mergesmith output there), and estimate the job. Never raises."""
     from guiapp.engine.layers import split_layer_name
     from guiapp.engine.merge import merge_inputs, plan_merge  # loads torch: only when checking
-    from guiapp.engine.output_guard import check_output_location
     from guiapp.engine.recipe import recipe_from_dict
     from guiapp.errors import RecipeError
     from guiapp.jobs.estimates import estimate_merge
@@ -121,10 +141,7 @@ def check_merge(document: dict[str, Any], device: str, output: str, probe: Any, 
     result.layers = len({place.index for task in plan.tasks if (place := split_layer_name(task.name)) is not None})
     result.problems.extend(Problem(Severity.WARNING, text, ("models",)) for text in plan.warnings)
     if destination is not None:
-        try:
-            check_output_location(destination, merge_inputs(recipe), replace=replace)
-        except Exception as error:  # the job would stop at once: Run waits for a new name or the Replace tick
-            result.problems.append(problem_from(error, "output"))
+        result.problems.extend(output_problems(destination, merge_inputs(recipe), replace))
     try:
         estimate = estimate_merge(plan, device, destination or home_dir(), probe)
     except Exception:  # the output drive or GPU cannot be examined: the job says so when it starts
@@ -133,10 +150,12 @@ def check_merge(document: dict[str, Any], device: str, output: str, probe: Any, 
     return result
 
 
-def check_pair(base: str, model: str, device: str, output: str, probe: Any) -> PairCheck:
-    """Whether `model` is a fine-tune of `base` (the one compatibility check, from their headers) and what
-    extracting an adapter costs. Never raises."""
+def check_pair(base: str, model: str, device: str, output: str, probe: Any, replace: bool = False) -> PairCheck:
+    """Whether `model` is a fine-tune of `base` (the one compatibility check, from their headers), whether the
+    adapter may be written at `output` (`replace`: the user allows replacing an earlier output there) and what
+    extracting it costs. Never raises."""
     from guiapp.engine.lora_extract import pair_problem  # loads torch: only when checking
+    from guiapp.engine.output import local_input_folders
     from guiapp.engine.sources import read_headers
     from guiapp.hub.references import ModelRef
     from guiapp.jobs.estimates import estimate_extraction
@@ -157,6 +176,8 @@ def check_pair(base: str, model: str, device: str, output: str, probe: Any) -> P
     check = PairCheck(compatible=True, matrices=sum(len(t.shape) == 2 for t in model_headers.tensors.values()),
                       read_bytes=sum(t.nbytes for t in model_headers.tensors.values())
                       + sum(t.nbytes for t in base_headers.tensors.values()))
+    if output:
+        check.problems.extend(output_problems(expanded(output), local_input_folders((base_ref, model_ref)), replace))
     try:
         estimate = estimate_extraction(base_headers, model_headers, device, expanded(output), probe)
     except Exception:  # an output drive that cannot be examined is reported when the job starts
@@ -165,16 +186,18 @@ def check_pair(base: str, model: str, device: str, output: str, probe: Any) -> P
     return check
 
 
-def check_adapter(base: str, adapter: str, device: str, output: str) -> PairCheck:
-    """Whether the adapter in folder `adapter` fits `base`'s tensors and what applying it costs. Never raises."""
-    from guiapp.engine.lora_apply import open_adapter  # loads torch: only when checking
+def check_adapter(base: str, adapter: str, device: str, output: str, replace: bool = False) -> PairCheck:
+    """Whether the adapter in folder `adapter` fits `base`'s tensors, whether the model may be written at `output`
+    (`replace` as for check_pair) and what applying it costs. Never raises."""
+    from guiapp.engine.lora_apply import apply_inputs, open_adapter  # loads torch: only when checking
     from guiapp.engine.sources import read_headers
     from guiapp.errors import IncompatibleModelsError
     from guiapp.hub.references import ModelRef
     from guiapp.jobs.estimates import estimate_apply
 
     try:
-        headers = read_headers(ModelRef.parse(base))
+        base_ref = ModelRef.parse(base)
+        headers = read_headers(base_ref)
     except Exception as error:  # unreadable, missing or not a model: said next to the base
         return PairCheck(problems=[problem_from(error, "base")])
     try:
@@ -186,6 +209,8 @@ def check_adapter(base: str, adapter: str, device: str, output: str) -> PairChec
         return PairCheck(problems=[problem_from(error, "adapter")])
     check = PairCheck(compatible=True, matrices=len(lora.modules) + len(lora.replacements),
                       read_bytes=sum(t.nbytes for t in headers.tensors.values()))
+    if output:
+        check.problems.extend(output_problems(expanded(output), apply_inputs(base_ref, lora), replace))
     try:
         check.fit = estimate_apply(headers, device, expanded(output)).fit
     except Exception:  # an output drive that cannot be examined is reported when the job starts

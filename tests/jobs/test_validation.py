@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from guiapp.engine.samples import LlamaShape, write_llama, write_llama_finetune
-from guiapp.jobs.validation import Severity, check_adapter, check_merge, check_pair
+from guiapp.jobs.validation import Severity, check_adapter, check_merge, check_pair, free_output
 
 SMALL = LlamaShape(hidden=64, intermediate=128, layers=2, heads=4, kv_heads=2, vocab=256)
 
@@ -65,6 +65,18 @@ def test_an_existing_output_blocks_the_run_with_a_free_name_unless_replacing_is_
     assert check_merge(linear(models["a"], models["b"]), "cpu", str(taken), None, replace=True).ready
     check = check_merge(linear(models["a"], models["b"]), "cpu", "", None)
     assert [p.key for p in check.errors] == [("output",)]
+
+
+def test_pair_check_applies_the_output_rule_before_the_job_would(models, tmp_path):
+    taken = tmp_path / "lora"
+    taken.mkdir()
+    check = check_pair(str(models["base"]), str(models["a"]), "cpu", str(taken), None)
+    [problem] = check.errors
+    assert check.compatible and problem.key == ("output",) and "already exists" in problem.message
+    assert free_output(problem.error) == (str(tmp_path / "lora-2"), "Use a new name: lora-2")
+    assert check_pair(str(models["base"]), str(models["a"]), "cpu", str(taken), None, replace=True).ready
+    inside = check_pair(str(models["base"]), str(models["a"]), "cpu", str(models["a"] / "lora"), None, replace=True)
+    assert [p.key for p in inside.errors] == [("output",)] and free_output(inside.errors[0].error) is None
 
 
 def test_pair_check_says_which_input_is_at_fault(models, tmp_path):

@@ -1,8 +1,8 @@
-"""The LoRA page's checks before Run: models that do not pair up, and an adapter that is not one."""
+"""The LoRA page's checks before Run: models that do not pair up, an adapter that is not one, a taken output folder."""
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QPoint, Qt
 
 
 def test_models_that_do_not_pair_up_are_said_before_run(qtbot, window, models):
@@ -36,3 +36,38 @@ def test_a_folder_that_is_not_an_adapter_is_explained(qtbot, window, models):
     record = window.state.jobs.records[-1]
     qtbot.waitUntil(lambda: record.status == "failed", timeout=20_000)
     assert not window.jobs.explanation.isHidden()
+
+
+def _wait_blocked_on_taken(qtbot, bar, run):
+    qtbot.waitUntil(lambda: bar.status.text().startswith("Fix:"), timeout=20_000)
+    assert "already exists" in bar.status.text() and not run.isEnabled()
+
+
+def test_a_taken_output_folder_blocks_extract_and_apply_with_a_new_name_to_click(qtbot, window, models, tmp_path):
+    from guiapp.engine.lora_extract import ExtractionSettings, extract_lora
+
+    adapter = tmp_path / "adapter"
+    extract_lora(ExtractionSettings(base=str(models.base), model=str(models.tune_a), out=adapter))
+    page = window.lora
+    window.show_page("lora")
+    page.x_base.set_text(str(models.base))
+    page.x_model.set_text(str(models.tune_a))
+    page.x_out.setText(str(adapter))  # the adapter just made is in the way
+    _wait_blocked_on_taken(qtbot, page.x_bar, page.x_run)
+    assert "pair up" in page.x_check.text()  # the models are fine: only the folder is said, in the bar
+    assert page.x_bar.fix_button.text() == "Use a new name: adapter-2"
+    qtbot.mouseClick(page.x_bar.fix_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(page.x_run.isEnabled, timeout=20_000)
+    assert page.x_out.text() == str(tmp_path / "adapter-2") and page.x_bar.status.text() == "Ready."
+
+    page.tabs.setCurrentIndex(1)
+    (tmp_path / "applied").mkdir()
+    page.a_base.set_text(str(models.base))
+    page.a_adapter.set_text(str(adapter))
+    page.a_out.setText(str(tmp_path / "applied"))
+    _wait_blocked_on_taken(qtbot, page.a_bar, page.a_run)
+    assert "fits this base model" in page.a_check.text()
+    box = page.a_overwrite
+    qtbot.mouseClick(box, Qt.MouseButton.LeftButton, pos=QPoint(8, box.height() // 2))  # or replace it
+    qtbot.waitUntil(page.a_run.isEnabled, timeout=20_000)
+    assert not window.state.jobs.records  # nothing ran to find any of this out

@@ -35,7 +35,7 @@ from PySide6.QtWidgets import (
 )
 
 from guiapp.jobs.fixes import window_text
-from guiapp.jobs.validation import PairCheck, check_adapter, check_pair
+from guiapp.jobs.validation import PairCheck, Problem, check_adapter, check_pair, free_output
 from guiapp.system.paths import expanded
 from guiapp.system.units import plural
 from guiapp.ui.background import LatestTask, run_blocking
@@ -50,6 +50,7 @@ from guiapp.ui.widgets.spectrum_chart import ModuleEnergyChart, RankPreview
 
 ADAPTER_DTYPES = ("bfloat16", "float16", "float32")
 MODEL_DTYPES = ("bfloat16", "float16", "float32", "float64")
+OUTPUT_KEY = ("output",)  # the key of a check's problems with the output folder
 RANK_MODES = {  # mode: (label, minimum, maximum, step, decimals, default, help)
     "fixed": ("Fixed rank", 1, 4096, 1, 0, 32, "The same rank for every module."),
     "energy": ("Keep energy", 0.01, 1.0, 0.01, 3, 0.9, "Per module, the smallest rank keeping this fraction of "
@@ -87,6 +88,12 @@ class LoraPage(QWidget):
         for signal in (self.rank_mode.currentIndexChanged, self.rank_value.valueChanged):
             signal.connect(self._describe_extract)
         self.a_scale.valueChanged.connect(self._describe_apply)
+        # The free folder each bar's fix button offers when the chosen output folder is taken.
+        self._free_outputs: dict[ActionBar, str | None] = {self.x_bar: None, self.a_bar: None}
+        self.x_bar.fix_button.clicked.connect(lambda: self._use_free_output(self.x_bar, self.x_out))
+        self.a_bar.fix_button.clicked.connect(lambda: self._use_free_output(self.a_bar, self.a_out))
+        self.x_overwrite.toggled.connect(self._extract_changed)
+        self.a_overwrite.toggled.connect(self._apply_changed)
         self._refresh_capabilities()
         self._restore_form()
         self.recheck()
@@ -304,22 +311,24 @@ class LoraPage(QWidget):
         self.x_check.setText("Checking the models…")
         set_status_style(self.x_check, "muted")
         self.x_bar.set_checking()
-        device, out, probe = self.x_device.value() or "cpu", self.x_out.text(), self.state.probe
-        self._checker.request(lambda: self._check_pair(base, model, device, out, probe))
+        device, out, probe = self.x_device.value() or "cpu", self.x_out.text().strip(), self.state.probe
+        replace = self.x_overwrite.isChecked()
+        self._checker.request(lambda: self._check_pair(base, model, device, out, probe, replace))
 
-    async def _check_pair(self, base: str, model: str, device: str, out: str, probe: Any) -> None:
-        self._show_extract_check(await run_blocking(check_pair, base, model, device, out, probe))
+    async def _check_pair(self, base: str, model: str, device: str, out: str, probe: Any, replace: bool) -> None:
+        self._show_extract_check(await run_blocking(check_pair, base, model, device, out, probe, replace))
 
     def _show_extract_check(self, check: PairCheck) -> None:
         from guiapp.system.units import format_bytes
 
-        if check.errors:
-            self.x_check.setText(window_text("\n".join(problem.text for problem in check.errors)))
+        problems = _model_problems(check)
+        if problems:
+            self.x_check.setText(window_text("\n".join(problem.text for problem in problems)))
             set_status_style(self.x_check, "problem")
             self.x_estimate.setText("The estimate appears once both models can be read.")
-            self.x_bar.set_blocked(check.errors[0].text)
+            self.x_bar.set_blocked(problems[0].text)
             return
-        self.x_bar.set_ready()
+        self._show_output_check(self.x_bar, check)
         self._describe_extract(time=str(check.time) if check.time is not None else "")
         self.x_check.setText(f"✓ These models pair up: {plural(check.matrices, 'weight matrix', 'weight matrices')} "
                              "to compare.")
@@ -442,28 +451,43 @@ class LoraPage(QWidget):
         self.a_check.setText("Checking the adapter against the base model…")
         set_status_style(self.a_check, "muted")
         self.a_bar.set_checking()
-        device, out = self.a_device.value() or "cpu", self.a_out.text()
-        self._apply_checker.request(lambda: self._check_adapter(base, adapter, device, out))
+        device, out, replace = self.a_device.value() or "cpu", self.a_out.text().strip(), self.a_overwrite.isChecked()
+        self._apply_checker.request(lambda: self._check_adapter(base, adapter, device, out, replace))
 
-    async def _check_adapter(self, base: str, adapter: str, device: str, out: str) -> None:
-        self._show_apply_check(await run_blocking(check_adapter, base, adapter, device, out))
+    async def _check_adapter(self, base: str, adapter: str, device: str, out: str, replace: bool) -> None:
+        self._show_apply_check(await run_blocking(check_adapter, base, adapter, device, out, replace))
 
     def _show_apply_check(self, check: PairCheck) -> None:
         from guiapp.system.units import format_bytes
 
-        if check.errors:
-            self.a_check.setText(window_text("\n".join(problem.text for problem in check.errors)))
+        problems = _model_problems(check)
+        if problems:
+            self.a_check.setText(window_text("\n".join(problem.text for problem in problems)))
             set_status_style(self.a_check, "problem")
             self.a_estimate.setText("The estimate appears once the adapter fits the base model.")
-            self.a_bar.set_blocked(check.errors[0].text)
+            self.a_bar.set_blocked(problems[0].text)
             return
-        self.a_bar.set_ready()
+        self._show_output_check(self.a_bar, check)
         self.a_check.setText(f"✓ The adapter fits this base model ({plural(check.matrices, 'module')} changed).")
         set_status_style(self.a_check, "good")
         lines = [f"Reads and writes about {format_bytes(check.read_bytes)}."]
         if check.fit is not None:
             lines.append(f"{sentence(check.fit.level.value)}: {check.fit.reason}.")
         self.a_estimate.setText("\n".join(lines))
+
+    def _show_output_check(self, bar: ActionBar, check: PairCheck) -> None:
+        """Ready, or blocked on the output folder (taken: with the free name as the one-click fix)."""
+        problem = next((p for p in check.errors if p.key == OUTPUT_KEY), None)
+        free = free_output(problem.error) if problem else None
+        self._free_outputs[bar] = free[0] if free else None
+        if problem is None:
+            bar.set_ready()
+        else:
+            bar.set_blocked(problem.text, fix=free[1] if free else None)
+
+    def _use_free_output(self, bar: ActionBar, edit: QLineEdit) -> None:
+        if self._free_outputs[bar]:
+            edit.setText(self._free_outputs[bar])  # checks again
 
     def run_apply(self) -> str | None:
         from guiapp.jobs.specs import apply_job
@@ -529,3 +553,9 @@ class LoraPage(QWidget):
 
 def _rank_value(mode: str, value: float) -> float:
     return int(value) if mode == "fixed" else value
+
+
+
+def _model_problems(check: PairCheck) -> list[Problem]:
+    """The check's errors about the models (said next to them); the output folder's are the bar's."""
+    return [problem for problem in check.errors if problem.key != OUTPUT_KEY]

@@ -11,7 +11,6 @@ names.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import Qt, Signal
@@ -28,7 +27,7 @@ from PySide6.QtWidgets import (
 from guiapp.jobs.fixes import window_text
 from guiapp.jobs.recipe_document import FormValues, RecipeDocument
 from guiapp.jobs.recipe_fixes import fix_for
-from guiapp.jobs.validation import check_merge
+from guiapp.jobs.validation import check_merge, free_output
 from guiapp.system.paths import expanded
 from guiapp.ui.background import LatestTask, run_blocking
 from guiapp.ui.merge.advanced_box import AdvancedBox
@@ -343,11 +342,11 @@ class MergePage(QWidget):
         """Remember the problem blocking Run and its one-click fix on `document` (None: no fix), or the free folder
         `error` suggests for a taken output; returns whether a control can be shown for it and the fix's label."""
         self._problem = (key, message)
-        self._free_output = (getattr(error, "retry_with", None) or {}).get("output")
+        free = free_output(error)
+        self._free_output = free[0] if free else None
         self._fix = fix_for(key, document, self._method()) if document is not None else None
         self._fix_document = document or {}
-        label = f"Use a new name: {Path(self._free_output).name}" if self._free_output else \
-            self._fix.label if self._fix else None
+        label = free[1] if free else self._fix.label if self._fix else None
         return bool(key) and control_for(self, key, message) is not None, label
 
     # --- document → form -------------------------------------------------------------------------------------
