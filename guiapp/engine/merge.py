@@ -404,7 +404,11 @@ def _compute(
 
 
 def _count_block(plan: MergePlan, piece: _Piece, tensors: list[torch.Tensor], device: torch.device, seed: int) -> None:
-    """Show one block (its inputs' rows as stored) to the survey of its tensor."""
+    """Show one block (its inputs' rows as stored) to the survey of its tensor: the entries it samples, when it
+    samples, converted alone (a pass that draws a sample looks at a 64th of each block)."""
+    positions = piece.survey.sample_positions(tensors[0].numel())
+    if positions is not None:
+        tensors = [tensor.reshape(-1)[positions.to(tensor.device)] for tensor in tensors]
     inputs = [_to_compute(plan, tensor, device) for tensor in tensors]
     piece.survey.count(_context(plan, piece.task, inputs, device, seed))
 

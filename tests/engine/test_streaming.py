@@ -75,11 +75,11 @@ def test_streamed_output_is_byte_identical_to_the_whole_tensor_path(tmp_path, mo
     real_bracket = LargestK._draw_bracket
 
     def unlucky_once(self):
-        if self in missed or self._ordered_sample is None:
+        if self in missed or self._sample_values is None:
             return real_bracket(self)
         missed.add(self)
         misses.append(self._k)
-        return self._ordered_sample[0], self._ordered_sample[0]
+        return self._sample_values.max(), self._sample_values.max()
 
     with monkeypatch.context() as patch:
         patch.setattr(LargestK, "_draw_bracket", unlucky_once)
@@ -125,3 +125,29 @@ def test_peak_memory_does_not_grow_with_the_largest_tensor(tmp_path, method):
     # whole tensors measured +393 MB; TIES on whole tensors, +1.2 GB). Blocks add nothing; the bound leaves room for what sampling a loaded
     # machine's allocator adds (a full-suite run next to another once read more than 40 MB).
     assert growth < 150 * 2**20, (peaks, growth)
+
+
+def test_the_pass_that_draws_the_sample_converts_only_the_sampled_entries(tmp_path, monkeypatch):
+    vocab = BLOCK_ELEMENTS // 64 * 3 + 5
+    base = _model(tmp_path / "base", LlamaShape(layers=1, vocab=vocab), seed=0)
+    tuned = _model(tmp_path / "tuned", LlamaShape(layers=1, vocab=vocab), seed=1)
+    text = (f"merge_method: ties\nbase_model: {base}\nmodels:\n"
+            f"  - model: {tuned}\n    parameters: {{weight: 1.0, density: 0.5}}\n")
+    plan = plan_merge(recipe(text))
+    ranked = [t for t in plan.tasks if streams_in_blocks(plan, t) and merge_module.tensor_survey(plan, t)]
+    one_pass = sum(math.prod(t.shape) * len(t.inputs) for t in ranked)
+    assert one_pass >= 2 * 3 * BLOCK_ELEMENTS
+    counted, real_convert, real_count = [], merge_module._to_compute, merge_module._count_block
+
+    def count_block(*args):
+        monkeypatch.setattr(merge_module, "_to_compute", lambda p, tensor, d: counted.append(tensor.numel())
+                            or real_convert(p, tensor, d))
+        try:
+            real_count(*args)
+        finally:
+            monkeypatch.setattr(merge_module, "_to_compute", real_convert)
+
+    monkeypatch.setattr(merge_module, "_count_block", count_block)
+    run_merge(recipe(text), MergeSettings(tmp_path / "out"))
+    # The sample pass and the counting pass convert about 1/64 + 1 of the inputs, not 2 whole passes of them.
+    assert one_pass <= sum(counted) < 1.1 * one_pass

@@ -138,7 +138,7 @@ def test_once_the_cut_is_found_a_selection_holds_none_of_the_scores(monkeypatch,
 
         def unlucky_first(self):
             drawn.append(1)
-            return (self._ordered_sample[0], self._ordered_sample[0]) if len(drawn) == 1 else real(self)
+            return (self._sample_values.max(), self._sample_values.max()) if len(drawn) == 1 else real(self)
 
         monkeypatch.setattr(LargestK, "_draw_bracket", unlucky_first)
     largest = LargestK(values.numel(), 300_000, values.dtype)

@@ -29,6 +29,7 @@ from guiapp.errors import IncompatibleModelsError, RecipeError
 # Below these L1 sums a rescale factor would be noise over noise (mergekit's issue #609: inf, then NaN).
 _RESCALE_EPS = 1e-7
 _DIVISOR_EPS = 1e-8
+_ONE = torch.tensor(1.0)
 
 
 class Sparsifier(str, Enum):
@@ -181,10 +182,12 @@ def _sign_consensus(
     (Σ agreeing δ'_i, Σ agreeing w_i with 0 replaced by 1, or None without `with_divisor`). Reuses the
     tensors of `weighted` and the buffer `elected` (δ's shape) to stay at a few copies of the tensor.
     """
-    elected.copy_(weighted[0])
-    for delta in weighted[1:]:
+    torch.add(weighted[0], weighted[1], out=elected) if len(weighted) > 1 else elected.copy_(weighted[0])
+    for delta in weighted[2:]:
         elected.add_(delta)
-    torch.ge(elected, 0, out=elected).mul_(2).sub_(1)  # ±1
+    # ±1, + where the sum is >= 0. A sum of -0.0 (every change there pruned from a negative value) elects -, where
+    # no entry agrees either way: the merged value is the same.
+    torch.copysign(_ONE, elected, out=elected)
     # With s = ±1, relu(s·δ') is |δ'| where δ' agrees with s and 0 elsewhere (exact: s·δ' only flips a sign);
     # summing those and multiplying by s at the end gives Σ agreeing δ'_i in float arithmetic only.
     for delta in weighted:
@@ -234,7 +237,7 @@ def merge_task_vectors(
                 scratch=scratch, where=where, ranking=rankings[i] if rankings else None,
             )
         weight = float(ctx.model_params[i]["weight"])
-        weighted.append(delta.mul_(weight))
+        weighted.append(delta.mul_(weight) if weight != 1 else delta)
         weights.append(weight)
     if sparsifier is not None:
         ctx.stats["kept_fraction"] = kept / (base.numel() * len(inputs)) if base.numel() else 1.0
@@ -269,24 +272,29 @@ class _RankedSurvey(TensorSurvey):
             if i != settings.base_index and float(params["density"]) < 1
         }
         self._kept = 0.0
+        self._sampled = False  # whether the block being counted is the entries at sample_positions
 
     @property
     def passes_left(self) -> int:
         return _selection.passes_left(self._rankings.values())
 
+    def sample_positions(self, numel: int) -> torch.Tensor | None:
+        # Every ranking of the tensor draws its sample in the first pass, at the same positions.
+        positions = next((r.sample_positions(numel) for r in self._rankings.values() if r.passes_left), None)
+        self._sampled = positions is not None
+        return positions
+
     def count(self, block: MergeContext) -> None:
         base = block.base
-        magnitudes = None
+        magnitudes = torch.empty_like(base)
         for i, ranking in self._rankings.items():
             if not ranking.passes_left:
                 continue
-            positions = ranking.sample_positions(base.numel())
-            if positions is not None:  # |δ| of the sampled entries only: a 64th of the work
-                at = positions.to(base.device)
-                ranking.count_sample(block.tensors[i].reshape(-1)[at].sub_(base.reshape(-1)[at]).abs_())
-                continue
-            magnitudes = torch.empty_like(base) if magnitudes is None else magnitudes
-            ranking.count(torch.sub(block.tensors[i], base, out=magnitudes).abs_())
+            torch.sub(block.tensors[i], base, out=magnitudes).abs_()
+            if self._sampled:  # |δ| of the sampled entries only: a 64th of the work
+                ranking.count_sample(magnitudes)
+            else:
+                ranking.count(magnitudes)
 
     def end_pass(self) -> None:
         _selection.end_pass(self._rankings.values())

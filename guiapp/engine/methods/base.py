@@ -117,9 +117,15 @@ class TensorSurvey(ABC):
     def passes_left(self) -> int:
         """How many more passes over the blocks the survey needs before it can merge."""
 
+    def sample_positions(self, numel: int) -> torch.Tensor | None:
+        """Asked before each block's `count`: when the current pass looks at only some entries of each block, their
+        flat positions in the next block of `numel` entries (the loop then converts and shows just those, as 1-D
+        tensors); None: the whole block."""
+        return None
+
     @abstractmethod
     def count(self, block: MergeContext) -> None:
-        """Learn from one block in the current pass."""
+        """Learn from one block in the current pass (or from its entries at `sample_positions`)."""
 
     @abstractmethod
     def end_pass(self) -> None:
