@@ -95,3 +95,17 @@ def test_the_lora_tabs_run_from_their_bars_and_a_new_pair_clears_the_last_report
     window.show_page("lora")  # running took the window to the Jobs page
     page.tabs.setCurrentIndex(1)
     assert _inside_window(window, page.a_bar.button) and not page.a_bar.button.isEnabled()
+
+
+def test_a_long_problem_shows_its_beginning_and_the_whole_of_it_on_hover(qtbot):
+    from guiapp.ui.widgets.action_bar import ActionBar
+
+    bar = ActionBar("Run merge")
+    qtbot.addWidget(bar)
+    bar.resize(700, bar.sizeHint().height())
+    bar.show()
+    problem = "/home/someone/Mergesmith/merged already exists (an earlier Mergesmith merge output). " + "x" * 300
+    bar.set_blocked(problem, fix="Use a new name: merged-2")
+    shown = super(type(bar.status), bar.status).text()  # what the label draws
+    assert shown.startswith("Fix: /home/someone/Mergesmith/merged already exists") and shown.endswith("…")
+    assert bar.status.toolTip() == "Fix: " + problem

@@ -19,14 +19,16 @@ MIN_FIX_WIDTH = 200  # pixels of the fix button's text however narrow the bar
 
 
 class ElidedLabel(QLabel):
-    """A one-line label that shows what fits of its text (elided in the middle, full text in the tooltip).
+    """A one-line label that shows what fits of its text (elided in the middle unless told otherwise, full text in
+    the tooltip).
 
     `text()` returns the whole text; the label draws the elided one. Its height is one line, whatever it holds.
     """
 
-    def __init__(self, parent: QWidget | None = None) -> None:
+    def __init__(self, parent: QWidget | None = None, elide: Qt.TextElideMode = Qt.TextElideMode.ElideMiddle) -> None:
         super().__init__(parent)
         self._full = ""
+        self._elide_mode = elide
         self.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Fixed)
         self.setFixedHeight(self.fontMetrics().height() + 4)
         self.setTextFormat(Qt.TextFormat.PlainText)
@@ -46,7 +48,7 @@ class ElidedLabel(QLabel):
         self._elide()
 
     def _elide(self) -> None:
-        shown = self.fontMetrics().elidedText(self._full, Qt.TextElideMode.ElideMiddle, max(self.width(), 1))
+        shown = self.fontMetrics().elidedText(self._full, self._elide_mode, max(self.width(), 1))
         super().setText(shown)
         self.setToolTip(self._full if shown != self._full else "")
 
@@ -63,7 +65,7 @@ class ActionBar(QFrame):
         set_primary(self.button)
         self.summary = ElidedLabel()
         self.summary.setAccessibleName("Job summary")
-        self.status = ElidedLabel()
+        self.status = ElidedLabel(elide=Qt.TextElideMode.ElideRight)  # a problem's first words say what it is
         self.status.setAccessibleName("Why the job cannot run yet")
         lines = QVBoxLayout()
         lines.setSpacing(2)
