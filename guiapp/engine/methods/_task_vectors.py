@@ -182,7 +182,10 @@ def _sign_consensus(
     (Σ agreeing δ'_i, Σ agreeing w_i with 0 replaced by 1, or None without `with_divisor`). Reuses the
     tensors of `weighted` and the buffer `elected` (δ's shape) to stay at a few copies of the tensor.
     """
-    torch.add(weighted[0], weighted[1], out=elected) if len(weighted) > 1 else elected.copy_(weighted[0])
+    if len(weighted) > 1:
+        torch.add(weighted[0], weighted[1], out=elected)
+    else:
+        elected.copy_(weighted[0])
     for delta in weighted[2:]:
         elected.add_(delta)
     # ±1, + where the sum is >= 0. A sum of -0.0 (every change there pruned from a negative value) elects -, where

@@ -555,7 +555,6 @@ def _rank_value(mode: str, value: float) -> float:
     return int(value) if mode == "fixed" else value
 
 
-
 def _model_problems(check: PairCheck) -> list[Problem]:
     """The check's errors about the models (said next to them); the output folder's are the bar's."""
     return [problem for problem in check.errors if problem.key != OUTPUT_KEY]
