@@ -117,6 +117,22 @@ def test_a_bracket_that_misses_costs_one_more_pass_and_the_answer_stays_exact(mo
     assert torch.equal(_streamed_mask(values, k, [30_000]), expected)
 
 
+@pytest.mark.parametrize("population", ["above", "below"])
+def test_a_sample_of_one_value_that_is_not_the_cut_costs_passes_not_exactness(population):
+    """A sample that is one value all around the cut makes a bracket of that single value, whose entries are
+    counted and nothing collected; here every sampled entry is 1.0 while the k-th largest of the rest is not."""
+    n, k = 400_000, 100_000
+    positions = LargestK(n, k, torch.float32).sample_positions(n)  # the entries the first pass will look at
+    generator = torch.Generator().manual_seed(3)
+    others = 2.0 + torch.rand(n, generator=generator) if population == "above" else torch.rand(n, generator=generator)
+    values = others.clone()
+    values[positions] = 1.0
+    expected = torch.zeros(n, dtype=torch.bool)
+    expected[torch.sort(values, descending=True, stable=True).indices[:k]] = True
+    assert _passes(values, k) > 2
+    assert torch.equal(_streamed_mask(values, k, [n]), expected)
+
+
 def _held_bytes(largest: LargestK) -> int:
     """The bytes of the tensors a selection still references (a view keeps its whole storage alive)."""
     storages = {}

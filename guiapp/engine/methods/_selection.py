@@ -109,17 +109,18 @@ class LargestK:
         # comparisons written as 0.0/1.0 into float32 and summed, several times faster on CPU than bool masks;
         # the entries strictly inside are where "above the lower bound" (1.0) exceeds "at or above the upper" (0.0).
         at_or_above = torch.empty(flat.shape, dtype=torch.float32, device=flat.device)  # the upper bound
-        above_lower = torch.empty(flat.shape, dtype=torch.float32, device=flat.device)
         if upper is not None:
             above = count_ones(torch.gt(flat, upper, out=at_or_above))
             self._above += above
             self._at_upper += count_ones(torch.ge(flat, upper, out=at_or_above)) - above
+        if upper is not None and lower is not None and bool(upper == lower):
+            # The sample's values all around the k-th largest's rank were one value (bfloat16 changes take few
+            # distinct values): nothing lies strictly inside, and the count above tells whether it is the k-th.
+            return
+        above_lower = torch.empty(flat.shape, dtype=torch.float32, device=flat.device)
         if lower is not None:
-            if upper is None or bool(lower < upper):  # equal bounds: the entries at them are counted once, above
-                at_least = count_ones(torch.ge(flat, lower, out=above_lower))
-                self._at_lower += at_least - count_ones(torch.gt(flat, lower, out=above_lower))
-            else:
-                torch.gt(flat, lower, out=above_lower)
+            at_least = count_ones(torch.ge(flat, lower, out=above_lower))
+            self._at_lower += at_least - count_ones(torch.gt(flat, lower, out=above_lower))
         if upper is None and lower is None:
             inside = flat
         elif upper is None:
@@ -196,6 +197,21 @@ class LargestK:
     def _largest(self, rank: int) -> torch.Tensor:
         """The sample's value at `rank` (0: its largest): a selection, not a sort of the whole sample."""
         return torch.kthvalue(self._sample_values, self._sample_values.numel() - rank).values
+
+    @property
+    def k(self) -> int:
+        """How many entries are selected (all of them when k >= n, none when k <= 0)."""
+        return min(max(self._k, 0), self._n)
+
+    def selected_above(self) -> float | None:
+        """A value v such that the selection is exactly the scores greater than v, or None when there is none: only
+        some of the entries equal to the threshold are selected, or none at all (use `indicator` then)."""
+        if self._k >= self._n:
+            return -math.inf
+        if self._k <= 0 or self.passes_left or not self._all_ties:
+            return None
+        # Selecting the scores >= t is selecting those > the next value of the dtype below t.
+        return float(torch.nextafter(self._threshold, torch.tensor(-math.inf, dtype=self._threshold.dtype)))
 
     def indicator(self, scores: torch.Tensor) -> torch.Tensor:
         """1.0 at the block's selected entries and 0.0 elsewhere: float32, the block's shape."""

@@ -79,11 +79,25 @@ class _Ranking:
     def end_pass(self) -> None:
         _selection.end_pass(self._selections)
 
-    def indicator(self, magnitudes: torch.Tensor) -> torch.Tensor:
+    @property
+    def kept(self) -> int:
+        """How many entries of the whole tensor it keeps: exactly, whatever ties there are."""
+        return self._keep.k - (self._drop.k if self._drop is not None else 0)
+
+    def prune(self, delta: torch.Tensor, scratch: torch.Tensor) -> None:
+        """Zero the entries of `delta` (the whole tensor, or its next block) that it does not keep, in place;
+        `scratch` is a buffer of δ's shape and dtype that this may overwrite."""
+        bound = self._keep.selected_above() if self._drop is None else None
+        if bound is not None:
+            # One pass over δ: hardshrink keeps exactly the entries whose magnitude exceeds the bound (NaN stays NaN,
+            # as it does when multiplied by 0), where |δ|, a comparison and a product take four.
+            torch.ops.aten.hardshrink.out(delta, bound, out=delta)
+            return
+        magnitudes = torch.abs(delta, out=scratch)
         kept = self._keep.indicator(magnitudes)
         if self._drop is not None:
             kept.sub_(self._drop.indicator(magnitudes))  # the dropped entries are among the kept ones
-        return kept
+        delta.mul_(kept)
 
     @classmethod
     def of_whole(cls, sparsifier: Sparsifier, params: dict, magnitudes: torch.Tensor) -> _Ranking:
@@ -132,8 +146,9 @@ def sparsify(
     scratch: torch.Tensor,
     where: str,
     ranking: _Ranking | None = None,
-) -> int:
-    """Sparsify `delta` in place with one model's params; return how many entries were kept.
+) -> int | None:
+    """Sparsify `delta` in place with one model's params; return how many entries were kept, or None for a block
+    pruned with the `ranking` of its whole tensor (which knows how many of the tensor it keeps).
 
     Density >= 1 leaves δ untouched (no pruning, no outlier removal, no rescale). With `rescale`, the kept
     entries are scaled so the L1 norm matches the unpruned δ (skipped when either sum is below 1e-7).
@@ -144,11 +159,16 @@ def sparsify(
     density = float(params["density"])
     if density >= 1:
         return delta.numel()
+    l1_before = _reduce.sum_abs(delta) if rescale else 0.0
     if sparsifier in (Sparsifier.MAGNITUDE, Sparsifier.OUTLIERS):
-        magnitudes = torch.abs(delta, out=scratch)
-        ranking = ranking or _Ranking.of_whole(sparsifier, params, magnitudes)
-        kept = ranking.indicator(magnitudes)
-    elif sparsifier is Sparsifier.RANDOM:
+        whole = ranking is None
+        if whole:
+            ranking = _Ranking.of_whole(sparsifier, params, torch.abs(delta, out=scratch))
+        ranking.prune(delta, scratch)
+        kept_count = ranking.kept if whole else None
+        _rescale(delta, l1_before, rescale)
+        return kept_count
+    if sparsifier is Sparsifier.RANDOM:
         kept = random_mask(delta, density, generator, scratch)
     elif density <= 0:
         kept = torch.zeros_like(delta, dtype=torch.float32)
@@ -162,15 +182,19 @@ def sparsify(
                 key=("parameters", "epsilon"),
             )
         kept = della_mask(delta, density, epsilon, generator)
-    l1_before = _reduce.sum_abs(delta) if rescale else 0.0
     delta.mul_(kept)
     kept_count = _selection.count_ones(kept)
     del kept
+    _rescale(delta, l1_before, rescale)
+    return kept_count
+
+
+def _rescale(delta: torch.Tensor, l1_before: float, rescale: bool) -> None:
+    """With `rescale`, scale the kept entries so δ's L1 norm is `l1_before` again (not when either is below 1e-7)."""
     if rescale:
         l1_after = _reduce.sum_abs(delta)
         if l1_before >= _RESCALE_EPS and l1_after >= _RESCALE_EPS:
             delta.mul_(l1_before / l1_after)
-    return kept_count
 
 
 def _sign_consensus(
@@ -237,12 +261,12 @@ def merge_task_vectors(
             where = f'model "{ctx.model_names[i]}" at tensor {ctx.tensor_name}'
             kept += sparsify(
                 delta, sparsifier, ctx.model_params[i], rescale=rescale, generator=ctx.generator,
-                scratch=scratch, where=where, ranking=rankings[i] if rankings else None,
-            )
+                scratch=scratch, where=where, ranking=rankings.get(i) if rankings else None,
+            ) or 0
         weight = float(ctx.model_params[i]["weight"])
         weighted.append(delta.mul_(weight) if weight != 1 else delta)
         weights.append(weight)
-    if sparsifier is not None:
+    if sparsifier is not None and rankings is None:  # a block's survey knows its whole tensor's fraction
         ctx.stats["kept_fraction"] = kept / (base.numel() * len(inputs)) if base.numel() else 1.0
     normalize = bool(ctx.params["normalize"])
     if consensus:
@@ -268,13 +292,15 @@ class _RankedSurvey(TensorSurvey):
     def __init__(self, sparsifier: Sparsifier, consensus: bool, settings: TensorSettings) -> None:
         self._sparsifier = sparsifier
         self._consensus = consensus
-        self._numel = settings.numel
         self._rankings = {
             i: _Ranking(sparsifier, params, settings.numel, settings.dtype)
             for i, params in enumerate(settings.model_params)
             if i != settings.base_index and float(params["density"]) < 1
         }
-        self._kept = 0.0
+        inputs = [i for i in range(len(settings.model_params)) if i != settings.base_index]
+        # Each ranking keeps an exact number of entries; a model that keeps all is not ranked.
+        kept = sum(self._rankings[i].kept if i in self._rankings else settings.numel for i in inputs)
+        self._kept_fraction = kept / (settings.numel * len(inputs)) if settings.numel and inputs else 1.0
         self._sampled = False  # whether the block being counted is the entries at sample_positions
 
     @property
@@ -304,9 +330,7 @@ class _RankedSurvey(TensorSurvey):
 
     def merge(self, block: MergeContext) -> torch.Tensor:
         merged = merge_task_vectors(block, self._sparsifier, self._consensus, self._rankings)
-        # The block's kept fraction, weighted by its share of the tensor: the last block leaves the tensor's.
-        self._kept += block.stats.get("kept_fraction", 1.0) * block.base.numel()
-        block.stats["kept_fraction"] = self._kept / self._numel if self._numel else 1.0
+        block.stats["kept_fraction"] = self._kept_fraction
         return merged
 
 
