@@ -133,6 +133,27 @@ def test_a_sample_of_one_value_that_is_not_the_cut_costs_passes_not_exactness(po
     assert torch.equal(_streamed_mask(values, k, [n]), expected)
 
 
+def test_shrink_zeroes_exactly_the_entries_the_indicator_leaves_out():
+    """`shrink` prunes signed values by their magnitudes in one pass where it can; ties at the cut split across
+    blocks, and NaN, must come out as the indicator makes them."""
+    generator = torch.Generator().manual_seed(4)
+    values = torch.randint(0, 3, (400_000,), generator=generator).float() / 10
+    values *= torch.where(torch.rand(400_000, generator=generator) < 0.5, -1.0, 1.0)
+    values[7] = math.nan
+    blocks = list(values.split(50_000))
+    for k in (0, 20_000, 133_000, 266_000, 300_000, 399_999, 400_000):
+        expected = values * _streamed_mask(values.abs(), k, [50_000])
+        largest = LargestK(values.numel(), k, values.dtype)
+        while largest.passes_left:
+            for block in blocks:
+                largest.count(block.abs())
+            largest.end_pass()
+        shrunk = [block.clone() for block in blocks]
+        for block in shrunk:
+            largest.shrink(block, torch.empty_like(block))
+        torch.testing.assert_close(torch.cat(shrunk), expected, rtol=0, atol=0, equal_nan=True, msg=str(k))
+
+
 def _held_bytes(largest: LargestK) -> int:
     """The bytes of the tensors a selection still references (a view keeps its whole storage alive)."""
     storages = {}

@@ -74,12 +74,14 @@ class LargestK:
         self._margin = 0
         self._bracket: tuple[torch.Tensor | None, torch.Tensor | None] = (None, None)
         self._above = 0  # entries above the bracket
-        self._at_upper = 0  # entries equal to its upper bound
+        self._at_upper: list[int] = []  # entries equal to its upper bound, block by block
         self._inside = _Gathered(n if not self._drawing_sample else 0)  # the entries strictly inside it
-        self._at_lower = 0  # entries equal to its lower bound (when it is below the upper one)
+        self._at_lower: list[int] = []  # entries equal to its lower bound (when below the upper one), block by block
         self._threshold: torch.Tensor | None = None
         self._ties_left = 0  # entries equal to the threshold still to be selected, in flat order
         self._all_ties = True
+        self._ties_by_block: list[int] | None = None  # entries equal to the threshold in each block, when counted
+        self._next_block = 0  # the block that `indicator` or `shrink` sees next
         self.passes_left = 0 if k <= 0 or k >= n else (2 if self._drawing_sample else 1)
 
     def sample_positions(self, numel: int) -> torch.Tensor | None:
@@ -112,7 +114,7 @@ class LargestK:
         if upper is not None:
             above = count_ones(torch.gt(flat, upper, out=at_or_above))
             self._above += above
-            self._at_upper += count_ones(torch.ge(flat, upper, out=at_or_above)) - above
+            self._at_upper.append(count_ones(torch.ge(flat, upper, out=at_or_above)) - above)
         if upper is not None and lower is not None and bool(upper == lower):
             # The sample's values all around the k-th largest's rank were one value (bfloat16 changes take few
             # distinct values): nothing lies strictly inside, and the count above tells whether it is the k-th.
@@ -120,7 +122,7 @@ class LargestK:
         above_lower = torch.empty(flat.shape, dtype=torch.float32, device=flat.device)
         if lower is not None:
             at_least = count_ones(torch.ge(flat, lower, out=above_lower))
-            self._at_lower += at_least - count_ones(torch.gt(flat, lower, out=above_lower))
+            self._at_lower.append(at_least - count_ones(torch.gt(flat, lower, out=above_lower)))
         if upper is None and lower is None:
             inside = flat
         elif upper is None:
@@ -150,9 +152,10 @@ class LargestK:
         inside = torch.sort(inside[~torch.isnan(inside)], descending=True).values
         upper, lower = self._bracket
         wanted = self._k - self._above  # the k-th largest's rank among the entries at or below the upper bound
-        candidates = [(upper, self._at_upper), (None, inside.numel()), (lower, self._at_lower)]
-        self._above, self._at_upper, self._at_lower = 0, 0, 0
-        for bound, count in candidates:  # noqa: B007 - the loop stops at the one that holds the k-th largest
+        candidates = [(upper, self._at_upper), (None, None), (lower, self._at_lower)]
+        self._above, self._at_upper, self._at_lower = 0, [], []
+        for bound, by_block in candidates:  # noqa: B007 - the loop stops at the one that holds the k-th largest
+            count = inside.numel() if by_block is None else sum(by_block)
             if 1 <= wanted <= count:
                 break
             wanted -= count
@@ -166,17 +169,20 @@ class LargestK:
             self.passes_left = 1
             return
         if bound is not None:
-            self._found(bound, wanted, wanted == count)
+            self._found(bound, wanted, wanted == count, by_block)
             return
         threshold = inside[wanted - 1]
         ties_left = wanted - int(torch.count_nonzero(inside > threshold))
         self._found(threshold, ties_left, ties_left == int(torch.count_nonzero(inside == threshold)))
 
-    def _found(self, threshold: torch.Tensor, ties_left: int, all_ties: bool) -> None:
+    def _found(
+        self, threshold: torch.Tensor, ties_left: int, all_ties: bool, ties_by_block: list[int] | None = None
+    ) -> None:
         # The sample is no longer needed: a merge keeps every tensor's selections until it ends (a 7B model's
         # samples add up to about 1 GB); the threshold and the bracket's bounds are views that would keep it (or
         # the entries collected) alive.
         self._threshold, self._ties_left, self._all_ties = threshold.clone(), ties_left, all_ties
+        self._ties_by_block = ties_by_block
         self._bracket, self._sample_values, self._inside = (None, None), None, _Gathered(0)
 
     def _expected_inside(self) -> int:
@@ -203,33 +209,54 @@ class LargestK:
         """How many entries are selected (all of them when k >= n, none when k <= 0)."""
         return min(max(self._k, 0), self._n)
 
-    def selected_above(self) -> float | None:
-        """A value v such that the selection is exactly the scores greater than v, or None when there is none: only
-        some of the entries equal to the threshold are selected, or none at all (use `indicator` then)."""
-        if self._k >= self._n:
-            return -math.inf
-        if self._k <= 0 or self.passes_left or not self._all_ties:
-            return None
-        # Selecting the scores >= t is selecting those > the next value of the dtype below t.
-        return float(torch.nextafter(self._threshold, torch.tensor(-math.inf, dtype=self._threshold.dtype)))
-
     def indicator(self, scores: torch.Tensor) -> torch.Tensor:
         """1.0 at the block's selected entries and 0.0 elsewhere: float32, the block's shape."""
         if self._k <= 0 or self._k >= self._n:
             return torch.full(scores.shape, float(self._k > 0), dtype=torch.float32, device=scores.device)
+        return self._indicator(scores, self._take_block())
+
+    def shrink(self, values: torch.Tensor, scratch: torch.Tensor) -> None:
+        """Zero, in place, the entries of the next block `values` whose magnitudes (the scores) are not selected:
+        `indicator(values.abs())` multiplied in, in one pass when the block's selection is the scores above a value.
+        `scratch` is a buffer of the block's shape and dtype that this may overwrite."""
+        if self._k >= self._n:
+            return
+        if self._k <= 0:
+            values.mul_(0)  # NaN stays NaN, as with the indicator
+            return
+        every_tie = self._take_block()
+        if every_tie is None:
+            values.mul_(self._indicator(torch.abs(values, out=scratch), every_tie))
+            return
+        # hardshrink keeps exactly the entries whose magnitude exceeds the bound (NaN stays NaN, as it does when
+        # multiplied by 0); |x| >= t is |x| > the dtype's next value below t.
+        bound = torch.nextafter(self._threshold, self._threshold.new_tensor(-math.inf)) if every_tie else self._threshold
+        torch.ops.aten.hardshrink.out(values, float(bound), out=values)
+
+    def _take_block(self) -> bool | None:
+        """Move on to the next block and say which of its entries equal to the threshold are selected: True every
+        one, False none, None some (the first ones, in flat order)."""
         if self.passes_left:
             raise ValueError("LargestK.indicator before the k-th largest was found")
+        index, self._next_block = self._next_block, self._next_block + 1
+        if self._all_ties or not self._ties_left:
+            return self._all_ties
+        if self._ties_by_block is not None and self._ties_by_block[index] <= self._ties_left:
+            self._ties_left -= self._ties_by_block[index]  # counted in the last pass: this block's are all selected
+            return True
+        return None
+
+    def _indicator(self, scores: torch.Tensor, every_tie: bool | None) -> torch.Tensor:
         selected = torch.empty(scores.shape, dtype=torch.float32, device=scores.device)
-        if self._all_ties:
-            return torch.ge(scores, self._threshold, out=selected)
+        if every_tie is not None:
+            return (torch.ge if every_tie else torch.gt)(scores, self._threshold, out=selected)
         torch.gt(scores, self._threshold, out=selected)
-        if self._ties_left:
-            equal = torch.eq(scores.reshape(-1), self._threshold, out=torch.empty_like(selected.view(-1)))
-            found = count_ones(equal)
-            if found > self._ties_left:  # the first ones in flat order; a float64 running count is exact
-                equal.mul_(equal.cumsum(0, dtype=torch.float64) <= self._ties_left)
-            selected.view(-1).add_(equal)
-            self._ties_left -= min(found, self._ties_left)
+        equal = torch.eq(scores.reshape(-1), self._threshold, out=torch.empty_like(selected.view(-1)))
+        found = count_ones(equal)
+        if found > self._ties_left:  # the first ones in flat order; a float64 running count is exact
+            equal.mul_(equal.cumsum(0, dtype=torch.float64) <= self._ties_left)
+        selected.view(-1).add_(equal)
+        self._ties_left -= min(found, self._ties_left)
         return selected
 
 

@@ -87,17 +87,11 @@ class _Ranking:
     def prune(self, delta: torch.Tensor, scratch: torch.Tensor) -> None:
         """Zero the entries of `delta` (the whole tensor, or its next block) that it does not keep, in place;
         `scratch` is a buffer of δ's shape and dtype that this may overwrite."""
-        bound = self._keep.selected_above() if self._drop is None else None
-        if bound is not None:
-            # One pass over δ: hardshrink keeps exactly the entries whose magnitude exceeds the bound (NaN stays NaN,
-            # as it does when multiplied by 0), where |δ|, a comparison and a product take four.
-            torch.ops.aten.hardshrink.out(delta, bound, out=delta)
+        if self._drop is None:
+            self._keep.shrink(delta, scratch)
             return
         magnitudes = torch.abs(delta, out=scratch)
-        kept = self._keep.indicator(magnitudes)
-        if self._drop is not None:
-            kept.sub_(self._drop.indicator(magnitudes))  # the dropped entries are among the kept ones
-        delta.mul_(kept)
+        delta.mul_(self._keep.indicator(magnitudes).sub_(self._drop.indicator(magnitudes)))  # dropped ⊂ kept
 
     @classmethod
     def of_whole(cls, sparsifier: Sparsifier, params: dict, magnitudes: torch.Tensor) -> _Ranking:
