@@ -4,12 +4,16 @@ Tensors are read with positional reads (`os.preadv`) into a fresh buffer, not th
 memory-mapped file shrinks under the reader, touching the lost pages kills the process with SIGBUS; a
 positional read just comes back short. Before each read the open file is checked against the size and
 modification time it had when its header was read, so a file rewritten or cut in place is named as such.
+Warming the page cache is the one use of a map, and it never touches the mapped memory (see `warm`).
 """
 
 from __future__ import annotations
 
+import errno
 import math
+import mmap
 import os
+import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -18,6 +22,12 @@ from typing import BinaryIO
 import torch
 
 from guiapp.errors import CheckpointError
+
+# madvise(MADV_POPULATE_READ), Linux 5.14 and later: the kernel reads a mapped range into the page cache, with no copy
+# to the process and without the process touching the pages. Python's mmap module has no name for it yet.
+_MADV_POPULATE_READ = 22
+_POPULATE_CHUNK = 8 << 20
+_populate_works = sys.platform == "linux" and hasattr(mmap.mmap, "madvise")
 
 
 class SafetensorsFile:
@@ -55,10 +65,13 @@ class SafetensorsFile:
         return self._read_bytes(name, begin, begin + len(rows) * row_bytes).view(dtype).reshape(len(rows), *shape[1:])
 
     def warm(self, data_offsets: tuple[int, int], scratch: memoryview, stop: Callable[[], bool]) -> None:
-        """Read the bytes at `data_offsets` into `scratch`, piece by piece, and drop them: what is left is the file's
-        pages in the system's page cache, so the next real read of them comes from memory. Stops early when
-        `stop()` says so or a read fails or comes back short (the real read reports that)."""
+        """Bring the bytes at `data_offsets` into the system's page cache, so the next real read of them comes
+        from memory: where the kernel can, by asking it to (no copy), otherwise by reading them into `scratch`,
+        piece by piece, and dropping them. Stops early when `stop()` says so or a read fails or comes back short
+        (the real read reports that)."""
         offset, end = self._data_start + data_offsets[0], self._data_start + data_offsets[1]
+        if self._populate(offset, end, stop):
+            return
         while offset < end and not stop():
             try:
                 count = self._read_into(scratch[: min(len(scratch), end - offset)], offset)
@@ -67,6 +80,29 @@ class SafetensorsFile:
             if count <= 0:
                 return
             offset += count
+
+    def _populate(self, begin: int, end: int, stop: Callable[[], bool]) -> bool:
+        """Bytes `begin` to `end` of the file into the page cache with madvise, a piece at a time (each mapped
+        alone, so the process maps at most one piece) until `stop()`; False when the system cannot do that (nothing
+        was done then). A failure past the first piece (the file cut meanwhile: the kernel returns an error where
+        touching the pages would raise SIGBUS) ends the warming."""
+        global _populate_works
+        start = begin - begin % mmap.ALLOCATIONGRANULARITY
+        first = True
+        while _populate_works and start < end and not stop():
+            length = min(_POPULATE_CHUNK, end - start)
+            try:
+                with mmap.mmap(self._stream.fileno(), length, prot=mmap.PROT_READ, offset=start) as piece:
+                    piece.madvise(_MADV_POPULATE_READ)
+            except OSError as error:
+                if first and error.errno in (errno.EINVAL, errno.ENOSYS):  # a kernel older than 5.14
+                    _populate_works = False
+                    return False
+                return True
+            except ValueError:  # the piece lies past the end of a file cut meanwhile
+                return True
+            start, first = start + length, False
+        return _populate_works
 
     def _read_bytes(self, name: str, begin: int, end: int) -> torch.Tensor:
         """Bytes `begin` to `end` (relative to the data start) of the tensor `name`, checked against changes."""

@@ -3,6 +3,8 @@ thread of its own that ends with the merge, however the merge ends."""
 
 from __future__ import annotations
 
+import os
+import sys
 import threading
 import time
 from pathlib import Path
@@ -10,6 +12,8 @@ from pathlib import Path
 import pytest
 
 import guiapp.engine.merge as merge_module
+from guiapp.engine import weight_file
+from guiapp.engine.checkpoint import open_checkpoint
 from guiapp.engine.merge import BLOCK_ELEMENTS, MergeSettings, plan_merge, run_merge, streams_in_blocks
 from guiapp.engine.samples import LlamaShape, write_llama
 from guiapp.engine.weight_file import SafetensorsFile
@@ -27,15 +31,21 @@ def _recipe(tmp_path: Path, method: str) -> str:
 
 
 def _reads_by_thread(monkeypatch) -> list[tuple[str, str, int]]:
-    """(thread name, file, offset) of every read from a safetensors file, in order."""
+    """(thread name, file, offset) of every read from a safetensors file, in order, and of every range the kernel
+    was asked to bring into the page cache (by its first byte)."""
     reads: list[tuple[str, str, int]] = []
-    real_read_into = SafetensorsFile._read_into
+    real_read_into, real_populate = SafetensorsFile._read_into, SafetensorsFile._populate
 
     def recorded(self, target, offset):
         reads.append((threading.current_thread().name, str(self.path), offset))
         return real_read_into(self, target, offset)
 
+    def recorded_populate(self, begin, end, stop):
+        reads.append((threading.current_thread().name, str(self.path), begin))
+        return real_populate(self, begin, end, stop)
+
     monkeypatch.setattr(SafetensorsFile, "_read_into", recorded)
+    monkeypatch.setattr(SafetensorsFile, "_populate", recorded_populate)
     return reads
 
 
@@ -85,3 +95,48 @@ def test_the_warming_thread_ends_when_the_merge_fails(tmp_path, monkeypatch):
         run_merge(recipe(text), MergeSettings(tmp_path / "failed"))
     assert not _warm_threads()
     monkeypatch.setattr(merge_module, "_merge_block", real_merge_block)
+
+
+def _one_file(tmp_path: Path):
+    folder = write_llama(tmp_path / "model", _SHAPE, seed=0)
+    checkpoint = open_checkpoint(folder)
+    offsets = {tensor: checkpoint.tensors[tensor].data_offsets for tensor in checkpoint.tensors}
+    name = max(offsets, key=lambda tensor: offsets[tensor][1] - offsets[tensor][0])  # the largest, several MB
+    return checkpoint, name
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="madvise(MADV_POPULATE_READ) is Linux's")
+def test_warming_asks_the_kernel_and_copies_nothing_where_it_can(tmp_path, monkeypatch):
+    checkpoint, name = _one_file(tmp_path)
+    copied = []
+    monkeypatch.setattr(SafetensorsFile, "_read_into", lambda self, target, offset: copied.append(offset) or 0)
+    checkpoint.warm(name, memoryview(bytearray(1 << 20)), lambda: False)
+    checkpoint.close()
+    assert copied == [] and weight_file._populate_works
+
+
+def test_warming_reads_and_drops_the_bytes_where_the_kernel_cannot(tmp_path, monkeypatch):
+    checkpoint, name = _one_file(tmp_path)
+    monkeypatch.setattr(weight_file, "_populate_works", False)
+    copied, real_read_into = [], SafetensorsFile._read_into
+    monkeypatch.setattr(SafetensorsFile, "_read_into", lambda self, target, offset: copied.append(len(target))
+                        or real_read_into(self, target, offset))
+    checkpoint.warm(name, memoryview(bytearray(1 << 20)), lambda: False)
+    checkpoint.close()
+    start, end = checkpoint.tensors[name].data_offsets
+    assert sum(copied) == end - start and max(copied) == 1 << 20  # all of it, 1 MB at a time
+
+
+@pytest.mark.parametrize("kernel_can", [True, False])
+def test_warming_a_file_cut_meanwhile_ends_quietly(tmp_path, monkeypatch, kernel_can):
+    """Another program cuts the file after its header was read: touching a map of the lost pages would kill the
+    process with SIGBUS; warming just stops, and the real read names the problem."""
+    if not kernel_can:
+        monkeypatch.setattr(weight_file, "_populate_works", False)
+    checkpoint, name = _one_file(tmp_path)
+    info = checkpoint.tensors[name]
+    os.truncate(checkpoint.folder / info.file, 4096)
+    checkpoint.warm(name, memoryview(bytearray(1 << 20)), lambda: False)
+    with pytest.raises(weight_file.CheckpointError, match="changed|ended|cut"):
+        checkpoint.read(name)
+    checkpoint.close()
