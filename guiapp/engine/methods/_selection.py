@@ -23,6 +23,7 @@ _SAMPLE_MOST = 1 << 20  # about this many at most: the bracket is narrow enough,
 _SORT_BELOW = 1 << 16  # fewer scores than this are simply sorted: no sample, one pass
 _SAMPLE_SEED = 0x5EED  # the sample affects speed only, so it need not vary with the job
 _EXACT_FLOAT_SUM = 1 << 24
+_CHUNK = 4096  # entries counted at a time where ties at the cut are split
 
 
 class _Gathered:
@@ -76,6 +77,8 @@ class LargestK:
         self._above = 0  # entries above the bracket
         self._at_upper: list[int] = []  # entries equal to its upper bound, block by block
         self._inside = _Gathered(n if not self._drawing_sample else 0)  # the entries strictly inside it
+        self._collect = True  # whether the entries inside are collected, or only counted (in `_between`)
+        self._between = 0
         self._at_lower: list[int] = []  # entries equal to its lower bound (when below the upper one), block by block
         self._threshold: torch.Tensor | None = None
         self._ties_left = 0  # entries equal to the threshold still to be selected, in flat order
@@ -123,6 +126,9 @@ class LargestK:
         if lower is not None:
             at_least = count_ones(torch.ge(flat, lower, out=above_lower))
             self._at_lower.append(at_least - count_ones(torch.gt(flat, lower, out=above_lower)))
+        if not self._collect:  # both bounds, and no sampled value between them: count, do not collect
+            self._between += (at_least - self._at_lower[-1]) - (above + self._at_upper[-1])
+            return
         if upper is None and lower is None:
             inside = flat
         elif upper is None:
@@ -153,9 +159,10 @@ class LargestK:
         upper, lower = self._bracket
         wanted = self._k - self._above  # the k-th largest's rank among the entries at or below the upper bound
         candidates = [(upper, self._at_upper), (None, None), (lower, self._at_lower)]
-        self._above, self._at_upper, self._at_lower = 0, [], []
+        between = inside.numel() if self._collect else self._between
+        self._above, self._at_upper, self._at_lower, self._between = 0, [], [], 0
         for bound, by_block in candidates:  # noqa: B007 - the loop stops at the one that holds the k-th largest
-            count = inside.numel() if by_block is None else sum(by_block)
+            count = between if by_block is None else sum(by_block)
             if 1 <= wanted <= count:
                 break
             wanted -= count
@@ -170,6 +177,11 @@ class LargestK:
             return
         if bound is not None:
             self._found(bound, wanted, wanted == count, by_block)
+            return
+        if not self._collect:  # the k-th largest lies between the two values after all: count again, collecting
+            self._collect = True
+            self._inside = _Gathered(self._expected_inside())
+            self.passes_left = 1
             return
         threshold = inside[wanted - 1]
         ties_left = wanted - int(torch.count_nonzero(inside > threshold))
@@ -198,7 +210,13 @@ class LargestK:
         size = self._sample_values.numel()
         position = int(self._k / self._n * size)
         high, low = position - self._margin, position + self._margin
-        return (self._largest(high) if high >= 0 else None, self._largest(low) if low < size else None)
+        upper, lower = (self._largest(high) if high >= 0 else None, self._largest(low) if low < size else None)
+        # bfloat16 changes take few distinct values: where the sample has none between the bounds, the entries
+        # between them are most likely none or few, and the k-th largest one of the bounds; they are counted then,
+        # and collected only in another pass if it is one of them after all.
+        self._collect = upper is None or lower is None or bool(
+            torch.logical_and(self._sample_values > lower, self._sample_values < upper).any())
+        return upper, lower
 
     def _largest(self, rank: int) -> torch.Tensor:
         """The sample's value at `rank` (0: its largest): a selection, not a sort of the whole sample."""
@@ -253,11 +271,26 @@ class LargestK:
         torch.gt(scores, self._threshold, out=selected)
         equal = torch.eq(scores.reshape(-1), self._threshold, out=torch.empty_like(selected.view(-1)))
         found = count_ones(equal)
-        if found > self._ties_left:  # the first ones in flat order; a float64 running count is exact
-            equal.mul_(equal.cumsum(0, dtype=torch.float64) <= self._ties_left)
+        if found > self._ties_left:
+            _keep_first_ones(equal, self._ties_left)
         selected.view(-1).add_(equal)
         self._ties_left -= min(found, self._ties_left)
         return selected
+
+
+def _keep_first_ones(flat: torch.Tensor, count: int) -> None:
+    """Zero, in place, every 1.0 of a flat float32 tensor of 0.0 and 1.0 after its first `count`.
+
+    Counted a chunk at a time first, so the running count is taken over one chunk only: over a whole block it was
+    the slowest step of a merge pass that splits ties."""
+    head = flat[: flat.numel() - flat.numel() % _CHUNK].view(-1, _CHUNK)
+    reached = head.sum(1, dtype=torch.float64).cumsum(0)  # ones up to the end of each chunk
+    crossing = int(torch.searchsorted(reached, float(count)))  # the first chunk that reaches `count` (or the tail)
+    start = crossing * _CHUNK
+    before = int(reached[crossing - 1]) if crossing else 0
+    piece = flat[start : start + _CHUNK]
+    piece.mul_(piece.cumsum(0) <= count - before)  # a float32 sum of a chunk's ones is exact
+    flat[start + _CHUNK :].zero_()
 
 
 def count_ones(indicator: torch.Tensor) -> int:
