@@ -9,11 +9,9 @@ Warming the page cache is the one use of a map, and it never touches the mapped 
 
 from __future__ import annotations
 
-import errno
 import math
 import mmap
 import os
-import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -22,12 +20,10 @@ from typing import BinaryIO
 import torch
 
 from guiapp.errors import CheckpointError
+from guiapp.system.memory import read_into_page_cache
 
-# madvise(MADV_POPULATE_READ), Linux 5.14 and later: the kernel reads a mapped range into the page cache, with no copy
-# to the process and without the process touching the pages. Python's mmap module has no name for it yet.
-_MADV_POPULATE_READ = 22
 _POPULATE_CHUNK = 8 << 20
-_populate_works = sys.platform == "linux" and hasattr(mmap.mmap, "madvise")
+_populate_works = True  # until the system says it cannot
 
 
 class SafetensorsFile:
@@ -82,26 +78,20 @@ class SafetensorsFile:
             offset += count
 
     def _populate(self, begin: int, end: int, stop: Callable[[], bool]) -> bool:
-        """Bytes `begin` to `end` of the file into the page cache with madvise, a piece at a time (each mapped
-        alone, so the process maps at most one piece) until `stop()`; False when the system cannot do that (nothing
-        was done then). A failure past the first piece (the file cut meanwhile: the kernel returns an error where
-        touching the pages would raise SIGBUS) ends the warming."""
+        """Bytes `begin` to `end` of the file into the page cache without a copy (`read_into_page_cache`), a piece
+        at a time until `stop()`; False when the system cannot do that (nothing was done then). A piece that cannot
+        be read (the file cut meanwhile) ends the warming."""
         global _populate_works
-        start = begin - begin % mmap.ALLOCATIONGRANULARITY
-        first = True
+        start = begin - begin % mmap.PAGESIZE
         while _populate_works and start < end and not stop():
             length = min(_POPULATE_CHUNK, end - start)
-            try:
-                with mmap.mmap(self._stream.fileno(), length, prot=mmap.PROT_READ, offset=start) as piece:
-                    piece.madvise(_MADV_POPULATE_READ)
-            except OSError as error:
-                if first and error.errno in (errno.EINVAL, errno.ENOSYS):  # a kernel older than 5.14
-                    _populate_works = False
-                    return False
+            done = read_into_page_cache(self._stream.fileno(), start, length)
+            if done is None:
+                _populate_works = False
+                return False
+            if not done:
                 return True
-            except ValueError:  # the piece lies past the end of a file cut meanwhile
-                return True
-            start, first = start + length, False
+            start += length
         return _populate_works
 
     def _read_bytes(self, name: str, begin: int, end: int) -> torch.Tensor:
