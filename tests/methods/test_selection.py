@@ -133,11 +133,13 @@ def test_a_sample_of_one_value_that_is_not_the_cut_costs_passes_not_exactness(po
     assert torch.equal(_streamed_mask(values, k, [n]), expected)
 
 
-def test_shrink_zeroes_exactly_the_entries_the_indicator_leaves_out():
+@pytest.mark.parametrize("levels", [3, 150_000])
+def test_shrink_zeroes_exactly_the_entries_the_indicator_leaves_out(levels):
     """`shrink` prunes signed values by their magnitudes in one pass where it can; ties at the cut split across
-    blocks, and NaN, must come out as the indicator makes them."""
+    blocks, and NaN, must come out as the indicator makes them: ties of a value held many times (counted at a
+    bound) or a few times (collected with the entries inside the bracket)."""
     generator = torch.Generator().manual_seed(4)
-    values = torch.randint(0, 3, (400_000,), generator=generator).float() / 10
+    values = torch.randint(0, levels, (400_000,), generator=generator).float() / levels
     values *= torch.where(torch.rand(400_000, generator=generator) < 0.5, -1.0, 1.0)
     values[7] = math.nan
     blocks = list(values.split(50_000))

@@ -78,7 +78,9 @@ class LargestK:
         self._at_upper: list[int] = []  # entries equal to its upper bound, block by block
         self._inside = _Gathered(n if not self._drawing_sample else 0)  # the entries strictly inside it
         self._collect = True  # whether the entries inside are collected, or only counted (in `_between`)
+        self._collect_upper = self._collect_lower = False  # whether the entries equal to a bound are collected too
         self._between = 0
+        self._inside_sizes: list[int] = []  # how many entries each block added to those collected
         self._at_lower: list[int] = []  # entries equal to its lower bound (when below the upper one), block by block
         self._threshold: torch.Tensor | None = None
         self._ties_left = 0  # entries equal to the threshold still to be selected, in flat order
@@ -113,34 +115,38 @@ class LargestK:
             self.count_sample(flat[positions.to(flat.device)])
             return
         upper, lower = self._bracket
-        # Entries equal to a bound are only counted: a tensor whose changes are mostly 0 (rows a fine-tune never
-        # touched) would otherwise put most of itself inside a bracket that starts at 0. The counts are
-        # comparisons written as 0.0/1.0 into float32 and summed, several times faster on CPU than bool masks;
-        # the entries strictly inside are where "above the lower bound" (1.0) exceeds "at or above the upper" (0.0).
-        at_or_above = torch.empty(flat.shape, dtype=torch.float32, device=flat.device)  # the upper bound
+        # Entries equal to a bound are only counted, unless the sample holds that value rarely: a tensor whose
+        # changes are mostly 0 (rows a fine-tune never touched) would otherwise put most of itself inside a bracket
+        # that starts at 0. The counts are comparisons written as 0.0/1.0 into float32 and summed, several times
+        # faster on CPU than bool masks; the entries collected are where the lower side's indicator (1.0 from where
+        # the collected range starts) exceeds the upper side's (1.0 from where it ends).
+        upper_side = torch.empty(flat.shape, dtype=torch.float32, device=flat.device)
         if upper is not None:
-            above = count_ones(torch.gt(flat, upper, out=at_or_above))
+            above = count_ones(torch.gt(flat, upper, out=upper_side))
             self._above += above
-            self._at_upper.append(count_ones(torch.ge(flat, upper, out=at_or_above)) - above)
+            if not self._collect_upper:
+                self._at_upper.append(count_ones(torch.ge(flat, upper, out=upper_side)) - above)
         if upper is not None and lower is not None and bool(upper == lower):
             # The sample's values all around the k-th largest's rank were one value (bfloat16 changes take few
             # distinct values): nothing lies strictly inside, and the count above tells whether it is the k-th.
             return
-        above_lower = torch.empty(flat.shape, dtype=torch.float32, device=flat.device)
+        lower_side = torch.empty(flat.shape, dtype=torch.float32, device=flat.device)
         if lower is not None:
-            at_least = count_ones(torch.ge(flat, lower, out=above_lower))
-            self._at_lower.append(at_least - count_ones(torch.gt(flat, lower, out=above_lower)))
+            at_least = count_ones(torch.ge(flat, lower, out=lower_side))
+            if not self._collect_lower:
+                self._at_lower.append(at_least - count_ones(torch.gt(flat, lower, out=lower_side)))
         if not self._collect:  # both bounds, and no sampled value between them: count, do not collect
             self._between += (at_least - self._at_lower[-1]) - (above + self._at_upper[-1])
             return
         if upper is None and lower is None:
             inside = flat
         elif upper is None:
-            inside = flat[above_lower.bool()]
+            inside = flat[lower_side.bool()]
         elif lower is None:
-            inside = flat[torch.lt(flat, upper)]
+            inside = flat[(torch.le if self._collect_upper else torch.lt)(flat, upper)]
         else:
-            inside = flat[torch.gt(above_lower, at_or_above)]  # above the lower bound, below the upper
+            inside = flat[lower_side.sub_(upper_side).bool()]
+        self._inside_sizes.append(inside.numel())
         self._inside.slot(inside.numel(), inside).copy_(inside)
 
     def end_pass(self) -> None:
@@ -158,8 +164,9 @@ class LargestK:
             self._bracket = self._draw_bracket()
             self._inside = _Gathered(self._expected_inside())
             return
-        inside = self._inside.values()
-        inside = torch.sort(inside[~torch.isnan(inside)], descending=True).values
+        collected, sizes = self._inside.values(), self._inside_sizes
+        self._inside_sizes = []
+        inside = torch.sort(collected[~torch.isnan(collected)], descending=True).values
         upper, lower = self._bracket
         wanted = self._k - self._above  # the k-th largest's rank among the entries at or below the upper bound
         candidates = [(upper, self._at_upper), (None, None), (lower, self._at_lower)]
@@ -189,7 +196,9 @@ class LargestK:
             return
         threshold = inside[wanted - 1]
         ties_left = wanted - int(torch.count_nonzero(inside > threshold))
-        self._found(threshold, ties_left, ties_left == int(torch.count_nonzero(inside == threshold)))
+        equal = torch.eq(collected, threshold)
+        ties_by_block = [int(part.sum()) for part in equal.split(sizes)]
+        self._found(threshold, ties_left, ties_left == int(equal.sum()), ties_by_block)
 
     def _found(
         self, threshold: torch.Tensor, ties_left: int, all_ties: bool, ties_by_block: list[int] | None = None
@@ -218,8 +227,13 @@ class LargestK:
         # bfloat16 changes take few distinct values: where the sample has none between the bounds, the entries
         # between them are most likely none or few, and the k-th largest one of the bounds; they are counted then,
         # and collected only in another pass if it is one of them after all.
-        self._collect = upper is None or lower is None or bool(
-            torch.logical_and(self._sample_values > lower, self._sample_values < upper).any())
+        sample = self._sample_values
+        self._collect = upper is None or lower is None or bool(torch.logical_and(sample > lower, sample < upper).any())
+        # A bound the sample holds a few times at most has few entries: they are collected with those inside,
+        # which saves counting them apart.
+        rare = self._margin // 4
+        self._collect_upper = self._collect and upper is not None and int(torch.eq(sample, upper).sum()) <= rare
+        self._collect_lower = self._collect and lower is not None and int(torch.eq(sample, lower).sum()) <= rare
         return upper, lower
 
     def _largest(self, rank: int) -> torch.Tensor:
