@@ -93,15 +93,15 @@ def read_into_page_cache(fileno: int, offset: int, length: int) -> bool | None:
     waits for the disk (Python's mmap.madvise holds the interpreter lock: a merge's main thread stalled behind it).
 
     Returns True when done, False when the range could not be read (a file cut meanwhile: the kernel returns an
-    error where touching the pages would raise SIGBUS), None where the system cannot do this (not Linux, or a
-    kernel older than 5.14). Never raises.
+    error where touching the pages would raise SIGBUS), None where the system cannot do this (not Linux, a kernel
+    older than 5.14, a file system without maps). Never raises.
     """
     libc = _libc()
     if libc is None:
         return None
     address = libc.mmap(None, length, _PROT_READ, _MAP_SHARED, fileno, offset)
-    if address is None or address == ctypes.c_void_p(-1).value:
-        return False
+    if address is None or address == ctypes.c_void_p(-1).value:  # a file system that cannot map files
+        return None
     try:
         if libc.madvise(address, length, _MADV_POPULATE_READ) == 0:
             return True
@@ -112,7 +112,7 @@ def read_into_page_cache(fileno: int, offset: int, length: int) -> bool | None:
 
 @functools.cache
 def _libc() -> ctypes.CDLL | None:
-    """The C library with mmap, madvise and munmap declared (Linux only), or None."""
+    """The C library (Linux only; mmap, madvise and munmap declared), or None."""
     if not sys.platform.startswith("linux"):
         return None
     try:
@@ -126,11 +126,6 @@ def _libc() -> ctypes.CDLL | None:
     return libc
 
 
-@functools.cache
 def _c_function(name: str):
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        return getattr(ctypes.CDLL(None), name, None)
-    except OSError:
-        return None
+    libc = _libc()
+    return getattr(libc, name, None) if libc is not None else None

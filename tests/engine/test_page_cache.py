@@ -140,3 +140,20 @@ def test_warming_a_file_cut_meanwhile_ends_quietly(tmp_path, monkeypatch, kernel
     with pytest.raises(weight_file.CheckpointError, match="changed|ended|cut"):
         checkpoint.read(name)
     checkpoint.close()
+
+
+def test_reading_into_the_page_cache_says_when_the_system_cannot(tmp_path):
+    """A pipe cannot be mapped: the answer is "cannot" (None), so warming falls back to reading; a regular file on
+    Linux is read in (True)."""
+    from guiapp.system.memory import read_into_page_cache
+
+    readable, writable = os.pipe()
+    try:
+        assert read_into_page_cache(readable, 0, 4096) is None
+    finally:
+        os.close(readable)
+        os.close(writable)
+    path = tmp_path / "data"
+    path.write_bytes(bytes(1 << 20))
+    with path.open("rb") as stream:
+        assert read_into_page_cache(stream.fileno(), 0, 1 << 20) is (True if sys.platform == "linux" else None)
