@@ -83,6 +83,7 @@ class LargestK:
         self._inside_sizes: list[int] = []  # how many entries each block added to those collected
         self._at_lower: list[int] = []  # entries equal to its lower bound (when below the upper one), block by block
         self._threshold: torch.Tensor | None = None
+        self._below_threshold = -math.inf
         self._ties_left = 0  # entries equal to the threshold still to be selected, in flat order
         self._all_ties = True
         self._ties_by_block: list[int] | None = None  # entries equal to the threshold in each block, when counted
@@ -207,6 +208,8 @@ class LargestK:
         # samples add up to about 1 GB); the threshold and the bracket's bounds are views that would keep it (or
         # the entries collected) alive.
         self._threshold, self._ties_left, self._all_ties = threshold.clone(), ties_left, all_ties
+        # |x| >= t is |x| > the dtype's next value below t: what `shrink` keeps where every tie is selected.
+        self._below_threshold = float(torch.nextafter(threshold, threshold.new_tensor(-math.inf)))
         self._ties_by_block = ties_by_block
         self._bracket, self._sample_values, self._inside = (None, None), None, _Gathered(0)
 
@@ -265,9 +268,9 @@ class LargestK:
             values.mul_(self._indicator(torch.abs(values, out=scratch), every_tie))
             return
         # hardshrink keeps exactly the entries whose magnitude exceeds the bound (NaN stays NaN, as it does when
-        # multiplied by 0); |x| >= t is |x| > the dtype's next value below t.
-        bound = torch.nextafter(self._threshold, self._threshold.new_tensor(-math.inf)) if every_tie else self._threshold
-        torch.ops.aten.hardshrink.out(values, float(bound), out=values)
+        # multiplied by 0).
+        bound = self._below_threshold if every_tie else float(self._threshold)
+        torch.ops.aten.hardshrink.out(values, bound, out=values)
 
     def _take_block(self) -> bool | None:
         """Move on to the next block and say which of its entries equal to the threshold are selected: True every
