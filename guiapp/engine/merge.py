@@ -16,13 +16,14 @@ import time
 import zlib
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from guiapp.engine.devices import resolve_device, threads_restored, use_cpu_threads
+from guiapp.engine.helpers import HelperThreads
 from guiapp.engine.methods.base import MergeContext, TensorSettings, TensorSurvey
 from guiapp.engine.model_card import write_merge_metadata
 from guiapp.engine.output import (
@@ -203,7 +204,7 @@ def _merge_tensors(
     # Reading and writing are bound by memory and disk: one torch thread each.
     with ThreadPoolExecutor(1, "mergesmith-read", initializer=use_cpu_threads, initargs=(1,)) as reads, \
             ThreadPoolExecutor(1, "mergesmith-write", initializer=use_cpu_threads, initargs=(1,)) as writes, \
-            threads_restored():
+            HelperThreads(settings.threads.most) as helpers, threads_restored():
         pending_read: Future | None = reads.submit(_read_piece, plan, readers, pieces[0], device)
         pending_write: Future | None = None
         warmer = PageCacheWarmer([
@@ -221,10 +222,16 @@ def _merge_tensors(
                 if index == 0 or pieces[index - 1].task is not task:
                     seconds, extra = 0.0, {}
                     warmer.reached(task_index[id(task)])
-                use_cpu_threads(settings.threads.threads_for(_work_kind(plan, task)))
+                if piece.survey is None:
+                    use_cpu_threads(settings.threads.threads_for(_work_kind(plan, task)))
+                else:
+                    # A surveyed tensor's blocks: one torch thread per operation, its models counted at once on the
+                    # free cores (guiapp/engine/helpers.py says why).
+                    use_cpu_threads(1)
+                    helpers.width = settings.threads.threads_for(WorkKind.DENSE)
                 tick = time.perf_counter()
                 if piece.counting:
-                    _count_block(plan, piece, tensors, device, settings.seed)
+                    _count_block(plan, piece, tensors, device, settings.seed, helpers.run_each)
                     seconds += time.perf_counter() - tick
                     if piece.rows.stop == task.shape[0]:  # the end of a pass
                         piece.survey.end_pass()
@@ -245,7 +252,8 @@ def _merge_tensors(
                 del result
                 if index + 1 == len(pieces) or pieces[index + 1].task is not task:
                     release_free_memory(above=FREE_HEAP_BUDGET)
-                    stats.append({"tensor": task.name, "seconds": seconds, "threads": torch.get_num_threads(), **extra})
+                    threads = torch.get_num_threads() if piece.survey is None else helpers.width
+                    stats.append({"tensor": task.name, "seconds": seconds, "threads": threads, **extra})
                     progress.step(task.name, nbytes=plan.task_input_bytes(task))
             if pending_write is not None:
                 pending_write.result()
@@ -263,7 +271,7 @@ def _merge_tensors(
 
 
 def _work_kind(plan: MergePlan, task: TensorTask) -> WorkKind:
-    # The other methods (TIES too, block by block) compute far more per entry than they move: the free cores help.
+    # The other methods (TIES on a whole tensor too) compute far more per entry than they move: the free cores help.
     if plan.method.elementwise or task.copy or not task.floating:
         return WorkKind.ELEMENTWISE
     return WorkKind.DENSE
@@ -403,14 +411,18 @@ def _compute(
     return stored.cpu()
 
 
-def _count_block(plan: MergePlan, piece: _Piece, tensors: list[torch.Tensor], device: torch.device, seed: int) -> None:
+def _count_block(
+    plan: MergePlan, piece: _Piece, tensors: list[torch.Tensor], device: torch.device, seed: int,
+    run_each: Callable[[Callable[[Any], Any], list[Any]], list[Any]],
+) -> None:
     """Show one block (its inputs' rows as stored) to the survey of its tensor: the entries it samples, when it
-    samples, converted alone (a pass that draws a sample looks at a 64th of each block)."""
+    samples, converted alone (a pass that draws a sample looks at a 64th of each block). The survey may spread
+    independent calls over `run_each` (MergeContext.run_each)."""
     positions = piece.survey.sample_positions(tensors[0].numel())
     if positions is not None:
         tensors = [tensor.reshape(-1)[positions.to(tensor.device)] for tensor in tensors]
     inputs = [_to_compute(plan, tensor, device) for tensor in tensors]
-    piece.survey.count(_context(plan, piece.task, inputs, device, seed))
+    piece.survey.count(replace(_context(plan, piece.task, inputs, device, seed), run_each=run_each))
 
 
 def _merge_block(

@@ -110,9 +110,13 @@ class ThreadPolicy:
             self._read_at = now
         return self._free
 
+    @property
+    def most(self) -> int:
+        """The most threads any work may use: every core, or the user's limit when lower."""
+        return self.cores if self.limit is None else min(self.limit, self.cores)
+
     def threads_for(self, kind: WorkKind) -> int:
         """The number of threads `kind` of work should use now."""
         if kind is WorkKind.ELEMENTWISE:
             return 1
-        cap = self.cores if self.limit is None else min(self.limit, self.cores)
-        return max(1, min(cap, self.free_cores()))
+        return max(1, min(self.most, self.free_cores()))

@@ -1,15 +1,21 @@
 """The thread policy is what guiapp/system/threads.py says: one thread for memory-bound work, the free cores (capped
-by the user's limit) for compute-bound work, waiting threads that sleep. Counts, not timings."""
+by the user's limit) for compute-bound work, waiting threads that sleep; a surveyed tensor's blocks count their
+models at once, one torch thread each (guiapp/engine/helpers.py). Counts, not timings."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+import threading
 
 import pytest
+import torch
 
-from guiapp.engine.merge import MergeSettings, run_merge
+from guiapp.engine.helpers import HelperThreads
+from guiapp.engine.merge import BLOCK_ELEMENTS, MergeSettings, run_merge
+from guiapp.engine.methods._selection import LargestK
+from guiapp.engine.samples import LlamaShape, write_llama, write_llama_finetune
 from guiapp.system.threads import LoadMeter, ThreadPolicy, WorkKind, logical_cores
 from tests.engine.helpers import recipe
 
@@ -108,3 +114,79 @@ def test_importing_mergesmith_makes_waiting_openmp_threads_sleep():
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "PASSIVE"
+
+
+def test_helper_threads_return_every_result_in_order_and_use_another_thread():
+    caller = threading.get_ident()
+    with HelperThreads(most=2) as helpers:
+        assert helpers.run_each(lambda item: (item, threading.get_ident()), [0, 1, 2])[0] == (0, caller)  # width 1
+        helpers.width = 2
+        results = helpers.run_each(lambda item: (item * item, threading.get_ident(), torch.get_num_threads()),
+                                   list(range(5)))
+    assert [square for square, _, _ in results] == [0, 1, 4, 9, 16]
+    assert {ident for _, ident, _ in results[0::2]} == {caller}
+    assert {ident for _, ident, _ in results[1::2]} != {caller}
+    assert {threads for _, ident, threads in results if ident != caller} == {1}
+
+
+def test_a_failing_call_is_raised_after_every_thread_ended_its_share():
+    ended = []
+
+    def work(item: int) -> int:
+        if item == 0:
+            raise ValueError("the first item is bad")
+        threading.Event().wait(0.2)
+        ended.append(item)
+        return item
+
+    with HelperThreads(most=2) as helpers:
+        helpers.width = 2
+        with pytest.raises(ValueError, match="first item"):
+            helpers.run_each(work, [0, 1])
+        assert ended == [1]
+
+
+@pytest.fixture(scope="module")
+def streamed_trio(tmp_path_factory):
+    """A base and two fine-tunes whose embeddings span three blocks, so TIES ranks them in passes."""
+    folder = tmp_path_factory.mktemp("streamed")
+    shape = LlamaShape(layers=1, vocab=BLOCK_ELEMENTS // 64 * 2 + 5)
+    base = write_llama(folder / "base", shape, dtype=torch.bfloat16, seed=0)
+    return base, *(write_llama_finetune(folder / name, base, seed=seed, delta_rank=None)
+                   for name, seed in (("one", 1), ("two", 2)))
+
+
+def _counting_threads(streamed_trio, tmp_path, policy: ThreadPolicy, monkeypatch) -> tuple[set, bytes]:
+    """(the (thread, torch threads) pairs that counted the embeddings' blocks, the merged output's bytes)."""
+    seen = set()
+    count = LargestK.count
+
+    def recording_count(self, scores):
+        if scores.numel() > BLOCK_ELEMENTS // 2:  # a block of the embeddings, not a small tensor's
+            seen.add((threading.get_ident(), torch.get_num_threads()))
+        count(self, scores)
+
+    monkeypatch.setattr(LargestK, "count", recording_count)
+    base, one, two = streamed_trio
+    text = (f"merge_method: ties\nbase_model: {base}\nmodels:\n  - model: {one}\n    parameters: "
+            f"{{weight: 0.7, density: 0.4}}\n  - model: {two}\n    parameters: {{weight: 0.5, density: 0.75}}\n")
+    outcome = run_merge(recipe(text), MergeSettings(tmp_path, threads=policy))
+    monkeypatch.setattr(LargestK, "count", count)
+    assert {s["threads"] for s in outcome.tensor_stats if s["tensor"] == "model.embed_tokens.weight"} == {
+        policy.threads_for(WorkKind.DENSE)}
+    return seen, b"".join(p.read_bytes() for p in sorted(tmp_path.glob("*.safetensors")))
+
+
+def test_streamed_ties_counts_its_models_at_once_on_the_free_cores_with_one_torch_thread_each(
+        streamed_trio, tmp_path, monkeypatch):
+    together, merged = _counting_threads(streamed_trio, tmp_path / "two", ThreadPolicy(
+        busy_elsewhere=lambda: 0.0, cores=2), monkeypatch)
+    assert len({ident for ident, _ in together}) == 2
+    assert {threads for _, threads in together} == {1}
+    alone, merged_alone = _counting_threads(streamed_trio, tmp_path / "one", ThreadPolicy(
+        limit=1, busy_elsewhere=lambda: 0.0), monkeypatch)
+    assert len({ident for ident, _ in alone}) == 1
+    assert merged == merged_alone  # the same bytes, whoever counted
+    busy, _ = _counting_threads(streamed_trio, tmp_path / "busy", ThreadPolicy(
+        busy_elsewhere=lambda: 1.0, cores=2), monkeypatch)
+    assert len({ident for ident, _ in busy}) == 1  # the other core is taken: one model after the other

@@ -308,16 +308,17 @@ class _RankedSurvey(TensorSurvey):
         return positions
 
     def count(self, block: MergeContext) -> None:
-        base = block.base
-        magnitudes = torch.empty_like(base)
-        for i, ranking in self._rankings.items():
-            if not ranking.passes_left:
-                continue
-            torch.sub(block.tensors[i], base, out=magnitudes).abs_()
-            if self._sampled:  # |δ| of the sampled entries only: a 64th of the work
-                ranking.count_sample(magnitudes)
+        base, sampled = block.base, self._sampled
+
+        def count_model(i: int) -> None:
+            magnitudes = torch.sub(block.tensors[i], base).abs_()
+            if sampled:  # |δ| of the sampled entries only: a 64th of the work
+                self._rankings[i].count_sample(magnitudes)
             else:
-                ranking.count(magnitudes)
+                self._rankings[i].count(magnitudes)
+
+        # Each model's ranking learns from its own |δ| alone: the models can be counted at once.
+        block.run_each(count_model, [i for i, ranking in self._rankings.items() if ranking.passes_left])
 
     def end_pass(self) -> None:
         _selection.end_pass(self._rankings.values())

@@ -8,7 +8,7 @@ input already in the compute dtype (float32, or float64) on the chosen device.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -80,7 +80,9 @@ class MergeContext:
     `tensors` are all inputs for this tensor in recipe order (the base among them at `base_index`, or
     `base_index is None`), in the compute dtype on the compute device. `model_params[i]` holds the resolved
     per-model parameters of input i, `params` the method-wide ones; both have every declared parameter
-    (defaults filled in). Methods record statistics in `stats` (e.g. "kept_fraction").
+    (defaults filled in). Methods record statistics in `stats` (e.g. "kept_fraction"). `run_each(function, items)`
+    returns [function(item) for item in items]; the merge loop may run the calls at once on threads of their own
+    (`guiapp.engine.helpers`), so a method passes it only calls that share nothing one of them changes.
     """
 
     tensor_name: str
@@ -91,6 +93,8 @@ class MergeContext:
     model_names: list[str]
     generator: torch.Generator
     stats: dict[str, float] = field(default_factory=dict)
+    run_each: Callable[[Callable[[Any], Any], Sequence[Any]], list[Any]] = field(default=lambda function, items: [
+        function(item) for item in items])
 
     @property
     def base(self) -> torch.Tensor | None:
