@@ -233,12 +233,12 @@ def _merge_tensors(
                 if piece.counting:
                     _count_block(plan, piece, tensors, device, settings.seed, helpers.run_each)
                     seconds += time.perf_counter() - tick
-                    if piece.rows.stop == task.shape[0]:  # the end of a pass
+                    if piece.block.stop == task.shape[0]:  # the end of a pass
                         piece.survey.end_pass()
                         if piece.survey.passes_left and not pieces[index + 1].counting:
                             # An unlucky sample asks for another pass: it goes before the merge pass, whose first
                             # block is being read ahead already and holds the same rows as the new pass's first.
-                            pieces[index + 1 : index + 1] = _counting_pass(task, piece.survey)
+                            pieces[index + 1 : index + 1] = _counting_pass(task, piece.survey, sampling=False)
                     continue
                 if piece.rows is None:
                     result = _compute(plan, task, tensors, device, settings.seed, extra)
@@ -308,12 +308,18 @@ def streams_in_blocks(plan: MergePlan, task: TensorTask) -> bool:
 @dataclass(frozen=True)
 class _Piece:
     """What the loop reads and computes in one step: a whole tensor, or the rows `rows` of it, either merged and
-    written, or (`counting`) shown to the tensor's `survey` in one of its passes."""
+    written, or (`counting`) shown to the tensor's `survey` in one of its passes. In a pass that looks at a sample,
+    `rows` are a part of the block `block` (whose rows it stands for); otherwise `block` is `rows`."""
 
     task: TensorTask
     rows: range | None = None
     survey: TensorSurvey | None = None
     counting: bool = False
+    block: range | None = None
+
+    def __post_init__(self) -> None:
+        if self.block is None:
+            object.__setattr__(self, "block", self.rows)
 
 
 def _pieces(plan: MergePlan) -> list[_Piece]:
@@ -321,16 +327,35 @@ def _pieces(plan: MergePlan) -> list[_Piece]:
     for task in plan.tasks:
         if streams_in_blocks(plan, task):
             survey = tensor_survey(plan, task)
-            for _ in range(survey.passes_left if survey else 0):
-                pieces.extend(_counting_pass(task, survey))
+            for number in range(survey.passes_left if survey else 0):
+                pieces.extend(_counting_pass(task, survey, sampling=number == 0 and survey.samples_next_pass))
             pieces.extend(_Piece(task, rows, survey) for rows in _row_blocks(task.shape))
         else:
             pieces.append(_Piece(task))
     return pieces
 
 
-def _counting_pass(task: TensorTask, survey: TensorSurvey) -> list[_Piece]:
-    return [_Piece(task, rows, survey, counting=True) for rows in _row_blocks(task.shape)]
+def _counting_pass(task: TensorTask, survey: TensorSurvey, sampling: bool) -> list[_Piece]:
+    """The pieces of one pass of `survey` over `task`'s blocks; with `sampling`, the pass that draws its sample."""
+    blocks = _row_blocks(task.shape)
+    if not sampling:
+        return [_Piece(task, rows, survey, counting=True) for rows in blocks]
+    # The sample is drawn from a part of each block's rows: the pass reads an eighth of the tensor, not all of it.
+    return [_Piece(task, _sampled_rows(rows, index), survey, counting=True, block=rows)
+            for index, rows in enumerate(blocks)]
+
+
+# The pass that draws a sample reads this fraction of each block's rows (at least one row): the sample is a 64th of
+# the entries, so reading every row only to skip most of them made that pass as slow as reading the model.
+SAMPLED_ROWS_FRACTION = 8
+
+
+def _sampled_rows(block: range, index: int) -> range:
+    """The rows of `block` (the `index`-th of its tensor) that the sample is drawn from: a run of an eighth of them,
+    placed differently in each block (a fixed scramble of the index, so a merge reads the same rows every time)."""
+    length = -(-len(block) // SAMPLED_ROWS_FRACTION)
+    start = block.start + (index * 2654435761) % (len(block) - length + 1)
+    return range(start, start + length)
 
 
 def _row_blocks(shape: tuple[int, ...]) -> list[range]:
@@ -418,7 +443,8 @@ def _count_block(
     """Show one block (its inputs' rows as stored) to the survey of its tensor: the entries it samples, when it
     samples, converted alone (a pass that draws a sample looks at a 64th of each block). The survey may spread
     independent calls over `run_each` (MergeContext.run_each)."""
-    positions = piece.survey.sample_positions(tensors[0].numel())
+    row_numel = math.prod(piece.task.shape[1:])
+    positions = piece.survey.sample_positions(len(piece.rows) * row_numel, len(piece.block) * row_numel)
     if positions is not None:
         tensors = [tensor.reshape(-1)[positions.to(tensor.device)] for tensor in tensors]
     inputs = [_to_compute(plan, tensor, device) for tensor in tensors]

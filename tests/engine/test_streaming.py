@@ -17,6 +17,7 @@ import guiapp.engine.merge as merge_module
 from guiapp.engine.merge import BLOCK_ELEMENTS, MergeSettings, plan_merge, run_merge, streams_in_blocks
 from guiapp.engine.methods._selection import LargestK
 from guiapp.engine.samples import LlamaShape, llama_config, llama_tensors, write_checkpoint, write_llama
+from guiapp.engine.sources import ModelReader
 from tests.engine.helpers import recipe
 from tests.support.memory import run_measuring_memory
 
@@ -151,3 +152,24 @@ def test_the_pass_that_draws_the_sample_converts_only_the_sampled_entries(tmp_pa
     run_merge(recipe(text), MergeSettings(tmp_path / "out"))
     # The sample pass and the counting pass convert about 1/64 + 1 of the inputs, not 2 whole passes of them.
     assert one_pass <= sum(counted) < 1.1 * one_pass
+
+
+def test_the_pass_that_draws_the_sample_reads_an_eighth_of_each_tensor(tmp_path, monkeypatch):
+    vocab = BLOCK_ELEMENTS // 64 * 3 + 5
+    base = _model(tmp_path / "base", LlamaShape(layers=1, vocab=vocab), seed=0)
+    tuned = _model(tmp_path / "tuned", LlamaShape(layers=1, vocab=vocab), seed=1)
+    text = (f"merge_method: ties\nbase_model: {base}\nmodels:\n"
+            f"  - model: {tuned}\n    parameters: {{weight: 1.0, density: 0.5}}\n")
+    rows_read: list[int] = []
+    real_read_rows = ModelReader.read_rows
+
+    def read_rows(self, name, rows):
+        if name == "model.embed_tokens.weight":
+            rows_read.append(len(rows))
+        return real_read_rows(self, name, rows)
+
+    monkeypatch.setattr(ModelReader, "read_rows", read_rows)
+    run_merge(recipe(text), MergeSettings(tmp_path / "out"))
+    # Each input: an eighth of the rows to draw the sample, all of them to count, all of them to merge.
+    assert sum(rows_read) <= 2 * (2 + 1 / 8) * vocab + 2 * 4, rows_read
+    assert sum(rows_read) >= 2 * 2 * vocab

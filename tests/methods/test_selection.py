@@ -352,6 +352,18 @@ def test_the_sample_stays_about_a_million_scores_however_long_the_tensor():
         assert drawn == min(n // 64, 1 << 20)
 
 
+def test_a_sample_drawn_from_part_of_each_block_is_as_large_as_one_drawn_from_the_whole_block():
+    n = 1 << 22
+    whole, part = LargestK(n, n // 3, torch.float32), LargestK(n, n // 3, torch.float32)
+    for _ in range(n >> 20):
+        positions = part.sample_positions(1 << 17, block_numel=1 << 20)  # an eighth of the block read
+        assert positions.numel() == whole.sample_positions(1 << 20).numel() == (1 << 20) // 64
+        assert int(positions.max()) < 1 << 17 and bool((positions.diff() > 0).all())
+        part.count_sample(torch.rand(positions.numel()))
+    part.end_pass()
+    assert not part.samples_next_pass and part.sample_positions(1 << 17, block_numel=1 << 20) is None
+
+
 @pytest.mark.parametrize("n", [1, 4095, 4096, 4097, 1 << 20])
 def test_keeping_the_first_ones_matches_a_running_count(n):
     generator = torch.Generator().manual_seed(n)

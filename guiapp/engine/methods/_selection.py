@@ -90,17 +90,25 @@ class LargestK:
         self._next_block = 0  # the block that `indicator` or `shrink` sees next
         self.passes_left = 0 if k <= 0 or k >= n else (2 if self._drawing_sample else 1)
 
-    def sample_positions(self, numel: int) -> torch.Tensor | None:
-        """While the first pass draws the sample: the flat positions, in the next block of `numel` scores, of those
-        it samples; None in other passes. A caller whose scores are costly computes just these and shows them to
-        `count_sample` instead of the block to `count`. Every selection over the same blocks draws the same ones."""
-        if not (self._drawing_sample and self.passes_left):
+    @property
+    def samples_next_pass(self) -> bool:
+        """Whether the next pass draws the sample (its blocks are shown through `sample_positions`)."""
+        return self._drawing_sample and self.passes_left > 0
+
+    def sample_positions(self, numel: int, block_numel: int | None = None) -> torch.Tensor | None:
+        """While the first pass draws the sample: the flat positions, in the next `numel` scores, of those it
+        samples; None in other passes. When those scores are a part of a block of `block_numel` (a caller that
+        reads only some of each block's rows in this pass), as many are drawn from them as from the whole block, so
+        the sample's size does not depend on how much is read. A caller whose scores are costly computes just these
+        and shows them to `count_sample` instead of the block to `count`. Every selection over the same blocks
+        draws the same ones."""
+        if not self.samples_next_pass:
             return None
         generator = torch.Generator().manual_seed(_SAMPLE_SEED + self._sampled_blocks)
-        every = min(self._sample_every, numel)
+        count = min(numel, max(1, (block_numel or numel) // self._sample_every))
         # One random entry in each run of `every`: in increasing order, so the gather sweeps the block once instead of
         # jumping about it; a stratified sample, at least as good as a uniform one for ranks.
-        count = numel // every
+        every = numel // count
         return torch.randint(every, (count,), generator=generator).add_(torch.arange(0, count * every, every))
 
     def count_sample(self, sampled: torch.Tensor) -> None:

@@ -63,8 +63,12 @@ class _Ranking:
     def passes_left(self) -> int:
         return _selection.passes_left(self._selections)
 
-    def sample_positions(self, numel: int) -> torch.Tensor | None:
-        return self._keep.sample_positions(numel)  # the drop selection draws the same
+    @property
+    def samples_next_pass(self) -> bool:
+        return self._keep.samples_next_pass
+
+    def sample_positions(self, numel: int, block_numel: int | None = None) -> torch.Tensor | None:
+        return self._keep.sample_positions(numel, block_numel)  # the drop selection draws the same
 
     def count_sample(self, magnitudes: torch.Tensor) -> None:
         for selection in self._selections:
@@ -301,9 +305,14 @@ class _RankedSurvey(TensorSurvey):
     def passes_left(self) -> int:
         return _selection.passes_left(self._rankings.values())
 
-    def sample_positions(self, numel: int) -> torch.Tensor | None:
+    @property
+    def samples_next_pass(self) -> bool:
+        return any(ranking.samples_next_pass for ranking in self._rankings.values())
+
+    def sample_positions(self, numel: int, block_numel: int | None = None) -> torch.Tensor | None:
         # Every ranking of the tensor draws its sample in the first pass, at the same positions.
-        positions = next((r.sample_positions(numel) for r in self._rankings.values() if r.passes_left), None)
+        positions = next((r.sample_positions(numel, block_numel) for r in self._rankings.values() if r.passes_left),
+                         None)
         self._sampled = positions is not None
         return positions
 

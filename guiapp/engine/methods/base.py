@@ -121,10 +121,17 @@ class TensorSurvey(ABC):
     def passes_left(self) -> int:
         """How many more passes over the blocks the survey needs before it can merge."""
 
-    def sample_positions(self, numel: int) -> torch.Tensor | None:
+    @property
+    def samples_next_pass(self) -> bool:
+        """Whether the next pass looks at only some entries of each block (`sample_positions`): the loop then reads
+        only some of each block's rows for it."""
+        return False
+
+    def sample_positions(self, numel: int, block_numel: int | None = None) -> torch.Tensor | None:
         """Asked before each block's `count`: when the current pass looks at only some entries of each block, their
-        flat positions in the next block of `numel` entries (the loop then converts and shows just those, as 1-D
-        tensors); None: the whole block."""
+        flat positions in the next `numel` entries (the loop then converts and shows just those, as 1-D tensors);
+        None: the whole block. `block_numel`: the size of the whole block, when the `numel` entries are the part
+        of it the loop read."""
         return None
 
     @abstractmethod
