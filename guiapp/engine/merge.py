@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -308,18 +308,19 @@ def streams_in_blocks(plan: MergePlan, task: TensorTask) -> bool:
 @dataclass(frozen=True)
 class _Piece:
     """What the loop reads and computes in one step: a whole tensor, or the rows `rows` of it, either merged and
-    written, or (`counting`) shown to the tensor's `survey` in one of its passes. In a pass that looks at a sample,
-    `rows` are a part of the block `block` (whose rows it stands for); otherwise `block` is `rows`."""
+    written, or (`counting`) shown to the tensor's `survey` in one of its passes. In the pass that draws a sample,
+    `rows` are a part of the block `sampled_from`, whose rows they stand for."""
 
     task: TensorTask
     rows: range | None = None
     survey: TensorSurvey | None = None
     counting: bool = False
-    block: range | None = None
+    sampled_from: range | None = None
 
-    def __post_init__(self) -> None:
-        if self.block is None:
-            object.__setattr__(self, "block", self.rows)
+    @property
+    def block(self) -> range | None:
+        """The rows of the block this piece stands for: its own rows, or those it samples."""
+        return self.rows if self.sampled_from is None else self.sampled_from
 
 
 def _pieces(plan: MergePlan) -> list[_Piece]:
@@ -341,20 +342,21 @@ def _counting_pass(task: TensorTask, survey: TensorSurvey, sampling: bool) -> li
     if not sampling:
         return [_Piece(task, rows, survey, counting=True) for rows in blocks]
     # The sample is drawn from a part of each block's rows: the pass reads an eighth of the tensor, not all of it.
-    return [_Piece(task, _sampled_rows(rows, index), survey, counting=True, block=rows)
+    return [_Piece(task, _sampled_rows(rows, index), survey, counting=True, sampled_from=rows)
             for index, rows in enumerate(blocks)]
 
 
 # The pass that draws a sample reads this fraction of each block's rows (at least one row): the sample is a 64th of
 # the entries, so reading every row only to skip most of them made that pass as slow as reading the model.
 SAMPLED_ROWS_FRACTION = 8
+_SCRAMBLE = 2654435761  # Knuth's multiplicative hash: consecutive blocks start their runs far apart
 
 
 def _sampled_rows(block: range, index: int) -> range:
     """The rows of `block` (the `index`-th of its tensor) that the sample is drawn from: a run of an eighth of them,
     placed differently in each block (a fixed scramble of the index, so a merge reads the same rows every time)."""
     length = -(-len(block) // SAMPLED_ROWS_FRACTION)
-    start = block.start + (index * 2654435761) % (len(block) - length + 1)
+    start = block.start + (index * _SCRAMBLE) % (len(block) - length + 1)
     return range(start, start + length)
 
 
@@ -438,11 +440,11 @@ def _compute(
 
 def _count_block(
     plan: MergePlan, piece: _Piece, tensors: list[torch.Tensor], device: torch.device, seed: int,
-    run_each: Callable[[Callable[[Any], Any], list[Any]], list[Any]],
+    run_each: Callable[[Callable[[Any], Any], Sequence[Any]], list[Any]],
 ) -> None:
     """Show one block (its inputs' rows as stored) to the survey of its tensor: the entries it samples, when it
-    samples, converted alone (a pass that draws a sample looks at a 64th of each block). The survey may spread
-    independent calls over `run_each` (MergeContext.run_each)."""
+    samples, converted alone (the pass that draws a sample reads an eighth of each block's rows and looks at a 64th
+    of its entries). The survey may spread independent calls over `run_each` (MergeContext.run_each)."""
     row_numel = math.prod(piece.task.shape[1:])
     positions = piece.survey.sample_positions(len(piece.rows) * row_numel, len(piece.block) * row_numel)
     if positions is not None:
