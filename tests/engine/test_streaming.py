@@ -128,12 +128,17 @@ def test_peak_memory_does_not_grow_with_the_largest_tensor(tmp_path, method):
     assert growth < 150 * 2**20, (peaks, growth)
 
 
-def test_the_pass_that_draws_the_sample_converts_only_the_sampled_entries(tmp_path, monkeypatch):
+def _ties_of_one_fine_tune(tmp_path: Path) -> tuple[int, str]:
+    """(the vocabulary, a TIES recipe) for a base and one fine-tune whose embeddings span four blocks."""
     vocab = BLOCK_ELEMENTS // 64 * 3 + 5
     base = _model(tmp_path / "base", LlamaShape(layers=1, vocab=vocab), seed=0)
     tuned = _model(tmp_path / "tuned", LlamaShape(layers=1, vocab=vocab), seed=1)
-    text = (f"merge_method: ties\nbase_model: {base}\nmodels:\n"
-            f"  - model: {tuned}\n    parameters: {{weight: 1.0, density: 0.5}}\n")
+    return vocab, (f"merge_method: ties\nbase_model: {base}\nmodels:\n"
+                   f"  - model: {tuned}\n    parameters: {{weight: 1.0, density: 0.5}}\n")
+
+
+def test_the_pass_that_draws_the_sample_converts_only_the_sampled_entries(tmp_path, monkeypatch):
+    _, text = _ties_of_one_fine_tune(tmp_path)
     plan = plan_merge(recipe(text))
     ranked = [t for t in plan.tasks if streams_in_blocks(plan, t) and merge_module.tensor_survey(plan, t)]
     one_pass = sum(math.prod(t.shape) * len(t.inputs) for t in ranked)
@@ -155,11 +160,7 @@ def test_the_pass_that_draws_the_sample_converts_only_the_sampled_entries(tmp_pa
 
 
 def test_the_pass_that_draws_the_sample_reads_an_eighth_of_each_tensor(tmp_path, monkeypatch):
-    vocab = BLOCK_ELEMENTS // 64 * 3 + 5
-    base = _model(tmp_path / "base", LlamaShape(layers=1, vocab=vocab), seed=0)
-    tuned = _model(tmp_path / "tuned", LlamaShape(layers=1, vocab=vocab), seed=1)
-    text = (f"merge_method: ties\nbase_model: {base}\nmodels:\n"
-            f"  - model: {tuned}\n    parameters: {{weight: 1.0, density: 0.5}}\n")
+    vocab, text = _ties_of_one_fine_tune(tmp_path)
     rows_read: list[int] = []
     real_read_rows = ModelReader.read_rows
 
