@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import time
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -24,7 +24,7 @@ import torch
 
 from guiapp.engine.devices import resolve_device, threads_restored, use_cpu_threads
 from guiapp.engine.helpers import HelperThreads
-from guiapp.engine.methods.base import MergeContext, TensorSettings, TensorSurvey
+from guiapp.engine.methods.base import MergeContext, RunEach, TensorSettings, TensorSurvey
 from guiapp.engine.model_card import write_merge_metadata
 from guiapp.engine.output import (
     DEFAULT_SHARD_BYTES,
@@ -243,7 +243,8 @@ def _merge_tensors(
                 if piece.rows is None:
                     result = _compute(plan, task, tensors, device, settings.seed, extra)
                 else:
-                    result = _merge_block(plan, task, tensors, device, settings.seed, extra, piece.survey)
+                    result = _merge_block(plan, task, tensors, device, settings.seed, extra, piece.survey,
+                                          helpers.run_each)
                 del tensors
                 seconds += time.perf_counter() - tick
                 if pending_write is not None:
@@ -440,7 +441,7 @@ def _compute(
 
 def _count_block(
     plan: MergePlan, piece: _Piece, tensors: list[torch.Tensor], device: torch.device, seed: int,
-    run_each: Callable[[Callable[[Any], Any], Sequence[Any]], list[Any]],
+    run_each: RunEach,
 ) -> None:
     """Show one block (its inputs' rows as stored) to the survey of its tensor: the entries it samples, when it
     samples, converted alone (the pass that draws a sample reads an eighth of each block's rows and looks at a 64th
@@ -450,21 +451,22 @@ def _count_block(
     if positions is not None:
         tensors = [tensor.reshape(-1)[positions.to(tensor.device)] for tensor in tensors]
     inputs = [_to_compute(plan, tensor, device) for tensor in tensors]
-    piece.survey.count(replace(_context(plan, piece.task, inputs, device, seed), run_each=run_each))
+    piece.survey.count(_context(plan, piece.task, inputs, device, seed, run_each))
 
 
 def _merge_block(
     plan: MergePlan, task: TensorTask, tensors: list[torch.Tensor], device: torch.device, seed: int,
-    extra: dict[str, Any], survey: TensorSurvey | None = None,
+    extra: dict[str, Any], survey: TensorSurvey | None = None, run_each: RunEach | None = None,
 ) -> torch.Tensor:
     """One block of rows of `task`'s output from its inputs' rows (as stored), in the output dtype, on the CPU;
-    merged by the `survey` of the whole tensor when its method has one.
+    merged by the `survey` of the whole tensor when its method has one, which may spread independent calls over
+    `run_each`.
 
     Raises NonFiniteResultError when the block comes out NaN or infinite: the block depends on these rows (and
     on the survey, which only ranks them), so they tell an input's NaN from an overflow of the cast.
     """
     inputs = [_to_compute(plan, tensor, device) for tensor in tensors]
-    result = inputs[0] if task.copy else _merge_one(plan, task, inputs, device, seed, extra, survey)
+    result = inputs[0] if task.copy else _merge_one(plan, task, inputs, device, seed, extra, survey, run_each)
     stored = result.to(plan.out_dtype)
     if not _all_finite(stored):
         raise _non_finite_error(plan, task, inputs, computed_finite=_all_finite(result))
@@ -473,18 +475,21 @@ def _merge_block(
 
 def _merge_one(
     plan: MergePlan, task: TensorTask, tensors: list[torch.Tensor], device: torch.device, seed: int,
-    stats: dict[str, Any], survey: TensorSurvey | None = None,
+    stats: dict[str, Any], survey: TensorSurvey | None = None, run_each: RunEach | None = None,
 ) -> torch.Tensor:
-    context = _context(plan, task, tensors, device, seed)
+    context = _context(plan, task, tensors, device, seed, run_each)
     result = survey.merge(context) if survey else plan.method.merge(context)
     stats.update(context.stats)
     return result
 
 
-def _context(plan: MergePlan, task: TensorTask, tensors: list[torch.Tensor], device: torch.device, seed: int) -> MergeContext:
+def _context(
+    plan: MergePlan, task: TensorTask, tensors: list[torch.Tensor], device: torch.device, seed: int,
+    run_each: RunEach | None = None,
+) -> MergeContext:
     generator = torch.Generator(device=device)
     generator.manual_seed(seed * 1_000_003 + zlib.crc32(task.name.encode()))
-    return MergeContext(
+    context = MergeContext(
         tensor_name=task.name,
         tensors=tensors,
         base_index=task.base_index,
@@ -493,6 +498,7 @@ def _context(plan: MergePlan, task: TensorTask, tensors: list[torch.Tensor], dev
         model_names=[plan.models[i.model].label for i in task.inputs],
         generator=generator,
     )
+    return context if run_each is None else replace(context, run_each=run_each)
 
 
 def _all_finite(tensor: torch.Tensor) -> bool:

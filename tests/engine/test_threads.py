@@ -14,6 +14,7 @@ import torch
 
 from guiapp.engine.helpers import HelperThreads
 from guiapp.engine.merge import BLOCK_ELEMENTS, MergeSettings, run_merge
+from guiapp.engine.methods import _task_vectors as task_vectors
 from guiapp.engine.methods._selection import LargestK
 from guiapp.engine.samples import LlamaShape, write_llama, write_llama_finetune
 from guiapp.system.threads import LoadMeter, ThreadPolicy, WorkKind, logical_cores
@@ -156,37 +157,46 @@ def streamed_trio(tmp_path_factory):
                    for name, seed in (("one", 1), ("two", 2)))
 
 
-def _counting_threads(streamed_trio, tmp_path, policy: ThreadPolicy, monkeypatch) -> tuple[set, bytes]:
-    """(the (thread, torch threads) pairs that counted the embeddings' blocks, the merged output's bytes)."""
-    seen = set()
-    count = LargestK.count
+def _counting_threads(streamed_trio, tmp_path, policy: ThreadPolicy, monkeypatch) -> tuple[dict, bytes]:
+    """({"count": the (thread, torch threads) pairs that counted the embeddings' blocks, "mix": those that mixed their
+    halves}, the merged output's bytes)."""
+    seen = {"count": set(), "mix": set()}
+    count, sign_consensus = LargestK.count, task_vectors._sign_consensus
 
     def recording_count(self, scores):
         if scores.numel() > BLOCK_ELEMENTS // 2:  # a block of the embeddings, not a small tensor's
-            seen.add((threading.get_ident(), torch.get_num_threads()))
+            seen["count"].add((threading.get_ident(), torch.get_num_threads()))
         count(self, scores)
 
+    def recording_sign_consensus(weighted, *args, **kwargs):
+        if weighted[0].numel() > BLOCK_ELEMENTS // 4:  # half a block of the embeddings
+            seen["mix"].add((threading.get_ident(), torch.get_num_threads()))
+        return sign_consensus(weighted, *args, **kwargs)
+
     monkeypatch.setattr(LargestK, "count", recording_count)
+    monkeypatch.setattr(task_vectors, "_sign_consensus", recording_sign_consensus)
     base, one, two = streamed_trio
     text = (f"merge_method: ties\nbase_model: {base}\nmodels:\n  - model: {one}\n    parameters: "
             f"{{weight: 0.7, density: 0.4}}\n  - model: {two}\n    parameters: {{weight: 0.5, density: 0.75}}\n")
     outcome = run_merge(recipe(text), MergeSettings(tmp_path, threads=policy))
     monkeypatch.setattr(LargestK, "count", count)
+    monkeypatch.setattr(task_vectors, "_sign_consensus", sign_consensus)
     assert {s["threads"] for s in outcome.tensor_stats if s["tensor"] == "model.embed_tokens.weight"} == {
         policy.threads_for(WorkKind.DENSE)}
     return seen, b"".join(p.read_bytes() for p in sorted(tmp_path.glob("*.safetensors")))
 
 
-def test_streamed_ties_counts_its_models_at_once_on_the_free_cores_with_one_torch_thread_each(
+def test_streamed_ties_counts_its_models_and_mixes_its_blocks_on_the_free_cores_one_torch_thread_each(
         streamed_trio, tmp_path, monkeypatch):
     together, merged = _counting_threads(streamed_trio, tmp_path / "two", ThreadPolicy(
         busy_elsewhere=lambda: 0.0, cores=2), monkeypatch)
-    assert len({ident for ident, _ in together}) == 2
-    assert {threads for _, threads in together} == {1}
+    for work in ("count", "mix"):
+        assert len({ident for ident, _ in together[work]}) == 2, work
+        assert {threads for _, threads in together[work]} == {1}, work
     alone, merged_alone = _counting_threads(streamed_trio, tmp_path / "one", ThreadPolicy(
         limit=1, busy_elsewhere=lambda: 0.0), monkeypatch)
-    assert len({ident for ident, _ in alone}) == 1
-    assert merged == merged_alone  # the same bytes, whoever counted
+    assert len({ident for pairs in alone.values() for ident, _ in pairs}) == 1
+    assert merged == merged_alone  # the same bytes, whoever counted and mixed
     busy, _ = _counting_threads(streamed_trio, tmp_path / "busy", ThreadPolicy(
         busy_elsewhere=lambda: 1.0, cores=2), monkeypatch)
-    assert len({ident for ident, _ in busy}) == 1  # the other core is taken: one model after the other
+    assert len({ident for pairs in busy.values() for ident, _ in pairs}) == 1  # the other core is taken

@@ -267,20 +267,30 @@ def merge_task_vectors(
     if sparsifier is not None and rankings is None:  # a block's survey knows its whole tensor's fraction
         ctx.stats["kept_fraction"] = kept / (base.numel() * len(inputs)) if base.numel() else 1.0
     normalize = bool(ctx.params["normalize"])
-    if consensus:
-        mixed, divisor = _sign_consensus(weighted, weights, scratch, with_divisor=normalize)
-    else:
-        mixed = weighted[0]
-        for delta in weighted[1:]:
-            mixed.add_(delta)
-        total_weight = sum(weights)
-        divisor = 1.0 if abs(total_weight) < _DIVISOR_EPS else total_weight
-    if normalize:
-        mixed.div_(divisor)
     scale = float(ctx.params["lambda"])
-    if scale != 1:
-        mixed.mul_(scale)
-    return mixed.add_(base)
+
+    def combine(rows: slice) -> None:
+        """Mix the weighted changes of `rows` and add the base there, in place in weighted[0]."""
+        changes = [delta[rows] for delta in weighted]
+        if consensus:
+            mixed, divisor = _sign_consensus(changes, weights, scratch[rows], with_divisor=normalize)
+        else:
+            mixed = changes[0]
+            for delta in changes[1:]:
+                mixed.add_(delta)
+            total_weight = sum(weights)
+            divisor = 1.0 if abs(total_weight) < _DIVISOR_EPS else total_weight
+        if normalize:
+            mixed.div_(divisor)
+        if scale != 1:
+            mixed.mul_(scale)
+        mixed.add_(base[rows])
+
+    # From here on each entry depends on its own position alone: a block of a ranked tensor is mixed in two halves,
+    # which the merge loop may run at once (MergeContext.run_each).
+    half = base.shape[0] // 2 if rankings is not None and base.dim() else 0
+    ctx.run_each(combine, [slice(0, half), slice(half, None)] if half else [slice(None)])
+    return weighted[0]
 
 
 class _RankedSurvey(TensorSurvey):

@@ -73,6 +73,10 @@ class ParamSpec:
     help: str = ""
 
 
+# (function, items) -> [function(item) for item in items], the calls perhaps run at once (MergeContext.run_each)
+RunEach = Callable[[Callable[[Any], Any], Sequence[Any]], list[Any]]
+
+
 @dataclass
 class MergeContext:
     """Everything a method needs to merge one output tensor.
@@ -93,8 +97,7 @@ class MergeContext:
     model_names: list[str]
     generator: torch.Generator
     stats: dict[str, float] = field(default_factory=dict)
-    run_each: Callable[[Callable[[Any], Any], Sequence[Any]], list[Any]] = field(default=lambda function, items: [
-        function(item) for item in items])
+    run_each: RunEach = field(default=lambda function, items: [function(item) for item in items])
 
     @property
     def base(self) -> torch.Tensor | None:
