@@ -4,7 +4,8 @@ A TIES or Breadcrumbs tensor streamed in blocks is ranked once per model: each m
 model's own bracket. On blocks of a million entries a second OpenMP thread per operation made the merge no faster
 (a three-layer slice of a Mistral-7B-shaped TIES merge: 19.2 s with two, 18.6 s with one), while counting the two
 models' blocks at once, one torch thread each, took it to 16.1 s: the models are independent, so the second core
-works on the other model instead of on half of each operation.
+works on the other model instead of on half of each operation. Mixing each merged block in two halves of its rows
+at once, the same way, took it to 14.3-15.4 s.
 """
 
 from __future__ import annotations
