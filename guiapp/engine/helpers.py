@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
 from guiapp.engine.devices import use_cpu_threads
+from guiapp.engine.methods.base import one_at_a_time
 
 Item = TypeVar("Item")
 Result = TypeVar("Result")
@@ -38,7 +39,7 @@ class HelperThreads:
         its share (the caller's own first), so nothing still works on the items afterwards."""
         lanes = min(self.width, self.most, len(items))
         if lanes <= 1 or self._pool is None:
-            return [function(item) for item in items]
+            return one_at_a_time(function, items)
 
         def run_lane(lane: int) -> list[Result]:
             return [function(item) for item in items[lane::lanes]]

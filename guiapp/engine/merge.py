@@ -16,7 +16,7 @@ import time
 import zlib
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +24,7 @@ import torch
 
 from guiapp.engine.devices import resolve_device, threads_restored, use_cpu_threads
 from guiapp.engine.helpers import HelperThreads
-from guiapp.engine.methods.base import MergeContext, RunEach, TensorSettings, TensorSurvey
+from guiapp.engine.methods.base import MergeContext, RunEach, TensorSettings, TensorSurvey, one_at_a_time
 from guiapp.engine.model_card import write_merge_metadata
 from guiapp.engine.output import (
     DEFAULT_SHARD_BYTES,
@@ -456,7 +456,7 @@ def _count_block(
 
 def _merge_block(
     plan: MergePlan, task: TensorTask, tensors: list[torch.Tensor], device: torch.device, seed: int,
-    extra: dict[str, Any], survey: TensorSurvey | None = None, run_each: RunEach | None = None,
+    extra: dict[str, Any], survey: TensorSurvey | None = None, run_each: RunEach = one_at_a_time,
 ) -> torch.Tensor:
     """One block of rows of `task`'s output from its inputs' rows (as stored), in the output dtype, on the CPU;
     merged by the `survey` of the whole tensor when its method has one, which may spread independent calls over
@@ -475,7 +475,7 @@ def _merge_block(
 
 def _merge_one(
     plan: MergePlan, task: TensorTask, tensors: list[torch.Tensor], device: torch.device, seed: int,
-    stats: dict[str, Any], survey: TensorSurvey | None = None, run_each: RunEach | None = None,
+    stats: dict[str, Any], survey: TensorSurvey | None = None, run_each: RunEach = one_at_a_time,
 ) -> torch.Tensor:
     context = _context(plan, task, tensors, device, seed, run_each)
     result = survey.merge(context) if survey else plan.method.merge(context)
@@ -485,11 +485,11 @@ def _merge_one(
 
 def _context(
     plan: MergePlan, task: TensorTask, tensors: list[torch.Tensor], device: torch.device, seed: int,
-    run_each: RunEach | None = None,
+    run_each: RunEach = one_at_a_time,
 ) -> MergeContext:
     generator = torch.Generator(device=device)
     generator.manual_seed(seed * 1_000_003 + zlib.crc32(task.name.encode()))
-    context = MergeContext(
+    return MergeContext(
         tensor_name=task.name,
         tensors=tensors,
         base_index=task.base_index,
@@ -497,8 +497,8 @@ def _context(
         params=task.params,
         model_names=[plan.models[i.model].label for i in task.inputs],
         generator=generator,
+        run_each=run_each,
     )
-    return context if run_each is None else replace(context, run_each=run_each)
 
 
 def _all_finite(tensor: torch.Tensor) -> bool:

@@ -77,6 +77,11 @@ class ParamSpec:
 RunEach = Callable[[Callable[[Any], Any], Sequence[Any]], list[Any]]
 
 
+def one_at_a_time(function: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
+    """The RunEach without helper threads: [function(item) for item in items], in order, on the calling thread."""
+    return [function(item) for item in items]
+
+
 @dataclass
 class MergeContext:
     """Everything a method needs to merge one output tensor.
@@ -97,7 +102,7 @@ class MergeContext:
     model_names: list[str]
     generator: torch.Generator
     stats: dict[str, float] = field(default_factory=dict)
-    run_each: RunEach = field(default=lambda function, items: [function(item) for item in items])
+    run_each: RunEach = one_at_a_time
 
     @property
     def base(self) -> torch.Tensor | None:
