@@ -375,3 +375,19 @@ def test_keeping_the_first_ones_matches_a_running_count(n):
             kept = flat.clone()
             _selection._keep_first_ones(kept, count)
             assert torch.equal(kept, expected), (density, count)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("shape", [(1, 1), (4, 1), (1, 2), (0, 5), (3, 0), (37, 5), (9, 4099)])
+def test_order_in_rows_is_the_stable_descending_argsort(dtype, shape):
+    generator = torch.Generator().manual_seed(sum(shape))
+    # Few distinct values, so most rows hold long runs of equal scores; zeros, +inf and NaN among them.
+    scores = torch.randint(0, 6, shape, generator=generator).to(dtype).mul_(0.37)
+    if shape[0] and shape[1] > 3:
+        scores[0, :3] = torch.tensor([math.inf, math.nan, math.nan])
+    expected = [sorted(range(len(row)), key=lambda i, row=row: (-(math.inf if math.isnan(row[i]) else row[i]),
+                                                                 math.isnan(row[i]) is False, i))
+                for row in scores.tolist()]
+    order = _selection.order_in_rows(scores)
+    assert order.dtype == torch.int64 and order.shape == scores.shape
+    assert order.tolist() == expected

@@ -339,6 +339,28 @@ def top_k_mask(scores: torch.Tensor, k: int) -> torch.Tensor:
     return shown_whole(LargestK(scores.numel(), k, scores.dtype), scores).indicator(scores).bool()
 
 
+def order_in_rows(scores: torch.Tensor) -> torch.Tensor:
+    """The positions of each row's entries of a 2-D tensor of non-negative scores, largest first, equal scores by
+    lowest index first: torch.argsort(scores, dim=1, descending=True, stable=True).
+
+    float32 scores on the CPU (rows shorter than 2^32) are sorted as 64-bit keys, the score's bits above the
+    position's, by numpy's vectorised sort: the keys are unique, so any sort gives the stable order, and a row of
+    4096 scores sorts 3-4 times faster than with torch's stable argsort on one thread (DELLA ranks every row of
+    every model this way). Other dtypes and devices use torch's sort.
+    """
+    width = scores.shape[1]
+    if scores.dtype != torch.float32 or scores.device.type != "cpu" or width >= 1 << 32:
+        return torch.argsort(scores, dim=1, descending=True, stable=True)
+    position_bits = max(1, (width - 1).bit_length())
+    # A non-negative float32's bits, read as an int32, order as the float does (NaN above +inf, as in torch's sort);
+    # the key is (largest int32 - bits, position), so the ascending sort is a descending one.
+    keys = scores.view(torch.int32).to(torch.int64).bitwise_left_shift_(position_bits)
+    largest_first = torch.arange(width).add_(0x7FFFFFFF << position_bits)
+    torch.sub(largest_first, keys, out=keys)
+    keys.numpy().sort(axis=1)
+    return keys.bitwise_and_((1 << position_bits) - 1)
+
+
 class Passes(Protocol):
     """Anything that learns from passes over one tensor's blocks: `LargestK`, and groups of them."""
 

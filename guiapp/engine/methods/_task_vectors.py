@@ -112,23 +112,26 @@ def random_mask(
 
 
 def della_mask(
-    delta: torch.Tensor, density: float, epsilon: float, generator: torch.Generator
+    delta: torch.Tensor, density: float, epsilon: float, generator: torch.Generator, scratch: torch.Tensor
 ) -> torch.Tensor:
     """DELLA's MagPrune: per row (last dim; a 1-D tensor is one row) keep with probability (d−ε) + 2ε·rank; 1.0
-    where kept, 0.0 elsewhere (float32).
+    where kept, 0.0 elsewhere (float32). `scratch` is a buffer of δ's shape and dtype that this overwrites.
 
     rank is the entry's magnitude rank in its row normalised to [0, 1] (largest = 1); a row of one entry gets
     probability d. The caller has checked 0 < d−ε and d+ε < 1.
     """
     width = delta.shape[-1] if delta.dim() else 1
     rows = delta.reshape(-1, width)
-    order = torch.argsort(rows.abs(), dim=1, descending=True, stable=True)
+    # |δ|, then the keep probabilities, in `scratch`: every buffer of a whole tensor is memory the system maps and
+    # zeroes afresh (hundreds of MB per model and tensor). In a 1 GB DELLA merge that took 16.6 s of 40 s of CPU
+    # time; 12.8 s with these two in `scratch`.
+    magnitudes = torch.abs(rows, out=scratch.view(rows.shape))
+    order = _selection.order_in_rows(magnitudes)
     if width == 1:
         by_position = torch.full((1,), density, dtype=torch.float64)
     else:
         by_position = torch.linspace(density + epsilon, density - epsilon, width, dtype=torch.float64)
-    probabilities = torch.empty(rows.shape, dtype=torch.float32, device=delta.device)
-    probabilities.scatter_(1, order, by_position.to(probabilities).expand_as(rows))
+    probabilities = magnitudes.scatter_(1, order, by_position.to(magnitudes).expand_as(rows))
     del order
     draws = torch.rand(rows.shape, generator=generator, device=delta.device, dtype=torch.float32)
     return torch.lt(draws, probabilities, out=draws).view(delta.shape)
@@ -179,7 +182,7 @@ def sparsify(
                 hint="Lower epsilon, or move density away from 0 and 1 (e.g. density 0.5, epsilon 0.1).",
                 key=("parameters", "epsilon"),
             )
-        kept = della_mask(delta, density, epsilon, generator)
+        kept = della_mask(delta, density, epsilon, generator, scratch)
     delta.mul_(kept)
     kept_count = _selection.count_ones(kept)
     del kept
