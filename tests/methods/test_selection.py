@@ -9,7 +9,13 @@ import pytest
 import torch
 
 from guiapp.engine.methods import _reduce, _selection
-from guiapp.engine.methods._selection import LargestK, top_k_mask
+from guiapp.engine.methods._selection import LargestK, top_k_indicator
+
+
+def top_k_mask(scores: torch.Tensor, k: int) -> torch.Tensor:
+    indicator = top_k_indicator(scores, k)
+    assert indicator.dtype == torch.float32 and set(indicator.unique().tolist()) <= {0.0, 1.0}
+    return indicator.bool()
 
 
 def reference_top_k(values: list[float], k: int) -> list[int]:

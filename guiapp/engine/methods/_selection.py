@@ -331,12 +331,13 @@ def count_ones(indicator: torch.Tensor) -> int:
     return sum(int(part.sum()) for part in indicator.reshape(-1).split(_EXACT_FLOAT_SUM))
 
 
-def top_k_mask(scores: torch.Tensor, k: int) -> torch.Tensor:
-    """A boolean mask (shape of `scores`) of the k largest scores; among equal scores, lowest flat index first.
+def top_k_indicator(scores: torch.Tensor, k: int) -> torch.Tensor:
+    """1.0 at the k largest scores and 0.0 elsewhere (float32, the shape of `scores`); among equal scores, lowest
+    flat index first.
 
     `scores` must be floating (NaN is never selected). k <= 0 selects nothing, k >= numel everything.
     """
-    return shown_whole(LargestK(scores.numel(), k, scores.dtype), scores).indicator(scores).bool()
+    return shown_whole(LargestK(scores.numel(), k, scores.dtype), scores).indicator(scores)
 
 
 def order_in_rows(scores: torch.Tensor) -> torch.Tensor:

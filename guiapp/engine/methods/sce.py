@@ -7,7 +7,7 @@ import math
 import torch
 
 from guiapp.engine.methods import _reduce
-from guiapp.engine.methods._selection import top_k_mask
+from guiapp.engine.methods._selection import top_k_indicator
 from guiapp.engine.methods.base import BaseRole, MergeContext, MergeMethod, ParamKind, ParamSpec, WorkingCopies
 from guiapp.errors import IncompatibleModelsError
 
@@ -15,18 +15,25 @@ _WEIGHT_SUM_EPS = 1e-6
 _DIVISOR_CLAMP = 1e-6
 
 
-def variance_mask(deltas: list[torch.Tensor], select_topk: float) -> torch.Tensor:
-    """The positions with the top int(count_nonzero(var)·select_topk) population variance across models."""
+def high_variance(deltas: list[torch.Tensor], select_topk: float) -> torch.Tensor:
+    """1.0 at the positions with the top int(count_nonzero(var)·select_topk) population variance across models,
+    0.0 elsewhere (float32)."""
     mean = deltas[0].clone()
     for delta in deltas[1:]:
         mean.add_(delta)
     mean.div_(len(deltas))
-    variance = torch.zeros_like(mean)
-    for delta in deltas:
-        variance.add_((delta - mean).square_())
-    del mean
+    # Σ (δ_i − mean)² with one buffer for the differences between the first and the last, whose difference is taken
+    # in `mean` itself (its square is the same): SCE works on whole tensors, and every buffer of a whole tensor is
+    # memory the system maps and zeroes afresh.
+    variance = torch.sub(deltas[0], mean).square_()
+    difference = torch.empty_like(mean) if len(deltas) > 2 else None
+    for delta in deltas[1:-1]:
+        variance.add_(torch.sub(delta, mean, out=difference).square_())
+    if len(deltas) > 1:
+        variance.add_(mean.sub_(deltas[-1]).square_())
+    del mean, difference
     variance.div_(len(deltas))
-    return top_k_mask(variance, int(int(torch.count_nonzero(variance)) * select_topk))
+    return top_k_indicator(variance, int(int(torch.count_nonzero(variance)) * select_topk))
 
 
 def sce(base: torch.Tensor, tensors: list[torch.Tensor], *, select_topk: float) -> torch.Tensor:
@@ -39,7 +46,7 @@ def sce(base: torch.Tensor, tensors: list[torch.Tensor], *, select_topk: float) 
         return base
     deltas = [x - base for x in tensors]
     if select_topk < 1:
-        selected = variance_mask(deltas, select_topk)
+        selected = high_variance(deltas, select_topk)
         for delta in deltas:
             delta.mul_(selected)
         del selected
@@ -53,12 +60,13 @@ def sce(base: torch.Tensor, tensors: list[torch.Tensor], *, select_topk: float) 
     for delta in deltas[1:]:
         total.add_(delta)
     positive = total >= 0
-    del total
-    mixed = torch.zeros_like(base)
+    mixed = total.zero_()
     divisor = torch.zeros_like(base)
+    # m_i as 1.0/0.0 in one float buffer: multiplying or adding a bool mask converts it into a new float tensor.
+    agrees = torch.empty_like(base)
     for weight in weights:
         delta = deltas.pop(0)
-        agrees = torch.where(positive, delta > 0, delta < 0)
+        agrees.copy_(torch.where(positive, delta > 0, delta < 0))
         mixed.add_(delta.mul_(agrees), alpha=weight)
         divisor.add_(agrees, alpha=weight)
     return mixed.div_(divisor.clamp_(min=_DIVISOR_CLAMP)).add_(base)
