@@ -27,6 +27,11 @@ def ram(
     # 1/count where several models are active (and 1 where one is): the share of each active model.
     share = scratch.copy_(counts.clamp_(min=1)).reciprocal_()
     del counts
+    # The masks and the boosted factors as floats in two buffers used for every model: a bool mask multiplied in is
+    # converted into a new float tensor first, and every buffer of a whole tensor is memory the system maps and
+    # zeroes afresh.
+    kept = torch.empty_like(base)
+    boosted = torch.empty_like(base) if r else None
     merged: torch.Tensor | None = None
     for delta, mask in zip(deltas, active):
         factor = share
@@ -34,8 +39,9 @@ def ram(
             n_unique = int(torch.count_nonzero(mask & unique))
             n_shared = int(torch.count_nonzero(mask & shared))
             boost = 1.0 + r * min(max(n_shared / max(n_unique, epsilon), 0.0), alpha)
-            factor = torch.where(unique, torch.tensor(boost, dtype=share.dtype, device=share.device), share)
-        delta.mul_(mask).mul_(factor)
+            factor = torch.where(unique, torch.tensor(boost, dtype=share.dtype, device=share.device), share,
+                                 out=boosted)
+        delta.mul_(kept.copy_(mask)).mul_(factor)
         merged = delta if merged is None else merged.add_(delta)
     return merged.add_(base)
 
