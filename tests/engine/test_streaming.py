@@ -55,9 +55,11 @@ def test_streamed_output_is_byte_identical_to_the_whole_tensor_path(tmp_path, mo
         "breadcrumbs_ties": f"merge_method: breadcrumbs_ties\nbase_model: {base}\ntokenizer_source: base\nmodels:\n"
                             f"  - model: {bigger}\n    parameters: {{weight: 1.0, density: 0.5, gamma: 0.02}}\n"
                             f"  - model: {smaller}\n    parameters: {{weight: 0.6, density: 0.9, gamma: 0.1}}\n",
-        # RAM's rule for each entry looks at the inputs' entries there alone (RAM+'s boost does not stream).
+        # RAM's rule for each entry looks at the inputs' entries there alone; RAM+ counts over the blocks first.
         "ram": f"merge_method: ram\nbase_model: {base}\ntokenizer_source: base\nmodels:\n  - model: {bigger}\n"
                f"  - model: {smaller}\nparameters: {{epsilon: 0.002}}\n",
+        "ramplus_tl": f"merge_method: ramplus_tl\nbase_model: {base}\ntokenizer_source: base\nmodels:\n"
+                      f"  - model: {bigger}\n  - model: {smaller}\nparameters: {{epsilon: 0.002, r: 0.5, alpha: 0.7}}\n",
     }
     plans = {method: plan_merge(recipe(text)) for method, text in texts.items()}
     streamed = {method: {t.name: t for t in plan.tasks if streams_in_blocks(plan, t)} for method, plan in plans.items()}
@@ -70,7 +72,9 @@ def test_streamed_output_is_byte_identical_to_the_whole_tensor_path(tmp_path, mo
     ranked = streamed["ties"]["model.embed_tokens.weight"]
     assert merge_module.tensor_survey(plans["ties"], ranked).passes_left == 2  # a sample, then a count
     assert streamed["breadcrumbs_ties"].keys() == streamed["task_arithmetic"].keys()
-    assert streamed["ram"].keys() == streamed["task_arithmetic"].keys()
+    assert streamed["ram"].keys() == streamed["ramplus_tl"].keys() == streamed["task_arithmetic"].keys()
+    boosted = merge_module.tensor_survey(plans["ramplus_tl"], streamed["ramplus_tl"]["model.embed_tokens.weight"])
+    assert boosted.passes_left == 1  # each model's overlap counted, then the merge
 
     for method, text in texts.items():
         run_merge(recipe(text), MergeSettings(tmp_path / f"streamed-{method}", shard_bytes=8_000_000))

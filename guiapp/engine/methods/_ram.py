@@ -4,18 +4,24 @@ from __future__ import annotations
 
 import torch
 
-from guiapp.engine.methods.base import BaseRole, MergeContext, MergeMethod, ParamKind, ParamSpec, WorkingCopies
+from guiapp.engine.methods.base import (
+    BaseRole,
+    MergeContext,
+    MergeMethod,
+    ParamKind,
+    ParamSpec,
+    TensorSettings,
+    TensorSurvey,
+    WorkingCopies,
+)
 from guiapp.errors import IncompatibleModelsError
 
 
-def ram(
-    base: torch.Tensor, tensors: list[torch.Tensor], *, epsilon: float, r: float = 0.0, alpha: float = 0.0
-) -> torch.Tensor:
-    """Merge task vectors entry by entry by how many models changed it (|δ_i| > epsilon: "active").
-
-    One active model: its δ, times 1 + r·clip(ρ_i, 0, alpha) where ρ_i = model i's shared active count over
-    its unique active count (at least epsilon); several: their mean; none: the base. r = 0 is plain RAM.
-    """
+def _activity(
+    base: torch.Tensor, tensors: list[torch.Tensor], epsilon: float
+) -> tuple[list[torch.Tensor], list[torch.Tensor], torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(δ_i, model i active (|δ_i| > epsilon), where exactly one model is active, where several are, a float buffer
+    of the base's shape holding 1/count where several are and 1 elsewhere: the share of each active model)."""
     deltas = [x - base for x in tensors]
     scratch = torch.empty_like(base)
     active = [torch.abs(delta, out=scratch) > epsilon for delta in deltas]
@@ -24,22 +30,41 @@ def ram(
         counts.add_(mask)
     unique = counts == 1
     shared = counts > 1
-    # 1/count where several models are active (and 1 where one is): the share of each active model.
     share = scratch.copy_(counts.clamp_(min=1)).reciprocal_()
-    del counts
+    return deltas, active, unique, shared, share
+
+
+def _overlap(active: list[torch.Tensor], unique: torch.Tensor, shared: torch.Tensor) -> list[tuple[int, int]]:
+    """Each model's (unique, shared) active counts."""
+    return [(int(torch.count_nonzero(mask & unique)), int(torch.count_nonzero(mask & shared))) for mask in active]
+
+
+def boosts(overlap: list[tuple[int, int]], *, epsilon: float, r: float, alpha: float) -> list[float]:
+    """RAM+'s factor for each model's unique changes, from its (unique, shared) active counts over the tensor:
+    1 + r·clip(shared / max(unique, epsilon), 0, alpha)."""
+    return [1.0 + r * min(max(n_shared / max(n_unique, epsilon), 0.0), alpha) for n_unique, n_shared in overlap]
+
+
+def ram(
+    base: torch.Tensor, tensors: list[torch.Tensor], *, epsilon: float, boost: list[float] | None = None
+) -> torch.Tensor:
+    """Merge task vectors entry by entry by how many models changed it (|δ_i| > epsilon: "active").
+
+    One active model: its δ, times its `boost` (RAM+; see `boosts`) or 1 without one (RAM); several: their mean;
+    none: the base.
+    """
+    deltas, active, unique, shared, share = _activity(base, tensors, epsilon)
+    del shared
     # The masks and the boosted factors as floats in two buffers used for every model: a bool mask multiplied in is
     # converted into a new float tensor first, and every buffer of a whole tensor is memory the system maps and
     # zeroes afresh.
     kept = torch.empty_like(base)
-    boosted = torch.empty_like(base) if r else None
+    boosted = torch.empty_like(base) if boost else None
     merged: torch.Tensor | None = None
-    for delta, mask in zip(deltas, active):
+    for index, (delta, mask) in enumerate(zip(deltas, active)):
         factor = share
-        if r:
-            n_unique = int(torch.count_nonzero(mask & unique))
-            n_shared = int(torch.count_nonzero(mask & shared))
-            boost = 1.0 + r * min(max(n_shared / max(n_unique, epsilon), 0.0), alpha)
-            factor = torch.where(unique, torch.tensor(boost, dtype=share.dtype, device=share.device), share,
+        if boost:
+            factor = torch.where(unique, torch.tensor(boost[index], dtype=share.dtype, device=share.device), share,
                                  out=boosted)
         delta.mul_(kept.copy_(mask)).mul_(factor)
         merged = delta if merged is None else merged.add_(delta)
@@ -56,8 +81,56 @@ def _merge(ctx: MergeContext, *, boosted: bool) -> torch.Tensor:
     inputs = ctx.non_base()
     if not inputs:
         return base
-    extra = dict(r=float(ctx.params["r"]), alpha=float(ctx.params["alpha"])) if boosted else {}
-    return ram(base, [ctx.tensors[i] for i in inputs], epsilon=float(ctx.params["epsilon"]), **extra)
+    tensors, epsilon = [ctx.tensors[i] for i in inputs], float(ctx.params["epsilon"])
+    boost = None
+    if boosted and float(ctx.params["r"]):
+        _, active, unique, shared, _ = _activity(base, tensors, epsilon)
+        boost = boosts(_overlap(active, unique, shared), epsilon=epsilon, r=float(ctx.params["r"]),
+                       alpha=float(ctx.params["alpha"]))
+    return ram(base, tensors, epsilon=epsilon, boost=boost)
+
+
+class _OverlapSurvey(TensorSurvey):
+    """RAM+ a block at a time: one pass counts each model's unique and shared active entries over the whole tensor,
+    then each block is merged with the boosts those counts give: the same result as the whole tensor gives."""
+
+    def __init__(self, settings: TensorSettings) -> None:
+        self._params = settings.params
+        self._overlap: list[tuple[int, int]] | None = None
+        # A tensor only the base has is the base's: nothing to count.
+        self._passes_left = 1 if len(settings.model_params) > 1 else 0
+
+    @property
+    def passes_left(self) -> int:
+        return self._passes_left
+
+    def count(self, block: MergeContext) -> None:
+        inputs = block.non_base()
+        _, active, unique, shared, _ = _activity(block.base, [block.tensors[i] for i in inputs],
+                                                 float(self._params["epsilon"]))
+        counted = _overlap(active, unique, shared)
+        self._overlap = counted if self._overlap is None else [
+            (unique_before + n_unique, shared_before + n_shared)
+            for (unique_before, shared_before), (n_unique, n_shared) in zip(self._overlap, counted)
+        ]
+
+    def end_pass(self) -> None:
+        self._passes_left = 0
+
+    def merge(self, block: MergeContext) -> torch.Tensor:
+        inputs = block.non_base()
+        if not inputs:
+            return block.base
+        epsilon = float(self._params["epsilon"])
+        boost = boosts(self._overlap, epsilon=epsilon, r=float(self._params["r"]), alpha=float(self._params["alpha"]))
+        return ram(block.base, [block.tensors[i] for i in inputs], epsilon=epsilon, boost=boost)
+
+
+def _overlap_survey(settings: TensorSettings) -> TensorSurvey | None:
+    # Without a base (an error, from `_merge`) or a boost there is nothing to count: the whole path.
+    if settings.base_index is None or not float(settings.params["r"]):
+        return None
+    return _OverlapSurvey(settings)
 
 
 _EPSILON = ParamSpec(
@@ -93,6 +166,7 @@ def ram_method(*, boosted: bool) -> MergeMethod:
         params=tuple(params),
         merge=lambda ctx: _merge(ctx, boosted=boosted),
         working_copies=WorkingCopies(0.0, 2.92) if boosted else WorkingCopies(0.0, 2.67),
-        # RAM computes each entry from the inputs' entries there alone; RAM+'s boost counts over the whole tensor.
+        # RAM computes each entry from the inputs' entries there alone; RAM+ counts over the tensor's blocks first.
         elementwise=not boosted,
+        survey=_overlap_survey if boosted else None,
     )
