@@ -55,6 +55,14 @@ def ram(
     """
     deltas, active, unique, shared, share = _activity(base, tensors, epsilon)
     del shared
+    return _combine(base, deltas, active, unique, share, boost=boost)
+
+
+def _combine(
+    base: torch.Tensor, deltas: list[torch.Tensor], active: list[torch.Tensor], unique: torch.Tensor,
+    share: torch.Tensor, *, boost: list[float] | None
+) -> torch.Tensor:
+    """`ram` from the `_activity` of its inputs (whose deltas this changes in place)."""
     # The masks and the boosted factors as floats in two buffers used for every model: a bool mask multiplied in is
     # converted into a new float tensor first, and every buffer of a whole tensor is memory the system maps and
     # zeroes afresh.
@@ -81,13 +89,14 @@ def _merge(ctx: MergeContext, *, boosted: bool) -> torch.Tensor:
     inputs = ctx.non_base()
     if not inputs:
         return base
-    tensors, epsilon = [ctx.tensors[i] for i in inputs], float(ctx.params["epsilon"])
+    epsilon = float(ctx.params["epsilon"])
+    deltas, active, unique, shared, share = _activity(base, [ctx.tensors[i] for i in inputs], epsilon)
     boost = None
     if boosted and float(ctx.params["r"]):
-        _, active, unique, shared, _ = _activity(base, tensors, epsilon)
         boost = boosts(_overlap(active, unique, shared), epsilon=epsilon, r=float(ctx.params["r"]),
                        alpha=float(ctx.params["alpha"]))
-    return ram(base, tensors, epsilon=epsilon, boost=boost)
+    del shared
+    return _combine(base, deltas, active, unique, share, boost=boost)
 
 
 class _OverlapSurvey(TensorSurvey):
