@@ -106,6 +106,7 @@ class _OverlapSurvey(TensorSurvey):
     def __init__(self, settings: TensorSettings) -> None:
         self._params = settings.params
         self._overlap: list[tuple[int, int]] | None = None
+        self._boost: list[float] = []
         # A tensor only the base has is the base's: nothing to count.
         self._passes_left = 1 if len(settings.model_params) > 1 else 0
 
@@ -125,14 +126,15 @@ class _OverlapSurvey(TensorSurvey):
 
     def end_pass(self) -> None:
         self._passes_left = 0
+        self._boost = boosts(self._overlap, epsilon=float(self._params["epsilon"]), r=float(self._params["r"]),
+                             alpha=float(self._params["alpha"]))
 
     def merge(self, block: MergeContext) -> torch.Tensor:
         inputs = block.non_base()
         if not inputs:
             return block.base
-        epsilon = float(self._params["epsilon"])
-        boost = boosts(self._overlap, epsilon=epsilon, r=float(self._params["r"]), alpha=float(self._params["alpha"]))
-        return ram(block.base, [block.tensors[i] for i in inputs], epsilon=epsilon, boost=boost)
+        return ram(block.base, [block.tensors[i] for i in inputs], epsilon=float(self._params["epsilon"]),
+                   boost=self._boost)
 
 
 def _overlap_survey(settings: TensorSettings) -> TensorSurvey | None:

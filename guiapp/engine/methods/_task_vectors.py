@@ -271,6 +271,8 @@ def merge_task_vectors(
         ctx.stats["kept_fraction"] = kept / (base.numel() * len(inputs)) if base.numel() else 1.0
     normalize = bool(ctx.params["normalize"])
     scale = float(ctx.params["lambda"])
+    total_weight = sum(weights)
+    weight_divisor = 1.0 if abs(total_weight) < _DIVISOR_EPS else total_weight
 
     def combine(rows: slice) -> None:
         """Mix the weighted changes of `rows` and add the base there, in place in weighted[0]."""
@@ -278,11 +280,9 @@ def merge_task_vectors(
         if consensus:
             mixed, divisor = _sign_consensus(changes, weights, scratch[rows], with_divisor=normalize)
         else:
-            mixed = changes[0]
+            mixed, divisor = changes[0], weight_divisor
             for delta in changes[1:]:
                 mixed.add_(delta)
-            total_weight = sum(weights)
-            divisor = 1.0 if abs(total_weight) < _DIVISOR_EPS else total_weight
         if normalize:
             mixed.div_(divisor)
         if scale != 1:
