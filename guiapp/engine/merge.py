@@ -2,8 +2,8 @@
 
 Tensors that an elementwise method merges (or that are copied) go through the loop a block of rows at a time:
 each input's rows of one block are read from its file, merged, cast and appended, so memory holds a few blocks
-whatever the tensor's size. A method with a survey (TIES, Breadcrumbs) streams the same way after it has been
-shown every block of the tensor in a pass or two (the blocks are read again from the files). Other methods need
+whatever the tensor's size. A method with a survey (TIES, Breadcrumbs, RAM+, SCE) streams the same way after it has
+been shown every block of the tensor in a few passes (the blocks are read again from the files). Other methods need
 whole tensors: those go through whole. The next piece is read ahead on a second thread while the current one is
 computed, and the previous one written on a third: peak memory is a few pieces, never a model or a shard. The
 output appears under its name only when complete.
@@ -236,9 +236,14 @@ def _merge_tensors(
                     if piece.block.stop == task.shape[0]:  # the end of a pass
                         piece.survey.end_pass()
                         if piece.survey.passes_left and not pieces[index + 1].counting:
-                            # An unlucky sample asks for another pass: it goes before the merge pass, whose first
-                            # block is being read ahead already and holds the same rows as the new pass's first.
-                            pieces[index + 1 : index + 1] = _counting_pass(task, piece.survey, sampling=False)
+                            # A pass the survey finds it needs only now (after an unlucky sample, or once SCE knows
+                            # how many entries it keeps) goes before the merge pass, whose first block is being read
+                            # ahead already: read again unless the new pass starts with the same rows.
+                            more = _counting_pass(task, piece.survey, sampling=piece.survey.samples_next_pass)
+                            if more[0].rows != pieces[index + 1].rows:
+                                pending_read.result()
+                                pending_read = reads.submit(_read_piece, plan, readers, more[0], device)
+                            pieces[index + 1 : index + 1] = more
                     continue
                 if piece.rows is None:
                     result = _compute(plan, task, tensors, device, settings.seed, extra)

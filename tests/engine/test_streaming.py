@@ -60,6 +60,11 @@ def test_streamed_output_is_byte_identical_to_the_whole_tensor_path(tmp_path, mo
                f"  - model: {smaller}\nparameters: {{epsilon: 0.002}}\n",
         "ramplus_tl": f"merge_method: ramplus_tl\nbase_model: {base}\ntokenizer_source: base\nmodels:\n"
                       f"  - model: {bigger}\n  - model: {smaller}\nparameters: {{epsilon: 0.002, r: 0.5, alpha: 0.7}}\n",
+        # SCE counts where the changes differ, ranks their variance, sums each model's kept changes, then merges.
+        "sce": f"merge_method: sce\nbase_model: {base}\ntokenizer_source: base\nmodels:\n  - model: {bigger}\n"
+               f"  - model: {smaller}\nparameters: {{select_topk: 0.3}}\n",
+        "sce_all": f"merge_method: sce\nbase_model: {base}\ntokenizer_source: base\nmodels:\n  - model: {bigger}\n"
+                   f"  - model: {smaller}\n",
     }
     plans = {method: plan_merge(recipe(text)) for method, text in texts.items()}
     streamed = {method: {t.name: t for t in plan.tasks if streams_in_blocks(plan, t)} for method, plan in plans.items()}
@@ -75,6 +80,9 @@ def test_streamed_output_is_byte_identical_to_the_whole_tensor_path(tmp_path, mo
     assert streamed["ram"].keys() == streamed["ramplus_tl"].keys() == streamed["task_arithmetic"].keys()
     boosted = merge_module.tensor_survey(plans["ramplus_tl"], streamed["ramplus_tl"]["model.embed_tokens.weight"])
     assert boosted.passes_left == 1  # each model's overlap counted, then the merge
+    assert streamed["sce"].keys() == streamed["sce_all"].keys() == streamed["task_arithmetic"].keys()
+    selecting = merge_module.tensor_survey(plans["sce"], streamed["sce"]["model.embed_tokens.weight"])
+    assert selecting.passes_left == 1 and not selecting.samples_next_pass  # the others are known after this one
 
     for method, text in texts.items():
         run_merge(recipe(text), MergeSettings(tmp_path / f"streamed-{method}", shard_bytes=8_000_000))
@@ -93,13 +101,15 @@ def test_streamed_output_is_byte_identical_to_the_whole_tensor_path(tmp_path, mo
     with monkeypatch.context() as patch:
         patch.setattr(LargestK, "_draw_bracket", unlucky_once)
         run_merge(recipe(texts["ties"]), MergeSettings(tmp_path / "unlucky-ties", shard_bytes=8_000_000))
-    assert len(misses) >= 4  # two models' rankings of each tensor larger than a block
+        assert len(misses) >= 4  # two models' rankings of each tensor larger than a block
+        run_merge(recipe(texts["sce"]), MergeSettings(tmp_path / "unlucky-sce", shard_bytes=8_000_000))
+        assert len(misses) >= 6  # and SCE's ranking of each
     monkeypatch.setattr(merge_module, "streams_in_blocks", lambda plan, task: False)
     for method, text in texts.items():
         run_merge(recipe(text), MergeSettings(tmp_path / f"whole-{method}", shard_bytes=8_000_000))
         whole_files = _output_bytes(tmp_path / f"whole-{method}")
         assert len(whole_files) > 2  # sharded: blocks are written across shard files
-        for streamed_run in [f"streamed-{method}"] + (["unlucky-ties"] if method == "ties" else []):
+        for streamed_run in [f"streamed-{method}"] + ([f"unlucky-{method}"] if method in ("ties", "sce") else []):
             streamed_files = _output_bytes(tmp_path / streamed_run)
             assert streamed_files.keys() == whole_files.keys()
             for name, data in whole_files.items():
@@ -116,7 +126,7 @@ _CHILD = textwrap.dedent("""
 
 
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="samples RssAnon from /proc")
-@pytest.mark.parametrize("method", ["linear", "ties"])
+@pytest.mark.parametrize("method", ["linear", "ties", "sce"])
 def test_peak_memory_does_not_grow_with_the_largest_tensor(tmp_path, method):
     peaks = {}
     for vocab in (16_000, 80_000):  # tied embeddings of 32 MB and 164 MB in bfloat16, the rest a few MB
@@ -125,6 +135,9 @@ def test_peak_memory_does_not_grow_with_the_largest_tensor(tmp_path, method):
         two = write_llama(tmp_path / f"two-{vocab}", shape, seed=2, tie_embeddings=True)
         recipe_file = tmp_path / f"recipe-{vocab}.yml"
         base, density = (f"base_model: {one}\n", ", density: 0.3") if method == "ties" else ("", "")
+        if method == "sce":  # two fine-tunes of `one`, whose changes' variance SCE ranks
+            base = f"base_model: {write_llama(tmp_path / f'three-{vocab}', shape, seed=3, tie_embeddings=True)}\n" \
+                   f"parameters: {{select_topk: 0.5}}\n"
         recipe_file.write_text(f"merge_method: {method}\n{base}models:\n  - model: {one}\n    parameters: {{weight: 0.5}}\n"
                                f"  - model: {two}\n    parameters: {{weight: 0.5{density}}}\n")
         run = run_measuring_memory([sys.executable, "-c", _CHILD, str(recipe_file), str(tmp_path / f"out-{vocab}")])
@@ -167,18 +180,46 @@ def test_the_pass_that_draws_the_sample_converts_only_the_sampled_entries(tmp_pa
     assert one_pass <= sum(counted) < 1.1 * one_pass
 
 
-def test_the_pass_that_draws_the_sample_reads_an_eighth_of_each_tensor(tmp_path, monkeypatch):
+def _sce_of_two_fine_tunes(tmp_path: Path) -> tuple[int, str]:
+    """(the vocabulary, an SCE recipe) for the models of `_ties_of_one_fine_tune` and another fine-tune."""
     vocab, text = _ties_of_one_fine_tune(tmp_path)
-    rows_read: list[int] = []
+    base = text.split("base_model: ")[1].split("\n")[0]
+    tuned = text.split("  - model: ")[1].split("\n")[0]
+    other = _model(tmp_path / "other", LlamaShape(layers=1, vocab=vocab), seed=2)
+    return vocab, (f"merge_method: sce\nbase_model: {base}\nparameters: {{select_topk: 0.4}}\nmodels:\n"
+                   f"  - model: {tuned}\n  - model: {other}\n")
+
+
+@pytest.mark.parametrize(("recipe_of", "models", "full_passes"),
+                         [(_ties_of_one_fine_tune, 2, 2), (_sce_of_two_fine_tunes, 3, 4)])
+def test_the_pass_that_draws_the_sample_reads_an_eighth_of_each_tensor(
+    tmp_path, monkeypatch, recipe_of, models, full_passes
+):
+    vocab, text = recipe_of(tmp_path)
+    rows_read: dict[str, int] = {}
     real_read_rows = ModelReader.read_rows
 
     def read_rows(self, name, rows):
         if name == "model.embed_tokens.weight":
-            rows_read.append(len(rows))
+            rows_read[self.folder] = rows_read.get(self.folder, 0) + len(rows)
         return real_read_rows(self, name, rows)
 
+    counted_rows, real_count = [], merge_module._count_block
+
+    def count_block(plan, piece, tensors, *args):
+        counted_rows.append((len(piece.rows), tensors[0].shape[0]))
+        return real_count(plan, piece, tensors, *args)
+
     monkeypatch.setattr(ModelReader, "read_rows", read_rows)
+    monkeypatch.setattr(merge_module, "_count_block", count_block)
     run_merge(recipe(text), MergeSettings(tmp_path / "out"))
-    # Each input: an eighth of the rows to draw the sample, all of them to count, all of them to merge.
-    assert sum(rows_read) <= 2 * (2 + 1 / 8) * vocab + 2 * 4, rows_read
-    assert sum(rows_read) >= 2 * 2 * vocab
+    # Each model: an eighth of the rows to draw the sample, all of them in each other pass (TIES: count and merge;
+    # SCE: count what differs, count, sum the kept changes, merge). SCE's sample pass comes second, once the first
+    # has ended and the merge pass's first block has been read ahead: that block is read again.
+    assert len(rows_read) == models
+    read_again = BLOCK_ELEMENTS // 64 if full_passes > 2 else 0
+    for rows in rows_read.values():
+        assert full_passes * vocab <= rows <= (full_passes + 1 / 8) * vocab + read_again + 4, rows_read
+    # Every block shown to the survey holds the rows its piece names, even the first one of a pass inserted after
+    # the next piece was read ahead.
+    assert all(named == held for named, held in counted_rows), counted_rows

@@ -286,6 +286,17 @@ def test_reductions_accumulate_in_float64():
     assert _reduce.mean_square(b) == pytest.approx(float(np.mean(b64 * b64)), rel=1e-12)
 
 
+def test_a_square_sum_shown_in_pieces_is_the_sum_of_the_whole_tensor():
+    tensor = torch.randn(3_000_001, generator=torch.Generator().manual_seed(4)).mul_(1e3)
+    whole = _reduce.square_sum(tensor)
+    for cuts in ([1, 1_048_575, 1_048_577, 2_000_000], [999_983 * k for k in range(1, 4)], [5]):
+        squares = _reduce.SquareSum(tensor.numel())
+        for piece in torch.tensor_split(tensor, cuts):
+            squares.add(piece.clone())
+        assert squares.total() == whole, cuts  # the same float64 sum, bit for bit
+    assert _reduce.SquareSum(0).total() == 0.0
+
+
 def test_vector_gram_along_rows_and_columns():
     a = torch.arange(12, dtype=torch.float32).reshape(3, 4)
     b = torch.ones(3, 4)

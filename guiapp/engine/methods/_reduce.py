@@ -68,19 +68,63 @@ def gram(a: torch.Tensor, b: torch.Tensor) -> tuple[float, float, float]:
     return tuple(math.fsum(float(p) for p in parts) for parts in (squares_a, squares_b, crossed))
 
 
+class SquareSum:
+    """Σ x² over the `numel` entries of one tensor shown in pieces, in flat order (a merge's blocks of rows): the
+    same float64 sum whatever the pieces, since its chunks are a million entries of the whole tensor however the
+    pieces cut them."""
+
+    def __init__(self, numel: int) -> None:
+        self._numel = numel
+        self._buffer: torch.Tensor | None = None
+        self._filled = 0
+        self._partials: torch.Tensor | None = None
+        self._chunks = 0
+
+    def add(self, piece: torch.Tensor) -> None:
+        """Add the squares of the next entries."""
+        flat = piece.reshape(-1)
+        if self._buffer is None:
+            # Both allocated once: small pieces allocated all along a merge pass sit between its blocks' short-lived
+            # buffers in the C allocator's heap and keep it from reusing their memory.
+            self._buffer = torch.empty(min(_CHUNK, self._numel), dtype=torch.float64, device=flat.device)
+            self._partials = torch.empty(-(-self._numel // _CHUNK), dtype=torch.float64, device=flat.device)
+        start = 0
+        while start < flat.numel():
+            taken = min(self._buffer.numel() - self._filled, flat.numel() - start)
+            self._buffer[self._filled : self._filled + taken].copy_(flat[start : start + taken])
+            self._filled += taken
+            start += taken
+            if self._filled == self._buffer.numel():
+                self._close_chunk()
+
+    def _close_chunk(self) -> None:
+        part = self._buffer[: self._filled]
+        torch.matmul(part, part, out=self._partials[self._chunks])
+        self._chunks += 1
+        self._filled = 0
+
+    def total(self) -> float:
+        """The sum of the squares of every entry added."""
+        if self._filled:
+            self._close_chunk()
+        return math.fsum(self._partials[: self._chunks].tolist()) if self._partials is not None else 0.0
+
+
+def square_sum(x: torch.Tensor) -> float:
+    """Σ x² over the entries of `x`."""
+    squares = SquareSum(x.numel())
+    squares.add(x)
+    return squares.total()
+
+
 def norm(x: torch.Tensor) -> float:
     """The Euclidean norm of `x` flattened."""
-    buffer = _buffer(x)
-    partials = []
-    for _, chunk in _flat_chunks(x):
-        part = buffer[: chunk.numel()].copy_(chunk)
-        partials.append(part @ part)
-    return math.sqrt(math.fsum(float(p) for p in partials))
+    return math.sqrt(square_sum(x))
 
 
 def mean_square(x: torch.Tensor) -> float:
     """The mean of the squared entries of `x` (0 for an empty tensor)."""
-    return norm(x) ** 2 / x.numel() if x.numel() else 0.0
+    return square_sum(x) / x.numel() if x.numel() else 0.0
 
 
 def vector_gram(a: torch.Tensor, b: torch.Tensor, dim: int = -1) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

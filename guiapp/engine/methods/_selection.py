@@ -85,6 +85,7 @@ class LargestK:
         self._threshold: torch.Tensor | None = None
         self._below_threshold = -math.inf
         self._ties_left = 0  # entries equal to the threshold still to be selected, in flat order
+        self._ties_found = 0  # as many, before the first block was marked
         self._all_ties = True
         self._ties_by_block: list[int] | None = None  # entries equal to the threshold in each block, when counted
         self._next_block = 0  # the block that `indicator` or `shrink` sees next
@@ -216,6 +217,7 @@ class LargestK:
         # samples add up to about 1 GB); the threshold and the bracket's bounds are views that would keep it (or
         # the entries collected) alive.
         self._threshold, self._ties_left, self._all_ties = threshold.clone(), ties_left, all_ties
+        self._ties_found = ties_left
         # |x| >= t is |x| > the dtype's next value below t: what `shrink` keeps where every tie is selected.
         self._below_threshold = float(torch.nextafter(threshold, threshold.new_tensor(-math.inf)))
         self._ties_by_block = ties_by_block
@@ -255,6 +257,11 @@ class LargestK:
     def k(self) -> int:
         """How many entries are selected (all of them when k >= n, none when k <= 0)."""
         return min(max(self._k, 0), self._n)
+
+    def rewind(self) -> None:
+        """Start marking the blocks again from the first: for a caller that goes over the selected entries in more
+        than one pass."""
+        self._next_block, self._ties_left = 0, self._ties_found
 
     def indicator(self, scores: torch.Tensor) -> torch.Tensor:
         """1.0 at the block's selected entries and 0.0 elsewhere: float32, the block's shape."""
