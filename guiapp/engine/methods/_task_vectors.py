@@ -23,6 +23,7 @@ from guiapp.engine.methods.base import (
     TensorSettings,
     TensorSurvey,
     WorkingCopies,
+    row_halves,
 )
 from guiapp.errors import IncompatibleModelsError, RecipeError
 
@@ -291,8 +292,7 @@ def merge_task_vectors(
 
     # From here on each entry depends on its own position alone: a block of a ranked tensor is mixed in two halves,
     # which the merge loop may run at once (MergeContext.run_each).
-    half = base.shape[0] // 2 if rankings is not None and base.dim() else 0
-    ctx.run_each(combine, [slice(0, half), slice(half, None)] if half else [slice(None)])
+    ctx.run_each(combine, row_halves(base) if rankings is not None else [slice(None)])
     return weighted[0]
 
 

@@ -82,6 +82,13 @@ def one_at_a_time(function: Callable[[Any], Any], items: Sequence[Any]) -> list[
     return [function(item) for item in items]
 
 
+def row_halves(block: torch.Tensor) -> list[slice]:
+    """The rows of a block in two halves, for `run_each` to work on at once when each entry depends on its own
+    position alone; one part for a block of one row."""
+    half = block.shape[0] // 2 if block.dim() else 0
+    return [slice(0, half), slice(half, None)] if half else [slice(None)]
+
+
 @dataclass
 class MergeContext:
     """Everything a method needs to merge one output tensor.

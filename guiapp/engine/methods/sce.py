@@ -19,6 +19,7 @@ from guiapp.engine.methods.base import (
     TensorSettings,
     TensorSurvey,
     WorkingCopies,
+    row_halves,
 )
 from guiapp.errors import IncompatibleModelsError
 
@@ -152,7 +153,8 @@ class _SelectionSurvey(TensorSurvey):
         return positions
 
     def count(self, block: MergeContext) -> None:
-        deltas, variance = _deltas_and_variance(block)
+        deltas, variance = _deltas_and_variance(block, with_variance=self._selection is not None or
+                                                self._stage is _Stage.VARIED)
         if self._stage is _Stage.VARIED:
             self._varied += int(torch.count_nonzero(variance))
         elif self._stage is _Stage.RANKING:
@@ -186,7 +188,7 @@ class _SelectionSurvey(TensorSurvey):
     def merge(self, block: MergeContext) -> torch.Tensor:
         if not self._weights:
             return block.base
-        deltas, variance = _deltas_and_variance(block)
+        deltas, variance = _deltas_and_variance(block, with_variance=self._selection is not None)
         selected = self._selection.indicator(variance) if self._selection is not None else None
         del variance
 
@@ -197,29 +199,26 @@ class _SelectionSurvey(TensorSurvey):
                     change.mul_(selected[rows])
             _erase_and_mix(block.base[rows], changes, self._weights)  # in place in deltas[0]
 
-        block.run_each(mix, _halves(block.base))
+        block.run_each(mix, row_halves(block.base))
         return deltas[0]
 
 
-def _halves(block: torch.Tensor) -> list[slice]:
-    """The block's rows in two halves (one part for a block of one row)."""
-    half = block.shape[0] // 2 if block.dim() else 0
-    return [slice(0, half), slice(half, None)] if half else [slice(None)]
-
-
-def _deltas_and_variance(block: MergeContext) -> tuple[list[torch.Tensor], torch.Tensor]:
-    """The block's changes (one buffer per model) and their variance across models; entries depend on their own
-    position alone, so the two halves of the block are computed at once (MergeContext.run_each)."""
+def _deltas_and_variance(
+    block: MergeContext, with_variance: bool = True
+) -> tuple[list[torch.Tensor], torch.Tensor | None]:
+    """The block's changes (one buffer per model) and, `with_variance`, their variance across models; entries depend
+    on their own position alone, so the two halves of the block are computed at once (MergeContext.run_each)."""
     base = block.base
     tensors = [block.tensors[i] for i in block.non_base()]
     deltas = [torch.empty_like(base) for _ in tensors]
-    variance = torch.empty_like(base)
+    variance = torch.empty_like(base) if with_variance else None
 
     def compute(rows: slice) -> None:
         changes = [torch.sub(tensor[rows], base[rows], out=delta[rows]) for tensor, delta in zip(tensors, deltas)]
-        _variance(changes, out=variance[rows])
+        if variance is not None:
+            _variance(changes, out=variance[rows])
 
-    block.run_each(compute, _halves(base))
+    block.run_each(compute, row_halves(base))
     return deltas, variance
 
 
