@@ -236,14 +236,9 @@ def _merge_tensors(
                     if piece.block.stop == task.shape[0]:  # the end of a pass
                         piece.survey.end_pass()
                         if piece.survey.passes_left and not pieces[index + 1].counting:
-                            # A pass the survey finds it needs only now (after an unlucky sample, or once SCE knows
-                            # how many entries it keeps) goes before the merge pass, whose first block is being read
-                            # ahead already: read again unless the new pass starts with the same rows.
-                            more = _counting_pass(task, piece.survey, sampling=piece.survey.samples_next_pass)
-                            if more[0].rows != pieces[index + 1].rows:
-                                pending_read.result()
-                                pending_read = reads.submit(_read_piece, plan, readers, more[0], device)
-                            pieces[index + 1 : index + 1] = more
+                            # An unlucky sample asks for another pass: it goes before the merge pass, whose first
+                            # block is being read ahead already and holds the same rows as the new pass's first.
+                            pieces[index + 1 : index + 1] = _counting_pass(task, piece.survey, sampling=False)
                     continue
                 if piece.rows is None:
                     result = _compute(plan, task, tensors, device, settings.seed, extra)

@@ -102,6 +102,32 @@ def test_a_sample_and_a_count_are_two_passes_and_small_tensors_need_one():
     assert _passes(values, 0) == _passes(values, 1_000_000) == 0
 
 
+@pytest.mark.parametrize(("settled", "passes"), [(499_000, 2), (200_000, 3), (0, 2), (1_000_000, 2), (1_000_001, 2)])
+@pytest.mark.parametrize("n", [1_000_000, 50_000])
+def test_a_k_settled_while_counting_selects_exactly_that_many(settled, passes, n):
+    values = torch.randint(0, 5_000, (n,), generator=torch.Generator().manual_seed(9)).float()  # ties at the cut
+    settled = settled * n // 1_000_000
+    largest, passes_made = LargestK(n, n // 2, torch.float32), 0  # ranked for an estimate of half
+    blocks = values.split(30_000)
+    while largest.passes_left:
+        sampling = largest.samples_next_pass
+        for block in blocks:
+            largest.count(block)
+        if not sampling:
+            largest.settle(settled)
+        largest.end_pass()
+        passes_made += 1
+    expected = torch.zeros(n, dtype=torch.bool)
+    expected[torch.sort(values, descending=True, stable=True).indices[:settled]] = True
+    assert torch.equal(torch.cat([largest.indicator(block).bool() for block in blocks]), expected)
+    assert largest.k == min(settled, n)
+    # The bracket drawn for the estimate holds a k close to it; one far from it costs another pass. A tensor too
+    # small to sample is counted once.
+    assert passes_made == (passes if n >= 65_536 else 1)
+    with pytest.raises(ValueError):
+        largest.settle(1)
+
+
 @pytest.mark.parametrize("wrong", ["too_low", "too_high"])
 def test_a_bracket_that_misses_costs_one_more_pass_and_the_answer_stays_exact(monkeypatch, wrong):
     values = torch.rand(200_000, generator=torch.Generator().manual_seed(5))

@@ -159,10 +159,23 @@ class LargestK:
         self._inside_sizes.append(inside.numel())
         self._inside.slot(inside.numel(), inside).copy_(inside)
 
+    def settle(self, k: int) -> None:
+        """Change k before the pass that counts ends: for a caller that learns how many entries it selects while
+        they are ranked (SCE keeps a fraction of the scores that are not 0). The bracket drawn for the k given before
+        may miss the new one's rank, which costs another pass; the selection is exact for the k given last. Raises
+        ValueError once no pass is left."""
+        if not self.passes_left:
+            raise ValueError("LargestK.settle after the k-th largest was found")
+        self._k = k
+
     def end_pass(self) -> None:
         """Close the current pass: after the sample, draw the bracket; after the count, find the k-th largest or
         widen the bracket for another pass."""
         self.passes_left -= 1
+        if not self._drawing_sample and (self._k <= 0 or self._k >= self._n):  # settled on none or all
+            self.passes_left = 0
+            self._release()
+            return
         if self._drawing_sample:
             self._drawing_sample = False
             sample = self._sample.values()
@@ -213,14 +226,17 @@ class LargestK:
     def _found(
         self, threshold: torch.Tensor, ties_left: int, all_ties: bool, ties_by_block: list[int] | None = None
     ) -> None:
-        # The sample is no longer needed: a merge keeps every tensor's selections until it ends (a 7B model's
-        # samples add up to about 1 GB); the threshold and the bracket's bounds are views that would keep it (or
-        # the entries collected) alive.
         self._threshold, self._ties_left, self._all_ties = threshold.clone(), ties_left, all_ties
         self._ties_found = ties_left
         # |x| >= t is |x| > the dtype's next value below t: what `shrink` keeps where every tie is selected.
         self._below_threshold = float(torch.nextafter(threshold, threshold.new_tensor(-math.inf)))
         self._ties_by_block = ties_by_block
+        self._release()
+
+    def _release(self) -> None:
+        """Drop the sample and the entries collected, no longer needed: a merge keeps every tensor's selections until
+        it ends (a 7B model's samples add up to about 1 GB); the bracket's bounds are views that would keep them
+        alive (the threshold is a copy)."""
         self._bracket, self._sample_values, self._inside = (None, None), None, _Gathered(0)
 
     def _expected_inside(self) -> int:

@@ -111,34 +111,37 @@ def sce(base: torch.Tensor, tensors: list[torch.Tensor], *, select_topk: float) 
 
 
 class _Stage(enum.Enum):
-    VARIED = "count the positions where the changes differ"
-    RANKING = "rank the variance"
+    RANKING = "rank the variance, counting where it is not 0"
     ENERGY = "sum each model's squared kept changes"
     MERGE = "merge"
 
 
 class _SelectionSurvey(TensorSurvey):
-    """SCE a block at a time. One pass counts the positions where the models' changes differ, which says how many
-    the selection keeps; `LargestK`'s passes (usually two) rank the variance; one more sums each model's squared
+    """SCE a block at a time. `LargestK`'s passes (usually two) rank the variance across models while counting the
+    positions where it is not 0, of which the selection keeps a fraction; one more pass sums each model's squared
     kept changes, which give the weights. Then each block is merged with that selection and those weights: the same
     result as the whole tensor gives."""
 
     def __init__(self, settings: TensorSettings) -> None:
         self._numel, self._dtype = settings.numel, settings.dtype
         self._select_topk = float(settings.params["select_topk"])
-        self._varied = 0
-        self._selection: LargestK | None = None
         self._squares = [SquareSum(settings.numel) for _ in range(len(settings.model_params) - 1)]
         self._weights: list[float] = []
-        self._sampled = False  # whether the block being counted is the entries at sample_positions
+        self._selection: LargestK | None = None
         if not self._squares or self._select_topk <= 0:
             self._stage = _Stage.MERGE  # the base's own tensor, or a selection of nothing: the base
-        else:
-            self._stage = _Stage.VARIED if self._select_topk < 1 else _Stage.ENERGY
+            return
+        self._stage = _Stage.ENERGY
+        if self._select_topk < 1:
+            # Ranked for as many as it may keep (every variance not 0); it learns how many while it ranks (`settle`).
+            self._selection = LargestK(self._numel, _selected_count(self._numel, self._select_topk), self._dtype)
+            if self._selection.passes_left:
+                self._stage = _Stage.RANKING
+        self._nonzero = self._shown = 0  # variances not 0, of those shown in the current pass
+        self._sampled = False  # whether the block being counted is the entries at sample_positions
 
     @property
     def passes_left(self) -> int:
-        # The ranking's passes are known once the positions that differ are counted: the count grows then.
         if self._stage is _Stage.RANKING:
             return self._selection.passes_left + 1
         return 0 if self._stage is _Stage.MERGE else 1
@@ -153,28 +156,30 @@ class _SelectionSurvey(TensorSurvey):
         return positions
 
     def count(self, block: MergeContext) -> None:
-        deltas, variance = _deltas_and_variance(block, with_variance=self._selection is not None or
-                                                self._stage is _Stage.VARIED)
-        if self._stage is _Stage.VARIED:
-            self._varied += int(torch.count_nonzero(variance))
-        elif self._stage is _Stage.RANKING:
+        deltas, variance = _deltas_and_variance(block, with_variance=self._selection is not None)
+        if self._stage is _Stage.RANKING:
+            self._nonzero += int(torch.count_nonzero(variance))
+            self._shown += variance.numel()
             (self._selection.count_sample if self._sampled else self._selection.count)(variance)
-        else:
-            selected = self._selection.indicator(variance) if self._selection is not None else None
+            return
+        selected = self._selection.indicator(variance) if self._selection is not None else None
 
-            def add_squares(model: int) -> None:
-                if selected is not None:
-                    deltas[model].mul_(selected)
-                self._squares[model].add(deltas[model])
+        def add_squares(model: int) -> None:
+            if selected is not None:
+                deltas[model].mul_(selected)
+            self._squares[model].add(deltas[model])
 
-            # Each model's sum is its own: the models are summed at once.
-            block.run_each(add_squares, range(len(deltas)))
+        # Each model's sum is its own: the models are summed at once.
+        block.run_each(add_squares, range(len(deltas)))
 
     def end_pass(self) -> None:
-        if self._stage is _Stage.VARIED:
-            self._selection = LargestK(self._numel, _selected_count(self._varied, self._select_topk), self._dtype)
-            self._stage = _Stage.RANKING if self._selection.passes_left else _Stage.ENERGY
-        elif self._stage is _Stage.RANKING:
+        if self._stage is _Stage.RANKING:
+            # The sample's share of variances not 0 estimates how many the selection keeps, where the bracket is
+            # drawn; a pass over every entry counts them: k is exact then.
+            nonzero = round(self._numel * self._nonzero / self._shown) if self._selection.samples_next_pass \
+                else self._nonzero
+            self._selection.settle(_selected_count(nonzero, self._select_topk))
+            self._nonzero = self._shown = 0
             self._selection.end_pass()
             if not self._selection.passes_left:
                 self._stage = _Stage.ENERGY
