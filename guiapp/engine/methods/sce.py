@@ -29,12 +29,17 @@ _ONE = torch.tensor(1.0)
 _ZERO = torch.tensor(0.0)
 
 
+def _sum(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """Σ of the tensors, added in order, in a new tensor."""
+    total = torch.add(tensors[0], tensors[1]) if len(tensors) > 1 else tensors[0].clone()
+    for tensor in tensors[2:]:
+        total.add_(tensor)
+    return total
+
+
 def _variance(deltas: list[torch.Tensor], out: torch.Tensor | None = None) -> torch.Tensor:
     """The population variance across models at each position, in `out` or a new tensor."""
-    mean = deltas[0].clone()
-    for delta in deltas[1:]:
-        mean.add_(delta)
-    mean.div_(len(deltas))
+    mean = _sum(deltas).div_(len(deltas))
     # Σ (δ_i − mean)² with one buffer for the differences between the first and the last, whose difference is taken
     # in `mean` itself (its square is the same): every buffer of a whole tensor is memory the system maps and zeroes
     # afresh.
@@ -71,9 +76,7 @@ def _weights(energies: list[float]) -> list[float]:
 def _erase_and_mix(base: torch.Tensor, deltas: list[torch.Tensor], weights: list[float]) -> torch.Tensor:
     """b + Σ w_i m_i δ_i / clamp(Σ w_i m_i, 1e-6), m_i keeping the entries whose sign agrees with the sign of Σ δ_j
     (0 counts as +; a zero entry never agrees). Changes `deltas` in place: the result is deltas[0]."""
-    elected = deltas[0].clone()
-    for delta in deltas[1:]:
-        elected.add_(delta)
+    elected = _sum(deltas)
     # ±1 by the sign of the sum. A sum of -0.0 (every change there -0.0) elects -, where no entry agrees either way.
     torch.copysign(_ONE, elected, out=elected)
     # With s = ±1, relu(s·δ) is |δ| where δ agrees with s and 0 elsewhere (exact: s·δ only flips a sign), and its
