@@ -465,8 +465,14 @@ def _merge_block(
     Raises NonFiniteResultError when the block comes out NaN or infinite: the block depends on these rows (and
     on the survey, which only ranks them), so they tell an input's NaN from an overflow of the cast.
     """
-    inputs = [_to_compute(plan, tensor, device) for tensor in tensors]
-    result = inputs[0] if task.copy else _merge_one(plan, task, inputs, device, seed, extra, survey, run_each)
+    if task.copy and plan.read_dtype is None and tensors[0].dtype == plan.out_dtype:
+        # A copy stored in the output's dtype (passthrough, a tensor only one model has): converted to the compute
+        # dtype and back it would come out the same, so it is written as read.
+        inputs = tensors
+        result = tensors[0]
+    else:
+        inputs = [_to_compute(plan, tensor, device) for tensor in tensors]
+        result = inputs[0] if task.copy else _merge_one(plan, task, inputs, device, seed, extra, survey, run_each)
     stored = result.to(plan.out_dtype)
     if not _all_finite(stored):
         raise _non_finite_error(plan, task, inputs, computed_finite=_all_finite(result))

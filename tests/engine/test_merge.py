@@ -416,3 +416,27 @@ def test_large_tensors_merged_in_blocks_match_and_are_checked(tmp_path):
     with pytest.raises(NonFiniteResultError, match=f"{name}.*{broken}"):
         _merge(f"merge_method: linear\nmodels:\n  - model: {broken}\n    parameters: {{weight: 1}}\n", tmp_path / "n")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b", "nan", "out"]
+
+
+def test_large_copies_are_written_as_stored_converted_when_asked_and_checked(tmp_path):
+    from guiapp.engine.merge import BLOCK_ELEMENTS  # noqa: PLC0415
+
+    shape = LlamaShape(layers=1, vocab=BLOCK_ELEMENTS // 64 * 3 + 5)  # embeddings span several blocks
+    tensors = llama_tensors(shape, torch.Generator().manual_seed(3))
+    name = "model.embed_tokens.weight"
+    tensors[name][7, :4] = torch.tensor([-0.0, 6e-8, 65504.0, -1e-7])  # signed zero, subnormals
+    model = write_checkpoint(tmp_path / "a", tensors, llama_config(shape, torch.float16), torch.float16)
+    stored = load_folder(model)[name]
+    copy = f"merge_method: passthrough\nslices:\n  - sources:\n      - model: {model}\n        layer_range: [0, 1]\n"
+    _merge(copy, tmp_path / "same")
+    assert torch.equal(load_folder(tmp_path / "same")[name].view(torch.int16), stored.view(torch.int16))
+    _merge(copy + "dtype: bfloat16\n", tmp_path / "bf16")
+    assert torch.equal(load_folder(tmp_path / "bf16")[name].view(torch.int16), stored.bfloat16().view(torch.int16))
+
+    broken = load_folder(model)
+    broken[name][-1, -1] = float("nan")
+    broken_model = write_checkpoint(tmp_path / "nan", broken, llama_config(shape, torch.float16))
+    with pytest.raises(NonFiniteResultError, match=f"{name}.*{broken_model}.*already contains NaN"):
+        _merge(copy.replace(str(model), str(broken_model)), tmp_path / "n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "bf16", "nan", "same"]
+
