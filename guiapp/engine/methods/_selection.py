@@ -59,8 +59,8 @@ class LargestK:
 
     Show every block, in order, to `count` once per pass, and call `end_pass` after each; `passes_left` says
     whether another pass is needed (usually two in all; a third after an unlucky sample). Then `indicator` marks
-    the selected entries of each block, again called on the blocks in order. k <= 0 selects nothing, k >= n
-    everything, without any pass.
+    the selected entries of each block, again called on the blocks in order (`rewind` to mark them again). k <= 0
+    selects nothing, k >= n everything, without any pass; a caller that learns k while counting gives it to `settle`.
     """
 
     def __init__(self, n: int, k: int, dtype: torch.dtype) -> None:

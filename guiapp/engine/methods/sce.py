@@ -8,7 +8,6 @@ import math
 import torch
 
 from guiapp.engine.methods import _reduce
-from guiapp.engine.methods._reduce import SquareSum
 from guiapp.engine.methods._selection import LargestK, top_k_indicator
 from guiapp.engine.methods.base import (
     BaseRole,
@@ -128,9 +127,11 @@ class _SelectionSurvey(TensorSurvey):
     def __init__(self, settings: TensorSettings) -> None:
         self._numel, self._dtype = settings.numel, settings.dtype
         self._select_topk = float(settings.params["select_topk"])
-        self._squares = [SquareSum(settings.numel) for _ in range(len(settings.model_params) - 1)]
+        self._squares = [_reduce.SquareSum(settings.numel) for _ in range(len(settings.model_params) - 1)]
         self._weights: list[float] = []
         self._selection: LargestK | None = None
+        self._nonzero = self._shown = 0  # variances not 0, of those shown in the current pass
+        self._sampled = False  # whether the block being counted is the entries at sample_positions
         if not self._squares or self._select_topk <= 0:
             self._stage = _Stage.MERGE  # the base's own tensor, or a selection of nothing: the base
             return
@@ -140,8 +141,6 @@ class _SelectionSurvey(TensorSurvey):
             self._selection = LargestK(self._numel, _selected_count(self._numel, self._select_topk), self._dtype)
             if self._selection.passes_left:
                 self._stage = _Stage.RANKING
-        self._nonzero = self._shown = 0  # variances not 0, of those shown in the current pass
-        self._sampled = False  # whether the block being counted is the entries at sample_positions
 
     @property
     def passes_left(self) -> int:
