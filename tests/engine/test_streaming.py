@@ -149,13 +149,19 @@ def test_peak_memory_does_not_grow_with_the_largest_tensor(tmp_path, method):
     assert growth < 150 * 2**20, (peaks, growth)
 
 
+_VOCAB = BLOCK_ELEMENTS // 64 * 3 + 5  # embeddings that span four blocks
+
+
+def _models(tmp_path: Path, names: list[str]) -> list[Path]:
+    """One small model per name (seeds 0, 1, …), whose embeddings span four blocks."""
+    return [_model(tmp_path / name, LlamaShape(layers=1, vocab=_VOCAB), seed=seed) for seed, name in enumerate(names)]
+
+
 def _ties_of_one_fine_tune(tmp_path: Path) -> tuple[int, str]:
-    """(the vocabulary, a TIES recipe) for a base and one fine-tune whose embeddings span four blocks."""
-    vocab = BLOCK_ELEMENTS // 64 * 3 + 5
-    base = _model(tmp_path / "base", LlamaShape(layers=1, vocab=vocab), seed=0)
-    tuned = _model(tmp_path / "tuned", LlamaShape(layers=1, vocab=vocab), seed=1)
-    return vocab, (f"merge_method: ties\nbase_model: {base}\nmodels:\n"
-                   f"  - model: {tuned}\n    parameters: {{weight: 1.0, density: 0.5}}\n")
+    """(the vocabulary, a TIES recipe) for a base and one fine-tune."""
+    base, tuned = _models(tmp_path, ["base", "tuned"])
+    return _VOCAB, (f"merge_method: ties\nbase_model: {base}\nmodels:\n"
+                    f"  - model: {tuned}\n    parameters: {{weight: 1.0, density: 0.5}}\n")
 
 
 def test_the_pass_that_draws_the_sample_converts_only_the_sampled_entries(tmp_path, monkeypatch):
@@ -181,13 +187,10 @@ def test_the_pass_that_draws_the_sample_converts_only_the_sampled_entries(tmp_pa
 
 
 def _sce_of_two_fine_tunes(tmp_path: Path) -> tuple[int, str]:
-    """(the vocabulary, an SCE recipe) for the models of `_ties_of_one_fine_tune` and another fine-tune."""
-    vocab, text = _ties_of_one_fine_tune(tmp_path)
-    base = text.split("base_model: ")[1].split("\n")[0]
-    tuned = text.split("  - model: ")[1].split("\n")[0]
-    other = _model(tmp_path / "other", LlamaShape(layers=1, vocab=vocab), seed=2)
-    return vocab, (f"merge_method: sce\nbase_model: {base}\nparameters: {{select_topk: 0.4}}\nmodels:\n"
-                   f"  - model: {tuned}\n  - model: {other}\n")
+    """(the vocabulary, an SCE recipe) for a base and two fine-tunes."""
+    base, tuned, other = _models(tmp_path, ["base", "tuned", "other"])
+    return _VOCAB, (f"merge_method: sce\nbase_model: {base}\nparameters: {{select_topk: 0.4}}\nmodels:\n"
+                    f"  - model: {tuned}\n  - model: {other}\n")
 
 
 @pytest.mark.parametrize(("recipe_of", "models", "full_passes"),

@@ -211,7 +211,7 @@ class _SelectionSurvey(TensorSurvey):
 
 
 def _deltas_and_variance(
-    block: MergeContext, with_variance: bool = True
+    block: MergeContext, *, with_variance: bool
 ) -> tuple[list[torch.Tensor], torch.Tensor | None]:
     """The block's changes (one buffer per model) and, `with_variance`, their variance across models; entries depend
     on their own position alone, so the two halves of the block are computed at once (MergeContext.run_each)."""
