@@ -199,6 +199,27 @@ def _rescale(delta: torch.Tensor, l1_before: float, rescale: bool) -> None:
             delta.mul_(l1_before / l1_after)
 
 
+def sum_in_order(tensors: list[torch.Tensor], out: torch.Tensor | None = None) -> torch.Tensor:
+    """Σ tensors, added in order, in `out` or a new tensor."""
+    if out is None:
+        out = torch.empty_like(tensors[0])
+    if len(tensors) > 1:
+        torch.add(tensors[0], tensors[1], out=out)
+    else:
+        out.copy_(tensors[0])
+    for tensor in tensors[2:]:
+        out.add_(tensor)
+    return out
+
+
+def elect_signs(changes: list[torch.Tensor], out: torch.Tensor | None = None) -> torch.Tensor:
+    """±1 at each position by the sign of Σ changes (`sum_in_order`), in `out` or a new tensor: + where the sum is
+    >= 0. A sum of -0.0 (every change there -0.0, e.g. pruned from a negative value) elects -, where no entry agrees
+    either way, so the merged value is the same."""
+    total = sum_in_order(changes, out)
+    return torch.copysign(_ONE, total, out=total)
+
+
 def _sign_consensus(
     weighted: list[torch.Tensor], weights: list[float], elected: torch.Tensor, with_divisor: bool
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -208,15 +229,7 @@ def _sign_consensus(
     (Σ agreeing δ'_i, Σ agreeing w_i with 0 replaced by 1, or None without `with_divisor`). Reuses the
     tensors of `weighted` and the buffer `elected` (δ's shape) to stay at a few copies of the tensor.
     """
-    if len(weighted) > 1:
-        torch.add(weighted[0], weighted[1], out=elected)
-    else:
-        elected.copy_(weighted[0])
-    for delta in weighted[2:]:
-        elected.add_(delta)
-    # ±1, + where the sum is >= 0. A sum of -0.0 (every change there pruned from a negative value) elects -, where
-    # no entry agrees either way: the merged value is the same.
-    torch.copysign(_ONE, elected, out=elected)
+    elect_signs(weighted, out=elected)
     # With s = ±1, relu(s·δ') is |δ'| where δ' agrees with s and 0 elsewhere (exact: s·δ' only flips a sign);
     # summing those and multiplying by s at the end gives Σ agreeing δ'_i in float arithmetic only.
     for delta in weighted:

@@ -9,6 +9,7 @@ import torch
 
 from guiapp.engine.methods import _reduce
 from guiapp.engine.methods._selection import LargestK, top_k_indicator
+from guiapp.engine.methods._task_vectors import elect_signs, sum_in_order
 from guiapp.engine.methods.base import (
     BaseRole,
     MergeContext,
@@ -24,21 +25,12 @@ from guiapp.errors import IncompatibleModelsError
 
 _WEIGHT_SUM_EPS = 1e-6
 _DIVISOR_CLAMP = 1e-6
-_ONE = torch.tensor(1.0)
 _ZERO = torch.tensor(0.0)
-
-
-def _sum(tensors: list[torch.Tensor]) -> torch.Tensor:
-    """Σ of the tensors, added in order, in a new tensor."""
-    total = torch.add(tensors[0], tensors[1]) if len(tensors) > 1 else tensors[0].clone()
-    for tensor in tensors[2:]:
-        total.add_(tensor)
-    return total
 
 
 def _variance(deltas: list[torch.Tensor], out: torch.Tensor | None = None) -> torch.Tensor:
     """The population variance across models at each position, in `out` or a new tensor."""
-    mean = _sum(deltas).div_(len(deltas))
+    mean = sum_in_order(deltas).div_(len(deltas))
     # Σ (δ_i − mean)² with one buffer for the differences between the first and the last, whose difference is taken
     # in `mean` itself (its square is the same): every buffer of a whole tensor is memory the system maps and zeroes
     # afresh.
@@ -75,9 +67,7 @@ def _weights(energies: list[float]) -> list[float]:
 def _erase_and_mix(base: torch.Tensor, deltas: list[torch.Tensor], weights: list[float]) -> torch.Tensor:
     """b + Σ w_i m_i δ_i / clamp(Σ w_i m_i, 1e-6), m_i keeping the entries whose sign agrees with the sign of Σ δ_j
     (0 counts as +; a zero entry never agrees). Changes `deltas` in place: the result is deltas[0]."""
-    elected = _sum(deltas)
-    # ±1 by the sign of the sum. A sum of -0.0 (every change there -0.0) elects -, where no entry agrees either way.
-    torch.copysign(_ONE, elected, out=elected)
+    elected = elect_signs(deltas)
     # With s = ±1, relu(s·δ) is |δ| where δ agrees with s and 0 elsewhere (exact: s·δ only flips a sign), and its
     # sign is m; summing w·|δ| and multiplying by s at the end gives Σ w m δ. Several times faster on CPU than masks
     # chosen with torch.where.
