@@ -19,3 +19,13 @@ os.environ["MERGESMITH_CONFIG_DIR"] = str(_SANDBOX / "config")
 os.environ["MERGESMITH_CACHE_DIR"] = str(_SANDBOX / "cache")
 os.environ.pop("HF_TOKEN", None)
 os.environ.pop("HUGGING_FACE_HUB_TOKEN", None)
+
+# The fault suite's table, loaded here so that it runs in the process that prints the run's summary, also with
+# several test processes (pytest imports it after this module, so with the environment above).
+pytest_plugins = ["tests.faults.summary"]
+
+
+def pytest_collection_modifyitems(items: list) -> None:
+    # The slow tests (the app bundle's build takes minutes) start first, so that the other test processes run
+    # the many short tests meanwhile instead of waiting for them at the end.
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)

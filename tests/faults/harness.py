@@ -79,7 +79,8 @@ def fails_cleanly(job: Job, *, inputs: list[Path], out: Path | None) -> tuple[Jo
 def cli_explanation(stderr: str) -> tuple[str, str]:
     """The explanation's title and what happened (its wrapped lines joined), as the CLI printed them."""
     lines = [line for line in stderr.splitlines() if line.strip()]
-    start = next(i for i, line in enumerate(lines) if line.startswith("What happened: "))
-    what = [lines[start].removeprefix("What happened: ")]
+    # A first word too long for the line (a long path) puts the label on a line of its own.
+    start = next(i for i, line in enumerate(lines) if line.startswith("What happened:"))
+    what = [lines[start].removeprefix("What happened:").strip()]
     what += [line.strip() for line in itertools.takewhile(lambda line: line.startswith("  "), lines[start + 1:])]
-    return lines[start - 1], " ".join(what)
+    return lines[start - 1], " ".join(what).strip()
