@@ -1,5 +1,5 @@
-"""The fault table (tests/faults/summary.py) reaches the run's summary whether the tests run in one process or in several (pytest-xdist):
-a small suite of fault cases, run by a fresh pytest in both ways, prints what each case recorded."""
+"""The fault table (tests/faults/summary.py) reaches the run's summary whether the tests run in one process or in
+several (pytest-xdist): a small suite of fault cases, run by a fresh pytest both ways, prints what each recorded."""
 
 from __future__ import annotations
 
