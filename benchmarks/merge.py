@@ -185,6 +185,22 @@ def build_models(folder: Path, size_gb: float) -> tuple[Path, Path, Path, int]:
     return base, tuned[0], tuned[1], largest
 
 
+def models_in(folder: Path, size_gb: float) -> tuple[Path, Path, Path]:
+    """The base and two fine-tunes in `folder`: those a finished earlier build left there (its `complete` marker,
+    written last), or built afresh; an unfinished build is replaced, and nothing outside these three folders is
+    touched, so the benchmarks can share a cache folder."""
+    names = ("base", "one", "two")
+    if not (folder / "complete").exists():
+        for name in names:
+            shutil.rmtree(folder / name, ignore_errors=True)
+        folder.mkdir(parents=True, exist_ok=True)
+        print(f"  building three {size_gb:g} GB models in {folder} …", flush=True)
+        build_models(folder, size_gb)
+        (folder / "complete").write_text(f"{size_gb:g} GB\n")
+    base, one, two = (folder / name for name in names)
+    return base, one, two
+
+
 def recipe_text(method: str, base: Path, one: Path, two: Path) -> str:
     layers = json.loads((base / "config.json").read_text())["num_hidden_layers"]
     return RECIPES[method].format(base=base, one=one, two=two, layers=layers, half=layers // 2)
@@ -204,10 +220,7 @@ def busy_table(folder: Path, size_gb: float, methods: list[str], repeat: int, me
                timeout: float, mergekit_methods: set[str]) -> list[dict]:
     """Each method quiet and under a competing load, ours (fastest of `repeat`) and, for `mergekit_methods`,
     mergekit's (once each)."""
-    if (folder / "two").exists():  # models of an earlier run (--workdir)
-        base, one, two = folder / "base", folder / "one", folder / "two"
-    else:
-        base, one, two, _ = build_models(folder, size_gb)
+    base, one, two = models_in(folder, size_gb)  # with --workdir, an earlier run's
     rows = []
     for method in methods:
         recipe = folder / f"{method}.yml"

@@ -26,7 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from merge import _OURS, build_models, recipe_text, run_measured  # noqa: E402
+from merge import _OURS, models_in, recipe_text, run_measured  # noqa: E402
 from workload import drop_page_cache, load_average  # noqa: E402
 
 from guiapp.engine.samples import LlamaShape, llama_config  # noqa: E402
@@ -166,16 +166,11 @@ def estimated_peak(recipe: Path, out: Path) -> int:
 def peak_at_1gb(cache: Path, methods: list[str]) -> dict[str, int]:
     """Peak private memory of each method's merge of the 1 GB models (warm cache: memory does not depend on it)."""
     folder = cache / "llama-1GB"
-    if not (folder / "complete").exists():
-        shutil.rmtree(folder, ignore_errors=True)
-        folder.mkdir(parents=True)
-        print("  building the 1 GB models …", flush=True)
-        build_models(folder, 1.0)
-        (folder / "complete").write_text("")
+    base, one, two = models_in(folder, 1.0)
     peaks = {}
     for method in methods:
         recipe = folder / f"{method}.yml"
-        recipe.write_text(recipe_text(method, folder / "base", folder / "one", folder / "two"))
+        recipe.write_text(recipe_text(method, base, one, two))
         shutil.rmtree(folder / "out", ignore_errors=True)
         peaks[method] = run_measured([sys.executable, "-c", _OURS, str(recipe), str(folder / "out")])[1]
         shutil.rmtree(folder / "out", ignore_errors=True)
