@@ -465,7 +465,7 @@ def _merge_block(
     Raises NonFiniteResultError when the block comes out NaN or infinite: the block depends on these rows (and
     on the survey, which only ranks them), so they tell an input's NaN from an overflow of the cast.
     """
-    if task.copy and plan.read_dtype is None and tensors[0].dtype == plan.out_dtype:
+    if task.copy and tensors[0].dtype == plan.out_dtype and plan.read_dtype in (None, plan.out_dtype):
         # A copy stored in the output's dtype (passthrough, a tensor only one model has): converted to the compute
         # dtype and back it would come out the same, so it is written as read.
         inputs = tensors

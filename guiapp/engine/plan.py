@@ -392,6 +392,8 @@ def _plan_tensor(
     params = _resolve_params(method.global_params, [slice_inputs.parameters, recipe.parameters], out_name, t,
                              out_name, None)
     method.check_params(model_params, params, out_name)
+    if len(inputs) == 1 and method.copies_input(model_params, params):
+        return [TensorTask(out_name, shape, inputs, base_position, [], {}, copy=True, floating=floating)]
     return [TensorTask(out_name, shape, inputs, base_position, model_params, params)]
 
 

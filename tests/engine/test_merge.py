@@ -440,3 +440,32 @@ def test_large_copies_are_written_as_stored_converted_when_asked_and_checked(tmp
         _merge(copy.replace(str(model), str(broken_model)), tmp_path / "n")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "bf16", "nan", "same"]
 
+
+
+def test_passthrough_at_scale_one_is_a_copy_written_as_stored(tmp_path, monkeypatch):
+    import guiapp.engine.merge as merge_module  # noqa: PLC0415
+
+    shape = LlamaShape(layers=1, vocab=merge_module.BLOCK_ELEMENTS // 64 * 2 + 5)  # embeddings span three blocks
+    tensors = llama_tensors(shape, torch.Generator().manual_seed(4))
+    model = write_checkpoint(tmp_path / "a", tensors, llama_config(shape, torch.bfloat16), torch.bfloat16)
+    stored = load_folder(model)
+    converted = []
+    convert = merge_module._to_compute
+    monkeypatch.setattr(merge_module, "_to_compute",
+                        lambda plan, tensor, device: converted.append(tensor.numel()) or convert(plan, tensor, device))
+    copy = f"merge_method: passthrough\nslices:\n  - sources:\n      - model: {model}\n        layer_range: [0, 1]\n"
+    small = sum(t.numel() for t in stored.values() if t.numel() <= merge_module.BLOCK_ELEMENTS)
+    # Without a dtype, and with the dtype the model is stored in (as recipes from model cards say it):
+    for text, out in ((copy, tmp_path / "copy"), (copy + "dtype: bfloat16\n", tmp_path / "bf16")):
+        converted.clear()
+        _merge(text, out)
+        assert sum(converted) == small  # the large tensors' blocks are written as read, not converted and back
+        copied = load_folder(out)
+        assert all(torch.equal(copied[name].view(torch.int16), stored[name].view(torch.int16)) for name in stored)
+
+    converted.clear()
+    _merge(copy.replace("layer_range: [0, 1]\n", "layer_range: [0, 1]\n        parameters: {scale: 2.0}\n"),
+           tmp_path / "scaled")
+    assert sum(converted) == sum(t.numel() for t in stored.values())  # a scale is computed
+    name = "model.embed_tokens.weight"
+    assert torch.equal(load_folder(tmp_path / "scaled")[name], (stored[name].float() * 2).bfloat16())

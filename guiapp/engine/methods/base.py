@@ -181,8 +181,10 @@ class MergeMethod:
     `check_inputs(n_non_base, has_base)` returns None when the method can merge that many inputs, else a
     message for the user; it runs at validation time, before any tensor is read. `check_params(model_params,
     params, tensor_name)` checks the resolved parameters of one output tensor together (a constraint no single
-    parameter's range expresses) and raises RecipeError when they cannot be used. `working_copies` is what the
-    estimator needs to know about the method's memory. `elementwise` methods compute
+    parameter's range expresses) and raises RecipeError when they cannot be used. `copies_input(model_params,
+    params)` says that with these parameters the method's result is its single input unchanged (passthrough at
+    scale 1): the tensor is then copied, as stored where its dtype allows, instead of merged. `working_copies` is
+    what the estimator needs to know about the method's memory. `elementwise` methods compute
     each entry from the inputs' entries at the same position alone, so the loop may merge a tensor in blocks of
     rows that stay in the CPU's cache. A method with a `survey` can do the same after a look at the whole tensor:
     given a tensor's settings it returns a fresh TensorSurvey, or None when those settings need the whole tensor.
@@ -199,6 +201,7 @@ class MergeMethod:
     lone_tensor: LoneTensorPolicy = LoneTensorPolicy.MERGE_AVAILABLE
     check_inputs: Callable[[int, bool], str | None] = lambda n_non_base, has_base: None
     check_params: Callable[[list[dict[str, Any]], dict[str, Any], str], None] = lambda model_params, params, name: None
+    copies_input: Callable[[list[dict[str, Any]], dict[str, Any]], bool] = lambda model_params, params: False
     elementwise: bool = False
     survey: Callable[[TensorSettings], TensorSurvey | None] | None = None
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from guiapp.engine.methods.base import BaseRole, MergeContext, MergeMethod, ParamKind, ParamSpec, WorkingCopies
@@ -17,6 +19,10 @@ def merge(ctx: MergeContext) -> torch.Tensor:
         )
     scale = float(ctx.model_params[0]["scale"])
     return ctx.tensors[0] if scale == 1 else ctx.tensors[0] * scale
+
+
+def _copies_input(model_params: list[dict[str, Any]], params: dict[str, Any]) -> bool:
+    return float(model_params[0]["scale"]) == 1
 
 
 def _check_inputs(n_non_base: int, has_base: bool) -> str | None:
@@ -43,4 +49,5 @@ METHOD = MergeMethod(
     working_copies=WorkingCopies(1.0, 0.0),
     elementwise=True,
     check_inputs=_check_inputs,
+    copies_input=_copies_input,
 )
