@@ -17,8 +17,9 @@ def merge(ctx: MergeContext) -> torch.Tensor:
             f"models ({', '.join(ctx.model_names)}).",
             hint="Give each slice a single source, or use a merging method such as linear.",
         )
-    scale = float(ctx.model_params[0]["scale"])
-    return ctx.tensors[0] if scale == 1 else ctx.tensors[0] * scale
+    if _copies_input(ctx.model_params, ctx.params):
+        return ctx.tensors[0]
+    return ctx.tensors[0] * float(ctx.model_params[0]["scale"])
 
 
 def _copies_input(model_params: list[dict[str, Any]], params: dict[str, Any]) -> bool:
