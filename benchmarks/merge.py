@@ -34,7 +34,7 @@ import threading
 import time
 from pathlib import Path
 
-from workload import CompetingLoad, load_average, mergekit_tool
+from workload import CompetingLoad, StolenTime, load_average, mergekit_tool
 
 _TWO = ("  - model: {one}\n    parameters: {{weight: 0.5{extra}}}\n"
         "  - model: {two}\n    parameters: {{weight: 0.5{extra}}}\n")
@@ -206,6 +206,15 @@ def recipe_text(method: str, base: Path, one: Path, two: Path) -> str:
     return RECIPES[method].format(base=base, one=one, two=two, layers=layers, half=layers // 2)
 
 
+def timed_seconds(command: list[str]) -> float:
+    """The seconds `command` printed last (its own timing of the work), run without sampling its memory: the busy
+    table shows no memory, and a sampler waking every few milliseconds would be one more load on the CPU."""
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"{command[:3]} failed:\n{done.stderr[-3000:]}")
+    return float(done.stdout.strip().splitlines()[-1])
+
+
 def timed_run(command: list[str], timeout: float) -> float | None:
     """Wall seconds of `command`, or None when it did not finish within `timeout` (then it is killed)."""
     start = time.perf_counter()
@@ -219,30 +228,36 @@ def timed_run(command: list[str], timeout: float) -> float | None:
 def busy_table(folder: Path, size_gb: float, methods: list[str], repeat: int, mergekit: str | None,
                timeout: float, mergekit_methods: set[str]) -> list[dict]:
     """Each method quiet and under a competing load, ours (fastest of `repeat`) and, for `mergekit_methods`,
-    mergekit's (once each)."""
+    mergekit's (once each). Our quiet and busy runs alternate, so that a slower minute of a shared host falls on
+    both sides of the ratio rather than on one."""
     base, one, two = models_in(folder, size_gb)  # with --workdir, an earlier run's
     rows = []
     for method in methods:
         recipe = folder / f"{method}.yml"
         recipe.write_text(recipe_text(method, base, one, two))
         row: dict = {"method": method}
-        for condition in ("quiet", "busy"):
-            with CompetingLoad() if condition == "busy" else contextlib.nullcontext():
-                runs = []
-                for _ in range(repeat):
+        runs: dict[str, list[float]] = {"quiet": [], "busy": []}
+        stolen = StolenTime()
+        for _ in range(repeat):
+            for condition in ("quiet", "busy"):
+                with CompetingLoad() if condition == "busy" else contextlib.nullcontext():
                     shutil.rmtree(folder / f"out-{method}", ignore_errors=True)
-                    runs.append(run_measured([sys.executable, "-c", _OURS, str(recipe), str(folder / f"out-{method}")])[0])
-                row[f"ours_{condition}_s"] = round(min(runs), 2)
-                if mergekit and method in mergekit_methods:
+                    runs[condition].append(timed_seconds([sys.executable, "-c", _OURS, str(recipe),
+                                                          str(folder / f"out-{method}")]))
+        for condition in ("quiet", "busy"):
+            row[f"ours_{condition}_s"] = round(min(runs[condition]), 2)
+            if mergekit and method in mergekit_methods:
+                with CompetingLoad() if condition == "busy" else contextlib.nullcontext():
                     shutil.rmtree(folder / f"mergekit-{method}", ignore_errors=True)
                     seconds = timed_run([mergekit, str(recipe), str(folder / f"mergekit-{method}"), "--lazy-unpickle"],
                                         timeout)
-                    row[f"mergekit_{condition}_s"] = None if seconds is None else round(seconds, 2)
+                row[f"mergekit_{condition}_s"] = None if seconds is None else round(seconds, 2)
             print(f"  {method:<16} {condition:<5} ours {row[f'ours_{condition}_s']:7.2f} s"
+                  f" (runs {', '.join(f'{s:.2f}' for s in runs[condition])})"
                   + (f"  mergekit {_seconds(row[f'mergekit_{condition}_s'], timeout)}"
-                     if f"mergekit_{condition}_s" in row else "")
-                  + f"  ({load_average()})", flush=True)
+                     if f"mergekit_{condition}_s" in row else ""), flush=True)
         row["busy_over_quiet"] = round(row["ours_busy_s"] / row["ours_quiet_s"], 2)
+        print(f"  {method:<16} ({load_average()}; {stolen.since()})", flush=True)
         rows.append(row)
         shutil.rmtree(folder / f"out-{method}", ignore_errors=True)
         shutil.rmtree(folder / f"mergekit-{method}", ignore_errors=True)
