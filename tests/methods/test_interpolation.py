@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from guiapp.errors import IncompatibleModelsError
 from tests.methods.helpers import run
@@ -19,6 +20,29 @@ def test_linear_weighted_average():
     assert result.tolist() == [2.5, 5.0]
     summed = run("linear", [[1.0, 2.0], [3.0, 6.0]], model_params=[{"weight": 1.0}, {"weight": 3.0}], normalize=False)
     assert summed.tolist() == [10.0, 20.0]
+
+
+class _OperationsSeen(TorchDispatchMode):
+    """The names of the torch operations run inside the block."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.names: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204 - torch's signature
+        self.names.append(func.__name__)
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize(("weights", "divides"), [((0.25, 0.75), False), ((1.0, 3.0), True)])
+def test_linear_divides_only_by_weights_that_do_not_add_up_to_one(weights, divides):
+    # Dividing by one is a pass over every block that changes nothing: the usual recipe (weights adding up to one)
+    # skips it, and comes out exactly the same.
+    tensors = [torch.tensor([1.0, 2.0]), torch.tensor([3.0, 6.0])]
+    with _OperationsSeen() as seen:
+        result = run("linear", tensors, model_params=[{"weight": w} for w in weights])
+    assert any(name.startswith("div") for name in seen.names) == divides
+    assert result.tolist() == [2.5, 5.0]
 
 
 # ---- slerp -----------------------------------------------------------------------------------------------

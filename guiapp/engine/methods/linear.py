@@ -15,8 +15,10 @@ def merge(ctx: MergeContext) -> torch.Tensor:
     result = ctx.tensors[0] * weights[0]
     for weight, tensor in zip(weights[1:], ctx.tensors[1:]):
         result.add_(tensor, alpha=weight)
-    if ctx.params["normalize"]:
-        result.div_(sum(weights))  # a zero sum is refused by check_params, tensor by tensor
+    total = sum(weights)  # a zero sum is refused by check_params, tensor by tensor
+    if ctx.params["normalize"] and total != 1:
+        # Weights that add up to one (the usual recipe) leave every entry as it is: no pass over the block for that.
+        result.div_(total)
     return result
 
 
