@@ -74,16 +74,20 @@ OTHER_TARGET = 6.0  # the methods without a target of their own (--methods all)
 BUSY_GOAL = 1.5  # busy time over quiet time
 
 _OURS = textwrap.dedent("""
-    import sys, time
+    import resource, sys, time
     from pathlib import Path
     from guiapp.system.memory import configure_heaps
     configure_heaps()  # as the mergesmith command does when it starts
     from guiapp.engine.merge import MergeSettings, run_merge
     from guiapp.engine.recipe import load_recipe
     recipe = load_recipe(Path(sys.argv[1]))
+    before = resource.getrusage(resource.RUSAGE_SELF)
     start = time.perf_counter()
     run_merge(recipe, MergeSettings(Path(sys.argv[2])))
-    print(time.perf_counter() - start)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    print(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)  # CPU seconds, all threads
+    print(wall)
 """)
 
 _FLOOR = textwrap.dedent("""
@@ -206,13 +210,15 @@ def recipe_text(method: str, base: Path, one: Path, two: Path) -> str:
     return RECIPES[method].format(base=base, one=one, two=two, layers=layers, half=layers // 2)
 
 
-def timed_seconds(command: list[str]) -> float:
-    """The seconds `command` printed last (its own timing of the work), run without sampling its memory: the busy
-    table shows no memory, and a sampler waking every few milliseconds would be one more load on the CPU."""
+def timed_seconds(command: list[str]) -> tuple[float, float]:
+    """The wall and CPU seconds of the work `command` timed itself (_OURS prints CPU, then wall), run without
+    sampling its memory: the busy table shows no memory, and a sampler waking every few milliseconds would be one
+    more load on the CPU."""
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0:
         raise RuntimeError(f"{command[:3]} failed:\n{done.stderr[-3000:]}")
-    return float(done.stdout.strip().splitlines()[-1])
+    cpu, wall = (float(line) for line in done.stdout.strip().splitlines()[-2:])
+    return wall, cpu
 
 
 def timed_run(command: list[str], timeout: float) -> float | None:
@@ -236,7 +242,7 @@ def busy_table(folder: Path, size_gb: float, methods: list[str], repeat: int, me
         recipe = folder / f"{method}.yml"
         recipe.write_text(recipe_text(method, base, one, two))
         row: dict = {"method": method}
-        runs: dict[str, list[float]] = {"quiet": [], "busy": []}
+        runs: dict[str, list[tuple[float, float]]] = {"quiet": [], "busy": []}  # (wall, CPU) seconds
         stolen = StolenTime()
         for _ in range(repeat):
             for condition in ("quiet", "busy"):
@@ -245,7 +251,9 @@ def busy_table(folder: Path, size_gb: float, methods: list[str], repeat: int, me
                     runs[condition].append(timed_seconds([sys.executable, "-c", _OURS, str(recipe),
                                                           str(folder / f"out-{method}")]))
         for condition in ("quiet", "busy"):
-            row[f"ours_{condition}_s"] = round(min(runs[condition]), 2)
+            wall, cpu = min(runs[condition])
+            row[f"ours_{condition}_s"] = round(wall, 2)
+            row[f"cores_used_{condition}"] = round(cpu / wall, 2)
             if mergekit and method in mergekit_methods:
                 with CompetingLoad() if condition == "busy" else contextlib.nullcontext():
                     shutil.rmtree(folder / f"mergekit-{method}", ignore_errors=True)
@@ -253,7 +261,8 @@ def busy_table(folder: Path, size_gb: float, methods: list[str], repeat: int, me
                                         timeout)
                 row[f"mergekit_{condition}_s"] = None if seconds is None else round(seconds, 2)
             print(f"  {method:<16} {condition:<5} ours {row[f'ours_{condition}_s']:7.2f} s"
-                  f" (runs {', '.join(f'{s:.2f}' for s in runs[condition])})"
+                  f" (runs {', '.join(f'{wall:.2f}' for wall, _ in runs[condition])};"
+                  f" {row[f'cores_used_{condition}']:.2f} cores used)"
                   + (f"  mergekit {_seconds(row[f'mergekit_{condition}_s'], timeout)}"
                      if f"mergekit_{condition}_s" in row else ""), flush=True)
         row["busy_over_quiet"] = round(row["ours_busy_s"] / row["ours_quiet_s"], 2)
@@ -269,12 +278,15 @@ def _seconds(value: float | None, timeout: float) -> str:
 
 
 def print_busy_table(rows: list[dict], mergekit: str | None, timeout: float) -> None:
-    print(f"\n| method | ours quiet | ours busy | busy/quiet (goal ≤ {BUSY_GOAL}) |"
+    # Cores used: the merge's CPU time over its wall time. A merge that keeps both cores busy when quiet has about
+    # one left under the competing load, which bounds its busy/quiet ratio from below near the quiet figure.
+    print(f"\n| method | ours quiet | ours busy | busy/quiet (goal ≤ {BUSY_GOAL}) | cores used quiet / busy |"
           + (" mergekit quiet | mergekit busy | busy: ours vs mergekit |" if mergekit else ""))
-    print("|---|---|---|---|" + ("---|---|---|" if mergekit else ""))
+    print("|---|---|---|---|---|" + ("---|---|---|" if mergekit else ""))
     for row in rows:
         line = (f"| {row['method']} | {row['ours_quiet_s']:.1f} s | {row['ours_busy_s']:.1f} s | "
-                f"{row['busy_over_quiet']:.2f}× {'ok' if row['busy_over_quiet'] <= BUSY_GOAL else 'MISSED'} |")
+                f"{row['busy_over_quiet']:.2f}× {'ok' if row['busy_over_quiet'] <= BUSY_GOAL else 'MISSED'} | "
+                f"{row['cores_used_quiet']:.2f} / {row['cores_used_busy']:.2f} |")
         if mergekit and "mergekit_busy_s" not in row:
             line += " | | |"
         elif mergekit:
