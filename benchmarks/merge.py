@@ -15,9 +15,9 @@ below 8 float32 copies of the largest tensor + 300 MB, at every model size.
     python benchmarks/merge.py --busy [--methods all|linear,ties] [--size-gb 1.0]
 
 measures each method (`all`: the 20) on a quiet machine and again while one busy process per half of the cores
-competes for the CPU (a workstation with a browser, an IDE or a training run open), in one run, and prints the
-busy/quiet ratio (goal ≤ 1.5×) with mergekit under the same load for --mergekit-methods (from recipe_parity.py's
-venv, or --mergekit).
+competes for the CPU (a workstation with a browser, an IDE or a training run open), in one run, quiet and busy runs
+alternating, and prints the busy/quiet ratio (goal ≤ 1.5×), the cores each merge used (CPU time over wall time),
+and mergekit under the same load for --mergekit-methods (from recipe_parity.py's venv, or --mergekit).
 """
 
 from __future__ import annotations
