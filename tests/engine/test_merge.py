@@ -40,9 +40,12 @@ def test_linear_bf16_matches_hand_computation_and_leaves_inputs_alone(llama_trio
     a, b, merged = load_folder(base), load_folder(one), load_folder(out)
     assert merged.keys() == a.keys()
     for name in a:
-        expected = ((0.25 * a[name].float() + 0.5 * b[name].float()) / 0.75).to(torch.bfloat16)
+        # Computed in float32 and rounded once (torch.lerp does both in one pass for two bf16 inputs).
+        expected = torch.lerp(a[name], b[name], 0.5 / 0.75)
         assert merged[name].dtype == torch.bfloat16
         assert torch.equal(merged[name], expected), name
+        hand = (0.25 * a[name].double() + 0.5 * b[name].double()) / 0.75
+        assert torch.allclose(merged[name].double(), hand, rtol=2**-8, atol=1e-9), name
     assert {p: fingerprint(p) for p in (base, one)} == before
     assert sorted(p.name for p in out.iterdir()) == [".mergesmith-output.json", "README.md", "config.json",
                                                      "mergesmith_recipe.yml", "model.safetensors"]
@@ -400,10 +403,10 @@ def test_large_tensors_merged_in_blocks_match_and_are_checked(tmp_path):
     name = "model.embed_tokens.weight"
     assert a[name].numel() > 3 * BLOCK_ELEMENTS
     # Blocks give exactly what the method gives on the whole tensor, which is the weighted mean (to rounding).
-    whole = METHODS["linear"].merge(MergeContext(name, [a[name].float(), b[name].float()], None,
-                                                 [{"weight": 0.3}, {"weight": 0.9}], {"normalize": True}, ["a", "b"],
-                                                 torch.Generator()))
-    assert torch.equal(merged[name], whole.half())
+    whole = METHODS["linear"].merge_stored(MergeContext(name, [a[name], b[name]], None,
+                                                        [{"weight": 0.3}, {"weight": 0.9}], {"normalize": True},
+                                                        ["a", "b"], torch.Generator()))
+    assert torch.equal(merged[name], whole)
     hand = (0.3 * a[name].float() + 0.9 * b[name].float()) / 1.2
     assert torch.allclose(merged[name].float(), hand, rtol=1e-3, atol=1e-6)
 
@@ -440,6 +443,42 @@ def test_large_copies_are_written_as_stored_converted_when_asked_and_checked(tmp
         _merge(copy.replace(str(model), str(broken_model)), tmp_path / "n")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "bf16", "nan", "same"]
 
+
+
+def test_two_model_linear_in_bf16_merges_as_stored_and_rounds_once(tmp_path, monkeypatch):
+    import guiapp.engine.merge as merge_module  # noqa: PLC0415
+
+    shape = LlamaShape(layers=1, vocab=merge_module.BLOCK_ELEMENTS // 64 * 2 + 5)  # embeddings span three blocks
+    one = write_checkpoint(tmp_path / "one", llama_tensors(shape, torch.Generator().manual_seed(4)),
+                           llama_config(shape, torch.bfloat16), torch.bfloat16)
+    two = write_checkpoint(tmp_path / "two", llama_tensors(shape, torch.Generator().manual_seed(5)),
+                           llama_config(shape, torch.bfloat16), torch.bfloat16)
+    a, b = load_folder(one), load_folder(two)
+    converted = []
+    convert = merge_module._to_compute
+    monkeypatch.setattr(merge_module, "_to_compute",
+                        lambda plan, tensor, device: converted.append(tensor.numel()) or convert(plan, tensor, device))
+    name = "model.embed_tokens.weight"
+    exact = (0.6 * a[name].double() + 0.4 * b[name].double()) / 1.0  # correctly rounded into bf16 below
+    for extra, out in (("", tmp_path / "plain"), ("dtype: bfloat16\n", tmp_path / "bf16")):
+        converted.clear()
+        _merge(f"merge_method: linear\nmodels:\n  - model: {one}\n    parameters: {{weight: 0.6}}\n"
+               f"  - model: {two}\n    parameters: {{weight: 0.4}}\n{extra}", out)
+        assert converted == []  # no tensor, whole or in blocks, goes through a conversion to float32 and back
+        merged = load_folder(out)[name]
+        # Computed in float32 and rounded once: the correctly rounded value nearly everywhere, and everywhere within
+        # bf16's rounding of the exact value plus float32's error on the inputs (where they cancel out).
+        assert int(torch.count_nonzero(merged != exact.to(torch.bfloat16))) <= merged.numel() // 1000
+        error = (merged.double() - exact).abs()
+        assert bool((error <= exact.abs() * 2**-8 + (a[name].double().abs() + b[name].double().abs()) * 2**-22).all())
+
+    # Weights that neither add up to one nor are normalised need the float32 path, as does computing in the
+    # recipe's dtype (mergekit's arithmetic, reproduced).
+    converted.clear()
+    _merge(f"merge_method: linear\nmodels:\n  - model: {one}\n    parameters: {{weight: 0.6}}\n"
+           f"  - model: {two}\n    parameters: {{weight: 0.6}}\nparameters: {{normalize: false}}\n", tmp_path / "sum")
+    assert sum(converted) == 2 * sum(t.numel() for t in a.values())
+    assert torch.equal(load_folder(tmp_path / "sum")[name], (a[name].float() * 0.6).add_(b[name].float(), alpha=0.6).bfloat16())
 
 
 def test_passthrough_at_scale_one_is_a_copy_written_as_stored(tmp_path, monkeypatch):

@@ -22,6 +22,19 @@ def merge(ctx: MergeContext) -> torch.Tensor:
     return result
 
 
+def merge_stored(ctx: MergeContext) -> torch.Tensor | None:
+    """Two bf16 or fp16 inputs averaged (normalised, or with weights that add up to one): one pass of torch.lerp,
+    which reads both as stored, computes each entry in float32 and rounds it once. Converting both to float32,
+    weighting, adding and converting back took two thirds of the CPU time of a 1 GB merge. None otherwise."""
+    if len(ctx.tensors) != 2 or ctx.tensors[0].dtype not in (torch.bfloat16, torch.float16):
+        return None
+    first, second = (float(p["weight"]) for p in ctx.model_params)
+    total = first + second  # a zero sum is refused by check_params when normalising
+    if not ctx.params["normalize"] and total != 1:
+        return None
+    return torch.lerp(ctx.tensors[0], ctx.tensors[1], second / total)
+
+
 def check_params(model_params: list[dict[str, Any]], params: dict[str, Any], tensor_name: str) -> None:
     """Refuse normalising by weights that cancel out (RecipeError): the result would be a division by zero."""
     if params["normalize"] and abs(sum(p["weight"] for p in model_params)) < 1e-8:
@@ -45,5 +58,6 @@ METHOD = MergeMethod(
     merge=merge,
     working_copies=WorkingCopies(1.0, 0.0),
     check_params=check_params,
+    merge_stored=merge_stored,
     elementwise=True,
 )
