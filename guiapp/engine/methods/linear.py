@@ -25,7 +25,7 @@ def merge(ctx: MergeContext) -> torch.Tensor:
 def merge_stored(ctx: MergeContext) -> torch.Tensor | None:
     """Two bf16 or fp16 inputs averaged (normalised, or with weights that add up to one): one pass of torch.lerp,
     which reads both as stored, computes each entry in float32 and rounds it once. Converting both to float32,
-    weighting, adding and converting back took two thirds of the CPU time of a 1 GB merge. None otherwise."""
+    weighting, adding and converting back took about two thirds of the merge step's CPU time. None otherwise."""
     if len(ctx.tensors) != 2 or ctx.tensors[0].dtype not in (torch.bfloat16, torch.float16):
         return None
     first, second = (float(p["weight"]) for p in ctx.model_params)
