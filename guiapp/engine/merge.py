@@ -433,10 +433,7 @@ def _compute(
                 plan, task, [t[rows.start : rows.stop] for t in tensors], device, seed, extra)
         return stored
     if _merges_as_stored(plan, task):
-        stored = _merge_as_stored(plan, task, tensors, device, seed)
-        if stored is not None:
-            return stored
-        tensors = [_to_compute(plan, tensor, device) for tensor in tensors]
+        return _merge_block(plan, task, tensors, device, seed, extra)  # read as stored, like one block of all rows
     result = tensors[0] if task.copy else _merge_one(plan, task, tensors, device, seed, extra)
     stored = result.to(plan.out_dtype)
     if not _all_finite(stored):
@@ -474,7 +471,7 @@ def _merge_block(
         stored = _merge_as_stored(plan, task, tensors, device, seed)
         if stored is not None:
             return stored
-    if task.copy and tensors[0].dtype == plan.out_dtype and plan.read_dtype in (None, plan.out_dtype):
+    if task.copy and _stored_as_output(plan, tensors[0].dtype):
         # A copy stored in the output's dtype (passthrough, a tensor only one model has): converted to the compute
         # dtype and back it would come out the same, so it is written as read.
         inputs = tensors
@@ -493,9 +490,15 @@ def _merges_as_stored(plan: MergePlan, task: TensorTask) -> bool:
     is stored in the output's dtype, and the recipe asks for the usual float32 arithmetic in that dtype."""
     return (
         plan.method.merge_stored is not None and task.floating and not task.copy and task.vocabulary is None
-        and plan.compute_dtype == torch.float32 and plan.read_dtype in (None, plan.out_dtype)
-        and all(plan.models[i.model].tensors[i.tensor].dtype == plan.out_dtype for i in task.inputs)
+        and plan.compute_dtype == torch.float32
+        and all(_stored_as_output(plan, plan.models[i.model].tensors[i.tensor].dtype) for i in task.inputs)
     )
+
+
+def _stored_as_output(plan: MergePlan, dtype: torch.dtype) -> bool:
+    """Whether an input stored in `dtype` is read as the output stores it: the same dtype, and the recipe's `dtype`
+    (if any) is that one too."""
+    return dtype == plan.out_dtype and plan.read_dtype in (None, plan.out_dtype)
 
 
 def _merge_as_stored(
