@@ -481,6 +481,29 @@ def test_two_model_linear_in_bf16_merges_as_stored_and_rounds_once(tmp_path, mon
     assert torch.equal(load_folder(tmp_path / "sum")[name], (a[name].float() * 0.6).add_(b[name].float(), alpha=0.6).bfloat16())
 
 
+def test_task_arithmetic_in_bf16_merges_as_stored_with_the_float32_result(tmp_path, monkeypatch):
+    import guiapp.engine.merge as merge_module  # noqa: PLC0415
+
+    shape = LlamaShape(layers=1, vocab=merge_module.BLOCK_ELEMENTS // 64 * 2 + 5)  # embeddings span three blocks
+    folders = [write_checkpoint(tmp_path / name, llama_tensors(shape, torch.Generator().manual_seed(seed)),
+                                llama_config(shape, torch.bfloat16), torch.bfloat16)
+               for name, seed in (("base", 3), ("one", 4), ("two", 5))]
+    base, one, two = (load_folder(folder) for folder in folders)
+    converted = []
+    convert = merge_module._to_compute
+    monkeypatch.setattr(merge_module, "_to_compute",
+                        lambda plan, tensor, device: converted.append(tensor.numel()) or convert(plan, tensor, device))
+    _merge(f"merge_method: task_arithmetic\nbase_model: {folders[0]}\nmodels:\n"
+           f"  - model: {folders[1]}\n    parameters: {{weight: 0.7}}\n"
+           f"  - model: {folders[2]}\n    parameters: {{weight: -0.2}}\nparameters: {{lambda: 1.5}}\n", tmp_path / "out")
+    assert converted == []  # no tensor, whole or in blocks, goes through a conversion to float32 and back
+    merged = load_folder(tmp_path / "out")
+    for name in ("model.embed_tokens.weight", "model.norm.weight"):
+        b = base[name].float()
+        by_hand = (one[name].float() - b).mul_(0.7).add_((two[name].float() - b).mul_(-0.2)).mul_(1.5).add_(b)
+        assert torch.equal(merged[name], by_hand.bfloat16())
+
+
 def test_passthrough_at_scale_one_is_a_copy_written_as_stored(tmp_path, monkeypatch):
     import guiapp.engine.merge as merge_module  # noqa: PLC0415
 

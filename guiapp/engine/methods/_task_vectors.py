@@ -309,6 +309,53 @@ def merge_task_vectors(
     return weighted[0]
 
 
+# Entries per chunk of `merge_stored_plain`: its float32 copies of a chunk (128 KB each) stay in the core's own
+# cache from conversion to rounding.
+STORED_CHUNK = 1 << 15
+
+
+def merge_stored_plain(ctx: MergeContext) -> torch.Tensor | None:
+    """Task arithmetic's merge (no sparsifier, no sign consensus) of inputs as stored, on the CPU: a chunk of
+    `STORED_CHUNK` entries at a time, converted to float32, put through the same operations in the same order as
+    `merge_task_vectors` and rounded once into the inputs' dtype, so the result is the same bit for bit. Converting
+    a whole block of each input first, then merging and rounding it, moved every entry through memory about ten
+    times: 2.2 s of the merge step's CPU time in a 1 GB merge, 1.5 s this way. None (the float32 path then merges)
+    for a tensor without a base or another device."""
+    base = ctx.base
+    inputs = ctx.non_base()
+    if base is None or not inputs or base.device.type != "cpu":
+        return None
+    weights = [float(ctx.model_params[i]["weight"]) for i in inputs]
+    total_weight = sum(weights)
+    divisor = 1.0 if abs(total_weight) < _DIVISOR_EPS else total_weight
+    normalize = bool(ctx.params["normalize"])
+    scale = float(ctx.params["lambda"])
+    base_entries = base.reshape(-1)
+    input_entries = [ctx.tensors[i].reshape(-1) for i in inputs]
+    merged = torch.empty_like(base)
+    merged_entries = merged.view(-1)
+    numel = base_entries.numel()
+    size = min(numel, STORED_CHUNK)
+    base_buffer, mixed_buffer, delta_buffer = (torch.empty(size, dtype=torch.float32) for _ in range(3))
+    for start in range(0, numel, STORED_CHUNK):
+        stop = min(start + STORED_CHUNK, numel)
+        length = stop - start
+        chunk_base = base_buffer[:length].copy_(base_entries[start:stop])
+        mixed = None
+        for weight, entries in zip(weights, input_entries):
+            delta = (delta_buffer if mixed is not None else mixed_buffer)[:length]
+            delta.copy_(entries[start:stop]).sub_(chunk_base)
+            if weight != 1:
+                delta.mul_(weight)
+            mixed = delta if mixed is None else mixed.add_(delta)
+        if normalize:
+            mixed.div_(divisor)
+        if scale != 1:
+            mixed.mul_(scale)
+        merged_entries[start:stop].copy_(mixed.add_(chunk_base))
+    return merged
+
+
 class _RankedSurvey(TensorSurvey):
     """TIES and Breadcrumbs a block at a time: every model's |δ| is ranked over the whole tensor first (usually two
     passes), then each block is merged with those rankings: the same result as the whole tensor gives."""
@@ -434,6 +481,7 @@ def task_vector_method(
             help="Accepted for mergekit recipes; only saves memory there, no effect on the result.",
         ),
     ]
+    plain = sparsifier is None and not consensus
     return MergeMethod(
         name=name,
         title=title,
@@ -443,6 +491,7 @@ def task_vector_method(
         params=tuple(params),
         merge=lambda ctx: merge_task_vectors(ctx, sparsifier, consensus),
         working_copies=working_copies,
-        elementwise=sparsifier is None and not consensus,
+        merge_stored=merge_stored_plain if plain else None,
+        elementwise=plain,
         survey=_ranked_survey(sparsifier, consensus) if sparsifier in (Sparsifier.MAGNITUDE, Sparsifier.OUTLIERS) else None,
     )

@@ -184,9 +184,9 @@ class MergeMethod:
     parameter's range expresses) and raises RecipeError when they cannot be used. `copies_input(model_params,
     params)` says that with these parameters the method's result is its single input unchanged (passthrough at
     scale 1): the tensor is then copied, as stored where its dtype allows, instead of merged. `merge_stored(ctx)`,
-    for inputs stored in the output's dtype, returns the result computed in float32 entry by entry and rounded once
-    into that dtype without converting the inputs first, or None when these inputs or parameters need the float32
-    path. `working_copies` is
+    for inputs stored in the output's dtype, returns the result computed in float32 and rounded once into that
+    dtype without converting whole inputs first (the entries meet in the cache), or None when these inputs or
+    parameters need the float32 path. `working_copies` is
     what the estimator needs to know about the method's memory. `elementwise` methods compute
     each entry from the inputs' entries at the same position alone, so the loop may merge a tensor in blocks of
     rows that stay in the CPU's cache. A method with a `survey` can do the same after a look at the whole tensor:
