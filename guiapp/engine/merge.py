@@ -400,7 +400,7 @@ def _read_inputs(plan: MergePlan, readers: list[ModelReader], task: TensorTask, 
                 model, name = item.pad_from
                 padding = readers[model].read(name)[item.rows : task.shape[0]]
                 tensor = torch.cat([tensor, padding.to(tensor.dtype)])
-        if task.floating and not merges_in_blocks(plan, task) and not _merges_as_stored(plan, task):
+        if task.floating and not merges_in_blocks(plan, task) and not merges_as_stored(plan, task):
             tensor = _to_compute(plan, tensor, device)  # blocks are converted one at a time
         tensors.append(tensor)
     return tensors
@@ -432,7 +432,7 @@ def _compute(
             stored[rows.start : rows.stop] = _merge_block(
                 plan, task, [t[rows.start : rows.stop] for t in tensors], device, seed, extra)
         return stored
-    if _merges_as_stored(plan, task):
+    if merges_as_stored(plan, task):
         return _merge_block(plan, task, tensors, device, seed, extra)  # read as stored, like one block of all rows
     result = tensors[0] if task.copy else _merge_one(plan, task, tensors, device, seed, extra)
     stored = result.to(plan.out_dtype)
@@ -467,7 +467,7 @@ def _merge_block(
     Raises NonFiniteResultError when the block comes out NaN or infinite: the block depends on these rows (and
     on the survey, which only ranks them), so they tell an input's NaN from an overflow of the cast.
     """
-    if survey is None and _merges_as_stored(plan, task):
+    if survey is None and merges_as_stored(plan, task):
         stored = _merge_as_stored(plan, task, tensors, device, seed)
         if stored is not None:
             return stored
@@ -485,13 +485,15 @@ def _merge_block(
     return stored.cpu()
 
 
-def _merges_as_stored(plan: MergePlan, task: TensorTask) -> bool:
-    """Whether `task`'s inputs go to its method's `merge_stored` as they are stored: the method has one, every input
-    is stored in the output's dtype, and the recipe asks for the usual float32 arithmetic in that dtype."""
+def merges_as_stored(plan: MergePlan, task: TensorTask) -> bool:
+    """Whether `task`'s inputs go to its method's `merge_stored` as they are stored: the method has one and takes
+    these parameters (`stores_with`), every input is stored in the output's dtype, and the recipe asks for the
+    usual float32 arithmetic in that dtype."""
     return (
         plan.method.merge_stored is not None and task.floating and not task.copy and task.vocabulary is None
         and plan.compute_dtype == torch.float32
         and all(_stored_as_output(plan, plan.models[i.model].tensors[i.tensor].dtype) for i in task.inputs)
+        and plan.method.stores_with(task.model_params, task.params, plan.out_dtype)
     )
 
 
@@ -504,10 +506,10 @@ def _stored_as_output(plan: MergePlan, dtype: torch.dtype) -> bool:
 def _merge_as_stored(
     plan: MergePlan, task: TensorTask, tensors: list[torch.Tensor], device: torch.device, seed: int,
 ) -> torch.Tensor | None:
-    """The method's `merge_stored` of `tensors` (as stored), on the CPU; None when it declines these inputs or its
-    result is not finite (the float32 path then tells the user why)."""
+    """The method's `merge_stored` of `tensors` (as stored), on the CPU; None when its result is not finite (the
+    float32 path then tells the user why)."""
     stored = plan.method.merge_stored(_context(plan, task, [t.to(device) for t in tensors], device, seed))
-    return stored.cpu() if stored is not None and _all_finite(stored) else None
+    return stored.cpu() if _all_finite(stored) else None
 
 
 def _merge_one(

@@ -43,7 +43,12 @@ class JobEstimate:
 
 def merge_working_set(plan) -> int:
     """Peak private bytes the merge loop adds while running `plan` (a guiapp.engine.plan.MergePlan)."""
-    from guiapp.engine.merge import BLOCK_ELEMENTS, merges_in_blocks, streams_in_blocks  # noqa: PLC0415 - loaded by then
+    from guiapp.engine.merge import (  # noqa: PLC0415 - loaded by then
+        BLOCK_ELEMENTS,
+        merges_as_stored,
+        merges_in_blocks,
+        streams_in_blocks,
+    )
 
     compute_size = plan.compute_dtype.itemsize
     copies = plan.method.working_copies
@@ -52,10 +57,12 @@ def merge_working_set(plan) -> int:
         """The inputs of a task read whole, as the merge holds them: each read into its own buffer and, for a
         floating tensor, converted to the compute dtype (the buffer read is then freed)."""
         total = 0
+        as_stored = merges_as_stored(plan, task)
         for item in task.inputs:
             info = plan.models[item.model].tensors[item.tensor]
-            converted = task.floating and (info.dtype != plan.compute_dtype or item.rows is not None
-                                           or plan.read_dtype not in (None, plan.compute_dtype))
+            converted = task.floating and not as_stored and (
+                info.dtype != plan.compute_dtype or item.rows is not None
+                or plan.read_dtype not in (None, plan.compute_dtype))
             total += math.prod(task.shape) * compute_size if converted else info.nbytes
         return total
 
@@ -67,12 +74,16 @@ def merge_working_set(plan) -> int:
         numel = math.prod(task.shape)
         out_size = plan.out_tensor_dtype(task).itemsize
         streamed = streams_in_blocks(plan, task)
+        # Inputs merged as stored are not converted, and the method's float32 copies stay a few cache-sized chunks.
+        as_stored = merges_as_stored(plan, task)
         if not (streamed or merges_in_blocks(plan, task)):
-            method = 0 if task.copy or not task.floating else int(copies.for_inputs(len(task.inputs)) * numel * compute_size)
+            method = 0 if task.copy or not task.floating or as_stored else \
+                int(copies.for_inputs(len(task.inputs)) * numel * compute_size)
             return whole_inputs(task), method + numel * out_size, numel * out_size
         # Each input's block is converted to the compute dtype besides the method's own copies.
         block = block_rows(task) * math.prod(task.shape[1:])
-        block_working = int((copies.for_inputs(len(task.inputs)) + len(task.inputs)) * block * compute_size)
+        block_working = 0 if as_stored else \
+            int((copies.for_inputs(len(task.inputs)) + len(task.inputs)) * block * compute_size)
         if streamed:
             stored = sum(plan.models[i.model].tensors[i.tensor].dtype.itemsize for i in task.inputs)
             return block * stored, block_working + block * out_size, block * out_size

@@ -183,10 +183,10 @@ class MergeMethod:
     params, tensor_name)` checks the resolved parameters of one output tensor together (a constraint no single
     parameter's range expresses) and raises RecipeError when they cannot be used. `copies_input(model_params,
     params)` says that with these parameters the method's result is its single input unchanged (passthrough at
-    scale 1): the tensor is then copied, as stored where its dtype allows, instead of merged. `merge_stored(ctx)`,
-    for inputs stored in the output's dtype, returns the result computed in float32 and rounded once into that
-    dtype without converting whole inputs first (the entries meet in the cache), or None when these inputs or
-    parameters need the float32 path. `working_copies` is
+    scale 1): the tensor is then copied, as stored where its dtype allows, instead of merged. `merge_stored(ctx)`
+    merges inputs stored in the output's dtype as they are: computed in float32 and rounded once into that dtype,
+    without converting whole inputs first (the entries meet in the cache); the loop uses it for the tensors whose
+    parameters and dtype `stores_with(model_params, params, dtype)` accepts. `working_copies` is
     what the estimator needs to know about the method's memory. `elementwise` methods compute
     each entry from the inputs' entries at the same position alone, so the loop may merge a tensor in blocks of
     rows that stay in the CPU's cache. A method with a `survey` can do the same after a look at the whole tensor:
@@ -205,7 +205,9 @@ class MergeMethod:
     check_inputs: Callable[[int, bool], str | None] = lambda n_non_base, has_base: None
     check_params: Callable[[list[dict[str, Any]], dict[str, Any], str], None] = lambda model_params, params, name: None
     copies_input: Callable[[list[dict[str, Any]], dict[str, Any]], bool] = lambda model_params, params: False
-    merge_stored: Callable[[MergeContext], torch.Tensor | None] | None = None
+    merge_stored: Callable[[MergeContext], torch.Tensor] | None = None
+    stores_with: Callable[[list[dict[str, Any]], dict[str, Any], torch.dtype], bool] = \
+        lambda model_params, params, dtype: True
     elementwise: bool = False
     survey: Callable[[TensorSettings], TensorSurvey | None] | None = None
 

@@ -22,17 +22,20 @@ def merge(ctx: MergeContext) -> torch.Tensor:
     return result
 
 
-def merge_stored(ctx: MergeContext) -> torch.Tensor | None:
-    """Two bf16 or fp16 inputs averaged (normalised, or with weights that add up to one): one pass of torch.lerp,
-    which reads both as stored, computes each entry in float32 and rounds it once. Converting both to float32,
-    weighting, adding and converting back took about two thirds of the merge step's CPU time. None otherwise."""
-    if len(ctx.tensors) != 2 or ctx.tensors[0].dtype not in (torch.bfloat16, torch.float16):
-        return None
+def merge_stored(ctx: MergeContext) -> torch.Tensor:
+    """Two bf16 or fp16 inputs averaged (normalised, or with weights that add up to one; `stores_with`): one pass
+    of torch.lerp, which reads both as stored, computes each entry in float32 and rounds it once. Converting both to
+    float32, weighting, adding and converting back took about two thirds of the merge step's CPU time."""
     first, second = (float(p["weight"]) for p in ctx.model_params)
-    total = first + second  # a zero sum is refused by check_params when normalising
-    if not ctx.params["normalize"] and total != 1:
-        return None
-    return torch.lerp(ctx.tensors[0], ctx.tensors[1], second / total)
+    return torch.lerp(ctx.tensors[0], ctx.tensors[1], second / (first + second))
+
+
+def stores_with(model_params: list[dict[str, Any]], params: dict[str, Any], dtype: torch.dtype) -> bool:
+    """Whether `merge_stored` merges these: two inputs in bf16 or fp16 (lerp in float32 would round differently
+    from the float32 path), averaged (a zero sum is refused by check_params when normalising)."""
+    if len(model_params) != 2 or dtype not in (torch.bfloat16, torch.float16):
+        return False
+    return bool(params["normalize"]) or sum(float(p["weight"]) for p in model_params) == 1
 
 
 def check_params(model_params: list[dict[str, Any]], params: dict[str, Any], tensor_name: str) -> None:
@@ -59,5 +62,6 @@ METHOD = MergeMethod(
     working_copies=WorkingCopies(1.0, 0.0),
     check_params=check_params,
     merge_stored=merge_stored,
+    stores_with=stores_with,
     elementwise=True,
 )
