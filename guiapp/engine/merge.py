@@ -391,6 +391,8 @@ def _read_inputs(plan: MergePlan, readers: list[ModelReader], task: TensorTask, 
         stored = {item.model: _to_compute(plan, readers[item.model].read(item.tensor), device) for item in task.inputs}
         aligned = task.vocabulary.align(stored)
         return [aligned[item.model] for item in task.inputs]
+    # Blocks are converted one at a time, and inputs merged as stored not at all.
+    convert = task.floating and not merges_in_blocks(plan, task) and not merges_as_stored(plan, task)
     tensors = []
     for item in task.inputs:
         tensor = readers[item.model].read(item.tensor)
@@ -400,8 +402,8 @@ def _read_inputs(plan: MergePlan, readers: list[ModelReader], task: TensorTask, 
                 model, name = item.pad_from
                 padding = readers[model].read(name)[item.rows : task.shape[0]]
                 tensor = torch.cat([tensor, padding.to(tensor.dtype)])
-        if task.floating and not merges_in_blocks(plan, task) and not merges_as_stored(plan, task):
-            tensor = _to_compute(plan, tensor, device)  # blocks are converted one at a time
+        if convert:
+            tensor = _to_compute(plan, tensor, device)
         tensors.append(tensor)
     return tensors
 

@@ -53,11 +53,10 @@ def merge_working_set(plan) -> int:
     compute_size = plan.compute_dtype.itemsize
     copies = plan.method.working_copies
 
-    def whole_inputs(task) -> int:
+    def whole_inputs(task, as_stored: bool) -> int:
         """The inputs of a task read whole, as the merge holds them: each read into its own buffer and, for a
-        floating tensor, converted to the compute dtype (the buffer read is then freed)."""
+        floating tensor not merged `as_stored`, converted to the compute dtype (the buffer read is then freed)."""
         total = 0
-        as_stored = merges_as_stored(plan, task)
         for item in task.inputs:
             info = plan.models[item.model].tensors[item.tensor]
             converted = task.floating and not as_stored and (
@@ -79,7 +78,7 @@ def merge_working_set(plan) -> int:
         if not (streamed or merges_in_blocks(plan, task)):
             method = 0 if task.copy or not task.floating or as_stored else \
                 int(copies.for_inputs(len(task.inputs)) * numel * compute_size)
-            return whole_inputs(task), method + numel * out_size, numel * out_size
+            return whole_inputs(task, as_stored), method + numel * out_size, numel * out_size
         # Each input's block is converted to the compute dtype besides the method's own copies.
         block = block_rows(task) * math.prod(task.shape[1:])
         block_working = 0 if as_stored else \

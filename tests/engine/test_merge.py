@@ -31,6 +31,27 @@ def _merge(text: str, out: Path, **settings):
     return run_merge(recipe(text), MergeSettings(out, **settings))
 
 
+@pytest.fixture
+def conversions(monkeypatch) -> list[int]:
+    """The sizes of the tensors the merge converts to its compute dtype (`_to_compute`), recorded as it does."""
+    import guiapp.engine.merge as merge_module  # noqa: PLC0415
+
+    converted: list[int] = []
+    convert = merge_module._to_compute
+    monkeypatch.setattr(merge_module, "_to_compute",
+                        lambda plan, tensor, device: converted.append(tensor.numel()) or convert(plan, tensor, device))
+    return converted
+
+
+def _bf16_model_in_blocks(folder: Path, seed: int) -> Path:
+    """A one-layer bf16 Llama whose embeddings span three merge blocks, the last a short one."""
+    from guiapp.engine.merge import BLOCK_ELEMENTS  # noqa: PLC0415
+
+    shape = LlamaShape(layers=1, vocab=BLOCK_ELEMENTS // 64 * 2 + 5)
+    return write_checkpoint(folder, llama_tensors(shape, torch.Generator().manual_seed(seed)),
+                            llama_config(shape, torch.bfloat16), torch.bfloat16)
+
+
 def test_linear_bf16_matches_hand_computation_and_leaves_inputs_alone(llama_trio, tmp_path):
     base, one, _ = llama_trio
     before = {p: fingerprint(p) for p in (base, one)}
@@ -445,26 +466,16 @@ def test_large_copies_are_written_as_stored_converted_when_asked_and_checked(tmp
 
 
 
-def test_two_model_linear_in_bf16_merges_as_stored_and_rounds_once(tmp_path, monkeypatch):
-    import guiapp.engine.merge as merge_module  # noqa: PLC0415
-
-    shape = LlamaShape(layers=1, vocab=merge_module.BLOCK_ELEMENTS // 64 * 2 + 5)  # embeddings span three blocks
-    one = write_checkpoint(tmp_path / "one", llama_tensors(shape, torch.Generator().manual_seed(4)),
-                           llama_config(shape, torch.bfloat16), torch.bfloat16)
-    two = write_checkpoint(tmp_path / "two", llama_tensors(shape, torch.Generator().manual_seed(5)),
-                           llama_config(shape, torch.bfloat16), torch.bfloat16)
+def test_two_model_linear_in_bf16_merges_as_stored_and_rounds_once(tmp_path, conversions):
+    one, two = _bf16_model_in_blocks(tmp_path / "one", 4), _bf16_model_in_blocks(tmp_path / "two", 5)
     a, b = load_folder(one), load_folder(two)
-    converted = []
-    convert = merge_module._to_compute
-    monkeypatch.setattr(merge_module, "_to_compute",
-                        lambda plan, tensor, device: converted.append(tensor.numel()) or convert(plan, tensor, device))
     name = "model.embed_tokens.weight"
     exact = (0.6 * a[name].double() + 0.4 * b[name].double()) / 1.0  # correctly rounded into bf16 below
     for extra, out in (("", tmp_path / "plain"), ("dtype: bfloat16\n", tmp_path / "bf16")):
-        converted.clear()
+        conversions.clear()
         _merge(f"merge_method: linear\nmodels:\n  - model: {one}\n    parameters: {{weight: 0.6}}\n"
                f"  - model: {two}\n    parameters: {{weight: 0.4}}\n{extra}", out)
-        assert converted == []  # no tensor, whole or in blocks, goes through a conversion to float32 and back
+        assert conversions == []  # no tensor, whole or in blocks, goes through a conversion to float32 and back
         merged = load_folder(out)[name]
         # Computed in float32 and rounded once: the correctly rounded value nearly everywhere, and everywhere within
         # bf16's rounding of the exact value plus float32's error on the inputs (where they cancel out).
@@ -474,29 +485,20 @@ def test_two_model_linear_in_bf16_merges_as_stored_and_rounds_once(tmp_path, mon
 
     # Weights that neither add up to one nor are normalised need the float32 path, as does computing in the
     # recipe's dtype (mergekit's arithmetic, reproduced).
-    converted.clear()
+    conversions.clear()
     _merge(f"merge_method: linear\nmodels:\n  - model: {one}\n    parameters: {{weight: 0.6}}\n"
            f"  - model: {two}\n    parameters: {{weight: 0.6}}\nparameters: {{normalize: false}}\n", tmp_path / "sum")
-    assert sum(converted) == 2 * sum(t.numel() for t in a.values())
+    assert sum(conversions) == 2 * sum(t.numel() for t in a.values())
     assert torch.equal(load_folder(tmp_path / "sum")[name], (a[name].float() * 0.6).add_(b[name].float(), alpha=0.6).bfloat16())
 
 
-def test_task_arithmetic_in_bf16_merges_as_stored_with_the_float32_result(tmp_path, monkeypatch):
-    import guiapp.engine.merge as merge_module  # noqa: PLC0415
-
-    shape = LlamaShape(layers=1, vocab=merge_module.BLOCK_ELEMENTS // 64 * 2 + 5)  # embeddings span three blocks
-    folders = [write_checkpoint(tmp_path / name, llama_tensors(shape, torch.Generator().manual_seed(seed)),
-                                llama_config(shape, torch.bfloat16), torch.bfloat16)
-               for name, seed in (("base", 3), ("one", 4), ("two", 5))]
+def test_task_arithmetic_in_bf16_merges_as_stored_with_the_float32_result(tmp_path, conversions):
+    folders = [_bf16_model_in_blocks(tmp_path / name, seed) for name, seed in (("base", 3), ("one", 4), ("two", 5))]
     base, one, two = (load_folder(folder) for folder in folders)
-    converted = []
-    convert = merge_module._to_compute
-    monkeypatch.setattr(merge_module, "_to_compute",
-                        lambda plan, tensor, device: converted.append(tensor.numel()) or convert(plan, tensor, device))
     _merge(f"merge_method: task_arithmetic\nbase_model: {folders[0]}\nmodels:\n"
            f"  - model: {folders[1]}\n    parameters: {{weight: 0.7}}\n"
            f"  - model: {folders[2]}\n    parameters: {{weight: -0.2}}\nparameters: {{lambda: 1.5}}\n", tmp_path / "out")
-    assert converted == []  # no tensor, whole or in blocks, goes through a conversion to float32 and back
+    assert conversions == []  # no tensor, whole or in blocks, goes through a conversion to float32 and back
     merged = load_folder(tmp_path / "out")
     for name in ("model.embed_tokens.weight", "model.norm.weight"):
         b = base[name].float()
@@ -504,30 +506,24 @@ def test_task_arithmetic_in_bf16_merges_as_stored_with_the_float32_result(tmp_pa
         assert torch.equal(merged[name], by_hand.bfloat16())
 
 
-def test_passthrough_at_scale_one_is_a_copy_written_as_stored(tmp_path, monkeypatch):
-    import guiapp.engine.merge as merge_module  # noqa: PLC0415
+def test_passthrough_at_scale_one_is_a_copy_written_as_stored(tmp_path, conversions):
+    from guiapp.engine.merge import BLOCK_ELEMENTS  # noqa: PLC0415
 
-    shape = LlamaShape(layers=1, vocab=merge_module.BLOCK_ELEMENTS // 64 * 2 + 5)  # embeddings span three blocks
-    tensors = llama_tensors(shape, torch.Generator().manual_seed(4))
-    model = write_checkpoint(tmp_path / "a", tensors, llama_config(shape, torch.bfloat16), torch.bfloat16)
+    model = _bf16_model_in_blocks(tmp_path / "a", 4)
     stored = load_folder(model)
-    converted = []
-    convert = merge_module._to_compute
-    monkeypatch.setattr(merge_module, "_to_compute",
-                        lambda plan, tensor, device: converted.append(tensor.numel()) or convert(plan, tensor, device))
     copy = f"merge_method: passthrough\nslices:\n  - sources:\n      - model: {model}\n        layer_range: [0, 1]\n"
-    small = sum(t.numel() for t in stored.values() if t.numel() <= merge_module.BLOCK_ELEMENTS)
+    small = sum(t.numel() for t in stored.values() if t.numel() <= BLOCK_ELEMENTS)
     # Without a dtype, and with the dtype the model is stored in (as recipes from model cards say it):
     for text, out in ((copy, tmp_path / "copy"), (copy + "dtype: bfloat16\n", tmp_path / "bf16")):
-        converted.clear()
+        conversions.clear()
         _merge(text, out)
-        assert sum(converted) == small  # the large tensors' blocks are written as read, not converted and back
+        assert sum(conversions) == small  # the large tensors' blocks are written as read, not conversions and back
         copied = load_folder(out)
         assert all(torch.equal(copied[name].view(torch.int16), stored[name].view(torch.int16)) for name in stored)
 
-    converted.clear()
+    conversions.clear()
     _merge(copy.replace("layer_range: [0, 1]\n", "layer_range: [0, 1]\n        parameters: {scale: 2.0}\n"),
            tmp_path / "scaled")
-    assert sum(converted) == sum(t.numel() for t in stored.values())  # a scale is computed
+    assert sum(conversions) == sum(t.numel() for t in stored.values())  # a scale is computed
     name = "model.embed_tokens.weight"
     assert torch.equal(load_folder(tmp_path / "scaled")[name], (stored[name].float() * 2).bfloat16())

@@ -258,6 +258,13 @@ def _base_of(ctx: MergeContext) -> torch.Tensor:
     return ctx.base
 
 
+def _weight_divisor(weights: list[float]) -> float:
+    """What `normalize` divides the mixed changes by, without sign consensus: the weights' sum, or 1 where they
+    cancel out."""
+    total = sum(weights)
+    return 1.0 if abs(total) < _DIVISOR_EPS else total
+
+
 def merge_task_vectors(
     ctx: MergeContext, sparsifier: Sparsifier | None, consensus: bool, rankings: dict[int, _Ranking] | None = None
 ) -> torch.Tensor:
@@ -290,8 +297,7 @@ def merge_task_vectors(
         ctx.stats["kept_fraction"] = kept / (base.numel() * len(inputs)) if base.numel() else 1.0
     normalize = bool(ctx.params["normalize"])
     scale = float(ctx.params["lambda"])
-    total_weight = sum(weights)
-    weight_divisor = 1.0 if abs(total_weight) < _DIVISOR_EPS else total_weight
+    weight_divisor = _weight_divisor(weights)
 
     def combine(rows: slice) -> None:
         """Mix the weighted changes of `rows` and add the base there, in place in weighted[0]."""
@@ -331,8 +337,7 @@ def merge_stored_plain(ctx: MergeContext) -> torch.Tensor:
     if not inputs:
         return base
     weights = [float(ctx.model_params[i]["weight"]) for i in inputs]
-    total_weight = sum(weights)
-    divisor = 1.0 if abs(total_weight) < _DIVISOR_EPS else total_weight
+    divisor = _weight_divisor(weights)
     normalize = bool(ctx.params["normalize"])
     scale = float(ctx.params["lambda"])
     base_entries = base.reshape(-1)
