@@ -113,6 +113,30 @@ def test_task_arithmetic_of_stored_inputs_is_the_float32_merge_bit_for_bit(dtype
         assert merged.dtype == dtype and torch.equal(merged, method.merge(converted).to(dtype))
 
 
+@pytest.mark.parametrize("device", ["cuda", "mps", "xpu", "cuda:1"])
+def test_stored_inputs_are_merged_in_chunks_on_the_cpu_only(device):
+    # The chunks keep a CPU core's float32 copies in its cache; on an accelerator each chunk would be several kernel
+    # launches (about a million for a 7 B model), so there the block is one chunk.
+    from guiapp.engine.methods._task_vectors import STORED_CHUNK, stored_chunk_entries  # noqa: PLC0415
+
+    numel = STORED_CHUNK * 30 + 1
+    assert stored_chunk_entries(torch.device("cpu"), numel) == STORED_CHUNK
+    assert stored_chunk_entries(torch.device("cpu"), 5) == 5
+    assert stored_chunk_entries(torch.device(device), numel) == numel
+
+
+def test_stored_inputs_on_a_device_without_chunks_merge_in_one_pass():
+    # "meta" stands in for an accelerator here: no data, but the one-chunk loop runs through to a whole result.
+    from guiapp.engine.methods import get_method  # noqa: PLC0415
+    from tests.methods.helpers import context  # noqa: PLC0415
+
+    tensors = [torch.empty(1000, device="meta") for _ in range(3)]
+    stored = context("task_arithmetic", tensors, base_index=0, model_params=[{}, {"weight": 0.5}, {"weight": 0.5}],
+                     dtype=torch.bfloat16)
+    merged = get_method("task_arithmetic").merge_stored(stored)
+    assert (merged.device.type, merged.dtype, merged.shape) == ("meta", torch.bfloat16, (1000,))
+
+
 def test_ties_by_hand_with_a_tie_at_the_cut_and_an_all_zero_entry():
     base = [0.0, 0.0, 0.0, 0.0]
     x1, x2 = [3.0, -1.0, 0.5, -2.0], [-1.0, 2.0, 0.5, -2.0]
