@@ -33,11 +33,13 @@ def format_seconds(seconds: float) -> str:
 def format_duration_range(low: float, high: float) -> str:
     """A duration that is only known roughly, in the unit of its upper end: (50, 110) → "1–2 min",
     (4, 9) → "4–9 s", (12, 33) → "10–35 s", (5000, 9000) → "1–3 h". Ends are rounded outwards, to whole units
-    (seconds above 10 to fives), so the range never looks more precise than it is; up to about a second
-    (below 1.5 s) it is "under a second"."""
+    (seconds above 10 to fives), so the range never looks more precise than it is; below a second it is
+    "under a second", and up to 1.5 s "1 s"."""
     low, high = max(0.0, min(low, high)), max(0.0, low, high)
-    if high < 1.5:
+    if high < 1:
         return UNDER_A_SECOND
+    if high < 1.5:
+        return "1 s"
     if high < 60:
         step = 5 if high > 10 else 1
         bottom, top, unit = math.floor(low / step) * step, math.ceil(high / step) * step, "s"
