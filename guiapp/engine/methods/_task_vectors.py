@@ -327,8 +327,9 @@ STORED_CHUNK = 1 << 15
 
 def stored_chunk_entries(device: torch.device, numel: int) -> int:
     """Entries per chunk of `merge_stored_plain` for `numel` entries on `device`: `STORED_CHUNK` on the CPU, the
-    whole block elsewhere, where each chunk would cost kernel launches and no cache is gained."""
-    return min(numel, STORED_CHUNK) if device.type == "cpu" else numel
+    whole block elsewhere, where each chunk would cost kernel launches and no cache is gained (at least one, so
+    that an empty tensor is a loop of no chunks)."""
+    return max(1, min(numel, STORED_CHUNK) if device.type == "cpu" else numel)
 
 
 def merge_stored_plain(ctx: MergeContext) -> torch.Tensor:
@@ -353,7 +354,7 @@ def merge_stored_plain(ctx: MergeContext) -> torch.Tensor:
     numel = base_entries.numel()
     size = stored_chunk_entries(base.device, numel)
     base_buffer, mixed_buffer, delta_buffer = (torch.empty(size, device=base.device) for _ in range(3))
-    for start in range(0, numel, max(size, 1)):
+    for start in range(0, numel, size):
         stop = min(start + size, numel)
         length = stop - start
         chunk_base = base_buffer[:length].copy_(base_entries[start:stop])
