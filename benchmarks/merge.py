@@ -35,7 +35,7 @@ import threading
 import time
 from pathlib import Path
 
-from workload import CompetingLoad, StolenTime, load_average, mergekit_tool
+from workload import CompetingLoad, StolenTime, load_average, memory_copy_rate, mergekit_tool
 
 _TWO = ("  - model: {one}\n    parameters: {{weight: 0.5{extra}}}\n"
         "  - model: {two}\n    parameters: {{weight: 0.5{extra}}}\n")
@@ -244,7 +244,7 @@ def busy_table(folder: Path, size_gb: float, methods: list[str], repeat: int, me
         recipe.write_text(recipe_text(method, base, one, two))
         row: dict = {"method": method}
         runs: dict[str, list[tuple[float, float]]] = {"quiet": [], "busy": []}  # (wall, CPU) seconds
-        stolen = StolenTime()
+        stolen, copy_rate_before = StolenTime(), memory_copy_rate()
         for _ in range(repeat):
             for condition in ("quiet", "busy"):
                 with CompetingLoad() if condition == "busy" else contextlib.nullcontext():
@@ -270,7 +270,9 @@ def busy_table(folder: Path, size_gb: float, methods: list[str], repeat: int, me
         # The goal is judged on the fastest runs; the medians' ratio shows how much one lucky run moved it.
         medians = {condition: statistics.median(wall for wall, _ in runs[condition]) for condition in runs}
         row["busy_over_quiet_of_medians"] = round(medians["busy"] / medians["quiet"], 2)
-        print(f"  {method:<16} ({load_average()}; {stolen.since()})", flush=True)
+        row["memory_copy_gb_s"] = [round(copy_rate_before, 1), round(memory_copy_rate(), 1)]
+        print(f"  {method:<16} ({load_average()}; {stolen.since()}; memory copies at"
+              f" {row['memory_copy_gb_s'][0]} GB/s before, {row['memory_copy_gb_s'][1]} after)", flush=True)
         rows.append(row)
         shutil.rmtree(folder / f"out-{method}", ignore_errors=True)
         shutil.rmtree(folder / f"mergekit-{method}", ignore_errors=True)
@@ -302,6 +304,11 @@ def print_busy_table(rows: list[dict], mergekit: str | None, timeout: float) -> 
             line += (f" {_seconds(row['mergekit_quiet_s'], timeout)} | {_seconds(theirs, timeout)} | {ahead} |")
         print(line)
     print(f"({load_average()}; busy: {CompetingLoad().count} competing busy process(es))")
+    rates = [rate for row in rows for rate in row.get("memory_copy_gb_s", [])]
+    if rates:
+        # A host whose memory bandwidth moves during the run slows the methods measured then, quiet and busy alike.
+        print(f"(memory copies on this host ran at {min(rates):.1f}–{max(rates):.1f} GB/s during the run; where"
+              f" a method's rate fell well below the others', its times are not comparable with theirs)")
 
 
 def main() -> None:

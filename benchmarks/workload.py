@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 MERGEKIT_VENV = Path("/tmp/mergekit-parity-venv")  # recipe_parity.py's default --venv
@@ -41,6 +42,21 @@ class StolenTime:
             return "stolen time unknown (no /proc/stat)"
         stolen, total = end[0] - self._start[0], end[1] - self._start[1]
         return f"{stolen:.1f} s of {total:.0f} s of CPU time stolen by the host ({100 * stolen / max(total, 1e-9):.1f} %)"
+
+
+def memory_copy_rate(megabytes: int = 128, repeat: int = 3) -> float:
+    """This host's memory copy rate now, in GB/s (the fastest of `repeat` copies of `megabytes`, one thread), for
+    the line under a measurement: a neighbour on a shared host that takes memory bandwidth slows every merge without
+    stealing CPU time, and a rate that drops between methods says their times are not comparable."""
+    source, target = bytearray(megabytes << 20), bytearray(megabytes << 20)
+    source[:: 1 << 12] = b"\1" * len(source[:: 1 << 12])  # touched, so the copy reads real pages
+    target[:] = source  # the target's pages exist before the timed copies
+    fastest = float("inf")
+    for _ in range(repeat):
+        start = time.perf_counter()
+        target[:] = source
+        fastest = min(fastest, time.perf_counter() - start)
+    return len(source) / fastest / 1e9
 
 
 class CompetingLoad:
