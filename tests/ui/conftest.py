@@ -8,6 +8,7 @@ once per session, so tests do not each run the probe child.
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,6 +50,16 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> Models:
         medium_a=write_llama_finetune(root / "medium-a", medium_base, seed=11, delta_rank=None),
         medium_b=write_llama_finetune(root / "medium-b", medium_base, seed=12, delta_rank=None),
     )
+
+
+@pytest.fixture(scope="session")
+def chart_shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where the chart tests save their screenshots for a person to look at: $MERGESMITH_CHART_SHOTS, else a folder
+    of this run's pytest temporary tree (pytest keeps the last three runs' and removes older ones)."""
+    chosen = os.environ.get("MERGESMITH_CHART_SHOTS")
+    folder = Path(chosen) if chosen else tmp_path_factory.mktemp("charts")
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
 
 
 @pytest.fixture(scope="session")

@@ -3,17 +3,11 @@ actual time once the job is done."""
 
 from __future__ import annotations
 
-import os
-import tempfile
-from pathlib import Path
-
 import pytest
 
 from guiapp.system.probe import cache_file, machine_fingerprint, store
 from guiapp.ui.theme import apply_scheme
 from tests.ui.conftest import wait_for_job
-
-SHOTS = Path(os.environ.get("MERGESMITH_CHART_SHOTS") or tempfile.mkdtemp(prefix="charts-"))
 
 
 def _run_medium_extraction(qtbot, window, models, output, probed):
@@ -50,14 +44,14 @@ def test_a_jobs_throughput_is_charted_and_its_estimate_set_against_the_time_it_t
 
 
 @pytest.mark.parametrize("scheme", ["light", "dark"])
-def test_screenshot(qtbot, window, models, tmp_path, probed, scheme):
+def test_screenshot(qtbot, window, models, tmp_path, probed, scheme, chart_shots):
     apply_scheme(scheme)
     try:
         record, _ = _run_medium_extraction(qtbot, window, models, tmp_path / "adapter", probed)
         window.jobs.select(record.key)
         chart = window.jobs.job_chart
         qtbot.waitUntil(lambda: chart.chart.plot is not None, timeout=10_000)
-        assert chart.grab().save(str(SHOTS / f"job-chart-{scheme}.png"))
+        assert chart.grab().save(str(chart_shots / f"job-chart-{scheme}.png"))
     finally:
         apply_scheme("light")
 

@@ -3,19 +3,12 @@ document, the YAML view), one undo step per drag; the line follows the models' l
 
 from __future__ import annotations
 
-import os
-import tempfile
-from pathlib import Path
-
 import pytest
 import yaml
 from PySide6.QtCore import QPoint, Qt
 from PySide6.QtTest import QTest
 
 from guiapp.ui.widgets import layer_chart
-
-# Where the screenshots go (set it to keep and look at them); a temporary folder otherwise.
-SHOTS = Path(os.environ.get("MERGESMITH_CHART_SHOTS") or tempfile.mkdtemp(prefix="charts-"))
 
 
 def _recipe(page):
@@ -100,20 +93,19 @@ def test_each_filter_gets_a_curve_and_its_own_points(qtbot, slerp_page):
 
 
 @pytest.mark.parametrize("scheme", ["light", "dark"])
-def test_screenshot(qtbot, slerp_page, scheme):
+def test_screenshot(qtbot, slerp_page, scheme, chart_shots):
     from guiapp.ui.theme import apply_scheme
 
     apply_scheme(scheme)
     try:
         chart = slerp_page.param_form.editors["t"].gradient_view
         qtbot.waitUntil(lambda: chart.isVisible() and chart.layer_count == 2, timeout=30_000)
-        SHOTS.mkdir(parents=True, exist_ok=True)
-        assert chart.grab().save(str(SHOTS / f"layer-chart-{scheme}.png"))
+        assert chart.grab().save(str(chart_shots / f"layer-chart-{scheme}.png"))
     finally:
         apply_scheme("light")
 
 
-def test_a_models_gradient_shows_its_chart_in_a_row_tall_enough(qtbot, window, models):
+def test_a_models_gradient_shows_its_chart_in_a_row_tall_enough(qtbot, window, models, chart_shots):
     window.show_page("merge")
     page = window.merge
     page.yaml_edit.setPlainText(yaml.safe_dump({
@@ -126,8 +118,7 @@ def test_a_models_gradient_shows_its_chart_in_a_row_tall_enough(qtbot, window, m
     _wait_drawn(qtbot, chart)
     qtbot.waitUntil(lambda: page.table.rowHeight(0) >= page.table.cellWidget(0, 1).sizeHint().height(), timeout=5_000)
     assert [c.anchors for c in chart.curves] == [(0.2, 0.9, 0.4)]
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    assert page.table.grab().save(str(SHOTS / "layer-chart-models-table.png"))
+    assert page.table.grab().save(str(chart_shots / "layer-chart-models-table.png"))
 
 
 def test_a_long_list_is_written_on_one_line_in_its_box(qtbot):

@@ -3,17 +3,11 @@ background), a click on the curve choosing the rank, and the report's chart per 
 
 from __future__ import annotations
 
-import os
-import tempfile
-from pathlib import Path
-
 import pytest
 from PySide6.QtCore import Qt
 
 from guiapp.ui.theme import apply_scheme
 from tests.ui.conftest import wait_for_job
-
-SHOTS = Path(os.environ.get("MERGESMITH_CHART_SHOTS") or tempfile.mkdtemp(prefix="charts-"))
 
 
 def _previewed(qtbot, window, models):
@@ -72,12 +66,12 @@ def test_the_report_charts_each_modules_kept_change_with_the_worst_highlighted(q
 
 
 @pytest.mark.parametrize("scheme", ["light", "dark"])
-def test_screenshots(qtbot, window, models, tmp_path, scheme):
+def test_screenshots(qtbot, window, models, tmp_path, scheme, chart_shots):
     apply_scheme(scheme)
     try:
         page, preview = _previewed(qtbot, window, models)
         preview.chart.show_rank(8)
-        assert preview.grab().save(str(SHOTS / f"rank-preview-{scheme}.png"))
+        assert preview.grab().save(str(chart_shots / f"rank-preview-{scheme}.png"))
         summary = {"module_energies": [{"module": f"model.layers.{i // 7}.{kind}", "rank": 8,
                                         "retained_energy": 0.97 - 0.02 * (i % 7) - (0.2 if i == 9 else 0)}
                                        for i, kind in enumerate(["self_attn.q_proj", "self_attn.k_proj",
@@ -85,12 +79,12 @@ def test_screenshots(qtbot, window, models, tmp_path, scheme):
                                                                  "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"] * 2)]}
         page.x_report_chart.show_summary(summary)
         qtbot.waitUntil(lambda: page.x_report_chart.plot is not None, timeout=10_000)
-        assert page.x_report_chart.grab().save(str(SHOTS / f"module-energy-{scheme}.png"))
+        assert page.x_report_chart.grab().save(str(chart_shots / f"module-energy-{scheme}.png"))
     finally:
         apply_scheme("light")
 
 
-def test_the_jobs_page_shows_an_extractions_chart_per_module(qtbot, window, models, tmp_path):
+def test_the_jobs_page_shows_an_extractions_chart_per_module(qtbot, window, models, tmp_path, chart_shots):
     window.show_page("lora")
     page = window.lora
     page.x_base.set_text(str(models.base))
@@ -107,7 +101,7 @@ def test_the_jobs_page_shows_an_extractions_chart_per_module(qtbot, window, mode
     window.resize(1024, 700)
     qtbot.waitUntil(lambda: window.height() == 700, timeout=5_000)
     assert window.jobs.log.height() >= 60  # the log keeps room under the charts at the smallest size
-    assert window.grab().save(str(SHOTS / "jobs-page-1024x700.png"))
+    assert window.grab().save(str(chart_shots / "jobs-page-1024x700.png"))
 
 
 def test_the_names_of_neighbouring_worst_modules_do_not_cover_each_other(qtbot):
