@@ -6,11 +6,14 @@ is first imported.
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
 _SANDBOX = Path(tempfile.mkdtemp(prefix="mergesmith-tests-"))
+atexit.register(shutil.rmtree, _SANDBOX, ignore_errors=True)  # each test process's own; 344 had piled up in /tmp
 os.environ["QT_QPA_PLATFORM"] = "offscreen"
 os.environ["HF_HOME"] = str(_SANDBOX / "hf-home")
 os.environ["HF_HUB_DISABLE_TELEMETRY"] = "1"
