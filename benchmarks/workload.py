@@ -48,8 +48,7 @@ def memory_copy_rate(megabytes: int = 128, repeat: int = 3) -> float:
     """This host's memory copy rate now, in GB/s (the fastest of `repeat` copies of `megabytes`, one thread), for
     the line under a measurement: a neighbour on a shared host that takes memory bandwidth slows every merge without
     stealing CPU time, and a rate that drops between methods says their times are not comparable."""
-    source, target = bytearray(megabytes << 20), bytearray(megabytes << 20)
-    source[:: 1 << 12] = b"\1" * len(source[:: 1 << 12])  # touched, so the copy reads real pages
+    source, target = bytearray(b"\1") * (megabytes << 20), bytearray(megabytes << 20)  # the source's pages written
     target[:] = source  # the target's pages exist before the timed copies
     fastest = float("inf")
     for _ in range(repeat):
