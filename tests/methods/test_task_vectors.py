@@ -93,7 +93,7 @@ def test_task_arithmetic_allows_negative_weights_and_the_base_anywhere():
 @pytest.mark.parametrize(("normalize", "lam"), [(False, 1.0), (True, 1.0), (False, 0.7), (True, 1.3)])
 def test_task_arithmetic_of_stored_inputs_is_the_float32_merge_bit_for_bit(dtype, weights, normalize, lam):
     from guiapp.engine.methods import get_method  # noqa: PLC0415
-    from guiapp.engine.methods._task_vectors import STORED_CHUNK  # noqa: PLC0415
+    from guiapp.engine.methods._stored import STORED_CHUNK  # noqa: PLC0415
     from tests.methods.helpers import context  # noqa: PLC0415
 
     method = get_method("task_arithmetic")
@@ -117,7 +117,7 @@ def test_task_arithmetic_of_stored_inputs_is_the_float32_merge_bit_for_bit(dtype
 def test_stored_inputs_are_merged_in_chunks_on_the_cpu_only(device):
     # The chunks keep a CPU core's float32 copies in its cache; on an accelerator each chunk would be several kernel
     # launches (about a million for a 7 B model), so there the block is one chunk.
-    from guiapp.engine.methods._task_vectors import STORED_CHUNK, stored_chunk_entries  # noqa: PLC0415
+    from guiapp.engine.methods._stored import STORED_CHUNK, stored_chunk_entries  # noqa: PLC0415
 
     numel = STORED_CHUNK * 30 + 1
     assert stored_chunk_entries(torch.device("cpu"), numel) == STORED_CHUNK
