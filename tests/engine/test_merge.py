@@ -506,6 +506,19 @@ def test_task_arithmetic_in_bf16_merges_as_stored_with_the_float32_result(tmp_pa
         assert torch.equal(merged[name], by_hand.bfloat16())
 
 
+def test_nearswap_in_bf16_merges_as_stored_with_the_float32_result(tmp_path, conversions):
+    from guiapp.engine.methods.nearswap import nearswap  # noqa: PLC0415
+
+    folders = [_bf16_model_in_blocks(tmp_path / name, seed) for name, seed in (("base", 3), ("one", 4))]
+    base, one = (load_folder(folder) for folder in folders)
+    _merge(f"merge_method: nearswap\nbase_model: {folders[0]}\nmodels:\n  - model: {folders[1]}\n"
+           "parameters: {t: 0.01}\n", tmp_path / "out")
+    assert conversions == []  # no tensor, whole or in blocks, goes through a conversion to float32 and back
+    merged = load_folder(tmp_path / "out")
+    for name in ("model.embed_tokens.weight", "model.norm.weight"):
+        assert torch.equal(merged[name], nearswap(0.01, base[name].float(), one[name].float()).bfloat16())
+
+
 def test_passthrough_at_scale_one_is_a_copy_written_as_stored(tmp_path, conversions):
     from guiapp.engine.merge import BLOCK_ELEMENTS  # noqa: PLC0415
 

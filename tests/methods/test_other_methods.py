@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 import torch
 
+from guiapp.engine.methods import get_method
 from guiapp.errors import IncompatibleModelsError
-from tests.methods.helpers import run
+from tests.methods.helpers import context, run
 
 # ---- model_stock ----------------------------------------------------------------------------------------
 
@@ -118,6 +119,26 @@ def test_nearswap_by_hand():
     assert result.tolist() == [0.25, 0.5, -0.5, 7.0]
     swapped = run("nearswap", [other, base], base_index=1, t=0.5)
     assert swapped.tolist() == result.tolist()
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("t", [0.0, 1e-3, 0.02])
+def test_nearswap_of_stored_inputs_is_the_float32_merge_bit_for_bit(dtype, t):
+    from guiapp.engine.methods._stored import STORED_CHUNK  # noqa: PLC0415
+
+    method = get_method("nearswap")
+    generator = torch.Generator().manual_seed(int(t * 1000))
+    numel = STORED_CHUNK * 2 + 7  # three chunks, the last a short one
+    base = torch.randn(numel, generator=generator) * 0.05
+    other = base + torch.randn(numel, generator=generator) * 0.01
+    other[:100] = base[:100]  # equal entries: the distance floor
+    for base_index, tensors in ((0, [base, other]), (1, [other, base])):
+        stored = context("nearswap", tensors, base_index=base_index, dtype=dtype, t=t)
+        before = [tensor.clone() for tensor in stored.tensors]
+        merged = method.merge_stored(stored)
+        assert all(torch.equal(a, b) for a, b in zip(before, stored.tensors))  # inputs left as they were
+        converted = context("nearswap", [tensor.to(dtype) for tensor in tensors], base_index=base_index, t=t)
+        assert merged.dtype == dtype and torch.equal(merged, method.merge(converted).to(dtype))
 
 
 # ---- arcee_fusion ---------------------------------------------------------------------------------------
