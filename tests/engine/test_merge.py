@@ -519,6 +519,23 @@ def test_nearswap_in_bf16_merges_as_stored_with_the_float32_result(tmp_path, con
         assert torch.equal(merged[name], nearswap(0.01, base[name].float(), one[name].float()).bfloat16())
 
 
+def test_float32_inputs_are_merged_as_they_are_not_in_chunks(tmp_path, conversions):
+    # Chunks save converting narrow inputs to float32; inputs stored in float32 need no conversion, and copying
+    # them into chunk buffers would only add a pass (task arithmetic 2.63 against 2.33 ms per million entries).
+    from guiapp.engine.merge import BLOCK_ELEMENTS  # noqa: PLC0415
+
+    shape = LlamaShape(layers=1, vocab=BLOCK_ELEMENTS // 64 * 2 + 5)
+    folders = [write_checkpoint(tmp_path / name, llama_tensors(shape, torch.Generator().manual_seed(seed)),
+                                llama_config(shape, torch.float32), torch.float32)
+               for name, seed in (("base", 3), ("one", 4))]
+    numel = sum(t.numel() for t in load_folder(folders[0]).values())
+    for method, parameters in (("task_arithmetic", "    parameters: {weight: 0.5}\n"), ("nearswap", "parameters: {t: 0.01}\n")):
+        conversions.clear()
+        _merge(f"merge_method: {method}\nbase_model: {folders[0]}\nmodels:\n  - model: {folders[1]}\n{parameters}",
+               tmp_path / method)
+        assert sum(conversions) == 2 * numel  # every entry of both inputs through the float32 path
+
+
 def test_passthrough_at_scale_one_is_a_copy_written_as_stored(tmp_path, conversions):
     from guiapp.engine.merge import BLOCK_ELEMENTS  # noqa: PLC0415
 
