@@ -184,9 +184,8 @@ class MergeMethod:
     parameter's range expresses) and raises RecipeError when they cannot be used. `copies_input(model_params,
     params)` says that with these parameters the method's result is its single input unchanged (passthrough at
     scale 1): the tensor is then copied, as stored where its dtype allows, instead of merged. `merge_stored(ctx)`
-    merges inputs stored in the output's dtype as they are: computed in float32 and rounded once into that dtype,
-    without converting whole inputs first (the entries meet in the cache); the loop uses it for the tensors whose
-    parameters and dtype `stores_with(model_params, params, dtype)` accepts. `working_copies` is
+    merges inputs stored in the output's dtype, bf16 or fp16, as they are: computed in float32 and rounded once into
+    that dtype, without converting whole inputs first (the entries meet in the cache). `working_copies` is
     what the estimator needs to know about the method's memory. `elementwise` methods compute
     each entry from the inputs' entries at the same position alone, so the loop may merge a tensor in blocks of
     rows that stay in the CPU's cache. A method with a `survey` can do the same after a look at the whole tensor:
@@ -206,8 +205,6 @@ class MergeMethod:
     check_params: Callable[[list[dict[str, Any]], dict[str, Any], str], None] = lambda model_params, params, name: None
     copies_input: Callable[[list[dict[str, Any]], dict[str, Any]], bool] = lambda model_params, params: False
     merge_stored: Callable[[MergeContext], torch.Tensor] | None = None
-    stores_with: Callable[[list[dict[str, Any]], dict[str, Any], torch.dtype], bool] = \
-        lambda model_params, params, dtype: True
     elementwise: bool = False
     survey: Callable[[TensorSettings], TensorSurvey | None] | None = None
 

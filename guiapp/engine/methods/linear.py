@@ -6,36 +6,38 @@ from typing import Any
 
 import torch
 
+from guiapp.engine.methods._stored import merge_in_chunks
 from guiapp.engine.methods.base import BaseRole, MergeContext, MergeMethod, ParamKind, ParamSpec, WorkingCopies
 from guiapp.errors import RecipeError
 
 
 def merge(ctx: MergeContext) -> torch.Tensor:
     weights = [float(p["weight"]) for p in ctx.model_params]
-    result = ctx.tensors[0] * weights[0]
-    for weight, tensor in zip(weights[1:], ctx.tensors[1:]):
-        result.add_(tensor, alpha=weight)
+    return _weighted_mean(ctx.tensors[0] * weights[0], ctx.tensors[1:], weights, bool(ctx.params["normalize"]))
+
+
+def _weighted_mean(first: torch.Tensor, others: list[torch.Tensor], weights: list[float], normalize: bool) -> torch.Tensor:
+    """Σ wᵢ·xᵢ, divided by Σ wᵢ when normalising, in place in `first` (x₀ already weighted)."""
+    for weight, tensor in zip(weights[1:], others):
+        first.add_(tensor, alpha=weight)
     total = sum(weights)  # a zero sum is refused by check_params, tensor by tensor
-    if ctx.params["normalize"] and total != 1:
+    if normalize and total != 1:
         # Weights that add up to one (the usual recipe) leave every entry as it is: no pass over the block for that.
-        result.div_(total)
-    return result
+        first.div_(total)
+    return first
 
 
 def merge_stored(ctx: MergeContext) -> torch.Tensor:
-    """Two bf16 or fp16 inputs averaged (normalised, or with weights that add up to one; `stores_with`): one pass
-    of torch.lerp, which reads both as stored, computes each entry in float32 and rounds it once. Converting both to
-    float32, weighting, adding and converting back took about two thirds of the merge step's CPU time."""
-    first, second = (float(p["weight"]) for p in ctx.model_params)
-    return torch.lerp(ctx.tensors[0], ctx.tensors[1], second / (first + second))
-
-
-def stores_with(model_params: list[dict[str, Any]], params: dict[str, Any], dtype: torch.dtype) -> bool:
-    """Whether `merge_stored` merges these: two inputs in bf16 or fp16 (lerp in float32 would round differently
-    from the float32 path), averaged (a zero sum is refused by check_params when normalising)."""
-    if len(model_params) != 2 or dtype not in (torch.bfloat16, torch.float16):
-        return False
-    return bool(params["normalize"]) or sum(float(p["weight"]) for p in model_params) == 1
+    """`merge` of bf16 or fp16 inputs as stored. Two inputs averaged (normalised, or with weights that add up to one):
+    one pass of torch.lerp, which reads both as stored, computes each entry in float32 and rounds it once (converting
+    both to float32, weighting, adding and converting back took about two thirds of the merge step's CPU time).
+    Otherwise a chunk at a time (`merge_in_chunks`) through `merge`'s operations: the same result bit for bit."""
+    weights = [float(p["weight"]) for p in ctx.model_params]
+    normalize = bool(ctx.params["normalize"])
+    if len(weights) == 2 and (normalize or sum(weights) == 1):  # a zero sum is refused by check_params
+        return torch.lerp(ctx.tensors[0], ctx.tensors[1], weights[1] / sum(weights))
+    return merge_in_chunks(
+        ctx.tensors, lambda chunks: _weighted_mean(chunks[0].mul_(weights[0]), chunks[1:], weights, normalize))
 
 
 def check_params(model_params: list[dict[str, Any]], params: dict[str, Any], tensor_name: str) -> None:
@@ -62,6 +64,5 @@ METHOD = MergeMethod(
     working_copies=WorkingCopies(1.0, 0.0),
     check_params=check_params,
     merge_stored=merge_stored,
-    stores_with=stores_with,
     elementwise=True,
 )
