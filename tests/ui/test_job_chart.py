@@ -159,3 +159,16 @@ def test_a_chart_deleted_while_the_window_prepares_its_charts_is_skipped(qtbot):
     prepare_charts(window)
     shiboken6.delete(charts[1])  # a page drops one of its charts before its turn comes
     qtbot.waitUntil(lambda: charts[0].plot is not None and charts[2].plot is not None, timeout=5_000)
+
+
+@pytest.mark.parametrize(("actual", "words"), [
+    (1.4, "within the estimate"), (1.0, "within the estimate"), (1.8, "within the estimate"),
+    (0.73, "a little faster than estimated"), (0.6, "faster than estimated"),
+    (2.2, "a little slower than estimated"), (2.8, "slower than estimated"),
+])
+def test_the_verdict_says_what_the_chart_shows(actual, words):
+    # The dashed line of a 0.73 s job to the left of a shaded 1.0–1.8 s was called "close to the estimate".
+    from guiapp.ui.widgets.job_chart import _verdict
+
+    text = _verdict({"seconds": 1.4, "low": 1.0, "high": 1.8}, actual)
+    assert text.endswith(f"(dashed line), {words}.")

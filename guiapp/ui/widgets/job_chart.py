@@ -20,7 +20,7 @@ from guiapp.ui.widgets.charts import ChartHost, pyqtgraph
 CHART_HEIGHT = 150
 MAX_POINTS = 600  # per job; older points are thinned out beyond this
 MAX_JOBS = 20  # jobs whose points are kept
-CLOSE_RATIO = 1.5  # an actual time within 1/1.5 of the estimate's low end and 1.5 times its high end is close
+NEAR_RATIO = 1.5  # an actual time within 1/1.5 of the estimate's low end and 1.5 times its high end is near it
 
 
 class ThroughputChart(ChartHost):
@@ -155,17 +155,21 @@ def _actual_seconds(record: Any) -> float | None:
 
 
 def _verdict(estimate: dict[str, Any] | None, actual: float | None) -> str:
-    """"Estimated about 1–2 min (shaded); took 1 min 20 s (dashed line), close to the estimate." and the like;
-    "" when either is unknown. Within 0.67–1.5 times the estimated range counts as close (the goal estimates
-    are held to)."""
+    """"Estimated about 1–2 min (shaded); took 1 min 20 s (dashed line), within the estimate." and the like;
+    "" when either is unknown. The words follow the picture: within the shaded range, a little faster or slower
+    than it (up to 1.5 times outside it, the goal estimates are held to), or faster or slower than estimated."""
     if estimate is None or actual is None:
         return ""
     low, high = _estimate_range(estimate)
-    if actual > CLOSE_RATIO * high:
+    if actual > NEAR_RATIO * high:
         how = "slower than estimated"
-    elif actual < low / CLOSE_RATIO:
+    elif actual > high:
+        how = "a little slower than estimated"
+    elif actual < low / NEAR_RATIO:
         how = "faster than estimated"
+    elif actual < low:
+        how = "a little faster than estimated"
     else:
-        how = "close to the estimate"
+        how = "within the estimate"
     return (f"Estimated {roughly(low, high)} (shaded); took {format_seconds(actual)} "
             f"(dashed line), {how}.")
