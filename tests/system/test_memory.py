@@ -42,12 +42,13 @@ _CHILD = _START + textwrap.dedent(
     for thread in threads:
         thread.start()
     barrier.wait()
-    path = os.path.join(tempfile.mkdtemp(), "malloc.xml")
-    report = libc.fopen(path.encode(), b"w")
-    libc.malloc_info(0, ctypes.c_void_p(report))
-    libc.fclose(ctypes.c_void_p(report))
-    barrier.wait()
-    print(open(path).read().count("<heap nr="))
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "malloc.xml")
+        report = libc.fopen(path.encode(), b"w")
+        libc.malloc_info(0, ctypes.c_void_p(report))
+        libc.fclose(ctypes.c_void_p(report))
+        barrier.wait()
+        print(open(path).read().count("<heap nr="))
     """
 )
 
