@@ -13,10 +13,10 @@ from guiapp.errors import RecipeError
 
 def merge(ctx: MergeContext) -> torch.Tensor:
     weights = [float(p["weight"]) for p in ctx.model_params]
-    return _weighted_mean(ctx.tensors[0] * weights[0], ctx.tensors[1:], weights, bool(ctx.params["normalize"]))
+    return _weighted_sum(ctx.tensors[0] * weights[0], ctx.tensors[1:], weights, bool(ctx.params["normalize"]))
 
 
-def _weighted_mean(first: torch.Tensor, others: list[torch.Tensor], weights: list[float], normalize: bool) -> torch.Tensor:
+def _weighted_sum(first: torch.Tensor, others: list[torch.Tensor], weights: list[float], normalize: bool) -> torch.Tensor:
     """Σ wᵢ·xᵢ, divided by Σ wᵢ when normalising, in place in `first` (x₀ already weighted)."""
     for weight, tensor in zip(weights[1:], others):
         first.add_(tensor, alpha=weight)
@@ -37,7 +37,7 @@ def merge_stored(ctx: MergeContext) -> torch.Tensor:
     if len(weights) == 2 and (normalize or sum(weights) == 1):  # a zero sum is refused by check_params
         return torch.lerp(ctx.tensors[0], ctx.tensors[1], weights[1] / sum(weights))
     return merge_in_chunks(
-        ctx.tensors, lambda chunks: _weighted_mean(chunks[0].mul_(weights[0]), chunks[1:], weights, normalize))
+        ctx.tensors, lambda chunks: _weighted_sum(chunks[0].mul_(weights[0]), chunks[1:], weights, normalize))
 
 
 def check_params(model_params: list[dict[str, Any]], params: dict[str, Any], tensor_name: str) -> None:
