@@ -8,6 +8,7 @@ each with the method recommended when in doubt. A key or method missing here sti
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 # Recipe key → its label in the window.
 PARAMETER_LABELS = {
@@ -57,9 +58,10 @@ METHOD_GROUPS = (
 )
 
 
-def parameter_label(name: str) -> str:
-    """The window's label for the recipe key `name` (the key itself, made readable, when it has none)."""
-    return PARAMETER_LABELS.get(name) or name.replace("_", " ").capitalize()
+def parameter_label(spec: Any) -> str:
+    """The window's label for a method's parameter (a ParamSpec): its own label where the method gives one, else
+    the words for its recipe key, else the key itself made readable."""
+    return spec.label or PARAMETER_LABELS.get(spec.name) or spec.name.replace("_", " ").capitalize()
 
 
 def parameter_tooltip(name: str, help_text: str) -> str:

@@ -25,10 +25,12 @@ class RecipeFix:
 
 
 def suggested_value(spec: Any) -> float | int:
-    """The value offered for a parameter the recipe lacks: its default, else the middle of its range when it has
-    both ends (an interpolation factor), else 1 brought into its range (a weight)."""
+    """The value offered for a parameter the recipe lacks: its default, else the value its method suggests, else the
+    middle of its range when it has both ends (an interpolation factor), else 1 brought into its range (a weight)."""
     if spec.default is not None:
         return spec.default
+    if spec.suggested is not None:
+        return spec.suggested
     if spec.minimum is not None and spec.maximum is not None:
         value = (spec.minimum + spec.maximum) / 2
     else:
@@ -64,8 +66,9 @@ def fix_for(key: KeyPath, document: dict[str, Any], method: Any) -> RecipeFix | 
             return _value_fix(spec, parameters, key[1], f" for {short_name(reference)}")
         base = document.get("base_model")
         if base and method.base_role.value == "input":  # the base is merged as one more input: give it a row
-            values = {s.name: suggested_value(s) for s in method.per_model_params if s.required}
-            said = ", ".join(f"{parameter_label(n)} {v:g}" for n, v in values.items())
+            required = [s for s in method.per_model_params if s.required]
+            values = {s.name: suggested_value(s) for s in required}
+            said = ", ".join(f"{parameter_label(s)} {values[s.name]:g}" for s in required)
             return RecipeFix(f"Add the base ({short_name(base)}) with {said}",
                              lambda recipe: recipe.add_model(str(base), values))
     return None
@@ -98,7 +101,7 @@ def _value_fix(spec: Any, scope: dict[str, Any], model: int | None, whose: str) 
     else:
         wanted = suggested_value(spec)
     shown = ("on" if wanted else "off") if spec.kind == "bool" else f"{wanted:g}"
-    return RecipeFix(f"Set {parameter_label(spec.name)} to {shown}{whose}",
+    return RecipeFix(f"Set {parameter_label(spec)} to {shown}{whose}",
                      lambda recipe: recipe.set_parameter(spec.name, wanted, model))
 
 

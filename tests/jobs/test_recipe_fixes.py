@@ -19,6 +19,9 @@ def test_suggested_values_are_defaults_or_the_middle_of_a_range_or_one():
     assert suggested_value(METHODS["slerp"].param("t")) == 0.5
     assert suggested_value(METHODS["linear"].param("weight")) == 1.0
     assert suggested_value(METHODS["ties"].param("density")) == METHODS["ties"].param("density").default
+    # NearSwap's t has neither a default nor an upper end; 1 (as for a weight) would swap in every difference up to 1,
+    # nearly the whole other model. Offered: the threshold its authors published (QuartetAnemoi-70B-t0.0001).
+    assert suggested_value(METHODS["nearswap"].param("t")) == 0.0001
 
 
 def test_a_missing_or_out_of_range_value_is_set():

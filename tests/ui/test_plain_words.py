@@ -42,6 +42,20 @@ def test_parameter_labels_are_plain_words_with_the_key_in_the_tooltip(qtbot):
     assert "Recipe key: lambda" in form.editors["lambda"].toolTip()
 
 
+def test_a_key_that_means_something_else_in_one_method_is_labelled_for_that_method(qtbot):
+    # NearSwap's t is a closeness threshold, not SLERP's position between the models: labelled "Position between the
+    # models", a user who set it to 0.5 for "halfway" would have swapped in nearly every entry of the other model.
+    from guiapp.engine.methods import get_method
+
+    form = ParamForm()
+    qtbot.addWidget(form)
+    for method, words in (("slerp", "Position between the models (t)"), ("nearswap", "Swap in differences up to (t)")):
+        form.set_specs(get_method(method).global_params)
+        labels = [label.text() for label in form.findChildren(QLabel) if label.buddy() is not None]
+        assert labels == [f"{words} *"]
+        assert form.editors["t"].spin.accessibleName() == words
+
+
 def test_a_gradient_is_a_choice_with_a_place_for_a_picture(qtbot, monkeypatch):
     pictures = []
 

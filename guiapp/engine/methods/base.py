@@ -60,7 +60,9 @@ class ParamSpec:
     """One parameter a method declares.
 
     `default=None` with `required=True` means the recipe must give it. `per_model` parameters are looked up
-    under each model first (weight, density…); the others are method-wide (t, normalize, lambda…).
+    under each model first (weight, density…); the others are method-wide (t, normalize, lambda…). `label` is the
+    window's words for it where the words for its key (guiapp.jobs.plain_words) would mislead in this method;
+    `suggested` the value the window offers for a required parameter that the range alone does not suggest.
     """
 
     name: str
@@ -71,6 +73,8 @@ class ParamSpec:
     minimum: float | None = None
     maximum: float | None = None
     help: str = ""
+    label: str = ""
+    suggested: float | None = None
 
 
 # (function, items) -> [function(item) for item in items], the calls perhaps run at once (MergeContext.run_each)

@@ -43,9 +43,9 @@ class ModelsTable(QTableWidget):
         self.clear()
         self.setRowCount(0)
         self.setColumnCount(len(specs) + 2)
-        self.setHorizontalHeaderLabels(["Model", *[parameter_label(s.name) for s in specs], ""])
+        self.setHorizontalHeaderLabels(["Model", *[parameter_label(s) for s in specs], ""])
         for column, spec in enumerate(specs, start=1):
-            self.horizontalHeaderItem(column).setToolTip(f"{parameter_label(spec.name)}: "
+            self.horizontalHeaderItem(column).setToolTip(f"{parameter_label(spec)}: "
                                                          f"{parameter_tooltip(spec.name, spec.help)}")
         header = self.horizontalHeader()
         header.setSectionResizeMode(0, QHeaderView.ResizeMode.Interactive)  # sized by _fit_model_column

@@ -73,11 +73,11 @@ class ParamEditor(QWidget):
         self.text.setVisible(False)
         self.text.textEdited.connect(self._text_edited)
         if spec.kind == "bool":
-            self.check = QCheckBox(accessibleName=parameter_label(spec.name))
+            self.check = QCheckBox(accessibleName=parameter_label(spec))
             self.check.toggled.connect(self._user_changed)
             layout.addWidget(self.check)
         else:
-            self.spin = QDoubleSpinBox(accessibleName=parameter_label(spec.name))
+            self.spin = QDoubleSpinBox(accessibleName=parameter_label(spec))
             tiny = (spec.default not in (None, 0) and abs(spec.default) < 1e-3) or (spec.maximum or 1) < 0.1
             self.spin.setDecimals(0 if spec.kind == "int" else 8 if tiny else 4)
             self.spin.setSingleStep(1 if spec.kind == "int" else 0.05)
@@ -87,7 +87,7 @@ class ParamEditor(QWidget):
             self.spin.setMinimumWidth(72)
             self.spin.valueChanged.connect(self._spin_changed)
             self.slider_range = _slider_range(spec)
-            self.slider = QSlider(Qt.Orientation.Horizontal, accessibleName=f"{parameter_label(spec.name)} slider")
+            self.slider = QSlider(Qt.Orientation.Horizontal, accessibleName=f"{parameter_label(spec)} slider")
             self.slider.setRange(0, SLIDER_STEPS)
             self.slider.setMinimumWidth(50)
             self.slider.setToolTip(f"{tip}\nThe slider covers {self.slider_range[0]:g} to {self.slider_range[1]:g}; "
@@ -97,7 +97,7 @@ class ParamEditor(QWidget):
             layout.addWidget(self.spin)
             # Only once it has a parent: showing a parentless widget opens it as a window of its own.
             self.slider.setVisible(not compact)
-            self.layers_choice = QComboBox(accessibleName=f"{parameter_label(spec.name)}: same or changing")
+            self.layers_choice = QComboBox(accessibleName=f"{parameter_label(spec)}: same or changing")
             # Short words, so a models table's row stays narrow; the tooltips say them in full.
             self.layers_choice.addItem(SAME_FOR_ALL_LAYERS, False)
             self.layers_choice.addItem(CHANGES_ACROSS_LAYERS, True)
@@ -260,7 +260,7 @@ class ParamForm(QWidget):
         for spec in specs:
             editor = ParamEditor(spec)
             editor.changed.connect(self.changed)
-            label = QLabel(f"{parameter_label(spec.name)}{' *' if spec.required else ''}")
+            label = QLabel(f"{parameter_label(spec)}{' *' if spec.required else ''}")
             label.setToolTip(parameter_tooltip(spec.name, spec.help))
             label.setBuddy(editor.spin or editor.check)
             self.layout_.addRow(label, editor)
