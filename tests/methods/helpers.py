@@ -54,3 +54,16 @@ def run(method_name: str, tensors: Sequence[Any], **kwargs: Any) -> torch.Tensor
 def run_with_stats(method_name: str, tensors: Sequence[Any], **kwargs: Any) -> tuple[torch.Tensor, dict]:
     ctx = context(method_name, tensors, **kwargs)
     return get_method(method_name).merge(ctx), ctx.stats
+
+
+def assert_stored_merge_is_the_float32_merge(method_name: str, tensors: Sequence[Any], dtype: torch.dtype,
+                                             **kwargs: Any) -> None:
+    """`method_name`'s `merge_stored` of `tensors` stored as `dtype` leaves them as they were and gives its float32
+    `merge` of the same stored values rounded into `dtype`, bit for bit."""
+    method = get_method(method_name)
+    stored = context(method_name, tensors, dtype=dtype, **kwargs)
+    before = [t.clone() for t in stored.tensors]
+    merged = method.merge_stored(stored)
+    assert all(torch.equal(a, b) for a, b in zip(before, stored.tensors))  # inputs left as they were
+    converted = context(method_name, [torch.as_tensor(t).to(dtype) for t in tensors], **kwargs)
+    assert merged.dtype == dtype and torch.equal(merged, method.merge(converted).to(dtype))

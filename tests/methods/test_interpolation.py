@@ -51,20 +51,13 @@ def test_linear_divides_only_by_weights_that_do_not_add_up_to_one(weights, divid
 def test_linear_of_stored_inputs_not_averaged_in_pairs_is_the_float32_merge_bit_for_bit(dtype, weights, normalize):
     # Two inputs averaged go through one lerp (its own rounding, tested with the merge loop); any other linear merge
     # of bf16/fp16 inputs goes a chunk at a time through the float32 path's operations.
-    from guiapp.engine.methods import get_method  # noqa: PLC0415
     from guiapp.engine.methods._stored import STORED_CHUNK  # noqa: PLC0415
-    from tests.methods.helpers import context  # noqa: PLC0415
+    from tests.methods.helpers import assert_stored_merge_is_the_float32_merge  # noqa: PLC0415
 
-    method = get_method("linear")
     generator = torch.Generator().manual_seed(len(weights))
-    tensors = [torch.randn(STORED_CHUNK * 2 + 7, generator=generator) * 0.05 for _ in weights]
-    params = [{"weight": weight} for weight in weights]
-    stored = context("linear", tensors, model_params=params, dtype=dtype, normalize=normalize)
-    before = [t.clone() for t in stored.tensors]
-    merged = method.merge_stored(stored)
-    assert all(torch.equal(a, b) for a, b in zip(before, stored.tensors))  # inputs left as they were
-    converted = context("linear", [t.to(dtype) for t in tensors], model_params=params, normalize=normalize)
-    assert merged.dtype == dtype and torch.equal(merged, method.merge(converted).to(dtype))
+    tensors = [torch.randn(STORED_CHUNK * 2 + 7, generator=generator) * 0.05 for _ in weights]  # the last chunk short
+    assert_stored_merge_is_the_float32_merge("linear", tensors, dtype, model_params=[{"weight": w} for w in weights],
+                                             normalize=normalize)
 
 
 # ---- slerp -----------------------------------------------------------------------------------------------

@@ -8,9 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from guiapp.engine.methods import get_method
 from guiapp.errors import IncompatibleModelsError
-from tests.methods.helpers import context, run
+from tests.methods.helpers import assert_stored_merge_is_the_float32_merge, run
 
 # ---- model_stock ----------------------------------------------------------------------------------------
 
@@ -126,19 +125,13 @@ def test_nearswap_by_hand():
 def test_nearswap_of_stored_inputs_is_the_float32_merge_bit_for_bit(dtype, t):
     from guiapp.engine.methods._stored import STORED_CHUNK  # noqa: PLC0415
 
-    method = get_method("nearswap")
     generator = torch.Generator().manual_seed(int(t * 1000))
     numel = STORED_CHUNK * 2 + 7  # three chunks, the last a short one
     base = torch.randn(numel, generator=generator) * 0.05
     other = base + torch.randn(numel, generator=generator) * 0.01
     other[:100] = base[:100]  # equal entries: the distance floor
     for base_index, tensors in ((0, [base, other]), (1, [other, base])):
-        stored = context("nearswap", tensors, base_index=base_index, dtype=dtype, t=t)
-        before = [tensor.clone() for tensor in stored.tensors]
-        merged = method.merge_stored(stored)
-        assert all(torch.equal(a, b) for a, b in zip(before, stored.tensors))  # inputs left as they were
-        converted = context("nearswap", [tensor.to(dtype) for tensor in tensors], base_index=base_index, t=t)
-        assert merged.dtype == dtype and torch.equal(merged, method.merge(converted).to(dtype))
+        assert_stored_merge_is_the_float32_merge("nearswap", tensors, dtype, base_index=base_index, t=t)
 
 
 # ---- arcee_fusion ---------------------------------------------------------------------------------------

@@ -92,25 +92,17 @@ def test_task_arithmetic_allows_negative_weights_and_the_base_anywhere():
 @pytest.mark.parametrize("weights", [(1.0, 0.5, -0.3), (0.3, 0.3, 0.4), (2.0, -1.0, 0.5)])
 @pytest.mark.parametrize(("normalize", "lam"), [(False, 1.0), (True, 1.0), (False, 0.7), (True, 1.3)])
 def test_task_arithmetic_of_stored_inputs_is_the_float32_merge_bit_for_bit(dtype, weights, normalize, lam):
-    from guiapp.engine.methods import get_method  # noqa: PLC0415
     from guiapp.engine.methods._stored import STORED_CHUNK  # noqa: PLC0415
-    from tests.methods.helpers import context  # noqa: PLC0415
+    from tests.methods.helpers import assert_stored_merge_is_the_float32_merge  # noqa: PLC0415
 
-    method = get_method("task_arithmetic")
     generator = torch.Generator().manual_seed(len(weights) + int(normalize))
     numel = STORED_CHUNK * 2 + 7  # three chunks, the last a short one
     base = torch.randn(numel, generator=generator) * 0.05
     for count in (1, 2, 3):
         tensors = [base] + [base + torch.randn(numel, generator=generator) * 0.01 for _ in range(count)]
         params = [{}] + [{"weight": weight} for weight in weights[:count]]
-        stored = context("task_arithmetic", tensors, base_index=0, model_params=params, dtype=dtype,
-                         normalize=normalize, **{"lambda": lam})
-        before = [t.clone() for t in stored.tensors]
-        merged = method.merge_stored(stored)
-        assert all(torch.equal(a, b) for a, b in zip(before, stored.tensors))  # inputs left as they were
-        converted = context("task_arithmetic", [t.to(dtype) for t in tensors], base_index=0, model_params=params,
-                            normalize=normalize, **{"lambda": lam})
-        assert merged.dtype == dtype and torch.equal(merged, method.merge(converted).to(dtype))
+        assert_stored_merge_is_the_float32_merge("task_arithmetic", tensors, dtype, base_index=0, model_params=params,
+                                                 normalize=normalize, **{"lambda": lam})
 
 
 @pytest.mark.parametrize("device", ["cuda", "mps", "xpu", "cuda:1"])
