@@ -47,13 +47,19 @@ def test_a_key_that_means_something_else_in_one_method_is_labelled_for_that_meth
     # models", a user who set it to 0.5 for "halfway" would have swapped in nearly every entry of the other model.
     from guiapp.engine.methods import get_method
 
+    # RAM's epsilon, likewise, is the size of a change that counts, not DELLA's spread of keep chances.
     form = ParamForm()
     qtbot.addWidget(form)
-    for method, words in (("slerp", "Position between the models (t)"), ("nearswap", "Swap in differences up to (t)")):
+    for method, key, words in (("slerp", "t", "Position between the models (t) *"),
+                               ("nearswap", "t", "Swap in differences up to (t) *"),
+                               ("ram", "epsilon", "Counts as changed above (ε)"),
+                               ("ramplus_tl", "epsilon", "Counts as changed above (ε)")):
         form.set_specs(get_method(method).global_params)
-        labels = [label.text() for label in form.findChildren(QLabel) if label.buddy() is not None]
-        assert labels == [f"{words} *"]
-        assert form.editors["t"].spin.accessibleName() == words
+        labels = {label.buddy(): label.text() for label in form.findChildren(QLabel) if label.buddy() is not None}
+        assert labels[form.editors[key].spin] == words
+        assert form.editors[key].spin.accessibleName() == words.removesuffix(" *")
+    della_epsilon = get_method("della").param("epsilon")
+    assert ParamEditor(della_epsilon).spin.accessibleName() == "Spread of keep chances (ε)"
 
 
 def test_a_gradient_is_a_choice_with_a_place_for_a_picture(qtbot, monkeypatch):

@@ -145,7 +145,7 @@ def _overlap_survey(settings: TensorSettings) -> TensorSurvey | None:
 
 
 _EPSILON = ParamSpec(
-    "epsilon", ParamKind.FLOAT, default=1e-5, minimum=0.0, maximum=1.0,
+    "epsilon", ParamKind.FLOAT, default=1e-5, minimum=0.0, maximum=1.0, label="Counts as changed above (ε)",
     help="A change larger than this counts as the model having changed that weight.",
 )
 
