@@ -64,9 +64,9 @@ def parameter_label(spec: Any) -> str:
     return spec.label or PARAMETER_LABELS.get(spec.name) or spec.name.replace("_", " ").capitalize()
 
 
-def parameter_tooltip(name: str, help_text: str) -> str:
-    """A parameter's tooltip: what it does, then the key the recipe uses for it."""
-    return f"{help_text}\nRecipe key: {name}" if help_text else f"Recipe key: {name}"
+def parameter_tooltip(spec: Any) -> str:
+    """A method's parameter's tooltip (a ParamSpec): what it does, then the key the recipe uses for it."""
+    return f"{spec.help}\nRecipe key: {spec.name}" if spec.help else f"Recipe key: {spec.name}"
 
 
 def grouped_methods(names: list[str]) -> list[tuple[MethodGroup, list[str]]]:

@@ -46,7 +46,7 @@ class ModelsTable(QTableWidget):
         self.setHorizontalHeaderLabels(["Model", *[parameter_label(s) for s in specs], ""])
         for column, spec in enumerate(specs, start=1):
             self.horizontalHeaderItem(column).setToolTip(f"{parameter_label(spec)}: "
-                                                         f"{parameter_tooltip(spec.name, spec.help)}")
+                                                         f"{parameter_tooltip(spec)}")
         header = self.horizontalHeader()
         header.setSectionResizeMode(0, QHeaderView.ResizeMode.Interactive)  # sized by _fit_model_column
         header.setMinimumSectionSize(60)
@@ -126,9 +126,9 @@ class ModelsTable(QTableWidget):
         `reason` as their tooltip; the other rows' values are enabled with their own tooltips."""
         for row in self._rows:
             unused = bool(base) and row["picker"].text().strip() == base
-            for name, editor in row["editors"].items():
+            for editor in row["editors"].values():
                 editor.setEnabled(not unused)
-                editor.setToolTip(reason if unused else parameter_tooltip(name, editor.spec.help))
+                editor.setToolTip(reason if unused else parameter_tooltip(editor.spec))
 
     def _remove_row(self, entry: dict[str, Any]) -> None:
         index = self._rows.index(entry)

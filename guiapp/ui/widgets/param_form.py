@@ -62,7 +62,7 @@ class ParamEditor(QWidget):
         layout.setContentsMargins(2, 0, 2, 0)
         layout.setSpacing(3)
         column.addLayout(layout)
-        tip = parameter_tooltip(spec.name, spec.help)
+        tip = parameter_tooltip(spec)
         self.setToolTip(tip)
         self.check: QCheckBox | None = None
         self.slider: QSlider | None = None
@@ -261,7 +261,7 @@ class ParamForm(QWidget):
             editor = ParamEditor(spec)
             editor.changed.connect(self.changed)
             label = QLabel(f"{parameter_label(spec)}{' *' if spec.required else ''}")
-            label.setToolTip(parameter_tooltip(spec.name, spec.help))
+            label.setToolTip(parameter_tooltip(spec))
             label.setBuddy(editor.spin or editor.check)
             self.layout_.addRow(label, editor)
             self.editors[spec.name] = editor
