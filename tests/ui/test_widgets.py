@@ -197,3 +197,38 @@ def test_a_cancelled_request_is_never_answered(qtbot):
 def _all_delivered() -> bool:
     """Every background call has finished and its answer has been through the UI thread (or dropped there)."""
     return not background._pending
+
+
+TOLERANCE = ParamSpec("eps", ParamKind.FLOAT, default=1e-8, minimum=0.0, maximum=0.01)  # multislerp's
+THRESHOLD = ParamSpec("t", ParamKind.FLOAT, required=True, minimum=0.0, suggested=0.0001)  # NearSwap's
+
+
+def type_number(qtbot, editor: ParamEditor, text: str) -> None:
+    box = editor.spin.lineEdit()
+    box.setFocus()
+    box.selectAll()
+    qtbot.keyClicks(box, text)
+    qtbot.keyClick(box, Qt.Key.Key_Return)
+
+
+@pytest.mark.parametrize(("spec", "typed", "expected"), [
+    (TOLERANCE, "0.00000002", 2e-8),  # a tiny default: kept to its last digit, not rounded to 0
+    (THRESHOLD, "0.00005", 5e-5),  # no default, a tiny suggested value: the box takes values below it
+])
+def test_a_tiny_value_typed_in_the_box_reaches_the_recipe_whole(qtbot, editor, spec, typed, expected):
+    widget = editor(spec)
+    type_number(qtbot, widget, typed)
+    assert widget.value() == pytest.approx(expected, rel=1e-9)
+
+
+def test_the_slider_of_a_tiny_parameter_moves_by_powers_of_ten(qtbot, editor):
+    threshold = editor(THRESHOLD)  # usually 1e-4: the slider spans 1e-6 to 1e-2, a power of ten per quarter
+    assert "0.000001 to 0.01, a power of ten at a time" in threshold.slider.toolTip()
+    threshold.slider.setValue(SLIDER_STEPS // 2)
+    assert threshold.value() == pytest.approx(1e-4)
+    threshold.slider.setValue(SLIDER_STEPS // 4)
+    assert threshold.value() == pytest.approx(1e-5)
+    type_number(qtbot, threshold, "0.001")
+    assert threshold.slider.value() == SLIDER_STEPS * 3 // 4
+    type_number(qtbot, threshold, "0")  # below the slider's span: the box keeps it, the slider rests at its start
+    assert threshold.value() == 0 and threshold.slider.value() == 0

@@ -13,7 +13,9 @@ editor and the widget it returns is shown under the list while "Per layer" is ch
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from PySide6.QtCore import Qt, Signal
@@ -78,19 +80,19 @@ class ParamEditor(QWidget):
             layout.addWidget(self.check)
         else:
             self.spin = QDoubleSpinBox(accessibleName=parameter_label(spec))
-            tiny = (spec.default not in (None, 0) and abs(spec.default) < 1e-3) or (spec.maximum or 1) < 0.1
-            self.spin.setDecimals(0 if spec.kind == "int" else 8 if tiny else 4)
+            tiny = _is_tiny(_usual_value(spec)) or (spec.maximum or 1) < 0.1
+            self.spin.setDecimals(0 if spec.kind == "int" else TINY_DECIMALS if tiny else 4)
             self.spin.setSingleStep(1 if spec.kind == "int" else 0.05)
             low = spec.minimum if spec.minimum is not None else -UNBOUNDED
             high = spec.maximum if spec.maximum is not None else UNBOUNDED
             self.spin.setRange(low, high)
             self.spin.setMinimumWidth(72)
             self.spin.valueChanged.connect(self._spin_changed)
-            self.slider_range = _slider_range(spec)
+            self.slider_scale = _slider_scale(spec)
             self.slider = QSlider(Qt.Orientation.Horizontal, accessibleName=f"{parameter_label(spec)} slider")
             self.slider.setRange(0, SLIDER_STEPS)
             self.slider.setMinimumWidth(50)
-            self.slider.setToolTip(f"{tip}\nThe slider covers {self.slider_range[0]:g} to {self.slider_range[1]:g}; "
+            self.slider.setToolTip(f"{tip}\nThe slider covers {self.slider_scale.describe()}; "
                                    "type any other value in the box.")
             self.slider.valueChanged.connect(self._slider_changed)
             layout.addWidget(self.slider, 1)
@@ -126,7 +128,7 @@ class ParamEditor(QWidget):
         if self.varies_by_layer():
             return self._parsed_text()
         number = self.spin.value()
-        return int(number) if self.spec.kind == "int" else round(number, 6)
+        return int(number) if self.spec.kind == "int" else round(number, self.spin.decimals())
 
     def set_value(self, value: Any) -> None:
         """Show `value` (None: the default, not written to the recipe) without emitting `changed`."""
@@ -201,15 +203,13 @@ class ParamEditor(QWidget):
     def _slider_changed(self, position: int) -> None:
         if self._updating:
             return
-        low, high = self.slider_range
         self._updating = True
-        self.spin.setValue(low + (high - low) * position / SLIDER_STEPS)
+        self.spin.setValue(self.slider_scale.value_at(position))
         self._updating = False
         self._user_changed()
 
     def _sync_slider(self, number: float) -> None:
-        low, high = self.slider_range
-        self.slider.setValue(round((min(max(number, low), high) - low) / (high - low) * SLIDER_STEPS))
+        self.slider.setValue(self.slider_scale.position_of(number))
 
     def _choose_layers(self, varies: bool) -> None:
         self.layers_choice.setCurrentIndex(1 if varies else 0)
@@ -233,13 +233,73 @@ class ParamEditor(QWidget):
         self._user_changed()
 
 
-def _slider_range(spec: Any) -> tuple[float, float]:
+# A parameter whose usual value is below this (a tolerance, a threshold) is shown to 8 decimals, and its slider
+# moves through powers of ten (TINY_DECADES either side of the usual value, within what the box shows) rather than
+# evenly.
+TINY = 1e-3
+TINY_DECIMALS = 8
+TINY_DECADES = 2
+
+
+@dataclass(frozen=True)
+class SliderScale:
+    """Which value each slider position (0 to SLIDER_STEPS) stands for: evenly spaced from `low` to `high`, or,
+    `logarithmic`, evenly spaced powers of ten (each power of ten gets as much of the slider as the next)."""
+
+    low: float
+    high: float
+    logarithmic: bool = False
+
+    def value_at(self, position: int) -> float:
+        fraction = position / SLIDER_STEPS
+        if not self.logarithmic:
+            return self.low + (self.high - self.low) * fraction
+        return float(f"{self.low * (self.high / self.low) ** fraction:.2g}")  # 0.00012, not 0.000120226
+
+    def position_of(self, value: float) -> int:
+        """The position nearest `value`; a value outside the span rests the slider at its nearer end."""
+        value = min(max(value, self.low), self.high)
+        if not self.logarithmic:
+            return round((value - self.low) / (self.high - self.low) * SLIDER_STEPS)
+        return round(math.log(value / self.low) / math.log(self.high / self.low) * SLIDER_STEPS)
+
+    def describe(self) -> str:
+        """The span in the user's words: "0.000001 to 0.01, a power of ten at a time"."""
+        span = f"{_plain_number(self.low)} to {_plain_number(self.high)}"
+        return f"{span}, a power of ten at a time" if self.logarithmic else span
+
+
+def _usual_value(spec: Any) -> float | None:
+    """The value a parameter usually has: its default, or the value the window suggests for it."""
+    return spec.default if spec.default not in (None, 0) else spec.suggested
+
+
+def _is_tiny(value: float | None) -> bool:
+    return value is not None and 0 < abs(value) < TINY
+
+
+def _plain_number(value: float) -> str:
+    """`value` without an exponent (0.000001, not 1e-06), which users outside programming read."""
+    return f"{value:.{TINY_DECIMALS}f}".rstrip("0").rstrip(".") if value and abs(value) < TINY \
+        else f"{value:g}"
+
+
+def _slider_scale(spec: Any) -> SliderScale:
     """The slider's span: the schema's range, or where a parameter without one sensibly lives (0 to 1 for a
-    weight, up to twice a larger default); the numeric box still takes any value the schema allows."""
+    weight, up to twice a larger default); a parameter whose usual value is tiny moves through the powers of ten
+    around it. The numeric box still takes any value the schema allows."""
+    usual = _usual_value(spec)
+    if _is_tiny(usual) and usual > 0 and (spec.minimum or 0) >= 0:
+        # No lower than the number box shows, nor higher than the schema allows.
+        low, high = max(usual / 10**TINY_DECADES, 10**-TINY_DECIMALS), usual * 10**TINY_DECADES
+        if spec.maximum is not None:
+            high = min(high, spec.maximum)
+        if high > low:
+            return SliderScale(low, high, logarithmic=True)
     low = spec.minimum if spec.minimum is not None else (min(0.0, spec.default or 0.0) * 2)
     default = abs(spec.default or 0.0)
     high = spec.maximum if spec.maximum is not None else max(1.0, 2 * default)
-    return float(low), float(high) if high > low else float(low) + 1.0
+    return SliderScale(float(low), float(high) if high > low else float(low) + 1.0)
 
 
 class ParamForm(QWidget):
