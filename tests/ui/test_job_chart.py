@@ -172,3 +172,23 @@ def test_the_verdict_says_what_the_chart_shows(actual, words):
 
     text = _verdict({"seconds": 1.4, "low": 1.0, "high": 1.8}, actual)
     assert text.endswith(f"(dashed line), {words}.")
+
+
+def _pixels_of(image, colour: str) -> int:
+    from PySide6.QtGui import QColor
+
+    wanted = QColor(colour).rgb()
+    return sum(image.pixel(x, y) == wanted for x in range(image.width()) for y in range(image.height()))
+
+
+def test_a_job_too_short_for_two_progress_points_still_shows_its_throughput(qtbot):
+    from guiapp.ui.widgets.job_chart import ThroughputChart
+
+    chart = ThroughputChart()
+    qtbot.addWidget(chart)
+    chart.resize(400, 150)
+    chart.show()
+    chart.ensure_plot()
+    # A job of a third of a second reported its rate once before it ended.
+    chart.show_job([(0.25, 120.0)], {"seconds": 1.0, "low": 0.8, "high": 1.25}, 0.33)
+    assert _pixels_of(chart.grab().toImage(), chart.series_colour(0)) > 20

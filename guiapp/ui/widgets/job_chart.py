@@ -70,6 +70,14 @@ class ThroughputChart(ChartHost):
             right = max(right, high)
         self.curve.setPen(pg.mkPen(self.series_colour(0), width=2))
         self.curve.setBrush(pg.mkBrush(self._fill_colour()))
+        # A job shorter than two progress reports has one point, which a line cannot draw: it is shown as a dot.
+        lone = len(self.points) == 1
+        if lone:
+            self.curve.setSymbolSize(8)
+            self.curve.setSymbolPen(pg.mkPen(self.series_colour(0)))
+            self.curve.setSymbolBrush(pg.mkBrush(self.series_colour(0)))
+        if lone != (self.curve.opts["symbol"] is not None):  # setting it lays the curve out again
+            self.curve.setSymbol("o" if lone else None)
         self.curve.setData([p[0] for p in self.points], [p[1] for p in self.points])
         top = max([p[1] for p in self.points] + [1.0])
         # While a job runs, its ranges grow in round steps, so that most progress events move the curve only
