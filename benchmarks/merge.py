@@ -35,7 +35,7 @@ import threading
 import time
 from pathlib import Path
 
-from workload import CompetingLoad, StolenTime, load_average, memory_copy_rate, mergekit_tool
+from workload import ONE_THREAD_WORK, CompetingLoad, StolenTime, load_average, memory_copy_rate, mergekit_tool
 
 _TWO = ("  - model: {one}\n    parameters: {{weight: 0.5{extra}}}\n"
         "  - model: {two}\n    parameters: {{weight: 0.5{extra}}}\n")
@@ -236,7 +236,8 @@ def busy_table(folder: Path, size_gb: float, methods: list[str], repeat: int, me
                timeout: float, mergekit_methods: set[str]) -> list[dict]:
     """Each method quiet and under a competing load, ours (fastest of `repeat`) and, for `mergekit_methods`,
     mergekit's (once each). Our quiet and busy runs alternate, so that a slower minute of a shared host falls on
-    both sides of the ratio rather than on one."""
+    both sides of the ratio rather than on one. After each run, under the same condition, one thread's fixed work
+    (ONE_THREAD_WORK): its busy/quiet ratio is the host's part of the method's."""
     base, one, two = models_in(folder, size_gb)  # with --workdir, an earlier run's
     rows = []
     for method in methods:
@@ -244,6 +245,7 @@ def busy_table(folder: Path, size_gb: float, methods: list[str], repeat: int, me
         recipe.write_text(recipe_text(method, base, one, two))
         row: dict = {"method": method}
         runs: dict[str, list[tuple[float, float]]] = {"quiet": [], "busy": []}  # (wall, CPU) seconds
+        alone: dict[str, list[tuple[float, float]]] = {"quiet": [], "busy": []}  # ONE_THREAD_WORK's
         stolen, copy_rate_before = StolenTime(), memory_copy_rate()
         for _ in range(repeat):
             for condition in ("quiet", "busy"):
@@ -251,6 +253,7 @@ def busy_table(folder: Path, size_gb: float, methods: list[str], repeat: int, me
                     shutil.rmtree(folder / f"out-{method}", ignore_errors=True)
                     runs[condition].append(timed_seconds([sys.executable, "-c", _OURS, str(recipe),
                                                           str(folder / f"out-{method}")]))
+                    alone[condition].append(timed_seconds([sys.executable, "-c", ONE_THREAD_WORK]))
         for condition in ("quiet", "busy"):
             wall, cpu = min(runs[condition])
             row[f"ours_{condition}_s"] = round(wall, 2)
@@ -267,12 +270,14 @@ def busy_table(folder: Path, size_gb: float, methods: list[str], repeat: int, me
                   + (f"  mergekit {_seconds(row[f'mergekit_{condition}_s'], timeout)}"
                      if f"mergekit_{condition}_s" in row else ""), flush=True)
         row["busy_over_quiet"] = round(row["ours_busy_s"] / row["ours_quiet_s"], 2)
+        row["one_thread_busy_over_quiet"] = round(min(alone["busy"])[0] / min(alone["quiet"])[0], 2)
         # The goal is judged on the fastest runs; the medians' ratio shows how much one lucky run moved it.
         medians = {condition: statistics.median(wall for wall, _ in runs[condition]) for condition in runs}
         row["busy_over_quiet_of_medians"] = round(medians["busy"] / medians["quiet"], 2)
         row["memory_copy_gb_s"] = [round(copy_rate_before, 1), round(memory_copy_rate(), 1)]
         print(f"  {method:<16} ({load_average()}; {stolen.since()}; memory copies at"
-              f" {row['memory_copy_gb_s'][0]} GB/s before, {row['memory_copy_gb_s'][1]} after)", flush=True)
+              f" {row['memory_copy_gb_s'][0]} GB/s before, {row['memory_copy_gb_s'][1]} after; one thread alone"
+              f" {min(alone['quiet'])[0]:.2f} s quiet, {min(alone['busy'])[0]:.2f} s busy)", flush=True)
         rows.append(row)
         shutil.rmtree(folder / f"out-{method}", ignore_errors=True)
         shutil.rmtree(folder / f"mergekit-{method}", ignore_errors=True)
@@ -285,16 +290,19 @@ def _seconds(value: float | None, timeout: float) -> str:
 
 def print_busy_table(rows: list[dict], mergekit: str | None, timeout: float) -> None:
     # Cores used: the merge's CPU time over its wall time. A merge that keeps both cores busy when quiet has about
-    # one left under the competing load, which bounds its busy/quiet ratio from below near the quiet figure.
+    # one left under the competing load, which bounds its busy/quiet ratio from below near the quiet figure. One
+    # thread alone: how much slower a core of this host computes while the load runs (the host's part); the two
+    # multiplied are about what the ratio would be if the merge lost nothing else to the load.
     print(f"\n| method | ours quiet | ours busy | busy/quiet (goal ≤ {BUSY_GOAL}) | of the medians |"
-          " cores used quiet / busy |"
+          " cores used quiet / busy | one thread alone, busy/quiet |"
           + (" mergekit quiet | mergekit busy | busy: ours vs mergekit |" if mergekit else ""))
-    print("|---|---|---|---|---|---|" + ("---|---|---|" if mergekit else ""))
+    print("|---|---|---|---|---|---|---|" + ("---|---|---|" if mergekit else ""))
     for row in rows:
         line = (f"| {row['method']} | {row['ours_quiet_s']:.1f} s | {row['ours_busy_s']:.1f} s | "
                 f"{row['busy_over_quiet']:.2f}× {'ok' if row['busy_over_quiet'] <= BUSY_GOAL else 'MISSED'} | "
                 f"{row['busy_over_quiet_of_medians']:.2f}× | "
-                f"{row['cores_used_quiet']:.2f} / {row['cores_used_busy']:.2f} |")
+                f"{row['cores_used_quiet']:.2f} / {row['cores_used_busy']:.2f} | "
+                f"{row['one_thread_busy_over_quiet']:.2f}× |")
         if mergekit and "mergekit_busy_s" not in row:
             line += " | | |"
         elif mergekit:

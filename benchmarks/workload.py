@@ -58,6 +58,23 @@ def memory_copy_rate(megabytes: int = 128, repeat: int = 3) -> float:
     return len(source) / fastest / 1e9
 
 
+# A fixed piece of single-threaded merge work (bf16 read as float32, an elementwise blend, a sort of magnitudes),
+# timed in its own process: run quiet and under the competing load, it measures how much slower one of this host's
+# cores computes while the other core is busy, which no threading design can win back. Prints CPU, then wall seconds.
+ONE_THREAD_WORK = """
+import time, torch
+torch.set_num_threads(1)
+stored = torch.randn(1 << 21, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16)
+cpu, start = time.process_time(), time.perf_counter()
+for _ in range(6):
+    values = stored.float()
+    values.lerp_(values.flip(0), 0.5)
+    values.abs_().sort()
+print(time.process_time() - cpu)
+print(time.perf_counter() - start)
+"""
+
+
 class CompetingLoad:
     """One busy Python process per half of the cores (at least one), like a browser, an IDE or a training run
     sharing the workstation; stopped (by their own ids) when the block ends."""
