@@ -17,7 +17,9 @@ below 8 float32 copies of the largest tensor + 300 MB, at every model size.
 measures each method (`all`: the 20) on a quiet machine and again while one busy process per half of the cores
 competes for the CPU (a workstation with a browser, an IDE or a training run open), in one run, quiet and busy runs
 alternating, and prints the busy/quiet ratio (goal ≤ 1.5×), the cores each merge used (CPU time over wall time),
-and mergekit under the same load for --mergekit-methods (from recipe_parity.py's venv, or --mergekit).
+the busy/quiet ratio of one thread's fixed work run beside each merge (the host's part: how much slower a core
+computes while the other is busy), and mergekit under the same load for --mergekit-methods (from
+recipe_parity.py's venv, or --mergekit).
 """
 
 from __future__ import annotations
@@ -291,8 +293,8 @@ def _seconds(value: float | None, timeout: float) -> str:
 def print_busy_table(rows: list[dict], mergekit: str | None, timeout: float) -> None:
     # Cores used: the merge's CPU time over its wall time. A merge that keeps both cores busy when quiet has about
     # one left under the competing load, which bounds its busy/quiet ratio from below near the quiet figure. One
-    # thread alone: how much slower a core of this host computes while the load runs (the host's part); the two
-    # multiplied are about what the ratio would be if the merge lost nothing else to the load.
+    # thread alone: how much slower a core of this host computes while the load runs (the host's part). The quiet
+    # cores over the busy ones, times that, is about the ratio of a merge that loses nothing else to the load.
     print(f"\n| method | ours quiet | ours busy | busy/quiet (goal ≤ {BUSY_GOAL}) | of the medians |"
           " cores used quiet / busy | one thread alone, busy/quiet |"
           + (" mergekit quiet | mergekit busy | busy: ours vs mergekit |" if mergekit else ""))
