@@ -291,6 +291,8 @@ def _seconds(value: float | None, timeout: float) -> str:
 
 
 def print_busy_table(rows: list[dict], mergekit: str | None, timeout: float) -> None:
+    if not any("mergekit_busy_s" in row for row in rows):
+        mergekit = None  # installed, but no method of this run went through it: no empty columns
     # Cores used: the merge's CPU time over its wall time. A merge that keeps both cores busy when quiet has about
     # one left under the competing load, which bounds its busy/quiet ratio from below near the quiet figure. One
     # thread alone: how much slower a core of this host computes while the load runs (the host's part). The quiet
