@@ -33,6 +33,7 @@ from PySide6.QtWidgets import (
 )
 
 from guiapp.jobs.plain_words import parameter_label, parameter_tooltip
+from guiapp.jobs.recipe_fixes import suggested_value
 from guiapp.ui.theme import set_status_style
 
 SLIDER_STEPS = 1000
@@ -80,7 +81,7 @@ class ParamEditor(QWidget):
             layout.addWidget(self.check)
         else:
             self.spin = QDoubleSpinBox(accessibleName=parameter_label(spec))
-            tiny = _is_tiny(_usual_value(spec)) or (spec.maximum or 1) < 0.1
+            tiny = _is_tiny(suggested_value(spec)) or (spec.maximum or 1) < 0.1
             self.spin.setDecimals(0 if spec.kind == "int" else TINY_DECIMALS if tiny else 4)
             self.spin.setSingleStep(1 if spec.kind == "int" else 0.05)
             low = spec.minimum if spec.minimum is not None else -UNBOUNDED
@@ -233,9 +234,9 @@ class ParamEditor(QWidget):
         self._user_changed()
 
 
-# A parameter whose usual value is below this (a tolerance, a threshold) is shown to 8 decimals, and its slider
-# moves through powers of ten (TINY_DECADES either side of the usual value, within what the box shows) rather than
-# evenly.
+# A parameter whose usual value (`suggested_value`: its default, else the value the window offers) is below this (a
+# tolerance, a threshold) is shown to 8 decimals, and its slider moves through powers of ten (TINY_DECADES either side
+# of the usual value, within what the box shows) rather than evenly.
 TINY = 1e-3
 TINY_DECIMALS = 8
 TINY_DECADES = 2
@@ -269,13 +270,8 @@ class SliderScale:
         return f"{span}, a power of ten at a time" if self.logarithmic else span
 
 
-def _usual_value(spec: Any) -> float | None:
-    """The value a parameter usually has: its default, or the value the window suggests for it."""
-    return spec.default if spec.default not in (None, 0) else spec.suggested
-
-
-def _is_tiny(value: float | None) -> bool:
-    return value is not None and 0 < abs(value) < TINY
+def _is_tiny(value: float) -> bool:
+    return 0 < abs(value) < TINY
 
 
 def _plain_number(value: float) -> str:
@@ -288,7 +284,7 @@ def _slider_scale(spec: Any) -> SliderScale:
     """The slider's span: the schema's range, or where a parameter without one sensibly lives (0 to 1 for a
     weight, up to twice a larger default); a parameter whose usual value is tiny moves through the powers of ten
     around it. The numeric box still takes any value the schema allows."""
-    usual = _usual_value(spec)
+    usual = suggested_value(spec)  # its default, else what the window offers for it
     if _is_tiny(usual) and usual > 0 and (spec.minimum or 0) >= 0:
         # No lower than the number box shows, nor higher than the schema allows.
         low, high = max(usual / 10**TINY_DECADES, 10**-TINY_DECIMALS), usual * 10**TINY_DECADES
