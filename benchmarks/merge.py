@@ -272,14 +272,15 @@ def busy_table(folder: Path, size_gb: float, methods: list[str], repeat: int, me
                   + (f"  mergekit {_seconds(row[f'mergekit_{condition}_s'], timeout)}"
                      if f"mergekit_{condition}_s" in row else ""), flush=True)
         row["busy_over_quiet"] = round(row["ours_busy_s"] / row["ours_quiet_s"], 2)
-        row["one_thread_busy_over_quiet"] = round(min(alone["busy"])[0] / min(alone["quiet"])[0], 2)
+        alone_quiet, alone_busy = (min(wall for wall, _ in alone[condition]) for condition in ("quiet", "busy"))
+        row["one_thread_busy_over_quiet"] = round(alone_busy / alone_quiet, 2)
         # The goal is judged on the fastest runs; the medians' ratio shows how much one lucky run moved it.
         medians = {condition: statistics.median(wall for wall, _ in runs[condition]) for condition in runs}
         row["busy_over_quiet_of_medians"] = round(medians["busy"] / medians["quiet"], 2)
         row["memory_copy_gb_s"] = [round(copy_rate_before, 1), round(memory_copy_rate(), 1)]
         print(f"  {method:<16} ({load_average()}; {stolen.since()}; memory copies at"
               f" {row['memory_copy_gb_s'][0]} GB/s before, {row['memory_copy_gb_s'][1]} after; one thread alone"
-              f" {min(alone['quiet'])[0]:.2f} s quiet, {min(alone['busy'])[0]:.2f} s busy)", flush=True)
+              f" {alone_quiet:.2f} s quiet, {alone_busy:.2f} s busy)", flush=True)
         rows.append(row)
         shutil.rmtree(folder / f"out-{method}", ignore_errors=True)
         shutil.rmtree(folder / f"mergekit-{method}", ignore_errors=True)
