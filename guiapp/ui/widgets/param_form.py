@@ -276,8 +276,7 @@ def _is_tiny(value: float) -> bool:
 
 def _plain_number(value: float) -> str:
     """`value` without an exponent (0.000001, not 1e-06), which users outside programming read."""
-    return f"{value:.{TINY_DECIMALS}f}".rstrip("0").rstrip(".") if value and abs(value) < TINY \
-        else f"{value:g}"
+    return f"{value:.{TINY_DECIMALS}f}".rstrip("0").rstrip(".") if _is_tiny(value) else f"{value:g}"
 
 
 def _slider_scale(spec: Any) -> SliderScale:
