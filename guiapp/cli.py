@@ -482,13 +482,16 @@ def _add_hub_commands(commands: argparse._SubParsersAction) -> None:
     upload = hub_commands.add_parser(
         "upload", help="Publish a model folder to the Hub (private unless --public), with a model card.")
     upload.add_argument("folder", type=Path, help="The model or adapter folder to publish.")
-    upload.add_argument("repo", help="The repo to publish to: your-user-name/model-name.")
+    upload.add_argument("repo", help="The repo to publish to: your-user-name/model-name (a bare name goes under "
+                        "your user name).")
     visibility = upload.add_mutually_exclusive_group()
     visibility.add_argument("--private", dest="public", action="store_false", default=False,
                             help="Only you (and your organisation) can see it (the default).")
     visibility.add_argument("--public", dest="public", action="store_true", help="Everyone can see it.")
     upload.add_argument("--licence", "--license", dest="licence", default=None,
                         help="The licence in the card (default: the one the input models share, else 'other').")
+    upload.add_argument("--force", action="store_true",
+                        help="Publish the folder even though it does not look like a model or an adapter.")
     upload.set_defaults(handler=_run_hub_upload)
 
 
@@ -548,19 +551,26 @@ def _run_hub_info(args: argparse.Namespace) -> int:
         print(json.dumps(data, indent=2))
         return EXIT_OK
     by_dtype = ", ".join(f"{count:,} {dtype}" for dtype, count in details.parameters_by_dtype.items())
-    print(f"Model:         {details.repo_id} @ {details.revision} ({details.commit[:10]})")
-    print(f"Page:          {details.page_url}")
+    _print_shown(f"Model:         {details.repo_id} @ {details.revision} ({details.commit[:10]})")
+    _print_shown(f"Page:          {details.page_url}")
     gated = " (gated: accept it on the page)" if details.gated else ""
-    print(f"Licence:       {details.licence or 'not stated'}{gated}")
-    print(f"Base model:    {', '.join(details.base_models) or '-'}")
-    print(f"Parameters:    {by_dtype or 'unknown (no safetensors)'}")
-    print(f"Download:      {format_bytes(details.download_size)} needed for merging "
-          f"(repo: {format_bytes(details.repo_size)}, {plural(len(details.files), 'file')})")
-    print(f"Popularity:    {details.downloads} downloads, {details.likes} likes")
-    print(f"Updated:       {details.last_modified or '-'}")
+    _print_shown(f"Licence:       {details.licence or 'not stated'}{gated}")
+    _print_shown(f"Base model:    {', '.join(details.base_models) or '-'}")
+    _print_shown(f"Parameters:    {by_dtype or 'unknown (no safetensors)'}")
+    _print_shown(f"Download:      {format_bytes(details.download_size)} needed for merging "
+                 f"(repo: {format_bytes(details.repo_size)}, {plural(len(details.files), 'file')})")
+    _print_shown(f"Popularity:    {details.downloads} downloads, {details.likes} likes")
+    _print_shown(f"Updated:       {details.last_modified or '-'}")
     for t in tensors.values():
-        print(f"  {t.name:<60} {t.dtype:<5} {'×'.join(map(str, t.shape))}")
+        _print_shown(f"  {t.name:<60} {t.dtype:<5} {'×'.join(map(str, t.shape))}")
     return EXIT_OK
+
+
+def _print_shown(text: str) -> None:
+    """Print a line holding what a Hub server sent, without its control characters (escape sequences)."""
+    from guiapp.system.scrub import shown
+
+    print(shown(text))
 
 
 def _not_a_hub_id(ref) -> str:
@@ -658,15 +668,15 @@ def _run_hub_upload(args: argparse.Namespace) -> int:
     from guiapp.progress import Progress
 
     _hub_setup(args)
-    plan = check_upload(args.folder, args.repo, private=not args.public)
+    plan = check_upload(args.folder, args.repo, private=not args.public, any_folder=args.force)
     inputs = input_licences(base_models(args.folder))
     for warning in licence_warnings(inputs):
         print(f"Warning: {warning}", file=sys.stderr)
-    card = publish_card(args.folder, args.repo, args.licence or preset_licence(inputs))
+    card = publish_card(args.folder, plan.repo_id, args.licence or preset_licence(inputs))
     printer = TerminalProgress()
     url = upload_folder(plan, Progress(on_event=lambda event: printer.on_event(None, event)), card=card)
     printer.finish()
-    print(f"Published {args.repo} ({'public' if args.public else 'private'}): {url}")
+    print(f"Published {plan.repo_id} ({'private' if plan.private else 'public'}): {url}")
     return EXIT_OK
 
 

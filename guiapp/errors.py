@@ -209,6 +209,12 @@ class UnsupportedModelError(MergesmithError):
     title = "This model cannot be run here"
 
 
+class UploadFailedError(HubError):
+    """The Hub answered an upload with an error (a server error, a refusal) after files were sent."""
+
+    title = "The upload did not finish"
+
+
 class UploadRefusedError(HubError, PermissionError):
     """An upload cannot start: not signed in, a token that cannot write, or a repo name that cannot be used."""
 

@@ -20,6 +20,7 @@ from guiapp.errors import (
     OfflineError,
     RateLimitedError,
     RevisionNotFoundError,
+    UploadFailedError,
 )
 from guiapp.hub.connection import HubConnection
 
@@ -32,20 +33,23 @@ _UNREADABLE_ANSWER = (ValueError, TypeError, KeyError, AttributeError, IndexErro
 
 
 @contextmanager
-def hub_errors(repo_id: str | None = None, revision: str | None = None) -> Iterator[None]:
-    """Run a block of Hub calls; any failure leaves it as a HubError (or CheckpointError) naming the model."""
+def hub_errors(repo_id: str | None = None, revision: str | None = None, *, uploading: bool = False) -> Iterator[None]:
+    """Run a block of Hub calls; any failure leaves it as a HubError (or CheckpointError) naming the model,
+    worded for an upload to it when `uploading`."""
     try:
         yield
     except MergesmithError:
         raise
     except Exception as error:
-        translated = translate(error, repo_id, revision)
+        translated = translate(error, repo_id, revision, uploading=uploading)
         if translated is error:
             raise
         raise translated from error
 
 
-def translate(error: BaseException, repo_id: str | None, revision: str | None = None) -> BaseException:
+def translate(
+    error: BaseException, repo_id: str | None, revision: str | None = None, *, uploading: bool = False
+) -> BaseException:
     """The Mergesmith error for `error`, or `error` itself when it is not a Hub or network failure."""
     model = repo_id or "the model"
     connection = HubConnection.current()
@@ -105,10 +109,22 @@ def translate(error: BaseException, repo_id: str | None, revision: str | None = 
         )
     if isinstance(error, hf.HfHubHTTPError):
         status = _status(error)
+        if uploading and status is not None and status >= 500:
+            return UploadFailedError(
+                f"The Hub answered with an error (HTTP {status}) while saving the upload to {model}.",
+                hint="This is on the Hub's side: try again in a few minutes; the files already sent are not sent "
+                "again.",
+            )
+        if uploading and status not in (None, 401, 429):
+            return UploadFailedError(
+                f"The Hub refused the upload to {model}: {_first_line(error)}",
+                hint=f"Check that your access token may write to {model} ({connection.shown_endpoint}"
+                "/settings/tokens), then publish again; the files already sent are not sent again.",
+            )
         if status == 429:
             return RateLimitedError(
-                f"The Hub is limiting how many requests this machine may send right now (HTTP 429) while reading "
-                f"{model}.",
+                f"The Hub is limiting how many requests this machine may send right now (HTTP 429) while "
+                f"{'uploading to' if uploading else 'reading'} {model}.",
                 hint="Wait a minute and try again. Signing in with a token raises the limit.",
             )
         if status == 401:
@@ -124,6 +140,11 @@ def translate(error: BaseException, repo_id: str | None, revision: str | None = 
         return HubError(f"The Hub refused the request for {model}: {_first_line(error)}", hint="Try again later.")
     if _caused_by(error, _UNREACHABLE):
         return _unreachable(model, connection.shown_endpoint)
+    if uploading and _caused_by(error, _INTERRUPTED | _UNREACHABLE):
+        return ConnectionLostError(
+            f"The connection to the Hub broke while uploading to {model}.",
+            hint="Check the network and publish again: the files already sent are not sent again.",
+        )
     if _caused_by(error, _INTERRUPTED) or "Consistency check failed" in str(error):
         return ConnectionLostError(
             f"The connection broke while downloading {model}, and resuming failed.",

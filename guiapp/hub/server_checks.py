@@ -12,7 +12,10 @@ of them to write outside the cache, e.g. a `.pth` file that another Python runs 
   range reads are read through `_BoundedBody`, which stops after a fixed number of bytes *after* decompression
   (a gzip bomb of a few megabytes would otherwise expand to gigabytes);
 - the values Mergesmith takes from JSON (commit, file names) and from the user (revisions) go through the
-  `checked_*` functions below before they reach huggingface_hub.
+  `checked_*` functions below before they reach huggingface_hub;
+- the answers to uploads (the LFS batch, verify, commit: every request that is not a GET) are bounded like JSON
+  answers, and the access token only ever goes to the Hub's own address: a request carrying it to any other
+  server (an LFS verify URL a hostile Hub names) is refused before it is sent.
 
 Each refusal is a HubResponseError naming the endpoint; nothing has been written at that point.
 """
@@ -120,6 +123,7 @@ def _checked_client() -> httpx2.Client:
 
     client = _http.default_client_factory()
     client.event_hooks["request"].append(_ask_for_known_encodings)
+    client.event_hooks["request"].append(_token_only_to_the_hub)
     client.event_hooks["response"].append(_check_answer)
     return client
 
@@ -127,6 +131,29 @@ def _checked_client() -> httpx2.Client:
 def _ask_for_known_encodings(request: httpx2.Request) -> None:
     # _BoundedBody decompresses gzip and deflate itself; a server that answers in another encoding is refused.
     request.headers["Accept-Encoding"] = "gzip, deflate"
+
+
+def _token_only_to_the_hub(request: httpx2.Request) -> None:
+    """Refuse to send the Authorization header anywhere but the Hub's own scheme, host and port.
+
+    huggingface_hub itself drops it for file downloads from a CDN and for upload URLs, but sends it to whatever
+    address an LFS batch answer names for the verify step."""
+    if "Authorization" not in request.headers:
+        return
+    import httpx2
+
+    from guiapp.hub.connection import current_endpoint  # the connection module installs these checks
+
+    hub = _endpoint_of(httpx2.URL(current_endpoint()))
+    elsewhere = _endpoint_of(request.url)
+    if elsewhere != hub:
+        raise HubResponseError(
+            f"The Hub at {hub} asked Mergesmith to send your access token to another server ({elsewhere}). "
+            "Mergesmith refused: nothing was sent there.",
+            why="An access token lets whoever holds it act as you on the Hub; the Hub never asks to send it to "
+            "another address.",
+            hint=_HINT.replace("Nothing was written.", "Then try again."),
+        )
 
 
 def _check_answer(response: httpx2.Response) -> None:
@@ -165,7 +192,8 @@ def _body_limit(response: httpx2.Response) -> int | None:
     """How many decompressed bytes the answer may hold; None for file downloads (streamed to disk)."""
     if response.status_code >= 400:
         return ERROR_ANSWER_BYTES
-    if "/api/" in response.request.url.path:  # also under a mirror's path prefix
+    # Also under a mirror's path prefix; uploads (POST, PUT) are answered with JSON or nothing, never a file.
+    if "/api/" in response.request.url.path or response.request.method not in ("GET", "HEAD"):
         return JSON_ANSWER_BYTES
     requested = _CLOSED_RANGE.fullmatch(response.request.headers.get("Range", "").strip())
     if requested and int(requested.group(2)) - int(requested.group(1)) < JSON_ANSWER_BYTES:

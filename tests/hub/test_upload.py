@@ -123,7 +123,7 @@ def test_invalid_token_is_explained(uploads, model_folder, monkeypatch):
         check_upload(model_folder, REPO)
 
 
-@pytest.mark.parametrize("name", ["tiny merge", "tester/", "tester/../x", "tester/a.git", "no-namespace"])
+@pytest.mark.parametrize("name", ["tiny merge", "tester/", "tester/../x", "tester/a.git"])
 def test_invalid_names_are_refused(uploads, signed_in, model_folder, name):
     with pytest.raises(UploadRefusedError, match="not a name the Hub accepts"):
         check_upload(model_folder, name)

@@ -611,10 +611,24 @@ class UploadModes:
 
     `roles`: token → "read" or "write" (tokens not listed get "write"). `drop_lfs_uploads`: the next that many
     LFS PUTs read half the body and hang up. `lfs_bytes_received`: body bytes of LFS PUTs that completed, per
-    oid. `created`: repo ids created through the API, and `private`: their visibility now.
+    oid. `created`: repo ids created through the API, and `private`: their visibility now (model info reports
+    it; repos not listed are public).
+
+    Misbehaving on purpose: `fine_grained`: token → the `scoped` entries whoami reports for a fine-grained token.
+    `upload_mode`: every preupload answer says this mode ("regular" inlines even weights as base64);
+    `ignored`: paths the preupload answer marks `shouldIgnore`. `verify_origin`: the LFS batch names this
+    server (scheme://host:port) for the verify step. `batch_gzip_bomb_bytes`: the LFS batch answer is gzip that
+    expands to this many zero bytes. `commit_url_extra`: appended to the commit URL the commit answer gives
+    ("{token}" is replaced with the request's token, as a careless server might echo it).
     """
 
     roles: dict[str, str] = field(default_factory=dict)
+    fine_grained: dict[str, list[dict]] = field(default_factory=dict)
+    upload_mode: str | None = None
+    ignored: set[str] = field(default_factory=set)
+    verify_origin: str | None = None
+    batch_gzip_bomb_bytes: int = 0
+    commit_url_extra: str = ""
     drop_lfs_uploads: int = 0
     lfs_bytes_received: dict[str, int] = field(default_factory=dict)
     created: list[str] = field(default_factory=list)
@@ -734,20 +748,36 @@ class _UploadHubHandler(_HubHandler):
         self._json({"url": f"{self.hub.url}/{repo_id}", "name": repo_id, "id": repo_id})
 
     def _preupload(self, payload: dict) -> None:
-        files = [{"path": f["path"], "uploadMode": "lfs" if f["path"].endswith(_LFS_SUFFIXES) else "regular",
-                  "shouldIgnore": False, "oid": None} for f in payload.get("files", [])]
+        def mode(path: str) -> str:
+            return self.modes.upload_mode or ("lfs" if path.endswith(_LFS_SUFFIXES) else "regular")
+
+        files = [{"path": f["path"], "uploadMode": mode(f["path"]), "shouldIgnore": f["path"] in self.modes.ignored,
+                  "oid": None} for f in payload.get("files", [])]
         self._json({"files": files, "commitOid": None})
 
     def _lfs_batch(self, payload: dict) -> None:
+        if self.modes.batch_gzip_bomb_bytes:
+            return self._gzip_bomb(self.modes.batch_gzip_bomb_bytes)
         objects = []
         for entry in payload.get("objects", []):
             oid, size = entry["oid"], entry["size"]
             answer: dict = {"oid": oid, "size": size, "authenticated": True}
             if oid not in self.modes.lfs_objects:
                 answer["actions"] = {"upload": {"href": f"{self.hub.url}/__lfs/{oid}"},
-                                     "verify": {"href": f"{self.hub.url}/__lfs/{oid}/verify"}}
+                                     "verify": {"href": f"{self.modes.verify_origin or self.hub.url}/__lfs/{oid}/verify"}}
             objects.append(answer)
-        self._json({"transfer": "basic", "objects": objects})
+        return self._json({"transfer": "basic", "objects": objects})
+
+    def _gzip_bomb(self, total: int) -> None:
+        first, repeated, count = _zero_bomb_parts(total)
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Encoding", "gzip")
+        self.send_header("Content-Length", str(len(first) + len(repeated) * (count - 1)))
+        self.end_headers()
+        self.wfile.write(first)
+        for _ in range(count - 1):
+            self.wfile.write(repeated)
 
     def _lfs_object(self, oid: str, verify: bool) -> None:
         if verify:
@@ -789,12 +819,23 @@ class _UploadHubHandler(_HubHandler):
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(data)
         served = self.hub.add_model(repo_id, folder)
-        self._json({"commitUrl": f"{self.hub.url}/{repo_id}/commit/{served.sha}", "commitOid": served.sha,
+        token = (self.headers.get("Authorization") or "").removeprefix("Bearer ").strip()
+        extra = self.modes.commit_url_extra.replace("{token}", token)
+        self._json({"commitUrl": f"{self.hub.url}/{repo_id}/commit/{served.sha}{extra}", "commitOid": served.sha,
                     "pullRequestUrl": None})
+
+    def _info(self, model: ServedModel, full: bool) -> dict:
+        return {**super()._info(model, full), "private": self.modes.private.get(model.repo_id, False)}
 
     def _whoami(self) -> None:
         user = self._user()
         if user is None:
             return self._error(401, "", "Invalid credentials in Authorization header")
-        return self._json({"type": "user", "name": user, "fullname": user, "auth": {
-            "type": "access_token", "accessToken": {"displayName": "mergesmith-test", "role": self._role()}}})
+        token = (self.headers.get("Authorization") or "").removeprefix("Bearer ").strip()
+        access: dict = {"displayName": "mergesmith-test", "role": self._role()}
+        if token in self.modes.fine_grained:
+            access = {"displayName": "mergesmith-test", "role": "fineGrained",
+                      "fineGrained": {"canReadGatedRepos": False, "global": [],
+                                      "scoped": self.modes.fine_grained[token]}}
+        return self._json({"type": "user", "name": user, "fullname": user,
+                           "auth": {"type": "access_token", "accessToken": access}})
