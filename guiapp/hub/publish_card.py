@@ -8,6 +8,7 @@ the inputs' licences; an input that is gated or whose licence forbids derivative
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,6 +33,10 @@ TAGS = ("merge", "mergekit", "mergesmith")
 RECIPE_FILE = "mergesmith_recipe.yml"
 EXTRACTION_REPORT = "extraction_report.json"
 CARD_BYTES = 4_000_000  # a README longer than this is not a model card a merge wrote
+# A path on this computer, as a merge's card names local input folders: /tmp/a/model, ~/models/model,
+# C:\Users\me\model. Never part of a URL (preceded by ':' or '/') or of a word ("and/or", "1/2").
+_SEGMENT = r"[^\s/\\`'\"()\[\]<>|:]+"
+_LOCAL_PATH = re.compile(rf"(?<![\w.:/~-])(?:~?/(?:{_SEGMENT}/)+|[A-Za-z]:[\\/](?:{_SEGMENT}[\\/])*)({_SEGMENT})")
 
 
 @dataclass(frozen=True)
@@ -108,7 +113,8 @@ def publish_card(folder: Path, repo_id: str, licence: str) -> str:
     """The README.md to publish with `folder` as `repo_id`, for the user to review and edit.
 
     Keeps the folder's own card (its text and front matter) and sets `license`, `base_model` and the tags; adds
-    the extraction report's summary for an adapter and a usage snippet. Never raises for a missing card.
+    the extraction report's summary for an adapter and a usage snippet; local paths become folder names. Never
+    raises for a missing card.
     """
     front, body = _split_card(folder / "README.md")
     front["license"] = licence
@@ -128,7 +134,13 @@ def publish_card(folder: Path, repo_id: str, licence: str) -> str:
     if "## Usage" not in body:
         sections.append(_usage_section(repo_id, bases[0] if is_adapter and bases else None))
     header = yaml.safe_dump(front, sort_keys=False, allow_unicode=True).strip()
-    return f"---\n{header}\n---\n\n" + "\n\n".join(sections) + "\n"
+    return without_local_paths(f"---\n{header}\n---\n\n" + "\n\n".join(sections) + "\n")
+
+
+def without_local_paths(text: str) -> str:
+    """`text` with every path on this computer replaced by its last part (a model folder's name): a published
+    card names models by Hub id or folder name, never by where they lie here (a user name, a home folder)."""
+    return _LOCAL_PATH.sub(lambda match: match.group(1), text)
 
 
 def with_licence(card: str, licence: str) -> str:

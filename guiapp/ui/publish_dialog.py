@@ -17,6 +17,7 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
     QLineEdit,
+    QMessageBox,
     QPlainTextEdit,
     QProgressBar,
     QPushButton,
@@ -39,6 +40,8 @@ class PublishDialog(QDialog):
         self.folder = Path(folder)
         self._key: str | None = None
         self._ready = False
+        self._not_a_model: str | None = None  # what the folder lacks to be a model, as the last check found
+        self.confirm: QMessageBox | None = None
         self._generated_card = ""  # the card as Mergesmith last wrote it; any other text is the user's
         self.setWindowTitle(f"Publish {self.folder.name}")
         self.resize(820, 720)
@@ -80,6 +83,7 @@ class PublishDialog(QDialog):
 
         self._checker = LatestCall(400, self)
         self.repo.textChanged.connect(lambda _: self.check())
+        self.private.toggled.connect(lambda _: self.check())
         self.licence.currentTextChanged.connect(self._licence_changed)
         state.jobs.progress.connect(self._job_progress)
         state.jobs.record_changed.connect(self._job_changed)
@@ -141,17 +145,24 @@ class PublishDialog(QDialog):
         """Ask the Hub (in the background) whether this repo name can be published to now."""
         from guiapp.hub.upload import check_upload
 
-        repo, folder = self.repo.text().strip(), self.folder
+        repo, folder, private = self.repo.text().strip(), self.folder, self.private.isChecked()
         self._show_check("Checking…", "", ready=False)
-        self._checker.request(lambda: check_upload(folder, repo), self._checked,
+        # Any folder is checked; one that does not look like a model is published only when the user confirms.
+        self._checker.request(lambda: check_upload(folder, repo, private, any_folder=True), self._checked,
                               lambda error: self._show_check(error_text(error), "problem", ready=False))
 
     def _checked(self, plan) -> None:
         from guiapp.system.units import format_bytes, plural
 
         where = "adds a commit to your existing repo" if plan.exists else "creates the repo"
-        self._show_check(f"Ready: {plural(len(plan.files), 'file')}, {format_bytes(plan.total_bytes)}, as {plan.user}; "
-                         f"publishing {where}.", "good", ready=True)
+        ready = (f"Ready: {plural(len(plan.files), 'file')}, {format_bytes(plan.total_bytes)}, as {plan.user}; "
+                 f"publishing {where} {plan.repo_id}.")
+        self._not_a_model = plan.not_a_model
+        if plan.not_a_model is None:
+            self._show_check(ready, "good", ready=True)
+        else:
+            self._show_check(f"⚠ {self.folder} does not look like a model or an adapter: {plan.not_a_model}. Check "
+                             f"that this is the folder you meant to share.\n{ready}", "warning", ready=True)
 
     def _show_check(self, text: str, status: str, ready: bool) -> None:
         self._ready = ready
@@ -162,8 +173,24 @@ class PublishDialog(QDialog):
     # --- the upload ---------------------------------------------------------------------------------------------
 
     def start(self) -> None:
+        """Publish; a folder that does not look like a model is published only after the user confirms."""
+        if self._not_a_model is None:
+            self._start_job(any_folder=False)
+            return
+        self.confirm = QMessageBox(QMessageBox.Icon.Warning, "Publish this folder?",
+                                   f"{self.folder} does not look like a model or an adapter: {self._not_a_model}."
+                                   "\n\nEverything in it would be uploaded. Publish it anyway?",
+                                   QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.Cancel, self)
+        anyway = self.confirm.button(QMessageBox.StandardButton.Yes)
+        anyway.setText("Publish anyway")
+        self.confirm.setDefaultButton(QMessageBox.StandardButton.Cancel)
+        self.confirm.buttonClicked.connect(lambda button: self._start_job(any_folder=True) if button is anyway
+                                           else None)
+        self.confirm.open()
+
+    def _start_job(self, any_folder: bool) -> None:
         job = publish_job(self.folder, self.repo.text().strip(), private=self.private.isChecked(),
-                          card=self.card.toPlainText())
+                          card=self.card.toPlainText(), any_folder=any_folder)
         self._key = self.state.jobs.submit(job).key
         self.publish.setEnabled(False)
         self.cancel.setText("Cancel upload")

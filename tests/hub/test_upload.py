@@ -242,3 +242,20 @@ def test_changing_the_licence_keeps_the_users_edits(tmp_path, model_folder):
     assert changed == edited.replace("license: apache-2.0", "license: mit")  # nothing else touched
     assert yaml_front(with_licence("# No front matter\n\nText.\n", "mit")) == {"license": "mit"}
     assert with_licence("# No front matter\n\nText.\n", "mit").endswith("# No front matter\n\nText.\n")
+
+
+def test_the_card_names_local_models_by_folder_name_only(tmp_path, model_folder):
+    """A merge of local folders writes their paths into its card and recipe; the published card keeps only
+    the folders' names."""
+    from guiapp.hub.publish_card import publish_card
+
+    folder = _merge_folder(tmp_path, model_folder)
+    local = tmp_path / "inputs" / "my-tune"
+    (folder / "README.md").write_text(f"---\ntags:\n- merge\n---\n\n# Merged model\n\n## Models merged\n\n- {local}\n"
+                                      f"- org/base (base)\n\nWindows copy: C:\\Users\\me\\models\\other-tune\n")
+    (folder / "mergesmith_recipe.yml").write_text(f"merge_method: linear\nbase_model: org/base\nmodels:\n"
+                                                  f"  - model: {local}\n  - model: org/base\n")
+    card = publish_card(folder, REPO, "apache-2.0")
+    assert str(tmp_path) not in card and "C:\\" not in card and "\\Users" not in card
+    assert "- my-tune\n" in card and "other-tune" in card and "org/base (base)" in card
+    assert yaml_front(card)["base_model"] == ["org/base"]

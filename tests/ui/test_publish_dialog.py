@@ -83,3 +83,71 @@ def test_publish_a_finished_merge_from_the_jobs_page(qtbot, window, models, uplo
     assert dialog.repo.text() == f"{TEST_USER}/merged"
     button.show_record(None)  # no job selected: nothing to publish
     assert not button.isVisibleTo(window.jobs)
+
+
+def test_a_bare_repo_name_is_published_under_the_signed_in_user(qtbot, window, models, uploads):
+    from guiapp.ui.publish_dialog import PublishDialog
+
+    dialog = PublishDialog(window.state, models.tune_a, window)
+    qtbot.addWidget(dialog)
+    qtbot.waitUntil(lambda: dialog.check_status.text().startswith("Ready"), timeout=30_000)
+    dialog.repo.setText("merged")
+    qtbot.waitUntil(lambda: dialog.check_status.text().startswith("Ready") and "merged" in dialog.check_status.text(),
+                    timeout=30_000)
+    assert f"{TEST_USER}/merged" in dialog.check_status.text()
+    qtbot.mouseClick(dialog.publish, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: dialog.progress_text.text().startswith("Published"), timeout=60_000)
+    assert uploads.created == [f"{TEST_USER}/merged"]
+
+
+def test_a_folder_that_is_not_a_model_is_published_only_when_confirmed(qtbot, window, uploads, tmp_path):
+    from PySide6.QtWidgets import QMessageBox
+
+    from guiapp.ui.publish_dialog import PublishDialog
+
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "config").write_text("Host example\n")
+    (home / "notes.txt").write_text("shopping list\n")
+    dialog = PublishDialog(window.state, home, window)
+    qtbot.addWidget(dialog)
+    qtbot.waitUntil(lambda: "does not look like a model" in dialog.check_status.text(), timeout=30_000)
+    assert "config.json" in dialog.check_status.text() and dialog.publish.isEnabled()
+    qtbot.mouseClick(dialog.publish, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: dialog.confirm is not None and dialog.confirm.isVisible(), timeout=5_000)
+    dialog.confirm.button(QMessageBox.StandardButton.Cancel).click()
+    assert dialog._key is None and uploads.created == []
+    qtbot.mouseClick(dialog.publish, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: dialog.confirm.isVisible(), timeout=5_000)
+    dialog.confirm.button(QMessageBox.StandardButton.Yes).click()
+    qtbot.waitUntil(lambda: dialog.progress_text.text().startswith("Published"), timeout=60_000)
+    assert uploads.created == [f"{TEST_USER}/home"]
+
+
+def test_an_existing_public_repo_needs_private_cleared(qtbot, window, models, uploads):
+    from guiapp.hub.upload import check_upload, upload_folder
+    from guiapp.ui.publish_dialog import PublishDialog
+
+    repo = f"{TEST_USER}/{models.base.name}"
+    upload_folder(check_upload(models.base, repo, private=False))
+    dialog = PublishDialog(window.state, models.base, window)
+    qtbot.addWidget(dialog)
+    qtbot.waitUntil(lambda: "public already" in dialog.check_status.text(), timeout=30_000)
+    assert not dialog.publish.isEnabled()
+    dialog.private.setChecked(False)
+    qtbot.waitUntil(lambda: dialog.check_status.text().startswith("Ready"), timeout=30_000)
+    assert dialog.publish.isEnabled()
+
+
+def test_sign_out_is_enabled_only_while_signed_in_with_a_stored_token(qtbot, window, hub_env):
+    page = window.settings
+    window.show_page("settings")
+    qtbot.waitUntil(lambda: "Not signed in" in page.account.text(), timeout=15_000)
+    assert not page.sign_out_button.isEnabled()
+    page.token_edit.setText(TEST_TOKEN)
+    qtbot.mouseClick(page.sign_in_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: page.account.text() == f"Signed in as {TEST_USER}", timeout=15_000)
+    assert page.sign_out_button.isEnabled()
+    qtbot.mouseClick(page.sign_out_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: "Not signed in" in page.account.text(), timeout=15_000)
+    assert not page.sign_out_button.isEnabled()

@@ -78,7 +78,7 @@ class SettingsPage(QWidget):
         self.sign_in_button = QPushButton("Sign in")
         self.sign_in_button.clicked.connect(self.sign_in)
         self.token_edit.returnPressed.connect(self.sign_in)
-        self.sign_out_button = QPushButton("Sign out")
+        self.sign_out_button = QPushButton("Sign out", enabled=False)  # until a stored token is found
         self.sign_out_button.clicked.connect(self.sign_out)
         row = QHBoxLayout()
         row.addWidget(self.token_edit, 1)
@@ -139,20 +139,27 @@ class SettingsPage(QWidget):
         return row
 
     def refresh_account(self) -> None:
-        def who() -> str:
+        def who() -> tuple[str, bool]:
             from guiapp.hub.tokens import signed_in_user, token_source
 
             source = token_source()
             if source is None:
-                return "Not signed in. Public models work without an account."
+                return "Not signed in. Public models work without an account.", False
             user = signed_in_user()
-            return f"Signed in as {user}" + (" (set in this computer's environment)" if source == "HF_TOKEN" else "")
+            if source == "HF_TOKEN":  # the environment's token: signing out cannot remove it
+                return f"Signed in as {user} (set in this computer's environment)", False
+            return f"Signed in as {user}", True
 
-        call_in_background(who, self._show_account, lambda e: self._show_account(getattr(e, "message", str(e)), True))
+        call_in_background(who, lambda answer: self._show_account(answer[0], can_sign_out=answer[1]),
+                           # a token is there but failed (rejected, offline): signing out stays possible
+                           lambda e: self._show_account(getattr(e, "message", str(e)), True, can_sign_out=True))
 
-    def _show_account(self, text: str, problem: bool = False) -> None:
+    def _show_account(self, text: str, problem: bool = False, can_sign_out: bool | None = None) -> None:
+        """Show the account line; `can_sign_out` (None: unchanged) enables Sign out, only for a stored token."""
         self.account.setText(text)
         set_status_style(self.account, "problem" if problem else None)
+        if can_sign_out is not None:
+            self.sign_out_button.setEnabled(can_sign_out)
 
     def sign_in(self) -> None:
         from guiapp.hub.tokens import sign_in
@@ -166,7 +173,7 @@ class SettingsPage(QWidget):
         call_in_background(lambda: sign_in(token), self._signed_in, lambda e: self._show_account(error_text(e), True))
 
     def _signed_in(self, user: str) -> None:
-        self._show_account(f"Signed in as {user}")
+        self._show_account(f"Signed in as {user}", can_sign_out=True)
         self.signed_in.emit()
 
     def sign_out(self) -> None:
