@@ -19,7 +19,7 @@ from typing import Any
 
 from guiapp.errors import MergesmithError
 from guiapp.system.error_catalogue import CATALOGUE, Entry, on_hub_in_use
-from guiapp.system.scrub import scrub
+from guiapp.system.scrub import shown
 
 RENDER_WIDTH = 100
 _PACKAGE_FOLDER = Path(__file__).resolve().parent.parent
@@ -53,9 +53,10 @@ class Explanation:
     replace_with: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
-        # Whatever built it, an explanation shown or saved carries no token or password (guiapp.system.scrub).
+        # Whatever built it, an explanation shown or saved carries no token or password, nor a server's escape
+        # sequences (guiapp.system.scrub).
         for name in ("title", "what", "why", "fix", "raw"):
-            object.__setattr__(self, name, scrub(getattr(self, name)))
+            object.__setattr__(self, name, shown(getattr(self, name)))
 
     def render_text(self, width: int = RENDER_WIDTH, details: bool = True,
                     retry: Callable[[Mapping[str, Any]], str | None] | None = None) -> str:

@@ -220,3 +220,13 @@ def test_a_server_error_on_the_commit_is_worded_as_an_upload_failure(uploads, si
     assert "Downloads" not in err and "could not be reached" not in err
     # huggingface_hub's own log lines and progress bars stay out of our output.
     assert "HTTP Error" not in captured.err + captured.out and "LFS files" not in captured.err + captured.out
+
+
+def test_a_refusal_with_escape_sequences_is_printed_clean(uploads, signed_in, folder, capfd):
+    from guiapp.cli import EXIT_OK, main
+
+    uploads.commit_refusal = "Forbidden\x1b]0;owned\x07\x1b[2J\x9b31m by policy"
+    assert main(["hub", "upload", str(folder), REPO]) != EXIT_OK
+    err = capfd.readouterr().err
+    assert "refused the upload" in " ".join(err.split()) and "by policy" in err
+    assert not any(c in err for c in "\x1b\x07\x9b\r")

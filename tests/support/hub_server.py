@@ -619,7 +619,8 @@ class UploadModes:
     `ignored`: paths the preupload answer marks `shouldIgnore`. `verify_origin`: the LFS batch names this
     server (scheme://host:port) for the verify step. `batch_gzip_bomb_bytes`: the LFS batch answer is gzip that
     expands to this many zero bytes. `commit_url_extra`: appended to the commit URL the commit answer gives
-    ("{token}" is replaced with the request's token, as a careless server might echo it).
+    ("{token}" is replaced with the request's token, as a careless server might echo it). `commit_refusal`: the
+    commit is answered 403 with this message.
     """
 
     roles: dict[str, str] = field(default_factory=dict)
@@ -629,6 +630,7 @@ class UploadModes:
     verify_origin: str | None = None
     batch_gzip_bomb_bytes: int = 0
     commit_url_extra: str = ""
+    commit_refusal: str | None = None
     drop_lfs_uploads: int = 0
     lfs_bytes_received: dict[str, int] = field(default_factory=dict)
     created: list[str] = field(default_factory=list)
@@ -687,6 +689,8 @@ class _UploadHubHandler(_HubHandler):
                 body = self._read_body()
                 if parts[4] == "preupload":
                     return self._preupload(json.loads(body))
+                if self.modes.commit_refusal is not None:
+                    return self._error(403, "", self.modes.commit_refusal)
                 return self._commit(repo_id, body)
             if parts[:2] == ["api", "models"] and parts[4:] == ["settings"]:
                 repo_id = f"{parts[2]}/{parts[3]}"
