@@ -142,7 +142,7 @@ def missing_model_parts(names: list[str]) -> str | None:
 
 def _refuse_credentials(files: list[tuple[str, Path, int]]) -> None:
     """Raise UploadRefusedError naming the first file that holds a credential (the token in use, API keys,
-    private keys). Weights are numbers past their header, so only the first SCANNED_BYTES of a file are read."""
+    private keys); an unreadable file raises its OSError."""
     for name, local, _ in files:
         kind = _credential_in_file(local)
         if kind is not None:
@@ -150,10 +150,17 @@ def _refuse_credentials(files: list[tuple[str, Path, int]]) -> None:
 
 
 def _credential_in_file(path: Path) -> str | None:
+    """The credential in the text parts of `path`: all of it up to SCANNED_BYTES; of a safetensors file, its
+    JSON header (the rest is tensor bytes, and a shard can be gigabytes)."""
     overlap = b""
     with path.open("rb") as handle:
-        for _ in range(SCANNED_BYTES // _SCAN_BLOCK):
-            block = handle.read(_SCAN_BLOCK)
+        limit = SCANNED_BYTES
+        if path.suffix == ".safetensors":
+            head = handle.read(8)
+            limit = min(limit, 8 + int.from_bytes(head, "little")) if len(head) == 8 else limit
+            handle.seek(0)
+        while handle.tell() < limit:
+            block = handle.read(min(_SCAN_BLOCK, limit - handle.tell()))
             if not block:
                 return None
             kind = find_credential((overlap + block).decode("latin-1"))
@@ -225,6 +232,7 @@ def upload_folder(plan: UploadPlan, progress: Progress | None = None, card: str 
                 if ours is None:
                     raise
                 raise ours from None
+            # What the preupload answer said, kept by huggingface_hub on the operation (no public accessor).
             _check_upload_mode(operation, size, plan.repo_id)
             if operation._should_ignore:
                 ignored.append(path_in_repo)

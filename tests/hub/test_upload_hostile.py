@@ -237,3 +237,13 @@ def test_huggingface_hubs_retry_warnings_stay_out_of_the_output(uploads, signed_
     upload_folder(check_upload(folder, REPO))
     assert uploads.created == [REPO]
     assert [r.getMessage() for r in caplog.records if r.name.startswith("huggingface_hub")] == []
+
+
+def test_a_token_in_a_weights_files_metadata_is_refused(uploads, signed_in, folder):
+    import torch
+    from safetensors.torch import save_file
+
+    save_file({"extra": torch.zeros(4)}, folder / "extra.safetensors", metadata={"pushed_with": HUB_TOKEN})
+    with pytest.raises(UploadRefusedError, match="extra.safetensors"):
+        check_upload(folder, REPO)
+
