@@ -147,7 +147,8 @@ def job_from_spec(kind: str, spec: dict[str, Any]) -> Job:
         from guiapp.jobs.tryout import perplexity_job, try_job
 
         if kind == "publish":
-            return publish_job(Path(spec["folder"]), spec["repo_id"], private=spec["private"], card=spec["card"])
+            return publish_job(Path(spec["folder"]), spec["repo_id"], private=spec["private"], card=spec["card"],
+                               any_folder=spec.get("any_folder", False))
         references = spec["references"]
         rest = {key: value for key, value in spec.items() if key != "references"}
         return (try_job if kind == "try" else perplexity_job)(references, **rest)

@@ -247,3 +247,17 @@ def test_a_token_in_a_weights_files_metadata_is_refused(uploads, signed_in, fold
     with pytest.raises(UploadRefusedError, match="extra.safetensors"):
         check_upload(folder, REPO)
 
+
+
+def test_a_retried_publish_keeps_the_confirmation_for_a_non_model_folder(uploads, signed_in, tmp_path):
+    from guiapp.jobs.publish import publish_job
+    from guiapp.jobs.specs import job_from_spec
+    from guiapp.progress import Progress
+
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "notes.txt").write_text("shopping list\n")
+    confirmed = publish_job(home, REPO, any_folder=True)
+    assert job_from_spec("publish", confirmed.spec).work(Progress())["repo"] == REPO
+    with pytest.raises(UploadRefusedError, match="does not look like a model"):
+        job_from_spec("publish", publish_job(home, REPO).spec).work(Progress())
