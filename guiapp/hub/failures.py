@@ -51,6 +51,8 @@ def translate(
     error: BaseException, repo_id: str | None, revision: str | None = None, *, uploading: bool = False
 ) -> BaseException:
     """The Mergesmith error for `error`, or `error` itself when it is not a Hub or network failure."""
+    if uploading and isinstance(error, RuntimeError) and isinstance(error.__cause__, hf.HfHubHTTPError):
+        error = error.__cause__  # huggingface_hub wraps a failed large-file upload ("Error while uploading …")
     model = repo_id or "the model"
     connection = HubConnection.current()
     page = connection.model_page(repo_id) if repo_id else connection.shown_endpoint

@@ -261,3 +261,12 @@ def test_a_retried_publish_keeps_the_confirmation_for_a_non_model_folder(uploads
     assert job_from_spec("publish", confirmed.spec).work(Progress())["repo"] == REPO
     with pytest.raises(UploadRefusedError, match="does not look like a model"):
         job_from_spec("publish", publish_job(home, REPO).spec).work(Progress())
+
+
+def test_a_refused_large_file_upload_is_worded_as_an_upload_failure(uploads, signed_in, folder, hub_env):
+    from guiapp.errors import UploadFailedError
+
+    hub_env.server.fail_next(403, times=1, path_contains="/__lfs/")
+    with pytest.raises(UploadFailedError, match="refused the upload") as caught:
+        upload_folder(check_upload(folder, REPO))
+    assert "not sent again" in str(caught.value.hint) and _commits(hub_env.server) == []
