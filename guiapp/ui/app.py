@@ -16,6 +16,7 @@ from PySide6.QtWidgets import QApplication
 from guiapp import __version__
 from guiapp.ui.resource_files import icon_file
 from guiapp.ui.wheel_guard import install_wheel_guard
+from guiapp.ui.widgets.wrapping_label import keep_clipboard_clean
 
 
 def create_window(argv: Sequence[str] | None = None, *, keep_history: bool = True):
@@ -30,6 +31,7 @@ def create_window(argv: Sequence[str] | None = None, *, keep_history: bool = Tru
     app.setApplicationVersion(__version__)
     app.setDesktopFileName("mergesmith")  # lets desktops match the window to the menu entry and its icon
     install_wheel_guard(app)  # before the window is built, so every value widget is polished through it
+    keep_clipboard_clean(app)
     icon = icon_file(256)
     if icon.is_file():
         app.setWindowIcon(QIcon(str(icon)))

@@ -15,7 +15,6 @@ from PySide6.QtWidgets import (
     QAbstractItemView,
     QHBoxLayout,
     QHeaderView,
-    QLabel,
     QMessageBox,
     QPushButton,
     QTableView,
@@ -26,6 +25,7 @@ from PySide6.QtWidgets import (
 from guiapp.ui.background import LatestTask, run_blocking
 from guiapp.ui.library_model import CHANGED, NAME, LibraryFilter
 from guiapp.ui.text import error_text
+from guiapp.ui.widgets.wrapping_label import WrappingLabel
 
 
 class DownloadedTab(QWidget):
@@ -48,7 +48,7 @@ class DownloadedTab(QWidget):
         header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         header.setSectionResizeMode(NAME, QHeaderView.ResizeMode.Stretch)
         self.cache_table.selectionModel().selectionChanged.connect(lambda *_: self._selection_changed())
-        self.cache_status = QLabel(wordWrap=True)
+        self.cache_status = WrappingLabel()
         buttons = QHBoxLayout()
         refresh = QPushButton("Refresh")
         refresh.setToolTip("Look at the disk again (the list also follows downloads and jobs by itself)")

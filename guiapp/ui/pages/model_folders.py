@@ -6,10 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QFileDialog, QHBoxLayout, QLabel, QListWidget, QPushButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QFileDialog, QHBoxLayout, QListWidget, QPushButton, QVBoxLayout, QWidget
 
 from guiapp.ui.text import error_text
 from guiapp.ui.theme import set_status_style
+from guiapp.ui.widgets.wrapping_label import WrappingLabel
 
 MISSING = "  (missing)"
 
@@ -20,8 +21,8 @@ class LocalFoldersTab(QWidget):
         self.state = state
         self.local_list = QListWidget(accessibleName="Local model folders")
         self.local_list.setTextElideMode(Qt.TextElideMode.ElideMiddle)
-        self.local_status = QLabel("Model folders on this computer (config.json and .safetensors) work offline "
-                                   "everywhere a Hub model does.", wordWrap=True)
+        self.local_status = WrappingLabel("Model folders on this computer (config.json and .safetensors) work offline "
+                                   "everywhere a Hub model does.")
         buttons = QHBoxLayout()
         add = QPushButton("Add folder…")
         add.clicked.connect(lambda: self.add_local_folder())

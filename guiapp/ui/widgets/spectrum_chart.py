@@ -14,12 +14,13 @@ from typing import Any
 
 from PySide6.QtCore import QEvent, QObject, Qt, Signal
 from PySide6.QtGui import QFontMetrics
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QHBoxLayout, QPushButton, QVBoxLayout, QWidget
 
 from guiapp.ui.background import LatestTask, run_blocking
 from guiapp.ui.text import error_text
 from guiapp.ui.theme import set_status_style
 from guiapp.ui.widgets.charts import ChartHost, pyqtgraph
+from guiapp.ui.widgets.wrapping_label import WrappingLabel
 
 CHART_HEIGHT = 190
 WORST_SHOWN = 3  # modules highlighted in the report chart
@@ -109,7 +110,7 @@ class RankPreview(QWidget):
         self.button.setToolTip("Reads a few of the models' weight matrices and decomposes their change (both models "
                                "must be on this computer)")
         self.button.clicked.connect(self.start)
-        self.status = QLabel(wordWrap=True)
+        self.status = WrappingLabel()
         self.chart = SpectrumChart()
         self.chart.setVisible(False)
         self.chart.rank_clicked.connect(self.rank_chosen)
