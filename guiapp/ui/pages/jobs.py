@@ -359,6 +359,7 @@ def summary_text(record) -> str:
 
 def extraction_report(summary: dict) -> str:
     """The extraction's end report: size, retained energy, worst modules, and a warning when nearly empty."""
+    from guiapp.jobs.extraction_words import least_kept_sentence
     from guiapp.system.units import format_bytes
 
     totals = summary.get("totals", summary)
@@ -367,11 +368,9 @@ def extraction_report(summary: dict) -> str:
              f"Modules: {totals.get('lora_modules')} as LoRA, {totals.get('saved_modules')} saved whole, "
              f"{totals.get('unchanged_modules')} unchanged."]
     if energy is not None:
-        lines.append(f"Mean retained energy: {energy:.1%}.")
-    worst = summary.get("worst_modules") or []
-    if worst:
-        lines.append("Worst modules: " + ", ".join(f"{w['module']} (rank {w['rank']}, error "
-                                                   f"{w['relative_error']:.1%})" for w in worst[:3]) + ".")
+        lines.append(f"Change kept: {energy:.0%} on average.")
+    if least := least_kept_sentence(summary):
+        lines.append(least)
     if not totals.get("lora_modules") and not totals.get("saved_modules"):
         lines.append("Warning: this adapter is nearly empty: the fine-tune hardly differs from the base.")
     elif energy is not None and energy < 0.5:
