@@ -167,9 +167,9 @@ def _launch_window(args: argparse.Namespace) -> int:
         from guiapp.ui.self_test import run_self_test  # Qt only loads when the window is wanted
 
         return run_self_test()
-    from guiapp.ui.app import run_app
+    from guiapp.ui.app import exit_now, run_app
 
-    return run_app()
+    exit_now(run_app())
 
 
 def _display_problem() -> str | None:

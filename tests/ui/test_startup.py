@@ -98,3 +98,30 @@ def test_building_the_window_does_not_load_the_hub_client(tmp_path):
     # about 0.1-0.2 s of a 1.5 s start); it loads with the first request, off the way to the window.
     done = _run_offscreen(BUILD_WINDOW, tmp_path, timeout=60)
     assert done.stdout.split() == ["False"], done.stdout
+
+
+REAL_ENTRY = """
+import atexit, sys
+from pathlib import Path
+from PySide6.QtCore import QTimer
+from PySide6.QtWidgets import QApplication
+app = QApplication([])
+atexit.register(lambda: Path(sys.argv[1]).write_text("exit handlers ran"))
+QTimer.singleShot(1500, QApplication.closeAllWindows)  # as if the user closed the window
+from guiapp.cli import main
+sys.exit(main([]))
+"""
+
+
+def test_closing_the_window_ends_the_process_with_settings_saved_and_exit_handlers_run(tmp_path):
+    """`mergesmith` ends its process itself once the window is closed (the interpreter's teardown of torch and
+    Qt took seconds), after the settings are written and the exit handlers have run."""
+    marker = tmp_path / "marker"
+    env = {**os.environ, "QT_QPA_PLATFORM": "offscreen", "MERGESMITH_CONFIG_DIR": str(tmp_path / "config"),
+           "XDG_CONFIG_HOME": str(tmp_path / "xdg"), "HOME": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", REAL_ENTRY, str(marker)], capture_output=True, text=True, env=env,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert marker.read_text() == "exit handlers ran"
+    saved = list((tmp_path / "xdg").rglob("Mergesmith*.conf"))
+    assert saved and "window" in saved[0].read_text(), saved  # closeEvent's settings reached the disk
