@@ -44,12 +44,20 @@ def create_window(argv: Sequence[str] | None = None, *, keep_history: bool = Tru
 
 
 def run_app(argv: Sequence[str] | None = None) -> int:
-    """Show the window and run until it is closed; returns the exit code."""
+    """Show the window and run until it is closed; returns the exit code. When Mergesmith is already open for this
+    user, bring that window to the front instead and return 0."""
     import asyncio  # not needed to show the window
 
     import qasync
 
+    from guiapp.ui.single_instance import SingleInstance, ask_running_instance_to_show
+
+    QApplication.instance() or QApplication(list(argv if argv is not None else sys.argv))
+    if ask_running_instance_to_show():
+        print("Mergesmith is already open: its window was brought to the front.")
+        return 0
     app, window = create_window(argv)
+    SingleInstance(window)
     sys.excepthook = lambda kind, error, trace: show_unexpected(window, error)
     loop = qasync.QEventLoop(app)
     asyncio.set_event_loop(loop)

@@ -125,3 +125,41 @@ def test_closing_the_window_ends_the_process_with_settings_saved_and_exit_handle
     assert marker.read_text() == "exit handlers ran"
     saved = list((tmp_path / "xdg").rglob("Mergesmith*.conf"))
     assert saved and "window" in saved[0].read_text(), saved  # closeEvent's settings reached the disk
+
+
+FIRST_START = """
+import sys
+from PySide6.QtCore import QTimer
+from PySide6.QtWidgets import QApplication
+from guiapp.ui.app import run_app
+from guiapp.ui.single_instance import SingleInstance
+app = QApplication([])
+
+def listening():
+    server = next((w.findChild(SingleInstance) for w in QApplication.topLevelWidgets() if w.findChild(SingleInstance)),
+                  None)
+    if server is None:
+        return QTimer.singleShot(20, listening)
+    server.activated.connect(lambda: (print("brought to the front", flush=True), QApplication.closeAllWindows()))
+    print("listening", flush=True)
+
+QTimer.singleShot(0, listening)
+QTimer.singleShot(60_000, QApplication.closeAllWindows)  # in case the second start never arrives
+print("exit", run_app([]), flush=True)
+"""
+
+
+def test_a_second_start_brings_the_open_window_to_the_front_instead_of_opening_another(tmp_path):
+    env = {**os.environ, "QT_QPA_PLATFORM": "offscreen", "MERGESMITH_CONFIG_DIR": str(tmp_path / "config")}
+    first = subprocess.Popen([sys.executable, "-c", FIRST_START], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, env=env)
+    try:
+        assert first.stdout.readline().strip() == "listening", first.stderr.read()
+        second = subprocess.run([sys.executable, "-m", "guiapp"], capture_output=True, text=True, env=env, timeout=60)
+        assert second.returncode == 0, second.stderr
+        assert "already open" in second.stdout
+        assert first.stdout.readline().strip() == "brought to the front"
+        assert first.stdout.readline().strip() == "exit 0"
+    finally:
+        first.kill()
+        first.wait()
