@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from guiapp.engine.output_guard import read_marker
+from guiapp.engine.output_guard import deletable_output, delete_output, read_marker
 from guiapp.hub.cache import CachedModel, DeletionPlan, plan_deletion, scan_cache
 from guiapp.hub.connection import HubConnection
 from guiapp.hub.details import ModelDetails, model_details
@@ -27,7 +27,8 @@ from guiapp.system.units import format_bytes
 __all__ = [
     "CachedModel", "DeletionPlan", "DetailsWithFit", "LibraryEntry", "ModelSearch", "SearchQuery", "SearchResults",
     "UseFit", "adapter_base", "add_local_folder", "cache_folder", "details_with_fit", "downloads_fit",
-    "library_entries", "list_local_folders", "module_kinds", "modules_pattern", "plan_deletion",
+    "OutputDeletionPlan", "library_entries", "list_local_folders", "module_kinds", "modules_pattern", "plan_deletion",
+    "plan_output_deletion",
     "remove_local_folder", "scan_cache", "use_fit", "weights_bytes", "weights_size",
 ]
 
@@ -104,6 +105,26 @@ def modules_pattern(kinds: Iterable[str]) -> str:
 
     names = sorted(set(kinds))
     return f"(^|\\.)({'|'.join(re.escape(n) for n in names)})$" if names else ""
+
+
+@dataclass(frozen=True)
+class OutputDeletionPlan:
+    """Deleting a model or adapter Mergesmith wrote: which folder, what it is, and how much it frees."""
+
+    folder: Path
+    description: str  # "an earlier Mergesmith merge output from 2026-11-29 00:51:02 (3 files, 1.2 GB)"
+    freed_bytes: int
+
+    def execute(self) -> None:
+        """Delete it (OutputError when it changed since it was planned: then nothing is deleted)."""
+        delete_output(self.folder)
+
+
+def plan_output_deletion(folder: Path | str) -> OutputDeletionPlan:
+    """Prepare deleting the output Mergesmith wrote in `folder`. Raises OutputError when it is not (or no longer)
+    one, or holds files Mergesmith did not write."""
+    previous = deletable_output(Path(folder))
+    return OutputDeletionPlan(Path(folder), previous.describe(), previous.total_bytes)
 
 
 def _output_entry(folder: Path) -> LibraryEntry | None:
