@@ -18,7 +18,13 @@ from guiapp.hub.cache import CachedModel, DeletionPlan, plan_deletion, scan_cach
 from guiapp.hub.connection import HubConnection
 from guiapp.hub.details import ModelDetails, model_details
 from guiapp.hub.headers import bytes_per_element
-from guiapp.hub.local_folders import adapter_base, add_local_folder, list_local_folders, remove_local_folder
+from guiapp.hub.local_folders import (
+    adapter_base,
+    add_local_folder,
+    add_models_in,
+    list_local_folders,
+    remove_local_folder,
+)
 from guiapp.hub.search import ModelSearch, SearchQuery, SearchResults
 from guiapp.system.paths import resolved
 from guiapp.system.resources import TIGHT_FRACTION_OF_DISK, TIGHT_FRACTION_OF_RAM, FitLevel
@@ -26,7 +32,7 @@ from guiapp.system.units import format_bytes
 
 __all__ = [
     "CachedModel", "DeletionPlan", "DetailsWithFit", "LibraryEntry", "ModelSearch", "SearchQuery", "SearchResults",
-    "UseFit", "adapter_base", "add_local_folder", "cache_folder", "details_with_fit", "downloads_fit",
+    "UseFit", "adapter_base", "add_local_folder", "add_models_in", "cache_folder", "details_with_fit", "downloads_fit",
     "OutputDeletionPlan", "library_entries", "list_local_folders", "module_kinds", "modules_pattern", "plan_deletion",
     "plan_output_deletion",
     "remove_local_folder", "scan_cache", "use_fit", "weights_bytes", "weights_size",
