@@ -167,9 +167,9 @@ def _launch_window(args: argparse.Namespace) -> int:
         from guiapp.ui.self_test import run_self_test  # Qt only loads when the window is wanted
 
         return run_self_test()
-    from guiapp.ui.app import run_app
+    from guiapp.ui.app import exit_now, run_app
 
-    return run_app()
+    exit_now(run_app())
 
 
 def _display_problem() -> str | None:
@@ -867,9 +867,10 @@ def _print_extraction_summary(summary: dict) -> None:
     if energy is not None:
         print(f"Mean retained energy: {energy:.4f}")
     if summary["worst_modules"]:
-        print("Worst modules (relative error):")
+        print("Worst modules (least of their change kept; relative error):")
         for worst in summary["worst_modules"]:
-            print(f"  {worst['module']:<48} rank {worst['rank']:<4} {worst['relative_error']:.4f}")
+            print(f"  {worst['module']:<48} rank {worst['rank']:<4} kept {worst['retained_energy']:.4f}  "
+                  f"error {worst['relative_error']:.4f}")
     print("Per-module details: extraction_report.json in the adapter folder.")
 
 

@@ -552,7 +552,8 @@ def _report(
     adapter_bytes: int, started: float,
 ) -> dict[str, Any]:
     lora = [r for r in found.reports.values() if r.kind in ("lora", "embedding_lora")]
-    worst = sorted(lora, key=lambda r: r.relative_error or 0.0, reverse=True)[:5]
+    # Ranked by the one metric the window shows for each module: the share of its change the adapter keeps.
+    worst = sorted(lora, key=lambda r: r.retained_energy if r.retained_energy is not None else 1.0)[:5]
     warnings = []
     if found.excluded:
         warnings.append(f"{len(found.excluded)} changed modules were left out by --include/--exclude "
@@ -573,7 +574,8 @@ def _report(
         "unchanged_modules": found.unchanged,
         "changed_but_excluded": found.excluded,
         "changed_but_skipped": found.skipped,
-        "worst_modules": [{"module": r.module, "rank": r.rank, "relative_error": r.relative_error} for r in worst],
+        "worst_modules": [{"module": r.module, "rank": r.rank, "retained_energy": r.retained_energy,
+                           "relative_error": r.relative_error} for r in worst],
         "warnings": warnings,
         "totals": {
             "lora_modules": sum(1 for r in found.reports.values() if r.kind != "saved"),
@@ -581,7 +583,7 @@ def _report(
             "unchanged_modules": len(found.unchanged),
             "mean_retained_energy": round(sum(r.retained_energy for r in lora) / len(lora), 6) if lora else None,
             "mean_relative_error": round(sum(r.relative_error for r in lora) / len(lora), 6) if lora else None,
-            "max_relative_error": worst[0].relative_error if worst else None,
+            "max_relative_error": max((r.relative_error or 0.0 for r in lora), default=None),
             "mean_rank": round(sum(r.rank for r in lora) / len(lora), 2) if lora else None,
             "adapter_bytes": adapter_bytes,
             "elapsed_seconds": round(time.monotonic() - started, 2),

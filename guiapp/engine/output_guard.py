@@ -218,6 +218,53 @@ def read_marker(folder: Path) -> PreviousOutput | None:
         return None
 
 
+def deletable_output(folder: Path) -> PreviousOutput:
+    """The earlier Mergesmith output in `folder`, checked to be safe to delete whole.
+
+    Raises OutputError when `folder` holds no valid marker (not ours, or no longer ours) or holds files the marker
+    does not list (something the user put there).
+    """
+    folder = Path(folder)
+    previous = read_marker(folder)
+    if previous is None:
+        raise OutputError(f"{folder} is not a folder Mergesmith wrote (or no longer one), so it was not deleted.",
+                          hint="Delete it in your file manager if you are sure you no longer need it.")
+    foreign = foreign_entries(folder, previous)
+    if foreign:
+        raise OutputError(f"{folder} holds files Mergesmith did not write ({_some(foreign)}), so it was not deleted.",
+                          why="Deleting the folder would delete them too.",
+                          hint="Move those files elsewhere, or delete the folder in your file manager.")
+    return previous
+
+
+def delete_output(folder: Path) -> int:
+    """Delete the earlier Mergesmith output in `folder`: the files its marker lists, the marker, then the folder
+    if nothing else is left in it. Returns the bytes freed.
+
+    Raises OutputError, deleting nothing, when `deletable_output` refuses it or a job is writing to it now.
+    """
+    folder = Path(folder)
+    previous = deletable_output(folder)
+    lock = DestinationLock(folder)
+    lock.acquire()
+    try:
+        freed = 0
+        for name in (*previous.files, MARKER):
+            path = folder / name
+            try:
+                freed += os.lstat(path).st_size
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+        for sub in sorted({Path(name).parent for name in previous.files}, key=lambda p: len(p.parts), reverse=True):
+            if sub != Path("."):
+                _remove_empty_folder(folder / sub)
+    finally:
+        lock.release()
+    _remove_empty_folder(folder)
+    return freed
+
+
 def write_marker(folder: Path, kind: str) -> None:
     """Write the marker into the finished output `folder`, listing the files it holds now.
 

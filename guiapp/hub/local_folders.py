@@ -15,6 +15,8 @@ from guiapp.system.bounded import JSON_BYTES, load_json_limited
 from guiapp.system.paths import resolved, settings_file
 
 SETTINGS_NAME = "local_folders.json"
+# Entries of a chosen folder looked at for model folders inside it (a folder of models, chosen once).
+SUBFOLDERS_SCANNED = 1000
 # An adapter_config.json is a few hundred bytes; a far larger one is not read.
 _MAX_ADAPTER_CONFIG_BYTES = 1_000_000
 
@@ -41,6 +43,13 @@ def list_local_folders() -> list[Path]:
     return [Path(entry) for entry in entries if isinstance(entry, str)]
 
 
+def is_model_folder(folder: Path) -> bool:
+    """Whether `folder` holds a model or an adapter: config.json (or adapter_config.json) next to .safetensors or
+    .bin weights."""
+    has_config = (folder / "config.json").is_file() or (folder / "adapter_config.json").is_file()
+    return has_config and (any(folder.glob("*.safetensors")) or any(folder.glob("*.bin")))
+
+
 def add_local_folder(folder: Path) -> Path:
     """Add `folder` to the library (once) and return its absolute path.
 
@@ -50,9 +59,7 @@ def add_local_folder(folder: Path) -> Path:
     folder = resolved(folder)
     if not folder.is_dir():
         raise CheckpointError(f"{folder} is not a folder.", hint="Choose the folder that contains config.json.")
-    has_config = (folder / "config.json").is_file() or (folder / "adapter_config.json").is_file()
-    has_weights = any(folder.glob("*.safetensors")) or any(folder.glob("*.bin"))
-    if not (has_config and has_weights):
+    if not is_model_folder(folder):
         raise CheckpointError(
             f"{folder} does not look like a model folder: it needs config.json (or adapter_config.json) and weights.",
             hint="Choose the folder that holds both the config and the .safetensors files.",
@@ -61,6 +68,35 @@ def add_local_folder(folder: Path) -> Path:
     if folder not in folders:
         _save(folders + [folder])
     return folder
+
+
+def add_models_in(folder: Path) -> list[Path]:
+    """Add `folder` when it is a model folder, otherwise every model folder directly inside it (a folder where
+    the user keeps their models, chosen once). Returns the folders added, in name order.
+
+    Raises CheckpointError when `folder` is not a folder, or neither is nor holds a model folder.
+    """
+    folder = resolved(folder)
+    if not folder.is_dir() or is_model_folder(folder):
+        return [add_local_folder(folder)]
+    try:
+        with os.scandir(folder) as entries:
+            names = sorted(entry.name for _, entry in zip(range(SUBFOLDERS_SCANNED), entries))
+    except OSError as error:
+        raise CheckpointError(f"{folder} cannot be read: {error.strerror}.",
+                              hint="Choose a folder you can open.") from error
+    inside = [resolved(folder / name) for name in names
+              if (folder / name).is_dir() and is_model_folder(folder / name)]
+    if not inside:
+        raise CheckpointError(
+            f"{folder} does not look like a model folder, and none of the folders in it does: a model folder needs "
+            "config.json (or adapter_config.json) and weights.",
+            hint="Choose a model's folder (the one with config.json and the .safetensors files), or the folder "
+                 "that holds your model folders.",
+        )
+    folders = list_local_folders()
+    _save(folders + [f for f in inside if f not in folders])
+    return inside
 
 
 def remove_local_folder(folder: Path) -> None:

@@ -13,12 +13,18 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from guiapp.engine.output_guard import read_marker
+from guiapp.engine.output_guard import deletable_output, delete_output, read_marker
 from guiapp.hub.cache import CachedModel, DeletionPlan, plan_deletion, scan_cache
 from guiapp.hub.connection import HubConnection
 from guiapp.hub.details import ModelDetails, model_details
 from guiapp.hub.headers import bytes_per_element
-from guiapp.hub.local_folders import adapter_base, add_local_folder, list_local_folders, remove_local_folder
+from guiapp.hub.local_folders import (
+    adapter_base,
+    add_local_folder,
+    add_models_in,
+    list_local_folders,
+    remove_local_folder,
+)
 from guiapp.hub.search import ModelSearch, SearchQuery, SearchResults
 from guiapp.system.paths import resolved
 from guiapp.system.resources import TIGHT_FRACTION_OF_DISK, TIGHT_FRACTION_OF_RAM, FitLevel
@@ -26,8 +32,9 @@ from guiapp.system.units import format_bytes
 
 __all__ = [
     "CachedModel", "DeletionPlan", "DetailsWithFit", "LibraryEntry", "ModelSearch", "SearchQuery", "SearchResults",
-    "UseFit", "adapter_base", "add_local_folder", "cache_folder", "details_with_fit", "downloads_fit",
-    "library_entries", "list_local_folders", "module_kinds", "modules_pattern", "plan_deletion",
+    "UseFit", "adapter_base", "add_local_folder", "add_models_in", "cache_folder", "details_with_fit", "downloads_fit",
+    "OutputDeletionPlan", "library_entries", "list_local_folders", "module_kinds", "modules_pattern", "plan_deletion",
+    "plan_output_deletion",
     "remove_local_folder", "scan_cache", "use_fit", "weights_bytes", "weights_size",
 ]
 
@@ -104,6 +111,26 @@ def modules_pattern(kinds: Iterable[str]) -> str:
 
     names = sorted(set(kinds))
     return f"(^|\\.)({'|'.join(re.escape(n) for n in names)})$" if names else ""
+
+
+@dataclass(frozen=True)
+class OutputDeletionPlan:
+    """Deleting a model or adapter Mergesmith wrote: which folder, what it is, and how much it frees."""
+
+    folder: Path
+    description: str  # "an earlier Mergesmith merge output from 2026-11-29 00:51:02 (3 files, 1.2 GB)"
+    freed_bytes: int
+
+    def execute(self) -> None:
+        """Delete it (OutputError when it changed since it was planned: then nothing is deleted)."""
+        delete_output(self.folder)
+
+
+def plan_output_deletion(folder: Path | str) -> OutputDeletionPlan:
+    """Prepare deleting the output Mergesmith wrote in `folder`. Raises OutputError when it is not (or no longer)
+    one, or holds files Mergesmith did not write."""
+    previous = deletable_output(Path(folder))
+    return OutputDeletionPlan(Path(folder), previous.describe(), previous.total_bytes)
 
 
 def _output_entry(folder: Path) -> LibraryEntry | None:

@@ -15,6 +15,7 @@ from PySide6.QtWidgets import QDialog, QDialogButtonBox, QHBoxLayout, QLabel, QV
 
 from guiapp import __version__
 from guiapp.ui.resource_files import icon_file
+from guiapp.ui.widgets.wrapping_label import WrappingLabel
 
 LICENCE = "Apache-2.0"
 LINKS = (
@@ -65,8 +66,7 @@ class AboutDialog(QDialog):
         icon.setAlignment(Qt.AlignmentFlag.AlignTop)
 
         title = QLabel(f"<h2>Mergesmith {__version__}</h2>")
-        summary = QLabel("Merge open models and extract LoRA adapters on your own workstation.")
-        summary.setWordWrap(True)
+        summary = WrappingLabel("Merge open models and extract LoRA adapters on your own workstation.")
         facts = QLabel(self.details.replace("\n", "<br>"))
         facts.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         links = QLabel("<br>".join(f'<a href="{url}">{text}</a>' for text, url in LINKS))

@@ -6,8 +6,8 @@ Closing with a job running asks first, then cancels it and waits for it to stop 
 
 from __future__ import annotations
 
-from PySide6.QtCore import QSettings, Qt, QUrl
-from PySide6.QtGui import QAction, QDesktopServices, QKeySequence
+from PySide6.QtCore import QSettings, Qt
+from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (
     QHBoxLayout,
     QListWidget,
@@ -39,6 +39,7 @@ class MainWindow(QMainWindow):
     def __init__(self, state: AppState) -> None:
         super().__init__()
         self.state = state
+        self._help_viewers: dict[str, QWidget] = {}  # the open Help pages, by document
         self.setWindowTitle("Mergesmith")
         self.welcome = WelcomePage()
         self.models = ModelsPage(state)
@@ -120,7 +121,9 @@ class MainWindow(QMainWindow):
         for number, (key, label) in enumerate(PAGES, start=1):
             self._action(go, label, QKeySequence(f"Ctrl+{number}"), lambda _=False, k=key: self.show_page(k))
         help_menu = self.menuBar().addMenu("&Help")
-        self._action(help_menu, "&Recipe format", None, self.open_recipe_format)
+        self._action(help_menu, "&Getting started", QKeySequence.StandardKey.HelpContents,
+                     lambda: self.show_help("Getting started", "getting-started.md"))
+        self._action(help_menu, "&Recipe format", None, lambda: self.show_help("Recipe format", "recipes.md"))
         self._action(help_menu, "&About Mergesmith", None, self._about)
 
     def _action(self, menu, text: str, shortcut, slot) -> QAction:
@@ -136,24 +139,16 @@ class MainWindow(QMainWindow):
 
         AboutDialog(self).exec()
 
-    def open_recipe_format(self) -> None:
-        """Open docs/recipes.md with the system's viewer; when none opens it, show where the file is."""
-        from guiapp.ui.resource_files import recipe_format_doc  # only when asked for
+    def show_help(self, title: str, document: str) -> None:
+        """Show a page of Help (docs/`document`) in a window of its own, beside this one (one window a page)."""
+        from guiapp.ui.help_viewer import HelpViewer  # only when asked for
 
-        try:
-            path = recipe_format_doc()
-        except FileNotFoundError as error:
-            self._show_note("Recipe format", str(error))
-            return
-        if not QDesktopServices.openUrl(QUrl.fromLocalFile(str(path))):
-            self._show_note("Recipe format", f"No program to open it was found. The recipe format is described "
-                            f"in:\n\n{path}")
-
-    def _show_note(self, title: str, text: str) -> None:
-        note = QMessageBox(QMessageBox.Icon.Information, title, text, QMessageBox.StandardButton.Ok, self)
-        note.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)  # the path can be copied
-        note.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
-        note.open()
+        viewer = self._help_viewers.get(document)
+        if viewer is None:
+            viewer = self._help_viewers[document] = HelpViewer(title, document, self)
+        viewer.show()
+        viewer.raise_()
+        viewer.activateWindow()
 
     def new_merge(self) -> None:
         """File → New merge: an empty recipe on the Merge page; Edit → Undo brings the previous one back."""

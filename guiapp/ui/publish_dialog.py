@@ -29,6 +29,7 @@ from guiapp.jobs.publish import publish_job
 from guiapp.ui.background import LatestCall, call_in_background
 from guiapp.ui.text import error_text
 from guiapp.ui.theme import set_status_style
+from guiapp.ui.widgets.wrapping_label import WrappingLabel
 
 
 class PublishDialog(QDialog):
@@ -49,22 +50,22 @@ class PublishDialog(QDialog):
         self.private = QCheckBox("Private: only you (and your organisation) can see it", checked=True)
         self.licence = QComboBox(editable=True)
         self.licence.addItems(list(LICENCES))
-        self.check_status = QLabel("Checking…", wordWrap=True)
-        self.warnings = QLabel("", wordWrap=True)
+        self.check_status = WrappingLabel("Checking…")
+        self.warnings = WrappingLabel("")
         set_status_style(self.warnings, "warning")
         self.warnings.hide()
         self.card = QPlainTextEdit()
         self.card.setAccessibleName("Model card (README.md)")
         self.progress = QProgressBar()
         self.progress.hide()
-        self.progress_text = QLabel("", wordWrap=True)
+        self.progress_text = WrappingLabel("")
         self.publish = QPushButton("Publish", enabled=False)
         self.cancel = QPushButton("Close")
         self.publish.clicked.connect(self.start)
         self.cancel.clicked.connect(self._cancel_or_close)
 
         form = QFormLayout()
-        form.addRow("Folder", QLabel(str(self.folder), wordWrap=True))
+        form.addRow("Folder", WrappingLabel(str(self.folder)))
         form.addRow("Repo", self.repo)
         form.addRow("", self.private)
         form.addRow("Licence", self.licence)

@@ -1,4 +1,4 @@
-"""Where the app's resources (icons, desktop entry) are, for every way Mergesmith can be installed.
+"""Where the app's resources (icons, desktop entry, help pages) are, for every way Mergesmith can be installed.
 
 They live in the repository's top-level `resources/` folder and are found:
 - in the bundled app, in `resources/` beside the frozen modules (packaging/mergesmith.spec adds it);
@@ -35,17 +35,17 @@ def icon_file(size: int | None = None) -> Path:
     return resources_dir() / "icons" / name
 
 
-def recipe_format_doc() -> Path:
-    """docs/recipes.md, the recipe format: beside the modules in a source checkout and in the bundled app
-    (packaging/mergesmith.spec puts it in `docs/`), in the resources folder (`docs/`) of an installed wheel.
-    FileNotFoundError if this installation has none."""
-    candidates = [Path(__file__).resolve().parents[2] / "docs" / "recipes.md"]
+def help_document(name: str) -> Path:
+    """docs/`name` (recipes.md, getting-started.md), a page of Help: beside the modules in a source checkout and in
+    the bundled app (packaging/mergesmith.spec puts it in `docs/`), in the resources folder (`docs/`) of an
+    installed wheel. FileNotFoundError if this installation has none."""
+    candidates = [Path(__file__).resolve().parents[2] / "docs" / name]
     try:
-        candidates.append(resources_dir() / "docs" / "recipes.md")
+        candidates.append(resources_dir() / "docs" / name)
     except FileNotFoundError:
         pass
     for candidate in candidates:
         if candidate.is_file():
             return candidate
-    raise FileNotFoundError("The recipe format page (recipes.md) is not part of this installation; it is in "
-                            "docs/recipes.md of Mergesmith's source.")
+    raise FileNotFoundError(f"The help page {name} is not part of this installation; reinstalling Mergesmith "
+                            "restores it (it is in the docs folder of Mergesmith's source).")

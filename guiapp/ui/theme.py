@@ -6,9 +6,9 @@ a darker shade on light backgrounds and a lighter one on dark backgrounds.
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt
-from PySide6.QtGui import QColor, QGuiApplication, QPalette
-from PySide6.QtWidgets import QApplication, QWidget
+from PySide6.QtCore import QRect, Qt
+from PySide6.QtGui import QColor, QGuiApplication, QPalette, QPen
+from PySide6.QtWidgets import QApplication, QProxyStyle, QStyle, QWidget
 
 SCHEMES = {"system": Qt.ColorScheme.Unknown, "light": Qt.ColorScheme.Light, "dark": Qt.ColorScheme.Dark}
 _STATUS = {  # (on light, on dark)
@@ -76,11 +76,11 @@ def apply_scheme(name: str) -> None:
     a forced dark scheme falls back to our own dark palette, so both choices always take effect.
     """
     app = QApplication.instance()
-    if app.style().name().lower() != "fusion":
+    if not isinstance(app.style(), VisibleIndicators):
         # Once only, before any style sheet: replacing the style under a style sheet can make the next
         # setStyleSheet repolish widgets through the deleted style (a segfault, seen building a second window).
         app.setStyleSheet("")
-        app.setStyle("Fusion")
+        app.setStyle(VisibleIndicators("Fusion"))
     scheme = SCHEMES.get(name, Qt.ColorScheme.Unknown)
     app.styleHints().setColorScheme(scheme)
     palette = app.style().standardPalette()
@@ -88,6 +88,30 @@ def apply_scheme(name: str) -> None:
         palette = dark_palette()
     app.setPalette(palette)
     app.setStyleSheet(status_style_sheet())
+
+
+class VisibleIndicators(QProxyStyle):
+    """Fusion, with check boxes whose box can be seen on a dark background: Fusion outlines them in the window
+    colour darkened, which on a dark window is the colour of the box itself (the ticks of an item list and the
+    check boxes of the forms were invisible in dark mode)."""
+
+    _BOXES = (QStyle.PrimitiveElement.PE_IndicatorCheckBox, QStyle.PrimitiveElement.PE_IndicatorItemViewItemCheck)
+
+    def drawPrimitive(self, element, option, painter, widget=None) -> None:  # noqa: N802 - Qt's name
+        super().drawPrimitive(element, option, painter, widget)
+        if element in self._BOXES and is_dark(option.palette):
+            painter.save()
+            painter.setRenderHint(painter.RenderHint.Antialiasing, False)
+            painter.setPen(QPen(option.palette.color(QPalette.ColorRole.PlaceholderText), 1))
+            painter.setBrush(Qt.BrushStyle.NoBrush)
+            painter.drawRect(indicator_box(option.rect))
+            painter.restore()
+
+
+def indicator_box(rect: QRect) -> QRect:
+    """The square a check box is drawn in, centred in the indicator's `rect`, a pixel in from its edges."""
+    side = min(rect.width(), rect.height()) - 2
+    return QRect(rect.x() + (rect.width() - side) // 2, rect.y() + (rect.height() - side) // 2, side - 1, side - 1)
 
 
 def dark_palette() -> QPalette:

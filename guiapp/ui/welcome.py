@@ -15,6 +15,7 @@ from PySide6.QtWidgets import QHBoxLayout, QLabel, QLineEdit, QPushButton, QVBox
 from guiapp.ui.background import call_in_background
 from guiapp.ui.text import error_text
 from guiapp.ui.theme import set_status_style
+from guiapp.ui.widgets.wrapping_label import WrappingLabel
 
 
 class WelcomePage(QWidget):
@@ -30,10 +31,10 @@ class WelcomePage(QWidget):
         font.setPointSizeF(font.pointSizeF() * 1.8)
         font.setBold(True)
         title.setFont(font)
-        intro = QLabel(
+        intro = WrappingLabel(
             "<p><b>Merge</b> combines several fine-tunes of the same base model into one model that keeps what "
             "each of them learned.</p><p><b>Extract LoRA</b> turns a fine-tuned model into a small adapter: its "
-            "difference from the base model, which you can share or apply to the base later.</p>", wordWrap=True)
+            "difference from the base model, which you can share or apply to the base later.</p>")
         self.try_button = QPushButton("Try it with sample models")
         self.try_button.setDefault(True)
         self.try_button.clicked.connect(lambda: self.try_samples())
@@ -42,10 +43,10 @@ class WelcomePage(QWidget):
         button_font.setPointSizeF(button_font.pointSizeF() * 1.15)
         self.try_button.setFont(button_font)
         self.try_button.setMinimumHeight(36)
-        try_note = QLabel("Writes three tiny models to your computer (a base model and two fine-tunes of it, under "
+        try_note = WrappingLabel("Writes three tiny models to your computer (a base model and two fine-tunes of it, under "
                           "1 MB in all) and fills in a merge of the fine-tunes. Nothing is downloaded; the merge "
-                          "takes seconds.", wordWrap=True)
-        self.status = QLabel(wordWrap=True)
+                          "takes seconds.")
+        self.status = WrappingLabel()
         # Typing here goes on in the Models page's search box (results as you type): the first key takes you there.
         self.search_edit = QLineEdit(placeholderText="Find models on the Hub: type a name…",
                                      accessibleName="Find models on the Hub")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from guiapp.ui.resource_files import icon_file, recipe_format_doc, resources_dir
+from guiapp.ui.resource_files import help_document, icon_file, resources_dir
 from tests.packaging.helpers import RESOURCES, ROOT
 
 
@@ -14,7 +14,7 @@ def test_checkout_uses_the_top_level_resources():
     assert resources_dir() == RESOURCES
     assert icon_file().name == "mergesmith.svg" and icon_file().is_file()
     assert icon_file(48).is_file()
-    assert recipe_format_doc() == ROOT / "docs" / "recipes.md"
+    assert help_document("recipes.md") == ROOT / "docs" / "recipes.md"
 
 
 def test_installed_wheel_finds_its_resources(tmp_path):
@@ -31,12 +31,13 @@ def test_installed_wheel_finds_its_resources(tmp_path):
         check=True,
     )
     shown = subprocess.run(
-        [str(python), "-c", "from guiapp.ui.resource_files import icon_file, recipe_format_doc; print(icon_file(48)); "
-         "print(recipe_format_doc())"],
+        [str(python), "-c", "from guiapp.ui.resource_files import icon_file, help_document; print(icon_file(48)); "
+         "print(help_document('recipes.md')); print(help_document('getting-started.md'))"],
         capture_output=True, text=True, cwd=tmp_path,
     )
     assert shown.returncode == 0, shown.stderr
-    found, doc = shown.stdout.split()
+    found, doc, guide = shown.stdout.split()
     assert doc == str(venv / "share" / "mergesmith" / "docs" / "recipes.md")
+    assert guide == str(venv / "share" / "mergesmith" / "docs" / "getting-started.md")
     assert found == str(venv / "share" / "mergesmith" / "icons" / "mergesmith-48.png")
     assert (RESOURCES / "icons" / "mergesmith-48.png").read_bytes() == open(found, "rb").read()

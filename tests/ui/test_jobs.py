@@ -142,7 +142,7 @@ def test_an_extraction_runs_to_completion_with_its_report(qtbot, window, models,
     assert any(0 < v < 1000 for v in values), values
     assert (tmp_path / "adapter" / "adapter_config.json").is_file()
     report = page.x_report.text()
-    assert "Adapter:" in report and "Mean retained energy" in report and "Worst modules" in report
+    assert "Adapter:" in report and "Change kept:" in report and "Keeps the least of its change:" in report
     assert "Adapter:" in window.jobs.summary.text()
     # and back: the adapter applied to the base gives a full model
     page.tabs.setCurrentIndex(1)

@@ -3,8 +3,9 @@ Models page without a restart, and a deletion takes it away everywhere."""
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import Qt, QTimer
 from PySide6.QtTest import QTest
+from PySide6.QtWidgets import QApplication, QMessageBox
 
 from guiapp.ui.library_model import REFERENCE_ROLE
 from tests.ui.conftest import wait_for_job
@@ -58,8 +59,26 @@ def test_a_finished_merge_adds_its_output_to_the_library(qtbot, window, models, 
     assert entry.where == "Made by Mergesmith" and entry.kind == "model"
     tab = window.models.downloaded
     assert tab.select_reference(str(output))
-    assert not tab.delete_button.isEnabled()  # only downloads are deleted from here
     assert "1 model on this computer" in tab.cache_status.text()
+    # What Mergesmith made can be deleted from here, after a question that says what and how much.
+    asked = []
+
+    def answer_delete() -> None:
+        box = QApplication.activeModalWidget()
+        if not isinstance(box, QMessageBox):
+            QTimer.singleShot(50, answer_delete)
+            return
+        asked.append(box.text())
+        box.button(QMessageBox.StandardButton.Yes).click()
+
+    assert tab.delete_button.isEnabled()
+    QTimer.singleShot(0, answer_delete)
+    qtbot.mouseClick(tab.delete_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: not output.exists(), timeout=15_000)
+    assert "tune-a+tune-b-linear" in asked[0] and "merge output" in asked[0] and "cannot be undone" in asked[0]
+    qtbot.waitUntil(lambda: str(output) not in _listed(window.merge.add_model_picker), timeout=15_000)
+    assert "Deleted tune-a+tune-b-linear" in tab.cache_status.text()
+    assert models.tune_a.is_dir() and models.tune_b.is_dir()  # its inputs are untouched
 
 
 def test_a_finished_extraction_offers_its_adapter_only_where_adapters_go(qtbot, window, models, tmp_path):

@@ -3,6 +3,8 @@ a job, the Downloaded list, local folders, and handing a model to the Merge and 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtGui import QKeySequence
 from PySide6.QtWidgets import QApplication, QMessageBox
@@ -101,12 +103,40 @@ def test_local_folders_feed_the_merge_page(qtbot, window, models):
     page.tabs.setCurrentIndex(2)
     page.folders.add_local_folder(str(models.tune_a))
     assert page.folders.local_list.count() == 1
-    page.folders.add_local_folder(str(models.base.parent))  # not a model folder
-    assert "does not look like a model folder" in page.folders.local_status.text()
+    page.folders.add_local_folder(str(models.base.parent / "tune-a"))  # again: listed once
+    assert page.folders.local_list.count() == 1
     page.folders.local_list.setCurrentRow(0)
     qtbot.mouseClick(page.folders.local_add_button, Qt.MouseButton.LeftButton)
     assert window.current_page() == "merge"
     assert window.merge.table.cellWidget(0, 0).text() == str(models.tune_a)
+
+
+def test_choosing_the_folder_that_holds_the_models_adds_them_all(qtbot, window, models, tmp_path):
+    page = window.models
+    page.tabs.setCurrentIndex(2)
+    page.folders.add_local_folder(str(models.base.parent))  # the folder the user keeps their models in
+    listed = [page.folders.local_list.item(row).text() for row in range(page.folders.local_list.count())]
+    assert listed == sorted(listed, key=lambda p: p.rsplit("/", 1)[1]) and str(models.tune_b) in listed
+    assert len(listed) == 7 and "Added 7 model folders from" in page.folders.local_status.text()
+    (tmp_path / "empty" / "sub").mkdir(parents=True)
+    page.folders.add_local_folder(str(tmp_path / "empty"))  # neither a model nor a folder of models
+    assert "none of the folders in it does" in page.folders.local_status.text()
+    assert page.folders.local_list.count() == 7
+
+
+def test_the_add_folder_dialog_opens_at_home_then_where_the_user_last_chose(qtbot, window, models, monkeypatch,
+                                                                           tmp_path):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    folders = window.models.folders
+    folders.add_local_folder()
+    assert Path(folders.folder_dialog.directory().absolutePath()) == tmp_path  # not the app's own folder
+    folders.folder_dialog.reject()
+    folders.add_local_folder(str(models.tune_a))
+    folders.add_local_folder()
+    assert Path(folders.folder_dialog.directory().absolutePath()) == models.tune_a.parent.resolve()
+    folders.folder_dialog.selectFile(str(models.base))
+    folders.folder_dialog.accept()
+    assert str(models.base.resolve()) in [folders.local_list.item(r).text() for r in range(folders.local_list.count())]
 
 
 def test_details_of_a_model_that_left_the_results_are_cleared(qtbot, window, hub_env, models):

@@ -4,8 +4,9 @@ background), a click on the curve choosing the rank, and the report's chart per 
 from __future__ import annotations
 
 import pytest
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QPointF, Qt
 
+from guiapp.jobs.extraction_words import short_module_name
 from guiapp.ui.theme import apply_scheme
 from tests.ui.conftest import wait_for_job
 
@@ -61,6 +62,13 @@ def test_the_report_charts_each_modules_kept_change_with_the_worst_highlighted(q
     energies = {m["module"]: m["retained_energy"] for m in record.summary["module_energies"]}
     assert [m["module"] for m in chart.modules] == list(energies) and len(energies) > 3
     assert sorted(chart.worst, key=energies.get) == sorted(energies, key=energies.get)[:3]
+    # One metric, one name, one ranking: the report's text names the chart's highlighted modules, in its order.
+    report = page.x_report.text()
+    named = [f"{short_module_name(module)} ({energies[module]:.0%}" for module in chart.worst]
+    assert "Keeps the least of its change: " + named[0] in report
+    assert [report.index(n) for n in named] == sorted(report.index(n) for n in named)
+    assert "error" not in report.lower() and "energy" not in report.lower()
+    assert chart.plot.getViewBox().viewRange()[1][0] <= 0.0  # the axis starts at 0 %
     page.x_model.set_text(str(models.tune_b))  # another pair: the chart about the last one goes
     assert not chart.isVisible()
 
@@ -129,3 +137,6 @@ def test_the_names_of_neighbouring_worst_modules_do_not_cover_each_other(qtbot):
                                                             for r in label_rects()), timeout=10_000)
     rects = label_rects()
     assert not any(a.intersects(b) for n, a in enumerate(rects) for b in rects[n + 1:]), rects
+    full = chart.plot.getViewBox().mapViewToScene(QPointF(0, 1.0)).y()  # the 100 % line, the bars' highest
+    assert all(r.bottom() <= full + 1 for r in rects), (rects, full)  # no name covers a bar
+    assert chart.plot.getViewBox().viewRange()[1][0] <= 0.0  # the axis starts at 0 %, not at the lowest bar

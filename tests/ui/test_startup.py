@@ -98,3 +98,68 @@ def test_building_the_window_does_not_load_the_hub_client(tmp_path):
     # about 0.1-0.2 s of a 1.5 s start); it loads with the first request, off the way to the window.
     done = _run_offscreen(BUILD_WINDOW, tmp_path, timeout=60)
     assert done.stdout.split() == ["False"], done.stdout
+
+
+REAL_ENTRY = """
+import atexit, sys
+from pathlib import Path
+from PySide6.QtCore import QTimer
+from PySide6.QtWidgets import QApplication
+app = QApplication([])
+atexit.register(lambda: Path(sys.argv[1]).write_text("exit handlers ran"))
+QTimer.singleShot(1500, QApplication.closeAllWindows)  # as if the user closed the window
+from guiapp.cli import main
+sys.exit(main([]))
+"""
+
+
+def test_closing_the_window_ends_the_process_with_settings_saved_and_exit_handlers_run(tmp_path):
+    """`mergesmith` ends its process itself once the window is closed (the interpreter's teardown of torch and
+    Qt took seconds), after the settings are written and the exit handlers have run."""
+    marker = tmp_path / "marker"
+    env = {**os.environ, "QT_QPA_PLATFORM": "offscreen", "MERGESMITH_CONFIG_DIR": str(tmp_path / "config"),
+           "XDG_CONFIG_HOME": str(tmp_path / "xdg"), "HOME": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", REAL_ENTRY, str(marker)], capture_output=True, text=True, env=env,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert marker.read_text() == "exit handlers ran"
+    saved = list((tmp_path / "xdg").rglob("Mergesmith*.conf"))
+    assert saved and "window" in saved[0].read_text(), saved  # closeEvent's settings reached the disk
+
+
+FIRST_START = """
+import sys
+from PySide6.QtCore import QTimer
+from PySide6.QtWidgets import QApplication
+from guiapp.ui.app import run_app
+from guiapp.ui.single_instance import SingleInstance
+app = QApplication([])
+
+def listening():
+    server = next((w.findChild(SingleInstance) for w in QApplication.topLevelWidgets() if w.findChild(SingleInstance)),
+                  None)
+    if server is None:
+        return QTimer.singleShot(20, listening)
+    server.activated.connect(lambda: (print("brought to the front", flush=True), QApplication.closeAllWindows()))
+    print("listening", flush=True)
+
+QTimer.singleShot(0, listening)
+QTimer.singleShot(60_000, QApplication.closeAllWindows)  # in case the second start never arrives
+print("exit", run_app([]), flush=True)
+"""
+
+
+def test_a_second_start_brings_the_open_window_to_the_front_instead_of_opening_another(tmp_path):
+    env = {**os.environ, "QT_QPA_PLATFORM": "offscreen", "MERGESMITH_CONFIG_DIR": str(tmp_path / "config")}
+    first = subprocess.Popen([sys.executable, "-c", FIRST_START], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, env=env)
+    try:
+        assert first.stdout.readline().strip() == "listening", first.stderr.read()
+        second = subprocess.run([sys.executable, "-m", "guiapp"], capture_output=True, text=True, env=env, timeout=60)
+        assert second.returncode == 0, second.stderr
+        assert "already open" in second.stdout
+        assert first.stdout.readline().strip() == "brought to the front"
+        assert first.stdout.readline().strip() == "exit 0"
+    finally:
+        first.kill()
+        first.wait()

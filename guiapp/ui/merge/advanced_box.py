@@ -11,7 +11,6 @@ from PySide6.QtWidgets import (
     QComboBox,
     QFormLayout,
     QGroupBox,
-    QLabel,
     QLineEdit,
     QPlainTextEdit,
     QToolButton,
@@ -21,6 +20,7 @@ from PySide6.QtWidgets import (
 
 from guiapp.engine.chat_template_names import BUILT_IN_CHAT_TEMPLATES
 from guiapp.jobs.recipe_document import parse_slices
+from guiapp.ui.widgets.wrapping_label import WrappingLabel
 
 # tokenizer_source values the choice list names in words; any other value is a model's reference.
 FROM_MODEL = "model"
@@ -84,11 +84,11 @@ class AdvancedBox(QWidget):
         self.slices_edit.setTabChangesFocus(True)
         self.slices_edit.textChanged.connect(lambda: self.slices_changed.emit(bool(self.slices_edit.toPlainText().strip())))
         form.addRow("Slices (YAML)", self.slices_edit)
-        self.slices_message = QLabel(wordWrap=True, visible=False)
+        self.slices_message = WrappingLabel(visible=False)
         form.addRow("", self.slices_message)
-        form.addRow(QLabel("Gradients and filters: press “list” next to any number to give a list "
+        form.addRow(WrappingLabel("Gradients and filters: press “list” next to any number to give a list "
                            "across layers or {filter, value} entries. Recipes with modules: are edited in the "
-                           "YAML view.", wordWrap=True))
+                           "YAML view."))
         self.advanced.setVisible(False)
         layout.addWidget(self.advanced)
 

@@ -9,6 +9,8 @@ from PySide6.QtCore import QEvent, Qt
 from PySide6.QtGui import QFont, QPalette, QStandardItem, QStandardItemModel
 from PySide6.QtWidgets import QComboBox, QGroupBox, QLabel, QVBoxLayout
 
+from guiapp.ui.widgets.wrapping_label import WrappingLabel
+
 
 class MethodBox(QGroupBox):
     def __init__(self) -> None:
@@ -16,9 +18,9 @@ class MethodBox(QGroupBox):
         self.methods: dict[str, Any] = {}
         layout = QVBoxLayout(self)
         self.method_combo = QComboBox(accessibleName="Merge method")
-        self.method_summary = QLabel(wordWrap=True)
+        self.method_summary = WrappingLabel()
         self.method_paper = QLabel(openExternalLinks=True)
-        self.method_message = QLabel(wordWrap=True, visible=False)
+        self.method_message = WrappingLabel(visible=False)
         for widget in (self.method_combo, self.method_summary, self.method_paper, self.method_message):
             layout.addWidget(widget)
 

@@ -11,6 +11,7 @@ from guiapp.system.units import plural
 from guiapp.ui.merge.models_table import ModelsTable
 from guiapp.ui.theme import set_status_style
 from guiapp.ui.widgets.model_picker import ModelPicker
+from guiapp.ui.widgets.wrapping_label import WrappingLabel
 
 BASE_LABELS = {"required": "Base model *", "optional": "Base model (optional)", "input": "Base model"}
 BASE_TIPS = {"required": "This method measures each model's changes against the base.",
@@ -31,7 +32,7 @@ class ModelsBox(QGroupBox):
         self.base_label = QLabel("Base model")
         self.base_label.setBuddy(self.base_picker.combo)
         base_row.addRow(self.base_label, self.base_picker)
-        self.base_message = QLabel(wordWrap=True, visible=False)
+        self.base_message = WrappingLabel(visible=False)
         base_row.addRow("", self.base_message)
         layout.addLayout(base_row)
         self.table = ModelsTable()
@@ -45,8 +46,8 @@ class ModelsBox(QGroupBox):
         buttons.addWidget(self.add_model_picker, 1)
         buttons.addWidget(self.add_model_button)
         layout.addLayout(buttons)
-        self.models_message = QLabel(wordWrap=True, visible=False)
-        self.compatibility = QLabel(wordWrap=True)
+        self.models_message = WrappingLabel(visible=False)
+        self.compatibility = WrappingLabel()
         layout.addWidget(self.models_message)
         layout.addWidget(self.compatibility)
 

@@ -12,7 +12,6 @@ from PySide6.QtWidgets import (
     QFormLayout,
     QGroupBox,
     QHBoxLayout,
-    QLabel,
     QLineEdit,
     QPushButton,
 )
@@ -20,6 +19,7 @@ from PySide6.QtWidgets import (
 from guiapp.system.paths import home_dir
 from guiapp.ui.theme import set_status_style
 from guiapp.ui.widgets.options import OptionCombo, device_choices, dtype_choices
+from guiapp.ui.widgets.wrapping_label import WrappingLabel
 
 RECIPE_DTYPES = ("bfloat16", "float16", "float32", "float64")  # what a recipe's out_dtype accepts
 
@@ -40,7 +40,7 @@ class OutputBox(QGroupBox):
         self.dtype_combo.setAccessibleName("Output dtype")
         self.dtype_combo.choice_changed.connect(lambda _: self.dtype_changed.emit())
         layout.addRow("Output dtype", self.dtype_combo)
-        self.dtype_note = QLabel(wordWrap=True)
+        self.dtype_note = WrappingLabel()
         layout.addRow("", self.dtype_note)
         folder_row = QHBoxLayout()
         self.output_edit = QLineEdit(accessibleName="Output folder")
@@ -54,7 +54,7 @@ class OutputBox(QGroupBox):
         self.overwrite_check.setToolTip("Only an earlier Mergesmith output is replaced, and only once the merge is done")
         self.overwrite_check.toggled.connect(lambda _: self.folder_changed.emit())
         layout.addRow("", self.overwrite_check)
-        self.output_message = QLabel(wordWrap=True, visible=False)
+        self.output_message = WrappingLabel(visible=False)
         layout.addRow("", self.output_message)
 
     @property

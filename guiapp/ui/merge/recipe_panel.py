@@ -6,9 +6,10 @@ from pathlib import Path
 
 from PySide6.QtCore import QTimer, Signal
 from PySide6.QtGui import QFontDatabase
-from PySide6.QtWidgets import QFileDialog, QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QFileDialog, QHBoxLayout, QPlainTextEdit, QPushButton, QVBoxLayout, QWidget
 
 from guiapp.ui.merge.messages import show_message
+from guiapp.ui.widgets.wrapping_label import WrappingLabel
 
 YAML_DELAY_MS = 400
 
@@ -22,13 +23,13 @@ class RecipePanel(QWidget):
         self._timer = QTimer(self, singleShot=True, interval=YAML_DELAY_MS)
         self._timer.timeout.connect(self.edited)
         layout = QVBoxLayout(self)
-        layout.addWidget(QLabel("<b>Recipe (mergekit YAML)</b> — edit it and the form follows", wordWrap=True))
+        layout.addWidget(WrappingLabel("<b>Recipe (mergekit YAML)</b> — edit it and the form follows"))
         self.yaml_edit = QPlainTextEdit(accessibleName="Recipe YAML")
         self.yaml_edit.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
         self.yaml_edit.setTabChangesFocus(True)
         self.yaml_edit.textChanged.connect(lambda: self._showing or self._timer.start())
         layout.addWidget(self.yaml_edit, 1)
-        self.yaml_message = QLabel(wordWrap=True, visible=False)
+        self.yaml_message = WrappingLabel(visible=False)
         layout.addWidget(self.yaml_message)
         file_row = QHBoxLayout()
         self.import_button = QPushButton("Import .yml…")

@@ -9,20 +9,21 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtWidgets import QGroupBox, QLabel, QVBoxLayout
+from PySide6.QtWidgets import QGroupBox, QVBoxLayout
 
 from guiapp.system.units import format_bytes, plural
 from guiapp.ui.text import sentence
 from guiapp.ui.theme import set_status_style
 from guiapp.ui.widgets.action_bar import ActionBar
+from guiapp.ui.widgets.wrapping_label import WrappingLabel
 
 
 class RunBox(QGroupBox):
     def __init__(self) -> None:
         super().__init__("Before you run")
         layout = QVBoxLayout(self)
-        self.estimate = QLabel("Fill in the models to see the estimate.", wordWrap=True)
-        self.fit_label = QLabel(wordWrap=True)
+        self.estimate = WrappingLabel("Fill in the models to see the estimate.")
+        self.fit_label = WrappingLabel()
         layout.addWidget(self.estimate)
         layout.addWidget(self.fit_label)
         self.action_bar = ActionBar("Run merge")

@@ -23,6 +23,7 @@ from PySide6.QtWidgets import (
 
 from guiapp.ui.background import call_in_background
 from guiapp.ui.theme import set_status_style, status_colour
+from guiapp.ui.widgets.wrapping_label import WrappingLabel
 
 JOB_WORDS = {"merge": "Merge", "extract": "Extract LoRA", "apply": "Apply LoRA", "try": "Try a model"}
 
@@ -31,8 +32,8 @@ class HardwarePage(QWidget):
     def __init__(self, state, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.state = state
-        self.summary = QLabel("Checking what this machine can do… (the first time takes a few seconds)", wordWrap=True)
-        self.memory = QLabel(wordWrap=True)
+        self.summary = WrappingLabel("Checking what this machine can do… (the first time takes a few seconds)")
+        self.memory = WrappingLabel()
         self.device_combo = QComboBox(accessibleName="Device")
         self.device_combo.currentIndexChanged.connect(lambda _: self._show_device())
         self.reprobe_button = QPushButton("Re-probe")

@@ -36,6 +36,7 @@ from guiapp.ui.widgets.explanation import ExplanationPanel
 from guiapp.ui.widgets.job_chart import JobChart
 from guiapp.ui.widgets.open_link import LinkFallback
 from guiapp.ui.widgets.spectrum_chart import ModuleEnergyChart
+from guiapp.ui.widgets.wrapping_label import WrappingLabel
 
 STATUS_WORDS = {"queued": "Waiting", "running": "Running", "done": "Done", "failed": "Failed",
                 "cancelled": "Cancelled", "interrupted": "Interrupted"}
@@ -70,17 +71,17 @@ class JobsPage(QWidget):
         left_layout.addWidget(self.list, 1)
         left_layout.addWidget(self.clear_button)
 
-        self.title = QLabel("No job selected.", wordWrap=True)
+        self.title = WrappingLabel("No job selected.")
         font = self.title.font()
         font.setPointSizeF(font.pointSizeF() * 1.2)
         font.setBold(True)
         self.title.setFont(font)
-        self.status = QLabel(wordWrap=True)
+        self.status = WrappingLabel()
         self.bar = QProgressBar(accessibleName="Job progress")
         self.bar.setRange(0, 1000)
         self.bar.setFormat("%p%")
-        self.stage, self.item, self.rate, self.eta, self.elapsed = (QLabel() for _ in range(5))
-        self.item.setWordWrap(True)
+        self.stage, self.rate, self.eta, self.elapsed = (QLabel() for _ in range(4))
+        self.item = WrappingLabel()
         facts = QFormLayout()
         for name, label in (("Stage", self.stage), ("Now", self.item), ("Rate", self.rate), ("Time left", self.eta),
                             ("Elapsed", self.elapsed)):
@@ -95,7 +96,7 @@ class JobsPage(QWidget):
         buttons.addWidget(self.open_button)
         buttons.addWidget(self.publish_button)
         buttons.addStretch()
-        self.summary = QLabel(wordWrap=True)
+        self.summary = WrappingLabel()
         self.summary.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.open_fallback = LinkFallback()
         self.explanation = ExplanationPanel()
@@ -358,6 +359,7 @@ def summary_text(record) -> str:
 
 def extraction_report(summary: dict) -> str:
     """The extraction's end report: size, retained energy, worst modules, and a warning when nearly empty."""
+    from guiapp.jobs.extraction_words import least_kept_sentence
     from guiapp.system.units import format_bytes
 
     totals = summary.get("totals", summary)
@@ -366,11 +368,9 @@ def extraction_report(summary: dict) -> str:
              f"Modules: {totals.get('lora_modules')} as LoRA, {totals.get('saved_modules')} saved whole, "
              f"{totals.get('unchanged_modules')} unchanged."]
     if energy is not None:
-        lines.append(f"Mean retained energy: {energy:.1%}.")
-    worst = summary.get("worst_modules") or []
-    if worst:
-        lines.append("Worst modules: " + ", ".join(f"{w['module']} (rank {w['rank']}, error "
-                                                   f"{w['relative_error']:.1%})" for w in worst[:3]) + ".")
+        lines.append(f"Change kept: {energy:.0%} on average.")
+    if least := least_kept_sentence(summary):
+        lines.append(least)
     if not totals.get("lora_modules") and not totals.get("saved_modules"):
         lines.append("Warning: this adapter is nearly empty: the fine-tune hardly differs from the base.")
     elif energy is not None and energy < 0.5:

@@ -21,7 +21,6 @@ from PySide6.QtWidgets import (
     QFormLayout,
     QGroupBox,
     QHBoxLayout,
-    QLabel,
     QLineEdit,
     QListWidget,
     QListWidgetItem,
@@ -47,6 +46,7 @@ from guiapp.ui.widgets.action_bar import ActionBar
 from guiapp.ui.widgets.model_picker import ModelPicker
 from guiapp.ui.widgets.options import OptionCombo, device_choices, dtype_choices
 from guiapp.ui.widgets.spectrum_chart import ModuleEnergyChart, RankPreview
+from guiapp.ui.widgets.wrapping_label import WrappingLabel
 
 ADAPTER_DTYPES = ("bfloat16", "float16", "float32")
 MODEL_DTYPES = ("bfloat16", "float16", "float32", "float64")
@@ -119,8 +119,8 @@ class LoraPage(QWidget):
     def _build_extract(self) -> QWidget:
         page = QWidget()
         column = QVBoxLayout(page)
-        column.addWidget(QLabel("Turn a fine-tuned model into a small LoRA adapter: the difference from its base "
-                                "model, compressed.", wordWrap=True))
+        column.addWidget(WrappingLabel("Turn a fine-tuned model into a small LoRA adapter: the difference from its base "
+                                "model, compressed."))
         models = QGroupBox("Models")
         form = QFormLayout(models)
         self.x_base = ModelPicker("The base model the fine-tune started from")
@@ -129,7 +129,7 @@ class LoraPage(QWidget):
             picker.changed.connect(self._extract_changed)
         form.addRow("Base model", self.x_base)
         form.addRow("Fine-tuned model", self.x_model)
-        self.x_check = QLabel(wordWrap=True)
+        self.x_check = WrappingLabel()
         form.addRow("", self.x_check)
         column.addWidget(models)
 
@@ -176,8 +176,8 @@ class LoraPage(QWidget):
         self.module_list = QListWidget(accessibleName="Module kinds")
         self.module_list.setMaximumHeight(150)
         self.module_list.itemChanged.connect(lambda _: self._module_kinds_chosen())
-        self.module_status = QLabel("Choose the base model to list its modules. With none ticked, every changed "
-                                    "module is extracted.", wordWrap=True)
+        self.module_status = WrappingLabel("Choose the base model to list its modules. With none ticked, every changed "
+                                    "module is extracted.")
         self.include = QLineEdit(placeholderText="all modules (a regular expression, e.g. self_attn)")
         self.exclude = QLineEdit(placeholderText="none (a regular expression, e.g. lm_head)")
         advanced.addRow("Only these modules", self.module_list)
@@ -197,7 +197,7 @@ class LoraPage(QWidget):
         self.x_device.choice_changed.connect(lambda _: self._extract_changed())
         form.addRow("Device", self.x_device)
         form.addRow("Adapter dtype", self.x_dtype)
-        form.addRow("", QLabel("The decomposition is always computed in float32.", wordWrap=True))
+        form.addRow("", WrappingLabel("The decomposition is always computed in float32."))
         self.x_out, x_out_row = self._folder_row("lora-adapter")
         self.x_out.textChanged.connect(self._extract_changed)
         form.addRow("Adapter folder", x_out_row)
@@ -205,8 +205,8 @@ class LoraPage(QWidget):
         form.addRow("", self.x_overwrite)
         column.addWidget(output)
 
-        self.x_estimate = QLabel("Choose both models to see the estimate.", wordWrap=True)
-        self.x_report = QLabel(wordWrap=True)
+        self.x_estimate = WrappingLabel("Choose both models to see the estimate.")
+        self.x_report = WrappingLabel()
         self.x_report.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         column.addWidget(self.x_estimate)
         column.addWidget(self.x_report)
@@ -385,7 +385,7 @@ class LoraPage(QWidget):
     def _build_apply(self) -> QWidget:
         page = QWidget()
         column = QVBoxLayout(page)
-        column.addWidget(QLabel("Bake a LoRA adapter into its base model, giving a full model folder.", wordWrap=True))
+        column.addWidget(WrappingLabel("Bake a LoRA adapter into its base model, giving a full model folder."))
         models = QGroupBox("Models")
         form = QFormLayout(models)
         self.a_base = ModelPicker("The base model the adapter was trained on")
@@ -399,7 +399,7 @@ class LoraPage(QWidget):
         self.a_scale = QDoubleSpinBox(accessibleName="Scale", minimum=-10, maximum=10, singleStep=0.1, value=1.0)
         self.a_scale.setToolTip("1 applies the adapter as trained; 0.5 half its effect.")
         form.addRow("Strength", self.a_scale)
-        self.a_check = QLabel(wordWrap=True)
+        self.a_check = WrappingLabel()
         form.addRow("", self.a_check)
         column.addWidget(models)
         output = QGroupBox("Output")
@@ -416,7 +416,7 @@ class LoraPage(QWidget):
         self.a_overwrite = QCheckBox("Replace the folder if it already exists")
         form.addRow("", self.a_overwrite)
         column.addWidget(output)
-        self.a_estimate = QLabel("Choose the base model and the adapter to see the estimate.", wordWrap=True)
+        self.a_estimate = WrappingLabel("Choose the base model and the adapter to see the estimate.")
         column.addWidget(self.a_estimate)
         column.addStretch()
         return page

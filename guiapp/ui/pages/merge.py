@@ -42,6 +42,7 @@ from guiapp.ui.text import error_text
 from guiapp.ui.theme import set_status_style
 from guiapp.ui.widgets import layer_chart
 from guiapp.ui.widgets.param_form import ParamForm
+from guiapp.ui.widgets.wrapping_label import WrappingLabel
 
 VALIDATION_DELAY_MS = 500
 
@@ -73,7 +74,7 @@ class MergePage(QWidget):
         layer_chart.install()  # a list across the layers is drawn under its editor, its points draggable
 
         self.stack = QStackedWidget()
-        self.loading = QLabel("Loading the merge methods…", alignment=Qt.AlignmentFlag.AlignCenter)
+        self.loading = WrappingLabel("Loading the merge methods…", alignment=Qt.AlignmentFlag.AlignCenter)
         self.stack.addWidget(self.loading)
         self.stack.addWidget(self._build_editor())
         layout = QVBoxLayout(self)
@@ -110,7 +111,7 @@ class MergePage(QWidget):
         params_layout = QVBoxLayout(params_box)
         self.param_form = ParamForm()
         self.param_form.changed.connect(self._form_changed)
-        self.params_message = QLabel(wordWrap=True, visible=False)
+        self.params_message = WrappingLabel(visible=False)
         params_layout.addWidget(self.param_form)
         params_layout.addWidget(self.params_message)
         column.addWidget(params_box)
@@ -181,7 +182,6 @@ class MergePage(QWidget):
         from guiapp.system.explain import explain
 
         explanation = explain(error)
-        self.loading.setWordWrap(True)
         self.loading.setText(f"The merge engine could not be loaded.\n\n{explanation.what}\n\n{explanation.fix}")
         set_status_style(self.loading, "problem")
 

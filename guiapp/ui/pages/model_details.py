@@ -15,6 +15,7 @@ from guiapp.ui.background import LatestTask, run_blocking
 from guiapp.ui.text import error_text, html_escape
 from guiapp.ui.theme import set_status_style
 from guiapp.ui.widgets.open_link import LinkFallback
+from guiapp.ui.widgets.wrapping_label import WrappingLabel
 
 # The badge's colour by the worst of the disk and memory verdicts (guiapp.system.resources.FitLevel names).
 FIT_STYLES = {"WILL_NOT_FIT": "problem", "TIGHT": "warning"}
@@ -28,17 +29,17 @@ class ModelDetailsPane(QWidget):
         self._loader = LatestTask(0, self)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
-        self.detail_title = QLabel("Select a model to see its details.", wordWrap=True)
+        self.detail_title = WrappingLabel("Select a model to see its details.")
         font = self.detail_title.font()
         font.setBold(True)
         font.setPointSizeF(font.pointSizeF() * 1.15)
         self.detail_title.setFont(font)
-        self.fit_badge = QLabel(wordWrap=True)
-        self.detail_facts = QLabel(wordWrap=True, openExternalLinks=True)
+        self.fit_badge = WrappingLabel()
+        self.detail_facts = WrappingLabel(openExternalLinks=True)
         self.detail_facts.setTextFormat(Qt.TextFormat.RichText)
         self.detail_files = QListWidget(accessibleName="Files")
         self.detail_files.setMaximumHeight(150)
-        self.detail_status = QLabel(wordWrap=True)
+        self.detail_status = WrappingLabel()
         self.download_button = QPushButton("Download")
         self.download_button.setToolTip("Download the files a merge needs into the Hugging Face cache (a job)")
         self.download_button.clicked.connect(self._download)

@@ -15,7 +15,6 @@ from PySide6.QtWidgets import (
     QAbstractItemView,
     QHBoxLayout,
     QHeaderView,
-    QLabel,
     QMessageBox,
     QPushButton,
     QTableView,
@@ -26,6 +25,11 @@ from PySide6.QtWidgets import (
 from guiapp.ui.background import LatestTask, run_blocking
 from guiapp.ui.library_model import CHANGED, NAME, LibraryFilter
 from guiapp.ui.text import error_text
+from guiapp.ui.widgets.wrapping_label import WrappingLabel
+
+# What Delete… can delete: downloads (from the Hugging Face cache) and what Mergesmith made; never a folder the
+# user added, which only leaves the list.
+DELETABLE = ("downloaded", "output")
 
 
 class DownloadedTab(QWidget):
@@ -48,13 +52,14 @@ class DownloadedTab(QWidget):
         header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         header.setSectionResizeMode(NAME, QHeaderView.ResizeMode.Stretch)
         self.cache_table.selectionModel().selectionChanged.connect(lambda *_: self._selection_changed())
-        self.cache_status = QLabel(wordWrap=True)
+        self.cache_status = WrappingLabel()
         buttons = QHBoxLayout()
         refresh = QPushButton("Refresh")
         refresh.setToolTip("Look at the disk again (the list also follows downloads and jobs by itself)")
         refresh.clicked.connect(lambda: self.refresh_cache())
         self.delete_button = QPushButton("Delete…", enabled=False)
-        self.delete_button.setToolTip("Delete the selected downloaded model from the Hugging Face cache")
+        self.delete_button.setToolTip("Delete the selected downloaded model from the Hugging Face cache, or a model "
+                                      "or adapter Mergesmith made")
         self.delete_button.clicked.connect(lambda: self._deleter.request(self._plan_deletion))
         cached_base = QPushButton("Use as base")
         cached_base.clicked.connect(lambda: self._hand_over(state.use_as_base))
@@ -108,7 +113,7 @@ class DownloadedTab(QWidget):
 
     def _selection_changed(self) -> None:
         entry = self._selected()
-        self.delete_button.setEnabled(entry is not None and entry.source == "downloaded")
+        self.delete_button.setEnabled(entry is not None and entry.source in DELETABLE)
 
     def _hand_over(self, signal) -> None:
         if entry := self._selected():
@@ -118,30 +123,37 @@ class DownloadedTab(QWidget):
         from guiapp.jobs import library
 
         entry = self._selected()
-        if entry is None or entry.source != "downloaded":
+        if entry is None or entry.source not in DELETABLE:
             return
+        plan_deletion = library.plan_deletion if entry.source == "downloaded" else library.plan_output_deletion
         try:
-            plan = await run_blocking(library.plan_deletion, entry.reference)
+            plan = await run_blocking(plan_deletion, entry.reference)
         except Exception as error:
             self.cache_status.setText(error_text(error))
             return
         # Asked outside the coroutine: a modal dialog runs a nested event loop, inside which no task may step.
-        QTimer.singleShot(0, self, lambda: self._confirm_deletion(plan))
+        QTimer.singleShot(0, self, lambda: self._confirm_deletion(entry, plan))
 
-    def _confirm_deletion(self, plan: Any) -> None:
+    def _confirm_deletion(self, entry: Any, plan: Any) -> None:
         from guiapp.system.units import format_bytes, plural
 
-        box = QMessageBox(QMessageBox.Icon.Question, "Delete a downloaded model",
-                          f"Delete {plan.repo_id} ({plural(len(plan.commits), 'version')}) from the download "
-                          f"cache?\nThis frees {format_bytes(plan.freed_bytes)}. You can download it again later.",
+        if entry.source == "downloaded":
+            title = "Delete a downloaded model"
+            question = (f"Delete {plan.repo_id} ({plural(len(plan.commits), 'version')}) from the download cache?\n"
+                        f"This frees {format_bytes(plan.freed_bytes)}. You can download it again later.")
+        else:
+            title = f"Delete {'an adapter' if entry.kind == 'adapter' else 'a model'} Mergesmith made"
+            question = (f"Delete {entry.name}, {plan.description}?\n\n{plan.folder}\n\nThis frees "
+                        f"{format_bytes(plan.freed_bytes)} and cannot be undone: running the job again makes it anew.")
+        box = QMessageBox(QMessageBox.Icon.Question, title, question,
                           QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No, self)
         box.button(QMessageBox.StandardButton.Yes).setText("Delete")
         box.button(QMessageBox.StandardButton.No).setText("Keep it")
         box.setDefaultButton(QMessageBox.StandardButton.No)
         if box.exec() == QMessageBox.StandardButton.Yes:
-            self._deleter.request(lambda: self._delete(plan))
+            self._deleter.request(lambda: self._delete(entry, plan))
 
-    async def _delete(self, plan: Any) -> None:
+    async def _delete(self, entry: Any, plan: Any) -> None:
         from guiapp.system.units import format_bytes
 
         try:
@@ -149,4 +161,4 @@ class DownloadedTab(QWidget):
         except Exception as error:
             self.cache_status.setText(error_text(error))
             return
-        self.refresh_cache(f"Deleted {plan.repo_id}; freed {format_bytes(plan.freed_bytes)}.")
+        self.refresh_cache(f"Deleted {entry.name}; freed {format_bytes(plan.freed_bytes)}.")

@@ -5,23 +5,27 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QFileDialog, QHBoxLayout, QLabel, QListWidget, QPushButton, QVBoxLayout, QWidget
+from PySide6.QtCore import QSettings, Qt
+from PySide6.QtWidgets import QFileDialog, QHBoxLayout, QListWidget, QPushButton, QVBoxLayout, QWidget
 
 from guiapp.ui.text import error_text
 from guiapp.ui.theme import set_status_style
+from guiapp.ui.widgets.wrapping_label import WrappingLabel
 
 MISSING = "  (missing)"
+LAST_FOLDER_KEY = "library/last_added_folder"
+INTRO = ("Model folders on this computer (config.json and .safetensors) work offline everywhere a Hub model does. "
+         "Choose a model's folder, or the folder that holds your model folders to add them all.")
 
 
 class LocalFoldersTab(QWidget):
     def __init__(self, state, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.state = state
+        self.folder_dialog: QFileDialog | None = None  # open while the user chooses a folder to add
         self.local_list = QListWidget(accessibleName="Local model folders")
         self.local_list.setTextElideMode(Qt.TextElideMode.ElideMiddle)
-        self.local_status = QLabel("Model folders on this computer (config.json and .safetensors) work offline "
-                                   "everywhere a Hub model does.", wordWrap=True)
+        self.local_status = WrappingLabel(INTRO)
         buttons = QHBoxLayout()
         add = QPushButton("Add folder…")
         add.clicked.connect(lambda: self.add_local_folder())
@@ -52,21 +56,37 @@ class LocalFoldersTab(QWidget):
         self.state.library.refresh()  # the pickers list the added folders
 
     def add_local_folder(self, folder: str | None = None) -> None:
-        """Add `folder` (asked for when None) to the list; a folder that holds no model is refused, saying why."""
+        """Add `folder` to the list, or the model folders inside it; a folder that neither is nor holds a model is
+        refused, saying why. Without `folder`, ask for one (starting where the user last chose one, else home)."""
         from guiapp.errors import MergesmithError
-        from guiapp.jobs.library import add_local_folder
+        from guiapp.jobs.library import add_models_in
+        from guiapp.system.paths import home_dir
+        from guiapp.system.units import plural
 
-        folder = folder or QFileDialog.getExistingDirectory(self, "Add a model folder")
+        settings = QSettings()
         if not folder:
+            start = settings.value(LAST_FOLDER_KEY, "", type=str)
+            dialog = QFileDialog(self, "Add a model folder, or the folder that holds your models",
+                                 start if start and Path(start).is_dir() else str(home_dir()))
+            dialog.setFileMode(QFileDialog.FileMode.Directory)
+            dialog.setOption(QFileDialog.Option.ShowDirsOnly)
+            dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+            dialog.fileSelected.connect(self.add_local_folder)
+            dialog.finished.connect(lambda _: setattr(self, "folder_dialog", None))
+            self.folder_dialog = dialog
+            dialog.open()
             return
         try:
-            add_local_folder(Path(folder))
+            added = add_models_in(Path(folder))
         except MergesmithError as error:
             self.local_status.setText(error_text(error))
             set_status_style(self.local_status, "problem")
             return
+        settings.setValue(LAST_FOLDER_KEY, str(Path(folder).parent if added == [Path(folder)] else folder))
         set_status_style(self.local_status, None)
-        self.local_status.setText(f"Added {folder}.")
+        self.local_status.setText(f"Added {added[0]}." if len(added) == 1 else
+                                  f"Added {plural(len(added), 'model folder')} from {folder}: "
+                                  + ", ".join(path.name for path in added) + ".")
         self.refresh_local()
 
     def _selected(self) -> str | None:
@@ -78,6 +98,8 @@ class LocalFoldersTab(QWidget):
 
         if folder := self._selected():
             remove_local_folder(Path(folder))
+            self.local_status.setText(f"Removed {folder} from the list; its files are where they were.")
+            set_status_style(self.local_status, None)
             self.refresh_local()
 
     def _hand_over(self, signal) -> None:

@@ -16,7 +16,6 @@ from PySide6.QtWidgets import (
     QComboBox,
     QHBoxLayout,
     QHeaderView,
-    QLabel,
     QLineEdit,
     QPushButton,
     QSplitter,
@@ -30,6 +29,7 @@ from guiapp.ui.background import LatestTask, run_blocking
 from guiapp.ui.pages.model_details import ModelDetailsPane, count_text
 from guiapp.ui.text import error_text
 from guiapp.ui.theme import set_status_style
+from guiapp.ui.widgets.wrapping_label import WrappingLabel
 
 SEARCH_DELAY_MS = 350
 SIZE_FILTERS = {"Any size": (None, None), "Under 1B parameters": (None, 1_000_000_000),
@@ -85,7 +85,7 @@ class HubSearchTab(QWidget):
         for column in range(1, len(COLUMNS)):
             header.setSectionResizeMode(column, QHeaderView.ResizeMode.ResizeToContents)
         self.results.itemSelectionChanged.connect(self._result_selected)
-        self.search_status = QLabel(wordWrap=True)
+        self.search_status = WrappingLabel()
         self.more_button = QPushButton("Load more results")
         self.more_button.clicked.connect(self._load_more)
         self.more_button.setVisible(False)

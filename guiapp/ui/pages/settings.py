@@ -14,7 +14,6 @@ from PySide6.QtWidgets import (
     QFormLayout,
     QGroupBox,
     QHBoxLayout,
-    QLabel,
     QLineEdit,
     QPushButton,
     QVBoxLayout,
@@ -25,6 +24,7 @@ from guiapp.system.paths import home_dir
 from guiapp.ui.background import call_in_background
 from guiapp.ui.text import error_text
 from guiapp.ui.theme import apply_scheme, set_status_style
+from guiapp.ui.widgets.wrapping_label import WrappingLabel
 
 CACHE_KEY, OUTPUT_KEY, OFFLINE_KEY, THEME_KEY = "paths/hf_cache", "paths/output", "hub/offline", "ui/theme"
 
@@ -66,12 +66,12 @@ class SettingsPage(QWidget):
         self.cache_edit.setPlaceholderText(_current_cache())
         self.cache_edit.editingFinished.connect(lambda: QSettings().setValue(CACHE_KEY, self.cache_edit.text()))
         form.addRow("Model cache folder", self._with_browse(self.cache_edit, CACHE_KEY))
-        form.addRow("", QLabel("Shared with other Hugging Face tools. A new cache folder is used from the next "
-                               "start of Mergesmith.", wordWrap=True))
+        form.addRow("", WrappingLabel("Shared with other Hugging Face tools. A new cache folder is used from the next "
+                               "start of Mergesmith."))
 
         hub = QGroupBox("Hugging Face Hub")
         form = QFormLayout(hub)
-        self.account = QLabel("Checking…", wordWrap=True)
+        self.account = WrappingLabel("Checking…")
         form.addRow("Account", self.account)
         self.token_edit = QLineEdit(echoMode=QLineEdit.EchoMode.Password, accessibleName="Access token",
                                     placeholderText=f"hf_… (from {_hub_address()}/settings/tokens)")
@@ -85,8 +85,8 @@ class SettingsPage(QWidget):
         row.addWidget(self.sign_in_button)
         row.addWidget(self.sign_out_button)
         form.addRow("Access token", row)
-        form.addRow("", QLabel("Needed for gated and private models. The token is kept by huggingface_hub "
-                               "(shared with the other Hugging Face tools on this computer), never in Mergesmith's files.", wordWrap=True))
+        form.addRow("", WrappingLabel("Needed for gated and private models. The token is kept by huggingface_hub "
+                               "(shared with the other Hugging Face tools on this computer), never in Mergesmith's files."))
         self.offline_check = QCheckBox("Work offline (use only local folders and downloaded models)")
         self.offline_check.setChecked(settings.value(OFFLINE_KEY, False, type=bool))
         self.offline_check.toggled.connect(self.set_offline)
@@ -106,7 +106,7 @@ class SettingsPage(QWidget):
         welcome_row.addWidget(welcome)
         welcome_row.addStretch()
         form.addRow("", welcome_row)
-        form.addRow("", QLabel("The window's size, position and last page are restored at each start.", wordWrap=True))
+        form.addRow("", WrappingLabel("The window's size, position and last page are restored at each start."))
 
         layout = QVBoxLayout(self)
         for group in (folders, hub, look):

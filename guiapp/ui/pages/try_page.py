@@ -48,6 +48,7 @@ from guiapp.ui.background import call_in_background
 from guiapp.ui.text import error_text
 from guiapp.ui.widgets.model_picker import ModelPicker
 from guiapp.ui.widgets.options import OptionCombo, device_choices, dtype_choices
+from guiapp.ui.widgets.wrapping_label import WrappingLabel
 
 TRY_DTYPES = ("bfloat16", "float16", "float32", "float64")
 FINISHED_KINDS = ("merge", "extract", "apply")
@@ -99,7 +100,7 @@ class ModelColumn(QGroupBox):
     def __init__(self, reference: str, parent: QWidget | None = None) -> None:
         super().__init__(ModelRef.parse(reference).short_name, parent)
         self.setToolTip(reference)
-        self.status = QLabel("Waiting…", wordWrap=True)
+        self.status = WrappingLabel("Waiting…")
         self.output = QPlainTextEdit(readOnly=True)
         self.output.setAccessibleName(f"Output of {reference}")
         layout = QVBoxLayout(self)
@@ -155,7 +156,7 @@ class TryPage(QWidget):
             scroll = QScrollArea(widgetResizable=True)  # the window's minimum size stays the other pages'
             scroll.setWidget(build())
             self.tabs.addTab(scroll, title)
-        self.status = QLabel("", wordWrap=True)
+        self.status = WrappingLabel("")
         self.stop = QPushButton("Stop", enabled=False)
         self.stop.clicked.connect(self.stop_job)
         status_row = QHBoxLayout()

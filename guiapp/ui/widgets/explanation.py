@@ -28,6 +28,7 @@ from guiapp.jobs.fixes import OPEN_MODEL_PAGE, REPLACE, RETRY, RETRY_WITH, FixAc
 from guiapp.ui.text import html_escape
 from guiapp.ui.theme import set_primary, set_status_style
 from guiapp.ui.widgets.open_link import LinkFallback
+from guiapp.ui.widgets.wrapping_label import WrappingLabel
 
 # What happened to a job that stopped without an error, by its status.
 STOPPED_WORDS = {"interrupted": "Mergesmith was closed while it ran; nothing half-written was left behind."}
@@ -45,12 +46,12 @@ class ExplanationPanel(QFrame):
         self.actions: list[FixAction] = []
         self.buttons: dict[str, QPushButton] = {}  # action name -> its button, as shown now
         self.confirm_replace: QMessageBox | None = None  # the open "Replace folder" question, if any
-        self.title = QLabel(wordWrap=True)
+        self.title = WrappingLabel()
         font = self.title.font()
         font.setBold(True)
         font.setPointSizeF(font.pointSizeF() * 1.15)
         self.title.setFont(font)
-        self.what, self.why, self.fix = (QLabel(wordWrap=True) for _ in range(3))
+        self.what, self.why, self.fix = (WrappingLabel() for _ in range(3))
         for label in (self.what, self.why, self.fix):
             label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.details_button = QPushButton("Show details", checkable=True)

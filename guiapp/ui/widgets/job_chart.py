@@ -12,10 +12,11 @@ import math
 from typing import Any
 
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QVBoxLayout, QWidget
 
 from guiapp.system.units import format_seconds, roughly
 from guiapp.ui.widgets.charts import ChartHost, pyqtgraph
+from guiapp.ui.widgets.wrapping_label import WrappingLabel
 
 CHART_HEIGHT = 150
 MAX_POINTS = 600  # per job; older points are thinned out beyond this
@@ -102,7 +103,7 @@ class JobChart(QWidget):
         self.points: dict[str, list[tuple[float, float]]] = {}
         self.key: str | None = None
         self.chart = ThroughputChart()
-        self.verdict = QLabel(wordWrap=True)
+        self.verdict = WrappingLabel()
         self.verdict.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         column = QVBoxLayout(self)
         column.setContentsMargins(0, 0, 0, 0)

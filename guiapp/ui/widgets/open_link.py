@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from PySide6.QtCore import QUrl
 from PySide6.QtGui import QDesktopServices, QGuiApplication
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QLineEdit, QPushButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QHBoxLayout, QLineEdit, QPushButton, QVBoxLayout, QWidget
 
 from guiapp.ui.theme import set_status_style
+from guiapp.ui.widgets.wrapping_label import WrappingLabel
 
 
 class LinkFallback(QWidget):
@@ -19,7 +20,7 @@ class LinkFallback(QWidget):
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.message = QLabel(wordWrap=True)
+        self.message = WrappingLabel()
         set_status_style(self.message, "warning")
         self.address = QLineEdit(readOnly=True, accessibleName="Address to copy")
         self.copy_button = QPushButton("Copy")

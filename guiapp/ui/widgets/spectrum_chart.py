@@ -8,22 +8,21 @@ through `run_blocking`; only the newest request's answer is shown, and choosing 
 
 from __future__ import annotations
 
-import math
 import threading
 from typing import Any
 
 from PySide6.QtCore import QEvent, QObject, Qt, Signal
 from PySide6.QtGui import QFontMetrics
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QHBoxLayout, QPushButton, QVBoxLayout, QWidget
 
+from guiapp.jobs.extraction_words import least_kept, short_module_name
 from guiapp.ui.background import LatestTask, run_blocking
 from guiapp.ui.text import error_text
 from guiapp.ui.theme import set_status_style
 from guiapp.ui.widgets.charts import ChartHost, pyqtgraph
+from guiapp.ui.widgets.wrapping_label import WrappingLabel
 
 CHART_HEIGHT = 190
-WORST_SHOWN = 3  # modules highlighted in the report chart
-WORTH_A_LOOK = 0.995  # a module keeping less of its change than this may be highlighted
 AXIS_PIXELS = 45  # the left axis of the report chart, outside the bars
 
 
@@ -109,7 +108,7 @@ class RankPreview(QWidget):
         self.button.setToolTip("Reads a few of the models' weight matrices and decomposes their change (both models "
                                "must be on this computer)")
         self.button.clicked.connect(self.start)
-        self.status = QLabel(wordWrap=True)
+        self.status = WrappingLabel()
         self.chart = SpectrumChart()
         self.chart.setVisible(False)
         self.chart.rank_clicked.connect(self.rank_chosen)
@@ -190,12 +189,12 @@ class ModuleEnergyChart(ChartHost):
     def show_summary(self, summary: dict[str, Any] | None) -> None:
         """Show an extraction summary's `module_energies` (hidden when it has none)."""
         self.modules = [m for m in (summary or {}).get("module_energies") or [] if m.get("retained_energy") is not None]
-        ranked = sorted(self.modules, key=lambda m: m["retained_energy"])
-        # Only modules that lose something worth a look (an adapter keeping everything has no worst modules).
-        self.worst = [m["module"] for m in ranked[:WORST_SHOWN] if m["retained_energy"] < WORTH_A_LOOK] \
-            if len(ranked) > WORST_SHOWN else []
-        self.setToolTip("Share of each module's change the adapter keeps. Lowest: "
-                        + ", ".join(f"{m['module']} ({m['retained_energy']:.0%})" for m in ranked[:WORST_SHOWN]))
+        # The same modules, in the same order, as the report's text names.
+        least = least_kept(summary or {})
+        self.worst = [m["module"] for m in least]
+        self.setToolTip("Share of each module's change the adapter keeps."
+                        + (" Least: " + ", ".join(f"{short_module_name(m['module'])} ({m['retained_energy']:.0%})"
+                                                  for m in least) if least else ""))
         self.setVisible(bool(self.modules))
         self.refresh()
 
@@ -217,22 +216,25 @@ class ModuleEnergyChart(ChartHost):
         colours = [self.highlight_colour() if m["module"] in self.worst else self.series_colour(0) for m in self.modules]
         self.plot.addItem(pg.BarGraphItem(x=list(range(len(energies))), height=energies, width=0.8, brushes=colours,
                                           pens=[pg.mkPen(None)] * len(energies)))
-        worst = [(index, _short(m["module"])) for index, m in enumerate(self.modules) if m["module"] in self.worst]
+        worst = [(index, short_module_name(m["module"])) for index, m in enumerate(self.modules)
+                 if m["module"] in self.worst]
         bar_pixels = max(1.0, self.width() - AXIS_PIXELS) / len(energies)
         metrics = QFontMetrics(self.font())
-        for (index, name), row in zip(worst, _label_rows(
-                [(index, (metrics.horizontalAdvance(name) + 12) / bar_pixels) for index, name in worst]), strict=True):
-            # Names near an edge lean inwards, so they are not cut off; a name that would cover its neighbour's
-            # goes one line higher.
+        rows = _label_rows([(index, (metrics.horizontalAdvance(name) + 12) / bar_pixels) for index, name in worst])
+        # The names stand above the 100 % line, each over its bar, so no name covers a bar; the axis starts at 0
+        # and the headroom is as many lines as the names need.
+        plot_pixels = max(60.0, self.plot.viewport().height() or self.height())
+        line = 1.15 * metrics.height() / plot_pixels
+        top = 1.0 / (1.0 - min(0.6, line * (max(rows, default=-1) + 1) + 0.04))
+        for (index, name), row in zip(worst, rows, strict=True):
+            # Names near an edge lean inwards, so they are not cut off.
             lean = 0.0 if index < len(energies) / 4 else 1.0 if index >= 3 * len(energies) / 4 else 0.5
             label = pg.TextItem(name, color=self.highlight_colour(), anchor=(lean, 1.0 + 1.1 * row))
-            label.setPos(index, self.modules[index]["retained_energy"])
+            label.setPos(index, 1.0 + 0.02 * top)
             self.plot.addItem(label)
-        low = min(energies)
-        bottom = min(0.0, low) if low < 0.5 else math.floor((low - 0.05) * 10) / 10  # a round 60 %, 70 %…
-        self.plot.setYRange(bottom, 1.0 + 0.25 * (1.0 - bottom), padding=0)  # room above the bars for the names
-        self.plot.getAxis("left").setTicks([[(bottom + (1.0 - bottom) * i / 2, f"{bottom + (1.0 - bottom) * i / 2:.0%}")
-                                             for i in range(3)]])
+        bottom = min(0.0, min(energies)) - 0.06  # a little below 0 %, so that its tick is drawn
+        self.plot.setYRange(bottom, top, padding=0)
+        self.plot.getAxis("left").setTicks([[(v / 4, f"{v * 25}%") for v in range(5)]])
         self.plot.setXRange(-0.5, len(energies) - 0.5, padding=0.01)
         self.plot.getAxis("bottom").setTicks([[]])
 
@@ -251,11 +253,3 @@ def _label_rows(labels: list[tuple[int, float]]) -> list[int]:
         placed[row].append((index, width))
         rows.append(row)
     return rows
-
-
-def _short(module: str) -> str:
-    """"layer 12 v_proj" for model.layers.12.self_attn.v_proj (the module's name when it has no layer)."""
-    from guiapp.engine.layers import split_layer_name  # the engine is loaded once jobs have run
-
-    place = split_layer_name(f"{module}.weight")
-    return f"layer {place.index} {module.rpartition('.')[2]}" if place is not None else module
