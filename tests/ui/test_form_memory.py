@@ -46,6 +46,39 @@ def test_the_recipe_and_the_lora_forms_survive_a_restart(qtbot, make_window, mod
     assert again.lora.a_out.text() == str(tmp_path / "applied")
 
 
+def test_the_try_page_keeps_its_models_prompt_and_settings_across_a_restart(qtbot, make_window, models):
+    window = make_window()
+    page = window.try_page
+    qtbot.keyClicks(page.pickers[0].combo.lineEdit(), str(models.tune_a))
+    page.pickers[1].set_text(f"{models.base}+{models.tune_b}")
+    qtbot.keyClicks(page.prompt, "Once upon a time")
+    page.decoding.setCurrentIndex(page.decoding.findData(True))
+    page.seed.setValue(7)
+    page.temperature.setValue(0.7)
+    page.window_tokens.setValue(256)
+    page.text.setPlainText("a short text to score")
+    page.tabs.setCurrentIndex(1)
+    window.close()
+
+    again = make_window().try_page
+    assert again.references() == [str(models.tune_a), f"{models.base}+{models.tune_b}"]
+    assert again.prompt.toPlainText() == "Once upon a time" and again.text.toPlainText() == "a short text to score"
+    assert again.decoding.currentData() is True and again.seed.value() == 7 and again.temperature.value() == 0.7
+    assert again.window_tokens.value() == 256 and again.tabs.currentIndex() == 1
+
+
+def test_perplexity_rows_about_other_models_go_when_the_models_change(qtbot, window, models):
+    page = window.try_page
+    page.set_models([str(models.tune_a), str(models.tune_b)])
+    page._show_results({"results": [{"model": str(m), "perplexity": 250.0, "tokens": 10, "dtype": "float32"}
+                                    for m in (models.tune_a, models.tune_b)]})
+    assert page.table.rowCount() == 2
+    page.pickers[1].set_text(str(models.tune_b))  # the same models: the scores stay
+    assert page.table.rowCount() == 2
+    qtbot.keyClicks(page.pickers[1].combo.lineEdit(), "-2")  # another model: the scores go with it
+    assert page.table.rowCount() == 0 and page.chart.values == []
+
+
 def test_new_merge_clears_the_form_and_undo_brings_it_back(qtbot, window, models):
     page = window.merge
     _fill_recipe(qtbot, page, models)

@@ -51,6 +51,9 @@ from guiapp.ui.widgets.options import OptionCombo, device_choices, dtype_choices
 from guiapp.ui.widgets.wrapping_label import WrappingLabel
 
 TRY_DTYPES = ("bfloat16", "float16", "float32", "float64")
+# A text to score longer than this (a whole file opened) is not kept for the next start: the models and the
+# prompt are, and the file can be opened again.
+REMEMBERED_TEXT_CHARS = 16_000
 FINISHED_KINDS = ("merge", "extract", "apply")
 
 
@@ -174,7 +177,10 @@ class TryPage(QWidget):
         state.jobs.progress.connect(self._job_progress)
         for picker in self.pickers:
             picker.use_library(state.library)
+            picker.changed.connect(lambda _: self._models_changed())
+        self._scored: list[str] = []  # the models the perplexity table is about
         self._refresh_capabilities()
+        self._restore_form()
 
     # --- building -------------------------------------------------------------------------------------------
 
@@ -263,6 +269,7 @@ class TryPage(QWidget):
     def set_models(self, references: list[str]) -> None:
         for picker, reference in zip(self.pickers, [*references, *[""] * MAX_MODELS]):
             picker.set_text(reference, notify=False)
+        self._models_changed()
 
     def generate(self) -> None:
         references = self.references()
@@ -391,6 +398,7 @@ class TryPage(QWidget):
         results = summary.get("results")
         if results is None:
             return
+        self._scored = [entry["model"] for entry in results]
         self.table.setRowCount(len(results))
         bars = []
         for row, entry in enumerate(results):
@@ -414,6 +422,47 @@ class TryPage(QWidget):
     def _text_loaded(self, text: str) -> None:
         self.text.setPlainText(text)
         self.status.setText(f"{len(text.split())} words loaded.")
+
+    def _models_changed(self) -> None:
+        """Results about other models than those chosen now go: a table of stale scores would mislead."""
+        if self._scored and self._scored != self.references():
+            self._scored = []
+            self.table.setRowCount(0)
+            self._fit_table()
+            self.chart.set_values([], "")
+
+    def save_form(self) -> None:
+        """Keep the models, the prompt and the settings (and a short text to score) for the next start."""
+        from guiapp.jobs.form_memory import remember_form
+
+        text = self.text.toPlainText()
+        remember_form("try", {
+            "models": [picker.text() for picker in self.pickers], "prompt": self.prompt.toPlainText(),
+            "text": text if len(text) <= REMEMBERED_TEXT_CHARS else "", "sampled": bool(self.decoding.currentData()),
+            "seed": self.seed.value(), "temperature": self.temperature.value(), "top_p": self.top_p.value(),
+            "max_new_tokens": self.max_new_tokens.value(), "window": self.window_tokens.value(),
+            "tab": self.tabs.currentIndex(),
+        })
+
+    def _restore_form(self) -> None:
+        from guiapp.jobs.form_memory import remembered_form
+
+        form = remembered_form("try")
+        models = form.get("models")
+        if isinstance(models, list) and all(isinstance(m, str) for m in models):
+            self.set_models([m for m in models if m])
+        for edit, key in ((self.prompt, "prompt"), (self.text, "text")):
+            if isinstance(form.get(key), str):
+                edit.setPlainText(form[key])
+        if isinstance(form.get("sampled"), bool):
+            self.decoding.setCurrentIndex(self.decoding.findData(form["sampled"]))
+        for spin, key in ((self.seed, "seed"), (self.temperature, "temperature"), (self.top_p, "top_p"),
+                          (self.max_new_tokens, "max_new_tokens"), (self.window_tokens, "window")):
+            value = form.get(key)
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                spin.setValue(value if isinstance(spin, QDoubleSpinBox) else int(value))
+        if form.get("tab") in (0, 1):
+            self.tabs.setCurrentIndex(form["tab"])
 
     def _refresh_capabilities(self) -> None:
         probe = self.state.probe
