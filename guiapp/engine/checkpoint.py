@@ -26,6 +26,7 @@ from guiapp.hub.headers import (
     REDOWNLOAD_HINT,
     TensorRecord,
     describe_non_safetensors,
+    index_shards,
     read_safetensors_header,
 )
 from guiapp.system.bounded import INDEX_JSON_BYTES, JSON_BYTES, load_json_limited, open_regular_file
@@ -228,10 +229,7 @@ def _weight_files(folder: Path) -> list[str]:
         if index_path.exists():
             index = load_json_limited(index_path, INDEX_JSON_BYTES, CheckpointError, what="index file",
                                       hint=REDOWNLOAD_HINT)
-            try:
-                files = sorted(set(index["weight_map"].values()))
-            except (KeyError, TypeError, AttributeError):
-                raise CheckpointError(f"{index_path} is damaged.", hint=REDOWNLOAD_HINT) from None
+            files = index_shards(index, str(index_path))
             missing = [f for f in files if not (folder / f).is_file()]
             if missing:
                 raise CheckpointError(

@@ -10,7 +10,7 @@ from guiapp.errors import CheckpointError
 from guiapp.hub.connection import HubConnection, require_online
 from guiapp.hub.failures import hub_errors
 from guiapp.hub.header_cache import cached_headers
-from guiapp.hub.headers import TensorRecord, parse_header
+from guiapp.hub.headers import TensorRecord, damaged_header, index_shards, parse_header
 from guiapp.hub.merge_files import needed_files
 from guiapp.hub.references import is_hub_id
 from guiapp.hub.server_checks import (
@@ -177,17 +177,27 @@ def _read_remote_headers(repo_id: str, info: Any, connection: HubConnection) -> 
             # Read the index here rather than through get_safetensors_metadata, which would request whatever its
             # weight_map names (`../…` included): only shards the repo lists are read.
             shards = _indexed_shards(repo_id, info.sha, weights, connection)
-            files = {name: api.parse_safetensors_file_metadata(repo_id, name, revision=info.sha) for name in shards}
         elif "model.safetensors" in names:
-            files = api.get_safetensors_metadata(repo_id, revision=info.sha).files_metadata
+            shards = ["model.safetensors"]
         else:  # adapters and checkpoints with other file names
-            files = {name: api.parse_safetensors_file_metadata(repo_id, name, revision=info.sha) for name in weights}
+            shards = weights
+        files = {name: _file_header(api, repo_id, name, info.sha) for name in shards}
     records: dict[str, TensorRecord] = {}
     for filename, metadata in files.items():
         header = {name: {"dtype": t.dtype, "shape": t.shape, "data_offsets": list(t.data_offsets)}
                   for name, t in metadata.tensors.items()}
-        records.update(parse_header(header, f"{repo_id}/{filename}", filename))
+        records.update(parse_header({"__metadata__": metadata.metadata, **header}, f"{repo_id}/{filename}", filename))
     return records
+
+
+def _file_header(api: Any, repo_id: str, filename: str, commit: str) -> Any:
+    """huggingface_hub's reading of one file's header over range requests. Its JSON decoding is the one a local
+    file's gets (`decode_header`): a header that nests too deeply, is not JSON or not a table of tensors raises
+    the same CheckpointError, naming the file."""
+    try:
+        return api.parse_safetensors_file_metadata(repo_id, filename, revision=commit)
+    except (RecursionError, ValueError, TypeError, AttributeError) as failure:
+        raise damaged_header(f"{repo_id}/{filename}", failure) from None
 
 
 def _indexed_shards(repo_id: str, commit: str, listed: list[str], connection: HubConnection) -> list[str]:
@@ -201,11 +211,7 @@ def _indexed_shards(repo_id: str, commit: str, listed: list[str], connection: Hu
                             cache_dir=connection.cache_dir, endpoint=connection.endpoint)
     hint = "Tell the model's authors; choose another version of the model."
     document = load_json_limited(index, INDEX_JSON_BYTES, CheckpointError, what="index file", hint=hint)
-    try:
-        shards = sorted(set(document["weight_map"].values()))
-    except (KeyError, TypeError, AttributeError):
-        raise CheckpointError(f"The index of {repo_id} (model.safetensors.index.json) is damaged.",
-                              hint=hint) from None
+    shards = index_shards(document, f"{repo_id}/model.safetensors.index.json", hint)
     strangers = [name for name in shards if name not in listed]
     if strangers:
         raise CheckpointError(

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from guiapp.errors import CheckpointError
-from guiapp.system.bounded import INDEX_JSON_BYTES, load_json_limited, open_regular_file
+from guiapp.system.bounded import INDEX_JSON_BYTES, describe_value, load_json_limited, open_regular_file
 
 # Larger headers do not occur in real checkpoints (the format's own limit is 100 MB); a bigger length means the
 # file is not safetensors at all.
@@ -88,16 +88,20 @@ class TensorRecord:
 def parse_header(
     header: dict[str, Any], label: str, file: str, data_size: int | None = None
 ) -> dict[str, TensorRecord]:
-    """Check a decoded safetensors JSON header and turn it into records (the `__metadata__` entry is skipped).
+    """Check a decoded safetensors JSON header and turn it into records (the `__metadata__` entry is checked,
+    then skipped).
 
     Local files and Hub files (read over range requests) both come through here, so they get the same
     diagnostics. `label` names the file in messages; `data_size` (the bytes after the header, when known)
-    lets truncation be found. Raises CheckpointError for an entry that is malformed, has a dtype that is not a
-    safetensors dtype, or whose offsets disagree with its shape or run past the end of the file.
+    lets truncation and bytes after the last tensor be found. Raises CheckpointError for an entry that is
+    malformed, has a dtype that is not a safetensors dtype, or whose offsets disagree with its shape, run past
+    the end of the file, overlap another tensor's or leave bytes that belong to no tensor (the format's rule, as
+    the safetensors library enforces it), and for a `__metadata__` entry that does not map text to text.
     """
     records = {}
     for name, entry in header.items():
         if name == "__metadata__":
+            _check_metadata(entry, label)
             continue
         if not isinstance(entry, dict) or not isinstance(entry.get("dtype"), str):
             raise CheckpointError(f'{label} is damaged: the header entry of tensor "{name}" has no dtype.',
@@ -118,7 +122,60 @@ def parse_header(
         _check_offsets(record, entry.get("data_offsets"), label, data_size)
         offsets = entry.get("data_offsets")
         records[name] = replace(record, data_offsets=tuple(offsets)) if offsets is not None else record
+    _check_layout(list(records.values()), label, data_size)
     return records
+
+
+def _check_metadata(metadata: Any, label: str) -> None:
+    """Raise CheckpointError unless the header's `__metadata__` maps text to text, as the format requires."""
+    if not isinstance(metadata, dict):
+        raise CheckpointError(
+            f'{label} is damaged: its "__metadata__" entry must be a table of text, not {describe_value(metadata)}.',
+            hint=REDOWNLOAD_HINT,
+        )
+    for key, value in metadata.items():
+        if not isinstance(value, str):
+            raise CheckpointError(
+                f'{label} is damaged: the "__metadata__" entry "{describe_value(key, 40)[1:-1]}" must be text, '
+                f"not {describe_value(value)}.",
+                why="The safetensors format allows only text values in a file's metadata; a file that breaks that "
+                "rule was not written by a safetensors library.",
+                hint=REDOWNLOAD_HINT,
+            )
+
+
+def _check_layout(records: list[TensorRecord], label: str, data_size: int | None) -> None:
+    """Raise CheckpointError unless the tensors' data lie one after the other from the first data byte, each
+    where the previous one ends, and (when `data_size` is known) end exactly at the end of the file.
+
+    Overlapping tensors would make one tensor's bytes be read as another's; the safetensors library refuses
+    such files, and so does Mergesmith.
+    """
+    placed = sorted((r for r in records if r.data_offsets is not None), key=lambda r: r.data_offsets)
+    end, previous = 0, None
+    for record in placed:
+        begin = record.data_offsets[0]
+        if begin < end:
+            raise CheckpointError(
+                f'{label} is damaged: the data of tensors "{previous.name}" and "{record.name}" overlap (bytes '
+                f"{begin:,} to {min(end, record.data_offsets[1]):,}), so one of them would be read from the "
+                "other's bytes.",
+                why="In a safetensors file every tensor has its own bytes; a header whose tensors share bytes is "
+                "damaged or was made to mislead the reader.",
+                hint=REDOWNLOAD_HINT,
+            )
+        if begin > end:
+            raise CheckpointError(
+                f'{label} is damaged: bytes {end:,} to {begin:,} of its data belong to no tensor (tensor '
+                f'"{record.name}" starts at {begin:,}).',
+                hint=REDOWNLOAD_HINT,
+            )
+        end, previous = record.data_offsets[1], record
+    if data_size is not None and placed and end < data_size:
+        raise CheckpointError(
+            f"{label} is damaged: it holds {data_size - end:,} bytes after the last tensor that belong to no tensor.",
+            hint=REDOWNLOAD_HINT,
+        )
 
 
 def _check_offsets(record: TensorRecord, offsets: Any, label: str, data_size: int | None) -> None:
@@ -141,6 +198,32 @@ def _check_offsets(record: TensorRecord, offsets: Any, label: str, data_size: in
             f"holds only {data_size:,}. The download was probably cut short.",
             hint=REDOWNLOAD_HINT,
         )
+
+
+def decode_header(raw: bytes, label: str) -> Any:
+    """The JSON value of a safetensors header's bytes `raw`.
+
+    Raises CheckpointError naming `label` (see `damaged_header`) when they are not UTF-8 JSON, nest too deeply
+    to decode (a header nested 100,000 deep), or hold a number too long to convert.
+    """
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except (RecursionError, ValueError) as failure:  # ValueError: bad UTF-8 or JSON, a number of 4,300+ digits
+        raise damaged_header(label, failure) from None
+
+
+def damaged_header(label: str, failure: Exception) -> CheckpointError:
+    """The error for the header of `label` that could not be decoded because of `failure`: JSON nesting too deep
+    (RecursionError), not JSON or a number too long (ValueError), or not a table of tensors (anything else)."""
+    if isinstance(failure, RecursionError):
+        what = "its JSON nests too deeply to be a safetensors header"
+    elif isinstance(failure, json.JSONDecodeError):
+        what = f"not valid JSON: {failure.msg}"
+    elif isinstance(failure, ValueError):
+        what = f"not valid JSON: {str(failure).split(':')[0]}"
+    else:
+        what = "not a table of tensors"
+    return CheckpointError(f"{label} has a damaged header ({what}).", hint=REDOWNLOAD_HINT)
 
 
 def describe_non_safetensors(head: bytes) -> str | None:
@@ -187,12 +270,9 @@ def read_safetensors_header(
         )
     stream.seek(8)
     raw = stream.read(header_len)
-    try:
-        header = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        raise CheckpointError(f"{label} has a damaged header (not valid JSON).", hint=REDOWNLOAD_HINT) from None
+    header = decode_header(raw, label)
     if not isinstance(header, dict):
-        raise CheckpointError(f"{label} has a damaged header (not a table of tensors).", hint=REDOWNLOAD_HINT)
+        raise damaged_header(label, TypeError())
     file = file if file is not None else Path(label).name
     return parse_header(header, label, file, data_size=size - 8 - header_len), 8 + header_len
 
@@ -210,6 +290,32 @@ def read_file_header(path: Path) -> dict[str, TensorRecord]:
         raise CheckpointError(f"{path} cannot be read: {error.strerror or error}.") from error
 
 
+def index_shards(document: Any, label: str, hint: str = REDOWNLOAD_HINT) -> list[str]:
+    """The weight files a decoded index (`model.safetensors.index.json`, named `label` in messages) lists, sorted.
+
+    Raises CheckpointError (with `hint`) unless its `weight_map` is a non-empty table of tensor names to file
+    names (text).
+    """
+    weight_map = document.get("weight_map") if isinstance(document, dict) else None
+    if not isinstance(weight_map, dict):
+        raise CheckpointError(
+            f'{label} is not a valid index: its "weight_map" must be a table of tensor names and their files, '
+            f"not {describe_value(weight_map)}.",
+            hint=hint,
+        )
+    if not weight_map:
+        raise CheckpointError(f'{label} lists no tensors: its "weight_map" is empty, so the model has no weights.',
+                              hint=hint)
+    wrong = next((name for name, file in weight_map.items() if not isinstance(file, str) or not file), None)
+    if wrong is not None:
+        raise CheckpointError(
+            f'{label} is not a valid index: its "weight_map" gives tensor "{describe_value(wrong, 60)[1:-1]}" the '
+            f"file {describe_value(weight_map[wrong])}, not a file name.",
+            hint=hint,
+        )
+    return sorted(set(weight_map.values()))
+
+
 def read_folder_headers(folder: Path) -> dict[str, TensorRecord]:
     """Records of every tensor of the model in `folder` (sharded with an index, or any `*.safetensors` files).
 
@@ -219,15 +325,9 @@ def read_folder_headers(folder: Path) -> dict[str, TensorRecord]:
     folder = Path(folder)
     index = folder / INDEX_FILE
     if index.is_file():
-        try:
-            document = load_json_limited(index, INDEX_JSON_BYTES, CheckpointError, what="index file",
-                                         hint="Download or export the model again.")
-            files = sorted(set(document["weight_map"].values()))
-        except (KeyError, TypeError, AttributeError) as error:
-            raise CheckpointError(
-                f"{index} is not a valid safetensors index ({error}).",
-                hint="Download or export the model again.",
-            ) from error
+        document = load_json_limited(index, INDEX_JSON_BYTES, CheckpointError, what="index file",
+                                     hint="Download or export the model again.")
+        files = index_shards(document, str(index), hint="Download or export the model again.")
     else:
         files = sorted(p.name for p in folder.glob("*.safetensors"))
     if not files:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import shutil
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +13,7 @@ import pytest
 from safetensors import safe_open
 
 from guiapp.errors import CheckpointError
+from guiapp.hub.details import remote_tensors
 from guiapp.hub.headers import read_file_header, read_folder_headers
 
 
@@ -76,3 +80,103 @@ def test_folder_without_safetensors(tmp_path):
     (tmp_path / "pytorch_model.bin").write_bytes(b"\x80\x02")
     with pytest.raises(CheckpointError, match="only pickle"):
         read_folder_headers(tmp_path)
+
+
+# --- headers from strangers: what the safetensors format forbids is refused, locally and over the Hub ----------
+
+
+def write_raw_safetensors(path: Path, header: dict | bytes, data: bytes) -> Path:
+    """A safetensors file with exactly this header (a dict, or raw JSON bytes) and data, whatever they say."""
+    body = header if isinstance(header, bytes) else json.dumps(header).encode()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(struct.pack("<Q", len(body)) + body + data)
+    return path
+
+
+def _f32(*offsets: int) -> dict:
+    return {"dtype": "F32", "shape": [(offsets[1] - offsets[0]) // 4], "data_offsets": list(offsets)}
+
+
+HOSTILE_HEADERS = {
+    # Both tensors read the same bytes: what is read as "b" is really "a".
+    "overlapping offsets": ({"a": _f32(0, 8), "b": _f32(0, 8)}, 16, ['"a"', '"b"', "overlap"]),
+    "offsets out of order and overlapping": ({"a": _f32(4, 12), "b": _f32(0, 8)}, 12, ['"a"', '"b"', "overlap"]),
+    "a gap between tensors": ({"a": _f32(0, 8), "b": _f32(12, 20)}, 20, ['"b"', "belong to no tensor"]),
+    "data that starts late": ({"a": _f32(8, 16)}, 16, ['"a"', "belong to no tensor"]),
+    "bytes after the last tensor": ({"a": _f32(0, 8)}, 24, ["16 bytes", "after the last tensor"]),
+    "__metadata__ with a number": ({"__metadata__": {"format": 5}, "a": _f32(0, 8)}, 8,
+                                   ["__metadata__", '"format"', "5"]),
+    "__metadata__ with a nested table": ({"__metadata__": {"x": {"y": "z"}}, "a": _f32(0, 8)}, 8,
+                                         ["__metadata__", '"x"']),
+    "__metadata__ that is a list": ({"__metadata__": ["a"], "a": _f32(0, 8)}, 8, ["__metadata__"]),
+}
+
+
+@pytest.mark.parametrize("case", list(HOSTILE_HEADERS))
+def test_a_header_the_format_forbids_is_refused(case, tmp_path):
+    header, data_size, named = HOSTILE_HEADERS[case]
+    hostile = write_raw_safetensors(tmp_path / "model.safetensors", header, b"\0" * data_size)
+    with pytest.raises(CheckpointError) as caught:
+        read_file_header(hostile)
+    for word in [str(hostile), *named]:
+        assert word in str(caught.value), str(caught.value)
+    assert "download" in caught.value.hint
+
+
+def test_the_reference_library_refuses_what_the_reader_refuses(tmp_path):
+    """The cases above are not stricter than safetensors itself: its reader refuses each of them too."""
+    for number, (header, data_size, _) in enumerate(HOSTILE_HEADERS.values()):
+        hostile = write_raw_safetensors(tmp_path / f"{number}.safetensors", header, b"\0" * data_size)
+        with pytest.raises(Exception, match="(?i)offset|metadata|buffer|invalid|deserializ"):
+            with safe_open(hostile, "pt"):
+                pass
+
+
+def test_a_header_nested_100_000_deep_is_refused(tmp_path):
+    body = b'{"a":' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    hostile = write_raw_safetensors(tmp_path / "model.safetensors", body, b"")
+    with pytest.raises(CheckpointError, match="nests") as caught:
+        read_file_header(hostile)
+    assert str(hostile) in str(caught.value)
+
+
+def test_a_shape_of_5000_digits_is_refused(tmp_path):
+    body = b'{"a":{"dtype":"F32","shape":[' + b"7" * 5000 + b'],"data_offsets":[0,4]}}'
+    hostile = write_raw_safetensors(tmp_path / "model.safetensors", body, b"\0" * 4)
+    with pytest.raises(CheckpointError, match="damaged header") as caught:
+        read_file_header(hostile)
+    assert str(hostile) in str(caught.value)
+
+
+def test_an_index_that_lists_no_tensors_is_refused(tmp_path, samples):
+    folder = Path(shutil.copytree(samples.base, tmp_path / "model"))
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": {}}))
+    with pytest.raises(CheckpointError, match="lists no tensors") as caught:
+        read_folder_headers(folder)
+    assert "model.safetensors.index.json" in str(caught.value) and "weight_map" in str(caught.value)
+
+
+@pytest.mark.parametrize("weight_map", [[], {"a": 5}, {"a": ["model.safetensors"]}, "model.safetensors"])
+def test_an_index_whose_weight_map_is_not_names_of_files_is_refused(tmp_path, samples, weight_map):
+    folder = Path(shutil.copytree(samples.base, tmp_path / "model"))
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    with pytest.raises(CheckpointError, match="weight_map") as caught:
+        read_folder_headers(folder)
+    assert "model.safetensors.index.json" in str(caught.value)
+
+
+@pytest.mark.parametrize("case", ["overlapping offsets", "__metadata__ with a number", "nested 100,000 deep"])
+def test_a_hostile_header_on_the_hub_is_refused(case, hub_env, samples, tmp_path):
+    """The range-request reader refuses the same headers as the local one, in the same words."""
+    folder = Path(shutil.copytree(samples.base, tmp_path / "hostile"))
+    if case == "nested 100,000 deep":
+        header: dict | bytes = b'{"a":' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+        size, named = 0, ["nests"]
+    else:
+        header, size, named = HOSTILE_HEADERS[case]
+    write_raw_safetensors(folder / "model.safetensors", header, b"\0" * size)
+    hub_env.server.add_model("org/hostile", folder)
+    with pytest.raises(CheckpointError) as caught:
+        remote_tensors("org/hostile")
+    for word in ["org/hostile/model.safetensors", *named]:
+        assert word in str(caught.value), str(caught.value)
