@@ -9,7 +9,9 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import struct
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -21,6 +23,13 @@ from guiapp.system.bounded import INDEX_JSON_BYTES, describe_value, load_json_li
 # file is not safetensors at all.
 MAX_HEADER_BYTES = 100_000_000
 INDEX_FILE = "model.safetensors.index.json"
+# The module names that hold numbered layers (`model.layers.3.…`, `transformer.h.3.…`, `blocks.3.…`); the
+# engine's table of tensor roles reads layer numbers after the same words.
+LAYER_CONTAINERS = ("layers", "layer", "h", "blocks")
+# Real models have at most a few hundred layers; stacked frankenmerges a few thousand. A header naming a layer
+# past this is refused, so no plan, estimate or config ever counts to its number.
+MAX_LAYER_INDEX = 99_999
+_LAYER_INDEX = re.compile(r"(?:^|\.)(?:" + "|".join(LAYER_CONTAINERS) + r")\.(\d+)(?=\.)")
 
 
 @dataclass(frozen=True)
@@ -123,7 +132,26 @@ def parse_header(
         offsets = entry.get("data_offsets")
         records[name] = replace(record, data_offsets=tuple(offsets)) if offsets is not None else record
     _check_layout(list(records.values()), label, data_size)
+    check_layer_indices(records, label)
     return records
+
+
+def check_layer_indices(names: Iterable[str], label: str) -> None:
+    """Raise CheckpointError naming `label` and the tensor when a tensor name numbers its layer past
+    MAX_LAYER_INDEX (`model.layers.1000000000.…`, or an index of 5,000 digits). Costs time linear in the names'
+    length, whatever the numbers: digits are counted before any is converted."""
+    for name in names:
+        for match in _LAYER_INDEX.finditer(name):
+            digits = match.group(1).lstrip("0")
+            if len(digits) > len(str(MAX_LAYER_INDEX)) or (digits and int(digits) > MAX_LAYER_INDEX):
+                shown = digits if len(digits) <= 20 else f"with an index of {len(digits):,} digits"
+                raise CheckpointError(
+                    f"{label} names tensor {describe_value(name, 100)} as part of layer {shown}, far past any real "
+                    f"model (Mergesmith reads layers up to {MAX_LAYER_INDEX:,}).",
+                    why="Tensor names number the model's layers from 0; a number this large means the file is "
+                    "damaged or was made to mislead the programs that read it.",
+                    hint=REDOWNLOAD_HINT,
+                )
 
 
 def _check_metadata(metadata: Any, label: str) -> None:
