@@ -170,7 +170,14 @@ def _refine_header(match: re.Match[str] | None, context: Mapping[str, Any]) -> d
                "standing in for weights that were never downloaded, e.g. after `git clone` without git-lfs) or an "
                "HTML error or login page saved in place of the file.")
     elif detail in ("incompletemetadata", "incompletemetadata,filenotfullycovered", "metadataincompletebuffer"):
-        why = "The file is shorter than its header says: the download or copy was cut off."
+        why = ("The file's size does not match its header: the download or copy was cut off, or bytes that belong "
+               "to no tensor were added after the last one.")
+    elif detail.startswith("invalidoffset"):
+        why = ("Its header does not give every tensor its own bytes, one after the other: two tensors share bytes "
+               "or bytes belong to no tensor. The file is damaged, or was made to mislead the programs that read it.")
+    elif detail.startswith("invalidjson") and match is not None and "expected a string" in match.string:
+        why = ("Its header holds a value that the format allows only as text (the file's metadata is text only): "
+               "the file was not written by a safetensors library, or was changed afterwards.")
     elif detail in ("headertoosmall",):
         why = "The file is nearly empty: the download failed or the file was truncated to a few bytes."
     else:

@@ -180,3 +180,20 @@ def test_a_hostile_header_on_the_hub_is_refused(case, hub_env, samples, tmp_path
         remote_tensors("org/hostile")
     for word in ["org/hostile/model.safetensors", *named]:
         assert word in str(caught.value), str(caught.value)
+
+
+@pytest.mark.parametrize(("case", "said"), [("overlapping offsets", "own bytes"), ("a gap between tensors", "own bytes"),
+                                            ("__metadata__ with a number", "text"),
+                                            ("bytes after the last tensor", "size does not match")])
+def test_the_reference_library_s_words_for_these_headers_are_explained(case, said, tmp_path):
+    """The same faults met through another program (transformers loading the file) are explained when pasted."""
+    from guiapp.system.explain import explain  # noqa: PLC0415
+
+    header, data_size, _ = HOSTILE_HEADERS[case]
+    hostile = write_raw_safetensors(tmp_path / "model.safetensors", header, b"\0" * data_size)
+    with pytest.raises(Exception) as caught:  # noqa: PT011 - the reference library's own error class
+        with safe_open(hostile, "pt"):
+            pass
+    explanation = explain(f"{type(caught.value).__name__}: {caught.value}")
+    assert explanation.kind == "safetensors_header", explanation.render_text()
+    assert said in explanation.why, explanation.why
