@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from guiapp.errors import ModelConfigError
+from guiapp.errors import CheckpointError, ModelConfigError
 from guiapp.system.bounded import JSON_BYTES, describe_value, load_json_limited
 
 CONFIG_FILE = "config.json"
@@ -46,7 +46,7 @@ def read_model_config(path: Path) -> dict[str, Any]:
     Raises CheckpointError when the file cannot be read or is not JSON (see `load_json_limited`), and
     ModelConfigError when it is not an object or one of its fields has a value of the wrong kind.
     """
-    document = load_json_limited(path, JSON_BYTES, ModelConfigError, what="model configuration", hint=CONFIG_HINT)
+    document = load_json_limited(path, JSON_BYTES, CheckpointError, what="model configuration", hint=CONFIG_HINT)
     if not isinstance(document, dict):
         raise ModelConfigError(f"{path} is not a model configuration: it holds {describe_value(document)}, not a "
                                "table of settings.", hint=CONFIG_HINT)
