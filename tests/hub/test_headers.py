@@ -197,3 +197,12 @@ def test_the_reference_library_s_words_for_these_headers_are_explained(case, sai
     explanation = explain(f"{type(caught.value).__name__}: {caught.value}")
     assert explanation.kind == "safetensors_header", explanation.render_text()
     assert said in explanation.why, explanation.why
+
+
+def test_an_index_that_lists_no_tensors_on_the_hub_is_refused(hub_env, samples, tmp_path):
+    folder = Path(shutil.copytree(samples.sharded, tmp_path / "hostile"))
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": {}}))
+    hub_env.server.add_model("org/hostile", folder)
+    with pytest.raises(CheckpointError, match="lists no tensors") as caught:
+        remote_tensors("org/hostile")
+    assert "org/hostile/model.safetensors.index.json" in str(caught.value)
