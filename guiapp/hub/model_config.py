@@ -21,13 +21,13 @@ from guiapp.system.bounded import JSON_BYTES, describe_value, load_json_limited
 CONFIG_FILE = "config.json"
 CONFIG_HINT = "Restore the model's original config.json (download the model again), or correct that value."
 
-# Counts and sizes (layers, heads, widths, vocabulary, context length): far above any real model, far below
-# what would make a plan or transformers allocate without end.
+# Counts and sizes (layers, heads, widths, vocabulary, context length) fit a 32-bit count in every real model;
+# a larger one (10**30, or thousands of digits) comes from a damaged or hostile file.
 MAX_COUNT = 2**31 - 1
 _COUNTS = (
     "hidden_size", "num_hidden_layers", "vocab_size", "num_attention_heads", "num_key_value_heads",
     "intermediate_size", "max_position_embeddings", "head_dim", "n_layer", "n_layers", "num_layers", "n_embd",
-    "n_head", "n_positions", "n_inner", "num_local_experts", "num_experts", "num_experts_per_tok",
+    "n_head", "n_positions", "n_inner",
 )
 _SWITCHES = ("tie_word_embeddings", "is_encoder_decoder")
 _NAMES = ("model_type",)
@@ -107,10 +107,18 @@ def _is_name(value: Any) -> bool:
 
 
 def _count(value: Any) -> str | None:
-    """None for a whole number from 1 to MAX_COUNT, else what was expected."""
-    if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_COUNT:
+    """None for a whole number from 0 to MAX_COUNT (written 1200 or 1200.0), or a list or table of them (one per
+    layer or stage, as Gemma 3n, SegFormer or LXMERT write some sizes); else what was expected."""
+    values = value.values() if isinstance(value, dict) else value if isinstance(value, list) else (value,)
+    if all(_is_whole(v) for v in values):
         return None
-    return f"a whole number from 1 to {MAX_COUNT:,}"
+    return f"a whole number from 0 to {MAX_COUNT:,}"
+
+
+def _is_whole(value: Any) -> bool:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return (isinstance(value, int) or math.isfinite(value) and value.is_integer()) and 0 <= value <= MAX_COUNT
 
 
 def _positive_number(value: Any) -> str | None:
