@@ -164,8 +164,8 @@ def _check_metadata(metadata: Any, label: str) -> None:
     for key, value in metadata.items():
         if not isinstance(value, str):
             raise CheckpointError(
-                f'{label} is damaged: the "__metadata__" entry "{describe_value(key, 40)[1:-1]}" must be text, '
-                f"not {describe_value(value)}.",
+                f'{label} is damaged: the "__metadata__" entry {describe_value(key, 40)} must be text, not '
+                f"{describe_value(value)}.",
                 why="The safetensors format allows only text values in a file's metadata; a file that breaks that "
                 "rule was not written by a safetensors library.",
                 hint=REDOWNLOAD_HINT,
@@ -337,8 +337,8 @@ def index_shards(document: Any, label: str, hint: str = REDOWNLOAD_HINT) -> list
     wrong = next((name for name, file in weight_map.items() if not isinstance(file, str) or not file), None)
     if wrong is not None:
         raise CheckpointError(
-            f'{label} is not a valid index: its "weight_map" gives tensor "{describe_value(wrong, 60)[1:-1]}" the '
-            f"file {describe_value(weight_map[wrong])}, not a file name.",
+            f'{label} is not a valid index: its "weight_map" gives tensor {describe_value(wrong, 60)} the file '
+            f"{describe_value(weight_map[wrong])}, not a file name.",
             hint=hint,
         )
     return sorted(set(weight_map.values()))

@@ -105,9 +105,9 @@ HOSTILE_HEADERS = {
     "data that starts late": ({"a": _f32(8, 16)}, 16, ['"a"', "belong to no tensor"]),
     "bytes after the last tensor": ({"a": _f32(0, 8)}, 24, ["16 bytes", "after the last tensor"]),
     "__metadata__ with a number": ({"__metadata__": {"format": 5}, "a": _f32(0, 8)}, 8,
-                                   ["__metadata__", '"format"', "5"]),
+                                   ["__metadata__", "'format'", "5"]),
     "__metadata__ with a nested table": ({"__metadata__": {"x": {"y": "z"}}, "a": _f32(0, 8)}, 8,
-                                         ["__metadata__", '"x"']),
+                                         ["__metadata__", "'x'"]),
     "__metadata__ that is a list": ({"__metadata__": ["a"], "a": _f32(0, 8)}, 8, ["__metadata__"]),
 }
 
