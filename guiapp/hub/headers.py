@@ -155,7 +155,10 @@ def check_layer_indices(names: Iterable[str], label: str) -> None:
 
 
 def _check_metadata(metadata: Any, label: str) -> None:
-    """Raise CheckpointError unless the header's `__metadata__` maps text to text, as the format requires."""
+    """Raise CheckpointError unless the header's `__metadata__` maps text to text (or is null), as the format
+    requires."""
+    if metadata is None:
+        return
     if not isinstance(metadata, dict):
         raise CheckpointError(
             f'{label} is damaged: its "__metadata__" entry must be a table of text, not {describe_value(metadata)}.',
@@ -185,17 +188,17 @@ def _check_layout(records: list[TensorRecord], label: str, data_size: int | None
         begin = record.data_offsets[0]
         if begin < end:
             raise CheckpointError(
-                f'{label} is damaged: the data of tensors "{previous.name}" and "{record.name}" overlap (bytes '
-                f"{begin:,} to {min(end, record.data_offsets[1]):,}), so one of them would be read from the "
-                "other's bytes.",
+                f"{label} is damaged: the data of tensors {describe_value(previous.name)} and "
+                f"{describe_value(record.name)} overlap (bytes {begin:,} to {min(end, record.data_offsets[1]):,}), "
+                "so one of them would be read from the other's bytes.",
                 why="In a safetensors file every tensor has its own bytes; a header whose tensors share bytes is "
                 "damaged or was made to mislead the reader.",
                 hint=REDOWNLOAD_HINT,
             )
         if begin > end:
             raise CheckpointError(
-                f'{label} is damaged: bytes {end:,} to {begin:,} of its data belong to no tensor (tensor '
-                f'"{record.name}" starts at {begin:,}).',
+                f"{label} is damaged: bytes {end:,} to {begin:,} of its data belong to no tensor (tensor "
+                f"{describe_value(record.name)} starts at {begin:,}).",
                 hint=REDOWNLOAD_HINT,
             )
         end, previous = record.data_offsets[1], record

@@ -99,10 +99,10 @@ def _f32(*offsets: int) -> dict:
 
 HOSTILE_HEADERS = {
     # Both tensors read the same bytes: what is read as "b" is really "a".
-    "overlapping offsets": ({"a": _f32(0, 8), "b": _f32(0, 8)}, 16, ['"a"', '"b"', "overlap"]),
-    "offsets out of order and overlapping": ({"a": _f32(4, 12), "b": _f32(0, 8)}, 12, ['"a"', '"b"', "overlap"]),
-    "a gap between tensors": ({"a": _f32(0, 8), "b": _f32(12, 20)}, 20, ['"b"', "belong to no tensor"]),
-    "data that starts late": ({"a": _f32(8, 16)}, 16, ['"a"', "belong to no tensor"]),
+    "overlapping offsets": ({"a": _f32(0, 8), "b": _f32(0, 8)}, 16, ["'a'", "'b'", "overlap"]),
+    "offsets out of order and overlapping": ({"a": _f32(4, 12), "b": _f32(0, 8)}, 12, ["'a'", "'b'", "overlap"]),
+    "a gap between tensors": ({"a": _f32(0, 8), "b": _f32(12, 20)}, 20, ["'b'", "belong to no tensor"]),
+    "data that starts late": ({"a": _f32(8, 16)}, 16, ["'a'", "belong to no tensor"]),
     "bytes after the last tensor": ({"a": _f32(0, 8)}, 24, ["16 bytes", "after the last tensor"]),
     "__metadata__ with a number": ({"__metadata__": {"format": 5}, "a": _f32(0, 8)}, 8,
                                    ["__metadata__", "'format'", "5"]),
@@ -206,3 +206,11 @@ def test_an_index_that_lists_no_tensors_on_the_hub_is_refused(hub_env, samples, 
     with pytest.raises(CheckpointError, match="lists no tensors") as caught:
         remote_tensors("org/hostile")
     assert "org/hostile/model.safetensors.index.json" in str(caught.value)
+
+
+def test_null_metadata_is_read_as_the_reference_library_reads_it(tmp_path):
+    header = {"__metadata__": None, "a": _f32(0, 8)}
+    accepted = write_raw_safetensors(tmp_path / "model.safetensors", header, b"\0" * 8)
+    with safe_open(accepted, "pt") as handle:
+        assert list(handle.keys()) == ["a"]
+    assert list(read_file_header(accepted)) == ["a"]
