@@ -283,3 +283,28 @@ def test_a_config_number_of_5000_digits_is_refused(tmp_path):
     with open_checkpoint(folder) as checkpoint, pytest.raises(CheckpointError, match="not valid JSON") as caught:
         assert checkpoint.config is None, "a config that is not JSON was read"
     assert str(folder / "config.json") in str(caught.value) and len(str(caught.value)) < 400
+
+
+@pytest.mark.parametrize("case", ["config field", "overlap", "layer index", "nesting", "empty index"])
+def test_these_errors_pasted_from_a_log_still_say_what_to_do(tmp_path, case):
+    """A log carries the message, not the hint: the catalogue knows these messages and says what to do."""
+    from guiapp.system.explain import explain  # noqa: PLC0415
+
+    folder = write_llama(tmp_path / "m", LlamaShape(layers=1))
+    body = {"overlap": b'{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},'
+                       b'"b":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}',
+            "nesting": b'{"a":' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+            "layer index": b'{"model.layers.1000000000.w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}'}
+    if case in body:
+        data = b"\0" * 16 if case == "overlap" else b"" if case == "nesting" else b"\0" * 8
+        (folder / "model.safetensors").write_bytes(struct.pack("<Q", len(body[case])) + body[case] + data)
+    elif case == "empty index":
+        (folder / "model.safetensors.index.json").write_text('{"weight_map": {}}')
+    else:
+        config = json.loads((folder / "config.json").read_text())
+        (folder / "config.json").write_text(json.dumps({**config, "hidden_size": "64"}))
+    with pytest.raises(CheckpointError) as caught:
+        open_checkpoint(folder).config  # noqa: B018 - reading the config is the point
+    pasted = explain(f"Traceback (most recent call last):\nguiapp.errors.{type(caught.value).__name__}: {caught.value}")
+    assert pasted.fix and pasted.why, pasted.render_text()
+    assert "download" in pasted.fix.lower(), pasted.fix
