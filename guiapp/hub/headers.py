@@ -11,7 +11,7 @@ import math
 import os
 import re
 import struct
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -279,10 +279,27 @@ def read_safetensors_header(
     """Read and check the header of a safetensors file of `size` bytes open as `stream` (at its start).
 
     Returns (records, data start offset); `file` (default: the last part of `label`) is what records name as
+    their file. Raises CheckpointError as `read_header_at` does.
+    """
+
+    def read(offset: int, count: int) -> bytes:
+        stream.seek(offset)
+        return stream.read(count)
+
+    return read_header_at(read, size, label, file)
+
+
+def read_header_at(
+    read: Callable[[int, int], bytes], size: int, label: str, file: str | None = None
+) -> tuple[dict[str, TensorRecord], int]:
+    """Read and check the header of a safetensors file of `size` bytes, whose bytes `read(offset, count)` returns
+    (from a local file, or over range requests from the Hub: both are checked alike).
+
+    Returns (records, data start offset); `file` (default: the last part of `label`) is what records name as
     their file. Raises CheckpointError naming `label` and what the file really is (a Git LFS pointer, an HTML
     page, a pickle, a download cut short, a header that lies about offsets).
     """
-    head = stream.read(64)
+    head = read(0, 64)
     header_len = struct.unpack("<Q", head[:8])[0] if len(head) >= 8 else 0
     looks_valid = len(head) > 8 and head[8:9] == b"{" and header_len <= MAX_HEADER_BYTES and 8 + header_len <= size
     if not looks_valid:
@@ -299,9 +316,7 @@ def read_safetensors_header(
             f"has {size:,}. The download was cut short, or the file is not safetensors.",
             hint=REDOWNLOAD_HINT,
         )
-    stream.seek(8)
-    raw = stream.read(header_len)
-    header = decode_header(raw, label)
+    header = decode_header(read(8, header_len), label)
     if not isinstance(header, dict):
         raise damaged_header(label, TypeError())
     file = file if file is not None else Path(label).name

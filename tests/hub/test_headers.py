@@ -165,7 +165,8 @@ def test_an_index_whose_weight_map_is_not_names_of_files_is_refused(tmp_path, sa
     assert "model.safetensors.index.json" in str(caught.value)
 
 
-@pytest.mark.parametrize("case", ["overlapping offsets", "__metadata__ with a number", "nested 100,000 deep"])
+@pytest.mark.parametrize("case", ["overlapping offsets", "__metadata__ with a number", "nested 100,000 deep",
+                                  "bytes after the last tensor", "a gap between tensors"])
 def test_a_hostile_header_on_the_hub_is_refused(case, hub_env, samples, tmp_path):
     """The range-request reader refuses the same headers as the local one, in the same words."""
     folder = Path(shutil.copytree(samples.base, tmp_path / "hostile"))
@@ -214,3 +215,26 @@ def test_null_metadata_is_read_as_the_reference_library_reads_it(tmp_path):
     with safe_open(accepted, "pt") as handle:
         assert list(handle.keys()) == ["a"]
     assert list(read_file_header(accepted)) == ["a"]
+
+
+def test_a_hub_file_cut_short_is_found_from_its_header(hub_env, samples, tmp_path):
+    folder = Path(shutil.copytree(samples.base, tmp_path / "cut"))
+    data = (folder / "model.safetensors").read_bytes()
+    (folder / "model.safetensors").write_bytes(data[: len(data) - 1000])
+    hub_env.server.add_model("org/cut", folder)
+    with pytest.raises(CheckpointError, match="truncated") as caught:
+        remote_tensors("org/cut")
+    assert "org/cut/model.safetensors" in str(caught.value)
+
+
+def test_a_header_longer_than_the_first_read_is_read_whole(hub_env, tmp_path):
+    import torch  # noqa: PLC0415
+    from safetensors.torch import save_file  # noqa: PLC0415
+
+    folder = tmp_path / "many"
+    folder.mkdir()
+    tensors = {f"model.layers.{i}.mlp.weight": torch.zeros(1) for i in range(3000)}  # a header of ~200 KB
+    save_file(tensors, folder / "model.safetensors")
+    (folder / "config.json").write_text("{}")
+    hub_env.server.add_model("org/many", folder)
+    assert remote_tensors("org/many") == read_folder_headers(folder)
