@@ -88,6 +88,14 @@ class CheckpointError(MergesmithError, ValueError):
     title = "A model file cannot be read"
 
 
+class ModelConfigError(CheckpointError):
+    """A model's configuration file (config.json) holds a value of the wrong kind, such as text where a number
+    belongs or a negative size: the file is damaged, or was edited or written by a tool that does not follow the
+    transformers format."""
+
+    title = "A model's configuration has a problem"
+
+
 class UnsafeCheckpointError(CheckpointError):
     """A pickle checkpoint holds more than tensors (code that would run if it were unpickled)."""
 

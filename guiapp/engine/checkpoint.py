@@ -25,10 +25,13 @@ from guiapp.hub.headers import (
     DTYPES,
     REDOWNLOAD_HINT,
     TensorRecord,
+    check_layer_indices,
     describe_non_safetensors,
+    index_shards,
     read_safetensors_header,
 )
-from guiapp.system.bounded import INDEX_JSON_BYTES, JSON_BYTES, load_json_limited, open_regular_file
+from guiapp.hub.model_config import CONFIG_FILE, read_model_config
+from guiapp.system.bounded import INDEX_JSON_BYTES, JSON_BYTES, describe_value, load_json_limited, open_regular_file
 
 # Torch dtypes of the safetensors codes Mergesmith computes with, derived from the one dtype table.
 SAFETENSORS_DTYPES: dict[str, torch.dtype] = {
@@ -109,9 +112,10 @@ class Checkpoint:
 
     @cached_property
     def config(self) -> dict[str, Any] | None:
-        """The folder's config.json, or None when there is none. Raises CheckpointError if it is not JSON."""
-        path = self.folder / "config.json"
-        return read_json_object(path, hint="Restore the model's original config.json.") if path.exists() else None
+        """The folder's config.json, or None when there is none. Raises CheckpointError if it is not JSON, and
+        ModelConfigError if a field has a value of the wrong kind (`read_model_config`)."""
+        path = self.folder / CONFIG_FILE
+        return read_model_config(path) if path.exists() else None
 
     @property
     def total_bytes(self) -> int:
@@ -228,10 +232,7 @@ def _weight_files(folder: Path) -> list[str]:
         if index_path.exists():
             index = load_json_limited(index_path, INDEX_JSON_BYTES, CheckpointError, what="index file",
                                       hint=REDOWNLOAD_HINT)
-            try:
-                files = sorted(set(index["weight_map"].values()))
-            except (KeyError, TypeError, AttributeError):
-                raise CheckpointError(f"{index_path} is damaged.", hint=REDOWNLOAD_HINT) from None
+            files = index_shards(index, str(index_path))
             missing = [f for f in files if not (folder / f).is_file()]
             if missing:
                 raise CheckpointError(
@@ -288,6 +289,14 @@ def load_pickle_weights(path: Path) -> dict[str, torch.Tensor]:
         state = state["state_dict"]
     if not isinstance(state, dict) or not all(isinstance(t, torch.Tensor) for t in state.values()):
         raise CheckpointError(f"{path} does not hold a plain set of named tensors.", hint=_SAFETENSORS_HINT)
+    wrong = next((name for name in state if not isinstance(name, str)), None)
+    if wrong is not None:
+        raise CheckpointError(
+            f"{path} does not hold a plain set of named tensors: tensor names must be text, but one is "
+            f"{describe_value(wrong)}.",
+            hint=_SAFETENSORS_HINT,
+        )
+    check_layer_indices(state, str(path))
     if "__metadata__" in state:
         raise CheckpointError(
             f'{path} holds a tensor named "__metadata__", a name the safetensors format reserves for its own '

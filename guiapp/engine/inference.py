@@ -22,9 +22,9 @@ import torch
 from guiapp.engine.devices import resolve_device
 from guiapp.engine.sampling import DEFAULT_TEMPERATURE, DEFAULT_TOP_P
 from guiapp.errors import CheckpointError, SettingsError, UnsupportedModelError
+from guiapp.hub.model_config import read_model_config
 from guiapp.hub.references import ModelRef
 from guiapp.progress import Progress
-from guiapp.system.bounded import JSON_BYTES, load_json_limited
 
 CAUSAL, ENCODER = "causal", "encoder"
 # Model types whose checkpoints are encoders even when config.json names no architecture.
@@ -189,8 +189,7 @@ def _read_config(folder: Path) -> dict[str, Any]:
     if not path.is_file():
         raise CheckpointError(f"{folder} has no config.json, so transformers cannot tell what model it is.",
                               hint="Pick the folder that holds config.json and the weights.")
-    return load_json_limited(path, JSON_BYTES, CheckpointError, what="model configuration",
-                             hint="Download or copy the model again.")
+    return read_model_config(path)
 
 
 def _unsupported(source: ModelSource, config: dict[str, Any], error: Exception) -> UnsupportedModelError:

@@ -14,9 +14,13 @@ import re
 from dataclasses import dataclass
 from enum import Enum
 
-# Real models have at most a few thousand layers; a longer "index" (a 5,000-digit one in a hostile header) is
-# no layer index, and is left as part of an ordinary tensor name rather than turned into an int.
-_LAYER = re.compile(r"(?P<prefix>(?:^|.*\.)(?:layers|layer|h|blocks))\.(?P<index>\d{1,9})\.(?P<suffix>.+)$")
+from guiapp.hub.headers import LAYER_CONTAINERS
+
+# Headers naming a layer past MAX_LAYER_INDEX are refused when read (hub.headers.check_layer_indices); a longer
+# "index" in a name that was not read from a header is no layer index, and is left as part of an ordinary tensor
+# name rather than turned into an int.
+_LAYER = re.compile(r"(?P<prefix>(?:^|.*\.)(?:" + "|".join(LAYER_CONTAINERS)
+                    + r"))\.(?P<index>\d{1,9})\.(?P<suffix>.+)$")
 
 
 @dataclass(frozen=True)

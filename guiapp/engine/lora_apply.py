@@ -41,6 +41,7 @@ from guiapp.engine.peft_format import (
 )
 from guiapp.engine.sources import ModelReader, open_reader, read_headers
 from guiapp.errors import CheckpointError, IncompatibleModelsError, NonFiniteResultError, SettingsError
+from guiapp.hub.model_config import read_model_config
 from guiapp.hub.references import ModelRef
 from guiapp.progress import Progress
 from guiapp.system.bounded import open_regular_file
@@ -357,7 +358,7 @@ def _stream(
 def _write_model_files(base_folder: Path, out: Path, out_dtype: torch.dtype | None, settings: ApplySettings) -> None:
     config_path = base_folder / "config.json"
     if config_path.exists():
-        config = read_json_object(config_path, hint="Restore the base model's original config.json.")
+        config = read_model_config(config_path)
         if out_dtype is not None:
             config["torch_dtype"] = dtype_name(out_dtype)
             if "dtype" in config:

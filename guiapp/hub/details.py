@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -10,7 +11,7 @@ from guiapp.errors import CheckpointError
 from guiapp.hub.connection import HubConnection, require_online
 from guiapp.hub.failures import hub_errors
 from guiapp.hub.header_cache import cached_headers
-from guiapp.hub.headers import TensorRecord, parse_header
+from guiapp.hub.headers import TensorRecord, index_shards, read_header_at
 from guiapp.hub.merge_files import needed_files
 from guiapp.hub.references import is_hub_id
 from guiapp.hub.server_checks import (
@@ -22,6 +23,11 @@ from guiapp.hub.server_checks import (
     checked_revision,
 )
 from guiapp.system.bounded import INDEX_JSON_BYTES, load_json_limited
+
+# A header read asks for this much first, as huggingface_hub does: nearly every header fits, so one request
+# usually suffices; a longer header costs a second one.
+_FIRST_HEADER_BYTES = 100_001
+_HEADER_READ_SECONDS = 10.0
 
 
 @dataclass(frozen=True)
@@ -164,7 +170,6 @@ def remote_tensors(
 
 def _read_remote_headers(repo_id: str, info: Any, connection: HubConnection) -> dict[str, TensorRecord]:
     """The headers of every weight file of `repo_id` at the commit `info` describes, over range requests."""
-    api = connection.api()
     with hub_errors(repo_id, info.sha):
         names = [f.name for f in _repo_files(info, repo_id, connection.shown_endpoint)]
         weights = [n for n in needed_files(names) if n.endswith(".safetensors")]
@@ -177,17 +182,42 @@ def _read_remote_headers(repo_id: str, info: Any, connection: HubConnection) -> 
             # Read the index here rather than through get_safetensors_metadata, which would request whatever its
             # weight_map names (`../…` included): only shards the repo lists are read.
             shards = _indexed_shards(repo_id, info.sha, weights, connection)
-            files = {name: api.parse_safetensors_file_metadata(repo_id, name, revision=info.sha) for name in shards}
         elif "model.safetensors" in names:
-            files = api.get_safetensors_metadata(repo_id, revision=info.sha).files_metadata
+            shards = ["model.safetensors"]
         else:  # adapters and checkpoints with other file names
-            files = {name: api.parse_safetensors_file_metadata(repo_id, name, revision=info.sha) for name in weights}
-    records: dict[str, TensorRecord] = {}
-    for filename, metadata in files.items():
-        header = {name: {"dtype": t.dtype, "shape": t.shape, "data_offsets": list(t.data_offsets)}
-                  for name, t in metadata.tensors.items()}
-        records.update(parse_header(header, f"{repo_id}/{filename}", filename))
+            shards = weights
+        records: dict[str, TensorRecord] = {}
+        for name in shards:
+            records.update(_file_header(repo_id, name, info.sha, connection))
     return records
+
+
+def _file_header(repo_id: str, filename: str, commit: str, connection: HubConnection) -> dict[str, TensorRecord]:
+    """The records of one weight file's header, read over range requests (its first 100,000 bytes, then the rest
+    of the header if it is longer) and checked by the reader local files go through (`read_header_at`), with
+    the file's size from the answer's Content-Range: the same refusals, in the same words, naming the file."""
+    from huggingface_hub import hf_hub_url
+    from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
+
+    url = hf_hub_url(repo_id, filename, revision=commit, endpoint=connection.endpoint)
+
+    def fetch(offset: int, count: int) -> tuple[bytes, int]:
+        headers = {**build_hf_headers(), "range": f"bytes={offset}-{offset + count - 1}"}
+        response = get_session().get(url, headers=headers, timeout=_HEADER_READ_SECONDS)
+        hf_raise_for_status(response)
+        whole = re.fullmatch(r"bytes \d+-\d+/(\d+)", response.headers.get("content-range", "").strip())
+        if response.status_code == 206 and whole is not None:
+            return response.content, int(whole.group(1))
+        return response.content[offset:offset + count], len(response.content)  # the server sent the whole file
+
+    first, size = fetch(0, _FIRST_HEADER_BYTES)
+
+    def read(offset: int, count: int) -> bytes:
+        if offset + count <= len(first):
+            return first[offset:offset + count]
+        return fetch(offset, count)[0]
+
+    return read_header_at(read, size, f"{repo_id}/{filename}", filename)[0]
 
 
 def _indexed_shards(repo_id: str, commit: str, listed: list[str], connection: HubConnection) -> list[str]:
@@ -201,11 +231,7 @@ def _indexed_shards(repo_id: str, commit: str, listed: list[str], connection: Hu
                             cache_dir=connection.cache_dir, endpoint=connection.endpoint)
     hint = "Tell the model's authors; choose another version of the model."
     document = load_json_limited(index, INDEX_JSON_BYTES, CheckpointError, what="index file", hint=hint)
-    try:
-        shards = sorted(set(document["weight_map"].values()))
-    except (KeyError, TypeError, AttributeError):
-        raise CheckpointError(f"The index of {repo_id} (model.safetensors.index.json) is damaged.",
-                              hint=hint) from None
+    shards = index_shards(document, f"{repo_id}/model.safetensors.index.json", hint)
     strangers = [name for name in shards if name not in listed]
     if strangers:
         raise CheckpointError(

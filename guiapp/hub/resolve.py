@@ -15,6 +15,7 @@ from guiapp.hub.details import remote_tensors
 from guiapp.hub.downloads import download_models
 from guiapp.hub.failures import hub_errors
 from guiapp.hub.headers import TensorRecord, read_folder_headers
+from guiapp.hub.model_config import CONFIG_FILE, read_model_config
 from guiapp.hub.references import ModelRef
 from guiapp.progress import Progress
 from guiapp.system.bounded import JSON_BYTES, load_json_limited
@@ -145,6 +146,8 @@ def _read_config(folder: Path, label: str) -> dict[str, Any]:
     for name in CONFIG_FILES:
         path = folder / name
         if path.is_file():
+            if name == CONFIG_FILE:
+                return read_model_config(path)
             return load_json_limited(path, JSON_BYTES, CheckpointError, what="model configuration",
                                      hint="Restore or re-download it.")
     raise CheckpointError(

@@ -105,14 +105,16 @@ def load_json_limited(path: Path | str, limit: int, error: ErrorClass, *, what: 
                       hint: str | None = None) -> Any:
     """The JSON document in the regular file `path` (at most `limit` bytes).
 
-    Raises `error` (with `hint`) when the file cannot be read (see `read_text_limited`), is not valid JSON, or
-    nests too deeply to parse.
+    Raises `error` (with `hint`) when the file cannot be read (see `read_text_limited`), is not valid JSON, holds
+    a number too long to convert (more than 4,300 digits), or nests too deeply to parse.
     """
     text = read_text_limited(path, limit, error, what=what)
     try:
         return json.loads(text)
     except json.JSONDecodeError as failure:
         raise error(f"{path} is not valid JSON (line {failure.lineno}: {failure.msg}).", hint=hint) from None
+    except ValueError as failure:  # Python refuses to convert integers of more than 4,300 digits
+        raise error(f"{path} is not valid JSON for a {what}: {str(failure).split(':')[0]}.", hint=hint) from None
     except RecursionError:
         raise error(f"{path} nests its JSON too deeply to be a {what}.", hint=hint) from None
 

@@ -170,7 +170,14 @@ def _refine_header(match: re.Match[str] | None, context: Mapping[str, Any]) -> d
                "standing in for weights that were never downloaded, e.g. after `git clone` without git-lfs) or an "
                "HTML error or login page saved in place of the file.")
     elif detail in ("incompletemetadata", "incompletemetadata,filenotfullycovered", "metadataincompletebuffer"):
-        why = "The file is shorter than its header says: the download or copy was cut off."
+        why = ("The file's size does not match its header: the download or copy was cut off, or bytes that belong "
+               "to no tensor were added after the last one.")
+    elif detail.startswith("invalidoffset"):
+        why = ("Its header does not give every tensor its own bytes, one after the other: two tensors share bytes "
+               "or bytes belong to no tensor. The file is damaged, or was made to mislead the programs that read it.")
+    elif detail.startswith("invalidjson") and match is not None and "expected a string" in match.string:
+        why = ("Its header holds a value that the format allows only as text (the file's metadata is text only): "
+               "the file was not written by a safetensors library, or was changed afterwards.")
     elif detail in ("headertoosmall",):
         why = "The file is nearly empty: the download failed or the file was truncated to a few bytes."
     else:
@@ -431,6 +438,37 @@ CATALOGUE: tuple[Entry, ...] = (
         types=_types("SafetensorError"),
         retry_with={"force_download": True},
         refine=_refine_header,
+    ),
+    Entry(
+        key="misleading_header",
+        title="A model file is damaged or was made to mislead",
+        what="A model file's header breaks the rules of the safetensors format.",
+        why="Its header gives two tensors the same bytes, has metadata that is not text, nests its JSON thousands "
+        "deep, numbers a layer far past any real model, or its index lists no tensors. Files written by "
+        "safetensors never do that: the file is damaged, or was made to mislead the programs that read it.",
+        fix="Delete the model and download it again from its original publisher. If the fresh copy fails the "
+        "same way, the published file itself is broken: tell its authors and use another version of the model.",
+        pattern=_patterns(
+            r"the data of tensors .{1,200} overlap \(bytes",
+            r"belong to no tensor",
+            r'the "__metadata__" entry .{1,200} must be text',
+            r"its JSON nests too deeply to be a safetensors header",
+            r"as part of layer .{1,60} far past any real model",
+            r'lists no tensors: its "weight_map" is empty',
+        ),
+    ),
+    Entry(
+        key="model_config_field",
+        title="A model's configuration has a problem",
+        what="A field of a model's config.json holds a value of the wrong kind.",
+        why="config.json says what the model is (its sizes, layers, number type). A size written as text, a "
+        "negative or absurdly large number, or a list where a name belongs means the file is damaged, or was "
+        "edited or written by a tool that does not follow the transformers format.",
+        fix="Restore the model's original config.json: download the model again, or copy the file from the "
+        "model's page on the Hub. If you edited it yourself, write that field as transformers expects (whole "
+        "numbers for sizes, true or false for switches, text for names).",
+        pattern=_patterns(r'config\.json has a problem: "(?P<field>[\w.]{1,100})" must be'),
+        types=_types("ModelConfigError"),
     ),
     Entry(
         key="unsafe_pickle",

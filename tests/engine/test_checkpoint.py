@@ -163,3 +163,148 @@ def test_parse_size():
     assert parse_size("5e9") == 5_000_000_000
     with pytest.raises(ValueError):
         parse_size("lots")
+
+
+# --- files from strangers: every value read is checked where it is read ------------------------------------
+
+
+def test_bin_with_tensor_names_that_are_not_text_is_refused(tmp_path):
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    torch.save({1: torch.zeros(2), "model.embed_tokens.weight": torch.zeros(8, 4)}, folder / "pytorch_model.bin")
+    with pytest.raises(CheckpointError, match="tensor names") as caught:
+        open_checkpoint(folder)
+    assert "pytorch_model.bin" in str(caught.value) and "1" in str(caught.value)
+
+
+@pytest.mark.parametrize("index", ["1000000", "1000000000", "7" * 5000])
+def test_a_layer_index_past_any_real_model_is_refused(tmp_path, index):
+    from safetensors.torch import save_file  # noqa: PLC0415
+
+    folder = tmp_path / "m"
+    folder.mkdir()
+    name = f"model.layers.{index}.mlp.weight"
+    save_file({"model.layers.0.mlp.weight": torch.zeros(2), name: torch.zeros(2)}, folder / "model.safetensors")
+    with pytest.raises(CheckpointError, match="layer") as caught:
+        open_checkpoint(folder)
+    assert "model.safetensors" in str(caught.value) and len(str(caught.value)) < 600
+    assert (index if len(index) < 20 else "5,000 digits") in str(caught.value)
+
+
+def test_a_layer_index_of_a_large_real_model_is_read(tmp_path):
+    from safetensors.torch import save_file  # noqa: PLC0415
+
+    folder = tmp_path / "m"
+    folder.mkdir()
+    save_file({"model.layers.0.mlp.weight": torch.zeros(2), "model.layers.99999.mlp.weight": torch.zeros(2)},
+              folder / "model.safetensors")
+    with open_checkpoint(folder) as checkpoint:
+        assert "model.layers.99999.mlp.weight" in checkpoint.tensors
+
+
+HOSTILE_CONFIG_FIELDS = {
+    "architectures": ["LlamaForCausalLM", {"a": 1}, [1], "", [""]],
+    "model_type": [5, ["llama"]],
+    "hidden_size": ["64", -64, True, 64.5, 10**30, ["64"], {"a": -1}, None],
+    "num_hidden_layers": ["2", -2, False],
+    "vocab_size": [True, "256", 2**40],
+    "num_attention_heads": [-4, "four", 1e300],
+    "num_key_value_heads": [-1, [2, "2"]],
+    "intermediate_size": [{"x": "1"}, [-1]],
+    "max_position_embeddings": [-1],
+    "torch_dtype": [5, ["float32"], "float32; rm -rf /"],
+    "dtype": [{"name": "bf16"}],
+    "tie_word_embeddings": ["yes", 1],
+    "rope_theta": ["10000", -1.0, float("inf"), True],
+    "rope_scaling": ["linear", {"factor": "2"}, {"factor": -2.0, "rope_type": "linear"}, {"rope_type": 5}],
+    "text_config": ["x", {"hidden_size": "64"}],
+}
+CONFIG_CASES = [(field, value) for field, values in HOSTILE_CONFIG_FIELDS.items() for value in values]
+
+
+@pytest.mark.parametrize(("field", "value"), CONFIG_CASES, ids=[f"{f}={v!r}"[:40] for f, v in CONFIG_CASES])
+def test_config_fields_of_the_wrong_kind_are_refused_where_config_json_is_read(tmp_path, field, value):
+    from guiapp.errors import ModelConfigError  # noqa: PLC0415
+    from guiapp.hub.references import ModelRef  # noqa: PLC0415
+    from guiapp.hub.resolve import read_model_metadata  # noqa: PLC0415
+
+    folder = write_llama(tmp_path / "m", LlamaShape(layers=1))
+    config = json.loads((folder / "config.json").read_text())
+    config[field] = value
+    (folder / "config.json").write_text(json.dumps(config))
+    if value is None:  # "not set": transformers uses its default
+        with open_checkpoint(folder) as checkpoint:
+            assert checkpoint.config[field] is None
+        return
+    for read in (lambda: open_checkpoint(folder).config, lambda: read_model_metadata(ModelRef.parse(str(folder)))):
+        with pytest.raises(ModelConfigError) as caught:
+            read()
+        message = str(caught.value)
+        assert str(folder / "config.json") in message and f'"{field}' in message, message
+        assert len(message) < 400 and caught.value.hint
+
+
+def test_the_default_config_of_every_transformers_architecture_is_accepted():
+    """Real configs write some sizes per layer (lists), as tables, as 1200.0 or as 0: none of that is refused."""
+    import warnings  # noqa: PLC0415
+
+    from transformers import CONFIG_MAPPING  # noqa: PLC0415
+
+    from guiapp.hub.model_config import check_model_config  # noqa: PLC0415
+
+    checked = 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for model_type, config_class in CONFIG_MAPPING.items():
+            try:
+                config = json.loads(config_class().to_json_string())
+            except Exception:  # noqa: BLE001, S112 - a few config classes need arguments; they prove nothing here
+                continue
+            check_model_config(config, model_type)
+            checked += 1
+    assert checked > 100
+
+
+def test_a_config_of_a_real_model_is_read_unchanged(tmp_path):
+    folder = write_llama(tmp_path / "m", LlamaShape(layers=1))
+    config = json.loads((folder / "config.json").read_text())
+    config.update(rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                "original_max_position_embeddings": 8192}, rope_theta=500000.0, head_dim=None,
+                  torch_dtype="bfloat16", sliding_window=None, text_config={"hidden_size": 64})
+    (folder / "config.json").write_text(json.dumps(config))
+    with open_checkpoint(folder) as checkpoint:
+        assert checkpoint.config == config
+
+
+def test_a_config_number_of_5000_digits_is_refused(tmp_path):
+    folder = write_llama(tmp_path / "m", LlamaShape(layers=1))
+    text = (folder / "config.json").read_text()
+    (folder / "config.json").write_text(text.replace('"hidden_size": 64', '"hidden_size": ' + "7" * 5000))
+    with open_checkpoint(folder) as checkpoint, pytest.raises(CheckpointError, match="not valid JSON") as caught:
+        assert checkpoint.config is None, "a config that is not JSON was read"
+    assert str(folder / "config.json") in str(caught.value) and len(str(caught.value)) < 400
+
+
+@pytest.mark.parametrize("case", ["config field", "overlap", "layer index", "nesting", "empty index"])
+def test_these_errors_pasted_from_a_log_still_say_what_to_do(tmp_path, case):
+    """A log carries the message, not the hint: the catalogue knows these messages and says what to do."""
+    from guiapp.system.explain import explain  # noqa: PLC0415
+
+    folder = write_llama(tmp_path / "m", LlamaShape(layers=1))
+    body = {"overlap": b'{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},'
+                       b'"b":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}',
+            "nesting": b'{"a":' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+            "layer index": b'{"model.layers.1000000000.w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}'}
+    if case in body:
+        data = b"\0" * 16 if case == "overlap" else b"" if case == "nesting" else b"\0" * 8
+        (folder / "model.safetensors").write_bytes(struct.pack("<Q", len(body[case])) + body[case] + data)
+    elif case == "empty index":
+        (folder / "model.safetensors.index.json").write_text('{"weight_map": {}}')
+    else:
+        config = json.loads((folder / "config.json").read_text())
+        (folder / "config.json").write_text(json.dumps({**config, "hidden_size": "64"}))
+    with pytest.raises(CheckpointError) as caught:
+        open_checkpoint(folder).config  # noqa: B018 - reading the config is the point
+    pasted = explain(f"Traceback (most recent call last):\nguiapp.errors.{type(caught.value).__name__}: {caught.value}")
+    assert pasted.fix and pasted.why, pasted.render_text()
+    assert "download" in pasted.fix.lower(), pasted.fix

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import struct
 import subprocess
 import sys
 import textwrap
@@ -205,6 +206,125 @@ def test_planning_cost(case, tmp_path, warm_cli, seen):
         title, what = cli_explanation(done.stderr)
         assert title != "Mergesmith does not recognise this error", what
     seen("inputs", f"planning: {case}", "planned" if done.returncode == 0 else " ".join(cli_explanation(done.stderr)))
+
+
+# --- checkpoints and configs from strangers: every value checked where it is read ---------------------------
+
+
+def _raw_weights(folder: Path, header: dict | bytes, data: bytes) -> None:
+    """Replace the folder's model.safetensors by one with exactly this header and data, whatever they say."""
+    body = header if isinstance(header, bytes) else json.dumps(header).encode()
+    (folder / "model.safetensors").write_bytes(struct.pack("<Q", len(body)) + body + data)
+
+
+def _f32(begin: int, end: int) -> dict:
+    return {"dtype": "F32", "shape": [(end - begin) // 4], "data_offsets": [begin, end]}
+
+
+def _with_tensor(folder: Path, name: str) -> None:
+    from safetensors.torch import load_file  # noqa: PLC0415
+
+    tensors = load_file(folder / "model.safetensors")
+    save_file({**tensors, name: torch.zeros(2)}, folder / "model.safetensors")
+
+
+def _with_config(folder: Path, **fields) -> None:
+    config = json.loads((folder / "config.json").read_text())
+    config.update(fields)
+    (folder / "config.json").write_text(json.dumps(config))
+
+
+def _bin_with_number_names(folder: Path) -> None:
+    from safetensors.torch import load_file  # noqa: PLC0415
+
+    state = load_file(folder / "model.safetensors")
+    (folder / "model.safetensors").unlink()
+    torch.save({**state, 1: torch.zeros(2)}, folder / "pytorch_model.bin")
+
+
+# case: (how the stranger's folder is made from a good model, the words the message must hold)
+STRANGER_FILES = {
+    "overlapping tensor offsets": (lambda f: _raw_weights(f, {"a": _f32(0, 8), "b": _f32(0, 8)}, b"\0" * 16),
+                                   ["model.safetensors", "overlap"]),
+    "__metadata__ with a number": (lambda f: _raw_weights(f, {"__metadata__": {"format": 5}, "a": _f32(0, 8)},
+                                                          b"\0" * 8), ["model.safetensors", '"__metadata__"']),
+    "header nested 100,000 deep": (lambda f: _raw_weights(f, b'{"a":' + b"[" * 100_000 + b"]" * 100_000 + b"}", b""),
+                                   ["model.safetensors", "nests"]),
+    "layer index 1,000,000,000": (lambda f: _with_tensor(f, "model.layers.1000000000.mlp.weight"),
+                                  ["model.safetensors", "1000000000"]),
+    "layer index of 5,000 digits": (lambda f: _with_tensor(f, "model.layers." + "7" * 5000 + ".mlp.weight"),
+                                    ["model.safetensors", "5,000 digits"]),
+    "empty weight_map": (lambda f: (f / "model.safetensors.index.json").write_text('{"weight_map": {}}'),
+                         ["model.safetensors.index.json", "lists no tensors"]),
+    ".bin with a tensor named 1": (_bin_with_number_names, ["pytorch_model.bin", "tensor names must be text"]),
+    "architectures is not a list": (lambda f: _with_config(f, architectures="LlamaForCausalLM"),
+                                    ["config.json", '"architectures"']),
+    "hidden_size as text": (lambda f: _with_config(f, hidden_size="64"), ["config.json", '"hidden_size"']),
+    "num_hidden_layers negative": (lambda f: _with_config(f, num_hidden_layers=-2),
+                                   ["config.json", '"num_hidden_layers"']),
+    "vocab_size true": (lambda f: _with_config(f, vocab_size=True), ["config.json", '"vocab_size"']),
+    "num_attention_heads 10^30": (lambda f: _with_config(f, num_attention_heads=10**30),
+                                  ["config.json", '"num_attention_heads"']),
+    "torch_dtype a number": (lambda f: _with_config(f, torch_dtype=5), ["config.json", '"torch_dtype"']),
+    "tie_word_embeddings text": (lambda f: _with_config(f, tie_word_embeddings="yes"),
+                                 ["config.json", '"tie_word_embeddings"']),
+    "rope_scaling factor text": (lambda f: _with_config(f, rope_scaling={"rope_type": "linear", "factor": "2"}),
+                                 ["config.json", '"rope_scaling.factor"']),
+}
+# `hub check` reads headers only, so it cannot look inside a pickle; it says the folder has no safetensors.
+HUB_CHECK_SAYS = {".bin with a tensor named 1": ["only pickle"]}
+
+
+def _stranger(trio, tmp_path: Path, case: str) -> Path:
+    folder = Path(shutil.copytree(trio.one, tmp_path / "stranger"))
+    STRANGER_FILES[case][0](folder)
+    return folder
+
+
+@pytest.mark.parametrize("command", ["merge", "extract-lora", "hub check"])
+@pytest.mark.parametrize("case", list(STRANGER_FILES))
+def test_files_from_strangers_are_refused_by_name(case, command, trio, tmp_path, warm_cli, seen):
+    stranger = _stranger(trio, tmp_path, case)
+    out = tmp_path / "out"
+    if command == "merge":
+        recipe = tmp_path / "recipe.yml"
+        recipe.write_text(_linear(trio.two, stranger))
+        args = ["merge", str(recipe), str(out)]
+    elif command == "extract-lora":
+        args = ["extract-lora", "--base", str(trio.base), "--model", str(stranger), "--out", str(out)]
+    else:
+        args = ["hub", "check", str(trio.base), str(stranger)]
+    done = _cli(warm_cli, *args)
+    if command == "hub check":
+        assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
+        shown = " ".join((done.stdout + done.stderr).split())
+        assert "cannot be checked" in shown, shown
+        for word in HUB_CHECK_SAYS.get(case, STRANGER_FILES[case][1]):
+            assert word in shown, shown
+        seen("inputs", f"{case} ({command})", shown)
+        return
+    title, what = _refused(done)
+    assert title not in ("Mergesmith stopped on an internal problem", "Mergesmith does not recognise this error"), what
+    for word in STRANGER_FILES[case][1]:
+        assert word in what, what
+    assert not out.exists() and leftovers(tmp_path) == []
+    seen("inputs", f"{case} ({command})", f"{title}: {what}")
+
+
+@pytest.mark.parametrize("case", ["overlapping tensor offsets", "__metadata__ with a number",
+                                  "header nested 100,000 deep", "layer index 1,000,000,000"])
+def test_hostile_headers_on_the_hub_are_refused_by_hub_info(case, trio, tmp_path, hub_env, capsys, seen):
+    from guiapp.cli import main  # noqa: PLC0415
+
+    hub_env.server.add_model("org/stranger", _stranger(trio, tmp_path, case))
+    code = main(["hub", "info", "org/stranger", "--tensors"])
+    shown = capsys.readouterr()
+    assert code == 1 and "Traceback" not in shown.err, shown.err
+    title, what = cli_explanation(shown.out + shown.err)
+    assert title == "A model file cannot be read", what
+    for word in ["org/stranger/", *STRANGER_FILES[case][1]]:
+        assert word in what, what
+    seen("inputs", f"{case} (hub info)", f"{title}: {what}")
 
 
 # --- files that change while they are read ----------------------------------------------------------------

@@ -66,9 +66,12 @@ class ServedModel:
                 continue
             with served.path.open("rb") as handle:
                 (length,) = struct.unpack("<Q", handle.read(8))
-                header = json.loads(handle.read(length))
+                try:
+                    header = json.loads(handle.read(length))
+                except (ValueError, RecursionError):  # a hostile header: the real Hub lists no parameters for it
+                    continue
             for key, entry in header.items():
-                if key != "__metadata__":
+                if key != "__metadata__" and isinstance(entry, dict):
                     numel = 1
                     for dim in entry["shape"]:
                         numel *= dim
