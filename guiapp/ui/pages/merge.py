@@ -224,11 +224,15 @@ class MergePage(QWidget):
         self.table.add_row(ref, {}, explicit_defaults=True)
         self._form_changed()
 
-    def load_sample(self, document: dict[str, Any], output: str) -> None:
-        """Show the sample recipe, writing into `output` (replaced on each try, so the sample can be rerun)."""
+    def load_sample(self, document: dict[str, Any], output: str) -> bool:
+        """Show the sample recipe, writing into `output` (a free folder: Replace stays the user's own choice);
+        returns whether it took the place of a recipe naming models, which `undo()` brings back."""
+        self.recipe_panel.flush()  # a YAML edit not yet applied is part of the recipe Undo brings back
+        replaced = self.recipe.has_inputs() and self.document != document
         self.output_edit.setText(output)
-        self.overwrite_check.setChecked(True)
+        self.overwrite_check.setChecked(False)
         self.apply_document(document)
+        return replaced
 
     def set_base(self, ref: str) -> None:
         self.base_picker.set_text(ref)
