@@ -9,6 +9,7 @@ here imports Qt: the table is tested without a window.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -81,7 +82,7 @@ def fix_actions(explanation: Mapping[str, Any] | None, status: str = "failed",
     replacing, and a plain Retry. Never raises: an output folder that cannot be read is described as such."""
     explanation = explanation or {}
     actions: list[FixAction] = []
-    retry_with = dict(explanation.get("retry_with") or {})
+    retry_with = still_free(dict(explanation.get("retry_with") or {}))
     if retry_with:
         actions.append(FixAction(RETRY_WITH, f"Retry {describe_changes(retry_with)}",
                                  "Runs the job again with these settings changed.", retry_with))
@@ -98,6 +99,17 @@ def fix_actions(explanation: Mapping[str, Any] | None, status: str = "failed",
     if status in RETRYABLE_STATUSES:
         actions.append(FixAction(RETRY, "Retry", "Runs the same job again, unchanged."))
     return actions
+
+
+def still_free(changes: dict[str, Any]) -> dict[str, Any]:
+    """`changes` with a suggested output folder that has been taken since it was suggested (by another job, or
+    before a restart) replaced by the next free name beside it, so a retry offered is one that can run."""
+    from guiapp.engine.output_guard import free_destination  # no torch
+
+    for key in ("output", "out"):
+        if changes.get(key) and os.path.lexists(str(changes[key])):
+            changes[key] = str(free_destination(str(changes[key])))
+    return changes
 
 
 def describe_changes(changes: Mapping[str, Any]) -> str:

@@ -43,6 +43,7 @@ class JobRecord:
     summary: dict[str, Any] = field(default_factory=dict)
     log: list[str] = field(default_factory=list)
     explanation: dict[str, Any] | None = None
+    retry_of: str | None = None  # the key of the job this one runs again
 
     @property
     def output(self) -> str | None:

@@ -51,10 +51,11 @@ class JobBridge(QObject):
 
     # --- what pages call ------------------------------------------------------------------------------------
 
-    def submit(self, job: Job) -> JobRecord:
+    def submit(self, job: Job, retry_of: str | None = None) -> JobRecord:
+        """Queue `job` (`retry_of`: the key of the job it runs again) and list it."""
         key = f"{int(time.time() * 1000)}-{job.id}"
         record = JobRecord(key=key, title=job.title, kind=job.kind, spec=job.spec, status="queued",
-                           created=time.time())
+                           created=time.time(), retry_of=retry_of)
         self.records.append(record)
         self._keys[job.id] = key
         self._runner.submit(job, JobListeners(on_event=self._worker_event, on_log=self._worker_log,
@@ -80,12 +81,13 @@ class JobBridge(QObject):
 
         Raises MergesmithError (e.g. RecipeError) when the changed settings do not make a valid job.
         """
+        from guiapp.jobs.fixes import still_free
         from guiapp.jobs.specs import retry  # imports the recipe parser
 
         record = self.record(key)
         if changes is None:
-            changes = (record.explanation or {}).get("retry_with") or {}
-        return self.submit(retry(record.kind, record.spec, changes))
+            changes = still_free(dict((record.explanation or {}).get("retry_with") or {}))
+        return self.submit(retry(record.kind, record.spec, changes), retry_of=key)
 
     def clear_finished(self) -> None:
         self.records = [r for r in self.records if r.status in ACTIVE]

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtGui import QShowEvent
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -83,6 +84,8 @@ class LoraPage(QWidget):
         self._apply_checker = LatestTask(500, self)
         state.probe_ready.connect(lambda _: self._refresh_capabilities())
         state.jobs.record_changed.connect(self._job_changed)
+        state.jobs.record_added.connect(self._follow_retry)
+        state.checks_outdated.connect(self.recheck)
         for picker in (self.x_base, self.x_model, self.a_base, self.a_adapter):
             picker.use_library(state.library)
         for signal in (self.rank_mode.currentIndexChanged, self.rank_value.valueChanged):
@@ -366,6 +369,14 @@ class LoraPage(QWidget):
         self.job_submitted.emit(record.key)
         return record.key
 
+    def _follow_retry(self, key: str) -> None:
+        """A retry of the extraction the report follows is that extraction now: its end is what the report says."""
+        record = self.state.jobs.record(key)
+        if record is not None and self._extract_key is not None and record.retry_of == self._extract_key:
+            self._extract_key = key
+            self.x_report.setText("Running again… (progress on the Jobs page)")
+            set_status_style(self.x_report, "muted")
+
     def _job_changed(self, key: str) -> None:
         if key != self._extract_key:
             return
@@ -537,9 +548,15 @@ class LoraPage(QWidget):
         self.modules_toggle.setChecked(bool(self.include.text() or self.exclude.text()))  # never hidden when set
 
     def recheck(self) -> None:
-        """Check both forms again (what they depend on outside the page changed: a sign-in, offline mode)."""
+        """Check both forms again (what they depend on outside the page changed: a sign-in, offline mode, a job's
+        end, the library)."""
         self._extract_changed()
         self._apply_changed()
+
+    def showEvent(self, event: QShowEvent) -> None:  # noqa: N802 - Qt's name
+        """A folder may have appeared or gone while another page (or program) was in front: check again."""
+        super().showEvent(event)
+        self.recheck()
 
     def _refresh_capabilities(self) -> None:
         probe = self.state.probe

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QShowEvent
 from PySide6.QtWidgets import (
     QGroupBox,
     QLabel,
@@ -83,6 +84,7 @@ class MergePage(QWidget):
         state.methods_ready.connect(self.set_methods)
         state.methods_failed.connect(self._engine_failed)
         state.probe_ready.connect(lambda _: self._refresh_capabilities())
+        state.checks_outdated.connect(self.recheck)
         if state.methods is not None:
             self.set_methods(state.methods)
 
@@ -410,8 +412,14 @@ class MergePage(QWidget):
     # --- validation ------------------------------------------------------------------------------------------
 
     def recheck(self) -> None:
-        """Check the recipe again (what it depends on outside the form changed: a sign-in, offline mode)."""
+        """Check the recipe again (what it depends on outside the form changed: a sign-in, offline mode, a job's
+        end, the library)."""
         self._schedule_validation()
+
+    def showEvent(self, event: QShowEvent) -> None:  # noqa: N802 - Qt's name
+        """A folder may have appeared or gone while another page (or program) was in front: check again."""
+        super().showEvent(event)
+        self.recheck()
 
     def _schedule_validation(self) -> None:
         if not self.methods:
