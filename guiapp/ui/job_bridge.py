@@ -145,14 +145,17 @@ class JobBridge(QObject):
         record.started, record.finished = result.started, result.finished
         record.summary = result.summary
         record.explanation = explanation
+        last = self.latest.get(record.key)
+        if last is not None:  # where it stopped, for the history after a restart ("Cancelled at 49%")
+            record.last_stage, record.last_fraction = last.stage, last.fraction
         # The log tells the whole story, its end included.
         if explanation is not None:
             self._add_log(record, f"Failed: {explanation['what']}")
         elif result.status is JobStatus.DONE:
             from guiapp.system.units import format_seconds
 
-            self._add_log(record, f"Finished in {format_seconds(result.elapsed)}; the result is in "
-                                  f"{record.output}.")
+            where = f"; the result is in {record.output}" if record.output else ""  # Try and Perplexity write none
+            self._add_log(record, f"Finished in {format_seconds(result.elapsed)}{where}.")
         self._save()
         self.record_changed.emit(record.key)
 

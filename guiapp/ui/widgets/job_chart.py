@@ -150,10 +150,15 @@ _ROUND_STEPS = (1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10)
 
 
 def _estimate_range(estimate: dict[str, Any]) -> tuple[float, float]:
+    """The estimated range as the verdict says it ("about 10–20 s": 10 to 20 s), so the shading matches the words."""
+    from guiapp.system.units import duration_range_bounds
+
     seconds = float(estimate["seconds"])
     low = estimate.get("low")
     high = estimate.get("high")
-    return (float(low) if low is not None else seconds), (float(high) if high is not None else seconds)
+    bottom, top, _ = duration_range_bounds(float(low) if low is not None else seconds,
+                                           float(high) if high is not None else seconds)
+    return bottom, top
 
 
 def _actual_seconds(record: Any) -> float | None:
