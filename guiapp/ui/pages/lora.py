@@ -487,9 +487,11 @@ class LoraPage(QWidget):
         self.a_estimate.setText("\n".join(lines))
 
     def _show_output_check(self, bar: ActionBar, check: PairCheck) -> None:
-        """Ready, or blocked on the output folder (taken: with the free name as the one-click fix)."""
+        """Ready, or blocked on the output folder (taken, or inside an input: with a free folder as the one-click
+        fix)."""
         problem = next((p for p in check.errors if p.key == OUTPUT_KEY), None)
-        free = free_output(problem.error) if problem else None
+        chosen = (self.x_out if bar is self.x_bar else self.a_out).text().strip()
+        free = free_output(problem.error, chosen) if problem else None
         self._free_outputs[bar] = free[0] if free else None
         if problem is None:
             bar.set_ready()

@@ -348,7 +348,7 @@ class MergePage(QWidget):
         """Remember the problem blocking Run and its one-click fix on `document` (None: no fix), or the free folder
         `error` suggests for a taken output; returns whether a control can be shown for it and the fix's label."""
         self._problem = (key, message)
-        free = free_output(error)
+        free = free_output(error, self.output_edit.text().strip())
         self._free_output = free[0] if free else None
         self._fix = fix_for(key, document, self._method()) if document is not None else None
         self._fix_document = document or {}
@@ -456,18 +456,28 @@ class MergePage(QWidget):
         worst: dict[QLabel, str] = {}
         for problem in result.problems:
             label = labels[FIELD_OF_KEY.get(str(problem.key[0]) if problem.key else "", "models")]
-            shown.setdefault(label, []).append(problem.text)
+            shown.setdefault(label, []).append(problem.text)  # in the form's words once joined
             if problem.severity is Severity.ERROR or label not in worst:
                 worst[label] = "problem" if problem.severity is Severity.ERROR else "warning"
         for label, texts in shown.items():
-            show_message(label, window_text("\n".join(texts)) or None, worst.get(label, "problem"))
+            show_message(label, self._words("\n".join(texts)) or None, worst.get(label, "problem"))
         self.models_box.show_verdict(result)
         problem = result.errors[0] if result.errors else None
         can_show, fix = self._offer_fix(problem.key, problem.message, self.recipe.copy(), problem.error) \
             if problem else (False, None)
-        self.run_box.show_check(result, can_show, fix)
+        self.run_box.show_check(result, can_show, fix, self._words(problem.text) if problem else "")
         if result.compatible:  # the headers were read (a recipe error keeps the layers known so far)
             layer_chart.set_layer_count(result.layers)
+
+    def _words(self, text: str) -> str:
+        """A check's `text` as the window says it: the form's labels and the models' short names, no flag."""
+        from guiapp.jobs.plain_words import recipe_words
+
+        document = self.document
+        references = [document.get("base_model"), document.get("tokenizer_source")]
+        references += [entry.get("model") if isinstance(entry, dict) else entry
+                       for entry in document.get("models") or []]
+        return window_text(recipe_words(text, self._method(), [str(r) for r in references if r]))
 
     def show_problem(self) -> bool:
         """Focus and outline the control that fixes the problem blocking Run; False when there is none."""
