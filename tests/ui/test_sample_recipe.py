@@ -4,7 +4,7 @@ output, Replace stays the user's own choice, and a recipe the user edited comes 
 from __future__ import annotations
 
 import yaml
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QPoint, Qt
 
 from tests.ui.conftest import wait_for_job
 
@@ -67,3 +67,21 @@ def test_the_sample_button_keeps_an_edited_recipe_within_undo(qtbot, window, tmp
     assert page.document["merge_method"] == "della"
     assert page.document["parameters"] == {"lambda": 50.0}
     assert page.document["base_model"] == str(models.base)
+
+
+def test_replacing_an_earlier_output_is_the_users_click_and_is_logged(qtbot, window, tmp_path):
+    page = window.merge
+    window.welcome.try_samples(tmp_path / "samples")
+    qtbot.waitUntil(lambda: window.current_page() == "merge", timeout=60_000)
+    first = _run_to_the_end(qtbot, window)
+    window.show_page("merge")
+    page.output_edit.setText(first.output)
+    bar = page.run_box.action_bar
+    qtbot.waitUntil(lambda: bar.status.text().startswith("Fix:"), timeout=20_000)
+    box = page.overwrite_check
+    qtbot.mouseClick(box, Qt.MouseButton.LeftButton, pos=QPoint(8, box.height() // 2))
+    assert box.isChecked()
+    again = _run_to_the_end(qtbot, window)
+    assert again.status == "done"
+    assert any(line.startswith("Replaced an earlier Mergesmith merge output") and first.output in line
+               for line in again.log), again.log
