@@ -84,7 +84,8 @@ def recipe_words(text: str, method: Any, references: list[str]) -> str:
     for spec in specs:
         text = text.replace(f"`{spec.name}`", f"“{parameter_label(spec)}”")
     for reference in sorted({str(r) for r in references if r}, key=len, reverse=True):
-        text = text.replace(reference, input_name(reference))
+        # Whole references only: "org/a" is not the start of "org/a-v2".
+        text = re.sub(rf"(?<![\w/.-]){re.escape(reference)}(?![\w/-]|\.\w)", input_name(reference), text)
     return text
 
 

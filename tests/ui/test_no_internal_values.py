@@ -151,3 +151,10 @@ def test_the_estimate_shaded_is_the_estimate_said(qtbot):
     assert _verdict(estimate, 15.0).startswith("Estimated about 10–20 s (shaded)")
     region = next(mark for mark in chart.marks if hasattr(mark, "getRegion"))
     assert tuple(round(end, 3) for end in region.getRegion()) == (10.0, 20.0)
+    # A sub-second sample merge estimated at 0.8–1.25 s: "about 1 s", as the job's own log says, shaded around 1 s.
+    estimate = {"seconds": 1.0, "low": 0.8, "high": 1.25}
+    chart.show_job([(0.25, 1.0)], estimate, 0.36)
+    assert _verdict(estimate, 0.36).startswith("Estimated about 1 s (shaded)")
+    region = next(mark for mark in chart.marks if hasattr(mark, "getRegion"))
+    low, high = region.getRegion()
+    assert low <= 1.0 <= high < 2.0

@@ -58,6 +58,7 @@ def test_the_merge_form_is_checked_again_once_its_job_has_written_the_output(qtb
     qtbot.waitUntil(lambda: bar.status.text().startswith("Fix:"), timeout=20_000)  # not "Ready." any more
     assert "already exists" in bar.status.text() and not page.run_button.isEnabled()
     assert bar.fix_button.text() == "Use a new name: linear-2"
+    assert bar.status.text().startswith("Fix: linear already exists")  # the folder's name: its path is above
 
 
 def test_the_lora_page_follows_a_retry_and_checks_its_form_again(qtbot, window, models, tmp_path):
@@ -86,4 +87,5 @@ def test_the_lora_page_follows_a_retry_and_checks_its_form_again(qtbot, window, 
     assert wait_for_job(qtbot, window, window.jobs.selected).status == "done"
     window.show_page("lora")
     qtbot.waitUntil(lambda: page.x_bar.status.text().startswith("Fix:"), timeout=20_000)  # its own output now
+    assert page.x_bar.status.text().startswith("Fix: adapter-3 already exists")
     assert not page.x_run.isEnabled()

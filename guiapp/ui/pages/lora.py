@@ -36,6 +36,7 @@ from PySide6.QtWidgets import (
 )
 
 from guiapp.jobs.fixes import window_text
+from guiapp.jobs.plain_words import recipe_words
 from guiapp.jobs.validation import PairCheck, Problem, check_adapter, check_pair, free_output
 from guiapp.system.paths import expanded
 from guiapp.system.units import plural
@@ -495,8 +496,9 @@ class LoraPage(QWidget):
         self._free_outputs[bar] = free[0] if free else None
         if problem is None:
             bar.set_ready()
-        else:
-            bar.set_blocked(problem.text, fix=free[1] if free else None)
+        else:  # the folder's whole path is in its field: the name is enough
+            bar.set_blocked(recipe_words(problem.text, None, [chosen, str(expanded(chosen))] if chosen else []),
+                            fix=free[1] if free else None)
 
     def _use_free_output(self, bar: ActionBar, edit: QLineEdit) -> None:
         if self._free_outputs[bar]:

@@ -477,6 +477,8 @@ class MergePage(QWidget):
         references = [document.get("base_model"), document.get("tokenizer_source")]
         references += [entry.get("model") if isinstance(entry, dict) else entry
                        for entry in document.get("models") or []]
+        output = self.output_edit.text().strip()  # its whole path is in the field above: the name is enough
+        references += [output, str(expanded(output))] if output else []
         return window_text(recipe_words(text, self._method(), [str(r) for r in references if r]))
 
     def show_problem(self) -> bool:
