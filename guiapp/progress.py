@@ -83,6 +83,7 @@ class Progress:
         self.cancel_token = cancel or CancelToken()
         self._start = time.monotonic()
         self._stage = ""
+        self._part = ""
         self._total = 0
         self._bytes_total = 0
         self._done = 0
@@ -100,6 +101,10 @@ class Progress:
         self._stage_start = time.monotonic()
         self._rate_samples = deque([(self._stage_start, 0)])
         self._emit("")
+
+    def set_part(self, part: str) -> None:
+        """Name the part of the job the stages from now on belong to ("model 2 of 3"), shown after each stage."""
+        self._part = part
 
     def step(self, item: str = "", units: int = 1, nbytes: int = 0) -> None:
         """Record `units` units and `nbytes` bytes done (item: what was just processed), then check cancel."""
@@ -144,7 +149,7 @@ class Progress:
             eta = max(0.0, (self._total - self._done) * (now - self._stage_start) / self._done)
         self._on_event(
             ProgressEvent(
-                stage=self._stage,
+                stage=f"{self._stage}, {self._part}" if self._part else self._stage,
                 done=self._done,
                 total=self._total,
                 bytes_done=self._bytes_done,

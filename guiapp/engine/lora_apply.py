@@ -311,7 +311,7 @@ def apply_lora(settings: ApplySettings, progress: Progress | None = None) -> dic
             _write_model_files(reader.folder, staged.path, out_dtype, settings)
         finally:
             reader.close()
-        output = staged.commit()
+        output = staged.commit(progress)
     progress.log(f"Wrote {output}: {counts['changed']} tensors changed, {counts['replaced']} replaced.")
     return {"output": str(output), "tensors": len(plan), "bytes": total_bytes, **counts}
 

@@ -168,7 +168,7 @@ def extract_lora(settings: ExtractionSettings, progress: Progress | None = None)
                 model_reader.close()
         finally:
             base_reader.close()
-        output = staged.commit()
+        output = staged.commit(progress)
     for warning in report["warnings"]:
         progress.log(f"Warning: {warning}")
     totals = report["totals"]

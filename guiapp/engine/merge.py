@@ -157,7 +157,7 @@ def run_merge(
             for reader in readers:
                 reader.close()
         progress.check_cancelled()
-        output = staged.commit()
+        output = staged.commit(progress)
     elapsed = time.monotonic() - started
     progress.log(f"Done: {len(plan.tasks)} tensors written to {output} in {elapsed:.1f} s.")
     return MergeOutcome(output, plan, elapsed, stats)

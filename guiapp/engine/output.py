@@ -35,6 +35,7 @@ from guiapp.engine.output_guard import (
 )
 from guiapp.errors import InsufficientResourcesError, OutputError
 from guiapp.hub.references import ModelRef
+from guiapp.progress import Progress
 from guiapp.system.paths import resolved
 from guiapp.system.resources import disk
 from guiapp.system.units import format_bytes
@@ -231,8 +232,9 @@ class StagedOutput:
             self.discard()
             raise
 
-    def commit(self) -> Path:
-        """Mark the finished output and move it into place (replacing the earlier output when overwriting).
+    def commit(self, progress: Progress | None = None) -> Path:
+        """Mark the finished output and move it into place (replacing the earlier output when overwriting, which
+        `progress`'s log then says).
 
         Raises OutputError when the destination appeared or changed while the job ran (nothing there is touched).
         """
@@ -241,6 +243,8 @@ class StagedOutput:
         except OSError as error:
             raise _output_folder_error(self.destination.parent, error) from None
         move_into_place(self.path, self.destination, self._previous, replace=self._overwrite)
+        if self._previous is not None and self._overwrite and progress is not None:
+            progress.log(f"Replaced {self._previous.describe()} in {self.destination}, as asked.")
         done_with(self.path)
         self._lock.release()
         return self.destination

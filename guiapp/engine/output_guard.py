@@ -136,6 +136,25 @@ def protected_folders(inputs: Iterable[Path]) -> list[Protected]:
     return protected
 
 
+def _clashes(candidate: Path, protected: Protected) -> bool:
+    """Whether writing at `candidate` would be, contain or sit inside the `protected` folder."""
+    folder = protected.folder
+    inside = folder in candidate.parents and not protected.inside_allowed
+    return candidate == folder or inside or candidate in folder.parents
+
+
+def _free_beside(path: Path, folder: Path, protected: list[Protected]) -> Path | None:
+    """A free folder named like `path` beside the input `folder` it clashes with (beside `path` itself when it
+    holds that input), clear of every protected folder; None when there is none such."""
+    place = path.parent if path in folder.parents else folder.parent
+    try:
+        suggestion = free_destination(place / path.name)
+    except OSError:
+        return None
+    clear = all(not _clashes(c, p) for c in {suggestion, resolved(suggestion)} for p in protected)
+    return suggestion if clear else None
+
+
 def check_output_location(destination: Path | str, inputs: Iterable[Path], *, replace: bool) -> PreviousOutput | None:
     """Check that a job may write its output at `destination`; return the earlier output it will replace, if any.
 
@@ -149,17 +168,20 @@ def check_output_location(destination: Path | str, inputs: Iterable[Path], *, re
                           "folder name can hold.", hint="Retype the output folder's name.")
     path = absolute_destination(destination)
     _check_name_lengths(path, _check_parent(path))
+    protected_list = protected_folders(inputs)
     for candidate in {path, resolved(path)}:
-        for protected in protected_folders(inputs):
+        for protected in protected_list:
             folder = protected.folder
-            inside = folder in candidate.parents and not protected.inside_allowed
-            if candidate == folder or inside or candidate in folder.parents:
-                relation = "is" if candidate == folder else "is inside" if inside else "contains"
+            if _clashes(candidate, protected):
+                relation = "is" if candidate == folder else "contains" if candidate in folder.parents else "is inside"
+                beside = _free_beside(path, folder, protected_list)
                 raise OutputError(
                     f"The output folder {path} {relation} {protected.label}.",
                     why="Writing there could replace or mix with the files the job reads; Mergesmith never "
                     "writes into, over or around its inputs, with or without overwrite.",
-                    hint="Choose an output folder outside every input model, adapter and the Hugging Face cache.",
+                    hint="Choose an output folder outside every input model, adapter and the Hugging Face cache"
+                    + (f", such as {beside}." if beside else "."),
+                    retry_with={"output": str(beside)} if beside else None,
                 )
     if not os.path.lexists(path):
         return None

@@ -491,8 +491,9 @@ def _checked(spec: ParamSpec, value: Any, out_name: str, model_label: str | None
             raise RecipeError(f"`{spec.name}`{whose} must be a whole number, got {describe_value(value)}.", key=key)
         value = int(value)
     if (spec.minimum is not None and value < spec.minimum) or (spec.maximum is not None and value > spec.maximum):
-        bounds = f"between {spec.minimum} and {spec.maximum}" if spec.minimum is not None and spec.maximum is not None \
-            else (f"at least {spec.minimum}" if spec.minimum is not None else f"at most {spec.maximum}")
+        bounds = f"between {spec.minimum:g} and {spec.maximum:g}" if spec.minimum is not None \
+            and spec.maximum is not None else (f"at least {spec.minimum:g}" if spec.minimum is not None
+                                               else f"at most {spec.maximum:g}")
         raise RecipeError(
             f"`{spec.name}`{whose} is {value}, but it must be {bounds} (tensor {out_name}).",
             why=spec.help,

@@ -9,6 +9,7 @@ here imports Qt: the table is tested without a window.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -81,9 +82,9 @@ def fix_actions(explanation: Mapping[str, Any] | None, status: str = "failed",
     replacing, and a plain Retry. Never raises: an output folder that cannot be read is described as such."""
     explanation = explanation or {}
     actions: list[FixAction] = []
-    retry_with = dict(explanation.get("retry_with") or {})
+    retry_with = still_free(dict(explanation.get("retry_with") or {}))
     if retry_with:
-        actions.append(FixAction(RETRY_WITH, f"Retry {describe_changes(retry_with)}",
+        actions.append(FixAction(RETRY_WITH, f"Retry {describe_changes(retry_with, output)}",
                                  "Runs the job again with these settings changed.", retry_with))
     for action in ACTIONS_OF_KIND.get(str(explanation.get("kind") or ""), ()):
         url = model_page_url(explanation) if action == OPEN_MODEL_PAGE else ""
@@ -100,12 +101,28 @@ def fix_actions(explanation: Mapping[str, Any] | None, status: str = "failed",
     return actions
 
 
-def describe_changes(changes: Mapping[str, Any]) -> str:
-    """The suggested settings in words: "with a new name: tiny-chat-ties-2", "on the CPU", "with rank 64"."""
+def still_free(changes: dict[str, Any]) -> dict[str, Any]:
+    """`changes` with a suggested output folder that has been taken since it was suggested (by another job, or
+    before a restart) replaced by the next free name beside it, so a retry offered is one that can run."""
+    from guiapp.engine.output_guard import free_destination  # no torch
+
+    for key in ("output", "out"):
+        if changes.get(key) and os.path.lexists(str(changes[key])):
+            changes[key] = str(free_destination(str(changes[key])))
+    return changes
+
+
+def describe_changes(changes: Mapping[str, Any], output: str | None = None) -> str:
+    """The suggested settings in words: "with a new name: tiny-chat-ties-2", "on the CPU", "with rank 64"; an
+    output folder elsewhere than the job's `output` (which was inside an input): "in models/merged, beside the
+    models"."""
     words = []
     for key, value in changes.items():
         if key in ("output", "out"):
-            words.append(f"with a new name: {Path(str(value)).name}")
+            folder = Path(str(value))
+            elsewhere = output and os.path.realpath(folder.parent) != os.path.realpath(Path(output).parent)
+            words.append(f"in {folder.parent.name}/{folder.name}, beside the models" if elsewhere else
+                         f"with a new name: {folder.name}")
         elif key == "device":
             words.append("on the CPU" if str(value) == "cpu" else f"on {value}")
         elif key in ("rank", "rank_value"):

@@ -43,6 +43,9 @@ class JobRecord:
     summary: dict[str, Any] = field(default_factory=dict)
     log: list[str] = field(default_factory=list)
     explanation: dict[str, Any] | None = None
+    retry_of: str | None = None  # the key of the job this one runs again
+    last_stage: str = ""  # the stage and the fraction of it done when the job ended
+    last_fraction: float | None = None
 
     @property
     def output(self) -> str | None:

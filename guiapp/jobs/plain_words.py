@@ -7,6 +7,7 @@ each with the method recommended when in doubt. A key or method missing here sti
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,6 +68,25 @@ def parameter_label(spec: Any) -> str:
 def parameter_tooltip(spec: Any) -> str:
     """A method's parameter's tooltip (a ParamSpec): what it does, then the key the recipe uses for it."""
     return f"{spec.help}\nRecipe key: {spec.name}" if spec.help else f"Recipe key: {spec.name}"
+
+
+_TENSOR_NOTE = re.compile(r"\s*\((?:needed for |first at )?tensor [^)]*\)")
+
+
+def recipe_words(text: str, method: Any, references: list[str]) -> str:
+    """A check's `text` about a recipe in the form's words: each of `method`'s parameter keys (`density`) becomes
+    its label ("Keep this fraction of changes"), each model reference in `references` (a path, a Hub id) its short
+    name, and the tensor the engine met it at is left out (the command line keeps all three)."""
+    from guiapp.jobs.naming import input_name
+
+    text = _TENSOR_NOTE.sub("", text)
+    specs = [*method.per_model_params, *method.global_params] if method is not None else []
+    for spec in specs:
+        text = text.replace(f"`{spec.name}`", f"“{parameter_label(spec)}”")
+    for reference in sorted({str(r) for r in references if r}, key=len, reverse=True):
+        # Whole references only: "org/a" is not the start of "org/a-v2".
+        text = re.sub(rf"(?<![\w/.-]){re.escape(reference)}(?![\w/-]|\.\w)", input_name(reference), text)
+    return text
 
 
 def grouped_methods(names: list[str]) -> list[tuple[MethodGroup, list[str]]]:

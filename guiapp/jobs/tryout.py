@@ -164,6 +164,11 @@ def _folder_identity(reference: str) -> tuple:
     return tuple(identity)
 
 
+def _set_part(progress: Progress, index: int, count: int) -> None:
+    """Stages over several models say which model they are at ("model 2 of 3"); over one, nothing is added."""
+    progress.set_part(f"model {index + 1} of {count}" if count > 1 else "")
+
+
 def try_job(references: list[str], prompt: str, *, max_new_tokens: int = 128, sample: bool = False, seed: int = 0,
             temperature: float = DEFAULT_TEMPERATURE, top_p: float = DEFAULT_TOP_P,
             device: str = "cpu", dtype: str | None = None, on_output: OutputListener | None = None,
@@ -188,6 +193,7 @@ def try_job(references: list[str], prompt: str, *, max_new_tokens: int = 128, sa
         models_shelf = shelf or ModelShelf()
         generations = []
         for index, (model_plan, source) in enumerate(zip(plan.models, _sources(plan, progress), strict=True)):
+            _set_part(progress, index, len(plan.models))
             loaded = _load(model_plan, source, device, models_shelf, plan.together, progress)
             listener = (lambda text, index=index: on_output(index, text)) if on_output else None
             result = generate(loaded, prompt, settings, progress, listener)
@@ -217,7 +223,8 @@ def perplexity_job(references: list[str], text: str, *, window: int = 512, devic
             progress.log(line)
         models_shelf = shelf or ModelShelf()
         results = []
-        for model_plan, source in zip(plan.models, _sources(plan, progress), strict=True):
+        for index, (model_plan, source) in enumerate(zip(plan.models, _sources(plan, progress), strict=True)):
+            _set_part(progress, index, len(plan.models))
             loaded = _load(model_plan, source, device, models_shelf, plan.together, progress)
             entry: dict[str, Any] = {"model": model_plan.reference, "kind": loaded.kind, "dtype": model_plan.run_dtype}
             if loaded.kind == CAUSAL:

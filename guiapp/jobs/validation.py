@@ -62,11 +62,17 @@ def output_problems(destination: Path, inputs: tuple[Path, ...], replace: bool) 
     return []
 
 
-def free_output(error: BaseException | None) -> tuple[str, str] | None:
-    """The free folder a taken output's error offers instead and the label of the button that takes it (None: it
-    offers none)."""
+def free_output(error: BaseException | None, chosen: str = "") -> tuple[str, str] | None:
+    """The free folder an output folder's error offers instead of the `chosen` one and the label of the button
+    that takes it (None: it offers none): a new name beside a taken folder, or a folder beside the models when the
+    chosen one is inside an input."""
     folder = (getattr(error, "retry_with", None) or {}).get("output")
-    return (folder, f"Use a new name: {Path(folder).name}") if folder else None
+    if not folder:
+        return None
+    free = Path(folder)
+    if chosen and free.parent != expanded(chosen).parent:
+        return folder, f"Use {free.parent.name}/{free.name}, beside the models"
+    return folder, f"Use a new name: {free.name}"
 
 
 @dataclass
@@ -140,6 +146,7 @@ def check_merge(document: dict[str, Any], device: str, output: str, probe: Any, 
     result.output_bytes, result.input_bytes = plan.output_bytes, plan.input_bytes
     result.layers = len({place.index for task in plan.tasks if (place := split_layer_name(task.name)) is not None})
     result.problems.extend(Problem(Severity.WARNING, text, ("models",)) for text in plan.warnings)
+    result.problems.extend(unusual_values(document, plan.method))
     if destination is not None:
         result.problems.extend(output_problems(destination, merge_inputs(recipe), replace))
     try:
@@ -148,6 +155,40 @@ def check_merge(document: dict[str, Any], device: str, output: str, probe: Any, 
         return result
     result.fit, result.time = estimate.fit, estimate.time
     return result
+
+
+# A number further from zero than this many times its usual value (at least 1) is far outside its usual range.
+UNUSUAL_FACTOR = 10
+
+
+def unusual_values(document: dict[str, Any], method: Any) -> list[Problem]:
+    """Warnings, in the window's words, for the recipe's numbers that the method allows but that lie far outside
+    their usual range (a λ of 50 where 1 is usual): allowed, so the merge may run, but likely a slip. A parameter
+    whose schema bounds it on both sides is left to the range check."""
+    from guiapp.jobs.naming import input_name
+    from guiapp.jobs.plain_words import parameter_label
+    from guiapp.jobs.recipe_fixes import suggested_value
+
+    scopes: list[tuple[KeyPath, Any, str]] = [((), document.get("parameters"), "")]
+    for index, entry in enumerate(document.get("models") or []):
+        if isinstance(entry, dict):
+            scopes.append((("models", index), entry.get("parameters"), f" for {input_name(str(entry.get('model')))}"))
+    problems = []
+    for key, parameters, whose in scopes:
+        for name, value in (parameters if isinstance(parameters, dict) else {}).items():
+            spec = method.param(name)
+            if spec is None or spec.kind not in ("float", "int") or None not in (spec.minimum, spec.maximum):
+                continue
+            numbers = [v for v in (value if isinstance(value, list) else [value])
+                       if isinstance(v, (int, float)) and not isinstance(v, bool)]
+            usual = max(1.0, abs(suggested_value(spec)))
+            far = [v for v in numbers if abs(v) > UNUSUAL_FACTOR * usual]
+            if far:
+                problems.append(Problem(
+                    Severity.WARNING,
+                    f"“{parameter_label(spec)}”{whose} is {far[0]:g}, far from its usual value ({usual:g}): check "
+                    "that it is what you meant.", (*key, "parameters", name)))
+    return problems
 
 
 def check_pair(base: str, model: str, device: str, output: str, probe: Any, replace: bool = False) -> PairCheck:

@@ -30,24 +30,35 @@ def format_seconds(seconds: float) -> str:
     return f"{hours} h {minutes} min" if minutes else f"{hours} h"
 
 
+def duration_range_bounds(low: float, high: float) -> tuple[float, float, str]:
+    """The ends, in seconds, that `format_duration_range` says of a rough duration, and their unit ("s", "min",
+    "h"; "" for "under a second" and "1 s"): rounded outwards, so a chart can shade exactly the range said."""
+    low, high = max(0.0, min(low, high)), max(0.0, low, high)
+    if high < 1:
+        return 0.0, 1.0, ""
+    if high < 1.5:
+        return min(low, 1.0), 1.5, ""
+    if high < 60:
+        step, unit, size = (5 if high > 10 else 1), "s", 1
+    elif high < 3600:
+        step, unit, size = 1, "min", 60
+    else:
+        step, unit, size = 1, "h", 3600
+    bottom = max(1, math.floor(low / size / step) * step)
+    top = max(1, math.ceil(high / size / step) * step)
+    return float(bottom * size), float(top * size), unit
+
+
 def format_duration_range(low: float, high: float) -> str:
     """A duration that is only known roughly, in the unit of its upper end: (50, 110) → "1–2 min",
     (4, 9) → "4–9 s", (12, 33) → "10–35 s", (5000, 9000) → "1–3 h". Ends are rounded outwards, to whole units
     (seconds above 10 to fives), so the range never looks more precise than it is; below a second it is
     "under a second", and up to 1.5 s "1 s"."""
-    low, high = max(0.0, min(low, high)), max(0.0, low, high)
-    if high < 1:
-        return UNDER_A_SECOND
-    if high < 1.5:
-        return "1 s"
-    if high < 60:
-        step = 5 if high > 10 else 1
-        bottom, top, unit = math.floor(low / step) * step, math.ceil(high / step) * step, "s"
-        bottom, top = max(1, bottom), max(1, top)
-    elif high < 3600:
-        bottom, top, unit = max(1, math.floor(low / 60)), math.ceil(high / 60), "min"
-    else:
-        bottom, top, unit = max(1, math.floor(low / 3600)), math.ceil(high / 3600), "h"
+    bottom, top, unit = duration_range_bounds(low, high)
+    if not unit:
+        return UNDER_A_SECOND if top <= 1 else "1 s"
+    size = {"s": 1, "min": 60, "h": 3600}[unit]
+    bottom, top = round(bottom / size), round(top / size)
     return f"{top} {unit}" if bottom >= top else f"{bottom}–{top} {unit}"
 
 

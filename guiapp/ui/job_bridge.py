@@ -51,10 +51,11 @@ class JobBridge(QObject):
 
     # --- what pages call ------------------------------------------------------------------------------------
 
-    def submit(self, job: Job) -> JobRecord:
+    def submit(self, job: Job, retry_of: str | None = None) -> JobRecord:
+        """Queue `job` (`retry_of`: the key of the job it runs again) and list it."""
         key = f"{int(time.time() * 1000)}-{job.id}"
         record = JobRecord(key=key, title=job.title, kind=job.kind, spec=job.spec, status="queued",
-                           created=time.time())
+                           created=time.time(), retry_of=retry_of)
         self.records.append(record)
         self._keys[job.id] = key
         self._runner.submit(job, JobListeners(on_event=self._worker_event, on_log=self._worker_log,
@@ -80,12 +81,13 @@ class JobBridge(QObject):
 
         Raises MergesmithError (e.g. RecipeError) when the changed settings do not make a valid job.
         """
+        from guiapp.jobs.fixes import still_free
         from guiapp.jobs.specs import retry  # imports the recipe parser
 
         record = self.record(key)
         if changes is None:
-            changes = (record.explanation or {}).get("retry_with") or {}
-        return self.submit(retry(record.kind, record.spec, changes))
+            changes = still_free(dict((record.explanation or {}).get("retry_with") or {}))
+        return self.submit(retry(record.kind, record.spec, changes), retry_of=key)
 
     def clear_finished(self) -> None:
         self.records = [r for r in self.records if r.status in ACTIVE]
@@ -143,14 +145,17 @@ class JobBridge(QObject):
         record.started, record.finished = result.started, result.finished
         record.summary = result.summary
         record.explanation = explanation
+        last = self.latest.get(record.key)
+        if last is not None:  # where it stopped, for the history after a restart ("Cancelled at 49%")
+            record.last_stage, record.last_fraction = last.stage, last.fraction
         # The log tells the whole story, its end included.
         if explanation is not None:
             self._add_log(record, f"Failed: {explanation['what']}")
         elif result.status is JobStatus.DONE:
             from guiapp.system.units import format_seconds
 
-            self._add_log(record, f"Finished in {format_seconds(result.elapsed)}; the result is in "
-                                  f"{record.output}.")
+            where = f"; the result is in {record.output}" if record.output else ""  # Try and Perplexity write none
+            self._add_log(record, f"Finished in {format_seconds(result.elapsed)}{where}.")
         self._save()
         self.record_changed.emit(record.key)
 

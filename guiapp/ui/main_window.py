@@ -196,8 +196,11 @@ class MainWindow(QMainWindow):
         return PAGES[self.nav.currentRow()][0]
 
     def _sample_ready(self, document: dict, output: str) -> None:
-        self.merge.load_sample(document, output)
+        replaced = self.merge.load_sample(document, output)
         self.show_page("merge")
+        if replaced:
+            self.statusBar().showMessage("The sample recipe took the place of yours. Edit → Undo recipe change "
+                                         "(Ctrl+Z) brings yours back.", 15_000)
         # The sample models stay in the library (every picker, the Models page) for the user's own merges.
         self.state.add_folders([document["base_model"]] + [entry["model"] for entry in document["models"]])
 

@@ -14,7 +14,7 @@ from typing import Any
 from PySide6.QtCore import QObject, Signal
 
 from guiapp.ui.background import call_in_background
-from guiapp.ui.job_bridge import JobBridge
+from guiapp.ui.job_bridge import ACTIVE, JobBridge
 from guiapp.ui.library_model import CHANGING_KINDS, LibraryModel
 
 # Jobs whose output is a model or an adapter the library lists.
@@ -30,12 +30,16 @@ class AppState(QObject):
     use_as_base = Signal(str)
     add_to_merge = Signal(str)
     extract_from = Signal(str, str)  # fine-tune, its base when known (else "")
+    # What the forms' checks read besides the form changed: a job ended (its output folder now exists, or its lock
+    # is gone) or the library was read again. Every page showing a check checks again.
+    checks_outdated = Signal()
 
     def __init__(self, parent: QObject | None = None, *, keep_history: bool = True) -> None:
         super().__init__(parent)
         self.jobs = JobBridge(self, keep_history=keep_history)
         self.library = LibraryModel(self.finished_outputs, self)
         self.jobs.record_changed.connect(self._job_changed)
+        self.library.refreshed.connect(self.checks_outdated)
         self.library.refresh()
         self.methods: dict[str, Any] | None = None
         self.probe: Any = None
@@ -65,7 +69,10 @@ class AppState(QObject):
 
     def _job_changed(self, key: str) -> None:
         record = self.jobs.record(key)
-        if record is not None and record.kind in CHANGING_KINDS and record.status == "done":
+        if record is None or record.status in ACTIVE:
+            return
+        self.checks_outdated.emit()
+        if record.kind in CHANGING_KINDS and record.status == "done":
             self.library.refresh()
 
     def start_loading(self, probe: bool = True) -> None:

@@ -100,17 +100,19 @@ class WelcomePage(QWidget):
 
         def prepare():
             from guiapp.jobs.demo import prepare_demo
+            from guiapp.jobs.naming import default_output
 
-            return prepare_demo(folder)
+            # An earlier sample run's result is the user's: this run writes beside it ("merged-2").
+            return prepare_demo(folder), str(default_output(folder, "merged"))
 
-        call_in_background(prepare, lambda recipe: self._ready(recipe, folder), self._failed)
+        call_in_background(prepare, lambda prepared: self._ready(*prepared), self._failed)
 
-    def _ready(self, recipe, folder: Path) -> None:
+    def _ready(self, recipe, output: str) -> None:
         self.try_button.setEnabled(True)
         self.status.setText("The sample merge is ready on the Merge page: press Run merge.")
         set_status_style(self.status, "good")
-        self._sample_output = str(folder / "merged")
-        self.samples_ready.emit(recipe.document, self._sample_output)
+        self._sample_output = output
+        self.samples_ready.emit(recipe.document, output)
 
     def follow_job(self, record) -> None:
         """Keep the status about the sample merge true once it runs (a `JobRecord` of any job may come here)."""

@@ -92,3 +92,27 @@ def test_cli_worded_hints_read_as_window_actions(hint):
 def test_a_cache_folder_name_is_not_taken_for_a_flag():
     text = "/home/u/.cache/huggingface/hub/models--org--name is damaged."
     assert window_text(text) == text
+
+
+def test_a_suggested_new_name_taken_since_the_failure_is_replaced_by_a_free_one(tmp_path):
+    taken = tmp_path / "big-ties"
+    taken.mkdir()
+    error = OutputError(f"{taken} already exists.", retry_with={"output": str(tmp_path / "big-ties-2")})
+    explanation = asdict(explain(error))
+    (tmp_path / "big-ties-2").mkdir()  # written by another job after the failure (or before a restart)
+    actions = fix_actions(explanation, "failed", str(taken))
+    assert actions[0].label == "Retry with a new name: big-ties-3"
+    assert actions[0].changes == {"output": str(tmp_path / "big-ties-3")}
+
+
+def test_an_output_inside_an_input_model_offers_a_retry_beside_the_models(tmp_path):
+    from guiapp.engine.output_guard import check_output_location
+
+    model = tmp_path / "models" / "tiny-chat"
+    model.mkdir(parents=True)
+    (model / "config.json").write_text("{}")
+    with pytest.raises(OutputError) as caught:
+        check_output_location(model / "merged", [model], replace=False)
+    actions = _actions(caught.value, output=str(model / "merged"))
+    assert actions[0].action == RETRY_WITH and actions[0].changes == {"output": str(tmp_path / "models" / "merged")}
+    assert actions[0].label == "Retry in models/merged, beside the models"

@@ -76,7 +76,10 @@ def test_pair_check_applies_the_output_rule_before_the_job_would(models, tmp_pat
     assert free_output(problem.error) == (str(tmp_path / "lora-2"), "Use a new name: lora-2")
     assert check_pair(str(models["base"]), str(models["a"]), "cpu", str(taken), None, replace=True).ready
     inside = check_pair(str(models["base"]), str(models["a"]), "cpu", str(models["a"] / "lora"), None, replace=True)
-    assert [p.key for p in inside.errors] == [("output",)] and free_output(inside.errors[0].error) is None
+    assert [p.key for p in inside.errors] == [("output",)]
+    # Inside an input model: a free folder beside the models, named as chosen.
+    assert free_output(inside.errors[0].error, str(models["a"] / "lora")) == (
+        str(models["a"].parent / "lora"), f"Use {models['a'].parent.name}/lora, beside the models")
 
 
 def test_pair_check_says_which_input_is_at_fault(models, tmp_path):

@@ -123,3 +123,10 @@ def test_building_editors_opens_no_window_of_its_own(qtbot):
     finally:
         QApplication.instance().removeEventFilter(spy)
     assert spy.shown == []
+
+
+def test_recipe_words_name_whole_references_only():
+    from guiapp.jobs.plain_words import recipe_words
+
+    text = "org/a-v2 differs from org/a. /m/tiny-math is 1.5 (tensor model.embed_tokens.weight)."
+    assert recipe_words(text, None, ["org/a", "/m/tiny-math"]) == "org/a-v2 differs from a. tiny-math is 1.5."

@@ -39,3 +39,53 @@ def test_a_gated_models_problem_goes_once_signed_in(qtbot, window, models, hub_e
     qtbot.keyClick(token, Qt.Key.Key_Return)
     qtbot.waitUntil(page.run_button.isEnabled, timeout=30_000)  # checked again after signing in
     assert status.text() == "Ready." and "gated" not in page.models_message.text()
+
+
+def _linear(*models):
+    return {"merge_method": "linear", "models": [{"model": str(m), "parameters": {"weight": 0.5}} for m in models]}
+
+
+def test_the_merge_form_is_checked_again_once_its_job_has_written_the_output(qtbot, window, models, tmp_path):
+    page = window.merge
+    window.show_page("merge")
+    page.yaml_edit.setPlainText(yaml.safe_dump(_linear(models.tune_a, models.tune_b)))
+    page.output_edit.setText(str(tmp_path / "linear"))
+    qtbot.waitUntil(page.run_button.isEnabled, timeout=30_000)
+    qtbot.mouseClick(page.run_button, Qt.MouseButton.LeftButton)
+    assert wait_for_job(qtbot, window, window.jobs.selected).status == "done"
+    window.show_page("merge")
+    bar = page.run_box.action_bar
+    qtbot.waitUntil(lambda: bar.status.text().startswith("Fix:"), timeout=20_000)  # not "Ready." any more
+    assert "already exists" in bar.status.text() and not page.run_button.isEnabled()
+    assert bar.fix_button.text() == "Use a new name: linear-2"
+    assert bar.status.text().startswith("Fix: linear already exists")  # the folder's name: its path is above
+
+
+def test_the_lora_page_follows_a_retry_and_checks_its_form_again(qtbot, window, models, tmp_path):
+    page = window.lora
+    window.show_page("lora")
+    taken = tmp_path / "adapter"
+    taken.mkdir()  # empty: the failure suggests a new name
+    page.x_base.set_text(str(models.base))
+    page.x_model.set_text(str(models.tune_a))
+    page.x_out.setText(str(taken))
+    qtbot.waitUntil(lambda: page.x_bar.status.text().startswith("Fix:"), timeout=20_000)
+    failed = wait_for_job(qtbot, window, page.run_extract())  # as a user who ran it anyway would
+    assert failed.status == "failed" and "failed" in page.x_report.text()
+
+    retry = window.jobs.explanation.retry_button
+    assert retry is not None and retry.text() == "Retry with a new name: adapter-2"
+    qtbot.mouseClick(retry, Qt.MouseButton.LeftButton)
+    assert wait_for_job(qtbot, window, window.jobs.selected).status == "done"
+    assert "failed" not in page.x_report.text() and page.x_report.text().startswith("Adapter:")
+
+    page.x_out.setText(str(tmp_path / "adapter-2"))  # the folder the retry just wrote
+    qtbot.waitUntil(lambda: page.x_bar.status.text().startswith("Fix:"), timeout=20_000)
+    page.x_out.setText(str(tmp_path / "adapter-3"))
+    qtbot.waitUntil(page.x_run.isEnabled, timeout=20_000)
+    qtbot.mouseClick(page.x_run, Qt.MouseButton.LeftButton)
+    assert wait_for_job(qtbot, window, window.jobs.selected).status == "done"
+    window.show_page("lora")
+    qtbot.waitUntil(lambda: page.x_bar.status.text().startswith("Fix:"), timeout=20_000)  # its own output now
+    assert page.x_bar.status.text().startswith("Fix: adapter-3 already exists")
+    assert not page.x_run.isEnabled()

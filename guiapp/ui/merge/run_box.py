@@ -53,16 +53,17 @@ class RunBox(QGroupBox):
     def show_checking(self) -> None:
         self.action_bar.set_checking()
 
-    def show_check(self, result: Any, can_show: bool = False, fix: str | None = None) -> None:
+    def show_check(self, result: Any, can_show: bool = False, fix: str | None = None, first_error: str = "") -> None:
         """Show a `guiapp.jobs.validation.MergeCheck`'s estimate and fit, and whether the merge can run; for its
-        first error, `can_show` offers "Show me" and `fix` (in words) a one-click fix."""
+        first error (`first_error`: its text as the window words it, else its own), `can_show` offers "Show me"
+        and `fix` (in words) a one-click fix."""
         self._time = str(result.time) if result.time and not result.errors else ""
         self._show_summary()
         sizes = f"Reads {format_bytes(result.input_bytes)}; writes {format_bytes(result.output_bytes)}."
         if result.errors:
             self.estimate.setText(sizes if result.compatible else "The estimate appears once the recipe is valid.")
             self.fit_label.clear()
-            self.action_bar.set_blocked(result.errors[0].text, can_show, fix)
+            self.action_bar.set_blocked(first_error or result.errors[0].text, can_show, fix)
             return
         lines = [sizes]
         if result.fit is not None:

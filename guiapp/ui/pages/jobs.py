@@ -224,12 +224,15 @@ class JobsPage(QWidget):
         self.open_button.setEnabled(bool(record.output) and record.status == "done")
         if record.key in self.bridge.latest:  # this job's own last step, not the one shown before
             self._progress(record.key, self.bridge.latest[record.key])
-        else:
-            self.bar.setValue(0)
+        else:  # from the history: where it ended, when known
+            self.bar.setValue(int((record.last_fraction or 0.0) * 1000))
             for label in (self.stage, self.item, self.rate, self.eta):
                 label.clear()
-        if record.status == "done":
+            self.stage.setText(record.last_stage)
+        if record.status == "done":  # its last report may have been a step before the end
             self.bar.setValue(1000)
+            self.stage.setText("Finished")
+            self.item.clear()
         if not active:
             self.rate.clear()
             self.eta.clear()
@@ -255,7 +258,8 @@ class JobsPage(QWidget):
         if key != self.selected:
             return
         self.bar.setValue(int(event.fraction * 1000))
-        self.stage.setText(f"{event.stage} ({event.done} of {event.total})" if event.total else event.stage)
+        # "(1 of 1)" says nothing (and read as the whole job's count for a job over several models).
+        self.stage.setText(f"{event.stage} ({event.done} of {event.total})" if event.total > 1 else event.stage)
         self.item.setText(event.item)
         self.rate.setText(f"{event.rate / 1e6:.1f} MB/s" if event.rate else "")
         # Rounded up: "0 s" only when nothing is left; with bytes to go and no rate measured yet, say so.

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtGui import QShowEvent
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -34,6 +35,7 @@ from PySide6.QtWidgets import (
 )
 
 from guiapp.jobs.fixes import window_text
+from guiapp.jobs.plain_words import recipe_words
 from guiapp.jobs.validation import PairCheck, Problem, check_adapter, check_pair, free_output
 from guiapp.system.paths import expanded
 from guiapp.system.units import plural
@@ -83,6 +85,8 @@ class LoraPage(QWidget):
         self._apply_checker = LatestTask(500, self)
         state.probe_ready.connect(lambda _: self._refresh_capabilities())
         state.jobs.record_changed.connect(self._job_changed)
+        state.jobs.record_added.connect(self._follow_retry)
+        state.checks_outdated.connect(self.recheck)
         for picker in (self.x_base, self.x_model, self.a_base, self.a_adapter):
             picker.use_library(state.library)
         for signal in (self.rank_mode.currentIndexChanged, self.rank_value.valueChanged):
@@ -366,6 +370,14 @@ class LoraPage(QWidget):
         self.job_submitted.emit(record.key)
         return record.key
 
+    def _follow_retry(self, key: str) -> None:
+        """A retry of the extraction the report follows is that extraction now: its end is what the report says."""
+        record = self.state.jobs.record(key)
+        if record is not None and self._extract_key is not None and record.retry_of == self._extract_key:
+            self._extract_key = key
+            self.x_report.setText("Running again… (progress on the Jobs page)")
+            set_status_style(self.x_report, "muted")
+
     def _job_changed(self, key: str) -> None:
         if key != self._extract_key:
             return
@@ -476,14 +488,17 @@ class LoraPage(QWidget):
         self.a_estimate.setText("\n".join(lines))
 
     def _show_output_check(self, bar: ActionBar, check: PairCheck) -> None:
-        """Ready, or blocked on the output folder (taken: with the free name as the one-click fix)."""
+        """Ready, or blocked on the output folder (taken, or inside an input: with a free folder as the one-click
+        fix)."""
         problem = next((p for p in check.errors if p.key == OUTPUT_KEY), None)
-        free = free_output(problem.error) if problem else None
+        chosen = (self.x_out if bar is self.x_bar else self.a_out).text().strip()
+        free = free_output(problem.error, chosen) if problem else None
         self._free_outputs[bar] = free[0] if free else None
         if problem is None:
             bar.set_ready()
-        else:
-            bar.set_blocked(problem.text, fix=free[1] if free else None)
+        else:  # the folder's whole path is in its field: the name is enough
+            bar.set_blocked(recipe_words(problem.text, None, [chosen, str(expanded(chosen))] if chosen else []),
+                            fix=free[1] if free else None)
 
     def _use_free_output(self, bar: ActionBar, edit: QLineEdit) -> None:
         if self._free_outputs[bar]:
@@ -537,9 +552,15 @@ class LoraPage(QWidget):
         self.modules_toggle.setChecked(bool(self.include.text() or self.exclude.text()))  # never hidden when set
 
     def recheck(self) -> None:
-        """Check both forms again (what they depend on outside the page changed: a sign-in, offline mode)."""
+        """Check both forms again (what they depend on outside the page changed: a sign-in, offline mode, a job's
+        end, the library)."""
         self._extract_changed()
         self._apply_changed()
+
+    def showEvent(self, event: QShowEvent) -> None:  # noqa: N802 - Qt's name
+        """A folder may have appeared or gone while another page (or program) was in front: check again."""
+        super().showEvent(event)
+        self.recheck()
 
     def _refresh_capabilities(self) -> None:
         probe = self.state.probe

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QShowEvent
 from PySide6.QtWidgets import (
     QGroupBox,
     QLabel,
@@ -84,6 +85,7 @@ class MergePage(QWidget):
         state.methods_ready.connect(self.set_methods)
         state.methods_failed.connect(self._engine_failed)
         state.probe_ready.connect(lambda _: self._refresh_capabilities())
+        state.checks_outdated.connect(self.recheck)
         if state.methods is not None:
             self.set_methods(state.methods)
 
@@ -224,11 +226,15 @@ class MergePage(QWidget):
         self.table.add_row(ref, {}, explicit_defaults=True)
         self._form_changed()
 
-    def load_sample(self, document: dict[str, Any], output: str) -> None:
-        """Show the sample recipe, writing into `output` (replaced on each try, so the sample can be rerun)."""
+    def load_sample(self, document: dict[str, Any], output: str) -> bool:
+        """Show the sample recipe, writing into `output` (a free folder: Replace stays the user's own choice);
+        returns whether it took the place of a recipe naming models, which `undo()` brings back."""
+        self.recipe_panel.flush()  # a YAML edit not yet applied is part of the recipe Undo brings back
+        replaced = self.recipe.has_inputs() and self.document != document
         self.output_edit.setText(output)
-        self.overwrite_check.setChecked(True)
+        self.overwrite_check.setChecked(False)
         self.apply_document(document)
+        return replaced
 
     def set_base(self, ref: str) -> None:
         self.base_picker.set_text(ref)
@@ -342,7 +348,7 @@ class MergePage(QWidget):
         """Remember the problem blocking Run and its one-click fix on `document` (None: no fix), or the free folder
         `error` suggests for a taken output; returns whether a control can be shown for it and the fix's label."""
         self._problem = (key, message)
-        free = free_output(error)
+        free = free_output(error, self.output_edit.text().strip())
         self._free_output = free[0] if free else None
         self._fix = fix_for(key, document, self._method()) if document is not None else None
         self._fix_document = document or {}
@@ -406,8 +412,14 @@ class MergePage(QWidget):
     # --- validation ------------------------------------------------------------------------------------------
 
     def recheck(self) -> None:
-        """Check the recipe again (what it depends on outside the form changed: a sign-in, offline mode)."""
+        """Check the recipe again (what it depends on outside the form changed: a sign-in, offline mode, a job's
+        end, the library)."""
         self._schedule_validation()
+
+    def showEvent(self, event: QShowEvent) -> None:  # noqa: N802 - Qt's name
+        """A folder may have appeared or gone while another page (or program) was in front: check again."""
+        super().showEvent(event)
+        self.recheck()
 
     def _schedule_validation(self) -> None:
         if not self.methods:
@@ -444,18 +456,30 @@ class MergePage(QWidget):
         worst: dict[QLabel, str] = {}
         for problem in result.problems:
             label = labels[FIELD_OF_KEY.get(str(problem.key[0]) if problem.key else "", "models")]
-            shown.setdefault(label, []).append(problem.text)
+            shown.setdefault(label, []).append(problem.text)  # in the form's words once joined
             if problem.severity is Severity.ERROR or label not in worst:
                 worst[label] = "problem" if problem.severity is Severity.ERROR else "warning"
         for label, texts in shown.items():
-            show_message(label, window_text("\n".join(texts)) or None, worst.get(label, "problem"))
+            show_message(label, self._words("\n".join(texts)) or None, worst.get(label, "problem"))
         self.models_box.show_verdict(result)
         problem = result.errors[0] if result.errors else None
         can_show, fix = self._offer_fix(problem.key, problem.message, self.recipe.copy(), problem.error) \
             if problem else (False, None)
-        self.run_box.show_check(result, can_show, fix)
+        self.run_box.show_check(result, can_show, fix, self._words(problem.text) if problem else "")
         if result.compatible:  # the headers were read (a recipe error keeps the layers known so far)
             layer_chart.set_layer_count(result.layers)
+
+    def _words(self, text: str) -> str:
+        """A check's `text` as the window says it: the form's labels and the models' short names, no flag."""
+        from guiapp.jobs.plain_words import recipe_words
+
+        document = self.document
+        references = [document.get("base_model"), document.get("tokenizer_source")]
+        references += [entry.get("model") if isinstance(entry, dict) else entry
+                       for entry in document.get("models") or []]
+        output = self.output_edit.text().strip()  # its whole path is in the field above: the name is enough
+        references += [output, str(expanded(output))] if output else []
+        return window_text(recipe_words(text, self._method(), [str(r) for r in references if r]))
 
     def show_problem(self) -> bool:
         """Focus and outline the control that fixes the problem blocking Run; False when there is none."""

@@ -59,7 +59,7 @@ class ThroughputChart(ChartHost):
                 self.plot.getAxis(axis).setLabel(self.plot.getAxis(axis).labelText, color=self._label_colour)
         right = max([p[0] for p in self.points] + [self.actual or 0.0, 1.0])
         if self.estimate is not None and self.actual is not None:
-            low, high = _estimate_range(self.estimate)
+            low, high = _shaded_range(self.estimate)
             colour = pg.mkColor(self.series_colour(2))
             colour.setAlpha(60)
             self.marks = [pg.LinearRegionItem((low, high), movable=False, brush=pg.mkBrush(colour),
@@ -151,10 +151,20 @@ _ROUND_STEPS = (1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10)
 
 
 def _estimate_range(estimate: dict[str, Any]) -> tuple[float, float]:
+    """The estimate's own low and high ends, in seconds."""
     seconds = float(estimate["seconds"])
     low = estimate.get("low")
     high = estimate.get("high")
     return (float(low) if low is not None else seconds), (float(high) if high is not None else seconds)
+
+
+def _shaded_range(estimate: dict[str, Any]) -> tuple[float, float]:
+    """The range the verdict states ("about 10–20 s": 10 to 20 s), which the chart shades and the actual time is
+    judged against, so the picture and the words agree."""
+    from guiapp.system.units import duration_range_bounds
+
+    bottom, top, _ = duration_range_bounds(*_estimate_range(estimate))
+    return bottom, top
 
 
 def _actual_seconds(record: Any) -> float | None:
@@ -169,7 +179,7 @@ def _verdict(estimate: dict[str, Any] | None, actual: float | None) -> str:
     than it (up to 1.5 times outside it, the goal estimates are held to), or faster or slower than estimated."""
     if estimate is None or actual is None:
         return ""
-    low, high = _estimate_range(estimate)
+    low, high = _shaded_range(estimate)
     if actual > NEAR_RATIO * high:
         how = "slower than estimated"
     elif actual > high:
@@ -180,5 +190,5 @@ def _verdict(estimate: dict[str, Any] | None, actual: float | None) -> str:
         how = "a little faster than estimated"
     else:
         how = "within the estimate"
-    return (f"Estimated {roughly(low, high)} (shaded); took {format_seconds(actual)} "
+    return (f"Estimated {roughly(*_estimate_range(estimate))} (shaded); took {format_seconds(actual)} "
             f"(dashed line), {how}.")

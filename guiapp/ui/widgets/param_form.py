@@ -84,9 +84,9 @@ class ParamEditor(QWidget):
             tiny = _is_tiny(suggested_value(spec)) or (spec.maximum or 1) < 0.1
             self.spin.setDecimals(0 if spec.kind == "int" else TINY_DECIMALS if tiny else 4)
             self.spin.setSingleStep(1 if spec.kind == "int" else 0.05)
-            low = spec.minimum if spec.minimum is not None else -UNBOUNDED
-            high = spec.maximum if spec.maximum is not None else UNBOUNDED
-            self.spin.setRange(low, high)
+            # Any number can be typed or read from the YAML and is kept as it is (a box clamping 1.5 to 1 made the
+            # form and the recipe disagree); one outside the schema's range is marked here and said by the check.
+            self.spin.setRange(-UNBOUNDED, UNBOUNDED)
             self.spin.setMinimumWidth(72)
             self.spin.valueChanged.connect(self._spin_changed)
             self.slider_scale = _slider_scale(spec)
@@ -150,6 +150,7 @@ class ParamEditor(QWidget):
                 number = float(shown) if isinstance(shown, (int, float)) else 0.0
                 self.spin.setValue(number)
                 self._sync_slider(number)
+                self._mark_range(number)
         finally:
             self._updating = False
 
@@ -198,6 +199,7 @@ class ParamEditor(QWidget):
             return
         self._updating = True
         self._sync_slider(number)
+        self._mark_range(number)
         self._updating = False
         self._user_changed()
 
@@ -211,6 +213,15 @@ class ParamEditor(QWidget):
 
     def _sync_slider(self, number: float) -> None:
         self.slider.setValue(self.slider_scale.position_of(number))
+
+    def _mark_range(self, number: float) -> None:
+        """Mark the number box when `number` is outside the schema's range, its tooltip saying the range."""
+        allowed = allowed_range(self.spec)
+        outside = allowed is not None and not (
+            (self.spec.minimum is None or number >= self.spec.minimum)
+            and (self.spec.maximum is None or number <= self.spec.maximum))
+        set_status_style(self.spin, "problem" if outside else None)
+        self.spin.setToolTip(f"{number:g} is outside the allowed range: it must be {allowed}." if outside else "")
 
     def _choose_layers(self, varies: bool) -> None:
         self.layers_choice.setCurrentIndex(1 if varies else 0)
@@ -268,6 +279,16 @@ class SliderScale:
         """The span in the user's words: "0.000001 to 0.01, a power of ten at a time"."""
         span = f"{_plain_number(self.low)} to {_plain_number(self.high)}"
         return f"{span}, a power of ten at a time" if self.logarithmic else span
+
+
+def allowed_range(spec: Any) -> str | None:
+    """The schema's range in words ("between 0 and 1", "at least 0"), or None when any number is allowed."""
+    low, high = spec.minimum, spec.maximum
+    if low is not None and high is not None:
+        return f"between {_plain_number(low)} and {_plain_number(high)}"
+    if low is not None:
+        return f"at least {_plain_number(low)}"
+    return f"at most {_plain_number(high)}" if high is not None else None
 
 
 def _is_tiny(value: float) -> bool:
