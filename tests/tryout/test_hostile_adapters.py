@@ -1,0 +1,73 @@
+"""Hostile adapter configurations (adapter_config.json) for apply-lora, try and perplexity: every field the
+adapter's configuration gives is checked where it is read, with the field's name and the file in the message;
+a pattern that backtracks never runs without a time bound, in PEFT either."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from guiapp.jobs.runner import JobStatus, run_job
+from guiapp.jobs.specs import apply_job
+from guiapp.jobs.tryout import perplexity_job, try_job
+from guiapp.system.explain import explain
+from tests.faults.harness import fingerprint
+
+
+def _hostile(adapter: Path, folder: Path, **changes) -> Path:
+    """A copy of `adapter` whose adapter_config.json has `changes` (None removes nothing: it is written as null)."""
+    copy = Path(shutil.copytree(adapter, folder))
+    config_path = copy / "adapter_config.json"
+    config = json.loads(config_path.read_text())
+    config.update(changes)
+    config_path.write_text(json.dumps(config))
+    return copy
+
+
+def _refusal(job, inputs: list[Path]) -> str:
+    """Run `job`, which must fail with a recognised explanation that says what to do; the message shown."""
+    before = fingerprint(*inputs)
+    result = run_job(job)
+    assert result.status is JobStatus.FAILED, result.summary
+    explanation = explain(result.error)
+    assert explanation.recognised, explanation.render_text()
+    assert explanation.fix and "Traceback" not in explanation.what
+    assert fingerprint(*inputs) == before
+    return explanation.what
+
+
+BAD_FIELDS = [
+    ("r", 0), ("r", None), ("r", "abc"), ("r", -4), ("r", 2.5), ("r", True),
+    ("lora_alpha", "sixteen"), ("lora_alpha", None), ("lora_alpha", float("nan")),
+    ("target_modules", 7), ("target_modules", ["q_proj", 3]), ("target_modules", {"q_proj": 1}),
+    ("rank_pattern", ["q_proj"]), ("rank_pattern", {"q_proj": 0}), ("rank_pattern", {"q_proj": "four"}),
+    ("alpha_pattern", {"q_proj": -1}), ("alpha_pattern", {"q_proj": None}), ("alpha_pattern", "q_proj"),
+]
+
+
+@pytest.mark.parametrize(("field", "value"), BAD_FIELDS, ids=[f"{f}={v!r}" for f, v in BAD_FIELDS])
+def test_bad_field_in_adapter_config_for_apply_lora(field, value, causal_bf16, bf16_adapter, tmp_path):
+    hostile = _hostile(bf16_adapter, tmp_path / "hostile", **{field: value})
+    out = tmp_path / "out"
+    what = _refusal(apply_job(str(causal_bf16), str(hostile), out), [hostile, causal_bf16])
+    assert field in what and str(hostile / "adapter_config.json") in what
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(("field", "value"), [("r", "abc"), ("lora_alpha", None), ("target_modules", 7)])
+def test_bad_field_in_adapter_config_for_perplexity(field, value, causal_bf16, bf16_adapter, tmp_path, try_probe):
+    hostile = _hostile(bf16_adapter, tmp_path / "hostile", **{field: value})
+    what = _refusal(perplexity_job([f"{causal_bf16}+{hostile}"], "the cat sat on the mat", probe_result=try_probe),
+                    [hostile, causal_bf16])
+    assert field in what and str(hostile / "adapter_config.json") in what
+
+
+def test_backtracking_target_modules_in_try(causal_bf16, bf16_adapter, tmp_path, try_probe):
+    # PEFT matches a string target_modules with re.fullmatch on every module name, with no time bound.
+    hostile = _hostile(bf16_adapter, tmp_path / "hostile", target_modules="(.*){1,32000}[bc]")
+    what = _refusal(try_job([f"{causal_bf16}+{hostile}"], "the cat", max_new_tokens=2, probe_result=try_probe),
+                    [hostile, causal_bf16])
+    assert "target_modules" in what and "took more than" in what
