@@ -220,8 +220,11 @@ def _unsupported(source: ModelSource, config: dict[str, Any], error: Exception) 
 def _attach_adapter(model: Any, source: ModelSource) -> Any:
     import peft  # noqa: PLC0415 - peft and transformers take seconds to load; only Try jobs need them
 
+    from guiapp.engine.peft_config import resolved_lora_config  # noqa: PLC0415 - with peft above
+
+    config = resolved_lora_config(source.adapter_folder)  # PEFT gets no pattern from the file to run unbounded
     try:
-        return peft.PeftModel.from_pretrained(model, source.adapter_folder, is_trainable=False)
+        return peft.PeftModel.from_pretrained(model, source.adapter_folder, is_trainable=False, config=config)
     except (ValueError, KeyError, RuntimeError) as error:
         raise CheckpointError(
             f"The adapter {source.adapter_folder} does not fit {source.ref.base}: {str(error).splitlines()[0]}",

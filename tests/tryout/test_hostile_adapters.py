@@ -71,3 +71,28 @@ def test_backtracking_target_modules_in_try(causal_bf16, bf16_adapter, tmp_path,
     what = _refusal(try_job([f"{causal_bf16}+{hostile}"], "the cat", max_new_tokens=2, probe_result=try_probe),
                     [hostile, causal_bf16])
     assert "target_modules" in what and "took more than" in what
+
+
+def test_adapter_with_patterns_gives_what_peft_gives(causal_fp32, tmp_path):
+    # The patterns are resolved into exact module names before PEFT sees them: the result must not change.
+    import peft
+    import torch
+    import transformers
+
+    from guiapp.engine.inference import load_model, resolve_source
+
+    torch.manual_seed(5)
+    base = transformers.AutoModelForCausalLM.from_pretrained(causal_fp32, dtype=torch.float32)
+    config = peft.LoraConfig(r=4, lora_alpha=8, target_modules=r".*\.(q_proj|v_proj|down_proj)",
+                             rank_pattern={"v_proj": 2}, alpha_pattern={r"layers\.1\.mlp\.down_proj": 3},
+                             init_lora_weights=False, task_type="CAUSAL_LM")
+    peft.get_peft_model(base, config).save_pretrained(tmp_path / "adapter")
+    ids = torch.tensor([[1, 7, 9, 11, 13]])
+    direct = peft.PeftModel.from_pretrained(
+        transformers.AutoModelForCausalLM.from_pretrained(causal_fp32, dtype=torch.float32), tmp_path / "adapter")
+    loaded = load_model(resolve_source(f"{causal_fp32}+{tmp_path / 'adapter'}"), torch.float32, "cpu")
+    with torch.inference_mode():
+        expected, got = direct.eval()(input_ids=ids).logits, loaded.model(input_ids=ids).logits
+        plain = transformers.AutoModelForCausalLM.from_pretrained(causal_fp32)(input_ids=ids).logits
+    assert torch.allclose(got, expected, atol=1e-6)
+    assert not torch.allclose(got, plain, atol=1e-3)  # the adapter changes the output
