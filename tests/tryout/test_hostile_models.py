@@ -1,0 +1,77 @@
+"""Hostile models and texts for try and perplexity: a config.json that promises far more model than the weights
+hold is refused from headers before anything is built, a model that cannot fit in memory is refused before it
+is loaded, and a long text is tokenized and scored in bounded pieces."""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from guiapp.errors import CheckpointError, InsufficientResourcesError
+from guiapp.jobs.tryout import plan_try
+from guiapp.system.explain import explain
+
+ROOT = Path(__file__).resolve().parents[2]
+# A Try of the small test model peaks below 1 GB of address space; the hostile configs would build 3 GB or more.
+ADDRESS_SPACE_LIMIT = 2_000_000_000
+
+
+def _with_config(model: Path, folder: Path, **changes) -> Path:
+    copy = Path(shutil.copytree(model, folder))
+    config = json.loads((copy / "config.json").read_text())
+    config.update(changes)
+    (copy / "config.json").write_text(json.dumps(config))
+    return copy
+
+
+# Each would make transformers build gigabytes of weights the files do not hold (intermediate_size: 15 GB).
+INFLATED = [("num_hidden_layers", 20_000), ("hidden_size", 1_000_000), ("vocab_size", 10_000_000),
+            ("intermediate_size", 10_000_000)]
+
+
+@pytest.mark.parametrize(("field", "value"), INFLATED, ids=[field for field, _ in INFLATED])
+def test_config_promising_more_than_the_weights_is_refused_before_loading(field, value, causal_fp32, tmp_path,
+                                                                          try_probe):
+    hostile = _with_config(causal_fp32, tmp_path / "hostile", **{field: value})
+    with pytest.raises(CheckpointError) as refused:
+        plan_try([str(hostile)], probe_result=try_probe)
+    explanation = explain(refused.value)
+    assert field in explanation.what and str(hostile) in explanation.what and explanation.fix
+
+
+def test_config_with_20000_layers_ends_with_a_message_not_a_crash(causal_fp32, tmp_path, try_probe):
+    hostile = _with_config(causal_fp32, tmp_path / "hostile", num_hidden_layers=20_000)
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE_LIMIT, ADDRESS_SPACE_LIMIT))
+
+    done = subprocess.run([sys.executable, "-m", "guiapp", "try", str(hostile), "--prompt", "the cat",
+                           "--max-new-tokens", "2"], capture_output=True, text=True, timeout=180, preexec_fn=limit,
+                          cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert "num_hidden_layers" in done.stderr
+
+
+def test_model_larger_than_memory_is_refused_before_loading(tmp_path, try_probe):
+    # A real safetensors file whose one tensor is far larger than any test machine's memory, stored sparse.
+    vocab, hidden = 4_000_000, 16_384  # 262 GB in float32
+    folder = tmp_path / "huge"
+    folder.mkdir()
+    header = json.dumps({"model.embed_tokens.weight": {"dtype": "F32", "shape": [vocab, hidden],
+                                                       "data_offsets": [0, vocab * hidden * 4]}}).encode()
+    with open(folder / "model.safetensors", "wb") as stream:
+        stream.write(len(header).to_bytes(8, "little") + header)
+        stream.truncate(8 + len(header) + vocab * hidden * 4)
+    (folder / "config.json").write_text(json.dumps({
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": hidden, "vocab_size": vocab,
+        "num_hidden_layers": 0, "intermediate_size": 8, "num_attention_heads": 1, "tie_word_embeddings": True}))
+    with pytest.raises(InsufficientResourcesError) as refused:
+        plan_try([str(folder)], probe_result=try_probe)
+    assert "memory" in str(refused.value) and explain(refused.value).fix
