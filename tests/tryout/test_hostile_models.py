@@ -75,3 +75,42 @@ def test_model_larger_than_memory_is_refused_before_loading(tmp_path, try_probe)
     with pytest.raises(InsufficientResourcesError) as refused:
         plan_try([str(folder)], probe_result=try_probe)
     assert "memory" in str(refused.value) and explain(refused.value).fix
+
+
+def test_perplexity_of_a_text_in_pieces_equals_the_whole(causal_fp32):
+    # Its tokenizer splits on whitespace, so pieces cut at line ends and spaces give the same tokens as the whole.
+    import torch
+
+    from guiapp.engine.inference import load_model, perplexity, resolve_source
+    from tests.tryout.models import SENTENCES
+
+    loaded = load_model(resolve_source(str(causal_fp32)), torch.float32, "cpu")
+    text = "\n".join(SENTENCES * 6) + " " + "the cat sat on the mat " * 20
+    whole = perplexity(loaded, text, window=16)
+    pieces = perplexity(loaded, text, window=16, piece_characters=50)
+    assert (pieces.tokens, pieces.windows) == (whole.tokens, whole.windows)
+    assert pieces.perplexity == pytest.approx(whole.perplexity, rel=1e-6)
+
+
+_PEAK_CHILD = """
+import resource, sys, torch
+from pathlib import Path
+from guiapp.engine.inference import load_model, perplexity, resolve_source
+from tests.tryout.models import SENTENCES
+loaded = load_model(resolve_source(sys.argv[1]), torch.float32, "cpu")
+text = ("\\n".join(SENTENCES) + "\\n") * int(sys.argv[2])
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+result = perplexity(loaded, text)
+print(result.tokens, (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024)
+"""
+
+
+@pytest.mark.slow
+def test_perplexity_of_a_long_text_has_bounded_memory(causal_fp32):
+    # 2 MB of text: tokenized at once it took about 250 MB more (a 26 MB text ended in SIGABRT at 5 GB).
+    done = subprocess.run([sys.executable, "-c", _PEAK_CHILD, str(causal_fp32), "9000"], capture_output=True,
+                          text=True, timeout=600, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    tokens, growth = map(int, done.stdout.split())
+    assert tokens > 400_000
+    assert growth < 80_000_000, f"perplexity took {growth / 1e6:.0f} MB more for {tokens:,} tokens"
