@@ -396,6 +396,12 @@ def _read_adapter_config(folder: Path) -> AdapterConfig:
             f"{folder} is a DoRA adapter (use_dora: true); Mergesmith applies plain LoRA adapters only.",
             hint="Merge it with PEFT itself: PeftModel.from_pretrained(model, folder).merge_and_unload().",
         )
+    if config.document.get("layer_replication"):
+        raise CheckpointError(
+            f"{folder} rebuilds the base model with repeated layers (layer_replication in {config.path}), which "
+            "Mergesmith does not apply.",
+            hint="Merge it with PEFT itself: PeftModel.from_pretrained(model, folder).merge_and_unload().",
+        )
     if config.document.get("target_parameters"):
         raise CheckpointError(
             f"{folder} adapts parameters directly (target_parameters), which Mergesmith does not apply yet.",

@@ -96,3 +96,24 @@ def test_adapter_with_patterns_gives_what_peft_gives(causal_fp32, tmp_path):
         plain = transformers.AutoModelForCausalLM.from_pretrained(causal_fp32)(input_ids=ids).logits
     assert torch.allclose(got, expected, atol=1e-6)
     assert not torch.allclose(got, plain, atol=1e-3)  # the adapter changes the output
+
+
+def test_bad_field_in_adapter_config_read_for_its_metadata(bf16_adapter, tmp_path):
+    # `hub info` and merge planning read an adapter's configuration when it has no config.json.
+    from guiapp.errors import CheckpointError
+    from guiapp.hub.references import ModelRef
+    from guiapp.hub.resolve import read_model_metadata
+
+    hostile = _hostile(bf16_adapter, tmp_path / "hostile", lora_alpha="sixteen")
+    with pytest.raises(CheckpointError, match="lora_alpha"):
+        read_model_metadata(ModelRef.parse(str(hostile)))
+    assert read_model_metadata(ModelRef.parse(str(bf16_adapter))).config["r"] == 4
+
+
+@pytest.mark.parametrize("changes", [{"layer_replication": [[0, 2], [0, 2]]}], ids=["layer_replication"])
+def test_adapter_that_rebuilds_layers_is_refused(changes, causal_bf16, bf16_adapter, tmp_path, try_probe):
+    # PEFT would build the replicated layers; applying the adapter tensor by tensor would ignore them.
+    hostile = _hostile(bf16_adapter, tmp_path / "hostile", **changes)
+    what = _refusal(perplexity_job([f"{causal_bf16}+{hostile}"], "the cat sat on the mat", probe_result=try_probe),
+                    [hostile, causal_bf16])
+    assert "layer_replication" in what
