@@ -40,7 +40,7 @@ def check_config_matches_weights(config: Mapping[str, Any] | None, tensors: Mapp
     architecture = architecture_of(dict(config))
     layers = _present_layers(tensors)
     field, declared = _first_field(config, LAYER_FIELDS)
-    if field and declared > layers:
+    if field and layers and declared > layers:  # no layers found: names the table does not know (T5's `block`)
         raise _disagreement(label, field, declared, f"the weights hold {layers} layers")
     embedding = next((info for name, info in tensors.items() if name.endswith(".weight") and len(info.shape) == 2
                       and tensor_place(name, architecture).role is TensorRole.EMBEDDING), None)
@@ -50,9 +50,8 @@ def check_config_matches_weights(config: Mapping[str, Any] | None, tensors: Mapp
     vocab = config.get("vocab_size")
     if _is_count(vocab) and vocab != rows:
         raise _disagreement(label, "vocab_size", vocab, f"the token embedding {embedding.name} has {rows:,} rows")
-    field, hidden = ("embedding_size", config["embedding_size"]) if _is_count(config.get("embedding_size")) \
-        else _first_field(config, HIDDEN_FIELDS)
-    if field and hidden != width:
+    field, hidden = _first_field(config, HIDDEN_FIELDS)
+    if field and hidden != width and not _embedding_width_named(config, width):
         raise _disagreement(label, field, hidden, f"the token embedding {embedding.name} is {width:,} wide")
 
 
@@ -89,14 +88,14 @@ def check_fits_in_memory(label: str, needed: int, free: int, device: str) -> Non
 
 
 def _meta_shapes(config: Mapping[str, Any]) -> dict[str, tuple[int, ...]] | None:
-    """The shape of each parameter transformers would build for `config`, None when it cannot build it here (or
-    the config asks for code from the model's repository, which is never run)."""
+    """The shape of each parameter transformers would build for `config`; None when it cannot build it here, the
+    config asks for code from the model's repository (never run), or its weights are stored quantized."""
     import torch  # noqa: PLC0415 - with transformers below
     import transformers  # noqa: PLC0415 - seconds to import; only jobs that try models need it
 
     from guiapp.engine.inference import CAUSAL, model_kind  # noqa: PLC0415 - inference imports torch/transformers
 
-    if "auto_map" in config:
+    if "auto_map" in config or "quantization_config" in config:  # packed weights: the files hold fewer numbers
         return None
     try:
         built_config = transformers.AutoConfig.for_model(**dict(config))
@@ -131,6 +130,13 @@ def _present_layers(tensors: Mapping[str, TensorInfo]) -> int:
     """The layers the weights hold: one more than the highest index under any layer prefix."""
     indices = [place.layer.index for place in map(tensor_place, tensors) if place.layer is not None]
     return max(indices) + 1 if indices else 0
+
+
+def _embedding_width_named(config: Mapping[str, Any], width: int) -> bool:
+    """Whether the config gives the embeddings a width of their own that is `width` (ALBERT's embedding_size,
+    OPT's word_embed_proj_dim): then the hidden size may differ from it."""
+    return any(_is_count(value) and value == width for key, value in config.items()
+               if "embed" in key and "position" not in key)
 
 
 def _first_field(config: Mapping[str, Any], names: tuple[str, ...]) -> tuple[str | None, int]:

@@ -25,7 +25,6 @@ from guiapp.engine.devices import resolve_device, threads_restored, use_cpu_thre
 from guiapp.engine.model_card import copy_companion_files
 from guiapp.engine.output import PlannedTensor, ShardedWriter, StagedOutput, check_free_space, parse_size
 from guiapp.engine.peft_format import (
-    ADAPTER_CONFIG,
     ADAPTER_WEIGHTS,
     EMBEDDING_A,
     EMBEDDING_B,
