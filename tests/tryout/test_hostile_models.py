@@ -114,3 +114,22 @@ def test_perplexity_of_a_long_text_has_bounded_memory(causal_fp32):
     tokens, growth = map(int, done.stdout.split())
     assert tokens > 400_000
     assert growth < 80_000_000, f"perplexity took {growth / 1e6:.0f} MB more for {tokens:,} tokens"
+
+
+@pytest.mark.parametrize("family", ["t5", "opt", "albert", "gpt2"])
+def test_genuine_configurations_of_other_families_are_not_refused(family, tmp_path, try_probe):
+    # T5 names its layers block.N; OPT and ALBERT embed tokens narrower than their hidden size; GPT-2 says n_layer.
+    import transformers
+
+    config = {
+        "t5": lambda: transformers.T5Config(vocab_size=100, d_model=32, d_kv=8, d_ff=37, num_layers=2, num_heads=4),
+        "opt": lambda: transformers.OPTConfig(vocab_size=100, hidden_size=32, word_embed_proj_dim=16,
+                                              num_hidden_layers=2, ffn_dim=37, num_attention_heads=4),
+        "albert": lambda: transformers.AlbertConfig(vocab_size=100, embedding_size=16, hidden_size=32,
+                                                    num_hidden_layers=2, num_attention_heads=4, intermediate_size=37),
+        "gpt2": lambda: transformers.GPT2Config(vocab_size=100, n_embd=32, n_layer=2, n_head=4),
+    }[family]()
+    model_class = {"t5": transformers.T5ForConditionalGeneration, "opt": transformers.OPTForCausalLM,
+                   "albert": transformers.AlbertModel, "gpt2": transformers.GPT2LMHeadModel}[family]
+    model_class(config).save_pretrained(tmp_path / family)
+    assert plan_try([str(tmp_path / family)], probe_result=try_probe).models[0].loaded_bytes > 0
