@@ -85,8 +85,10 @@ class LoraAdapter:
     def open(cls, folder: Path | str, scale: float = 1.0) -> LoraAdapter:
         """Open the adapter in `folder` (adapter_config.json + adapter_model.safetensors or .bin).
 
-        Raises CheckpointError for a missing or damaged file, an adapter of another kind (not LoRA, DoRA) or
-        another format (kohya / LyCORIS keys), and SettingsError for a scale that is not a finite number.
+        Raises CheckpointError for a missing or damaged file, a configuration field PEFT never writes (see
+        `read_adapter_config`), a pattern past its time bound, an adapter of another kind (not LoRA, DoRA,
+        layer_replication) or another format (kohya / LyCORIS keys), and SettingsError for a scale that is not a
+        finite number.
         """
         folder = Path(folder)
         if not math.isfinite(scale):
@@ -452,12 +454,6 @@ def _lora_modules(config: AdapterConfig, keys: list[str], scale: float, folder: 
             if b_key not in keyset:
                 raise CheckpointError(f"{folder / ADAPTER_WEIGHTS} is incomplete: {key} has no matching {b_suffix}.")
             bias_key = key[: -len(a_suffix)] + LORA_B_BIAS
-            if not config.targets(module):
-                raise CheckpointError(
-                    f"{folder / ADAPTER_WEIGHTS} changes {module}, which target_modules in {config.path} does not "
-                    "name: the weights and the configuration do not belong together.",
-                    hint="Restore the adapter's original files (as PEFT saved them), or download the adapter again.",
-                )
             rank, alpha = config.rank_for(module), config.alpha_for(module)
             scaling = alpha / (math.sqrt(rank) if rslora else rank)
             modules[module] = LoraModule(module, key, b_key, bias_key if bias_key in keyset else None,

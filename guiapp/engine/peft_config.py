@@ -10,10 +10,9 @@ modules the adapter's weights actually change, and hands PEFT exact names only.
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
 from typing import Any
-
-import regex
 
 from guiapp.engine.lora_apply import LoraAdapter
 from guiapp.errors import CheckpointError
@@ -37,8 +36,8 @@ def resolved_lora_config(folder: Path) -> Any:
         exclude_modules=None,
         layers_to_transform=None,
         layers_pattern=None,
-        rank_pattern={regex.escape(name): lora.rank for name, lora in adapter.modules.items() if lora.rank != config.r},
-        alpha_pattern={regex.escape(name): lora.alpha for name, lora in adapter.modules.items()
+        rank_pattern={re.escape(name): lora.rank for name, lora in adapter.modules.items() if lora.rank != config.r},
+        alpha_pattern={re.escape(name): lora.alpha for name, lora in adapter.modules.items()
                        if lora.alpha != config.lora_alpha},
     )
     try:

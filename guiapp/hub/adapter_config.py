@@ -56,16 +56,6 @@ class AdapterConfig:
         """The alpha PEFT gives `module` (`alpha_pattern`, else `lora_alpha`); errors as `rank_for`."""
         return _pattern_value(self.alpha_pattern, module, self.lora_alpha)
 
-    def targets(self, module: str) -> bool:
-        """Whether `target_modules` names `module` as PEFT reads it: a string is a regex matching the whole name
-        ("all-linear": every linear layer), a list holds names or name suffixes; none given names every module.
-        Raises CheckpointError when the regex takes longer than the time bound to match."""
-        if self.target_modules is None:
-            return True
-        if isinstance(self.target_modules, BoundedPattern):
-            return self.target_modules.pattern == "all-linear" or bool(self.target_modules.fullmatch(module))
-        return any(module == name or module.endswith("." + name) for name in self.target_modules)
-
     def flag(self, name: str) -> bool:
         """A true/false field (use_rslora, fan_in_fan_out, use_dora…); absent or null is false.
         Raises CheckpointError when it holds anything but true, false or null."""

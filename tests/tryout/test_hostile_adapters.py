@@ -66,11 +66,21 @@ def test_bad_field_in_adapter_config_for_perplexity(field, value, causal_bf16, b
 
 
 def test_backtracking_target_modules_in_try(causal_bf16, bf16_adapter, tmp_path, try_probe):
-    # PEFT matches a string target_modules with re.fullmatch on every module name, with no time bound.
+    # PEFT matched a string target_modules with re.fullmatch on every module name, with no time bound: this one
+    # never finished. PEFT now gets the adapted modules by name, so the adapter works as its weights say.
     hostile = _hostile(bf16_adapter, tmp_path / "hostile", target_modules="(.*){1,32000}[bc]")
-    what = _refusal(try_job([f"{causal_bf16}+{hostile}"], "the cat", max_new_tokens=2, probe_result=try_probe),
+    tried = [run_job(try_job([f"{causal_bf16}+{adapter}"], "the cat", max_new_tokens=6, dtype="float32",
+                             probe_result=try_probe)) for adapter in (hostile, bf16_adapter)]
+    assert [result.status for result in tried] == [JobStatus.DONE, JobStatus.DONE], tried[0].error
+    assert tried[0].summary["generations"][0]["tokens"] == tried[1].summary["generations"][0]["tokens"]
+
+
+@pytest.mark.parametrize("pattern", ["(q_proj", "x" * 3000])
+def test_target_modules_that_is_no_pattern_is_refused(pattern, causal_bf16, bf16_adapter, tmp_path, try_probe):
+    hostile = _hostile(bf16_adapter, tmp_path / "hostile", target_modules=pattern)
+    what = _refusal(perplexity_job([f"{causal_bf16}+{hostile}"], "the cat sat on the mat", probe_result=try_probe),
                     [hostile, causal_bf16])
-    assert "target_modules" in what and "took more than" in what
+    assert "target_modules" in what and str(hostile / "adapter_config.json") in what
 
 
 def test_adapter_with_patterns_gives_what_peft_gives(causal_fp32, tmp_path):
