@@ -81,8 +81,10 @@ def plan_try(references: list[str], device: str = "cpu", dtype: str | None = Non
     """Decide each model's run dtype and whether all fit in memory together, from headers alone.
 
     `dtype` None keeps each model's storage dtype (as the probe allows). Raises SettingsError for no models or more
-    than four, DeviceError when the probe says the device cannot run the dtype at all, and the header readers'
-    CheckpointError / HubError subclasses.
+    than four, DeviceError when the probe says the device cannot run the dtype at all, CheckpointError when a
+    config.json does not describe its weights (`guiapp.engine.inference_plan`), InsufficientResourcesError when
+    one model's weights alone exceed the free memory, and the header readers' CheckpointError / HubError
+    subclasses.
     """
     import torch
 
