@@ -46,6 +46,7 @@ def test_config_promising_more_than_the_weights_is_refused_before_loading(field,
     assert field in explanation.what and str(hostile) in explanation.what and explanation.fix
 
 
+@pytest.mark.slow
 def test_config_with_20000_layers_ends_with_a_message_not_a_crash(causal_fp32, tmp_path, try_probe):
     hostile = _with_config(causal_fp32, tmp_path / "hostile", num_hidden_layers=20_000)
 
