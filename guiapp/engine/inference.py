@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +21,7 @@ import torch
 
 from guiapp.engine.devices import resolve_device
 from guiapp.engine.sampling import DEFAULT_TEMPERATURE, DEFAULT_TOP_P
+from guiapp.engine.text_windows import PIECE_CHARACTERS, token_pieces, windows
 from guiapp.errors import CheckpointError, SettingsError, UnsupportedModelError
 from guiapp.hub.model_config import read_model_config
 from guiapp.hub.references import ModelRef
@@ -219,8 +220,11 @@ def _unsupported(source: ModelSource, config: dict[str, Any], error: Exception) 
 def _attach_adapter(model: Any, source: ModelSource) -> Any:
     import peft  # noqa: PLC0415 - peft and transformers take seconds to load; only Try jobs need them
 
+    from guiapp.engine.peft_config import resolved_lora_config  # noqa: PLC0415 - with peft above
+
+    config = resolved_lora_config(source.adapter_folder)  # PEFT gets no pattern from the file to run unbounded
     try:
-        return peft.PeftModel.from_pretrained(model, source.adapter_folder, is_trainable=False)
+        return peft.PeftModel.from_pretrained(model, source.adapter_folder, is_trainable=False, config=config)
     except (ValueError, KeyError, RuntimeError) as error:
         raise CheckpointError(
             f"The adapter {source.adapter_folder} does not fit {source.ref.base}: {str(error).splitlines()[0]}",
@@ -331,37 +335,44 @@ class _StreamToListener:
 
 
 def perplexity(
-    loaded: LoadedModel, text: str, window: int = DEFAULT_WINDOW_TOKENS, progress: Progress | None = None
+    loaded: LoadedModel, text: str, window: int = DEFAULT_WINDOW_TOKENS, progress: Progress | None = None,
+    piece_characters: int = PIECE_CHARACTERS,
 ) -> PerplexityResult:
     """Perplexity of `loaded` on `text`, in windows of at most `window` tokens (and the model's context).
 
     Consecutive windows share one token, so every token after the first is predicted exactly once, from the
-    tokens before it in its window. Log-probabilities are summed in float32 whatever the model's dtype.
-    Cancelling `progress` stops between windows. Raises SettingsError when the text has fewer than two tokens
-    and UnsupportedModelError for an encoder.
+    tokens before it in its window. The text is tokenized in pieces of at most `piece_characters` and scored as
+    the windows come (`guiapp.engine.text_windows`), so memory stays bounded however long it is.
+    Log-probabilities are summed in float32 whatever the model's dtype. Cancelling `progress` stops between
+    windows. Raises SettingsError when the text has fewer than two tokens and UnsupportedModelError for an encoder.
     """
     if loaded.kind != CAUSAL:
         raise UnsupportedModelError(
             f"{loaded.label} is an encoder (like BERT): it does not predict the next word, so it has no perplexity.",
             hint="Compare encoders with the similarity of sentence pairs instead.")
     progress = progress or Progress()
-    ids = loaded.tokenizer(text, return_tensors="pt")["input_ids"][0]
-    if ids.numel() < 2:
-        raise SettingsError("The text is too short for perplexity: it needs at least two tokens.",
-                            hint="Paste a few sentences or more.", key="text")
     window = max(2, min(window, loaded.max_positions or window))
-    starts = list(range(0, ids.numel() - 1, window - 1))
-    progress.start_stage(f"Perplexity: {loaded.label}", total=len(starts))
-    total_nll, predicted = 0.0, 0
-    for start in starts:
-        chunk = ids[start:start + window].to(loaded.device)
+    progress.start_stage(f"Perplexity: {loaded.label}", total=len(text))
+    total_nll, predicted, count = 0.0, 0, 0
+
+    def read(pieces: Iterator[tuple[list[int], int]]) -> Iterator[list[int]]:
+        for ids, characters in pieces:
+            yield ids
+            progress.step("text read", units=characters)  # once the piece's windows are scored
+
+    for ids in windows(read(token_pieces(loaded.tokenizer, text, piece_characters)), window):
+        chunk = torch.tensor(ids, device=loaded.device)
         with torch.inference_mode():
             logits = loaded.model(input_ids=chunk[None]).logits[0, :-1].float()
         log_probs = torch.log_softmax(logits, dim=-1)
         total_nll -= log_probs.gather(1, chunk[1:, None]).sum().item()
         predicted += chunk.numel() - 1
-        progress.step(f"window of {chunk.numel()} tokens")
-    return PerplexityResult(loaded.label, math.exp(total_nll / predicted), predicted, len(starts))
+        count += 1
+        progress.step(f"window of {chunk.numel()} tokens", units=0)
+    if predicted == 0:
+        raise SettingsError("The text is too short for perplexity: it needs at least two tokens.",
+                            hint="Paste a few sentences or more.", key="text")
+    return PerplexityResult(loaded.label, math.exp(total_nll / predicted), predicted, count)
 
 
 def embedding(loaded: LoadedModel, sentence: str) -> torch.Tensor:

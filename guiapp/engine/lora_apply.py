@@ -20,12 +20,11 @@ from typing import Any
 
 import torch
 
-from guiapp.engine.checkpoint import TensorInfo, dtype_from_name, dtype_name, load_pickle_weights, read_json_object
+from guiapp.engine.checkpoint import TensorInfo, dtype_from_name, dtype_name, load_pickle_weights
 from guiapp.engine.devices import resolve_device, threads_restored, use_cpu_threads
 from guiapp.engine.model_card import copy_companion_files
 from guiapp.engine.output import PlannedTensor, ShardedWriter, StagedOutput, check_free_space, parse_size
 from guiapp.engine.peft_format import (
-    ADAPTER_CONFIG,
     ADAPTER_WEIGHTS,
     EMBEDDING_A,
     EMBEDDING_B,
@@ -33,14 +32,13 @@ from guiapp.engine.peft_format import (
     LORA_B,
     LORA_B_BIAS,
     PEFT_PREFIX,
-    compile_patterns,
     is_embedding,
     is_output_head,
-    pattern_value,
     split_module,
 )
 from guiapp.engine.sources import ModelReader, open_reader, read_headers
 from guiapp.errors import CheckpointError, IncompatibleModelsError, NonFiniteResultError, SettingsError
+from guiapp.hub.adapter_config import AdapterConfig, read_adapter_config
 from guiapp.hub.model_config import read_model_config
 from guiapp.hub.references import ModelRef
 from guiapp.progress import Progress
@@ -62,6 +60,8 @@ class LoraModule:
     bias_key: str | None
     transposed: bool  # B·A is the weight's transpose (embeddings, fan_in_fan_out layers such as GPT-2's Conv1D)
     scaling: float
+    rank: int  # the configuration's rank and alpha for this module (rank_pattern / alpha_pattern resolved)
+    alpha: float
 
 
 class LoraAdapter:
@@ -71,7 +71,7 @@ class LoraAdapter:
     module names onto base tensor names that carry an extra or a missing prefix (e.g. `bert.`).
     """
 
-    def __init__(self, folder: Path, config: dict[str, Any], tensors: dict[str, Any], scale: float) -> None:
+    def __init__(self, folder: Path, config: AdapterConfig, tensors: dict[str, Any], scale: float) -> None:
         self.folder = folder
         self.config = config
         self.scale = scale
@@ -86,8 +86,10 @@ class LoraAdapter:
     def open(cls, folder: Path | str, scale: float = 1.0) -> LoraAdapter:
         """Open the adapter in `folder` (adapter_config.json + adapter_model.safetensors or .bin).
 
-        Raises CheckpointError for a missing or damaged file, an adapter of another kind (not LoRA, DoRA) or
-        another format (kohya / LyCORIS keys), and SettingsError for a scale that is not a finite number.
+        Raises CheckpointError for a missing or damaged file, a configuration field PEFT never writes (see
+        `read_adapter_config`), a pattern past its time bound, an adapter of another kind (not LoRA, DoRA,
+        layer_replication) or another format (kohya / LyCORIS keys), and SettingsError for a scale that is not a
+        finite number.
         """
         folder = Path(folder)
         if not math.isfinite(scale):
@@ -103,7 +105,7 @@ class LoraAdapter:
     @property
     def base_model(self) -> str | None:
         """The base model the adapter says it was made for (`base_model_name_or_path`), if any."""
-        return self.config.get("base_model_name_or_path")
+        return self.config.base_model
 
     def check_base(self, base_tensors: dict[str, TensorInfo], base_label: str) -> None:
         """Check that every adapted module and replaced tensor exists in the base with a matching shape.
@@ -383,27 +385,26 @@ def _out_dtype(name: str | None) -> torch.dtype | None:
         raise SettingsError(str(error), hint="Use bfloat16, float16 or float32.", key="dtype") from None
 
 
-def _read_adapter_config(folder: Path) -> dict[str, Any]:
-    path = folder / ADAPTER_CONFIG
-    if not path.is_file():
-        full_model = " (it holds a full model)" if (folder / "config.json").is_file() else ""
+def _read_adapter_config(folder: Path) -> AdapterConfig:
+    """The adapter's checked configuration (`read_adapter_config`), refused unless it is a plain LoRA adapter."""
+    config = read_adapter_config(folder)
+    if config.peft_type != "LORA":
         raise CheckpointError(
-            f"{folder} has no {ADAPTER_CONFIG}, so it is not a PEFT adapter folder{full_model}.",
-            hint="Choose the folder that holds adapter_config.json and adapter_model.safetensors.",
-        )
-    config = read_json_object(path, hint="Restore the adapter's original file.")
-    kind = str(config.get("peft_type", "")).upper()
-    if kind != "LORA":
-        raise CheckpointError(
-            f"{folder} is a {kind or 'unknown'} adapter; Mergesmith applies LoRA adapters only.",
+            f"{folder} is a {config.peft_type or 'unknown'} adapter; Mergesmith applies LoRA adapters only.",
             hint="Merge it with PEFT itself: PeftModel.from_pretrained(model, folder).merge_and_unload().",
         )
-    if config.get("use_dora"):
+    if config.flag("use_dora"):
         raise CheckpointError(
             f"{folder} is a DoRA adapter (use_dora: true); Mergesmith applies plain LoRA adapters only.",
             hint="Merge it with PEFT itself: PeftModel.from_pretrained(model, folder).merge_and_unload().",
         )
-    if config.get("target_parameters"):
+    if config.document.get("layer_replication"):
+        raise CheckpointError(
+            f"{folder} rebuilds the base model with repeated layers (layer_replication in {config.path}), which "
+            "Mergesmith does not apply.",
+            hint="Merge it with PEFT itself: PeftModel.from_pretrained(model, folder).merge_and_unload().",
+        )
+    if config.document.get("target_parameters"):
         raise CheckpointError(
             f"{folder} adapts parameters directly (target_parameters), which Mergesmith does not apply yet.",
             hint="Merge it with PEFT itself: PeftModel.from_pretrained(model, folder).merge_and_unload().",
@@ -440,11 +441,8 @@ def _read_adapter_tensors(folder: Path) -> dict[str, Any]:
     return tensors
 
 
-def _lora_modules(config: dict[str, Any], keys: list[str], scale: float, folder: Path) -> dict[str, LoraModule]:
-    r_default = int(config.get("r", 8))
-    alpha_default = float(config.get("lora_alpha", r_default))
-    rank_pattern = compile_patterns(config.get("rank_pattern") or {}, "rank_pattern")
-    alpha_pattern = compile_patterns(config.get("alpha_pattern") or {}, "alpha_pattern")
+def _lora_modules(config: AdapterConfig, keys: list[str], scale: float, folder: Path) -> dict[str, LoraModule]:
+    rslora, transposed_weights = config.flag("use_rslora"), config.flag("fan_in_fan_out")
     keyset = set(keys)
     modules: dict[str, LoraModule] = {}
     for key in keys:
@@ -457,13 +455,10 @@ def _lora_modules(config: dict[str, Any], keys: list[str], scale: float, folder:
             if b_key not in keyset:
                 raise CheckpointError(f"{folder / ADAPTER_WEIGHTS} is incomplete: {key} has no matching {b_suffix}.")
             bias_key = key[: -len(a_suffix)] + LORA_B_BIAS
-            rank = int(pattern_value(rank_pattern, module, r_default))
-            alpha = float(pattern_value(alpha_pattern, module, alpha_default))
-            scaling = alpha / (math.sqrt(rank) if config.get("use_rslora") else rank)
-            transposed = embedding or bool(config.get("fan_in_fan_out"))
-            modules[module] = LoraModule(
-                module, key, b_key, bias_key if bias_key in keyset else None, transposed, scaling * scale
-            )
+            rank, alpha = config.rank_for(module), config.alpha_for(module)
+            scaling = alpha / (math.sqrt(rank) if rslora else rank)
+            modules[module] = LoraModule(module, key, b_key, bias_key if bias_key in keyset else None,
+                                         embedding or transposed_weights, scaling * scale, rank, alpha)
     return modules
 
 

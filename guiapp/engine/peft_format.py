@@ -12,11 +12,9 @@ from __future__ import annotations
 from typing import Any
 
 from guiapp.engine.layers import TensorRole, tensor_place
-from guiapp.errors import CheckpointError
-from guiapp.system.bounded import BoundedPattern, describe_value
+from guiapp.hub.adapter_config import ADAPTER_CONFIG as ADAPTER_CONFIG  # the reader of that file lives in hub
 
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
-ADAPTER_CONFIG = "adapter_config.json"
 PEFT_PREFIX = "base_model.model."
 LORA_A, LORA_B = "lora_A.weight", "lora_B.weight"
 LORA_B_BIAS = "lora_B.bias"
@@ -71,24 +69,3 @@ def task_type_for(config: dict[str, Any] | None) -> str:
     if architecture.endswith(("ForCausalLM", "LMHeadModel", "ForConditionalGeneration")):
         return "CAUSAL_LM"
     return "FEATURE_EXTRACTION"
-
-
-def compile_patterns(patterns: Any, label: str) -> list[tuple[BoundedPattern, Any]]:
-    """A rank_pattern/alpha_pattern (`label`) as bounded regexes matching module names as PEFT does (the key as
-    a name suffix), each with its value. Matching raises CheckpointError when a key backtracks past the bound.
-
-    Raises CheckpointError when `patterns` is not a mapping or a key is not a valid pattern.
-    """
-    if not isinstance(patterns, dict):
-        raise CheckpointError(f"{label} in adapter_config.json must be a mapping, not {describe_value(patterns)}.")
-    return [(BoundedPattern(rf"(.*\.)?({key})$", f"{label} key {describe_value(key)}", CheckpointError), value)
-            for key, value in patterns.items()]
-
-
-def pattern_value(patterns: list[tuple[BoundedPattern, Any]], module: str, default: Any) -> Any:
-    """The value PEFT gives `module` from compiled rank_pattern/alpha_pattern entries (the first key that matches)."""
-    for pattern, value in patterns:
-        if pattern.match(module):
-            return value
-    return default
-

@@ -11,26 +11,22 @@ import tempfile
 from pathlib import Path
 
 from guiapp.errors import CheckpointError, MergesmithError
+from guiapp.hub.adapter_config import read_adapter_config
 from guiapp.system.bounded import JSON_BYTES, load_json_limited
 from guiapp.system.paths import resolved, settings_file
 
 SETTINGS_NAME = "local_folders.json"
 # Entries of a chosen folder looked at for model folders inside it (a folder of models, chosen once).
 SUBFOLDERS_SCANNED = 1000
-# An adapter_config.json is a few hundred bytes; a far larger one is not read.
-_MAX_ADAPTER_CONFIG_BYTES = 1_000_000
 
 
 def adapter_base(folder: Path | str) -> str | None:
     """The base model an adapter folder says it was made for (adapter_config.json's base_model_name_or_path);
     None when `folder` is not an adapter (or its configuration cannot be read) or does not name one."""
-    config = Path(folder) / "adapter_config.json"
     try:
-        base = load_json_limited(config, _MAX_ADAPTER_CONFIG_BYTES, MergesmithError,
-                                 what="adapter configuration").get("base_model_name_or_path")
-    except (MergesmithError, AttributeError):
+        return read_adapter_config(folder).base_model
+    except MergesmithError:
         return None
-    return base if isinstance(base, str) and base.strip() else None
 
 
 def list_local_folders() -> list[Path]:

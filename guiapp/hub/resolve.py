@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from guiapp.errors import CheckpointError, OfflineError
+from guiapp.hub.adapter_config import ADAPTER_CONFIG, read_adapter_config
 from guiapp.hub.connection import HubConnection, is_offline
 from guiapp.hub.details import remote_tensors
 from guiapp.hub.downloads import download_models
@@ -18,9 +19,8 @@ from guiapp.hub.headers import TensorRecord, read_folder_headers
 from guiapp.hub.model_config import CONFIG_FILE, read_model_config
 from guiapp.hub.references import ModelRef
 from guiapp.progress import Progress
-from guiapp.system.bounded import JSON_BYTES, load_json_limited
 
-CONFIG_FILES = ("config.json", "adapter_config.json")
+CONFIG_FILES = ("config.json", ADAPTER_CONFIG)
 
 
 @dataclass(frozen=True)
@@ -143,13 +143,12 @@ def _cached_snapshot(ref: ModelRef) -> Path:
 
 
 def _read_config(folder: Path, label: str) -> dict[str, Any]:
-    for name in CONFIG_FILES:
-        path = folder / name
-        if path.is_file():
-            if name == CONFIG_FILE:
-                return read_model_config(path)
-            return load_json_limited(path, JSON_BYTES, CheckpointError, what="model configuration",
-                                     hint="Restore or re-download it.")
+    """config.json through the one checked reader of model configs, or for an adapter its adapter_config.json
+    through the adapters' one checked reader."""
+    if (folder / CONFIG_FILE).is_file():
+        return read_model_config(folder / CONFIG_FILE)
+    if (folder / ADAPTER_CONFIG).is_file():
+        return read_adapter_config(folder).document
     raise CheckpointError(
         f"{label} has no config.json, so its architecture is unknown.",
         hint="Choose a folder with a complete model (config.json next to the weights).",

@@ -81,11 +81,14 @@ def plan_try(references: list[str], device: str = "cpu", dtype: str | None = Non
     """Decide each model's run dtype and whether all fit in memory together, from headers alone.
 
     `dtype` None keeps each model's storage dtype (as the probe allows). Raises SettingsError for no models or more
-    than four, DeviceError when the probe says the device cannot run the dtype at all, and the header readers'
-    CheckpointError / HubError subclasses.
+    than four, DeviceError when the probe says the device cannot run the dtype at all, CheckpointError when a
+    config.json does not describe its weights (`guiapp.engine.inference_plan`), InsufficientResourcesError when
+    one model's weights alone exceed the free memory, and the header readers' CheckpointError / HubError
+    subclasses.
     """
     import torch
 
+    from guiapp.engine.inference_plan import check_built_size, check_config_matches_weights, check_fits_in_memory
     from guiapp.engine.sources import read_headers
     from guiapp.hub.references import ModelRef
     from guiapp.system.capabilities import inference_option
@@ -97,9 +100,14 @@ def plan_try(references: list[str], device: str = "cpu", dtype: str | None = Non
         raise SettingsError(f"Try compares one to {MAX_MODELS} models; {len(references)} were given.",
                             hint=f"Pick between one and {MAX_MODELS} models.", key="models")
     probe_result = probe_result or probe()
+    free = memory().available if device == "cpu" else (gpu_memory(device).free or 0)
     plans = []
     for reference in references:
         headers = read_headers(ModelRef.parse(reference))
+        # Before anything is built: transformers allocates the model config.json describes, weights or not.
+        check_config_matches_weights(headers.config, headers.tensors, reference)
+        if headers.config:
+            check_built_size(headers.config, headers.tensors, reference)
         storage = dtype or _storage_dtype(headers.tensors.values())
         chosen = inference_option(probe_result, device, storage)
         if not chosen.possible:
@@ -107,10 +115,11 @@ def plan_try(references: list[str], device: str = "cpu", dtype: str | None = Non
                               hint="Pick another device or dtype; the dropdowns offer what works here.",
                               retry_with={"device": "cpu"} if device != "cpu" else None)
         parameters = sum(info.numel for info in headers.tensors.values())
-        loaded = int(parameters * getattr(torch, chosen.compute_dtype).itemsize * _LOADED_MODEL_OVERHEAD)
+        weights = parameters * getattr(torch, chosen.compute_dtype).itemsize
+        check_fits_in_memory(reference, weights, free, device)
+        loaded = int(weights * _LOADED_MODEL_OVERHEAD)
         plans.append(TryModelPlan(reference, storage, chosen.compute_dtype, chosen.note, loaded))
     needed = sum(p.loaded_bytes for p in plans)
-    free = memory().available if device == "cpu" else (gpu_memory(device).free or 0)
     together = needed <= free
     what = "The model fits in memory" if len(plans) == 1 else f"All {len(plans)} models fit in memory together"
     reason = (f"{what} ({format_bytes(needed)} of {format_bytes(free)} free)."

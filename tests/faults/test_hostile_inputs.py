@@ -169,6 +169,20 @@ def test_backtracking_rank_pattern_in_an_adapter(trio, adapter, tmp_path, warm_c
     seen("inputs", "backtracking rank_pattern in an adapter", f"{title}: {what}")
 
 
+@pytest.mark.parametrize(("field", "value"), [("r", "abc"), ("r", 0), ("lora_alpha", None),
+                                               ("target_modules", 7), ("alpha_pattern", {"q_proj": -1})])
+def test_adapter_config_field_that_peft_never_writes(field, value, trio, adapter, tmp_path, warm_cli, seen):
+    hostile = Path(shutil.copytree(adapter, tmp_path / "hostile-adapter"))
+    config_path = hostile / "adapter_config.json"
+    config_path.write_text(json.dumps({**json.loads(config_path.read_text()), field: value}))
+    out = tmp_path / "out"
+    title, what = _refused(_cli(warm_cli, "apply-lora", "--base", str(trio.base), "--adapter", str(hostile),
+                                "--out", str(out)))
+    assert field in what and "adapter_config.json" in what
+    assert not out.exists() and leftovers(tmp_path) == []
+    seen("inputs", f"adapter_config.json with {field}: {value!r}", f"{title}: {what}")
+
+
 def test_explain_with_a_long_run_of_dotted_words(warm_cli, seen):
     done = _cli(warm_cli, "explain", "-", stdin="a." * 100_000 + "\n")
     assert done.returncode in (0, 1) and "Traceback" not in done.stderr
