@@ -562,7 +562,7 @@ def set_aside_unstreamable(model: Any) -> tuple[str, ...]:
     than per call. Settings that still ask for another mode, greedy or sampled, are replaced by the token ids
     alone."""
     from transformers import GenerationConfig  # noqa: PLC0415 - seconds to load; only Try jobs need it
-    from transformers.generation.configuration_utils import GenerationMode  # noqa: PLC0415
+    from transformers.generation.configuration_utils import GenerationMode  # noqa: PLC0415 - as above
 
     config = getattr(model, "generation_config", None)
     if config is None:

@@ -37,7 +37,7 @@ def _limit_memory(extra_bytes: int) -> None:
 def render(request: dict[str, Any]) -> dict[str, Any]:
     """The answer for one request; never raises for anything the template does."""
     import jinja2  # noqa: PLC0415 - imported by main() before the memory limit is set
-    from transformers.utils.chat_template_utils import render_jinja_template  # noqa: PLC0415
+    from transformers.utils.chat_template_utils import render_jinja_template  # noqa: PLC0415 - as jinja2
 
     _limit_memory(request["memory_bytes"])
     try:
