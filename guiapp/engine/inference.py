@@ -35,6 +35,7 @@ import torch
 from guiapp.engine.devices import resolve_device
 from guiapp.engine.sampling import DEFAULT_TEMPERATURE, DEFAULT_TOP_P, LONG_PROMPT_CHOICES, REFUSE, TRUNCATE
 from guiapp.errors import CheckpointError, MergesmithError, SettingsError, UnsupportedModelError
+from guiapp.hub.merge_files import TOKENIZER_FILES
 from guiapp.hub.references import ModelRef
 from guiapp.progress import Progress
 from guiapp.system.bounded import JSON_BYTES, TOKENIZER_JSON_BYTES, load_json_limited, open_regular_file
@@ -52,9 +53,7 @@ MAX_TEXT_BYTES = 32 * 1024 * 1024
 TextListener = Callable[[str], None]
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 # The files transformers reads to build a tokenizer and generation settings; each must be a regular file.
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
-                   "tokenizer.model", "vocab.txt", "vocab.json", "merges.txt", "chat_template.jinja",
-                   "chat_template.json", "generation_config.json")
+READ_BY_TRANSFORMERS = (*sorted(TOKENIZER_FILES), "generation_config.json")
 # Files whose "auto_map" names classes defined by Python code in the model's folder or repository.
 AUTO_MAP_FILES = ("config.json", "tokenizer_config.json", "adapter_config.json", "processor_config.json",
                   "preprocessor_config.json")
@@ -281,9 +280,9 @@ def refuse_model_code(folder: Path, label: str) -> None:
 
 
 def _check_regular_files(folder: Path) -> None:
-    """Raise CheckpointError naming the first of `TOKENIZER_FILES` in `folder` that is not a regular file (a pipe
+    """Raise CheckpointError naming the first of `READ_BY_TRANSFORMERS` in `folder` that is not a regular file (a pipe
     or a device such as /dev/zero, which transformers would wait on or read without end) or is too large."""
-    for name in TOKENIZER_FILES:
+    for name in READ_BY_TRANSFORMERS:
         path = folder / name
         if not os.path.lexists(path):
             continue

@@ -121,6 +121,33 @@ def test_a_native_panic_in_a_job_fails_the_job_and_is_explained(causal_fp32, tmp
     assert explanation.recognised and "stopped on an internal error" in explanation.what, explanation.render_text()
 
 
+def test_the_window_runner_survives_a_native_panic_and_runs_the_next_job(causal_fp32, tmp_path):
+    """The window's worker thread would die of a panic, and every job after it would wait forever."""
+    import threading
+
+    from tokenizers import Tokenizer
+
+    from guiapp.jobs.runner import JobListeners, JobRunner
+
+    tokenizer = Tokenizer.from_file(str(_backtracking_tokenizer(causal_fp32, tmp_path) / "tokenizer.json"))
+    results, finished = [], threading.Event()
+
+    def done(result) -> None:
+        results.append(result)
+        if len(results) == 2:
+            finished.set()
+
+    runner = JobRunner()
+    try:
+        runner.submit(Job("panics", "try", {}, lambda progress: tokenizer.encode("a" * 3000 + "!")),
+                      JobListeners(on_done=done))
+        runner.submit(Job("works", "try", {}, lambda progress: {"fine": True}), JobListeners(on_done=done))
+        assert finished.wait(60), f"the runner stopped after {len(results)} job(s)"
+    finally:
+        runner.shutdown(timeout=10)
+    assert [result.status for result in results] == [JobStatus.FAILED, JobStatus.DONE]
+
+
 def test_keyboard_interrupt_still_ends_a_job():
     def interrupted(progress):
         raise KeyboardInterrupt
