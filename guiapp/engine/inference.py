@@ -115,11 +115,7 @@ class LoadedModel:
 
     @property
     def tokenizer_file(self) -> Path | None:
-        """The file the tokenizer came from (tokenizer.json, else its folder), for messages about it."""
-        if self.tokenizer_folder is None:
-            return None
-        file = self.tokenizer_folder / "tokenizer.json"
-        return file if file.is_file() else self.tokenizer_folder
+        return _tokenizer_file(self.tokenizer_folder) if self.tokenizer_folder is not None else None
 
     @property
     def max_positions(self) -> int | None:
@@ -355,7 +351,7 @@ def _load_tokenizer(source: ModelSource) -> tuple[Any, Path]:
     for folder in (source.folder, source.adapter_folder):
         if folder is not None and any((folder / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json",
                                                                                 "tokenizer.model", "vocab.txt")):
-            with _tokenizer_in_use(source.label, folder, "loading it"):
+            with _tokenizer_in_use(source.label, _tokenizer_file(folder), "loading it"):
                 return transformers.AutoTokenizer.from_pretrained(folder, trust_remote_code=False), folder
     raise CheckpointError(
         f"{source.label} has no tokenizer (no tokenizer.json or tokenizer_config.json in its folder).",
@@ -364,6 +360,12 @@ def _load_tokenizer(source: ModelSource) -> tuple[Any, Path]:
         hint="Copy the tokenizer files of the model it came from into the folder; merges made by Mergesmith "
         "copy them from the base model.",
     )
+
+
+def _tokenizer_file(folder: Path) -> Path:
+    """The file a tokenizer in `folder` comes from (tokenizer.json, else the folder), for messages about it."""
+    file = folder / "tokenizer.json"
+    return file if file.is_file() else folder
 
 
 @contextmanager

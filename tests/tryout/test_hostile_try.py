@@ -109,6 +109,16 @@ def test_a_tokenizer_that_panics_is_named_not_a_traceback(causal_fp32, try_probe
     assert "tokenizer.json" in said and "cannot be used" in said and "retry-limit" in said, said
 
 
+def test_a_tokenizer_that_cannot_be_built_is_named(causal_fp32, try_probe, tmp_path):
+    folder = _variant(causal_fp32, tmp_path)
+    _edit_json(folder / "tokenizer.json", pre_tokenizer={**BACKTRACKING, "pattern": {"Regex": "(unclosed"}})
+    result = _try_in_process(folder)
+    assert result.status is JobStatus.FAILED
+    explanation = explain(result.error)
+    assert explanation.recognised and "tokenizer.json" in explanation.what and "cannot be used" in explanation.what \
+        and "loading it failed" in explanation.what, explanation.render_text()
+
+
 def test_a_native_panic_in_a_job_fails_the_job_and_is_explained(causal_fp32, tmp_path):
     """A Rust panic is a BaseException: the job boundary catches it, and the explanation names it."""
     from tokenizers import Tokenizer
@@ -257,6 +267,14 @@ def test_a_generation_mode_try_cannot_stream_is_overridden_and_said(settings, sa
     notes = [line for line in result.log if said in line]
     assert len(notes) == 1 and "generation_config.json" in notes[0], result.log
     assert result.summary["generations"][0]["tokens"]
+
+
+def test_a_generation_mode_moved_to_the_hub_is_not_called_model_code():
+    pasted = ("ValueError: Dola Generation requires `trust_remote_code=True` in your `generate` call, since it loads "
+              "https://hf.co/transformers-community/dola.")
+    explanation = explain(pasted)
+    assert explanation.kind == "generation_mode_on_the_hub", explanation.render_text()
+    assert "Dola Generation" in explanation.what and "ships Python code" not in explanation.what
 
 
 def test_a_prompt_with_bytes_that_are_not_utf8_is_decoded_with_replacement_and_said(causal_fp32, try_probe):
