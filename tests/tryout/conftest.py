@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,7 +14,7 @@ from guiapp.system.probe import (
     store,
 )
 from tests.support.fixtures import hub_env, hub_server  # noqa: F401 - fixtures for the Hub model test
-from tests.support.warm_cli import WarmCli
+from tests.support.warm_cli import warm_cli  # noqa: F401 - the hostile-model cases use it
 from tests.tryout.models import write_causal, write_encoder, write_lora_adapter
 
 
@@ -52,10 +51,3 @@ def bf16_adapter(causal_bf16: Path) -> Path:
 @pytest.fixture(scope="session")
 def encoder(tmp_path_factory) -> Path:
     return write_encoder(tmp_path_factory.mktemp("try") / "encoder")
-
-
-@pytest.fixture(scope="session")
-def warm_cli() -> Iterator[WarmCli]:
-    """`mergesmith ARGS` in a fresh (forked) process per case, torch imported once: `warm_cli.run(args, ...)`."""
-    with WarmCli() as cli:
-        yield cli
