@@ -51,6 +51,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as error:  # every failure ends as an explanation, never a bare traceback
         _print_explanation(error, args)
         return EXIT_FAILED
+    except BaseException as error:  # a native library's panic (pyo3's PanicException) is a BaseException too
+        if isinstance(error, (SystemExit, GeneratorExit)):
+            raise
+        _print_explanation(error, args)
+        return EXIT_FAILED
     finally:
         sys.stderr = stderr
         if previous_sigterm is not None:
@@ -204,6 +209,7 @@ RETRY_FLAGS: dict[str, tuple[str, str]] = {
     "device": ("device", "--device {value}"),
     "dtype": ("dtype", "--dtype {value}"),
     "compute_dtype": ("compute_dtype", "--compute-dtype {value}"),
+    "long_prompt": ("long_prompt", "--long-prompt {value}"),
 }
 
 
@@ -878,7 +884,7 @@ def _print_extraction_summary(summary: dict) -> None:
 
 
 def _add_try_commands(commands: argparse._SubParsersAction) -> None:
-    from guiapp.engine.sampling import DEFAULT_TEMPERATURE, DEFAULT_TOP_P  # two numbers, no torch
+    from guiapp.engine.sampling import DEFAULT_TEMPERATURE, DEFAULT_TOP_P, LONG_PROMPT_CHOICES, TRUNCATE  # no torch
 
     model_help = "A model folder, a Hub id, or BASE+ADAPTER (a PEFT LoRA adapter on its base), as in recipes."
     try_ = commands.add_parser("try", help="Generate text with one to four models side by side.")
@@ -892,6 +898,9 @@ def _add_try_commands(commands: argparse._SubParsersAction) -> None:
     try_.add_argument("--top-p", type=float, default=DEFAULT_TOP_P,
                       help=f"For --sample: draw from the likeliest tokens holding this much probability "
                       f"(default: {DEFAULT_TOP_P}).")
+    try_.add_argument("--long-prompt", choices=LONG_PROMPT_CHOICES, default=TRUNCATE,
+                      help="A prompt longer than a model reads: keep its end, with a warning (truncate, the "
+                      "default), or stop (refuse).")
     try_.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N, mps or xpu (default: cpu).")
     try_.add_argument("--dtype", default=None, help="Run in this dtype where the device can (default: the model's).")
     try_.set_defaults(handler=_run_try)
@@ -919,8 +928,8 @@ def _run_try(args: argparse.Namespace) -> int:
         print(text, end="", flush=True)
 
     job = try_job(args.models, args.prompt, max_new_tokens=args.max_new_tokens, sample=args.sample, seed=args.seed,
-                  temperature=args.temperature, top_p=args.top_p, device=args.device, dtype=args.dtype,
-                  on_output=on_output)
+                  temperature=args.temperature, top_p=args.top_p, long_prompt=args.long_prompt, device=args.device,
+                  dtype=args.dtype, on_output=on_output)
     result = run_job(job, JobListeners(on_log=lambda job_, line: print(line, file=sys.stderr)))
     print()
     if result.status is JobStatus.FAILED:

@@ -5,3 +5,6 @@ the same defaults the engine uses without loading the engine."""
 DEFAULT_TEMPERATURE = 0.7
 # Draw only from the likeliest tokens that together hold this much probability (nucleus sampling).
 DEFAULT_TOP_P = 0.9
+# What to do with a prompt longer than the model reads: keep its end and say so, or refuse it.
+TRUNCATE, REFUSE = "truncate", "refuse"
+LONG_PROMPT_CHOICES = (TRUNCATE, REFUSE)

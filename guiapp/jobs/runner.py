@@ -7,6 +7,7 @@ thread; the window's Qt bridge forwards them as queued signals, the CLI prints t
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import queue
 import threading
@@ -20,6 +21,10 @@ from typing import Any
 from guiapp.errors import JobCancelled
 from guiapp.jobs import durations
 from guiapp.progress import CancelToken, Progress, ProgressEvent
+
+# What a job's boundary lets through instead of recording a failure: the user's Ctrl-C, an exit, a generator
+# closing, an asyncio cancellation.
+PASS_THROUGH = (KeyboardInterrupt, SystemExit, GeneratorExit, asyncio.CancelledError)
 
 
 class JobStatus(str, Enum):
@@ -102,7 +107,11 @@ def run_job(job: Job, listeners: JobListeners | None = None, cancel: CancelToken
     except JobCancelled as cancelled:
         status, error = JobStatus.CANCELLED, cancelled
         on_log("Cancelled. Nothing was left behind.")
-    except Exception as failure:  # a job's failure is data for the user, not a crash of the app
+    except BaseException as failure:  # a job's failure is data for the user, not a crash of the app
+        # A native library's panic (pyo3's PanicException: the tokenizers library) is a BaseException and would
+        # kill the worker thread; interrupts, exits and cancellations are not failures of the job and go on.
+        if isinstance(failure, PASS_THROUGH):
+            raise
         status, error = JobStatus.FAILED, failure
         trace = traceback.format_exc()
     result = JobResult(job, status, summary, error, trace, log, started, time.time())

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from guiapp.engine.sampling import DEFAULT_TEMPERATURE, DEFAULT_TOP_P
+from guiapp.engine.sampling import DEFAULT_TEMPERATURE, DEFAULT_TOP_P, TRUNCATE
 from guiapp.errors import DeviceError, SettingsError
 from guiapp.jobs.runner import Job
 from guiapp.progress import Progress
@@ -179,33 +179,38 @@ def _set_part(progress: Progress, index: int, count: int) -> None:
 
 
 def try_job(references: list[str], prompt: str, *, max_new_tokens: int = 128, sample: bool = False, seed: int = 0,
-            temperature: float = DEFAULT_TEMPERATURE, top_p: float = DEFAULT_TOP_P,
+            temperature: float = DEFAULT_TEMPERATURE, top_p: float = DEFAULT_TOP_P, long_prompt: str = TRUNCATE,
             device: str = "cpu", dtype: str | None = None, on_output: OutputListener | None = None,
             shelf: ModelShelf | None = None, probe_result=None) -> Job:
     """A job that generates a continuation of `prompt` with each model in turn (`temperature` and `top_p` apply
-    when `sample` is True).
+    when `sample` is True). A prompt longer than a model reads keeps its end, with a warning, or with
+    `long_prompt` "refuse" fails the job (see `guiapp.engine.inference.fit_context`).
 
     `on_output(index, text)` receives each model's text as it streams (from the job's thread). The summary has
     "generations": one {"model", "text", "tokens", "dtype"} per model. Cancel stops at the next token.
     """
     spec = {"references": list(references), "prompt": prompt, "max_new_tokens": max_new_tokens, "sample": sample,
-            "seed": seed, "temperature": temperature, "top_p": top_p, "device": device, "dtype": dtype}
+            "seed": seed, "temperature": temperature, "top_p": top_p, "long_prompt": long_prompt, "device": device,
+            "dtype": dtype}
 
     def work(progress: Progress) -> dict[str, Any]:
-        from guiapp.engine.inference import GenerationSettings, generate
+        from guiapp.engine.inference import GenerationSettings, generate, readable_text
 
+        settings = GenerationSettings(max_new_tokens=max_new_tokens, sample=sample, seed=seed,
+                                      temperature=temperature, top_p=top_p, long_prompt=long_prompt)
+        readable, note = readable_text(prompt, "prompt")
+        if note:
+            progress.log(note)
         plan = plan_try(references, device, dtype, probe_result)
         for line in plan.describe():
             progress.log(line)
-        settings = GenerationSettings(max_new_tokens=max_new_tokens, sample=sample, seed=seed,
-                                      temperature=temperature, top_p=top_p)
         models_shelf = shelf or ModelShelf()
         generations = []
         for index, (model_plan, source) in enumerate(zip(plan.models, _sources(plan, progress), strict=True)):
             _set_part(progress, index, len(plan.models))
             loaded = _load(model_plan, source, device, models_shelf, plan.together, progress)
             listener = (lambda text, index=index: on_output(index, text)) if on_output else None
-            result = generate(loaded, prompt, settings, progress, listener)
+            result = generate(loaded, readable, settings, progress, listener)
             generations.append({"model": model_plan.reference, "text": result.text, "tokens": result.token_ids,
                                 "dtype": model_plan.run_dtype})
         return {"generations": generations}
@@ -225,8 +230,11 @@ def perplexity_job(references: list[str], text: str, *, window: int = 512, devic
     spec = {"references": list(references), "text": text, "window": window, "device": device, "dtype": dtype}
 
     def work(progress: Progress) -> dict[str, Any]:
-        from guiapp.engine.inference import CAUSAL, perplexity, sentence_pairs, similarities
+        from guiapp.engine.inference import CAUSAL, perplexity, readable_text, sentence_pairs, similarities
 
+        readable, note = readable_text(text, "text")
+        if note:
+            progress.log(note)
         plan = plan_try(references, device, dtype, probe_result)
         for line in plan.describe():
             progress.log(line)
@@ -237,10 +245,10 @@ def perplexity_job(references: list[str], text: str, *, window: int = 512, devic
             loaded = _load(model_plan, source, device, models_shelf, plan.together, progress)
             entry: dict[str, Any] = {"model": model_plan.reference, "kind": loaded.kind, "dtype": model_plan.run_dtype}
             if loaded.kind == CAUSAL:
-                measured = perplexity(loaded, text, window, progress)
+                measured = perplexity(loaded, readable, window, progress)
                 entry.update(perplexity=measured.perplexity, tokens=measured.tokens)
             else:
-                pairs = sentence_pairs(text)
+                pairs = sentence_pairs(readable)
                 if not pairs:
                     raise SettingsError(f"{model_plan.reference} is an encoder: it is compared on sentence pairs, "
                                         "and the text has none.", key="text",

@@ -687,6 +687,28 @@ CATALOGUE: tuple[Entry, ...] = (
         types=_types("NoMatchingPeftModuleError"),
     ),
     Entry(
+        key="generation_mode_on_the_hub",
+        title="This way of generating moved out of transformers",
+        what="The generation settings ask for a decoding method that transformers moved to code on the Hub.",
+        why="transformers moved DoLa, contrastive search, group and constrained beam search out of the library "
+        "into repositories of code on the Hub; using them means running that code.",
+        fix="Remove the setting that asks for it (dola_layers, penalty_alpha, num_beam_groups, constraints) from "
+        "generation_config.json; Mergesmith's Try sets them aside itself and generates without them.",
+        pattern=re.compile(r"(?P<mode>[\w ]+?) requires `trust_remote_code\s*=\s*True` in your `generate` call"),
+        refine=lambda match, context: {"what": f"The generation settings ask for {(_group(match, 'mode') or '').strip()}, a "
+                                       "decoding method transformers moved to code on the Hub."},
+    ),
+    Entry(
+        key="native_panic",
+        title="A library stopped on an internal error",
+        what="A library's native code (Rust) stopped on an internal error (a panic) instead of reporting a problem.",
+        why="The tokenizers library panics on some inputs it cannot handle, such as a splitting pattern in "
+        "tokenizer.json that backtracks without end; the panic is not an ordinary Python error.",
+        fix="Check the files the job read (tokenizer.json first); copying them again from the original model "
+        "usually helps. If it keeps happening with good files, report it with the details.",
+        types=_types("PanicException"),
+    ),
+    Entry(
         key="remote_code",
         title="The model needs its own code",
         what="The model's repository ships Python code that has to run to load it.",

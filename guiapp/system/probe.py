@@ -165,7 +165,7 @@ def run_probe_child(command: Sequence[str], fingerprint: dict[str, str], timeout
         try:
             completed = subprocess.run(
                 [*command, "--out", str(out)], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE, timeout=timeout, env=_child_environment(),
+                stderr=subprocess.PIPE, timeout=timeout, env=child_environment(),
             )
         except subprocess.TimeoutExpired:
             problem = f"The probe stopped responding and was stopped after {timeout:.0f} s"
@@ -183,7 +183,7 @@ def run_probe_child(command: Sequence[str], fingerprint: dict[str, str], timeout
     return result
 
 
-def _child_environment() -> dict[str, str]:
+def child_environment() -> dict[str, str]:
     """The child finds this package even when Mergesmith runs from a source folder rather than an install."""
     environment = dict(os.environ)
     package_root = str(Path(__file__).resolve().parents[2])

@@ -8,7 +8,6 @@ class, what the user saw.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,7 +19,7 @@ from guiapp.system.explain import Explanation
 from tests.faults.harness import headline
 from tests.faults.summary import SEEN_PROPERTY
 from tests.support.fixtures import hub_env, hub_server  # noqa: F401 - the Hub cases use them
-from tests.support.warm_cli import WarmCli
+from tests.support.warm_cli import warm_cli  # noqa: F401 - the CLI cases use it
 from tests.ui.conftest import models, probed  # noqa: F401 - here, not per module: pytest makes one per module
 
 SMALL = LlamaShape(hidden=64, intermediate=128, layers=2, heads=4, kv_heads=2, vocab=256)
@@ -40,13 +39,6 @@ def trio(tmp_path_factory: pytest.TempPathFactory) -> Trio:
     base = write_llama(root / "base", SMALL, dtype=torch.float32, seed=0)
     return Trio(base, write_llama_finetune(root / "one", base, seed=1, delta_rank=None),
                 write_llama_finetune(root / "two", base, seed=2, delta_rank=None))
-
-
-@pytest.fixture(scope="session")
-def warm_cli() -> Iterator[WarmCli]:
-    """`mergesmith ARGS` in a fresh (forked) process per case, torch imported once: `warm_cli.run(args, ...)`."""
-    with WarmCli() as cli:
-        yield cli
 
 
 @pytest.fixture

@@ -37,8 +37,10 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]  # the checkout: where `tests` is importable from
 # Imported once in the zygote: torch and everything of Mergesmith's that a CLI job uses and that leaves
@@ -152,6 +154,14 @@ class WarmCli:
 
 # --- the zygote's side ----------------------------------------------------------------------------------------
 
+
+
+@pytest.fixture(scope="session")
+def warm_cli() -> Iterator[WarmCli]:
+    """`mergesmith ARGS` in a fresh (forked) process per case, torch imported once: `warm_cli.run(args, ...)`.
+    A conftest.py takes it with `from tests.support.warm_cli import warm_cli  # noqa: F401`."""
+    with WarmCli() as cli:
+        yield cli
 
 def _serve() -> None:
     """Read one case per line on stdin, fork a child for it, answer its pid and then its exit code."""

@@ -14,6 +14,7 @@ from guiapp.system.probe import (
     store,
 )
 from tests.support.fixtures import hub_env, hub_server  # noqa: F401 - fixtures for the Hub model test
+from tests.support.warm_cli import warm_cli  # noqa: F401 - the hostile-model cases use it
 from tests.tryout.models import write_causal, write_encoder, write_lora_adapter
 
 
