@@ -495,7 +495,7 @@ def _add_hub_commands(commands: argparse._SubParsersAction) -> None:
 def _hub_setup(args: argparse.Namespace) -> None:
     from guiapp.hub.connection import set_offline
 
-    set_offline(args.offline)
+    set_offline(True if args.offline else None)  # without --offline, the environment decides
 
 
 def _run_hub_search(args: argparse.Namespace) -> int:
