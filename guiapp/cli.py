@@ -269,7 +269,7 @@ class TerminalProgress:
             decile = int(event.fraction * 10)
             if decile > self._last_decile and event.done:
                 self._last_decile = decile
-                print(f"  {event.done}/{event.total} ({event.fraction:.0%}) {event.item}", file=self._stream, flush=True)
+                print(f"  {_counted(event)} {event.item}", file=self._stream, flush=True)
 
     def _columns(self) -> int:
         """The terminal's width now (it may have been resized), or 80 when the stream cannot say."""
@@ -286,6 +286,14 @@ class TerminalProgress:
         if self._line_open:
             self._stream.write("\n")
             self._line_open = False
+
+
+def _counted(event) -> str:
+    """"3 of 21, 40% of the bytes": the count, and the share done, saying what it measures when that is the bytes
+    (a few large tensors make the two differ)."""
+    if event.bytes_total > 0:
+        return f"{event.done} of {event.total}, {event.fraction:.0%} of the bytes"
+    return f"{event.done} of {event.total} ({event.fraction:.0%})"
 
 
 def _duration(seconds: float) -> str:
@@ -870,7 +878,9 @@ def _add_try_commands(commands: argparse._SubParsersAction) -> None:
     from guiapp.engine.sampling import DEFAULT_TEMPERATURE, DEFAULT_TOP_P  # two numbers, no torch
 
     model_help = "A model folder, a Hub id, or BASE+ADAPTER (a PEFT LoRA adapter on its base), as in recipes."
-    try_ = commands.add_parser("try", help="Generate text with one to four models side by side.")
+    try_help = "Generate text with one to four models side by side."
+    try_ = commands.add_parser("try", help=try_help, description=try_help + " Each model writes a continuation of "
+                               "the prompt in turn, as it is decoded (greedy unless --sample).")
     try_.add_argument("models", nargs="+", metavar="MODEL", help=model_help)
     try_.add_argument("--prompt", required=True, help="The prompt (the model's chat template is applied if it has one).")
     try_.add_argument("--max-new-tokens", type=int, default=128, help="Stop after this many new tokens (default: 128).")
@@ -884,8 +894,10 @@ def _add_try_commands(commands: argparse._SubParsersAction) -> None:
     try_.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N, mps or xpu (default: cpu).")
     try_.add_argument("--dtype", default=None, help="Run in this dtype where the device can (default: the model's).")
     try_.set_defaults(handler=_run_try)
+    perplexity_help = "Perplexity of one to four models on your text (encoders: similarity of sentence pairs)."
     perplexity = commands.add_parser(
-        "perplexity", help="Perplexity of one to four models on your text (encoders: similarity of sentence pairs).")
+        "perplexity", help=perplexity_help, description=perplexity_help + " Lower perplexity means the model finds "
+        "the text more predictable; compare models on the same text.")
     perplexity.add_argument("models", nargs="+", metavar="MODEL", help=model_help)
     perplexity.add_argument("--text", required=True, type=Path, help="A .txt file, or .jsonl with a \"text\" field.")
     perplexity.add_argument("--window", type=int, default=512, help="Tokens per window (default: 512).")
@@ -912,6 +924,9 @@ def _run_try(args: argparse.Namespace) -> int:
                   on_output=on_output)
     result = run_job(job, JobListeners(on_log=lambda job_, line: print(line, file=sys.stderr)))
     print()
+    for generation in (result.summary or {}).get("generations", []):
+        if generation["untrained"]:
+            print(f"({generation['model']} is {generation['untrained']}.)")
     if result.status is JobStatus.FAILED:
         _print_explanation(result.error, args)
     return EXIT_OK if result.status is JobStatus.DONE else EXIT_FAILED
@@ -932,8 +947,9 @@ def _run_perplexity(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps(entry))
         elif entry["perplexity"] is not None:
+            untrained = f" — {entry['untrained']}" if entry["untrained"] else ""
             print(f"{entry['model']}: perplexity {entry['perplexity']:.3f} over {entry['tokens']} tokens "
-                  f"({entry['dtype']})")
+                  f"({entry['dtype']}){untrained}")
         else:
             print(f"{entry['model']}: encoder, mean cosine similarity {entry['mean_similarity']:.4f} over "
                   f"{len(entry['similarities'])} sentence pairs ({entry['dtype']})")

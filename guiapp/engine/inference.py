@@ -170,7 +170,6 @@ def load_model(source: ModelSource, dtype: torch.dtype, device: str, progress: P
     target = resolve_device(device)
     config = _read_config(source.folder)
     kind = model_kind(config)
-    progress.log(f"Loading {source.label} ({kind}, {str(dtype).removeprefix('torch.')} on {target}).")
     auto = transformers.AutoModelForCausalLM if kind == CAUSAL else transformers.AutoModel
     try:
         model = auto.from_pretrained(source.folder, dtype=dtype)
@@ -181,6 +180,8 @@ def load_model(source: ModelSource, dtype: torch.dtype, device: str, progress: P
     model = model.to(device=target, dtype=dtype).eval()
     _check_one_dtype(model, dtype, source)
     tokenizer = _load_tokenizer(source)
+    # Said once loaded: the stage that was running said "Loading" already.
+    progress.log(f"Loaded {source.label} ({kind}, {str(dtype).removeprefix('torch.')} on {target}).")
     return LoadedModel(source, model, tokenizer, kind, dtype, target)
 
 

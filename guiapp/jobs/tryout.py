@@ -172,13 +172,15 @@ def try_job(references: list[str], prompt: str, *, max_new_tokens: int = 128, sa
     when `sample` is True).
 
     `on_output(index, text)` receives each model's text as it streams (from the job's thread). The summary has
-    "generations": one {"model", "text", "tokens", "dtype"} per model. Cancel stops at the next token.
+    "generations": one {"model", "text", "tokens", "dtype", "untrained"} per model ("untrained": why a sample model
+    writes gibberish, else None). Cancel stops at the next token.
     """
     spec = {"references": list(references), "prompt": prompt, "max_new_tokens": max_new_tokens, "sample": sample,
             "seed": seed, "temperature": temperature, "top_p": top_p, "device": device, "dtype": dtype}
 
     def work(progress: Progress) -> dict[str, Any]:
         from guiapp.engine.inference import GenerationSettings, generate
+        from guiapp.engine.samples import untrained_note
 
         plan = plan_try(references, device, dtype, probe_result)
         for line in plan.describe():
@@ -192,7 +194,7 @@ def try_job(references: list[str], prompt: str, *, max_new_tokens: int = 128, sa
             listener = (lambda text, index=index: on_output(index, text)) if on_output else None
             result = generate(loaded, prompt, settings, progress, listener)
             generations.append({"model": model_plan.reference, "text": result.text, "tokens": result.token_ids,
-                                "dtype": model_plan.run_dtype})
+                                "dtype": model_plan.run_dtype, "untrained": untrained_note(source.folder)})
         return {"generations": generations}
 
     return Job(title=f"Try {plural(len(references), 'model')}", kind="try", spec=spec, work=work)
@@ -203,7 +205,8 @@ def perplexity_job(references: list[str], text: str, *, window: int = 512, devic
     """A job computing each model's perplexity on `text` (for an encoder: the cosine similarity of the text's
     sentence pairs, see `guiapp.engine.inference.sentence_pairs`).
 
-    The summary has "results": per model {"model", "kind", "perplexity", "tokens", "dtype"} for a causal LM, or
+    The summary has "results": per model {"model", "kind", "perplexity", "tokens", "dtype", "untrained"} (see
+    `try_job`) for a causal LM, or
     {"model", "kind", "perplexity": None, "similarities", "mean_similarity", "dtype"} for an encoder. Cancel
     stops between windows.
     """
@@ -211,6 +214,7 @@ def perplexity_job(references: list[str], text: str, *, window: int = 512, devic
 
     def work(progress: Progress) -> dict[str, Any]:
         from guiapp.engine.inference import CAUSAL, perplexity, sentence_pairs, similarities
+        from guiapp.engine.samples import untrained_note
 
         plan = plan_try(references, device, dtype, probe_result)
         for line in plan.describe():
@@ -219,7 +223,8 @@ def perplexity_job(references: list[str], text: str, *, window: int = 512, devic
         results = []
         for model_plan, source in zip(plan.models, _sources(plan, progress), strict=True):
             loaded = _load(model_plan, source, device, models_shelf, plan.together, progress)
-            entry: dict[str, Any] = {"model": model_plan.reference, "kind": loaded.kind, "dtype": model_plan.run_dtype}
+            entry: dict[str, Any] = {"model": model_plan.reference, "kind": loaded.kind, "dtype": model_plan.run_dtype,
+                                     "untrained": untrained_note(source.folder)}
             if loaded.kind == CAUSAL:
                 measured = perplexity(loaded, text, window, progress)
                 entry.update(perplexity=measured.perplexity, tokens=measured.tokens)
