@@ -683,9 +683,12 @@ def _run_hub_upload(args: argparse.Namespace) -> int:
 
 def _add_system_commands(commands: argparse._SubParsersAction) -> None:
     probe = commands.add_parser(
-        "probe", help="Show what this machine can do: devices, dtypes × operations, speeds (cached).")
+        "probe", help="Show what this machine can do: the dtype to store models in on each device, the devices "
+        "(--verbose: dtypes × operations, speeds); cached.")
     probe.add_argument("--json", action="store_true", help="Print the full probe result as JSON.")
     probe.add_argument("--refresh", action="store_true", help="Probe again instead of using the cached result.")
+    probe.add_argument("--verbose", action="store_true",
+                       help="Also print every operation tested in each dtype, the failures and the speeds.")
     probe.set_defaults(handler=_run_probe)
     explain = commands.add_parser(
         "explain", help="Explain an error message or traceback. Exits 1 when Mergesmith does not recognise it.")
@@ -703,7 +706,7 @@ def _run_probe(args: argparse.Namespace) -> int:
     if result is None:
         print("Probing this machine (a few seconds)...", file=sys.stderr)
         result = probe(refresh=True)
-    print(json.dumps(result.to_json(), indent=2) if args.json else format_probe_report(result))
+    print(json.dumps(result.to_json(), indent=2) if args.json else format_probe_report(result, args.verbose))
     return EXIT_OK if result.problem is None else EXIT_FAILED
 
 
