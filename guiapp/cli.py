@@ -158,7 +158,11 @@ def _build_parser() -> argparse.ArgumentParser:
 def _launch_window(args: argparse.Namespace) -> int:
     import os
 
-    # The self-test opens the window offscreen when there is no display: only a display it cannot use stops it.
+    if args.self_test and _display_left_over():
+        # The self-test opens the window offscreen when there is no display, and so when the one named is gone.
+        print(f"{_display_gone()} The self-test runs without a screen.", file=sys.stderr)
+        os.environ.pop("DISPLAY")
+    # Only a display it cannot use stops the self-test (without one, it opens the window offscreen).
     problem = _display_problem() if not args.self_test or os.environ.get("DISPLAY") else None
     if problem:
         print(problem, file=sys.stderr)
@@ -180,7 +184,9 @@ def _display_problem() -> str | None:
         return None
     if not os.environ.get("DISPLAY"):
         return ("Mergesmith's window needs a desktop session, and none was found (no DISPLAY or WAYLAND_DISPLAY).\n"
-                "Start it from your desktop, or use the command line: `mergesmith --help` lists the jobs it runs.")
+                f"{_WITHOUT_A_SCREEN}")
+    if _display_left_over():
+        return f"{_display_gone()}\n{_WITHOUT_A_SCREEN}"
     from guiapp.system.display_libraries import install_advice, missing_libraries, xcb_plugin
 
     plugin = xcb_plugin()
@@ -193,6 +199,30 @@ def _display_problem() -> str | None:
                 f"Qt's X11 support loads them at start-up and cannot open a window without them. Install them:\n"
                 f"{install_advice(missing)}\nthen start Mergesmith again.")
     return None
+
+
+_WITHOUT_A_SCREEN = ("Start it from your desktop; on a machine without a screen, run it on a virtual one with "
+                     "`xvfb-run -a mergesmith` (Debian/Ubuntu package xvfb). The command line needs no display: "
+                     "`mergesmith --help` lists the jobs it runs.")
+
+
+def _display_left_over() -> bool:
+    """True on Linux when DISPLAY names an X display that does not answer (left from an ended session, or copied
+    from another machine): Qt would abort the process, blaming a library that is installed."""
+    import os
+
+    from guiapp.system.display_libraries import display_answers
+
+    display = os.environ.get("DISPLAY")
+    return (sys.platform.startswith("linux") and bool(display) and not os.environ.get("QT_QPA_PLATFORM")
+            and not os.environ.get("WAYLAND_DISPLAY") and not display_answers(display))
+
+
+def _display_gone() -> str:
+    import os
+
+    return (f"Mergesmith's window needs a desktop session, and the display DISPLAY={os.environ.get('DISPLAY')} "
+            "names does not answer: no X server runs there (it may be left from a session that has ended).")
 
 
 # How each of an explanation's retry_with settings is given on the command line: (the option's argparse dest,
