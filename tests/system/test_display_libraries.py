@@ -117,3 +117,15 @@ def test_the_self_test_says_the_display_does_not_answer_and_runs_offscreen(tmp_p
     assert f"DISPLAY={display}" in run.stderr and "does not answer" in run.stderr
     assert run.returncode == 0, run.stderr
     assert "Self-test passed" in run.stdout
+
+
+def test_the_readme_and_ci_install_the_libraries_the_apps_table_names():
+    root = Path(__file__).resolve().parents[2]
+    readme = " ".join(root.joinpath("README.md").read_text().replace("`", " ").split())
+    for line in install_advice(list(display_libraries.PACKAGES)).splitlines():
+        command = line.split(": ", 1)[1]  # "sudo apt install …", "sudo dnf install …": the whole table, in order
+        assert command in readme, command
+    ci = subprocess.run(["bash", "-c", "source <(grep -A2 '^window_packages()' .ci/run); window_packages"],
+                        cwd=root, capture_output=True, text=True, timeout=60)
+    debian = install_advice(list(display_libraries.PACKAGES)).splitlines()[0].split("apt install ", 1)[1]
+    assert ci.stdout.split() == debian.split() and not ci.stderr, ci.stderr
