@@ -265,3 +265,14 @@ def test_an_existing_output_names_the_flag_that_replaces_it(demo_models, cli_env
     again = _run("merge", str(folder / "merged" / "mergesmith_recipe.yml"), str(folder / "merged"), env=cli_env)
     assert again.returncode != 0
     assert "--overwrite" in again.stdout + again.stderr
+
+
+def test_the_readme_command_line_examples_read_as_commands():
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = readme[readme.index("## The command line"):]
+    block = section[section.index("```bash") + len("```bash"):section.index("```", section.index("```bash") + 7)]
+    assert ".venv/bin/mergesmith" in section[:section.index("```bash")]  # where `mergesmith` comes from
+    for line in block.strip().splitlines():
+        command = line.split("  #")[0]
+        assert "|" not in command.replace("\\|", ""), line  # one command per line, no pipeline look-alike
+        assert command.startswith("mergesmith ")
