@@ -276,3 +276,14 @@ def test_the_readme_command_line_examples_read_as_commands():
         command = line.split("  #")[0]
         assert "|" not in command.replace("\\|", ""), line  # one command per line, no pipeline look-alike
         assert command.startswith("mergesmith ")
+
+
+def test_trying_a_model_with_an_adapter_prints_no_library_warnings(demo_models, tmp_path, cli_env):
+    folder, _ = demo_models
+    adapter = tmp_path / "adapter"
+    extracted = _run("extract-lora", "--base", str(folder / "tiny-base"), "--model", str(folder / "tiny-math"),
+                     "--out", str(adapter), "--rank", "4", env=cli_env)
+    assert extracted.returncode == 0, extracted.stderr
+    tried = _run("try", f"{folder / 'tiny-base'}+{adapter}", "--prompt", "Hello", "--max-new-tokens", "2", env=cli_env)
+    assert tried.returncode == 0, tried.stderr
+    assert "Warning" not in tried.stderr and "warnings.warn" not in tried.stderr, tried.stderr

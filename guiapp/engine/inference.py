@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +26,10 @@ from guiapp.errors import CheckpointError, SettingsError, UnsupportedModelError
 from guiapp.hub.references import ModelRef
 from guiapp.progress import Progress
 from guiapp.system.bounded import JSON_BYTES, load_json_limited
+
+# PEFT asks transformers a deprecated question when an adapter is attached; the warning is for PEFT's developers,
+# not for someone trying a model, and it would land in the terminal between the progress lines.
+warnings.filterwarnings("ignore", message=r"`is_gradient_checkpointing` is deprecated", category=FutureWarning)
 
 CAUSAL, ENCODER = "causal", "encoder"
 # Model types whose checkpoints are encoders even when config.json names no architecture.

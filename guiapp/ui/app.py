@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from PySide6.QtCore import QTimer
+from PySide6.QtCore import QtMsgType, QTimer, qInstallMessageHandler
 from PySide6.QtGui import QIcon
 from PySide6.QtWidgets import QApplication
 
@@ -38,12 +38,29 @@ def create_window(argv: Sequence[str] | None = None, *, keep_history: bool = Tru
     return app, MainWindow(AppState(keep_history=keep_history))
 
 
+# Qt's messages that say nothing a user can act on: platform plugins (offscreen, some X11 window managers) note
+# that they ignore a size hint every time a window is shown.
+QUIET_QT_MESSAGES = ("does not support propagateSizeHints",)
+
+
+def quiet_qt_messages() -> None:
+    """From now on print Qt's messages to stderr as Qt does, except those in QUIET_QT_MESSAGES (for the app and
+    the self-test; the tests keep pytest-qt's capture)."""
+    qInstallMessageHandler(_qt_message)
+
+
+def _qt_message(kind: QtMsgType, context, message: str) -> None:
+    if not any(quiet in message for quiet in QUIET_QT_MESSAGES):
+        print(message, file=sys.stderr)
+
+
 def run_app(argv: Sequence[str] | None = None) -> int:
     """Show the window and run until it is closed; returns the exit code."""
     import asyncio  # not needed to show the window
 
     import qasync
 
+    quiet_qt_messages()
     app, window = create_window(argv)
     sys.excepthook = lambda kind, error, trace: show_unexpected(window, error)
     loop = qasync.QEventLoop(app)
