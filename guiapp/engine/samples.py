@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
+from guiapp.errors import CheckpointError
 
 # The key in config.json that marks the demo's sample models as untrained; models made from them keep it, since
 # merges and applied adapters take their config.json from the base model.
@@ -285,7 +286,6 @@ def untrained_note(folder: Path | None) -> str | None:
     are random, so its perplexity is about its vocabulary size. None for any other model, or a folder whose
     config.json cannot be read."""
     from guiapp.engine.checkpoint import read_json_object  # noqa: PLC0415 - samples is imported by checkpoint tests
-    from guiapp.errors import CheckpointError  # noqa: PLC0415
 
     if folder is None:
         return None
