@@ -26,8 +26,8 @@ def prepare_demo(folder: Path) -> Recipe:
     import torch  # only this job needs it at this point
 
     from guiapp.engine.samples import (
-        UNTRAINED_KEY,
         mark_untrained,
+        untrained_note,
         write_byte_tokenizer,
         write_llama,
         write_llama_finetune,
@@ -49,7 +49,7 @@ def prepare_demo(folder: Path) -> Recipe:
     for model in (base, math_tune, chat_tune):
         if not (model / "tokenizer.json").is_file():  # sample folders written before the samples had one
             write_byte_tokenizer(model)
-        if UNTRAINED_KEY not in (model / "config.json").read_text():  # also those written before the mark
+        if untrained_note(model) is None:  # also those written before the samples carried the mark
             mark_untrained(model)
     return recipe_from_dict(
         {

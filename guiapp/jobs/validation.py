@@ -9,6 +9,7 @@ reads, so the window calls them off its own thread.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -221,17 +222,14 @@ def check_adapter(base: str, adapter: str, device: str, output: str, replace: bo
     return check
 
 
-
 def _output_sizes(plan: Any, out_dtype: str | None) -> dict[str | None, int]:
     """The output's size in bytes stored in each dtype a recipe can name (tensors that are not floating point keep
     their own dtype), and under None the size as the recipe stores it when it names no out_dtype."""
-    import math
-
-    import torch
+    from guiapp.system.capabilities import DTYPE_BYTES
 
     floating = sum(math.prod(task.shape) for task in plan.tasks if task.floating)
     fixed = plan.output_bytes - floating * plan.out_dtype.itemsize
-    sizes: dict[str | None, int] = {name: fixed + floating * getattr(torch, name).itemsize
+    sizes: dict[str | None, int] = {name: fixed + floating * DTYPE_BYTES[name]
                                     for name in ("bfloat16", "float16", "float32", "float64")}
     if not out_dtype:
         sizes[None] = plan.output_bytes

@@ -265,7 +265,7 @@ def check_words(check: Check | None, device: str) -> str:
         return f"{said} Models cannot be stored in {check.dtype} here."
     if check.dtype not in COMPUTE_DTYPES:
         return f"{said} Jobs compute in float32, so this does not limit what they can store."
-    return f"{said} Jobs that need it use another device."
+    return f"{said} Jobs that need it cannot run on {device}."
 
 
 def describe_device(device: dict) -> str:
