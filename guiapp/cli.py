@@ -299,7 +299,8 @@ class TerminalProgress:
             decile = int(event.fraction * 10)
             if decile > self._last_decile and event.done:
                 self._last_decile = decile
-                print(f"  {_counted(event)} {event.item}", file=self._stream, flush=True)
+                print(f"  {_counted(event)}" + (f": {event.item}" if event.item else ""), file=self._stream,
+                      flush=True)
 
     def _columns(self) -> int:
         """The terminal's width now (it may have been resized), or 80 when the stream cannot say."""
