@@ -163,7 +163,11 @@ def _build_parser() -> argparse.ArgumentParser:
 def _launch_window(args: argparse.Namespace) -> int:
     import os
 
-    # The self-test opens the window offscreen when there is no display: only a display it cannot use stops it.
+    if args.self_test and _display_left_over():
+        # The self-test opens the window offscreen when there is no display, and so when the one named is gone.
+        print(f"{_display_gone()} The self-test runs without a screen.", file=sys.stderr)
+        os.environ.pop("DISPLAY")
+    # Only a display it cannot use stops the self-test (without one, it opens the window offscreen).
     problem = _display_problem() if not args.self_test or os.environ.get("DISPLAY") else None
     if problem:
         print(problem, file=sys.stderr)
@@ -185,7 +189,9 @@ def _display_problem() -> str | None:
         return None
     if not os.environ.get("DISPLAY"):
         return ("Mergesmith's window needs a desktop session, and none was found (no DISPLAY or WAYLAND_DISPLAY).\n"
-                "Start it from your desktop, or use the command line: `mergesmith --help` lists the jobs it runs.")
+                f"{_WITHOUT_A_SCREEN}")
+    if _display_left_over():
+        return f"{_display_gone()}\n{_WITHOUT_A_SCREEN}"
     from guiapp.system.display_libraries import install_advice, missing_libraries, xcb_plugin
 
     plugin = xcb_plugin()
@@ -198,6 +204,30 @@ def _display_problem() -> str | None:
                 f"Qt's X11 support loads them at start-up and cannot open a window without them. Install them:\n"
                 f"{install_advice(missing)}\nthen start Mergesmith again.")
     return None
+
+
+_WITHOUT_A_SCREEN = ("Start it from your desktop; on a machine without a screen, run it on a virtual one with "
+                     "`xvfb-run -a mergesmith` (Debian/Ubuntu package xvfb). The command line needs no display: "
+                     "`mergesmith --help` lists the jobs it runs.")
+
+
+def _display_left_over() -> bool:
+    """True on Linux when DISPLAY names an X display that does not answer (left from an ended session, or copied
+    from another machine): Qt would abort the process, blaming a library that is installed."""
+    import os
+
+    from guiapp.system.display_libraries import display_answers
+
+    display = os.environ.get("DISPLAY")
+    return (sys.platform.startswith("linux") and bool(display) and not os.environ.get("QT_QPA_PLATFORM")
+            and not os.environ.get("WAYLAND_DISPLAY") and not display_answers(display))
+
+
+def _display_gone() -> str:
+    import os
+
+    return (f"Mergesmith's window needs a desktop session, and the display DISPLAY={os.environ.get('DISPLAY')} "
+            "names does not answer: no X server runs there (it may be left from a session that has ended).")
 
 
 # How each of an explanation's retry_with settings is given on the command line: (the option's argparse dest,
@@ -275,7 +305,8 @@ class TerminalProgress:
             decile = int(event.fraction * 10)
             if decile > self._last_decile and event.done:
                 self._last_decile = decile
-                print(f"  {event.done}/{event.total} ({event.fraction:.0%}) {event.item}", file=self._stream, flush=True)
+                print(f"  {_counted(event)}" + (f": {event.item}" if event.item else ""), file=self._stream,
+                      flush=True)
 
     def _columns(self) -> int:
         """The terminal's width now (it may have been resized), or 80 when the stream cannot say."""
@@ -292,6 +323,14 @@ class TerminalProgress:
         if self._line_open:
             self._stream.write("\n")
             self._line_open = False
+
+
+def _counted(event) -> str:
+    """"3 of 21, 40% of the bytes": the count, and the share done, saying what it measures when that is the bytes
+    (a few large tensors make the two differ)."""
+    if event.bytes_total > 0:
+        return f"{event.done} of {event.total}, {event.fraction:.0%} of the bytes"
+    return f"{event.done} of {event.total} ({event.fraction:.0%})"
 
 
 def _duration(seconds: float) -> str:
@@ -504,7 +543,7 @@ def _add_hub_commands(commands: argparse._SubParsersAction) -> None:
 def _hub_setup(args: argparse.Namespace) -> None:
     from guiapp.hub.connection import set_offline
 
-    set_offline(args.offline)
+    set_offline(True if args.offline else None)  # without --offline, the environment decides
 
 
 def _run_hub_search(args: argparse.Namespace) -> int:
@@ -691,9 +730,12 @@ def _run_hub_upload(args: argparse.Namespace) -> int:
 
 def _add_system_commands(commands: argparse._SubParsersAction) -> None:
     probe = commands.add_parser(
-        "probe", help="Show what this machine can do: devices, dtypes × operations, speeds (cached).")
+        "probe", help="Show what this machine can do: the dtype to store models in on each device, the devices "
+        "(--verbose: dtypes × operations, speeds); cached.")
     probe.add_argument("--json", action="store_true", help="Print the full probe result as JSON.")
     probe.add_argument("--refresh", action="store_true", help="Probe again instead of using the cached result.")
+    probe.add_argument("--verbose", action="store_true",
+                       help="Also print every operation tested in each dtype, the failures and the speeds.")
     probe.set_defaults(handler=_run_probe)
     explain = commands.add_parser(
         "explain", help="Explain an error message or traceback. Exits 1 when Mergesmith does not recognise it.")
@@ -711,7 +753,7 @@ def _run_probe(args: argparse.Namespace) -> int:
     if result is None:
         print("Probing this machine (a few seconds)...", file=sys.stderr)
         result = probe(refresh=True)
-    print(json.dumps(result.to_json(), indent=2) if args.json else format_probe_report(result))
+    print(json.dumps(result.to_json(), indent=2) if args.json else format_probe_report(result, args.verbose))
     return EXIT_OK if result.problem is None else EXIT_FAILED
 
 
@@ -887,7 +929,9 @@ def _add_try_commands(commands: argparse._SubParsersAction) -> None:
     from guiapp.engine.sampling import DEFAULT_TEMPERATURE, DEFAULT_TOP_P, LONG_PROMPT_CHOICES, TRUNCATE  # no torch
 
     model_help = "A model folder, a Hub id, or BASE+ADAPTER (a PEFT LoRA adapter on its base), as in recipes."
-    try_ = commands.add_parser("try", help="Generate text with one to four models side by side.")
+    try_help = "Generate text with one to four models side by side."
+    try_ = commands.add_parser("try", help=try_help, description=try_help + " Each model writes a continuation of "
+                               "the prompt in turn, as it is decoded (greedy unless --sample).")
     try_.add_argument("models", nargs="+", metavar="MODEL", help=model_help)
     try_.add_argument("--prompt", required=True, help="The prompt (the model's chat template is applied if it has one).")
     try_.add_argument("--max-new-tokens", type=int, default=128, help="Stop after this many new tokens (default: 128).")
@@ -904,8 +948,10 @@ def _add_try_commands(commands: argparse._SubParsersAction) -> None:
     try_.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N, mps or xpu (default: cpu).")
     try_.add_argument("--dtype", default=None, help="Run in this dtype where the device can (default: the model's).")
     try_.set_defaults(handler=_run_try)
+    perplexity_help = "Perplexity of one to four models on your text (encoders: similarity of sentence pairs)."
     perplexity = commands.add_parser(
-        "perplexity", help="Perplexity of one to four models on your text (encoders: similarity of sentence pairs).")
+        "perplexity", help=perplexity_help, description=perplexity_help + " Lower perplexity means the model finds "
+        "the text more predictable; compare models on the same text.")
     perplexity.add_argument("models", nargs="+", metavar="MODEL", help=model_help)
     perplexity.add_argument("--text", required=True, type=Path, help="A .txt file, or .jsonl with a \"text\" field.")
     perplexity.add_argument("--window", type=int, default=512, help="Tokens per window (default: 512).")
@@ -932,6 +978,9 @@ def _run_try(args: argparse.Namespace) -> int:
                   dtype=args.dtype, on_output=on_output)
     result = run_job(job, JobListeners(on_log=lambda job_, line: print(line, file=sys.stderr)))
     print()
+    for generation in (result.summary or {}).get("generations", []):
+        if generation["untrained"]:
+            print(f"({generation['model']} is {generation['untrained']}.)")
     if result.status is JobStatus.FAILED:
         _print_explanation(result.error, args)
     return EXIT_OK if result.status is JobStatus.DONE else EXIT_FAILED
@@ -952,8 +1001,9 @@ def _run_perplexity(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps(entry))
         elif entry["perplexity"] is not None:
+            untrained = f" — {entry['untrained']}" if entry["untrained"] else ""
             print(f"{entry['model']}: perplexity {entry['perplexity']:.3f} over {entry['tokens']} tokens "
-                  f"({entry['dtype']})")
+                  f"({entry['dtype']}){untrained}")
         else:
             print(f"{entry['model']}: encoder, mean cosine similarity {entry['mean_similarity']:.4f} over "
                   f"{len(entry['similarities'])} sentence pairs ({entry['dtype']})")

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from guiapp.engine.samples import LlamaShape, write_llama, write_llama_finetune
+from guiapp.engine.samples import LlamaShape, write_byte_tokenizer, write_llama, write_llama_finetune
 from tests.support.fixtures import hub_env, hub_server  # noqa: F401 - the test Hub for the pipe tests
 
 TINY = LlamaShape(hidden=16, intermediate=32, layers=1, heads=2, kv_heads=1, vocab=32)
@@ -213,3 +214,76 @@ def test_a_job_finishes_when_its_progress_has_nowhere_to_go(tmp_path, cli_env):
         assert process.wait(timeout=300) == 0
     assert (tmp_path / "merged" / "model.safetensors").is_file()
     assert not (tmp_path / "cache" / "last-error.txt").exists()
+
+
+@pytest.fixture(scope="module")
+def demo_models(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+    """The sample models and their merge, written by `mergesmith demo` as a newcomer runs it (output to pipes)."""
+    folder = tmp_path_factory.mktemp("demo")
+    run = _run("demo", "--out", str(folder))
+    assert run.returncode == 0, run.stderr
+    return folder, run
+
+
+def test_demo_progress_says_what_its_percentage_counts(demo_models):
+    _, run = demo_models
+    lines = [line for line in run.stderr.splitlines() if "%" in line]
+    assert lines
+    for line in lines:
+        found = re.search(r"(\d+)(?:/| of )(\d+)\D*?(\d+) ?%", line)
+        done, total, percent = (int(found.group(i)) for i in (1, 2, 3))
+        # A percentage that is not the count's must say what it measures.
+        assert percent == round(100 * done / total) or "of the bytes" in line, line
+
+
+def test_sample_models_say_they_are_untrained_where_their_output_appears(demo_models, tmp_path, cli_env):
+    folder, _ = demo_models
+    merged, base = folder / "merged", write_llama(tmp_path / "other", TINY, seed=0)
+    write_byte_tokenizer(base, vocab=TINY.vocab)
+    tried = _run("try", str(merged), "--prompt", "Hello", "--max-new-tokens", "4", env=cli_env)
+    assert tried.returncode == 0, tried.stderr
+    assert "untrained" in tried.stdout and "random" in tried.stdout  # a merge of sample models is one too
+    text = tmp_path / "text.txt"
+    text.write_text("The quick brown fox jumps over the lazy dog. It was a sunny day.\n")
+    scored = _run("perplexity", str(merged), str(base), "--text", str(text), env=cli_env)
+    assert scored.returncode == 0, scored.stderr
+    sample_line, other_line = scored.stdout.strip().splitlines()[-2:]
+    assert "untrained" in sample_line and "vocabulary" in sample_line
+    assert "untrained" not in other_line  # a model that is not a sample gets no such note
+    for model in (merged, base):  # each model's loading is said once
+        assert sum(line.startswith(f"Loading {model}") for line in scored.stderr.splitlines()) == 1, scored.stderr
+
+
+def test_try_and_perplexity_help_say_what_they_do():
+    for command, words in (("try", "generate"), ("perplexity", "perplexity")):
+        described = _run(command, "--help").stdout.split("positional arguments:")[0]
+        assert words in described.split("MODEL [MODEL ...]")[-1].lower(), described
+
+
+def test_an_existing_output_names_the_flag_that_replaces_it(demo_models, cli_env):
+    folder, _ = demo_models
+    again = _run("merge", str(folder / "merged" / "mergesmith_recipe.yml"), str(folder / "merged"), env=cli_env)
+    assert again.returncode != 0
+    assert "--overwrite" in again.stdout + again.stderr
+
+
+def test_the_readme_command_line_examples_read_as_commands():
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = readme[readme.index("## The command line"):]
+    block = section[section.index("```bash") + len("```bash"):section.index("```", section.index("```bash") + 7)]
+    assert ".venv/bin/mergesmith" in section[:section.index("```bash")]  # where `mergesmith` comes from
+    for line in block.strip().splitlines():
+        command = line.split("  #")[0]
+        assert "|" not in command.replace("\\|", ""), line  # one command per line, no pipeline look-alike
+        assert command.startswith("mergesmith ")
+
+
+def test_trying_a_model_with_an_adapter_prints_no_library_warnings(demo_models, tmp_path, cli_env):
+    folder, _ = demo_models
+    adapter = tmp_path / "adapter"
+    extracted = _run("extract-lora", "--base", str(folder / "tiny-base"), "--model", str(folder / "tiny-math"),
+                     "--out", str(adapter), "--rank", "4", env=cli_env)
+    assert extracted.returncode == 0, extracted.stderr
+    tried = _run("try", f"{folder / 'tiny-base'}+{adapter}", "--prompt", "Hello", "--max-new-tokens", "2", env=cli_env)
+    assert tried.returncode == 0, tried.stderr
+    assert "Warning" not in tried.stderr and "warnings.warn" not in tried.stderr, tried.stderr

@@ -24,6 +24,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -42,6 +43,10 @@ from guiapp.hub.references import ModelRef
 from guiapp.progress import Progress
 from guiapp.system.bounded import JSON_BYTES, TOKENIZER_JSON_BYTES, load_json_limited, open_regular_file
 from guiapp.system.units import format_bytes, plural
+
+# PEFT asks transformers a deprecated question when an adapter is attached; the warning is for PEFT's developers,
+# not for someone trying a model, and it would land in the terminal between the progress lines.
+warnings.filterwarnings("ignore", message=r"`is_gradient_checkpointing` is deprecated", category=FutureWarning)
 
 CAUSAL, ENCODER = "causal", "encoder"
 # Model types whose checkpoints are encoders even when config.json names no architecture.
@@ -233,7 +238,6 @@ def load_model(source: ModelSource, dtype: torch.dtype, device: str, progress: P
             _check_regular_files(folder)
     config = _read_config(source.folder)
     kind = model_kind(config)
-    progress.log(f"Loading {source.label} ({kind}, {str(dtype).removeprefix('torch.')} on {target}).")
     auto = transformers.AutoModelForCausalLM if kind == CAUSAL else transformers.AutoModel
     try:
         model = auto.from_pretrained(source.folder, dtype=dtype, trust_remote_code=False)
@@ -245,6 +249,8 @@ def load_model(source: ModelSource, dtype: torch.dtype, device: str, progress: P
     _check_one_dtype(model, dtype, source)
     tokenizer, tokenizer_folder = _load_tokenizer(source)
     set_aside = set_aside_unstreamable(model) if kind == CAUSAL else ()
+    # Said once loaded: the stage that was running said "Loading" already.
+    progress.log(f"Loaded {source.label} ({kind}, {str(dtype).removeprefix('torch.')} on {target}).")
     return LoadedModel(source, model, tokenizer, kind, dtype, target, tokenizer_folder, set_aside)
 
 

@@ -217,8 +217,8 @@ def check_output_location(destination: Path | str, inputs: Iterable[Path], *, re
         raise OutputError(
             f"{path} already exists ({what}).",
             why="Mergesmith never writes over an existing folder unless asked to, so nothing there is lost.",
-            hint=f"Use a new name ({new_name.name}), or allow replacing the existing folder (the old folder is "
-            "replaced only once the new output is complete).",
+            hint=f"Use a new name ({new_name.name}), or allow replacing the existing folder with --overwrite (the "
+            "old folder is replaced only once the new output is complete).",
             retry_with={"output": str(new_name)},  # the safe suggestion comes first
             replace_with={"overwrite": True},  # deleting the old output is a separate, explicit choice
         )

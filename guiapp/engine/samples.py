@@ -13,6 +13,12 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
+from guiapp.errors import CheckpointError
+
+# The key in config.json that marks the demo's sample models as untrained; models made from them keep it, since
+# merges and applied adapters take their config.json from the base model.
+UNTRAINED_KEY = "mergesmith_untrained_sample"
+
 
 @dataclass(frozen=True)
 class LlamaShape:
@@ -263,3 +269,33 @@ def write_bert(folder: Path, shape: BertShape = BertShape(), dtype: torch.dtype 
     """A random BERT-style encoder model folder (a BertModel checkpoint)."""
     generator = torch.Generator().manual_seed(seed)
     return write_checkpoint(folder, bert_tensors(shape, generator), bert_config(shape, dtype), dtype)
+
+
+def mark_untrained(folder: Path) -> None:
+    """Mark the model in `folder` as an untrained sample model (in its config.json)."""
+    from guiapp.engine.checkpoint import read_json_object  # noqa: PLC0415 - samples is imported by checkpoint tests
+
+    path = Path(folder) / "config.json"
+    config = read_json_object(path, hint="Delete the sample models' folder; the demo writes them again.")
+    config[UNTRAINED_KEY] = "random weights, never trained"
+    path.write_text(json.dumps(config, indent=2))
+
+
+def untrained_note(folder: Path | None) -> str | None:
+    """Why the model in `folder` answers in gibberish, when it is a sample model (or made from them): its weights
+    are random, so its perplexity is about its vocabulary size. None for any other model, or a folder whose
+    config.json cannot be read."""
+    from guiapp.engine.checkpoint import read_json_object  # noqa: PLC0415 - samples is imported by checkpoint tests
+
+    if folder is None:
+        return None
+    try:
+        config = read_json_object(Path(folder) / "config.json", hint="")
+    except CheckpointError:
+        return None
+    if UNTRAINED_KEY not in config:
+        return None
+    vocabulary = config.get("vocab_size")
+    size = f" ({vocabulary})" if isinstance(vocabulary, int) else ""
+    return ("an untrained sample model: its weights are random, so it writes gibberish and its perplexity is about "
+            f"its vocabulary size{size}; merge or try downloaded models for real answers")

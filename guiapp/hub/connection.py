@@ -1,12 +1,16 @@
 """Which Hub we talk to, where its cache is, and whether we are offline.
 
-Everything is read from huggingface_hub's own settings (`HF_ENDPOINT`, `HF_HOME`/`HF_HUB_CACHE`,
-`HF_HUB_OFFLINE`) at call time, so Mergesmith shares the cache and tokens with every other Hugging Face tool.
-On top of `HF_HUB_OFFLINE`, the window's "Work offline" switch (or the CLI's `--offline`) sets our own flag.
+Everything is read from huggingface_hub's own settings (`HF_ENDPOINT`, `HF_HOME`/`HF_HUB_CACHE`) at call time,
+so Mergesmith shares the cache and tokens with every other Hugging Face tool.
+
+Offline mode is decided here, once: the environment (`HF_HUB_OFFLINE` or `TRANSFORMERS_OFFLINE`) sets it unless
+Mergesmith's own choice (the window's "Work offline", the CLI's `--offline`) says otherwise, and every change is
+written into huggingface_hub's own flag, which it reads at each request, so both always agree.
 """
 
 from __future__ import annotations
 
+import os
 import socket
 import threading
 import urllib.request
@@ -24,29 +28,68 @@ from guiapp.system.scrub import scrub_log_records
 if TYPE_CHECKING:
     from huggingface_hub import HfApi
 
-_offline_requested = False
+OFFLINE_VARIABLES = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")  # huggingface_hub's, in its order
+_offline_chosen: bool | None = None  # Mergesmith's own choice; None follows the environment
 # How long an interactive call waits for the Hub's address (or the proxy's) to accept a connection, name lookup
 # included, before it says the Hub cannot be reached: far above a working network's, far below a user's patience.
 REACH_TIMEOUT_SECONDS = 2.5
 
 
-def set_offline(enabled: bool) -> None:
-    """Switch Mergesmith's own offline mode on or off (HF_HUB_OFFLINE, when set, keeps it on regardless)."""
-    global _offline_requested
-    _offline_requested = enabled
+@dataclass(frozen=True)
+class OfflineState:
+    """Whether Mergesmith is offline, and who decided: `variable` is the environment variable that asks for
+    offline mode (None when none does); `chosen` is Mergesmith's own choice (None: the environment decides)."""
+
+    offline: bool
+    variable: str | None
+    chosen: bool | None
+
+    @property
+    def words(self) -> str:
+        """Where the state comes from, in words: "Offline: set by HF_HUB_OFFLINE in the environment"."""
+        if self.chosen is None:
+            return f"Offline: set by {self.variable} in the environment." if self.offline else "Online."
+        if self.variable and not self.offline:
+            return f"Online: chosen here, which overrides {self.variable} in the environment for Mergesmith."
+        return "Offline: chosen here." if self.offline else "Online."
+
+
+def environment_offline_variable() -> str | None:
+    """The environment variable asking for offline mode (read as huggingface_hub reads it), or None."""
+    for variable in OFFLINE_VARIABLES:
+        if os.environ.get(variable, "").strip().upper() in ("1", "ON", "YES", "TRUE"):
+            return variable
+    return None
+
+
+def offline_state() -> OfflineState:
+    """The offline mode in force and where it comes from (Mergesmith's choice first, then the environment)."""
+    variable = environment_offline_variable()
+    offline = _offline_chosen if _offline_chosen is not None else variable is not None
+    return OfflineState(offline, variable, _offline_chosen)
+
+
+def set_offline(enabled: bool | None) -> None:
+    """Make Mergesmith offline (True) or online (False) whatever the environment says, or follow the environment
+    (None); huggingface_hub's own flag follows, so its downloads and requests obey the same choice."""
+    global _offline_chosen
+    _offline_chosen = enabled
+    constants.HF_HUB_OFFLINE = offline_state().offline
 
 
 def is_offline() -> bool:
     """True when online features must not touch the network."""
-    return _offline_requested or bool(constants.HF_HUB_OFFLINE)
+    return offline_state().offline
 
 
 def require_online(action: str) -> None:
     """Raise OfflineError saying that `action` (e.g. "Searching the Hub") needs the network."""
-    if is_offline():
+    state = offline_state()
+    if state.offline:
+        cli = f"unset {state.variable}" if state.variable else "leave out --offline"
         raise OfflineError(
             f"{action} needs the Hugging Face Hub, and Mergesmith is working offline.",
-            hint="Turn off offline mode (and unset HF_HUB_OFFLINE) to use the Hub. "
+            hint=f"Go online to use the Hub: untick Work offline in Settings (the CLI's way: {cli}). "
             "Local folders and models already downloaded keep working offline.",
         )
 

@@ -25,7 +25,13 @@ def prepare_demo(folder: Path) -> Recipe:
     """
     import torch  # only this job needs it at this point
 
-    from guiapp.engine.samples import write_byte_tokenizer, write_llama, write_llama_finetune
+    from guiapp.engine.samples import (
+        mark_untrained,
+        untrained_note,
+        write_byte_tokenizer,
+        write_llama,
+        write_llama_finetune,
+    )
 
     folder = Path(folder)
     base, math_tune, chat_tune = folder / "tiny-base", folder / "tiny-math", folder / "tiny-chat"
@@ -43,6 +49,8 @@ def prepare_demo(folder: Path) -> Recipe:
     for model in (base, math_tune, chat_tune):
         if not (model / "tokenizer.json").is_file():  # sample folders written before the samples had one
             write_byte_tokenizer(model)
+        if untrained_note(model) is None:  # also those written before the samples carried the mark
+            mark_untrained(model)
     return recipe_from_dict(
         {
             "merge_method": "ties",

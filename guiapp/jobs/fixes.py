@@ -199,6 +199,7 @@ _WINDOW_WORDS: tuple[tuple[re.Pattern[str], str], ...] = tuple((re.compile(patte
     (r"Example: --energy ([\d.]+)", r"Example: keep energy \1"),
     (r"Example: --threshold ([\d.]+)", r"Example: a threshold of \1"),
     (r"Example: --max-rank (\d+)", r"Example: a maximum rank of \1"),
+    (r"allow replacing the existing folder with --overwrite", "allow replacing the existing folder"),
     (r"--overwrite", "Replace"),
     (r"`mergesmith apply-lora[^`]*`", "the Apply LoRA page"),
 ))

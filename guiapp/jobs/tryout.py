@@ -187,7 +187,8 @@ def try_job(references: list[str], prompt: str, *, max_new_tokens: int = 128, sa
     `long_prompt` "refuse" fails the job (see `guiapp.engine.inference.fit_context`).
 
     `on_output(index, text)` receives each model's text as it streams (from the job's thread). The summary has
-    "generations": one {"model", "text", "tokens", "dtype"} per model. Cancel stops at the next token.
+    "generations": one {"model", "text", "tokens", "dtype", "untrained"} per model ("untrained": why a sample model
+    writes gibberish, else None). Cancel stops at the next token.
     """
     spec = {"references": list(references), "prompt": prompt, "max_new_tokens": max_new_tokens, "sample": sample,
             "seed": seed, "temperature": temperature, "top_p": top_p, "long_prompt": long_prompt, "device": device,
@@ -195,6 +196,7 @@ def try_job(references: list[str], prompt: str, *, max_new_tokens: int = 128, sa
 
     def work(progress: Progress) -> dict[str, Any]:
         from guiapp.engine.inference import GenerationSettings, generate, readable_text
+        from guiapp.engine.samples import untrained_note
 
         settings = GenerationSettings(max_new_tokens=max_new_tokens, sample=sample, seed=seed,
                                       temperature=temperature, top_p=top_p, long_prompt=long_prompt)
@@ -212,7 +214,7 @@ def try_job(references: list[str], prompt: str, *, max_new_tokens: int = 128, sa
             listener = (lambda text, index=index: on_output(index, text)) if on_output else None
             result = generate(loaded, readable, settings, progress, listener)
             generations.append({"model": model_plan.reference, "text": result.text, "tokens": result.token_ids,
-                                "dtype": model_plan.run_dtype})
+                                "dtype": model_plan.run_dtype, "untrained": untrained_note(source.folder)})
         return {"generations": generations}
 
     return Job(title=f"Try {plural(len(references), 'model')}", kind="try", spec=spec, work=work)
@@ -223,7 +225,8 @@ def perplexity_job(references: list[str], text: str, *, window: int = 512, devic
     """A job computing each model's perplexity on `text` (for an encoder: the cosine similarity of the text's
     sentence pairs, see `guiapp.engine.inference.sentence_pairs`).
 
-    The summary has "results": per model {"model", "kind", "perplexity", "tokens", "dtype"} for a causal LM, or
+    The summary has "results": per model {"model", "kind", "perplexity", "tokens", "dtype", "untrained"} (see
+    `try_job`) for a causal LM, or
     {"model", "kind", "perplexity": None, "similarities", "mean_similarity", "dtype"} for an encoder. Cancel
     stops between windows.
     """
@@ -231,6 +234,7 @@ def perplexity_job(references: list[str], text: str, *, window: int = 512, devic
 
     def work(progress: Progress) -> dict[str, Any]:
         from guiapp.engine.inference import CAUSAL, perplexity, readable_text, sentence_pairs, similarities
+        from guiapp.engine.samples import untrained_note
 
         readable, note = readable_text(text, "text")
         if note:
@@ -243,7 +247,8 @@ def perplexity_job(references: list[str], text: str, *, window: int = 512, devic
         for index, (model_plan, source) in enumerate(zip(plan.models, _sources(plan, progress), strict=True)):
             _set_part(progress, index, len(plan.models))
             loaded = _load(model_plan, source, device, models_shelf, plan.together, progress)
-            entry: dict[str, Any] = {"model": model_plan.reference, "kind": loaded.kind, "dtype": model_plan.run_dtype}
+            entry: dict[str, Any] = {"model": model_plan.reference, "kind": loaded.kind, "dtype": model_plan.run_dtype,
+                                     "untrained": untrained_note(source.folder)}
             if loaded.kind == CAUSAL:
                 measured = perplexity(loaded, readable, window, progress)
                 entry.update(perplexity=measured.perplexity, tokens=measured.tokens)

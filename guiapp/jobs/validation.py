@@ -9,6 +9,7 @@ reads, so the window calls them off its own thread.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -108,6 +109,8 @@ class MergeCheck(CheckResult):
     output_bytes: int = 0
     input_bytes: int = 0
     layers: int = 0  # the merged model's number of layers (0: it has none numbered), for the gradient pictures
+    # The output's size in bytes per output dtype (None: the dtype the recipe stores in without one).
+    output_sizes: dict[str | None, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -144,6 +147,7 @@ def check_merge(document: dict[str, Any], device: str, output: str, probe: Any, 
     result.compatible = True
     result.tensors, result.models = len(plan.tasks), len(plan.models)
     result.output_bytes, result.input_bytes = plan.output_bytes, plan.input_bytes
+    result.output_sizes = _output_sizes(plan, document.get("out_dtype"))
     result.layers = len({place.index for task in plan.tasks if (place := split_layer_name(task.name)) is not None})
     result.problems.extend(Problem(Severity.WARNING, text, ("models",)) for text in plan.warnings)
     result.problems.extend(unusual_values(document, plan.method))
@@ -258,3 +262,16 @@ def check_adapter(base: str, adapter: str, device: str, output: str, replace: bo
         check.fit = None
     return check
 
+
+def _output_sizes(plan: Any, out_dtype: str | None) -> dict[str | None, int]:
+    """The output's size in bytes stored in each dtype a recipe can name (tensors that are not floating point keep
+    their own dtype), and under None the size as the recipe stores it when it names no out_dtype."""
+    from guiapp.system.capabilities import DTYPE_BYTES
+
+    floating = sum(math.prod(task.shape) for task in plan.tasks if task.floating)
+    fixed = plan.output_bytes - floating * plan.out_dtype.itemsize
+    sizes: dict[str | None, int] = {name: fixed + floating * DTYPE_BYTES[name]
+                                    for name in ("bfloat16", "float16", "float32", "float64")}
+    if not out_dtype:
+        sizes[None] = plan.output_bytes
+    return sizes

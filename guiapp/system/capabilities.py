@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from guiapp.errors import DeviceError
-from guiapp.system.probe import COMPUTE_DTYPES, DTYPE_NAMES, ProbeResult
+from guiapp.system.probe import COMPUTE_DTYPES, DTYPE_NAMES, Check, ProbeResult
 from guiapp.system.units import format_bytes
 
 # The operations each job kind runs in its compute dtype (as guiapp.engine uses them: merge methods select by
@@ -53,10 +53,29 @@ OPERATION_WORDS = {
     "norm": "norms in {dtype}",
     "safetensors": "saving {dtype} to safetensors",
     "to_host": "copying {dtype} tensors to and from the CPU",
+    "abs": "absolute values in {dtype}",
+    "acos": "arc cosines in {dtype}",
+    "add": "addition in {dtype}",
+    "mul": "multiplication in {dtype}",
+    "sum": "sums in {dtype}",
+    "sign": "signs in {dtype}",
+    "sin": "sines in {dtype}",
+    "clamp": "clamping in {dtype}",
+    "lerp": "interpolation in {dtype}",
+    "compare": "comparisons in {dtype}",
+    "where": "choosing values by a mask in {dtype}",
+    "count_nonzero": "counting non-zero values in {dtype}",
+    "cumsum": "running sums in {dtype}",
+    "quantile": "quantiles in {dtype}",
+    "numpy": "converting {dtype} to NumPy",
 }
 
 # A compute device below this fraction of the CPU's float32 matmul speed (5× slower) is flagged slow.
 SLOW_FRACTION_OF_CPU = 0.2
+# The storage dtypes a recommendation may name, best first: bfloat16 keeps float32's range in half the size,
+# float16 is as small but overflows above 65504; float8 loses too much to store a model in.
+RECOMMENDED_STORAGE = ("bfloat16", "float16", "float32")
+DTYPE_BYTES = {"float32": 4, "float64": 8, "bfloat16": 2, "float16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1}
 
 
 @dataclass(frozen=True)
@@ -195,6 +214,58 @@ def inference_option(result: ProbeResult, device: str, storage_dtype: str) -> Op
         return fallback
     return Option("try", device, storage_dtype, True, fallback.compute_dtype, None, fallback.slow,
                   f"computed in {fallback.compute_dtype}: {native_failure}")
+
+
+def recommended_storage(result: ProbeResult, job: str, device: str) -> Option | None:
+    """The storage dtype to recommend for `job` on `device`: the first of RECOMMENDED_STORAGE that works at full
+    speed, else the first that works at all; None when none does."""
+    options = [option(result, job, device, dtype) for dtype in RECOMMENDED_STORAGE]
+    usable = [choice for choice in options if choice.possible]
+    return next((choice for choice in usable if not choice.slow), usable[0] if usable else None)
+
+
+def device_verdict(result: ProbeResult, device: dict) -> str:
+    """The answer for one device, first: "On this CPU: store in bfloat16 — half the size of float32; the merge is
+    computed in float32 either way." and the jobs whose answer differs, and the dtype a tried model runs in."""
+    where = "this CPU" if device["kind"] == "cpu" else f"{device['id']} ({device['name']})"
+    merge = recommended_storage(result, "merge", device["id"])
+    if merge is None:
+        reason = option(result, "merge", device["id"], "float32").reason
+        return f"On {where}: no merge can run here ({reason}); use another device."
+    size = DTYPE_BYTES[merge.storage_dtype] / DTYPE_BYTES["float32"]
+    relative = "the size of float32" if size == 1 else "half the size of float32" if size == 0.5 else \
+        f"{size:g}× the size of float32"
+    sentences = [f"On {where}: store in {merge.storage_dtype} — {relative}; the merge is computed in "
+                 f"{merge.compute_dtype} either way."]
+    for job in ("extract", "apply"):
+        chosen = recommended_storage(result, job, device["id"])
+        if chosen is None:
+            sentences.append(f"{_job_words(job).capitalize()} cannot run here.")
+        elif chosen.storage_dtype != merge.storage_dtype:
+            sentences.append(f"For {_job_words(job)}: store in {chosen.storage_dtype}.")
+    tried = inference_option(result, device["id"], merge.storage_dtype)
+    if tried.possible:
+        sentences.append(f"A {merge.storage_dtype} model runs in {tried.compute_dtype} when you try it.")
+    return " ".join(sentences)
+
+
+def check_words(check: Check | None, device: str) -> str:
+    """A probe check in plain words for a tooltip (no exception text): what was tested, whether it works, and
+    what a failure means for the jobs."""
+    if check is None:
+        return "Not tested."
+    words = _operation_words(check.operation, check.dtype)
+    words = words[:1].upper() + words[1:]
+    if check.ok:
+        return f"{words} works on {device}."
+    missing = "not implemented" in (check.error or "")
+    said = f"{words} is not available on {device} in this PyTorch build." if missing else \
+        f"{words} failed on {device} when tested."
+    if check.operation.startswith(("cast_", "to_host", "safetensors")):
+        return f"{said} Models cannot be stored in {check.dtype} here."
+    if check.dtype not in COMPUTE_DTYPES:
+        return f"{said} Jobs compute in float32, so this does not limit what they can store."
+    return f"{said} Jobs that need it cannot run on {device}."
 
 
 def describe_device(device: dict) -> str:

@@ -1,4 +1,5 @@
-"""Which system libraries Qt's X11 (xcb) platform plugin needs, read from the plugin itself, and which are missing.
+"""Which system libraries Qt's X11 (xcb) platform plugin needs, read from the plugin itself, and which are missing;
+and whether the X display named by DISPLAY answers at all (Qt aborts the process when it does not).
 
 Qt aborts with "Could not load the Qt platform plugin xcb" when one of them is absent, naming at best the first
 one it thought of. Reading the plugin's ELF dynamic section (DT_NEEDED entries) and those of the Qt libraries
@@ -11,6 +12,7 @@ from __future__ import annotations
 import importlib.util
 import mmap
 import os
+import socket
 import struct
 import subprocess
 from collections.abc import Iterable, Sequence
@@ -115,6 +117,36 @@ def loader_folders() -> list[Path]:
         break
     folders += [Path(p) for p in _DEFAULT_FOLDERS]
     return list(dict.fromkeys(folders))
+
+
+X_TCP_PORT = 6000  # display N listens on port 6000 + N
+X_SOCKET_FOLDER = "/tmp/.X11-unix"
+
+
+def display_answers(display: str, timeout: float = 2.0) -> bool:
+    """Whether an X server accepts a connection at `display` (DISPLAY's value: ":0", "unix:1.0", "host:10.0").
+
+    Only the connection is tried, not the sign-in to the server: Qt does that with the user's credentials. A
+    value this cannot read counts as answering, so that Qt gets to say what is wrong with it. Never raises.
+    """
+    host, _, rest = display.rpartition(":")
+    number = rest.split(".", 1)[0]
+    if not number.isdigit():
+        return True
+    if host in ("", "unix"):
+        path = f"{X_SOCKET_FOLDER}/X{number}"
+        addresses = [(socket.AF_UNIX, "\0" + path), (socket.AF_UNIX, path)]  # Linux's abstract socket first
+    else:
+        addresses = [(socket.AF_INET6 if ":" in host else socket.AF_INET, (host.strip("[]"), X_TCP_PORT + int(number)))]
+    for family, address in addresses:
+        try:
+            with socket.socket(family, socket.SOCK_STREAM) as connection:
+                connection.settimeout(timeout)
+                connection.connect(address)
+                return True
+        except OSError:
+            continue
+    return False
 
 
 def xcb_plugin() -> Path | None:

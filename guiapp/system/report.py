@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from guiapp.system.capabilities import JOB_OPERATIONS, describe_device, dtype_options
+from guiapp.system.capabilities import JOB_OPERATIONS, describe_device, device_verdict, dtype_options
 from guiapp.system.probe import DTYPE_NAMES, ProbeResult
 from guiapp.system.units import format_bytes
 
@@ -13,17 +13,23 @@ OPERATION_COLUMN = 20
 DTYPE_COLUMN = 9
 
 
-def format_probe_report(result: ProbeResult) -> str:
-    """Devices, the operation × dtype matrix of each device with its failures, matmul speeds, and job options."""
+def format_probe_report(result: ProbeResult, verbose: bool = False) -> str:
+    """The answer first (per device, the dtype to store in and the one computed in), then the devices; `verbose`
+    adds the operation × dtype matrix of each device with its failures, the speeds and every job's dtypes."""
     versions = ", ".join(f"{name} {version}" for name, version in result.versions.items())
     when = time.strftime("%Y-%m-%d %H:%M", time.localtime(result.probed_at)) if result.probed_at else "never"
-    lines = [f"Probed {when} in {result.duration_seconds:.1f} s ({versions or 'versions unknown'})"]
+    lines = [f"Probed {when} in {result.duration_seconds:.1f} s ({versions or 'versions unknown'})", ""]
+    lines += [device_verdict(result, device) for device in result.devices]
     if result.problem:
         lines += ["", f"Problem: {result.problem}", "Run `mergesmith probe --refresh` to try again."]
     lines += ["", "Devices"]
     for device in result.devices:
         lines.append(f"  {describe_device(device)}")
         lines.append(f"    {_device_details(device)}")
+    if not verbose:
+        lines += ["", "Every operation tested in each dtype, the failures, the speeds and the dtypes each job can "
+                  "store: mergesmith probe --verbose"]
+        return "\n".join(lines)
     for device in result.devices:
         lines += ["", *_matrix(result, device["id"]), "", *_speeds(result, device["id"]), "",
                   *_job_options(result, device["id"])]

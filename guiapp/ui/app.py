@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from PySide6.QtCore import QSettings, QTimer
+from PySide6.QtCore import QSettings, QTimer, QtMsgType, qInstallMessageHandler
 from PySide6.QtGui import QIcon
 from PySide6.QtWidgets import QApplication
 
@@ -43,6 +43,22 @@ def create_window(argv: Sequence[str] | None = None, *, keep_history: bool = Tru
     return app, MainWindow(AppState(keep_history=keep_history))
 
 
+# Qt's messages that say nothing a user can act on: platform plugins (offscreen, some X11 window managers) note
+# that they ignore a size hint every time a window is shown.
+QUIET_QT_MESSAGES = ("does not support propagateSizeHints",)
+
+
+def quiet_qt_messages() -> None:
+    """From now on print Qt's messages to stderr as Qt does, except those in QUIET_QT_MESSAGES (for the app and
+    the self-test; the tests keep pytest-qt's capture)."""
+    qInstallMessageHandler(_qt_message)
+
+
+def _qt_message(kind: QtMsgType, context, message: str) -> None:
+    if not any(quiet in message for quiet in QUIET_QT_MESSAGES):
+        print(message, file=sys.stderr)
+
+
 def run_app(argv: Sequence[str] | None = None) -> int:
     """Show the window and run until it is closed; returns the exit code. When Mergesmith is already open for this
     user, bring that window to the front instead and return 0."""
@@ -52,6 +68,7 @@ def run_app(argv: Sequence[str] | None = None) -> int:
 
     from guiapp.ui.single_instance import SingleInstance, ask_running_instance_to_show
 
+    quiet_qt_messages()
     QApplication.instance() or QApplication(list(argv if argv is not None else sys.argv))
     if ask_running_instance_to_show():
         print("Mergesmith is already open: its window was brought to the front.")

@@ -41,11 +41,12 @@ def run_self_test() -> int:
 def _run(folder: Path) -> None:
     from PySide6.QtCore import QSettings
 
-    from guiapp.ui.app import create_window
+    from guiapp.ui.app import create_window, quiet_qt_messages
 
     # Keep the user's saved window state and settings out of it (and unchanged by it).
     QSettings.setDefaultFormat(QSettings.Format.IniFormat)
     QSettings.setPath(QSettings.Format.IniFormat, QSettings.Scope.UserScope, str(folder / "qsettings"))
+    quiet_qt_messages()
     app, window = create_window([sys.argv[0]], keep_history=False)
     started = time.monotonic()
     window.show()

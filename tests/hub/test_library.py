@@ -90,6 +90,7 @@ def test_a_rejected_token_is_not_stored(hub_env, monkeypatch):
 
 
 def test_hf_hub_offline_keeps_the_library_working(downloaded, samples, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # what Mergesmith's offline decision reads
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)  # what HF_HUB_OFFLINE=1 sets at import
     downloaded.server.reset_counters()
     with pytest.raises(OfflineError, match="working offline"):

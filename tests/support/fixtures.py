@@ -69,6 +69,6 @@ def hub_env(hub_server: HubServer, tmp_path: Path, monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
     # huggingface_hub's module-level functions (login() checks the token with one) use a client made at import.
     monkeypatch.setattr(hf_api.api, "endpoint", hub_server.url)
-    connection.set_offline(False)
+    connection.set_offline(None)
     yield HubEnvironment(server=hub_server, home=home, cache_dir=cache, config_dir=config)
-    connection.set_offline(False)
+    connection.set_offline(None)

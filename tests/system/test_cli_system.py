@@ -46,7 +46,7 @@ def test_explain_never_imports_torch():
 def test_probe_prints_the_cached_matrix(probed, tmp_path, monkeypatch):
     monkeypatch.setenv("MERGESMITH_CACHE_DIR", str(tmp_path))
     store(probed, cache_file(machine_fingerprint()))  # so the command shows this session's probe without re-probing
-    table = mergesmith("probe")
+    table = mergesmith("probe", "--verbose")
     assert table.returncode == 0, table.stderr
     assert "Failures on cpu" in table.stdout
     assert "svd in bfloat16: NotImplementedError: \"linalg_svd_cpu\" not implemented for 'BFloat16'" in table.stdout
@@ -65,4 +65,21 @@ def test_probe_reports_an_unfinished_probe_and_exits_one(probed, tmp_path, monke
     table = mergesmith("probe")
     assert table.returncode == 1
     assert "Problem: The probe crashed (killed by signal SIGSEGV)" in table.stdout
-    assert "mergesmith probe --refresh" in table.stdout and "?" in table.stdout
+    assert "mergesmith probe --refresh" in table.stdout
+    assert "?" in mergesmith("probe", "--verbose").stdout  # what was not tested, in the matrix
+
+
+def test_probe_leads_with_the_verdict_and_keeps_the_matrix_for_verbose(probed, tmp_path, monkeypatch):
+    monkeypatch.setenv("MERGESMITH_CACHE_DIR", str(tmp_path))
+    store(probed, cache_file(machine_fingerprint()))
+    short = mergesmith("probe")
+    assert short.returncode == 0, short.stderr
+    lines = short.stdout.strip().splitlines()
+    verdict = next(line for line in lines if line.startswith("On this CPU"))
+    assert "store in bfloat16" in verdict and "half the size of float32" in verdict and "float32" in verdict
+    assert lines.index(verdict) <= 2  # the answer first, after the line saying when the probe ran
+    assert len(lines) <= 25, short.stdout
+    assert "float8" not in short.stdout and "f8_" not in short.stdout and "Error" not in short.stdout
+    assert "--verbose" in short.stdout  # says where the rest is
+    verbose = mergesmith("probe", "--verbose").stdout
+    assert verdict in verbose and "Failures on cpu" in verbose and "GFLOP/s" in verbose

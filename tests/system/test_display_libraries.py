@@ -3,7 +3,11 @@ library folder that lacks some of them."""
 
 from __future__ import annotations
 
+import os
+import socket
+import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -43,13 +47,23 @@ def test_a_folder_lacking_two_libraries_reports_exactly_those(tmp_path):
     assert missing_libraries(PLUGIN, folders=[folder]) == ["libxcb-icccm.so.4", "libxcb-keysyms.so.1"]
 
 
-def test_the_start_check_names_every_missing_library_and_its_packages(tmp_path, monkeypatch):
+@pytest.fixture
+def answering_display():
+    """A DISPLAY value at which something accepts connections, as an X server does (Linux's abstract socket)."""
+    number = next(n for n in range(97, 200) if not Path(f"/tmp/.X11-unix/X{n}").exists())
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listening:
+        listening.bind(f"\0/tmp/.X11-unix/X{number}")
+        listening.listen()
+        yield f":{number}"
+
+
+def test_the_start_check_names_every_missing_library_and_its_packages(tmp_path, monkeypatch, answering_display):
     folder = _folder_without(tmp_path, "libxcb-icccm.so.4", "libxcb-keysyms.so.1")
     monkeypatch.setattr(display_libraries, "loader_folders", lambda: [folder])
     monkeypatch.setattr(sys, "platform", "linux")
     monkeypatch.delenv("QT_QPA_PLATFORM", raising=False)
     monkeypatch.delenv("WAYLAND_DISPLAY", raising=False)
-    monkeypatch.setenv("DISPLAY", ":99")
+    monkeypatch.setenv("DISPLAY", answering_display)
     problem = cli._display_problem()
     assert "libxcb-icccm.so.4, libxcb-keysyms.so.1" in problem
     assert "sudo apt install libxcb-icccm4 libxcb-keysyms1" in problem
@@ -68,3 +82,51 @@ def test_a_file_that_is_not_a_library_is_refused(tmp_path):
     text.write_text("not a library")
     with pytest.raises(ValueError, match="not an ELF file"):
         needed_libraries(text)
+
+
+def _run_window(*args: str, display: str | None) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM")}
+    if display is not None:
+        env["DISPLAY"] = display
+    return subprocess.run([sys.executable, "-m", "guiapp", *args], capture_output=True, text=True, timeout=300,
+                          env=env)
+
+
+def _unused_display() -> str:
+    number = next(n for n in range(97, 200) if not Path(f"/tmp/.X11-unix/X{n}").exists()
+                  and display_libraries.display_answers(f":{n}") is False)
+    return f":{number}"
+
+
+def test_a_display_that_does_not_answer_is_said_in_plain_words(tmp_path):
+    display = _unused_display()  # as a DISPLAY left over from an ended session, or copied from another machine
+    run = _run_window(display=display)
+    assert run.returncode == 1, run.stderr  # not Qt's abort (134)
+    assert f"DISPLAY={display}" in run.stderr and "does not answer" in run.stderr
+    assert "xvfb-run" in run.stderr and "xcb-cursor0" not in run.stderr
+
+
+def test_without_a_display_the_message_offers_a_virtual_one():
+    run = _run_window(display=None)
+    assert run.returncode == 1 and "xvfb-run" in run.stderr
+
+
+def test_the_self_test_says_the_display_does_not_answer_and_runs_offscreen(tmp_path):
+    display = _unused_display()
+    run = _run_window("--self-test", display=display)
+    assert f"DISPLAY={display}" in run.stderr and "does not answer" in run.stderr
+    assert run.returncode == 0, run.stderr
+    assert "Self-test passed" in run.stdout
+    assert "propagateSizeHints" not in run.stderr  # Qt's notes for developers stay out of the terminal
+
+
+def test_the_readme_and_ci_install_the_libraries_the_apps_table_names():
+    root = Path(__file__).resolve().parents[2]
+    readme = " ".join(root.joinpath("README.md").read_text().replace("`", " ").split())
+    for line in install_advice(list(display_libraries.PACKAGES)).splitlines():
+        command = line.split(": ", 1)[1]  # "sudo apt install …", "sudo dnf install …": the whole table, in order
+        assert command in readme, command
+    ci = subprocess.run(["bash", "-c", "source <(grep -A2 '^window_packages()' .ci/run); window_packages"],
+                        cwd=root, capture_output=True, text=True, timeout=60)
+    debian = install_advice(list(display_libraries.PACKAGES)).splitlines()[0].split("apt install ", 1)[1]
+    assert ci.stdout.split() == debian.split() and not ci.stderr, ci.stderr

@@ -278,7 +278,7 @@ def test_kept_models_are_reused_until_their_folder_is_replaced(causal_fp32, try_
         result = JobRunnerOnce().run(try_job([str(folder)], PROMPT, max_new_tokens=2, shelf=shelf,
                                              probe_result=try_probe))
         assert result.status is JobStatus.DONE, result.traceback
-        return sum(line.startswith("Loading ") for line in result.log)
+        return sum(line.startswith("Loaded ") for line in result.log)
 
     assert loads() == 1
     assert loads() == 0  # kept loaded

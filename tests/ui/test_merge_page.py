@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 
 import pytest
@@ -122,7 +123,7 @@ def test_dtype_dropdown_disables_what_the_probe_says_fails(qtbot, make_window, p
     assert not rows["float16"].isEnabled()
     assert "not implemented for 'Half'" in rows["float16"].toolTip()
     assert "not available" in rows["float16"].text()
-    assert rows["bfloat16"].isEnabled() and "computed in float32" in rows["bfloat16"].text()
+    assert rows["bfloat16"].isEnabled() and "computed in float32" in rows["bfloat16"].toolTip()
     # a recipe asking for it says why, next to the dropdown, instead of failing later
     page.yaml_edit.setPlainText(yaml.safe_dump({
         "merge_method": "linear", "out_dtype": "float16",
@@ -177,3 +178,27 @@ def test_the_models_tables_headers_are_not_cut_at_the_default_width(qtbot, windo
         text = page.table.horizontalHeaderItem(column).text()
         assert header.sectionSize(column) >= header.sectionSizeHint(column), text
     assert header.length() <= page.table.viewport().width()  # and the table still fits without scrolling sideways
+
+
+def test_output_dtypes_show_the_outputs_size_and_the_recommendation(qtbot, window, models):
+    from safetensors import safe_open
+
+    from guiapp.system.units import format_bytes
+
+    with safe_open(str(models.tune_a / "model.safetensors"), "pt") as weights:
+        elements = sum(math.prod(weights.get_slice(name).get_shape()) for name in weights.keys())
+    page = window.merge
+    page.yaml_edit.setPlainText(yaml.safe_dump({
+        "merge_method": "linear",
+        "models": [{"model": str(models.tune_a), "parameters": {"weight": 0.5}},
+                   {"model": str(models.tune_b), "parameters": {"weight": 0.5}}],
+    }))
+    model = page.dtype_combo.model()
+
+    def labels() -> dict:
+        return {model.item(r).data(Qt.ItemDataRole.UserRole): model.item(r).text() for r in range(model.rowCount())}
+
+    qtbot.waitUntil(lambda: "—" in labels().get("float32", ""), timeout=20_000)
+    assert labels()["bfloat16"] == f"bfloat16 — {format_bytes(2 * elements)} (recommended)"
+    assert labels()["float32"] == f"float32 — {format_bytes(4 * elements)}"
+    assert labels()["float16"].startswith(f"float16 — {format_bytes(2 * elements)}")

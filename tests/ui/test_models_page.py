@@ -95,6 +95,8 @@ def test_search_offline_says_so(qtbot, window, hub_env):
     page = window.models
     page.hub.search_edit.setText("tiny")
     qtbot.waitUntil(lambda: "offline" in page.hub.search_status.text(), timeout=15_000)
+    said = page.hub.search_status.text()
+    assert "Work offline in Settings" in said and "HF_HUB_OFFLINE" not in said  # the window's way, not the shell's
     window.settings.offline_check.setChecked(False)
 
 

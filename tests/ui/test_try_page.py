@@ -164,3 +164,26 @@ def test_the_device_dropdown_shows_the_whole_device_name(qtbot, window):
 
     qtbot.waitUntil(lambda: combo.count() > 0 and combo.isVisible(), timeout=10_000)
     qtbot.waitUntil(lambda: room() >= combo.fontMetrics().horizontalAdvance(combo.currentText()), timeout=5_000)
+
+
+def test_sample_models_say_they_are_untrained_where_their_output_appears(qtbot, window, try_models, tmp_path):
+    from guiapp.jobs.demo import prepare_demo
+
+    prepare_demo(tmp_path / "samples")
+    sample = tmp_path / "samples" / "tiny-base"
+    page = window.try_page
+    window.show_page("try")
+    page.set_models([str(sample), str(try_models[0])])
+    page.prompt.setPlainText("hello")
+    page.max_new_tokens.setValue(4)
+    qtbot.mouseClick(page.generate_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: page.status.text() == "Done.", timeout=120_000)
+    assert "untrained" in page.columns[0].status.text() and "random" in page.columns[0].status.text()
+    assert "untrained" not in page.columns[1].status.text()  # a model that is not a sample gets no such note
+
+    page.text.setPlainText(" ".join(SENTENCES))
+    qtbot.mouseClick(page.perplexity_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: page.status.text() == "Done.", timeout=120_000)
+    assert "untrained" in page.table.item(0, 1).toolTip()
+    assert not page.perplexity_note.isHidden() and "vocabulary size (256)" in page.perplexity_note.text()
+    assert "tiny-base" in page.perplexity_note.text() and "causal-a" not in page.perplexity_note.text()

@@ -91,3 +91,23 @@ def test_switching_the_scheme_never_replaces_the_style_under_a_style_sheet(qtbot
         combo.setCurrentIndex(combo.findData(scheme))
         assert QApplication.instance().styleSheet()
     assert not any(sheets_when_replaced)
+
+
+def test_hardware_page_leads_with_the_answer_and_keeps_the_matrix_for_engineers(qtbot, window):
+    page = window.hardware
+    window.show_page("hardware")
+    verdict = page.verdict.text()
+    assert verdict.startswith("On this CPU: store in bfloat16"), verdict
+    assert "half the size of float32" in verdict and "float32 either way" in verdict
+    assert page.details_button.text() == "Details for engineers" and not page.details_button.isChecked()
+    assert not page.matrix.isVisible()  # collapsed until asked for
+    qtbot.mouseClick(page.details_button, Qt.MouseButton.LeftButton)
+    assert page.matrix.isVisible()
+    operations = [page.matrix.verticalHeaderItem(r).text() for r in range(page.matrix.rowCount())]
+    dtypes = [page.matrix.horizontalHeaderItem(c).text() for c in range(page.matrix.columnCount())]
+    svd_bfloat16 = page.matrix.item(operations.index("svd"), dtypes.index("bfloat16"))
+    assert svd_bfloat16.text() == "✗" and "SVD in bfloat16" in svd_bfloat16.toolTip()
+    tips = [page.matrix.item(r, c).toolTip() for r in range(page.matrix.rowCount())
+            for c in range(page.matrix.columnCount())]
+    raw = [tip for tip in tips if "Error" in tip or "not implemented for '" in tip]
+    assert not raw, raw[:3]  # plain words, not exception text

@@ -56,16 +56,20 @@ class OutputBox(QGroupBox):
         layout.addRow("", self.overwrite_check)
         self.output_message = WrappingLabel(visible=False)
         layout.addRow("", self.output_message)
+        self._sizes: dict[str | None, int] = {}
 
     @property
     def device(self) -> str:
         return self.device_combo.value() or "cpu"
 
-    def refresh_capabilities(self, probe: Any, wanted: str | None) -> None:
-        """Offer the devices and dtypes `probe` found usable for merging, keeping `wanted` (the recipe's)."""
+    def refresh_capabilities(self, probe: Any, wanted: str | None, sizes: dict[str | None, int] | None = None) -> None:
+        """Offer the devices and dtypes `probe` found usable for merging, keeping `wanted` (the recipe's), each
+        dtype with the output's size in it (`sizes`, from the last check; kept until a check brings new ones)."""
+        if sizes is not None:
+            self._sizes = sizes
         self.device_combo.set_choices(device_choices(probe, "merge"))
-        self.dtype_combo.set_choices(dtype_choices(probe, "merge", self.device, RECIPE_DTYPES, "Same as the models"),
-                                     keep=wanted)
+        self.dtype_combo.set_choices(dtype_choices(probe, "merge", self.device, RECIPE_DTYPES, "Same as the models",
+                                                   self._sizes), keep=wanted)
         self.show_dtype_note(probe, wanted)
 
     def show_dtype_note(self, probe: Any, wanted: str | None) -> None:

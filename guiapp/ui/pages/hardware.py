@@ -1,5 +1,6 @@
-"""The Hardware page: this machine's devices, RAM, VRAM and disk, and the capability matrix from the probe
-(each operation in each dtype: works / fails, with the exact error as tooltip / slow), with Re-probe."""
+"""The Hardware page: the answer first (per device, the dtype to store models in and the one computed in), RAM,
+VRAM and disk, what each job can store, and, behind "Details for engineers", the probe's matrix (each operation in
+each dtype, with a tooltip in plain words), with Re-probe."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from PySide6.QtWidgets import (
     QPushButton,
     QTableWidget,
     QTableWidgetItem,
+    QToolButton,
     QVBoxLayout,
     QWidget,
 )
@@ -32,7 +34,12 @@ class HardwarePage(QWidget):
     def __init__(self, state, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.state = state
-        self.summary = WrappingLabel("Checking what this machine can do… (the first time takes a few seconds)")
+        self.verdict = WrappingLabel("Checking what this machine can do… (the first time takes a few seconds)")
+        font = self.verdict.font()
+        font.setPointSizeF(font.pointSizeF() * 1.15)
+        font.setBold(True)
+        self.verdict.setFont(font)
+        self.summary = WrappingLabel()
         self.memory = WrappingLabel()
         self.device_combo = QComboBox(accessibleName="Device")
         self.device_combo.currentIndexChanged.connect(lambda _: self._show_device())
@@ -45,14 +52,26 @@ class HardwarePage(QWidget):
         top.addWidget(self.reprobe_button)
         self.jobs_table = _table("What each job can store on this device")
         self.matrix = _table("Operations × dtypes")
+        self.details_button = QToolButton(text="Details for engineers", checkable=True,
+                                          arrowType=Qt.ArrowType.RightArrow)
+        self.details_button.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
+        self.details_button.toggled.connect(self._show_details)
+        self.details = QWidget(visible=False)
+        details = QVBoxLayout(self.details)
+        details.setContentsMargins(0, 0, 0, 0)
+        details.addWidget(QLabel("<b>Operations tested in each dtype</b> on this device (hover a cell for what it "
+                                 "means)"))
+        details.addWidget(self.matrix, 1)
+        details.addWidget(self.summary)
         layout = QVBoxLayout(self)
-        layout.addWidget(self.summary)
+        layout.addWidget(self.verdict)
         layout.addWidget(self.memory)
         layout.addLayout(top)
         layout.addWidget(QLabel("<b>What each job can store on this device</b> (every job computes in float32)"))
         layout.addWidget(self.jobs_table)
-        layout.addWidget(QLabel("<b>Operations tested in each dtype</b> (hover a ✗ for the exact error)"))
-        layout.addWidget(self.matrix, 1)
+        layout.addWidget(self.details_button)
+        layout.addWidget(self.details, 1)
+        layout.addStretch()
         state.probe_ready.connect(self.show_probe)
         state.probe_failed.connect(self._failed)
         if state.probe is not None:
@@ -68,28 +87,34 @@ class HardwarePage(QWidget):
         if event.type() == QEvent.Type.PaletteChange and self.state.probe is not None:
             self._show_device()
 
+    def _show_details(self, shown: bool) -> None:
+        self.details_button.setArrowType(Qt.ArrowType.DownArrow if shown else Qt.ArrowType.RightArrow)
+        self.details.setVisible(shown)
+
     def reprobe(self) -> None:
-        self.summary.setText("Probing this machine… (a few seconds; the window stays usable)")
-        set_status_style(self.summary, "muted")
+        self.verdict.setText("Probing this machine… (a few seconds; the window stays usable)")
+        set_status_style(self.verdict, "muted")
         self.reprobe_button.setEnabled(False)
         self.state.reprobe(refresh=True)
 
     def _failed(self, error: BaseException) -> None:
         self.reprobe_button.setEnabled(True)
-        self.summary.setText(f"The probe could not run: {getattr(error, 'message', None) or error}")
-        set_status_style(self.summary, "problem")
+        self.verdict.setText(f"The probe could not run: {getattr(error, 'message', None) or error}")
+        set_status_style(self.verdict, "problem")
 
     def show_probe(self, result: Any) -> None:
-        from guiapp.system.capabilities import describe_device
+        from guiapp.system.capabilities import describe_device, device_verdict
 
         self.reprobe_button.setEnabled(True)
+        self.verdict.setText("\n".join(device_verdict(result, device) for device in result.devices)
+                             + (f"\nThe probe did not finish: {result.problem}. Re-probe to try again."
+                                if result.problem else ""))
+        set_status_style(self.verdict, "warning" if result.problem else None)
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(result.probed_at)) if result.probed_at else "never"
         versions = ", ".join(f"{k} {v}" for k, v in result.versions.items())
         text = f"Probed {when} in {result.duration_seconds:.1f} s ({versions})."
-        if result.problem:
-            text += f"\nProblem: {result.problem}. Re-probe to try again."
         self.summary.setText(text)
-        set_status_style(self.summary, "warning" if result.problem else None)
+        set_status_style(self.summary, "muted")
         current = self.device_combo.currentData()
         self.device_combo.blockSignals(True)
         self.device_combo.clear()
@@ -125,7 +150,7 @@ class HardwarePage(QWidget):
         call_in_background(facts, self.memory.setText, lambda e: self.memory.setText(str(e)))
 
     def _show_device(self) -> None:
-        from guiapp.system.capabilities import JOB_OPERATIONS, dtype_options
+        from guiapp.system.capabilities import JOB_OPERATIONS, check_words, dtype_options
         from guiapp.system.probe import DTYPE_NAMES
 
         result, device = self.state.probe, self.device_combo.currentData()
@@ -154,12 +179,8 @@ class HardwarePage(QWidget):
         for row, operation in enumerate(operations):
             for column, dtype in enumerate(DTYPE_NAMES):
                 check = result.check(device, dtype, operation)
-                if check is None:
-                    item = _cell("?", "not tested", "muted")
-                elif check.ok:
-                    item = _cell("✓", "works", "good")
-                else:
-                    item = _cell("✗", check.error or "fails", "problem")
+                kind = "muted" if check is None else "good" if check.ok else "problem"
+                item = _cell("?" if check is None else "✓" if check.ok else "✗", check_words(check, device), kind)
                 self.matrix.setItem(row, column, item)
 
 

@@ -450,6 +450,7 @@ class MergePage(QWidget):
         from guiapp.jobs.validation import Severity  # loaded by the check that produced `result`
 
         self.last_validation = result
+        self.output.refresh_capabilities(self.state.probe, self.document.get("out_dtype"), result.output_sizes)
         labels = {"method": self.method_message, "base": self.base_message, "models": self.models_message,
                   "params": self.params_message, "slices": self.slices_message, "output": self.output_message}
         shown: dict[QLabel, list[str]] = {label: [] for label in labels.values() if label is not self.method_message}

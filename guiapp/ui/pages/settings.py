@@ -42,9 +42,11 @@ def apply_saved_settings() -> None:
 
 
 def apply_offline_setting() -> None:
+    """Hand the saved offline choice to the one place that decides; without one, the environment decides."""
     from guiapp.hub.connection import set_offline
 
-    set_offline(QSettings().value(OFFLINE_KEY, False, type=bool))
+    settings = QSettings()
+    set_offline(settings.value(OFFLINE_KEY, type=bool) if settings.contains(OFFLINE_KEY) else None)
 
 
 class SettingsPage(QWidget):
@@ -88,9 +90,11 @@ class SettingsPage(QWidget):
         form.addRow("", WrappingLabel("Needed for gated and private models. The token is kept by huggingface_hub "
                                "(shared with the other Hugging Face tools on this computer), never in Mergesmith's files."))
         self.offline_check = QCheckBox("Work offline (use only local folders and downloaded models)")
-        self.offline_check.setChecked(settings.value(OFFLINE_KEY, False, type=bool))
+        self.offline_source = WrappingLabel()
+        self._show_offline()
         self.offline_check.toggled.connect(self.set_offline)
         form.addRow("", self.offline_check)
+        form.addRow("", self.offline_source)
 
         look = QGroupBox("Appearance and start")
         form = QFormLayout(look)
@@ -168,11 +172,11 @@ class SettingsPage(QWidget):
         if not token:
             self._show_account("Paste an access token first.", True)
             return
-        self.token_edit.clear()
         self.account.setText("Signing in…")
         call_in_background(lambda: sign_in(token), self._signed_in, lambda e: self._show_account(error_text(e), True))
 
     def _signed_in(self, user: str) -> None:
+        self.token_edit.clear()  # only once accepted: a refused token stays to be corrected
         self._show_account(f"Signed in as {user}", can_sign_out=True)
         self.signed_in.emit()
 
@@ -182,8 +186,27 @@ class SettingsPage(QWidget):
         call_in_background(sign_out, lambda _: self.refresh_account(), lambda e: self._show_account(error_text(e), True))
 
     def set_offline(self, offline: bool) -> None:
-        QSettings().setValue(OFFLINE_KEY, offline)
+        """Make the app offline or online now; a choice equal to what the environment says is not kept, so the
+        environment decides again from then on."""
+        from guiapp.hub.connection import environment_offline_variable
+
+        if offline == (environment_offline_variable() is not None):
+            QSettings().remove(OFFLINE_KEY)
+        else:
+            QSettings().setValue(OFFLINE_KEY, offline)
         apply_offline_setting()
+        self._show_offline()
+
+    def _show_offline(self) -> None:
+        """The tick box shows the offline mode in force, the line under it where that comes from."""
+        from guiapp.hub.connection import offline_state
+
+        state = offline_state()
+        self.offline_check.blockSignals(True)
+        self.offline_check.setChecked(state.offline)
+        self.offline_check.blockSignals(False)
+        self.offline_source.setText(state.words)
+        set_status_style(self.offline_source, "muted")
 
     def _theme_changed(self) -> None:
         scheme = self.theme_combo.currentData()

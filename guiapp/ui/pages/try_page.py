@@ -45,7 +45,8 @@ from guiapp.jobs.tryout import (
     try_job,
 )
 from guiapp.ui.background import call_in_background
-from guiapp.ui.text import error_text
+from guiapp.ui.text import error_text, sentence
+from guiapp.ui.theme import set_status_style
 from guiapp.ui.widgets.model_picker import ModelPicker
 from guiapp.ui.widgets.options import OptionCombo, device_choices, dtype_choices
 from guiapp.ui.widgets.wrapping_label import WrappingLabel
@@ -250,7 +251,11 @@ class TryPage(QWidget):
         header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
         self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.chart = BarChart()
+        # Why a sample model scores about its vocabulary size, next to the score.
+        self.perplexity_note = WrappingLabel(visible=False)
+        set_status_style(self.perplexity_note, "warning")
         column.addWidget(self.table)
+        column.addWidget(self.perplexity_note)
         column.addWidget(self.chart)
         column.addStretch(1)
         self._fit_table()
@@ -394,7 +399,9 @@ class TryPage(QWidget):
     def _show_results(self, summary: dict[str, Any]) -> None:
         for column, generation in zip(self.columns, summary.get("generations", [])):
             empty = "" if generation["text"].strip() else " (only special tokens: nothing to show)"
-            column.status.setText(f"{len(generation['tokens'])} tokens, ran in {generation['dtype']}{empty}")
+            untrained = f" — {sentence(generation['untrained'])}." if generation.get("untrained") else ""
+            column.status.setText(f"{len(generation['tokens'])} tokens, ran in {generation['dtype']}{empty}"
+                                  f"{untrained}")
         results = summary.get("results")
         if results is None:
             return
@@ -407,8 +414,15 @@ class TryPage(QWidget):
             else:
                 value, count = entry["mean_similarity"], f"{len(entry['similarities'])} pairs (similarity)"
             for column, text in enumerate((entry["model"], f"{value:.3f}", count, entry["dtype"])):
-                self.table.setItem(row, column, QTableWidgetItem(text))
+                item = QTableWidgetItem(text)
+                if entry.get("untrained"):
+                    item.setToolTip(sentence(entry["untrained"]) + ".")
+                self.table.setItem(row, column, item)
             bars.append((ModelRef.parse(entry["model"]).short_name, value))
+        notes = [f"{ModelRef.parse(entry['model']).short_name} is {entry['untrained']}." for entry in results
+                 if entry.get("untrained")]
+        self.perplexity_note.setText("\n".join(notes))
+        self.perplexity_note.setVisible(bool(notes))
         self._fit_table()
         causal = all(entry["perplexity"] is not None for entry in results)
         self.chart.set_values(bars, "Perplexity (lower is better)" if causal else

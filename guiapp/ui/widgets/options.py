@@ -79,13 +79,33 @@ def device_choices(probe, job: str) -> list[Choice]:
                    d.reason or "") for d in device_options(probe, job)]
 
 
-def dtype_choices(probe, job: str, device: str, dtypes: tuple[str, ...], default_label: str) -> list[Choice]:
-    """The dtype dropdown: `default_label` (value None) first, then `dtypes`, impossible ones disabled."""
-    choices = [Choice(None, default_label)]
+def dtype_choices(probe, job: str, device: str, dtypes: tuple[str, ...], default_label: str,
+                  sizes: dict[str | None, int] | None = None) -> list[Choice]:
+    """The dtype dropdown: `default_label` (value None) first, then `dtypes`, impossible ones disabled.
+
+    With `sizes` (the output's size in bytes per dtype, as far as known; may be empty) each entry reads as an
+    answer, "bfloat16 — 1.2 GB (recommended)", and how it is computed goes to its tooltip."""
+    from guiapp.system.units import format_bytes
+
+    def sized(label: str, value: str | None) -> str:
+        return f"{label} — {format_bytes(sizes[value])}" if sizes and value in sizes else label
+
+    choices = [Choice(None, sized(default_label, None) if sizes is not None else default_label)]
     if probe is None:
         return choices + [Choice(d, d) for d in dtypes]
-    from guiapp.system.capabilities import dtype_options  # only once there is a probe
+    from guiapp.system.capabilities import dtype_options, recommended_storage  # only once there is a probe
 
     options = {o.storage_dtype: o for o in dtype_options(probe, job, device)}
-    return choices + [Choice(d, options[d].label, options[d].possible, options[d].reason or options[d].note)
-                      for d in dtypes]
+    if sizes is None:
+        return choices + [Choice(d, options[d].label, options[d].possible, options[d].reason or options[d].note)
+                          for d in dtypes]
+    best = recommended_storage(probe, job, device)
+    for dtype in dtypes:
+        chosen = options[dtype]
+        label = sized(dtype, dtype) if chosen.possible else chosen.label
+        if chosen.possible and best is not None and dtype == best.storage_dtype:
+            label += " (recommended)"
+        elif chosen.slow:
+            label += f" ({chosen.note})"
+        choices.append(Choice(dtype, label, chosen.possible, chosen.reason or chosen.note))
+    return choices
