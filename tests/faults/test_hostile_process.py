@@ -1,0 +1,62 @@
+"""Fault classes "inputs" and "process" at the command line: recipes and text that cost too much, flag values out
+of range, odd output encodings and paths, signals and a deleted working folder.
+
+Costs are compared by how they scale (ten times the input must not cost a hundred times the CPU time), not against
+a clock: the machine running the tests is shared and noisy.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
+
+from guiapp.engine.merge import plan_merge
+from guiapp.engine.recipe import parse_recipe
+from guiapp.engine.samples import llama_config
+from tests.faults.conftest import SMALL
+
+# Ten times the input costs about ten times as much when the work is linear, a hundred times when quadratic.
+LINEAR_RATIO_LIMIT = 40
+
+
+def _cpu_seconds(work: Callable[[], object], repeats: int = 3) -> float:
+    """The least CPU time (of `repeats` runs) `work` takes: other programs' load hardly shows in it."""
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.process_time()
+        work()
+        best = min(best, time.process_time() - start)
+    return max(best, 1e-4)
+
+
+# --- planning stays linear in the number of slices ---------------------------------------------------------
+
+
+def _deep_model(folder: Path, layers: int) -> Path:
+    folder.mkdir(parents=True)
+    save_file({f"model.layers.{i}.mlp.weight": torch.zeros(1) for i in range(layers)}, folder / "model.safetensors")
+    (folder / "config.json").write_text(json.dumps(llama_config(SMALL, torch.float32)))
+    return folder
+
+
+def _one_layer_slices(model: Path, count: int) -> str:
+    return "merge_method: passthrough\nslices:\n" + "".join(
+        f"  - sources:\n      - model: {model}\n        layer_range: [{i}, {i + 1}]\n" for i in range(count))
+
+
+def test_planning_thousands_of_one_layer_slices_is_linear(tmp_path, seen):
+    costs = {}
+    for count in (500, 5000):
+        recipe = parse_recipe(_one_layer_slices(_deep_model(tmp_path / str(count), count), count))
+        plans = []
+        costs[count] = _cpu_seconds(lambda recipe=recipe, plans=plans: plans.append(plan_merge(recipe)))
+        assert len(plans[-1].tasks) == count
+    ratio = costs[5000] / costs[500]
+    assert ratio < LINEAR_RATIO_LIMIT, f"5,000 slices cost {ratio:.0f} times what 500 did: {costs}"
+    seen("inputs", "5,000 one-layer slices of a 5,000-layer model",
+         f"planned; 10 times the slices cost {ratio:.0f} times the time")
