@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 import torch
 from safetensors.torch import save_file
 
@@ -60,3 +61,29 @@ def test_planning_thousands_of_one_layer_slices_is_linear(tmp_path, seen):
     assert ratio < LINEAR_RATIO_LIMIT, f"5,000 slices cost {ratio:.0f} times what 500 did: {costs}"
     seen("inputs", "5,000 one-layer slices of a 5,000-layer model",
          f"planned; 10 times the slices cost {ratio:.0f} times the time")
+
+
+# --- explain is linear in what it is given -----------------------------------------------------------------
+
+# Repeated to 80 KB, each runs into the longest search of some catalogue pattern or of explain's own parsing.
+TEXT_SHAPES = {
+    "dotted words": "a.", "dotted words and spaces": "torch.nn.a ", "a long word": "x", "underscored words": "_cpu",
+    "spaces": " ", "tabs": "\t", "blank lines": "\n", "status 429": "429 ", "status 403": "403 ",
+    "Input type (": "Input type (", "Target modules": "Target modules ", "size mismatch": "size mismatch for a.",
+    "quoted words": '"a', "paths": "/a.b", "Error words": "Error.",
+}
+
+
+def _explain_cost(text: str) -> float:
+    from guiapp.system.explain import explain  # noqa: PLC0415
+
+    return _cpu_seconds(lambda: (explain(ValueError(text)).render_text(), explain(text).render_text()))
+
+
+@pytest.mark.parametrize("shape", list(TEXT_SHAPES))
+def test_explain_with_80_kb_of_one_shape(shape, seen):
+    unit = TEXT_SHAPES[shape]
+    small, large = ((unit * (size // len(unit) + 1))[:size] for size in (8_000, 80_000))
+    ratio = _explain_cost(large) / _explain_cost(small)
+    assert ratio < LINEAR_RATIO_LIMIT, f"80 KB of {shape!r} cost {ratio:.0f} times what 8 KB did"
+    seen("inputs", f"explain with 80 KB of {shape}", f"explained; 10 times the text cost {ratio:.0f} times the time")
