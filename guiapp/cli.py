@@ -322,7 +322,7 @@ def _add_merge_commands(commands: argparse._SubParsersAction) -> None:
     merge.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N, mps or xpu (default: cpu).")
     merge.add_argument("--out-shard-size", default="5GB", help="Largest output file, e.g. 2GB (default: 5GB).")
     merge.add_argument("--dry-run", action="store_true", help="Validate and print the plan; write nothing.")
-    merge.add_argument("--seed", type=int, default=0, help="Seed for the random methods (DARE, DELLA).")
+    merge.add_argument("--seed", type=_seed, default=0, help="Seed for the random methods (DARE, DELLA).")
     merge.add_argument("--overwrite", action="store_true", help="Replace OUT_DIR if it exists (once the merge is done).")
     merge.add_argument("--force", action="store_true", help="Start even when the estimate says it will not fit.")
     merge.add_argument("--compute-dtype", choices=("float32", "recipe"), default="float32",
@@ -360,6 +360,20 @@ def _count_of(noun: str, maximum: int | None = None) -> Callable[[str], int]:
         return number
 
     return count
+
+
+MAX_SEED = 2**64 - 1  # torch's generators take 64-bit seeds
+
+
+def _seed(text: str) -> int:
+    """An argparse type for a random seed: a whole number from 0 to MAX_SEED, or a usage error saying so."""
+    try:
+        number = int(text)
+    except ValueError:
+        number = -1
+    if not 0 <= number <= MAX_SEED:
+        raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a seed: give a whole number from 0 to {MAX_SEED}.")
+    return number
 
 
 MAX_SEARCH_RESULTS = 1000  # ten pages of the Hub's answers; a narrower query finds a model faster than more rows
@@ -637,7 +651,12 @@ def _run_hub_rm(args: argparse.Namespace) -> int:
         f"This frees {format_bytes(plan.freed_bytes)}."
     )
     if not args.yes:
-        answer = input(f"{question} [y/N] ").strip().lower()
+        try:
+            answer = input(f"{question} [y/N] ").strip().lower()
+        except EOFError:  # no one to answer (stdin closed or at its end): never delete without a yes
+            print("\nNothing was deleted: there is no input to answer the question; add --yes to delete without "
+                  "asking.", file=sys.stderr)
+            return EXIT_FAILED
         if answer not in ("y", "yes"):
             print("Nothing was deleted.")
             return EXIT_OK
@@ -875,7 +894,7 @@ def _add_try_commands(commands: argparse._SubParsersAction) -> None:
     try_.add_argument("--prompt", required=True, help="The prompt (the model's chat template is applied if it has one).")
     try_.add_argument("--max-new-tokens", type=int, default=128, help="Stop after this many new tokens (default: 128).")
     try_.add_argument("--sample", action="store_true", help="Sample instead of picking the likeliest token.")
-    try_.add_argument("--seed", type=int, default=0, help="Seed for --sample (default: 0).")
+    try_.add_argument("--seed", type=_seed, default=0, help="Seed for --sample (default: 0).")
     try_.add_argument("--temperature", type=float, default=DEFAULT_TEMPERATURE,
                       help=f"For --sample: lower picks likelier tokens (default: {DEFAULT_TEMPERATURE}).")
     try_.add_argument("--top-p", type=float, default=DEFAULT_TOP_P,

@@ -5,8 +5,8 @@ expression on its message, so the same entry explains a live exception and a tra
 transformers, mergekit or Unsloth. Order matters: the first entry that matches wins, so specific entries come
 before general ones (a gated repo before "repository not found", SVD in bfloat16 before any bfloat16 kernel).
 Messages can be long (a pasted log, a name of 80 KB): a pattern never follows a part that can start at many places
-with an unbounded `.*` or `\s*`, which would rescan the rest of the text from each of them; gaps are bounded
-(`[^\n]{0,200}`) so that every search stays linear in the message's length.
+with an unbounded gap (`.*`, any run of spaces), which would rescan the rest of the text from each of them; gaps
+are bounded (at most 200 characters of one line) so that every search stays linear in the message's length.
 Nothing here imports torch or huggingface_hub.
 """
 

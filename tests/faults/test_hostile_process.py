@@ -23,6 +23,7 @@ from tests.faults.conftest import SMALL
 
 # Ten times the input costs about ten times as much when the work is linear, a hundred times when quadratic.
 LINEAR_RATIO_LIMIT = 40
+HANG_SECONDS = 150  # a child still running after this is hanging, however loaded the machine
 
 
 def _cpu_seconds(work: Callable[[], object], repeats: int = 3) -> float:
@@ -87,3 +88,34 @@ def test_explain_with_80_kb_of_one_shape(shape, seen):
     ratio = _explain_cost(large) / _explain_cost(small)
     assert ratio < LINEAR_RATIO_LIMIT, f"80 KB of {shape!r} cost {ratio:.0f} times what 8 KB did"
     seen("inputs", f"explain with 80 KB of {shape}", f"explained; 10 times the text cost {ratio:.0f} times the time")
+
+
+# --- flag values out of range -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("flag", "value", "said"), [
+    ("--seed", "1180591620717411303424", "0 to 18446744073709551615"),
+    ("--seed", "-1", "0 to 18446744073709551615"),
+    ("--out-shard-size", "1e400", "1 byte to 1000TB"),
+    ("--out-shard-size", "inf", "1 byte to 1000TB"),
+    ("--out-shard-size", "nan", "1 byte to 1000TB"),
+    ("--out-shard-size", "-5GB", "1 byte to 1000TB"),
+    ("--out-shard-size", "0", "1 byte to 1000TB"),
+    ("--out-shard-size", "1e-9", "1 byte to 1000TB"),
+])
+def test_a_flag_value_out_of_range_is_a_usage_error(flag, value, said, trio, tmp_path, warm_cli, seen):
+    recipe = tmp_path / "recipe.yml"
+    recipe.write_text(f"merge_method: dare_ties\nbase_model: {trio.base}\nmodels:\n  - model: {trio.one}\n"
+                      f"    parameters: {{weight: 1, density: 0.5}}\n")
+    done = warm_cli.run(["merge", str(recipe), str(tmp_path / "out"), f"{flag}={value}"], timeout=HANG_SECONDS)
+    assert done.returncode == 2, f"exit {done.returncode}: {done.stderr[-2000:]}"
+    assert flag in done.stderr and said in done.stderr and "internal problem" not in done.stderr
+    assert not (tmp_path / "out").exists()
+    seen("inputs", f"merge {flag} {value}", done.stderr.strip().splitlines()[-1])
+
+
+def test_try_seed_out_of_range_is_a_usage_error(trio, warm_cli, seen):
+    done = warm_cli.run(["try", str(trio.one), "--prompt", "hi", "--sample", "--seed", str(2**70)],
+                        timeout=HANG_SECONDS)
+    assert done.returncode == 2 and "--seed" in done.stderr and "0 to 18446744073709551615" in done.stderr
+    seen("inputs", "try --seed 2^70", done.stderr.strip().splitlines()[-1])
