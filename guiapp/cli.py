@@ -33,6 +33,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if handler is None:
         return _launch_window(args)
     previous_sigterm = _stop_on_sigterm()
+    _print_any_text()
     stderr = sys.stderr
     sys.stderr = _Diagnostics(stderr)
     try:
@@ -67,6 +68,17 @@ def _stop_on_sigterm():
     if threading.current_thread() is not threading.main_thread():
         return None
     return signal.signal(signal.SIGTERM, interrupt)
+
+
+def _print_any_text() -> None:
+    """Let stdout and stderr print any text, whatever their encoding (PYTHONIOENCODING=ascii, a Latin-1 terminal):
+    what the encoding cannot hold, such as a folder name's undecodable bytes, is printed as a backslash escape
+    instead of failing the command."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.reconfigure(errors="backslashreplace")
+        except (AttributeError, ValueError, OSError):  # not a text stream of a file (a test's replacement)
+            continue
 
 
 def _output_closed() -> bool:
@@ -229,7 +241,7 @@ def _print_explanation(error: BaseException, args: argparse.Namespace | None = N
     details = cache_dir() / "last-error.txt"
     try:
         details.parent.mkdir(parents=True, exist_ok=True)
-        details.write_text(explanation.raw + "\n", encoding="utf-8")
+        details.write_text(explanation.raw + "\n", encoding="utf-8", errors="backslashreplace")
     except OSError:
         return
     print(f"\nThe full error report is in {details}.", file=sys.stderr)

@@ -396,20 +396,20 @@ def _check_parent(path: Path) -> Path:
 def _check_name_lengths(path: Path, existing: Path) -> None:
     """Refuse, before anything is written, a folder name the disk holding `existing` (the nearest parent of `path`
     that exists) would refuse: the output's own name must leave room for the hidden staging folder's longer name
-    beside it."""
+    beside it. Lengths are of the names' bytes on disk, whatever their encoding (a name need not be UTF-8)."""
     try:
         limit = os.pathconf(existing, "PC_NAME_MAX")
     except (OSError, ValueError, AttributeError):  # not answered here (Windows has no pathconf): the usual limit
         limit = 255
     for part in path.relative_to(existing).parts[:-1]:
-        if len(part.encode()) > limit:
+        if len(os.fsencode(part)) > limit:
             raise OutputError(
-                f"The folder name {describe_value(part)} in the output path is {len(part.encode())} bytes long; "
+                f"The folder name {describe_value(part)} in the output path is {len(os.fsencode(part))} bytes long; "
                 f"names on this disk can have at most {limit}.",
                 hint="Choose an output folder with shorter folder names.",
             )
-    name = len(path.name.encode())
-    added = len(staging_name(path, "partial").name.encode()) - name
+    name = len(os.fsencode(path.name))
+    added = len(os.fsencode(staging_name(path, "partial").name)) - name
     if name + added > limit:
         raise OutputError(
             f"The output folder's name is {name} bytes long, too long for this disk: names there can have at most "
