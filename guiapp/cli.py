@@ -32,7 +32,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     handler: Handler | None = getattr(args, "handler", None)
     if handler is None:
         return _launch_window(args)
-    previous_sigterm = _stop_on_sigterm()
+    previous_handlers = _stop_on_sigterm()
     _print_any_text()
     stderr = sys.stderr
     sys.stderr = _Diagnostics(stderr)
@@ -54,20 +54,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_FAILED
     finally:
         sys.stderr = stderr
-        if previous_sigterm is not None:
-            signal.signal(signal.SIGTERM, previous_sigterm)
+        for signum, previous in previous_handlers.items():
+            signal.signal(signum, previous)
 
 
-def _stop_on_sigterm():
-    """Make SIGTERM (a `kill`, a service manager stopping us) end a command as Ctrl-C does: the job is abandoned
-    and its staging folder removed. Returns the previous handler, or None where signals cannot be set here."""
+def _stop_on_sigterm() -> dict[int, Any]:
+    """Make SIGTERM (a `kill`, a service manager stopping us) and SIGHUP (the terminal closed) end a command as
+    Ctrl-C does: the job is abandoned and its staging folder removed. Returns the previous handlers by signal,
+    none where signals cannot be set here."""
 
     def interrupt(signum, frame) -> None:
         raise KeyboardInterrupt
 
     if threading.current_thread() is not threading.main_thread():
-        return None
-    return signal.signal(signal.SIGTERM, interrupt)
+        return {}
+    signals = [signal.SIGTERM] + ([signal.SIGHUP] if hasattr(signal, "SIGHUP") else [])  # no SIGHUP on Windows
+    return {signum: signal.signal(signum, interrupt) for signum in signals}
 
 
 def _print_any_text() -> None:
