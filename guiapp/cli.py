@@ -27,6 +27,7 @@ Handler = Callable[[argparse.Namespace], int]
 
 def main(argv: Sequence[str] | None = None) -> int:
     configure_heaps()
+    _leave_a_deleted_working_folder()
     parser = _build_parser()
     args = parser.parse_args(argv)
     handler: Handler | None = getattr(args, "handler", None)
@@ -70,6 +71,24 @@ def _stop_on_sigterm() -> dict[int, Any]:
         return {}
     signals = [signal.SIGTERM] + ([signal.SIGHUP] if hasattr(signal, "SIGHUP") else [])  # no SIGHUP on Windows
     return {signum: signal.signal(signum, interrupt) for signum in signals}
+
+
+def _leave_a_deleted_working_folder() -> None:
+    """Work from the home folder (else the file system's root) when the folder this command started in has been
+    deleted, saying so: torch's libraries abort at import in a working folder that no longer exists."""
+    try:
+        os.getcwd()
+        return
+    except FileNotFoundError:
+        pass
+    home = Path.home() if os.environ.get("HOME") else Path(os.sep)
+    try:
+        os.chdir(home)
+    except OSError:
+        home = Path(os.sep)
+        os.chdir(home)
+    print(f"Note: the working folder this command started in no longer exists; working from {home} instead "
+          "(paths that do not start with / are taken from there).", file=sys.stderr)
 
 
 def _print_any_text() -> None:
