@@ -8,6 +8,10 @@ a clock: the machine running the tests is shared and noisy.
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -19,7 +23,10 @@ from safetensors.torch import save_file
 from guiapp.engine.merge import plan_merge
 from guiapp.engine.recipe import parse_recipe
 from guiapp.engine.samples import llama_config
+from guiapp.progress import PAUSE_VARIABLE
 from tests.faults.conftest import SMALL
+from tests.faults.harness import cli_explanation, leftovers, looks_finished
+from tests.support.warm_cli import ROOT
 
 # Ten times the input costs about ten times as much when the work is linear, a hundred times when quadratic.
 LINEAR_RATIO_LIMIT = 40
@@ -119,3 +126,104 @@ def test_try_seed_out_of_range_is_a_usage_error(trio, warm_cli, seen):
                         timeout=HANG_SECONDS)
     assert done.returncode == 2 and "--seed" in done.stderr and "0 to 18446744073709551615" in done.stderr
     seen("inputs", "try --seed 2^70", done.stderr.strip().splitlines()[-1])
+
+
+# --- the process: signals, the working folder, output encodings ---------------------------------------------
+
+
+def _ties(trio) -> str:
+    return (f"merge_method: ties\nbase_model: {trio.base}\nmodels:\n"
+            f"  - model: {trio.one}\n    parameters: {{weight: 0.5, density: 0.5}}\n"
+            f"  - model: {trio.two}\n    parameters: {{weight: 0.5, density: 0.5}}\n")
+
+
+def _program_env(**extra: str) -> dict[str, str]:
+    """The environment of a real `mergesmith` program started from this checkout, wherever its working folder."""
+    return {**os.environ, "PYTHONPATH": str(ROOT), **extra}
+
+
+def test_sighup_during_a_cli_merge_leaves_nothing(trio, tmp_path, seen):
+    recipe = tmp_path / "recipe.yml"
+    recipe.write_text(_ties(trio))
+    out = tmp_path / "merged"
+    # Held after its 5th tensor until signalled, so the hang-up lands mid-merge however fast the machine is.
+    process = subprocess.Popen([sys.executable, "-m", "guiapp", "merge", str(recipe), str(out)],
+                               stderr=subprocess.PIPE, text=True,
+                               env=_program_env(**{PAUSE_VARIABLE: f"Merging:5:{tmp_path / 'never-released'}"}))
+    for line in process.stderr:
+        if line.startswith("Paused after step 5 of Merging"):
+            break
+    assert process.poll() is None, "the merge ended before the terminal closed"
+    assert leftovers(tmp_path), "the merge had not started writing"
+    process.send_signal(signal.SIGHUP)  # the terminal closed
+    code = process.wait(timeout=HANG_SECONDS)
+    said = process.stderr.read()
+    process.stderr.close()
+    assert code == 1, f"exit {code}: {said[-2000:]}"
+    assert leftovers(tmp_path) == [] and not out.exists() and not looks_finished(out)
+    seen("process", "SIGHUP (terminal closed) during a CLI merge", said.strip().splitlines()[-1])
+
+
+def test_starting_in_a_deleted_working_folder(trio, tmp_path, seen):
+    recipe = tmp_path / "recipe.yml"
+    recipe.write_text(_ties(trio))
+    out = tmp_path / "merged"
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    # The shell enters the folder, removes it, then becomes `mergesmith`: it starts with no working folder.
+    done = subprocess.run(["sh", "-c", 'cd "$1" && rmdir "$1" && shift && exec "$@"', "sh", str(gone),
+                           sys.executable, "-m", "guiapp", "merge", str(recipe), str(out)],
+                          capture_output=True, text=True, timeout=HANG_SECONDS, env=_program_env())
+    assert done.returncode == 0, f"exit {done.returncode}: {done.stderr[-2000:]}"
+    assert "Traceback" not in done.stderr and "working folder" in done.stderr
+    assert looks_finished(out) and leftovers(tmp_path) == []
+    seen("process", "started in a deleted working folder",
+         next(line for line in done.stderr.splitlines() if "working folder" in line))
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-32"])
+def test_a_recipe_saved_as_utf_16_or_32_is_read(encoding, trio, tmp_path, warm_cli, seen):
+    recipe = tmp_path / "recipe.yml"
+    recipe.write_bytes(_ties(trio).encode(encoding))  # with its byte-order mark, as Windows editors save it
+    done = warm_cli.run(["merge", str(recipe), str(tmp_path / "out"), "--dry-run"], timeout=HANG_SECONDS)
+    assert done.returncode == 0 and "The recipe is valid" in done.stdout, done.stderr[-2000:]
+    seen("inputs", f"a recipe saved as {encoding.upper()} with a BOM", "read; the recipe is valid")
+
+
+def test_a_recipe_in_utf_16_without_a_mark_names_the_encoding(trio, tmp_path, warm_cli, seen):
+    recipe = tmp_path / "recipe.yml"
+    recipe.write_bytes(_ties(trio).encode("utf-16-le"))
+    done = warm_cli.run(["merge", str(recipe), str(tmp_path / "out"), "--dry-run"], timeout=HANG_SECONDS)
+    title, what = cli_explanation(done.stderr)
+    assert done.returncode == 1 and "UTF-16" in what and "UTF-8" in done.stderr and "binary data" not in what
+    seen("inputs", "a recipe saved as UTF-16 without a BOM", f"{title}: {what}")
+
+
+@pytest.mark.parametrize("encoding", ["ascii", "latin-1"])
+def test_output_survives_any_stdout_encoding_and_odd_path_bytes(encoding, trio, tmp_path, seen):
+    recipe = tmp_path / "recipe-é.yml"
+    recipe.write_text(_ties(trio))
+    env = _program_env(PYTHONIOENCODING=encoding, MERGESMITH_CACHE_DIR=str(tmp_path / "cache"))
+    folder = os.fsencode(tmp_path)
+
+    def run(*args: str | bytes) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "guiapp", *args], capture_output=True, timeout=HANG_SECONDS,
+                              env=env)
+
+    merged = run("merge", os.fsencode(recipe), folder + b"/out-\xff")
+    assert merged.returncode == 0 and b"Traceback" not in merged.stderr, merged.stderr[-2000:]
+    assert looks_finished(Path(os.fsdecode(folder + b"/out-\xff")))
+    planned = run("merge", os.fsencode(recipe), folder + b"/plan-\xff\xe2\x82\xac", "--dry-run")
+    assert planned.returncode == 0 and b"The recipe is valid" in planned.stdout, planned.stderr[-2000:]
+    failed = run("merge", folder + b"/missing-\xff.yml", folder + b"/out2")
+    assert failed.returncode == 1 and b"Traceback" not in failed.stderr and b"missing-" in failed.stderr
+    seen("process", f"PYTHONIOENCODING={encoding}, output folder b'out-\\xff'", "merged; messages printed")
+
+
+def test_an_output_under_proc_is_a_system_folder(trio, tmp_path, warm_cli, seen):
+    recipe = tmp_path / "recipe.yml"
+    recipe.write_text(_ties(trio))
+    done = warm_cli.run(["merge", str(recipe), "/proc/self/out"], timeout=HANG_SECONDS)
+    title, what = cli_explanation(done.stderr)
+    assert done.returncode == 1 and "/proc" in what and "system folder" in what and "missing" not in what
+    seen("outputs", "output folder under /proc", f"{title}: {what}")
