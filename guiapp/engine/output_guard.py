@@ -148,7 +148,9 @@ def check_output_location(destination: Path | str, inputs: Iterable[Path], *, re
         raise OutputError(f"The output folder {describe_value(str(destination))} holds a NUL character, which no "
                           "folder name can hold.", hint="Retype the output folder's name.")
     path = absolute_destination(destination)
-    _check_name_lengths(path, _check_parent(path))
+    existing = _check_parent(path)
+    _check_not_a_system_folder(path, existing)
+    _check_name_lengths(path, existing)
     for candidate in {path, resolved(path)}:
         for protected in protected_folders(inputs):
             folder = protected.folder
@@ -378,6 +380,25 @@ def _link_targets(folder: Path) -> set[Path]:
         if seen >= _WALK_LIMIT:
             break
     return targets
+
+
+# Linux's views of the running system (processes, devices, the kernel's settings): files there are made by the
+# kernel, and creating one fails as if the folder were missing.
+SYSTEM_FOLDERS = (Path("/proc"), Path("/sys"))
+
+
+def _check_not_a_system_folder(path: Path, existing: Path) -> None:
+    """OutputError when `path` would be inside /proc or /sys (`existing`, its nearest existing parent, resolved)."""
+    if not sys.platform.startswith("linux"):
+        return
+    where = resolved(existing)
+    for system in SYSTEM_FOLDERS:
+        if where == system or system in where.parents:
+            raise OutputError(
+                f"The output folder {path} is inside {system}, a system folder that shows the running system's "
+                "state and cannot hold files.",
+                hint="Choose an output folder in your home folder or on a data disk.",
+            )
 
 
 def _check_parent(path: Path) -> Path:
