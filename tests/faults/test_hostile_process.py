@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -227,3 +228,36 @@ def test_an_output_under_proc_is_a_system_folder(trio, tmp_path, warm_cli, seen)
     title, what = cli_explanation(done.stderr)
     assert done.returncode == 1 and "/proc" in what and "system folder" in what and "missing" not in what
     seen("outputs", "output folder under /proc", f"{title}: {what}")
+
+
+# --- the job history keeps a failed job bounded ---------------------------------------------------------------
+
+
+def test_history_keeps_a_failed_billion_laughs_job_bounded(tmp_path, warm_cli, seen):
+    # A failed job as the window records it: its spec holds the recipe's settings (here an object whose text
+    # would expand the shared lists), its explanation the error, whose details can be as long as a log.
+    script = textwrap.dedent("""
+        import dataclasses, sys, time
+        from guiapp.jobs.history import JobRecord, save_history, load_history
+
+        @dataclasses.dataclass
+        class Settings:
+            weight: object
+
+        value = ["lol"] * 9
+        for _ in range(10):
+            value = [value] * 9
+        explanation = {"title": "The recipe has a problem", "what": "The recipe expands to more than 100,000 values",
+                       "why": "", "fix": "", "raw": "Traceback (most recent call last):\\n" + "x" * 40_000_000}
+        record = JobRecord(key="1", title="Merge", kind="merge", spec={"recipe": Settings(value)},
+                           status="failed", created=time.time(), explanation=explanation)
+        save_history([record])
+        (loaded,) = load_history()
+        print(loaded.status, loaded.explanation["title"], len(loaded.explanation["raw"]) < 1_000_000)
+    """)
+    env = {**os.environ, "MERGESMITH_CONFIG_DIR": str(tmp_path / "config")}
+    done = warm_cli.run([], code=script, env=env, timeout=HANG_SECONDS, address_space=3_000_000_000)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["failed", "The", "recipe", "has", "a", "problem", "True"], done.stdout
+    assert (tmp_path / "config" / "jobs_history.json").stat().st_size < 1_000_000
+    seen("inputs", "job history of a failed billion-laughs job", "saved bounded, loaded back")
