@@ -27,6 +27,7 @@ from guiapp.engine.samples import llama_config
 from guiapp.progress import PAUSE_VARIABLE
 from tests.faults.conftest import SMALL
 from tests.faults.harness import cli_explanation, leftovers, looks_finished
+from tests.support.hub_server import make_hostile
 from tests.support.warm_cli import ROOT
 
 # Ten times the input costs about ten times as much when the work is linear, a hundred times when quadratic.
@@ -261,3 +262,25 @@ def test_history_keeps_a_failed_billion_laughs_job_bounded(tmp_path, warm_cli, s
     assert done.stdout.split() == ["failed", "The", "recipe", "has", "a", "problem", "True"], done.stdout
     assert (tmp_path / "config" / "jobs_history.json").stat().st_size < 1_000_000
     seen("inputs", "job history of a failed billion-laughs job", "saved bounded, loaded back")
+
+
+# --- a Hub that redirects where it must not -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("case", "redirect", "said"), [
+    ("redirect loop", "loop", "redirects"),
+    ("redirect to file://", "file:///etc/passwd", "/etc/passwd, which is not a web address"),
+])
+def test_a_hub_redirect_is_named(case, redirect, said, hub_env, trio, capsys, seen):
+    from guiapp.cli import main  # noqa: PLC0415 - after hub_env has pointed huggingface_hub at the test Hub
+
+    hub_env.server.add_model("org/model", trio.two)
+    make_hostile(hub_env.server).redirect = redirect
+    for command in (["hub", "info", "org/model"], ["hub", "download", "org/model"]):
+        code = main(command)
+        shown = capsys.readouterr().err
+        title, what = cli_explanation(shown)
+        assert code == 1 and said in what and hub_env.server.url in what, shown
+        assert redirect == "loop" or "file://" in what
+        assert "does not recognise" not in title and "internal problem" not in title
+    seen("hostile hub", case, f"{title}: {what}")
