@@ -35,6 +35,7 @@ from guiapp.engine.output_guard import (
 )
 from guiapp.errors import InsufficientResourcesError, OutputError
 from guiapp.hub.references import ModelRef
+from guiapp.system.bounded import describe_value
 from guiapp.system.paths import resolved
 from guiapp.system.resources import disk
 from guiapp.system.units import format_bytes
@@ -64,7 +65,7 @@ def parse_size(text: str | int) -> int:
     Raises ValueError, saying the accepted range, for anything else and for sizes below 1 byte or above 1000TB
     (infinity, "nan" and negative sizes among them).
     """
-    problem = f'"{text}" is not a size from 1 byte to 1000TB (examples: 2GB, 500MB, 5000000000)'
+    problem = f"{describe_value(text)} is not a size from 1 byte to 1000TB (examples: 2GB, 500MB, 5000000000)"
     if isinstance(text, int):
         number = float(text)
     else:
