@@ -27,12 +27,14 @@ Handler = Callable[[argparse.Namespace], int]
 
 def main(argv: Sequence[str] | None = None) -> int:
     configure_heaps()
+    _leave_a_deleted_working_folder()
     parser = _build_parser()
     args = parser.parse_args(argv)
     handler: Handler | None = getattr(args, "handler", None)
     if handler is None:
         return _launch_window(args)
-    previous_sigterm = _stop_on_sigterm()
+    previous_handlers = _stop_on_sigterm()
+    _print_any_text()
     stderr = sys.stderr
     sys.stderr = _Diagnostics(stderr)
     try:
@@ -58,20 +60,51 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_FAILED
     finally:
         sys.stderr = stderr
-        if previous_sigterm is not None:
-            signal.signal(signal.SIGTERM, previous_sigterm)
+        for signum, previous in previous_handlers.items():
+            signal.signal(signum, previous)
 
 
-def _stop_on_sigterm():
-    """Make SIGTERM (a `kill`, a service manager stopping us) end a command as Ctrl-C does: the job is abandoned
-    and its staging folder removed. Returns the previous handler, or None where signals cannot be set here."""
+def _stop_on_sigterm() -> dict[int, Any]:
+    """Make SIGTERM (a `kill`, a service manager stopping us) and SIGHUP (the terminal closed) end a command as
+    Ctrl-C does: the job is abandoned and its staging folder removed. Returns the previous handlers by signal,
+    none where signals cannot be set here."""
 
     def interrupt(signum, frame) -> None:
         raise KeyboardInterrupt
 
     if threading.current_thread() is not threading.main_thread():
-        return None
-    return signal.signal(signal.SIGTERM, interrupt)
+        return {}
+    signals = [signal.SIGTERM] + ([signal.SIGHUP] if hasattr(signal, "SIGHUP") else [])  # no SIGHUP on Windows
+    return {signum: signal.signal(signum, interrupt) for signum in signals}
+
+
+def _leave_a_deleted_working_folder() -> None:
+    """Work from the home folder (else the file system's root) when the folder this command started in has been
+    deleted, saying so: torch's libraries abort at import in a working folder that no longer exists."""
+    try:
+        os.getcwd()
+        return
+    except FileNotFoundError:
+        pass
+    home = Path.home() if os.environ.get("HOME") else Path(os.sep)
+    try:
+        os.chdir(home)
+    except OSError:
+        home = Path(os.sep)
+        os.chdir(home)
+    print(f"Note: the working folder this command started in no longer exists; working from {home} instead "
+          "(paths that do not start with / are taken from there).", file=sys.stderr)
+
+
+def _print_any_text() -> None:
+    """Let stdout and stderr print any text, whatever their encoding (PYTHONIOENCODING=ascii, a Latin-1 terminal):
+    what the encoding cannot hold, such as a folder name's undecodable bytes, is printed as a backslash escape
+    instead of failing the command."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.reconfigure(errors="backslashreplace")
+        except (AttributeError, ValueError, OSError):  # not a text stream of a file (a test's replacement)
+            continue
 
 
 def _output_closed() -> bool:
@@ -265,7 +298,7 @@ def _print_explanation(error: BaseException, args: argparse.Namespace | None = N
     details = cache_dir() / "last-error.txt"
     try:
         details.parent.mkdir(parents=True, exist_ok=True)
-        details.write_text(explanation.raw + "\n", encoding="utf-8")
+        details.write_text(explanation.raw + "\n", encoding="utf-8", errors="backslashreplace")
     except OSError:
         return
     print(f"\nThe full error report is in {details}.", file=sys.stderr)
@@ -367,7 +400,7 @@ def _add_merge_commands(commands: argparse._SubParsersAction) -> None:
     merge.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N, mps or xpu (default: cpu).")
     merge.add_argument("--out-shard-size", default="5GB", help="Largest output file, e.g. 2GB (default: 5GB).")
     merge.add_argument("--dry-run", action="store_true", help="Validate and print the plan; write nothing.")
-    merge.add_argument("--seed", type=int, default=0, help="Seed for the random methods (DARE, DELLA).")
+    merge.add_argument("--seed", type=_seed, default=0, help="Seed for the random methods (DARE, DELLA).")
     merge.add_argument("--overwrite", action="store_true", help="Replace OUT_DIR if it exists (once the merge is done).")
     merge.add_argument("--force", action="store_true", help="Start even when the estimate says it will not fit.")
     merge.add_argument("--compute-dtype", choices=("float32", "recipe"), default="float32",
@@ -405,6 +438,20 @@ def _count_of(noun: str, maximum: int | None = None) -> Callable[[str], int]:
         return number
 
     return count
+
+
+MAX_SEED = 2**64 - 1  # torch's generators take 64-bit seeds
+
+
+def _seed(text: str) -> int:
+    """An argparse type for a random seed: a whole number from 0 to MAX_SEED, or a usage error saying so."""
+    try:
+        number = int(text)
+    except ValueError:
+        number = -1
+    if not 0 <= number <= MAX_SEED:
+        raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a seed: give a whole number from 0 to {MAX_SEED}.")
+    return number
 
 
 MAX_SEARCH_RESULTS = 1000  # ten pages of the Hub's answers; a narrower query finds a model faster than more rows
@@ -692,7 +739,12 @@ def _run_hub_rm(args: argparse.Namespace) -> int:
         f"This frees {format_bytes(plan.freed_bytes)}."
     )
     if not args.yes:
-        answer = input(f"{question} [y/N] ").strip().lower()
+        try:
+            answer = input(f"{question} [y/N] ").strip().lower()
+        except EOFError:  # no one to answer (stdin closed or at its end): never delete without a yes
+            print("\nNothing was deleted: there is no input to answer the question; add --yes to delete without "
+                  "asking.", file=sys.stderr)
+            return EXIT_FAILED
         if answer not in ("y", "yes"):
             print("Nothing was deleted.")
             return EXIT_OK
@@ -936,7 +988,7 @@ def _add_try_commands(commands: argparse._SubParsersAction) -> None:
     try_.add_argument("--prompt", required=True, help="The prompt (the model's chat template is applied if it has one).")
     try_.add_argument("--max-new-tokens", type=int, default=128, help="Stop after this many new tokens (default: 128).")
     try_.add_argument("--sample", action="store_true", help="Sample instead of picking the likeliest token.")
-    try_.add_argument("--seed", type=int, default=0, help="Seed for --sample (default: 0).")
+    try_.add_argument("--seed", type=_seed, default=0, help="Seed for --sample (default: 0).")
     try_.add_argument("--temperature", type=float, default=DEFAULT_TEMPERATURE,
                       help=f"For --sample: lower picks likelier tokens (default: {DEFAULT_TEMPERATURE}).")
     try_.add_argument("--top-p", type=float, default=DEFAULT_TOP_P,

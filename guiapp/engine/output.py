@@ -36,6 +36,7 @@ from guiapp.engine.output_guard import (
 from guiapp.errors import InsufficientResourcesError, OutputError
 from guiapp.hub.references import ModelRef
 from guiapp.progress import Progress
+from guiapp.system.bounded import describe_value
 from guiapp.system.paths import resolved
 from guiapp.system.resources import disk
 from guiapp.system.units import format_bytes
@@ -56,19 +57,30 @@ class PlannedTensor:
         return math.prod(self.shape) * self.dtype.itemsize
 
 
+MAX_SIZE_BYTES = 10**15  # 1000TB: far above any file, and a bound on what "1e400" would otherwise become
+
+
 def parse_size(text: str | int) -> int:
     """Parse "2GB", "500MB", "5e9" or an integer into bytes (decimal units, as the Hub counts).
 
-    Raises ValueError for anything else.
+    Raises ValueError, saying the accepted range, for anything else and for sizes below 1 byte or above 1000TB
+    (infinity, "nan" and negative sizes among them).
     """
+    problem = f"{describe_value(text)} is not a size from 1 byte to 1000TB (examples: 2GB, 500MB, 5000000000)"
     if isinstance(text, int):
-        return text
-    match = re.fullmatch(r"\s*([0-9.eE+]+)\s*([kKmMgGtT]?)(i?)[bB]?\s*", str(text))
-    if not match:
-        raise ValueError(f'"{text}" is not a size (examples: 2GB, 500MB, 5000000000)')
-    number, unit, binary = float(match.group(1)), match.group(2).upper(), match.group(3)
-    base = 1024 if binary else 1000
-    return int(number * base ** " KMGT".index(unit or " "))
+        number = float(text)
+    else:
+        match = re.fullmatch(r"\s*([0-9.eE+]+)\s*([kKmMgGtT]?)(i?)[bB]?\s*", str(text))
+        if not match:
+            raise ValueError(problem)
+        try:
+            number = float(match.group(1))
+        except ValueError:
+            raise ValueError(problem) from None
+        number *= (1024 if match.group(3) else 1000) ** " KMGT".index(match.group(2).upper() or " ")
+    if not 1 <= number <= MAX_SIZE_BYTES:  # also false for nan
+        raise ValueError(problem)
+    return int(number)
 
 
 def shard_plan(tensors: list[PlannedTensor], max_shard_bytes: int) -> list[list[PlannedTensor]]:

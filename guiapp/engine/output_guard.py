@@ -167,7 +167,9 @@ def check_output_location(destination: Path | str, inputs: Iterable[Path], *, re
         raise OutputError(f"The output folder {describe_value(str(destination))} holds a NUL character, which no "
                           "folder name can hold.", hint="Retype the output folder's name.")
     path = absolute_destination(destination)
-    _check_name_lengths(path, _check_parent(path))
+    existing = _check_parent(path)
+    _check_not_a_system_folder(path, existing)
+    _check_name_lengths(path, existing)
     protected_list = protected_folders(inputs)
     for candidate in {path, resolved(path)}:
         for protected in protected_list:
@@ -449,6 +451,25 @@ def _link_targets(folder: Path) -> set[Path]:
     return targets
 
 
+# Linux's views of the running system (processes, devices, the kernel's settings): files there are made by the
+# kernel, and creating one fails as if the folder were missing.
+SYSTEM_FOLDERS = (Path("/proc"), Path("/sys"))
+
+
+def _check_not_a_system_folder(path: Path, existing: Path) -> None:
+    """OutputError when `path` would be inside /proc or /sys (`existing`, its nearest existing parent, resolved)."""
+    if not sys.platform.startswith("linux"):
+        return
+    where = resolved(existing)
+    for system in SYSTEM_FOLDERS:
+        if where == system or system in where.parents:
+            raise OutputError(
+                f"The output folder {path} is inside {system}, a system folder that shows the running system's "
+                "state and cannot hold files.",
+                hint="Choose an output folder in your home folder or on a data disk.",
+            )
+
+
 def _check_parent(path: Path) -> Path:
     """The nearest of `path`'s parents that exists; OutputError when it is not a folder."""
     for ancestor in path.parents:
@@ -465,20 +486,20 @@ def _check_parent(path: Path) -> Path:
 def _check_name_lengths(path: Path, existing: Path) -> None:
     """Refuse, before anything is written, a folder name the disk holding `existing` (the nearest parent of `path`
     that exists) would refuse: the output's own name must leave room for the hidden staging folder's longer name
-    beside it."""
+    beside it. Lengths are of the names' bytes on disk, whatever their encoding (a name need not be UTF-8)."""
     try:
         limit = os.pathconf(existing, "PC_NAME_MAX")
     except (OSError, ValueError, AttributeError):  # not answered here (Windows has no pathconf): the usual limit
         limit = 255
     for part in path.relative_to(existing).parts[:-1]:
-        if len(part.encode()) > limit:
+        if len(os.fsencode(part)) > limit:
             raise OutputError(
-                f"The folder name {describe_value(part)} in the output path is {len(part.encode())} bytes long; "
+                f"The folder name {describe_value(part)} in the output path is {len(os.fsencode(part))} bytes long; "
                 f"names on this disk can have at most {limit}.",
                 hint="Choose an output folder with shorter folder names.",
             )
-    name = len(path.name.encode())
-    added = len(staging_name(path, "partial").name.encode()) - name
+    name = len(os.fsencode(path.name))
+    added = len(os.fsencode(staging_name(path, "partial").name)) - name
     if name + added > limit:
         raise OutputError(
             f"The output folder's name is {name} bytes long, too long for this disk: names there can have at most "

@@ -231,12 +231,13 @@ def _normalise_slices(
         raw_slices = [(s.sources, s.parameters, s.base_model or recipe.base_model) for s in recipe.slices]
 
     result = []
+    counts = [max(by_index, default=-1) + 1 for by_index in layers]  # once per model, not per slice
     for number, (sources, parameters, base) in enumerate(raw_slices):
         where = "" if recipe.models is not None else f" in slice {number + 1}"
         ranges = []
         for source in sources:
             model = models[index_of[source.model]]
-            available = max(layers[index_of[source.model]], default=-1) + 1
+            available = counts[index_of[source.model]]
             if source.layer_range is None:
                 ranges.append((0, available))
                 continue
@@ -303,12 +304,16 @@ def _slice_layers(
     slice_inputs: _SliceInputs, layers: list[dict[int, list[tuple[str, str]]]]
 ) -> list[tuple[int, list[tuple[str, str]]]]:
     """Each layer position j of the slice that some source has, with the (prefix, suffix) pairs found there
-    (sorted by suffix), in order of j. Linear in the number of layer tensors, whatever the indices' values."""
+    (sorted by suffix), in order of j. Costs the smaller of the slice's range and the model's layer count, so
+    thousands of one-layer slices of a deep model stay linear, and so does a range up to index 999,999,999."""
     found: dict[int, dict[tuple[str, str], None]] = {}
     for position, model_index in enumerate(slice_inputs.models):
         start, end = slice_inputs.ranges[position]
-        for index, pairs in layers[model_index].items():
-            if start <= index < end:
+        by_index = layers[model_index]
+        indices = range(start, end) if end - start < len(by_index) else by_index
+        for index in indices:
+            pairs = by_index.get(index)
+            if pairs is not None and start <= index < end:
                 found.setdefault(index - start, {}).update(dict.fromkeys(pairs))
     return [(j, sorted(found[j], key=lambda pair: pair[1])) for j in sorted(found)]
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -23,10 +24,13 @@ from guiapp.errors import (
     UploadFailedError,
 )
 from guiapp.hub.connection import HubConnection
+from guiapp.system.bounded import describe_value
 
 # Matched by class name so the mapping holds whichever HTTP library huggingface_hub uses (requests, httpx, httpx2).
 _UNREACHABLE = {"ConnectError", "ConnectionError", "ConnectTimeout", "NameResolutionError"}
 _INTERRUPTED = {"RemoteProtocolError", "ReadError", "ReadTimeout", "TimeoutException", "ChunkedEncodingError"}
+_REDIRECT_LOOP = {"TooManyRedirects"}
+_NOT_A_WEB_ADDRESS = {"UnsupportedProtocol", "InvalidSchema", "MissingSchema"}  # httpx's, then requests' names
 # What huggingface_hub raises when an answer's JSON is not what it expects (a date it cannot parse, a string
 # where a list belongs, a body that is not JSON at all): inside a block of Hub calls, the answer is at fault.
 _UNREADABLE_ANSWER = (ValueError, TypeError, KeyError, AttributeError, IndexError, OverflowError, RecursionError)
@@ -140,6 +144,8 @@ def translate(
                 hint="This is on the Hub's side; try again in a few minutes.",
             )
         return HubError(f"The Hub refused the request for {model}: {_first_line(error)}", hint="Try again later.")
+    if _caused_by(error, _REDIRECT_LOOP | _NOT_A_WEB_ADDRESS):
+        return _redirected(error, model, connection.shown_endpoint)
     if _caused_by(error, _UNREACHABLE):
         return _unreachable(model, connection.shown_endpoint)
     if uploading and _caused_by(error, _INTERRUPTED | _UNREACHABLE):
@@ -161,6 +167,47 @@ def translate(
             hint="Try again later. If HF_ENDPOINT points to a mirror, check that it is up to date and trustworthy.",
         )
     return error
+
+
+def _redirected(error: BaseException, model: str, endpoint: str) -> HubResponseError:
+    """What the server did with its redirects: sent the request round in a loop, or to an address that is not on
+    the web (file://, ftp://)."""
+    address = describe_value(_requested_address(error) or "", limit=200).strip("'")
+    if _caused_by(error, _REDIRECT_LOOP):
+        return HubResponseError(
+            f"The Hub at {endpoint} kept redirecting the request for {model}"
+            + (f" (last to {address})" if address else "") + " and never answered: its redirects go round in a loop.",
+            why="A server whose redirects lead back to where they started is misconfigured, often a mirror or a "
+            "proxy set up wrongly.",
+            hint="Try again later. If HF_ENDPOINT points to a mirror, tell whoever runs it, or unset HF_ENDPOINT to "
+            "use huggingface.co.",
+        )
+    return HubResponseError(
+        f"The Hub at {endpoint} redirected the request for {model} to "
+        + (f"{address}, which is not" if address else "an address that is not")
+        + " a web address (http or https); Mergesmith does not follow it.",
+        why="A Hub never sends a client to a file on this computer or another protocol; a server that does is "
+        "misconfigured or hostile.",
+        hint="If HF_ENDPOINT points to a mirror, check that it is trustworthy, or unset HF_ENDPOINT to use "
+        "huggingface.co.",
+    )
+
+
+def _requested_address(error: BaseException) -> str | None:
+    """The address the failing request went to (the redirect's target), from the first exception in the chain
+    that holds its request (httpx, requests), else quoted in its message (requests' InvalidSchema)."""
+    for link in _chain(error):
+        try:
+            url = getattr(getattr(link, "request", None), "url", None)
+        except RuntimeError:  # httpx: an error raised before its request was attached
+            url = None
+        if url:
+            return str(url)
+    for link in _chain(error):
+        quoted = re.search(r"'([a-zA-Z][\w+.-]*://[^']{0,500})'", str(link)[:2000])
+        if quoted:
+            return quoted.group(1)
+    return None
 
 
 def _unreachable(model: str, endpoint: str) -> HubUnreachableError:

@@ -12,7 +12,7 @@ import os
 import re
 import tempfile
 from dataclasses import dataclass, field, fields
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any
 
 from guiapp.errors import MergesmithError
@@ -25,6 +25,8 @@ MAX_RECORDS = 200
 MAX_LOG_LINES = 400
 # A record's setting that would hold more values than this once written out is not kept.
 MAX_STORED_VALUES = 20_000
+# ... and a text longer than this keeps only its end: one failed job's details must not fill the history file.
+MAX_STORED_CHARACTERS = 100_000
 _SECRET_KEY = re.compile(r"(^|_)(token|password|secret|api_key)$", re.IGNORECASE)
 
 
@@ -73,11 +75,29 @@ class JobRecord:
 
 
 def _storable(value: Any) -> Any:
+    """`value` as it is saved: a note when it holds too many values, else a copy whose long texts keep only their
+    end (where a traceback names its error) and whose other objects are described, never written out (an object's
+    text could expand shared lists)."""
     try:
         check_value_size(value, "This setting", MergesmithError, max_nodes=MAX_STORED_VALUES)
     except MergesmithError:
         return {"not_kept": f"too large to keep: {describe_value(value)}"}
-    return value
+    return _bounded_copy(value)
+
+
+def _bounded_copy(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(key)[:MAX_STORED_CHARACTERS]: _bounded_copy(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_bounded_copy(item) for item in value]
+    if isinstance(value, str):
+        cut = len(value) - MAX_STORED_CHARACTERS
+        return value if cut <= 0 else f"({cut:,} characters left out) …" + value[-MAX_STORED_CHARACTERS:]
+    if value is None or isinstance(value, (bool, float)) or isinstance(value, int) and value.bit_length() <= 128:
+        return value
+    if isinstance(value, PurePath):
+        return _bounded_copy(str(value))
+    return describe_value(value, limit=200)
 
 
 def without_secrets(value: Any) -> Any:

@@ -13,6 +13,7 @@ Nothing here imports torch or Qt.
 
 from __future__ import annotations
 
+import codecs
 import errno
 import itertools
 import json
@@ -91,14 +92,54 @@ def read_text_limited(path: Path | str, limit: int, error: ErrorClass, *, what: 
             + (f"; it seems to be {seems}." if seems else "."),
             hint=f"Check that you chose the right file as the {what}.",
         )
+    return _decode_text(data, path, error, what)
+
+
+# Byte-order marks of the encodings other than UTF-8 that editors save text in (UTF-32's first: its
+# little-endian mark begins with UTF-16's).
+_MARKED_ENCODINGS = ((codecs.BOM_UTF32_LE, "UTF-32"), (codecs.BOM_UTF32_BE, "UTF-32"),
+                     (codecs.BOM_UTF16_LE, "UTF-16"), (codecs.BOM_UTF16_BE, "UTF-16"))
+
+
+def _decode_text(data: bytes, path: Path | str, error: ErrorClass, what: str) -> str:
+    """`data` as text: UTF-8, or UTF-16/UTF-32 when it starts with their byte-order mark (Windows editors save
+    text so). Raises `error` for anything else, naming the encoding when it looks like UTF-16 or UTF-32 text
+    without a mark, else what the file seems to be."""
+    for mark, encoding in _MARKED_ENCODINGS:
+        if data.startswith(mark):
+            try:
+                return data.decode(encoding.lower())
+            except UnicodeDecodeError:
+                raise error(f"{path} starts as {encoding} text but is not valid {encoding}.",
+                            hint=f"Save the {what} as UTF-8 text and try again.") from None
     try:
-        return data.decode("utf-8")
+        text = data.decode("utf-8")
     except UnicodeDecodeError:
-        seems = describe_file_content(data[:4096]) or "binary data"
-        raise error(
-            f"{path} is not a text file as a {what} must be; it seems to be {seems}.",
-            hint=f"Check that you chose the right file as the {what}.",
-        ) from None
+        text = None
+    if text is not None and "\x00" not in text:
+        return text
+    encoding = _unmarked_wide_encoding(data[:4096])
+    if encoding is not None:
+        raise error(f"{path} seems to be {encoding} text without a byte-order mark; a {what} is read as UTF-8 "
+                    "(UTF-16 and UTF-32 only with their mark).", hint=f"Save the {what} as UTF-8 text and try again.")
+    seems = describe_file_content(data[:4096]) or "binary data"
+    raise error(
+        f"{path} is not a text file as a {what} must be; it seems to be {seems}.",
+        hint=f"Check that you chose the right file as the {what}.",
+    )
+
+
+def _unmarked_wide_encoding(head: bytes) -> str | None:
+    """"UTF-16" or "UTF-32" when `head` looks like mostly-ASCII text in that encoding (its zero bytes fall where
+    those encodings put them), else None."""
+    for encoding, width in (("UTF-32", 4), ("UTF-16", 2)):
+        if len(head) < 2 * width:
+            continue
+        columns = [head[offset::width] for offset in range(width)]
+        zero_columns = [column.count(0) > 0.9 * len(column) for column in columns]
+        if zero_columns.count(False) == 1 and zero_columns[0] != zero_columns[-1]:  # the text at one end
+            return encoding
+    return None
 
 
 def load_json_limited(path: Path | str, limit: int, error: ErrorClass, *, what: str = "JSON file",

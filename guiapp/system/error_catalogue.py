@@ -4,6 +4,9 @@ An entry recognises an error by its exception class names (anywhere in its class
 expression on its message, so the same entry explains a live exception and a traceback pasted from PEFT,
 transformers, mergekit or Unsloth. Order matters: the first entry that matches wins, so specific entries come
 before general ones (a gated repo before "repository not found", SVD in bfloat16 before any bfloat16 kernel).
+Messages can be long (a pasted log, a name of 80 KB): a pattern never follows a part that can start at many places
+with an unbounded gap (`.*`, any run of spaces), which would rescan the rest of the text from each of them; gaps
+are bounded (at most 200 characters of one line) so that every search stays linear in the message's length.
 Nothing here imports torch or huggingface_hub.
 """
 
@@ -132,12 +135,48 @@ def _refine_out_of_memory(match: re.Match[str] | None, context: Mapping[str, Any
     return {"what": f"The job ran out of RAM{amount}."}
 
 
+VOCABULARY_ROWS = 30000  # vocabularies run to tens of thousands of rows; hidden sizes and layers stay below
+
+
 def _refine_shapes(match: re.Match[str] | None, context: Mapping[str, Any]) -> dict[str, Any]:
-    sizes = [int(size) for size in re.findall(r"\d+", " ".join(filter(None, [
-        _group(match, "a"), _group(match, "b"), _group(match, "shape_a"), _group(match, "shape_b")])))]
     tensor = _group(match, "param") or str(context.get("tensor") or "")
     model = context.get("model")
     which = f" The model that differs is {model}." if model else ""
+    checkpoint, current = _dimensions(_group(match, "shape_a")), _dimensions(_group(match, "shape_b"))
+    if checkpoint and current:
+        return _refine_two_shapes(tensor, checkpoint, current, which)
+    sizes = [int(size) for size in re.findall(r"\d+", " ".join(filter(None, [_group(match, "a"), _group(match, "b")])))]
+    return _refine_sizes(tensor, sizes, which)
+
+
+def _dimensions(shape: str | None) -> list[int]:
+    """[32000, 4096] from "torch.Size([32000, 4096])"; [] for None."""
+    return [int(size) for size in re.findall(r"\d+", shape or "")]
+
+
+def _refine_two_shapes(tensor: str, checkpoint: list[int], current: list[int], which: str) -> dict[str, Any]:
+    """A checkpoint's tensor against the model's ("size mismatch for …"): say which dimension differs. An embedding
+    or output head is [vocabulary, hidden]: other rows are other tokens (the base tokenizer helps), another width
+    is another model size (nothing does)."""
+    differ = [i for i, (a, b) in enumerate(zip(checkpoint, current)) if a != b]
+    where = f" in {tensor}" if tensor else ""
+    rows_of_tokens = _looks_like_vocabulary(tensor, []) or checkpoint[0] == current[0] >= VOCABULARY_ROWS
+    if len(checkpoint) == len(current) == 2 and 1 in differ and rows_of_tokens:
+        return {"what": f"The models have different hidden sizes ({checkpoint[1]} vs {current[1]}){where}: each "
+                        f"token's row holds {checkpoint[1]} numbers in the checkpoint and {current[1]} in the model."
+                        f"{which}",
+                "why": "The hidden size is the width of every layer, so models with different hidden sizes are "
+                "different model sizes or architectures; no tokenizer setting can line their tensors up."}
+    if len(checkpoint) == len(current) and differ == [0] and _looks_like_vocabulary(tensor, [checkpoint[0], current[0]]):
+        return _refine_sizes(tensor, [checkpoint[0], current[0]], which)
+    dimensions = ", ".join(f"dimension {i + 1}: {checkpoint[i]} vs {current[i]}" for i in differ)
+    if len(checkpoint) != len(current):
+        dimensions = f"{len(checkpoint)} vs {len(current)} dimensions"
+    return {"what": f"Tensors that should line up have different shapes{where}: {checkpoint} in the checkpoint, "
+                    f"{current} in the model" + (f" ({dimensions})" if dimensions else "") + f".{which}"}
+
+
+def _refine_sizes(tensor: str, sizes: list[int], which: str) -> dict[str, Any]:
     sizes_text = f" ({' vs '.join(str(size) for size in sizes)})" if sizes else ""
     if _looks_like_vocabulary(tensor, sizes):
         return {
@@ -156,8 +195,8 @@ def _refine_shapes(match: re.Match[str] | None, context: Mapping[str, Any]) -> d
 def _looks_like_vocabulary(tensor: str, sizes: list[int]) -> bool:
     if re.search(r"embed|lm_head|wte|word_embeddings|output\.weight|vocab", tensor):
         return True
-    # Vocabularies run to tens of thousands of rows, and fine-tunes add only a few tokens.
-    large = [size for size in sizes if size >= 30000]
+    # Fine-tunes add only a few tokens.
+    large = [size for size in sizes if size >= VOCABULARY_ROWS]
     return len(large) >= 2 and max(large) - min(large) <= 0.02 * max(large)
 
 
@@ -335,7 +374,7 @@ CATALOGUE: tuple[Entry, ...] = (
             r"expected (?:scalar type|dtype) \w+ (?:for `\w+` )?but (?:found|got)",
             r"Expected out tensor to have dtype \w+, but got",
             r"mixed dtype \(\w+\): expect",
-            r"Input type \(.*?\) and (?:weight|bias) type \(.*?\) should be the same",
+            r"Input type \([^()\n]{0,200}\) and (?:weight|bias) type \([^()\n]{0,200}\) should be the same",
             r"expected both vectors to have same dtype",
             r"result type \w+ can't be cast to the desired output type",
         ),
@@ -363,7 +402,7 @@ CATALOGUE: tuple[Entry, ...] = (
             r"(?P<gpu>CUDA|HIP|XPU|MPS backend) out of memory(?:.*?Tried to allocate (?P<gib>[\d.]+ [KMGTPE]i?B))?",
             r"DefaultCPUAllocator: can't allocate memory(?:: you tried to allocate (?P<bytes>\d+) bytes)?",
             r"Unable to allocate (?P<array>[\d.]+ [KMGTPE]i?B) for an array",
-            r"(?P<gpu2>cuda|hip|xpu|mps)?\s*out of memory",
+            r"(?:(?P<gpu2>cuda|hip|xpu|mps)\s{0,8})?out of memory",
         ),
         types=_types("OutOfMemoryError", "MemoryError", "_ArrayMemoryError"),
         refine=_refine_out_of_memory,
@@ -592,7 +631,7 @@ CATALOGUE: tuple[Entry, ...] = (
         why="Too many requests came from this address or account in a short time; anonymous requests have lower "
         "limits.",
         fix="Wait a few minutes and try again; logging in with an access token raises the limit.",
-        pattern=_patterns(r"\b429\b.*(?:Too Many Requests|Client Error)", r"Too Many Requests",
+        pattern=_patterns(r"\b429\b[^\n]{0,200}?(?:Too Many Requests|Client Error)", r"Too Many Requests",
                           r"rate.?limit(?:ed)? (?:reached|exceeded)"),
     ),
     Entry(
@@ -603,7 +642,7 @@ CATALOGUE: tuple[Entry, ...] = (
         "private repos), or the repository has been disabled.",
         fix="Give the token read access to public gated repositories (https://huggingface.co/settings/tokens) "
         "or use a classic read token.",
-        pattern=_patterns(r"\b403\b.*(?:Forbidden|Client Error)", r"Access to this resource is disabled"),
+        pattern=_patterns(r"\b403\b[^\n]{0,200}?(?:Forbidden|Client Error)", r"Access to this resource is disabled"),
         types=_types("DisabledRepoError"),
     ),
     Entry(
@@ -683,7 +722,7 @@ CATALOGUE: tuple[Entry, ...] = (
         "families), or target_modules names layers the model lacks.",
         fix="Use the adapter with the base model it was trained on (see its adapter_config.json, "
         "base_model_name_or_path), or fix target_modules.",
-        pattern=re.compile(r"Target modules .* not found in the base model"),
+        pattern=re.compile(r"Target modules [^\n]{0,1000}? not found in the base model"),
         types=_types("NoMatchingPeftModuleError"),
     ),
     Entry(

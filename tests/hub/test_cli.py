@@ -103,3 +103,13 @@ def test_a_result_count_out_of_range_is_a_usage_error_before_any_request(limit, 
         main(["hub", "--offline", "search", "llama", "--limit", limit])
     assert stopped.value.code == 2
     assert "is not a number of results: give a whole number from 1 to 1000" in capsys.readouterr().err
+
+
+def test_rm_without_an_answer_refuses_cleanly(published, hub_env):
+    code, _, _ = run(hub_env, "hub", "download", "org/base")
+    assert code == 0
+    code, out, err = run(hub_env, "hub", "rm", "org/base", stdin="")  # stdin at its end: nobody to answer
+    assert code == 1 and "Traceback" not in err and "EOFError" not in err
+    assert "add --yes" in out + err and "Nothing was deleted" in out + err
+    code, out, _ = run(hub_env, "hub", "cache", "--json")
+    assert [cached["repo_id"] for cached in json.loads(out)] == ["org/base"]

@@ -541,7 +541,8 @@ class HostileModes:
     `etag` / `repo_commit`: sent as every file's ETag / X-Repo-Commit (e.g. a `../` path). `info_fields`: replace
     fields of every model-info and search answer (e.g. {"sha": None}). `gzip_bomb_bytes`: search and model-info
     answers are a gzip body that expands to this many zero bytes. `echo_authorization`: error bodies repeat the request's
-    Authorization header, as a careless server might.
+    Authorization header, as a careless server might. `redirect`: every model-info and file request is answered
+    with a 302 to this address; "loop" sends each request back to its own address, for ever.
     """
 
     etag: str | None = None
@@ -549,6 +550,7 @@ class HostileModes:
     info_fields: dict = field(default_factory=dict)
     gzip_bomb_bytes: int = 0
     echo_authorization: bool = False
+    redirect: str | None = None
 
 
 def make_hostile(server: HubServer) -> HostileModes:
@@ -561,6 +563,15 @@ def make_hostile(server: HubServer) -> HostileModes:
 
 class _HostileHubHandler(_HubHandler):
     modes: HostileModes
+
+    def _route(self, path: str, query: dict[str, list[str]], head: bool) -> None:
+        if self.modes.redirect is None or not (path.startswith("/api/models/") or "/resolve/" in path):
+            return super()._route(path, query, head)
+        self.send_response(302)
+        self.send_header("Location", self.path if self.modes.redirect == "loop" else self.modes.redirect)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+        return None
 
     def send_header(self, keyword: str, value: str) -> None:
         if keyword == "ETag" and self.modes.etag is not None:

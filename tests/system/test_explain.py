@@ -186,6 +186,29 @@ def test_different_vocabularies_offer_the_base_tokenizer():
     assert loading.retry_with == {"tokenizer_source": "base"}
 
 
+def _size_mismatch(checkpoint: list[int], current: list[int], name: str = "model.embed_tokens.weight") -> str:
+    return (f"RuntimeError: Error(s) in loading state_dict for LlamaForCausalLM:\n\tsize mismatch for {name}: "
+            f"copying a param with shape torch.Size({checkpoint}) from checkpoint, the shape in current model is "
+            f"torch.Size({current}).")
+
+
+def test_a_size_mismatch_names_the_dimension_that_differs():
+    vocabulary = explain(_size_mismatch([32000, 4096], [32002, 4096]))
+    assert "different vocabulary sizes (32000 vs 32002)" in vocabulary.what and "4096" not in vocabulary.what
+    assert vocabulary.retry_with == {"tokenizer_source": "base"}
+    for checkpoint, current in (([32000, 4096], [32000, 5120]), ([32000, 4096], [32002, 5120])):
+        hidden = explain(_size_mismatch(checkpoint, current))
+        assert "hidden sizes (4096 vs 5120)" in hidden.what and "vocabulary sizes" not in hidden.what, hidden.what
+        assert hidden.retry_with is None and "tokenizer_source" not in hidden.fix
+        assert "same architecture and size" in hidden.fix
+    embedding = torch.nn.Embedding(32000, 8)  # the live error names the parameter "weight" alone
+    live = explained(lambda: embedding.load_state_dict({"weight": torch.zeros(32000, 16)}))
+    assert "hidden sizes (16 vs 8)" in live.what and live.retry_with is None
+    projection = explain(_size_mismatch([4096, 4096], [5120, 4096], "model.layers.0.self_attn.q_proj.weight"))
+    assert "vocabulary" not in projection.what and "4096 vs 5120" in projection.what
+    assert "[4096, 4096]" in projection.what and "[5120, 4096]" in projection.what
+
+
 def test_different_architectures_name_the_model():
     layer = torch.nn.Linear(4096, 4096)
     explanation = explained(lambda: layer.load_state_dict({"weight": torch.zeros(5120, 5120), "bias": layer.bias}),
