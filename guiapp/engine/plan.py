@@ -43,10 +43,16 @@ class ModelHeaders:
     ref: ModelRef
     tensors: dict[str, TensorInfo]
     config: dict[str, Any] | None
+    # The tensors a `model+adapter` reference's adapter changes, with the dtype they have once it is applied.
+    applied: dict[str, torch.dtype] = field(default_factory=dict)
 
     @property
     def label(self) -> str:
         return str(self.ref)
+
+    def read_dtype(self, name: str) -> torch.dtype:
+        """The dtype the merge reads tensor `name` in: as stored, or as the model's adapter yields it."""
+        return self.applied.get(name, self.tensors[name].dtype)
 
 
 @dataclass(frozen=True)
