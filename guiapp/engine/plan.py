@@ -185,6 +185,7 @@ def build_plan(recipe: Recipe, headers: dict[ModelRef, ModelHeaders]) -> MergePl
         tasks += _plan_tensor(name, lambda m, n=name: n, last, 0.0, recipe, method, models, tokenizer_model, warnings)
     if not tasks:
         raise IncompatibleModelsError("The models share no tensors, so there is nothing to merge.")
+    warnings += _unusual_value_warnings(method, tasks)
 
     read_dtype = dtype_from_name(recipe.dtype) if recipe.dtype else None
     input_dtypes = {models[i.model].tensors[i.tensor].dtype for t in tasks for i in t.inputs if t.floating}
@@ -506,6 +507,20 @@ def _checked(spec: ParamSpec, value: Any, out_name: str, model_label: str | None
             key=key,
         )
     return float(value) if spec.kind is ParamKind.FLOAT else value
+
+
+def _unusual_value_warnings(method: MergeMethod, tasks: list[TensorTask]) -> list[str]:
+    """One warning per parameter value outside its `usual` range (merged as given: mergekit computes it)."""
+    warnings = []
+    for spec in (spec for spec in method.params if spec.usual is not None):
+        low, high = spec.usual
+        for task in tasks:
+            for params in ([task.params] if not spec.per_model else task.model_params):
+                value = params.get(spec.name)
+                if isinstance(value, (int, float)) and not low <= value <= high:
+                    side = "above" if value > high else "below"
+                    warnings.append(f"`{spec.name}` {value:g} is {side} the usual {low:g}–{high:g}: {spec.unusual}.")
+    return list(dict.fromkeys(warnings))
 
 
 def _unused_parameter_warnings(recipe: Recipe, method: MergeMethod) -> list[str]:

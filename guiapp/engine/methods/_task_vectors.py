@@ -440,21 +440,27 @@ def task_vector_method(
     if sparsifier is not None:
         params.append(
             ParamSpec(
-                "density", ParamKind.FLOAT, default=1.0, per_model=True, minimum=0.0, maximum=1.0,
+                # Below 0 mergekit's DARE fails and its breadcrumbs keeps a garbled selection.
+                "density", ParamKind.FLOAT, default=1.0, per_model=True, minimum=0.0, usual=(0.0, 1.0),
+                unusual="a density above 1 keeps every change, as 1 does",
                 help="Fraction of this model's changes to keep (1 keeps all).",
             )
         )
     if sparsifier is Sparsifier.OUTLIERS:
         params.append(
             ParamSpec(
-                "gamma", ParamKind.FLOAT, default=0.01, per_model=True, minimum=0.0, maximum=1.0,
+                "gamma", ParamKind.FLOAT, default=0.01, per_model=True, minimum=0.0, usual=(0.0, 1.0),
+                unusual="at most 1 − density of the largest changes can be dropped",
                 help="Fraction of the largest changes dropped as outliers.",
             )
         )
     if sparsifier is Sparsifier.DELLA:
         params.append(
             ParamSpec(
-                "epsilon", ParamKind.FLOAT, default=0.15, per_model=True, minimum=0.0, maximum=0.5,
+                # Below 0 the keep probability would fall with the size of a change: the method's ranking turned around.
+                # Above 0.5 only a density of 0 or 1 (which ignore it) passes the check of density ± epsilon.
+                "epsilon", ParamKind.FLOAT, default=0.15, per_model=True, minimum=0.0, usual=(0.0, 0.5),
+                unusual="it is used only with a density of 0 or 1, which ignore it",
                 help="How far the keep probability moves with rank, from density − epsilon (smallest changes) to density + "
                 "epsilon (largest); both must stay between 0 and 1: density − epsilon > 0 and density + epsilon < 1.",
             )

@@ -63,6 +63,10 @@ class ParamSpec:
     under each model first (weight, density…); the others are method-wide (t, normalize, lambda…). `label` is the
     window's words for it where the words for its key (guiapp.jobs.plain_words) would mislead in this method;
     `suggested` the value the window offers for a required parameter that the range alone does not suggest.
+
+    `minimum`/`maximum` refuse only what mergekit fails on or computes garbage from; `usual` is the range published
+    recipes keep to: a value outside it is merged as mergekit merges it, with a warning that says `unusual` (what
+    such a value does).
     """
 
     name: str
@@ -75,6 +79,13 @@ class ParamSpec:
     help: str = ""
     label: str = ""
     suggested: float | None = None
+    usual: tuple[float, float] | None = None
+    unusual: str = ""
+
+    @property
+    def span(self) -> tuple[float | None, float | None]:
+        """Where a value usually lies: the `usual` range, else the hard limits (an end may be open: None)."""
+        return self.usual if self.usual is not None else (self.minimum, self.maximum)
 
 
 # (function, items) -> [function(item) for item in items], the calls perhaps run at once (MergeContext.run_each)

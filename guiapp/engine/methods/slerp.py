@@ -53,7 +53,8 @@ METHOD = MergeMethod(
     base_role=BaseRole.REQUIRED,
     params=(
         ParamSpec(
-            "t", ParamKind.FLOAT, required=True, minimum=0.0, maximum=1.0,
+            "t", ParamKind.FLOAT, required=True, usual=(0.0, 1.0),
+            unusual="the result lies beyond the two models, along the arc through them",
             help="Position along the arc: 0 gives the base model, 1 the other model.",
         ),
     ),
