@@ -29,10 +29,12 @@ def test_recipe_dtype_arithmetic_matches_a_bf16_computation(llama_pair, tmp_path
     base, one, _ = llama_pair
     b = load_file(base / "model.safetensors")[NAME].to(torch.bfloat16)
     x = load_file(one / "model.safetensors")[NAME].to(torch.bfloat16)
-    # mergekit's task arithmetic in bf16: every step rounded to bf16.
-    in_bf16 = b + (x - b) * 0.3
+    # mergekit's task arithmetic in bf16: every step rounded to bf16, the weight too (mergekit makes a tensor of the
+    # weights in the deltas' dtype: 0.3 becomes 0.30078125).
+    in_bf16 = b + (x - b) * torch.tensor(0.3, dtype=torch.bfloat16)
     in_float32 = (b.float() + (x.float() - b.float()) * 0.3).to(torch.bfloat16)
     assert not torch.equal(in_bf16, in_float32)  # otherwise this test could not tell the two apart
+    assert not torch.equal(in_bf16, b + (x - b) * 0.3)  # nor the weight rounded from not
 
     outcome = run_merge(_recipe(base, one), MergeSettings(tmp_path / "recipe", compute_dtype="recipe"))
     assert torch.equal(load_folder(outcome.output)[NAME], in_bf16)

@@ -259,6 +259,12 @@ def _base_of(ctx: MergeContext) -> torch.Tensor:
     return ctx.base
 
 
+def _rounded_to(value: float, dtype: torch.dtype) -> float:
+    """`value` rounded to `dtype`, as mergekit's weights are (a tensor of them in the deltas' dtype): the same for
+    float32 and float64, whose arithmetic rounds a Python float so anyway; 0.3 becomes 0.30078125 in bfloat16."""
+    return float(torch.tensor(value, dtype=dtype))
+
+
 def _weight_divisor(weights: list[float]) -> float:
     """What `normalize` divides the mixed changes by, without sign consensus: the weights' sum, or 1 where they
     cancel out."""
@@ -292,7 +298,7 @@ def merge_task_vectors(
                 scratch=scratch, where=where, ranking=rankings.get(i) if rankings else None,
             ) or 0
         weight = float(ctx.model_params[i]["weight"])
-        weighted.append(delta.mul_(weight) if weight != 1 else delta)
+        weighted.append(delta.mul_(_rounded_to(weight, delta.dtype)) if weight != 1 else delta)
         weights.append(weight)
     if sparsifier is not None and rankings is None:  # a block's survey knows its whole tensor's fraction
         ctx.stats["kept_fraction"] = kept / (base.numel() * len(inputs)) if base.numel() else 1.0
