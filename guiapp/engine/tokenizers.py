@@ -16,6 +16,8 @@ library instead of transformers:
 from __future__ import annotations
 
 import json
+import shutil
+import tempfile
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -331,9 +333,6 @@ def write_serialized_tokenizer(folder: Path, source: Path) -> str | None:
     """
     if not (source / CONFIG_FILE).is_file() or any((source / n).is_file() for n in (TOKENIZER_FILE, "tokenizer.model")):
         return None
-    import shutil  # noqa: PLC0415
-    import tempfile  # noqa: PLC0415
-
     import transformers  # noqa: PLC0415 - seconds to load; only tokenizers without a tokenizer.json need it
 
     try:
