@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from enum import Enum
+from typing import Any
 
 import torch
 
@@ -177,19 +178,37 @@ def sparsify(
         kept = torch.zeros_like(delta, dtype=torch.float32)
     else:
         epsilon = float(params["epsilon"])
-        if not (density - epsilon > 0 and density + epsilon < 1):
-            raise RecipeError(
-                f"DELLA needs density - epsilon > 0 and density + epsilon < 1, but {where} has "
-                f"density {density:g} and epsilon {epsilon:g}.",
-                hint="Lower epsilon, or move density away from 0 and 1 (e.g. density 0.5, epsilon 0.1).",
-                key=("parameters", "epsilon"),
-            )
+        check_della_rule(density, epsilon, where)
         kept = della_mask(delta, density, epsilon, generator, scratch)
     delta.mul_(kept)
     kept_count = _selection.count_ones(kept)
     del kept
     _rescale(delta, l1_before, rescale)
     return kept_count
+
+
+def check_della_rule(density: float, epsilon: float, where: str) -> None:
+    """Raise RecipeError (naming `where`) when a density between 0 and 1 (exclusive) and `epsilon` put the keep
+    probabilities density ± epsilon outside (0, 1), which mergekit refuses too; other densities ignore epsilon."""
+    if 0 < density < 1 and not (density - epsilon > 0 and density + epsilon < 1):
+        raise RecipeError(
+            f"DELLA needs density - epsilon > 0 and density + epsilon < 1, but {where} has "
+            f"density {density:g} and epsilon {epsilon:g}.",
+            why="Each change is kept with a probability from density − epsilon (smallest changes) to density + "
+            "epsilon (largest), and a probability must lie between 0 and 1: density − epsilon > 0 and "
+            "density + epsilon < 1.",
+            hint=f"Set `epsilon` to a value between 0 and {min(density, 1 - density):g} (not that value itself), or "
+            "move density away from 0 and 1 (e.g. density 0.5, epsilon 0.1).",
+            key=("parameters", "epsilon"),
+        )
+
+
+def _check_della_params(model_params: list[dict[str, Any]], params: dict[str, Any], tensor_name: str) -> None:
+    """`check_della_rule` for every model's density and epsilon, before any tensor is read."""
+    for values in model_params:
+        density, epsilon = values.get("density"), values.get("epsilon")
+        if isinstance(density, (int, float)) and isinstance(epsilon, (int, float)):
+            check_della_rule(float(density), float(epsilon), f"tensor {tensor_name}")
 
 
 def _rescale(delta: torch.Tensor, l1_before: float, rescale: bool) -> None:
@@ -502,4 +521,5 @@ def task_vector_method(
         merge_stored=merge_stored_plain if plain else None,
         elementwise=plain,
         survey=_ranked_survey(sparsifier, consensus) if sparsifier in (Sparsifier.MAGNITUDE, Sparsifier.OUTLIERS) else None,
+        **({"check_params": _check_della_params} if sparsifier is Sparsifier.DELLA else {}),
     )
