@@ -91,6 +91,9 @@ def merge_card(plan: MergePlan) -> str:
 
 def _precision_line(plan: MergePlan) -> str:
     computed, stored = dtype_name(plan.compute_dtype), dtype_name(plan.out_dtype)
+    if plan.compute_as_recipe and plan.method.mergekit_float32:
+        return (f"Computed in {computed}, as mergekit computes {plan.method.name} whatever the recipe's dtype "
+                f"(`--compute-dtype recipe`); stored as {stored}.")
     if plan.compute_as_recipe:
         return (f"Computed in the recipe's dtype ({computed}), as mergekit does (`--compute-dtype recipe`); "
                 f"stored as {stored}.")

@@ -594,12 +594,14 @@ def align_vocabulary(plan: MergePlan, folders: list[Path], donor_folder: Path | 
 
 def compute_in_recipe_dtype(plan: MergePlan) -> None:
     """Compute in the recipe's dtype, as mergekit 0.1.5 does: `dtype` when the recipe gives one, else the base
-    model's storage dtype (mergekit computes in the inputs' own dtype then).
+    model's storage dtype (mergekit computes in the inputs' own dtype then); float32 (as planned) for the methods
+    mergekit computes in float32 whatever the dtype (`mergekit_float32`).
 
     The default stays float32 arithmetic cast once at the end (docs/spec/merge-methods.md, "Precision"), which is the
     more accurate; this choice exists to reproduce merges published with mergekit.
     """
-    plan.compute_dtype = plan.read_dtype or _storage_dtype(plan.models[plan.config_model])
+    if not plan.method.mergekit_float32:
+        plan.compute_dtype = plan.read_dtype or _storage_dtype(plan.models[plan.config_model])
     plan.compute_as_recipe = True
 
 

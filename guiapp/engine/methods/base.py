@@ -205,6 +205,8 @@ class MergeMethod:
     each entry from the inputs' entries at the same position alone, so the loop may merge a tensor in blocks of
     rows that stay in the CPU's cache. A method with a `survey` can do the same after a look at the whole tensor:
     given a tensor's settings it returns a fresh TensorSurvey, or None when those settings need the whole tensor.
+    `mergekit_float32` methods are computed in float32 by mergekit 0.1.5 whatever the recipe's dtype (rounded once
+    at the end), so `--compute-dtype recipe` keeps float32 for them.
     """
 
     name: str
@@ -222,6 +224,7 @@ class MergeMethod:
     merge_stored: Callable[[MergeContext], torch.Tensor] | None = None
     elementwise: bool = False
     survey: Callable[[TensorSettings], TensorSurvey | None] | None = None
+    mergekit_float32: bool = False
 
     def param(self, name: str) -> ParamSpec | None:
         return next((p for p in self.params if p.name == name), None)

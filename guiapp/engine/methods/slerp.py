@@ -59,6 +59,7 @@ METHOD = MergeMethod(
         ),
     ),
     merge=merge,
+    mergekit_float32=True,
     working_copies=WorkingCopies(0.0, 0.85),
     lone_tensor=LoneTensorPolicy.COPY_ONLY_COPY,
     check_inputs=base_and_one_model("SLERP"),
