@@ -1,12 +1,16 @@
 """Do our merges give mergekit's tensors? Runs the deterministic methods through both on small generated models.
 
     python benchmarks/mergekit_parity.py --mergekit /path/to/mergekit-yaml
+        [--inputs bfloat16 --dtype bfloat16 --out-dtype "" --compute-dtype recipe]
 
 With `dtype: float32` and `out_dtype: bfloat16` (docs/spec/merge-methods.md: the two then agree to the last bit in
 nearly
 every element) it prints, per method, the fraction of output elements that are bit-identical and the largest
 difference relative to the tensor's largest value. Random methods (DARE, DELLA) are left out: they agree only in
 distribution.
+
+The options set the generated models' storage dtype, the recipes' `dtype` and `out_dtype` (empty: left out) and
+Mergesmith's `--compute-dtype`: a published bf16 merge is `--inputs bfloat16 --dtype bfloat16 --out-dtype ""`.
 """
 
 from __future__ import annotations
@@ -46,7 +50,6 @@ RECIPES = {
                    "  - sources:\n      - model: {two}\n        layer_range: [1, 2]\n",
     "nearswap": "merge_method: nearswap\nbase_model: {base}\nmodels:\n  - model: {one}\nparameters: {{t: 0.001}}\n",
 }
-SUFFIX = "dtype: float32\nout_dtype: bfloat16\n"
 
 
 def compare(ours: Path, theirs: Path) -> tuple[float, float]:
@@ -66,18 +69,24 @@ def compare(ours: Path, theirs: Path) -> tuple[float, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--mergekit", default=shutil.which("mergekit-yaml"), help="path of mergekit-yaml")
+    parser.add_argument("--inputs", default="float32", help="storage dtype of the generated models")
+    parser.add_argument("--dtype", default="float32", help="the recipes' `dtype`")
+    parser.add_argument("--out-dtype", default="bfloat16", help="the recipes' `out_dtype` (empty: none)")
+    parser.add_argument("--compute-dtype", default="float32", choices=("float32", "recipe"))
     args = parser.parse_args()
     if not args.mergekit:
         raise SystemExit("mergekit-yaml not found: install mergekit (in any environment) and pass --mergekit")
     work = Path(tempfile.mkdtemp(prefix="mergesmith-parity-"))
     shape = LlamaShape(hidden=256, intermediate=512, layers=2, vocab=512)
-    base = write_llama(work / "base", shape, dtype=torch.float32)
-    one = write_llama_finetune(work / "one", base, seed=1, delta_rank=None, delta_scale=0.01)
-    two = write_llama_finetune(work / "two", base, seed=2, delta_rank=None, delta_scale=0.01)
+    stored = getattr(torch, args.inputs)
+    base = write_llama(work / "base", shape, dtype=stored)
+    one = write_llama_finetune(work / "one", base, seed=1, delta_rank=None, delta_scale=0.01, dtype=stored)
+    two = write_llama_finetune(work / "two", base, seed=2, delta_rank=None, delta_scale=0.01, dtype=stored)
+    suffix = f"dtype: {args.dtype}\n" + (f"out_dtype: {args.out_dtype}\n" if args.out_dtype else "")
     for method, template in RECIPES.items():
-        text = template.format(base=base, one=one, two=two, extra="") + SUFFIX
+        text = template.format(base=base, one=one, two=two, extra="") + suffix
         (work / f"{method}.yml").write_text(text)
-        run_merge(parse_recipe(text), MergeSettings(work / f"ours-{method}"))
+        run_merge(parse_recipe(text), MergeSettings(work / f"ours-{method}", compute_dtype=args.compute_dtype))
         subprocess.run([args.mergekit, str(work / f"{method}.yml"), str(work / f"theirs-{method}")],
                        check=True, capture_output=True)
         identical, worst = compare(work / f"ours-{method}", work / f"theirs-{method}")

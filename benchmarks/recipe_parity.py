@@ -1,6 +1,6 @@
 """Every recipe mergekit runs, Mergesmith runs: recipe features run through both, on small generated models.
 
-    python benchmarks/recipe_parity.py [--venv /tmp/mk] [--keep DIR]
+    python benchmarks/recipe_parity.py [--venv /tmp/mk] [--keep DIR] [--dtype bfloat16 --compute-dtype recipe]
 
 Installs mergekit 0.1.5 into its own venv (never a project dependency) unless `--venv` already has it. The venv
 borrows this project's torch through a .pth file instead of downloading torch again (PyPI's torch wheels pull
@@ -11,6 +11,10 @@ Mergesmith, and the script prints, per recipe, whether each accepted and ran it 
 the same tensors (names, shapes, values within float32 rounding: every recipe computes in float32; embedding
 rows compared token by token, since mergekit numbers the tokens a union adds in hash order), the same
 vocabulary, vocab_size and chat template. Totals at the end: accepted / ran / matching.
+
+`--dtype D` adds `dtype: D` to every recipe (published recipes mostly say bfloat16) and `--compute-dtype recipe`
+runs Mergesmith with its arithmetic in that dtype: tensors must then be equal bit for bit (`--exact` asks that
+of the default float32 arithmetic too), and each difference line says how many entries differ.
 """
 
 from __future__ import annotations
@@ -116,21 +120,21 @@ def run_mergekit(tool: Path, recipe: Path, out: Path) -> str | None:
     return lines[-1] if lines else f"exit {done.returncode}"
 
 
-def run_ours(text: str, out: Path) -> tuple[bool, str | None]:
+def run_ours(text: str, out: Path, compute_dtype: str = "float32") -> tuple[bool, str | None]:
     """(accepted, error): accepted when the recipe parses and plans; error None when the merge ran."""
     try:
         recipe = parse_recipe(text)
     except Exception as error:  # noqa: BLE001 - reported, not raised
         return False, f"{type(error).__name__}: {error}"
     try:
-        run_merge(recipe, MergeSettings(out))
+        run_merge(recipe, MergeSettings(out, compute_dtype=compute_dtype))
     except Exception as error:  # noqa: BLE001
         return True, f"{type(error).__name__}: {error}"
     return True, None
 
 
-def compare(ours: Path, theirs: Path) -> list[str]:
-    """What differs between two output folders (empty: they match)."""
+def compare(ours: Path, theirs: Path, exact: bool = False) -> list[str]:
+    """What differs between two output folders (empty: they match); `exact`: tensors equal bit for bit."""
     problems = []
     mine = {k: v for f in ours.glob("*.safetensors") for k, v in load_file(f).items()}
     other = {k: v for f in theirs.glob("*.safetensors") for k, v in load_file(f).items()}
@@ -150,7 +154,10 @@ def compare(ours: Path, theirs: Path) -> list[str]:
             b = b[order]
         if a.shape != b.shape:
             problems.append(f"{name}: shape {tuple(a.shape)} vs {tuple(b.shape)}")
-        elif not torch.allclose(a, b, rtol=1e-5, atol=1e-6):
+        elif exact and (mine[name].dtype != other[name].dtype or not torch.equal(a, b)):
+            problems.append(f"{name}: {int((a != b).sum())} of {a.numel()} entries differ (largest "
+                            f"{float((a - b).abs().max()):.3g}), {mine[name].dtype} vs {other[name].dtype}")
+        elif not exact and not torch.allclose(a, b, rtol=1e-5, atol=1e-6):
             problems.append(f"{name}: largest difference {float((a - b).abs().max()):.3g}")
     for key in ("vocab_size",):
         ca, cb = (json.loads((folder / "config.json").read_text()) for folder in (ours, theirs))
@@ -182,6 +189,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--venv", type=Path, default=Path(tempfile.gettempdir()) / "mergekit-parity-venv")
     parser.add_argument("--keep", type=Path, default=None, help="Keep models and outputs in this folder.")
+    parser.add_argument("--dtype", default=None, help="Add `dtype: DTYPE` to every recipe.")
+    parser.add_argument("--compute-dtype", default="float32", choices=("float32", "recipe"),
+                        help="Mergesmith's arithmetic; `recipe` compares tensors bit for bit.")
+    parser.add_argument("--exact", action="store_true", help="Compare tensors bit for bit.")
     args = parser.parse_args()
     tool = ensure_mergekit(args.venv)
     work = args.keep or Path(tempfile.mkdtemp(prefix="recipe-parity-"))
@@ -191,18 +202,19 @@ def main() -> int:
     counts = {"mergekit ran": 0, "we accepted": 0, "we ran": 0, "matching": 0}
     for number, (title, (arch, template)) in enumerate(RECIPES.items()):
         a, b = pairs[arch]
-        text = template.format(a=a, b=b, donor=donor)
+        text = template.format(a=a, b=b, donor=donor) + (f"dtype: {args.dtype}\n" if args.dtype else "")
         recipe = work / f"recipe{number}.yml"
         recipe.write_text(text)
         theirs_error = run_mergekit(tool, recipe, work / f"mergekit{number}")
-        accepted, ours_error = run_ours(text, work / f"ours{number}")
+        accepted, ours_error = run_ours(text, work / f"ours{number}", args.compute_dtype)
         counts["mergekit ran"] += theirs_error is None
         counts["we accepted"] += accepted
         counts["we ran"] += ours_error is None
         verdict = "-"
         if theirs_error is None and ours_error is None:
             try:
-                problems = compare(work / f"ours{number}", work / f"mergekit{number}")
+                problems = compare(work / f"ours{number}", work / f"mergekit{number}",
+                                   exact=args.exact or args.compute_dtype == "recipe")
             except Exception:  # noqa: BLE001
                 problems = [traceback.format_exc().splitlines()[-1]]
             counts["matching"] += not problems

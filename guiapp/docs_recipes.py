@@ -71,6 +71,9 @@ def _param_row(param: ParamSpec) -> str:
         bounds = f"≤ {_value(param.maximum, param.kind)}"
     else:
         bounds = f"{_value(param.minimum, param.kind)} … {_value(param.maximum, param.kind)}"
+    if param.usual is not None:
+        low, high = (_value(end, param.kind) for end in param.usual)
+        bounds += f", usually {low} … {high} (outside: a warning)"
     return f"| `{param.name}` | {scope} | {param.kind.value} | {default} | {bounds} | {param.help} |"
 
 

@@ -191,6 +191,18 @@ class LoraAdapter:
         key = self.replacements.get(f"{self._module_names.get(module, module)}.{leaf}")
         return None if key is None else self._tensors[key]
 
+    def applied_dtype(self, tensor_name: str) -> torch.dtype | None:
+        """The dtype `apply_to` gives the base tensor `tensor_name`: the replacement's as stored, float32 where the
+        adapter adds an update; None where it leaves the tensor as the base stores it. Call after `check_base`."""
+        replacement = self.replacement_for(tensor_name)
+        if replacement is not None:
+            return replacement.dtype
+        module, leaf = split_module(tensor_name)
+        lora = self.modules.get(self._module_names.get(module, module))
+        if lora is None or not (leaf == "weight" or (leaf == "bias" and lora.bias_key is not None)):
+            return None
+        return torch.float32
+
     def apply_to(self, tensor_name: str, tensor: torch.Tensor) -> torch.Tensor:
         """`tensor` (the base's `tensor_name`) with the adapter applied: the replacement, or base + delta in
         float32, or `tensor` itself when the adapter does not touch it."""

@@ -489,12 +489,13 @@ def _merge_block(
 
 def merges_as_stored(plan: MergePlan, task: TensorTask) -> bool:
     """Whether `task`'s inputs go to its method's `merge_stored` as they are stored: the method has one, every input
-    is stored in the output's dtype, a narrower one than float32, and the recipe asks for the usual float32
-    arithmetic (inputs stored in float32 need no conversion: merged as they are, they skip the copy into chunks)."""
+    is read in the output's dtype (as stored, or as its adapter yields it), a narrower one than float32, and the
+    recipe asks for the usual float32 arithmetic (inputs stored in float32 need no conversion: merged as they are,
+    they skip the copy into chunks)."""
     return (
         plan.method.merge_stored is not None and task.floating and not task.copy and task.vocabulary is None
         and plan.compute_dtype == torch.float32 and plan.out_dtype != torch.float32
-        and all(_stored_as_output(plan, plan.models[i.model].tensors[i.tensor].dtype) for i in task.inputs)
+        and all(_stored_as_output(plan, plan.models[i.model].read_dtype(i.tensor)) for i in task.inputs)
     )
 
 

@@ -11,7 +11,12 @@ import yaml
 from guiapp import __version__
 from guiapp.engine.checkpoint import dtype_name
 from guiapp.engine.plan import MergePlan
-from guiapp.engine.tokenizers import chat_template_text, write_chat_template, write_tokenizer
+from guiapp.engine.tokenizers import (
+    chat_template_text,
+    write_chat_template,
+    write_serialized_tokenizer,
+    write_tokenizer,
+)
 
 TOKENIZER_FILES = (
     "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model", "vocab.json",
@@ -30,6 +35,8 @@ def write_merge_metadata(folder: Path, plan: MergePlan, model_folders: list[Path
     copy_companion_files(folder, tokenizer_folder, model_folders[plan.config_model])
     if plan.tokenizer_document is not None:
         write_tokenizer(folder, plan.tokenizer_document, tokenizer_folder)
+    elif (note := write_serialized_tokenizer(folder, tokenizer_folder)) is not None:
+        plan.warnings.append(note)
     if plan.recipe.chat_template is not None:
         template = chat_template_text(plan.recipe.chat_template, model_folders)
         if template is None:
@@ -84,6 +91,9 @@ def merge_card(plan: MergePlan) -> str:
 
 def _precision_line(plan: MergePlan) -> str:
     computed, stored = dtype_name(plan.compute_dtype), dtype_name(plan.out_dtype)
+    if plan.compute_as_recipe and plan.method.mergekit_float32:
+        return (f"Computed in {computed}, as mergekit computes {plan.method.name} whatever the recipe's dtype "
+                f"(`--compute-dtype recipe`); stored as {stored}.")
     if plan.compute_as_recipe:
         return (f"Computed in the recipe's dtype ({computed}), as mergekit does (`--compute-dtype recipe`); "
                 f"stored as {stored}.")

@@ -52,7 +52,7 @@ def build_modular_plan(recipe: Recipe, headers: dict[ModelRef, ModelHeaders]) ->
     sub_plans: dict[str, MergePlan] = {}
     for name, module in recipe.modules.items():
         own = {ref: ModelHeaders(ref, {n: i for n, i in headers[ref].tensors.items() if module_of(n, name)},
-                                 headers[ref].config)
+                                 headers[ref].config, headers[ref].applied)
                for ref in module.model_refs()}
         if not any(h.tensors for h in own.values()):
             found = sorted({n.removeprefix("model.").split(".")[0] for h in headers.values() for n in h.tensors})

@@ -43,10 +43,16 @@ class ModelHeaders:
     ref: ModelRef
     tensors: dict[str, TensorInfo]
     config: dict[str, Any] | None
+    # The tensors a `model+adapter` reference's adapter changes, with the dtype they have once it is applied.
+    applied: dict[str, torch.dtype] = field(default_factory=dict)
 
     @property
     def label(self) -> str:
         return str(self.ref)
+
+    def read_dtype(self, name: str) -> torch.dtype:
+        """The dtype the merge reads tensor `name` in: as stored, or as the model's adapter yields it."""
+        return self.applied.get(name, self.tensors[name].dtype)
 
 
 @dataclass(frozen=True)
@@ -179,6 +185,7 @@ def build_plan(recipe: Recipe, headers: dict[ModelRef, ModelHeaders]) -> MergePl
         tasks += _plan_tensor(name, lambda m, n=name: n, last, 0.0, recipe, method, models, tokenizer_model, warnings)
     if not tasks:
         raise IncompatibleModelsError("The models share no tensors, so there is nothing to merge.")
+    warnings += _unusual_value_warnings(method, tasks)
 
     read_dtype = dtype_from_name(recipe.dtype) if recipe.dtype else None
     input_dtypes = {models[i.model].tensors[i.tensor].dtype for t in tasks for i in t.inputs if t.floating}
@@ -508,6 +515,20 @@ def _checked(spec: ParamSpec, value: Any, out_name: str, model_label: str | None
     return float(value) if spec.kind is ParamKind.FLOAT else value
 
 
+def _unusual_value_warnings(method: MergeMethod, tasks: list[TensorTask]) -> list[str]:
+    """One warning per parameter value outside its `usual` range (merged as given: mergekit computes it)."""
+    warnings = []
+    for spec in (spec for spec in method.params if spec.usual is not None):
+        low, high = spec.usual
+        for task in tasks:
+            for params in ([task.params] if not spec.per_model else task.model_params):
+                value = params.get(spec.name)
+                if isinstance(value, (int, float)) and not low <= value <= high:
+                    side = "above" if value > high else "below"
+                    warnings.append(f"`{spec.name}` {value:g} is {side} the usual {low:g}–{high:g}: {spec.unusual}.")
+    return list(dict.fromkeys(warnings))
+
+
 def _unused_parameter_warnings(recipe: Recipe, method: MergeMethod) -> list[str]:
     known_model = {p.name for p in method.per_model_params}
     known_global = {p.name for p in method.global_params}
@@ -579,12 +600,14 @@ def align_vocabulary(plan: MergePlan, folders: list[Path], donor_folder: Path | 
 
 def compute_in_recipe_dtype(plan: MergePlan) -> None:
     """Compute in the recipe's dtype, as mergekit 0.1.5 does: `dtype` when the recipe gives one, else the base
-    model's storage dtype (mergekit computes in the inputs' own dtype then).
+    model's storage dtype (mergekit computes in the inputs' own dtype then); float32 (as planned) for the methods
+    mergekit computes in float32 whatever the dtype (`mergekit_float32`).
 
     The default stays float32 arithmetic cast once at the end (docs/spec/merge-methods.md, "Precision"), which is the
     more accurate; this choice exists to reproduce merges published with mergekit.
     """
-    plan.compute_dtype = plan.read_dtype or _storage_dtype(plan.models[plan.config_model])
+    if not plan.method.mergekit_float32:
+        plan.compute_dtype = plan.read_dtype or _storage_dtype(plan.models[plan.config_model])
     plan.compute_as_recipe = True
 
 

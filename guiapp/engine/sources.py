@@ -38,7 +38,8 @@ def read_headers(ref: ModelRef) -> ModelHeaders:
                                          lambda: _read_folder(folder))
         headers = ModelHeaders(ref, tensors, config)
     if ref.adapter:
-        _open_adapter(ref, headers.tensors)
+        adapter = _open_adapter(ref, headers.tensors)
+        headers.applied = {name: dtype for name in headers.tensors if (dtype := adapter.applied_dtype(name))}
     return headers
 
 

@@ -16,6 +16,8 @@ library instead of transformers:
 from __future__ import annotations
 
 import json
+import shutil
+import tempfile
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -318,6 +320,30 @@ def write_tokenizer(folder: Path, document: dict[str, Any], config_folder: Path 
         config["added_tokens_decoder"] = decoder
     config.setdefault("tokenizer_class", "PreTrainedTokenizerFast")
     (Path(folder) / CONFIG_FILE).write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def write_serialized_tokenizer(folder: Path, source: Path) -> str | None:
+    """Give `folder` the tokenizer.json that transformers builds from `source`'s tokenizer when `source` has a
+    tokenizer_config.json but neither tokenizer.json nor tokenizer.model (GPT-2's layout: vocab.json +
+    merges.txt). mergekit copies the files of a tokenizer that has one of the two, and otherwise loads the
+    tokenizer with transformers and saves it, which writes a tokenizer.json; the files copied from `source` stay.
+
+    Returns a note for the user when transformers cannot read the tokenizer (the output then keeps the copied
+    files only, as mergekit keeps none); None otherwise.
+    """
+    if not (source / CONFIG_FILE).is_file() or any((source / n).is_file() for n in (TOKENIZER_FILE, "tokenizer.model")):
+        return None
+    import transformers  # noqa: PLC0415 - seconds to load; only tokenizers without a tokenizer.json need it
+
+    try:
+        tokenizer = transformers.AutoTokenizer.from_pretrained(source)  # classes transformers ships, no remote code
+        with tempfile.TemporaryDirectory(dir=folder) as scratch:
+            tokenizer.save_pretrained(scratch)
+            shutil.move(Path(scratch) / TOKENIZER_FILE, Path(folder) / TOKENIZER_FILE)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
+        return (f"The tokenizer of {source} was copied as it is: transformers could not turn it into a tokenizer.json "
+                f"({error}).")
+    return None
 
 
 def chat_template_text(choice: str, model_folders: list[Path]) -> str | None:

@@ -26,16 +26,16 @@ class RecipeFix:
 
 def suggested_value(spec: Any) -> float | int:
     """The value offered for a parameter the recipe lacks: its default, else the value its method suggests, else the
-    middle of its range when it has both ends (an interpolation factor), else 1 brought into its range (a weight)."""
+    middle of its usual range (else its allowed one) when it has both ends (an interpolation factor), else 1 brought into its range (a weight)."""
     if spec.default is not None:
         return spec.default
     if spec.suggested is not None:
         return spec.suggested
-    if spec.minimum is not None and spec.maximum is not None:
-        value = (spec.minimum + spec.maximum) / 2
+    low, high = spec.span
+    if low is not None and high is not None:
+        value = (low + high) / 2
     else:
-        value = min(max(1.0, spec.minimum if spec.minimum is not None else 1.0),
-                    spec.maximum if spec.maximum is not None else 1.0)
+        value = min(max(1.0, low if low is not None else 1.0), high if high is not None else 1.0)
     return round(value) if spec.kind == "int" else float(value)
 
 

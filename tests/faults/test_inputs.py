@@ -167,8 +167,8 @@ def test_recipe_with_yaml_tags_that_construct_objects(trio, tmp_path, warm_cli, 
 
 def test_absurd_merge_parameters(trio, tmp_path, seen):
     cases = {
-        "density 5": (f"merge_method: ties\nbase_model: {trio.base}\nmodels:\n  - model: {trio.one}\n"
-                      f"    parameters: {{weight: 1, density: 5}}\n", "density"),
+        "density -5": (f"merge_method: ties\nbase_model: {trio.base}\nmodels:\n  - model: {trio.one}\n"
+                       f"    parameters: {{weight: 1, density: -5}}\n", "density"),
         "layer range past the end": (f"merge_method: passthrough\nslices:\n  - sources:\n      - model: {trio.one}\n"
                                      f"        layer_range: [0, 40]\n", "past the end"),
     }

@@ -26,10 +26,10 @@ def test_suggested_values_are_defaults_or_the_middle_of_a_range_or_one():
 
 def test_a_missing_or_out_of_range_value_is_set():
     document = {"merge_method": "ties", "base_model": "b", "parameters": {"lambda": 1},
-                "models": [{"model": "org/x", "parameters": {"weight": 1, "density": 3}}, {"model": "org/y"}]}
+                "models": [{"model": "org/x", "parameters": {"weight": 1, "density": -3}}, {"model": "org/y"}]}
     fix = fix_for(("models", 0, "parameters", "density"), document, METHODS["ties"])
-    assert fix.label == "Set Keep this fraction of changes to 1 for x"
-    assert _applied(fix, document)["models"][0]["parameters"]["density"] == 1.0
+    assert fix.label == "Set Keep this fraction of changes to 0 for x"
+    assert _applied(fix, document)["models"][0]["parameters"]["density"] == 0.0
     fix = fix_for(("models", 1, "parameters", "weight"), document, METHODS["ties"])
     assert _applied(fix, document)["models"][1]["parameters"] == {"weight": 1.0}
     slerp = {"merge_method": "slerp", "base_model": "b", "models": [{"model": "b"}, {"model": "c"}]}

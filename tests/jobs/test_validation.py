@@ -42,10 +42,10 @@ def test_a_parameter_problem_is_keyed_to_that_models_parameter(models, tmp_path)
 
 
 def test_a_global_parameter_problem_is_keyed_to_the_recipes_parameters(models, tmp_path):
-    document = {"merge_method": "slerp", "base_model": str(models["a"]), "parameters": {"t": 1.7},
+    document = {"merge_method": "karcher", "parameters": {"tol": -1.7},
                 "models": [{"model": str(models["a"])}, {"model": str(models["b"])}]}
     [problem] = check_merge(document, "cpu", str(tmp_path / "out"), None).errors
-    assert problem.key == ("parameters", "t") and "1.7" in problem.message
+    assert problem.key == ("parameters", "tol") and "-1.7" in problem.message
 
 
 def test_models_that_do_not_fit_together_are_not_compatible(models, tmp_path):

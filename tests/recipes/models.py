@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import torch
-from tokenizers import Tokenizer, models, pre_tokenizers
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from guiapp.engine.samples import LlamaShape, llama_config, llama_tensors, write_checkpoint
 
@@ -26,6 +26,28 @@ def write_tokenizer_files(folder: Path, tokens: list[str], chat_template: str | 
     if chat_template is not None:
         config["chat_template"] = chat_template
     (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    return folder
+
+
+def write_gpt2_style_tokenizer(folder: Path, text: str) -> Path:
+    """GPT-2's tokenizer layout: a byte-level BPE (trained on `text`) as vocab.json + merges.txt and a
+    tokenizer_config.json naming GPT2Tokenizer, with no tokenizer.json (as the original gpt2 repos and their
+    fine-tunes have it)."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<|endoftext|>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tokenizer.train_from_iterator([text] * 10, trainer)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (folder / name).unlink(missing_ok=True)
+    tokenizer.model.save(str(folder))
+    special = "<|endoftext|>"
+    (folder / "tokenizer_config.json").write_text(json.dumps(
+        {"tokenizer_class": "GPT2Tokenizer", "bos_token": special, "eos_token": special, "unk_token": special,
+         "model_max_length": 1024}))
     return folder
 
 

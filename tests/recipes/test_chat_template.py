@@ -4,10 +4,12 @@ output's tokenizer_config.json."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from transformers import AutoTokenizer
 
+from guiapp.engine.chat_template_names import BUILT_IN_CHAT_TEMPLATES
 from guiapp.engine.merge import MergeSettings, run_merge
 from guiapp.engine.recipe import parse_recipe
 from tests.recipes.models import SPECIALS, write_model
@@ -46,3 +48,20 @@ def test_literal_jinja_is_written_as_given(tmp_path, template):
     out = _merge(tmp_path, [model], template)
     tokenizer = AutoTokenizer.from_pretrained(out)
     assert tokenizer.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False) == "[hi]"
+
+
+# Copies of the texts mergekit ships as mergekit/_data/chat_templates/*.jinja: a named template's bytes are what a
+# published recipe's output carries, so they are compared byte for byte.
+MERGEKIT_TEMPLATES = Path(__file__).with_name("mergekit_chat_templates")
+
+
+def test_every_mergekit_template_name_is_offered():
+    assert BUILT_IN_CHAT_TEMPLATES == tuple(sorted(p.stem for p in MERGEKIT_TEMPLATES.glob("*.jinja")))
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in MERGEKIT_TEMPLATES.glob("*.jinja")))
+def test_a_named_template_is_written_byte_for_byte_as_mergekit_ships_it(tmp_path, name):
+    model = write_model(tmp_path / "m", TOKENS, seed=1)
+    out = _merge(tmp_path, [model], name)
+    written = json.loads((out / "tokenizer_config.json").read_text(encoding="utf-8"))["chat_template"]
+    assert written.encode("utf-8") == (MERGEKIT_TEMPLATES / f"{name}.jinja").read_bytes()

@@ -29,10 +29,12 @@ def test_recipe_dtype_arithmetic_matches_a_bf16_computation(llama_pair, tmp_path
     base, one, _ = llama_pair
     b = load_file(base / "model.safetensors")[NAME].to(torch.bfloat16)
     x = load_file(one / "model.safetensors")[NAME].to(torch.bfloat16)
-    # mergekit's task arithmetic in bf16: every step rounded to bf16.
-    in_bf16 = b + (x - b) * 0.3
+    # mergekit's task arithmetic in bf16: every step rounded to bf16, the weight too (mergekit makes a tensor of the
+    # weights in the deltas' dtype: 0.3 becomes 0.30078125).
+    in_bf16 = b + (x - b) * torch.tensor(0.3, dtype=torch.bfloat16)
     in_float32 = (b.float() + (x.float() - b.float()) * 0.3).to(torch.bfloat16)
     assert not torch.equal(in_bf16, in_float32)  # otherwise this test could not tell the two apart
+    assert not torch.equal(in_bf16, b + (x - b) * 0.3)  # nor the weight rounded from not
 
     outcome = run_merge(_recipe(base, one), MergeSettings(tmp_path / "recipe", compute_dtype="recipe"))
     assert torch.equal(load_folder(outcome.output)[NAME], in_bf16)
@@ -64,3 +66,23 @@ def test_a_dtype_the_probe_saw_fail_is_refused_with_a_retry():
     with pytest.raises(DeviceError, match="cannot compute in bfloat16 on cpu") as caught:
         require_compute(broken, "merge", "cpu", "bfloat16")
     assert caught.value.retry_with == {"compute_dtype": "float32"}
+
+
+@pytest.mark.parametrize("method", ["linear", "slerp"])
+def test_recipe_dtype_keeps_float32_where_mergekit_computes_in_float32(llama_pair, tmp_path, method):
+    """mergekit 0.1.5 computes linear and slerp in float32 whatever the recipe's dtype, rounding once at the end."""
+    base, one, _ = llama_pair
+    text = (f"merge_method: linear\ndtype: bfloat16\nmodels:\n  - model: {base}\n    parameters: {{weight: 0.3}}\n"
+            f"  - model: {one}\n    parameters: {{weight: 0.7}}\n" if method == "linear" else
+            f"merge_method: slerp\nbase_model: {base}\ndtype: bfloat16\nparameters: {{t: 0.3}}\n"
+            f"models:\n  - model: {base}\n  - model: {one}\n")
+    b = load_file(base / "model.safetensors")[NAME].to(torch.bfloat16)
+    x = load_file(one / "model.safetensors")[NAME].to(torch.bfloat16)
+    in_bf16 = b * 0.3 + x * 0.7
+    assert not torch.equal(in_bf16, (b.float() * 0.3 + x.float() * 0.7).to(torch.bfloat16))  # they differ here
+
+    recipe = run_merge(parse_recipe(text), MergeSettings(tmp_path / "recipe", compute_dtype="recipe"))
+    default = run_merge(parse_recipe(text), MergeSettings(tmp_path / "default"))
+    ours, usual = load_folder(recipe.output), load_folder(default.output)
+    assert all(torch.equal(ours[name], usual[name]) for name in usual)
+    assert f"as mergekit computes {method} whatever the recipe's dtype" in (recipe.output / "README.md").read_text()

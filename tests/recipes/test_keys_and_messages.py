@@ -62,7 +62,7 @@ def test_epsilon_refusal_states_the_rule_and_a_fix(llama_pair):
     with pytest.raises(RecipeError) as caught:
         plan_merge(recipe)
     assert "density − epsilon > 0 and density + epsilon < 1" in caught.value.why
-    assert caught.value.hint.startswith("Set `epsilon` to a value between")
+    assert caught.value.hint.startswith("Set `epsilon` to a value between 0 and 0.5")
 
 
 def test_default_module_form_runs_like_slices(llama_pair, tmp_path):

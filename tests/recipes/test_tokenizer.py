@@ -9,12 +9,20 @@ import json
 
 import pytest
 import torch
+from tokenizers import Tokenizer
 from transformers import AutoTokenizer
 
 from guiapp.engine.merge import MergeSettings, run_merge
 from guiapp.engine.recipe import parse_recipe
 from tests.engine.helpers import load_folder
-from tests.recipes.models import SPECIALS, rows_of, write_model, write_tokenizer_files
+from tests.recipes.models import (
+    SPECIALS,
+    rows_of,
+    write_gpt2,
+    write_gpt2_style_tokenizer,
+    write_model,
+    write_tokenizer_files,
+)
 from tests.support.fixtures import hub_env, hub_server  # noqa: F401 - pytest fixtures
 
 A_TOKENS = SPECIALS + ["a", "b", "c"]
@@ -134,3 +142,18 @@ def test_a_donor_that_does_not_exist_is_reported_before_any_work(pair, hub_env, 
                           f"    parameters: {{weight: 1.0}}\n  - model: {b}\n    parameters: {{weight: 1.0}}\n")
     with pytest.raises(MergesmithError, match="acme/missing"):
         plan_merge(recipe)
+
+
+def test_a_gpt2_stack_gets_the_first_model_s_tokenizer_as_mergekit_writes_it(tmp_path):
+    """GPT-2-style tokenizers (vocab.json + merges.txt, no tokenizer.json): mergekit loads the first model's with
+    transformers and saves it, which writes a tokenizer.json; the output has one, built from that model's files."""
+    a = write_gpt2_style_tokenizer(write_gpt2(tmp_path / "a", SPECIALS, seed=1), "hello world merge models")
+    b = write_gpt2_style_tokenizer(write_gpt2(tmp_path / "b", SPECIALS, seed=2), "another text entirely")
+    out = _merge(tmp_path, f"merge_method: passthrough\nslices:\n  - sources:\n      - model: {a}\n"
+                           f"        layer_range: [0, 2]\n  - sources:\n      - model: {b}\n        layer_range: [0, 2]\n")
+    text = "hello models, another world"
+    written = Tokenizer.from_file(str(out / "tokenizer.json"))
+    assert written.encode(text).ids == AutoTokenizer.from_pretrained(a).encode(text)
+    assert written.encode(text).ids != AutoTokenizer.from_pretrained(b).encode(text)
+    assert (out / "vocab.json").read_bytes() == (a / "vocab.json").read_bytes()
+    assert (out / "merges.txt").read_bytes() == (a / "merges.txt").read_bytes()

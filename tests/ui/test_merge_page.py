@@ -107,12 +107,12 @@ def test_incompatible_models_are_reported_next_to_the_models(qtbot, window, mode
 def test_out_of_range_parameter_is_reported_next_to_the_parameters(qtbot, window, models):
     page = window.merge
     page.yaml_edit.setPlainText(yaml.safe_dump({
-        "merge_method": "slerp", "base_model": str(models.base),
+        "merge_method": "karcher",
         "models": [{"model": str(models.base)}, {"model": str(models.tune_a)}],
-        "parameters": {"t": 1.7},
+        "parameters": {"tol": -1.7},
     }))
     qtbot.waitUntil(lambda: not page.params_message.isHidden(), timeout=20_000)
-    assert "t" in page.params_message.text() and "1.7" in page.params_message.text()
+    assert "tol" in page.params_message.text() and "-1.7" in page.params_message.text()
 
 
 def test_dtype_dropdown_disables_what_the_probe_says_fails(qtbot, make_window, probed, models):

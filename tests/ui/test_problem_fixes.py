@@ -78,11 +78,11 @@ def test_linear_with_a_base_offers_to_give_the_base_a_weight(qtbot, window, page
 
 def test_a_value_out_of_range_is_shown_and_brought_into_range(qtbot, window, page, models):
     _show(qtbot, page, {"merge_method": "ties", "base_model": str(models.base),
-                        "models": [{"model": str(models.tune_a), "parameters": {"weight": 1, "density": 3}},
+                        "models": [{"model": str(models.tune_a), "parameters": {"weight": 1, "density": -3}},
                                    {"model": str(models.tune_b), "parameters": {"weight": 1, "density": 0.5}}]})
     assert _show_me(qtbot, window, page) is page.table.cellWidget(0, 2).spin
     _fix(qtbot, page)
-    assert page.table.cellWidget(0, 2).value() == 1.0
+    assert page.table.cellWidget(0, 2).value() == 0.0
 
 
 def test_a_missing_method_wide_parameter_shows_its_editor_and_sets_it(qtbot, window, page, models):

@@ -145,7 +145,9 @@ def _overlap_survey(settings: TensorSettings) -> TensorSurvey | None:
 
 
 _EPSILON = ParamSpec(
-    "epsilon", ParamKind.FLOAT, default=1e-5, minimum=0.0, maximum=1.0, label="Counts as changed above (ε)",
+    # RAM+ divides by counts floored at epsilon: at 0 a row without unique changes would give 0 / 0.
+    "epsilon", ParamKind.FLOAT, default=1e-5, minimum=0.0, usual=(0.0, 1.0),
+    unusual="changes smaller than it count as no change", label="Counts as changed above (ε)",
     help="A change larger than this counts as the model having changed that weight.",
 )
 
@@ -156,11 +158,13 @@ def ram_method(*, boosted: bool) -> MergeMethod:
     if boosted:
         params += [
             ParamSpec(
-                "r", ParamKind.FLOAT, default=0.1, minimum=0.0, maximum=10.0,
+                "r", ParamKind.FLOAT, default=0.1, usual=(0.0, 10.0),
+                unusual="a model's unique changes are boosted (or, below 0, shrunk) that much",
                 help="How much a model's unique changes are boosted for the changes it shares.",
             ),
             ParamSpec(
-                "alpha", ParamKind.FLOAT, default=0.2, minimum=0.0, maximum=10.0,
+                "alpha", ParamKind.FLOAT, default=0.2, usual=(0.0, 10.0),
+                unusual="the boost is capped there",
                 help="Cap on the shared-to-unique ratio used for the boost.",
             ),
         ]

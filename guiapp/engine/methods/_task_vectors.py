@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from enum import Enum
+from typing import Any
 
 import torch
 
@@ -177,19 +178,37 @@ def sparsify(
         kept = torch.zeros_like(delta, dtype=torch.float32)
     else:
         epsilon = float(params["epsilon"])
-        if not (density - epsilon > 0 and density + epsilon < 1):
-            raise RecipeError(
-                f"DELLA needs density - epsilon > 0 and density + epsilon < 1, but {where} has "
-                f"density {density:g} and epsilon {epsilon:g}.",
-                hint="Lower epsilon, or move density away from 0 and 1 (e.g. density 0.5, epsilon 0.1).",
-                key=("parameters", "epsilon"),
-            )
+        check_della_rule(density, epsilon, where)
         kept = della_mask(delta, density, epsilon, generator, scratch)
     delta.mul_(kept)
     kept_count = _selection.count_ones(kept)
     del kept
     _rescale(delta, l1_before, rescale)
     return kept_count
+
+
+def check_della_rule(density: float, epsilon: float, where: str) -> None:
+    """Raise RecipeError (naming `where`) when a density between 0 and 1 (exclusive) and `epsilon` put the keep
+    probabilities density ± epsilon outside (0, 1), which mergekit refuses too; other densities ignore epsilon."""
+    if 0 < density < 1 and not (density - epsilon > 0 and density + epsilon < 1):
+        raise RecipeError(
+            f"DELLA needs density - epsilon > 0 and density + epsilon < 1, but {where} has "
+            f"density {density:g} and epsilon {epsilon:g}.",
+            why="Each change is kept with a probability from density − epsilon (smallest changes) to density + "
+            "epsilon (largest), and a probability must lie between 0 and 1: density − epsilon > 0 and "
+            "density + epsilon < 1.",
+            hint=f"Set `epsilon` to a value between 0 and {min(density, 1 - density):g} (not that value itself), or "
+            "move density away from 0 and 1 (e.g. density 0.5, epsilon 0.1).",
+            key=("parameters", "epsilon"),
+        )
+
+
+def _check_della_params(model_params: list[dict[str, Any]], params: dict[str, Any], tensor_name: str) -> None:
+    """`check_della_rule` for every model's density and epsilon, before any tensor is read."""
+    for values in model_params:
+        density, epsilon = values.get("density"), values.get("epsilon")
+        if isinstance(density, (int, float)) and isinstance(epsilon, (int, float)):
+            check_della_rule(float(density), float(epsilon), f"tensor {tensor_name}")
 
 
 def _rescale(delta: torch.Tensor, l1_before: float, rescale: bool) -> None:
@@ -259,6 +278,12 @@ def _base_of(ctx: MergeContext) -> torch.Tensor:
     return ctx.base
 
 
+def _rounded_to(value: float, dtype: torch.dtype) -> float:
+    """`value` rounded to `dtype`, as mergekit's weights are (a tensor of them in the deltas' dtype): the same for
+    float32 and float64, whose arithmetic rounds a Python float so anyway; 0.3 becomes 0.30078125 in bfloat16."""
+    return float(torch.tensor(value, dtype=dtype))
+
+
 def _weight_divisor(weights: list[float]) -> float:
     """What `normalize` divides the mixed changes by, without sign consensus: the weights' sum, or 1 where they
     cancel out."""
@@ -292,7 +317,7 @@ def merge_task_vectors(
                 scratch=scratch, where=where, ranking=rankings.get(i) if rankings else None,
             ) or 0
         weight = float(ctx.model_params[i]["weight"])
-        weighted.append(delta.mul_(weight) if weight != 1 else delta)
+        weighted.append(delta.mul_(_rounded_to(weight, delta.dtype)) if weight != 1 else delta)
         weights.append(weight)
     if sparsifier is not None and rankings is None:  # a block's survey knows its whole tensor's fraction
         ctx.stats["kept_fraction"] = kept / (base.numel() * len(inputs)) if base.numel() else 1.0
@@ -440,21 +465,27 @@ def task_vector_method(
     if sparsifier is not None:
         params.append(
             ParamSpec(
-                "density", ParamKind.FLOAT, default=1.0, per_model=True, minimum=0.0, maximum=1.0,
+                # Below 0 mergekit's DARE fails and its breadcrumbs keeps a garbled selection.
+                "density", ParamKind.FLOAT, default=1.0, per_model=True, minimum=0.0, usual=(0.0, 1.0),
+                unusual="a density above 1 keeps every change, as 1 does",
                 help="Fraction of this model's changes to keep (1 keeps all).",
             )
         )
     if sparsifier is Sparsifier.OUTLIERS:
         params.append(
             ParamSpec(
-                "gamma", ParamKind.FLOAT, default=0.01, per_model=True, minimum=0.0, maximum=1.0,
+                "gamma", ParamKind.FLOAT, default=0.01, per_model=True, minimum=0.0, usual=(0.0, 1.0),
+                unusual="at most 1 − density of the largest changes can be dropped",
                 help="Fraction of the largest changes dropped as outliers.",
             )
         )
     if sparsifier is Sparsifier.DELLA:
         params.append(
             ParamSpec(
-                "epsilon", ParamKind.FLOAT, default=0.15, per_model=True, minimum=0.0, maximum=0.5,
+                # Below 0 the keep probability would fall with the size of a change: the method's ranking turned around.
+                # Above 0.5 only a density of 0 or 1 (which ignore it) passes the check of density ± epsilon.
+                "epsilon", ParamKind.FLOAT, default=0.15, per_model=True, minimum=0.0, usual=(0.0, 0.5),
+                unusual="it is used only with a density of 0 or 1, which ignore it",
                 help="How far the keep probability moves with rank, from density − epsilon (smallest changes) to density + "
                 "epsilon (largest); both must stay between 0 and 1: density − epsilon > 0 and density + epsilon < 1.",
             )
@@ -490,4 +521,5 @@ def task_vector_method(
         merge_stored=merge_stored_plain if plain else None,
         elementwise=plain,
         survey=_ranked_survey(sparsifier, consensus) if sparsifier in (Sparsifier.MAGNITUDE, Sparsifier.OUTLIERS) else None,
+        **({"check_params": _check_della_params} if sparsifier is Sparsifier.DELLA else {}),
     )

@@ -63,6 +63,10 @@ class ParamSpec:
     under each model first (weight, density…); the others are method-wide (t, normalize, lambda…). `label` is the
     window's words for it where the words for its key (guiapp.jobs.plain_words) would mislead in this method;
     `suggested` the value the window offers for a required parameter that the range alone does not suggest.
+
+    `minimum`/`maximum` refuse only what mergekit fails on or computes garbage from; `usual` is the range published
+    recipes keep to: a value outside it is merged as mergekit merges it, with a warning that says `unusual` (what
+    such a value does).
     """
 
     name: str
@@ -75,6 +79,13 @@ class ParamSpec:
     help: str = ""
     label: str = ""
     suggested: float | None = None
+    usual: tuple[float, float] | None = None
+    unusual: str = ""
+
+    @property
+    def span(self) -> tuple[float | None, float | None]:
+        """Where a value usually lies: the `usual` range, else the hard limits (an end may be open: None)."""
+        return self.usual if self.usual is not None else (self.minimum, self.maximum)
 
 
 # (function, items) -> [function(item) for item in items], the calls perhaps run at once (MergeContext.run_each)
@@ -194,6 +205,8 @@ class MergeMethod:
     each entry from the inputs' entries at the same position alone, so the loop may merge a tensor in blocks of
     rows that stay in the CPU's cache. A method with a `survey` can do the same after a look at the whole tensor:
     given a tensor's settings it returns a fresh TensorSurvey, or None when those settings need the whole tensor.
+    `mergekit_float32` methods are computed in float32 by mergekit 0.1.5 whatever the recipe's dtype (rounded once
+    at the end), so `--compute-dtype recipe` keeps float32 for them.
     """
 
     name: str
@@ -211,6 +224,7 @@ class MergeMethod:
     merge_stored: Callable[[MergeContext], torch.Tensor] | None = None
     elementwise: bool = False
     survey: Callable[[TensorSettings], TensorSurvey | None] | None = None
+    mergekit_float32: bool = False
 
     def param(self, name: str) -> ParamSpec | None:
         return next((p for p in self.params if p.name == name), None)

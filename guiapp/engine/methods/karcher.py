@@ -69,11 +69,14 @@ METHOD = MergeMethod(
     base_role=BaseRole.INPUT,
     params=(
         ParamSpec(
-            "max_iter", ParamKind.INT, default=10, minimum=1, maximum=1000,
+            "max_iter", ParamKind.INT, default=10, usual=(1, 1000),
+            unusual="many steps may make the merge take long; 0 or fewer refine nothing (the plain average's direction)",
             help="Most refinement steps per tensor.",
         ),
         ParamSpec(
-            "tol", ParamKind.FLOAT, default=1e-5, minimum=0.0, maximum=1.0,
+            # Below 0 every all-zero tensor would count, divided by its norm of 0.
+            "tol", ParamKind.FLOAT, default=1e-5, minimum=0.0, usual=(0.0, 1.0),
+            unusual="tensors whose size is below it come out as zeros",
             help="Stop refining when a step is shorter than this.",
         ),
     ),

@@ -64,5 +64,6 @@ METHOD = MergeMethod(
     working_copies=WorkingCopies(1.0, 0.0),
     check_params=check_params,
     merge_stored=merge_stored,
+    mergekit_float32=True,
     elementwise=True,
 )

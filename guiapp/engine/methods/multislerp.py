@@ -88,7 +88,9 @@ METHOD = MergeMethod(
             "normalize_weights", ParamKind.BOOL, default=True, help="Divide the weights by their sum first."
         ),
         ParamSpec(
-            "eps", ParamKind.FLOAT, default=1e-8, minimum=0.0, maximum=1e-2,
+            # Below 0 it could cancel a norm it is added to: a division by zero.
+            "eps", ParamKind.FLOAT, default=1e-8, minimum=0.0, usual=(0.0, 1e-2),
+            unusual="it shrinks the merged directions noticeably",
             help="Small constant that keeps divisions by tiny norms finite.",
         ),
     ),

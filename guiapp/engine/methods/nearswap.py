@@ -57,7 +57,8 @@ METHOD = MergeMethod(
     base_role=BaseRole.REQUIRED,
     params=(
         ParamSpec(
-            "t", ParamKind.FLOAT, required=True, minimum=0.0, label="Swap in differences up to (t)",
+            "t", ParamKind.FLOAT, required=True, usual=(0.0, 1.0), label="Swap in differences up to (t)",
+            unusual="below 0 nothing is swapped in (the base is kept); above 1 nearly everything is",
             suggested=0.0001,  # the threshold of the method's reference model (QuartetAnemoi-70B-t0.0001)
             help="Closeness threshold: differences up to t are swapped in fully, larger ones in proportion.",
         ),

@@ -245,7 +245,8 @@ METHOD = MergeMethod(
     base_role=BaseRole.REQUIRED,
     params=(
         ParamSpec(
-            "select_topk", ParamKind.FLOAT, default=1.0, minimum=0.0, maximum=1.0,
+            "select_topk", ParamKind.FLOAT, default=1.0, usual=(0.0, 1.0),
+            unusual="above 1 every position is kept, as at 1; below 0 none, as at 0",
             help="Fraction of positions kept, those where the models differ most (1 keeps all).",
         ),
         ParamSpec(

@@ -53,11 +53,13 @@ METHOD = MergeMethod(
     base_role=BaseRole.REQUIRED,
     params=(
         ParamSpec(
-            "t", ParamKind.FLOAT, required=True, minimum=0.0, maximum=1.0,
+            "t", ParamKind.FLOAT, required=True, usual=(0.0, 1.0),
+            unusual="the result lies beyond the two models, along the arc through them",
             help="Position along the arc: 0 gives the base model, 1 the other model.",
         ),
     ),
     merge=merge,
+    mergekit_float32=True,
     working_copies=WorkingCopies(0.0, 0.85),
     lone_tensor=LoneTensorPolicy.COPY_ONLY_COPY,
     check_inputs=base_and_one_model("SLERP"),

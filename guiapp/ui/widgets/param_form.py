@@ -81,7 +81,7 @@ class ParamEditor(QWidget):
             layout.addWidget(self.check)
         else:
             self.spin = QDoubleSpinBox(accessibleName=parameter_label(spec))
-            tiny = _is_tiny(suggested_value(spec)) or (spec.maximum or 1) < 0.1
+            tiny = _is_tiny(suggested_value(spec)) or (spec.span[1] or 1) < 0.1
             self.spin.setDecimals(0 if spec.kind == "int" else TINY_DECIMALS if tiny else 4)
             self.spin.setSingleStep(1 if spec.kind == "int" else 0.05)
             # Any number can be typed or read from the YAML and is kept as it is (a box clamping 1.5 to 1 made the
@@ -301,20 +301,21 @@ def _plain_number(value: float) -> str:
 
 
 def _slider_scale(spec: Any) -> SliderScale:
-    """The slider's span: the schema's range, or where a parameter without one sensibly lives (0 to 1 for a
-    weight, up to twice a larger default); a parameter whose usual value is tiny moves through the powers of ten
-    around it. The numeric box still takes any value the schema allows."""
+    """The slider's span: the schema's usual range (else its allowed one), or where a parameter without one sensibly
+    lives (0 to 1 for a weight, up to twice a larger default); a parameter whose usual value is tiny moves through
+    the powers of ten around it. The numeric box still takes any value the schema allows."""
     usual = suggested_value(spec)  # its default, else what the window offers for it
-    if _is_tiny(usual) and usual > 0 and (spec.minimum or 0) >= 0:
-        # No lower than the number box shows, nor higher than the schema allows.
+    span_low, span_high = spec.span
+    if _is_tiny(usual) and usual > 0 and (span_low or 0) >= 0:
+        # No lower than the number box shows, nor higher than the schema's range.
         low, high = max(usual / 10**TINY_DECADES, 10**-TINY_DECIMALS), usual * 10**TINY_DECADES
-        if spec.maximum is not None:
-            high = min(high, spec.maximum)
+        if span_high is not None:
+            high = min(high, span_high)
         if high > low:
             return SliderScale(low, high, logarithmic=True)
-    low = spec.minimum if spec.minimum is not None else (min(0.0, spec.default or 0.0) * 2)
+    low = span_low if span_low is not None else (min(0.0, spec.default or 0.0) * 2)
     default = abs(spec.default or 0.0)
-    high = spec.maximum if spec.maximum is not None else max(1.0, 2 * default)
+    high = span_high if span_high is not None else max(1.0, 2 * default)
     return SliderScale(float(low), float(high) if high > low else float(low) + 1.0)
 
 
