@@ -7,11 +7,14 @@ writing. So a job's time is
     start-up (a new process importing torch; nothing in the window, where torch is loaded)
   + a fixed cost per job (planning, headers, output folder, marker, tokenizer files)
   + downloads at a conservative rate
-  + input bytes × seconds per byte for its kind and method,
+  + (fixed cost per job + input bytes × seconds per byte for its kind and method) × how busy the machine is,
 
 where seconds per byte comes from jobs that finished on this machine (the median of the last few, recorded by
 the job runner in the config folder) or, before there are any, from reference rates measured by
 benchmarks/estimates.py, scaled by how fast the probe found this machine against the one they were measured on.
+Both are rates of a quiet machine: a job shares the cores with every other runnable program, so one that finished
+while the machine was busy is recorded divided by how busy it was, and the next estimate is multiplied by how busy
+the machine is now (on two shared cores, jobs took 2–5 times their quiet time, and the estimates were that low).
 The range is wide until this machine has finished a job of that kind and method, narrower afterwards.
 """
 
@@ -28,11 +31,12 @@ from guiapp.errors import MergesmithError
 from guiapp.system.bounded import JSON_BYTES, load_json_limited
 from guiapp.system.paths import settings_file
 from guiapp.system.resources import TimeEstimate
+from guiapp.system.threads import logical_cores
 
 TIMINGS_NAME = "job_timings.json"
-# Seconds per input byte measured by benchmarks/estimates.py (2 cores shared with other work, 2026-11), and the
-# probe's float32 speeds there; other machines scale these by their own probe (within 4× either way: the probe's
-# small workloads are noisy).
+# Seconds per input byte of a quiet machine, measured by benchmarks/estimates.py (2 cores shared with other work,
+# each job's time divided by `machine_slowdown` while it ran, 2026-11), and the probe's float32 speeds there;
+# other machines scale these by their own probe (within 4× either way: the probe's small workloads are noisy).
 _REFERENCE_SECONDS_PER_BYTE = {
     "merge": 10e-9,
     "merge/linear": 5e-9,
@@ -78,8 +82,11 @@ def estimate_duration(key: str, input_bytes: int, probe_result, device: str, *, 
         if rate is None:
             return None
         basis, spread = f"{key}: reference throughput scaled by this machine's probe", _UNCALIBRATED_RANGE
-    fixed = startup_seconds + JOB_OVERHEAD_SECONDS + download_bytes / DOWNLOAD_BYTES_PER_SECOND
-    work = input_bytes * rate
+    busy = machine_slowdown()
+    fixed = startup_seconds + JOB_OVERHEAD_SECONDS * busy + download_bytes / DOWNLOAD_BYTES_PER_SECOND
+    work = input_bytes * rate * busy
+    if busy > 1.05:
+        basis += f", the machine {busy:.1f}× slower now for other programs"
     seconds = fixed + work
     return TimeEstimate(seconds=seconds, basis=basis, low=fixed * 0.8 + work * spread[0],
                         high=fixed * 1.25 + work * spread[1])
@@ -97,6 +104,17 @@ def _reference_rate(key: str, probe_result, device: str) -> float | None:
         speed = probe_result.speed("cpu", "float32", "elementwise")
         scale = _REFERENCE_ELEMENTWISE_GBPS / speed.gbps if speed and speed.gbps else 1.0
     return rate * min(_MAX_PROBE_SCALE, max(1 / _MAX_PROBE_SCALE, scale))
+
+
+def machine_slowdown() -> float:
+    """How many times longer than on a quiet machine a job takes now: the runnable programs (the load average
+    over the last minute, this job's thread included) per core, at least 1. 1 where the system has no load
+    average."""
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return 1.0
+    return max(1.0, (load + 1.0) / logical_cores())
 
 
 def process_seconds_so_far() -> float:
@@ -117,6 +135,7 @@ def job_started() -> None:
     """The job runner starts a job on this thread: forget a measurement begun by anything before it."""
     _pending.started = time.monotonic()
     _pending.work = None
+    _pending.busy = machine_slowdown()
 
 
 def work_begins(key: str, input_bytes: int) -> None:
@@ -133,7 +152,10 @@ def job_finished() -> None:
         return
     key, input_bytes, began = work
     if input_bytes >= _MIN_CALIBRATION_BYTES:
-        seconds = max(0.0, time.monotonic() - began - JOB_OVERHEAD_SECONDS)
+        # How busy the machine was: the mean of the readings as the job started and as it ended (the load
+        # average follows a minute behind, so neither alone).
+        busy = (getattr(_pending, "busy", None) or machine_slowdown()) / 2 + machine_slowdown() / 2
+        seconds = max(0.0, (time.monotonic() - began) / busy - JOB_OVERHEAD_SECONDS)
         record_throughput(key, seconds / input_bytes)
 
 

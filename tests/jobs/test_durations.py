@@ -123,3 +123,23 @@ def test_the_lora_commands_dry_run_prints_the_plan_and_estimate(tmp_path):
         {"model": str(base), "parameters": {"weight": 0.5}}, {"model": str(tune), "parameters": {"weight": 0.5}}]}))
     merged = run("merge", str(recipe), str(tmp_path / "merged"), "--dry-run")
     assert merged.returncode == 0 and "Time: about" in merged.stdout  # the same line, the same estimate
+
+
+def test_a_busy_machine_lengthens_the_estimate_and_a_busy_job_is_recorded_at_its_quiet_rate(monkeypatch, probed):
+    from guiapp.system.threads import logical_cores
+
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    quiet = durations.estimate_duration("extract", 1_000_000_000, probed, "cpu")
+    assert durations.machine_slowdown() == 1.0
+    # Three times as many runnable programs as cores: each gets a third of a core's time.
+    monkeypatch.setattr(os, "getloadavg", lambda: (3.0 * logical_cores() - 1, 0.0, 0.0))
+    busy = durations.estimate_duration("extract", 1_000_000_000, probed, "cpu")
+    assert busy.seconds == pytest.approx(3 * quiet.seconds)
+    assert "slower now" in busy.basis
+    # A job that took 3 s of work while the machine was that busy ran at the rate of 1 s on a quiet one.
+    durations.job_started()
+    durations.work_begins("extract", 100_000_000)
+    monkeypatch.setattr(durations.time, "monotonic", lambda real=durations.time.monotonic(): real + 3 * (
+        1 + durations.JOB_OVERHEAD_SECONDS))
+    durations.job_finished()
+    assert durations.measured_seconds_per_byte("extract") == pytest.approx(1 / 100_000_000, rel=0.05)
