@@ -168,10 +168,11 @@ _APPLY_COPIES = 4
 
 
 def estimate_extraction(base, model, device: str, destination: Path, probe_result=None, rank: int = 32,
-                        solver: str = "randomized", embeddings: str = "save", *,
+                        solver: str = "randomized", embeddings: str = "save", *, rule=None,
                         startup_seconds: float = 0.0) -> JobEstimate:
     """Estimate extracting a LoRA of `model` against `base` (guiapp.engine.plan.ModelHeaders of each), with
-    changed embeddings and output head handled as `embeddings` says ("save", "lora" or "skip").
+    changed embeddings and output head handled as `embeddings` says ("save", "lora" or "skip"), each matrix
+    decomposed by `rule` (a guiapp.engine.lowrank.RankRule; None: a fixed `rank`) and `solver`.
 
     Time, `startup_seconds` and the start of the work as `estimate_merge`. Raises OutputError / DeviceError when
     the destination's drive or the GPU cannot be examined.
@@ -182,16 +183,28 @@ def estimate_extraction(base, model, device: str, destination: Path, probe_resul
     on_gpu = device != "cpu"
     peak_ram = process_baseline() + (2 * largest if on_gpu else working)
     output_bytes = sum(_adapter_bytes(name, info, rank, embeddings) for name, info in model.tensors.items())
-    # The work is decomposing the changed matrices (the base's and the fine-tune's, read and subtracted); the
-    # embeddings and output head that are saved whole, and the norms, cost little next to it. Counting every byte
-    # read made the cost per byte grow with the model, as a larger model has fewer of its bytes in embeddings
-    # (59 % of a 40 MB model's bytes are decomposed, 67 % of a 150 MB one's): the middle size came out 0.64.
-    decomposed = 2 * sum(info.nbytes for name, info in model.tensors.items() if _decomposed(name, info, embeddings))
+    work = extraction_work(model, rule or _fixed_rank(rank), solver, embeddings)
     key = timing_key("extract", "exact" if solver == "exact" else None)
-    time = estimate_duration(key, decomposed, probe_result, device, startup_seconds=startup_seconds)
-    work_begins(key, decomposed)
+    time = estimate_duration(key, round(work), probe_result, device, startup_seconds=startup_seconds)
+    work_begins(key, round(work))
     fit = fit_verdict(peak_ram, working if on_gpu else 0, output_bytes, device, destination)
     return JobEstimate(peak_ram, working if on_gpu else 0, output_bytes, time, fit)
+
+
+def extraction_work(model, rule, solver: str, embeddings: str) -> float:
+    """The work of extracting from `model` (its ModelHeaders), as the extraction's progress counts it: each weight
+    matrix it decomposes by its decomposition's cost (which grows with the rank and, for the exact solver, with
+    the matrix's size, where the bytes do not), the tensors it only compares by their bytes."""
+    from guiapp.engine.lowrank import module_work  # noqa: PLC0415 - loaded with the headers' reader
+
+    return sum(module_work(info.shape, 2 * info.nbytes, rule if _decomposed(name, info, embeddings) else None, solver)
+               for name, info in model.tensors.items())
+
+
+def _fixed_rank(rank: int):
+    from guiapp.engine.lowrank import RankRule  # noqa: PLC0415
+
+    return RankRule("fixed", rank)
 
 
 def _is_vocabulary(name: str, info) -> bool:

@@ -75,7 +75,7 @@ def extract_job(base: str, model: str, out: Path, *, rank_mode: str = "fixed", r
         rank = int(rank_value) if rank_mode == "fixed" else (max_rank or 32)
         estimate = estimate_extraction(read_headers(ModelRef.parse(base)), read_headers(ModelRef.parse(model)),
                                        device, Path(out), cached_probe(), rank=rank, solver=solver,
-                                       embeddings=embeddings)
+                                       embeddings=embeddings, rule=RankRule(rank_mode, rank_value, max_rank))
         estimated = _check_fit(estimate, progress, force)
 
         settings = ExtractionSettings(

@@ -150,10 +150,11 @@ def check_merge(document: dict[str, Any], device: str, output: str, probe: Any, 
     return result
 
 
-def check_pair(base: str, model: str, device: str, output: str, probe: Any, replace: bool = False) -> PairCheck:
+def check_pair(base: str, model: str, device: str, output: str, probe: Any, replace: bool = False, *,
+               rule: Any = None, solver: str = "randomized", embeddings: str = "save") -> PairCheck:
     """Whether `model` is a fine-tune of `base` (the one compatibility check, from their headers), whether the
     adapter may be written at `output` (`replace`: the user allows replacing an earlier output there) and what
-    extracting it costs. Never raises."""
+    extracting it by `rule` (a RankRule; None: rank 32), `solver` and `embeddings` costs. Never raises."""
     from guiapp.engine.lora_extract import pair_problem  # loads torch: only when checking
     from guiapp.engine.output import local_input_folders
     from guiapp.engine.sources import read_headers
@@ -179,7 +180,9 @@ def check_pair(base: str, model: str, device: str, output: str, probe: Any, repl
     if output:
         check.problems.extend(output_problems(expanded(output), local_input_folders((base_ref, model_ref)), replace))
     try:
-        estimate = estimate_extraction(base_headers, model_headers, device, expanded(output), probe)
+        rank = rule.cap((1 << 30, 1 << 30)) if rule is not None and rule.mode == "fixed" else 32
+        estimate = estimate_extraction(base_headers, model_headers, device, expanded(output), probe, rank=rank,
+                                       solver=solver, embeddings=embeddings, rule=rule)
     except Exception:  # an output drive that cannot be examined is reported when the job starts
         return check
     check.fit, check.time = estimate.fit, estimate.time

@@ -9,6 +9,7 @@ nearly-empty warning) appears under the form, until another pair of models is ch
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -85,8 +86,10 @@ class LoraPage(QWidget):
         state.jobs.record_changed.connect(self._job_changed)
         for picker in (self.x_base, self.x_model, self.a_base, self.a_adapter):
             picker.use_library(state.library)
-        for signal in (self.rank_mode.currentIndexChanged, self.rank_value.valueChanged):
-            signal.connect(self._describe_extract)
+        # The estimate depends on how the matrices are decomposed: a change of these checks the pair again.
+        for signal in (self.rank_mode.currentIndexChanged, self.rank_value.valueChanged, self.max_rank.valueChanged,
+                       self.solver.currentIndexChanged, self.embeddings.currentIndexChanged):
+            signal.connect(self._extract_changed)
         self.a_scale.valueChanged.connect(self._describe_apply)
         # The free folder each bar's fix button offers when the chosen output folder is taken.
         self._free_outputs: dict[ActionBar, str | None] = {self.x_bar: None, self.a_bar: None}
@@ -313,10 +316,21 @@ class LoraPage(QWidget):
         self.x_bar.set_checking()
         device, out, probe = self.x_device.value() or "cpu", self.x_out.text().strip(), self.state.probe
         replace = self.x_overwrite.isChecked()
-        self._checker.request(lambda: self._check_pair(base, model, device, out, probe, replace))
+        options = {"rule": self._rank_rule(), "solver": self.solver.currentData(),
+                   "embeddings": self.embeddings.currentData()}
+        self._checker.request(lambda: self._check_pair(base, model, device, out, probe, replace, options))
 
-    async def _check_pair(self, base: str, model: str, device: str, out: str, probe: Any, replace: bool) -> None:
-        self._show_extract_check(await run_blocking(check_pair, base, model, device, out, probe, replace))
+    def _rank_rule(self) -> Any:
+        """The rank rule the form describes (the estimate depends on it)."""
+        from guiapp.engine.lowrank import RankRule  # loaded by the time a pair is checked
+
+        mode = self.rank_mode.currentData()
+        return RankRule(mode, _rank_value(mode, self.rank_value.value()), self.max_rank.value() or None)
+
+    async def _check_pair(self, base: str, model: str, device: str, out: str, probe: Any, replace: bool,
+                          options: dict[str, Any]) -> None:
+        self._show_extract_check(await run_blocking(partial(check_pair, **options), base, model, device, out, probe,
+                                                    replace))
 
     def _show_extract_check(self, check: PairCheck) -> None:
         from guiapp.system.units import format_bytes
