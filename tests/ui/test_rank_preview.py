@@ -129,3 +129,27 @@ def test_the_names_of_neighbouring_worst_modules_do_not_cover_each_other(qtbot):
                                                             for r in label_rects()), timeout=10_000)
     rects = label_rects()
     assert not any(a.intersects(b) for n, a in enumerate(rects) for b in rects[n + 1:]), rects
+
+
+def test_the_preview_counts_its_modules_and_stop_frees_the_window_at_once(qtbot, window, models):
+    window.show_page("lora")
+    page = window.lora
+    page.x_base.set_text(str(models.base))
+    page.x_model.set_text(str(models.tune_a))
+    preview = page.rank_preview
+    qtbot.waitUntil(preview.button.isEnabled, timeout=10_000)
+    reached: list[tuple[int, int]] = []
+    preview.module_reached.connect(lambda done, total: reached.append((done, total)))
+    qtbot.mouseClick(preview.button, Qt.MouseButton.LeftButton)
+    assert preview.stop_button.isVisible() and not preview.button.isEnabled()
+    assert "module 1 of 8" in preview.status.text()
+    qtbot.mouseClick(preview.stop_button, Qt.MouseButton.LeftButton)
+    assert not preview.stop_button.isVisible() and preview.button.isEnabled()
+    assert "Stopped" in preview.status.text()
+    qtbot.wait(1_000)  # a stopped preview shows nothing afterwards
+    assert not preview.chart.isVisible() and "Stopped" in preview.status.text()
+    reached.clear()
+    qtbot.mouseClick(preview.button, Qt.MouseButton.LeftButton)  # again, to its end: every module counted
+    qtbot.waitUntil(lambda: bool(preview.chart.spectra), timeout=60_000)
+    assert reached[-1] == (8, 8) and [done for done, _ in reached] == sorted(done for done, _ in reached)
+    assert not preview.stop_button.isVisible() and "8 modules sampled" in preview.status.text()
