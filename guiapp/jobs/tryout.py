@@ -33,6 +33,7 @@ class TryModelPlan:
     run_dtype: str
     note: str
     loaded_bytes: int
+    parameters: int = 0
 
 
 @dataclass(frozen=True)
@@ -108,7 +109,7 @@ def plan_try(references: list[str], device: str = "cpu", dtype: str | None = Non
                               retry_with={"device": "cpu"} if device != "cpu" else None)
         parameters = sum(info.numel for info in headers.tensors.values())
         loaded = int(parameters * getattr(torch, chosen.compute_dtype).itemsize * _LOADED_MODEL_OVERHEAD)
-        plans.append(TryModelPlan(reference, storage, chosen.compute_dtype, chosen.note, loaded))
+        plans.append(TryModelPlan(reference, storage, chosen.compute_dtype, chosen.note, loaded, parameters))
     needed = sum(p.loaded_bytes for p in plans)
     free = memory().available if device == "cpu" else (gpu_memory(device).free or 0)
     together = needed <= free
@@ -117,6 +118,27 @@ def plan_try(references: list[str], device: str = "cpu", dtype: str | None = Non
               if together else f"The models need {format_bytes(needed)} together and {format_bytes(free)} is free: "
               "they are loaded one at a time.")
     return TryPlan(device, plans, together, reason)
+
+
+def estimate_try_time(references: list[str], *, prompt: str = "", max_new_tokens: int = 128,
+                      text: str | None = None, device: str = "cpu", dtype: str | None = None, probe_result=None,
+                      startup_seconds: float = 0.0):
+    """How long Generate (`prompt`, `max_new_tokens`) or, given `text`, Perplexity takes for `references` (a
+    guiapp.system.resources.TimeEstimate; `startup_seconds` as for estimate_duration), before the job. None when a
+    model cannot be read, the machine has not been probed yet, or there is nothing to go by. Never raises."""
+    from guiapp.jobs.estimates import estimate_generation, estimate_perplexity
+    from guiapp.system.probe import cached_probe
+
+    probe_result = probe_result or cached_probe()
+    if probe_result is None:
+        return None
+    try:
+        plan = plan_try(references, device, dtype, probe_result)
+    except Exception:  # unreadable or missing models: the job says why when it starts
+        return None
+    if text is not None:
+        return estimate_perplexity(plan, text, probe_result, startup_seconds=startup_seconds)
+    return estimate_generation(plan, prompt, max_new_tokens, probe_result, startup_seconds=startup_seconds)
 
 
 def _storage_dtype(tensors) -> str:
@@ -164,6 +186,15 @@ def _folder_identity(reference: str) -> tuple:
     return tuple(identity)
 
 
+def _log_estimate(time, progress: Progress) -> dict[str, Any]:
+    """Log a Try job's time estimate (when there is one); what its summary keeps of it."""
+    from guiapp.jobs.estimates import summary_of_time
+
+    if time is not None:
+        progress.log(f"Estimate: {time}")
+    return summary_of_time(time)
+
+
 def try_job(references: list[str], prompt: str, *, max_new_tokens: int = 128, sample: bool = False, seed: int = 0,
             temperature: float = DEFAULT_TEMPERATURE, top_p: float = DEFAULT_TOP_P,
             device: str = "cpu", dtype: str | None = None, on_output: OutputListener | None = None,
@@ -179,10 +210,14 @@ def try_job(references: list[str], prompt: str, *, max_new_tokens: int = 128, sa
 
     def work(progress: Progress) -> dict[str, Any]:
         from guiapp.engine.inference import GenerationSettings, generate
+        from guiapp.jobs.estimates import estimate_generation
+        from guiapp.system.probe import cached_probe
 
         plan = plan_try(references, device, dtype, probe_result)
         for line in plan.describe():
             progress.log(line)
+        estimated = _log_estimate(estimate_generation(plan, prompt, max_new_tokens, probe_result or cached_probe()),
+                                  progress)
         settings = GenerationSettings(max_new_tokens=max_new_tokens, sample=sample, seed=seed,
                                       temperature=temperature, top_p=top_p)
         models_shelf = shelf or ModelShelf()
@@ -193,7 +228,7 @@ def try_job(references: list[str], prompt: str, *, max_new_tokens: int = 128, sa
             result = generate(loaded, prompt, settings, progress, listener)
             generations.append({"model": model_plan.reference, "text": result.text, "tokens": result.token_ids,
                                 "dtype": model_plan.run_dtype})
-        return {"generations": generations}
+        return {"generations": generations, **estimated}
 
     return Job(title=f"Try {plural(len(references), 'model')}", kind="try", spec=spec, work=work)
 
@@ -211,10 +246,13 @@ def perplexity_job(references: list[str], text: str, *, window: int = 512, devic
 
     def work(progress: Progress) -> dict[str, Any]:
         from guiapp.engine.inference import CAUSAL, perplexity, sentence_pairs, similarities
+        from guiapp.jobs.estimates import estimate_perplexity
+        from guiapp.system.probe import cached_probe
 
         plan = plan_try(references, device, dtype, probe_result)
         for line in plan.describe():
             progress.log(line)
+        estimated = _log_estimate(estimate_perplexity(plan, text, probe_result or cached_probe()), progress)
         models_shelf = shelf or ModelShelf()
         results = []
         for model_plan, source in zip(plan.models, _sources(plan, progress), strict=True):
@@ -233,7 +271,7 @@ def perplexity_job(references: list[str], text: str, *, window: int = 512, devic
                 scores = similarities(loaded, pairs, progress)
                 entry.update(perplexity=None, similarities=scores, mean_similarity=sum(scores) / len(scores))
             results.append(entry)
-        return {"results": results}
+        return {"results": results, **estimated}
 
     return Job(title=f"Perplexity of {plural(len(references), 'model')}", kind="perplexity", spec=spec, work=work)
 

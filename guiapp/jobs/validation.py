@@ -189,9 +189,11 @@ def check_pair(base: str, model: str, device: str, output: str, probe: Any, repl
     return check
 
 
-def check_adapter(base: str, adapter: str, device: str, output: str, replace: bool = False) -> PairCheck:
+def check_adapter(base: str, adapter: str, device: str, output: str, replace: bool = False,
+                  probe: Any = None) -> PairCheck:
     """Whether the adapter in folder `adapter` fits `base`'s tensors, whether the model may be written at `output`
-    (`replace` as for check_pair) and what applying it costs. Never raises."""
+    (`replace` as for check_pair) and what applying it costs (its time from `probe` or earlier applications).
+    Never raises."""
     from guiapp.engine.lora_apply import apply_inputs, open_adapter  # loads torch: only when checking
     from guiapp.engine.sources import read_headers
     from guiapp.errors import IncompatibleModelsError
@@ -215,8 +217,9 @@ def check_adapter(base: str, adapter: str, device: str, output: str, replace: bo
     if output:
         check.problems.extend(output_problems(expanded(output), apply_inputs(base_ref, lora), replace))
     try:
-        check.fit = estimate_apply(headers, device, expanded(output)).fit
+        estimate = estimate_apply(headers, device, expanded(output), probe)
     except Exception:  # an output drive that cannot be examined is reported when the job starts
-        check.fit = None
+        return check
+    check.fit, check.time = estimate.fit, estimate.time
     return check
 

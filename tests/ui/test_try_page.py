@@ -164,3 +164,22 @@ def test_the_device_dropdown_shows_the_whole_device_name(qtbot, window):
 
     qtbot.waitUntil(lambda: combo.count() > 0 and combo.isVisible(), timeout=10_000)
     qtbot.waitUntil(lambda: room() >= combo.fontMetrics().horizontalAdvance(combo.currentText()), timeout=5_000)
+
+
+def test_generate_and_perplexity_show_their_time_before_they_run(qtbot, window, try_models):
+    page = window.try_page
+    window.show_page("try")
+    page.tabs.setCurrentIndex(0)
+    page.set_models([str(try_models[0])])
+    page.prompt.setPlainText("the cat sat on the")
+    page.max_new_tokens.setValue(12)
+    qtbot.waitUntil(lambda: page.generate_estimate.text().startswith("Takes "), timeout=20_000)
+    page.tabs.setCurrentIndex(1)
+    page.text.setPlainText("\n".join(SENTENCES))
+    qtbot.waitUntil(lambda: page.perplexity_estimate.text().startswith("Takes "), timeout=20_000)
+    assert page.generate_estimate.text() == ""  # only the shown tab's job is estimated
+    page.tabs.setCurrentIndex(0)
+    qtbot.mouseClick(page.generate_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: page.status.text() == "Done.", timeout=120_000)
+    record = window.state.jobs.records[-1]
+    assert record.kind == "try" and record.summary["estimate"]["text"]  # the Jobs page compares it with the time

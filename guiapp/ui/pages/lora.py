@@ -446,13 +446,14 @@ class LoraPage(QWidget):
             self._filled_base = base
             self.a_base.set_text(base)
 
-    def _describe_apply(self, *_: Any) -> None:
-        """The application's summary line: the adapter, the base, the strength, the output folder's name."""
+    def _describe_apply(self, *_: Any, time: str = "") -> None:
+        """The application's summary line: the adapter, the base, the strength, the output folder's name, the
+        time."""
         adapter, base = Path(self.a_adapter.text()).name or "The adapter", Path(self.a_base.text()).name
         parts = [f"{adapter} onto {base or 'its base model'}", f"strength {self.a_scale.value():g}"]
         if self.a_out.text().strip():
             parts.append(f"into {Path(self.a_out.text().strip()).name}")
-        self.a_bar.set_summary(" · ".join(parts))
+        self.a_bar.set_summary(" · ".join(parts + ([time] if time else [])))
 
     def _apply_changed(self, *_: Any) -> None:
         base, adapter = self.a_base.text(), self.a_adapter.text()
@@ -466,10 +467,11 @@ class LoraPage(QWidget):
         set_status_style(self.a_check, "muted")
         self.a_bar.set_checking()
         device, out, replace = self.a_device.value() or "cpu", self.a_out.text().strip(), self.a_overwrite.isChecked()
-        self._apply_checker.request(lambda: self._check_adapter(base, adapter, device, out, replace))
+        probe = self.state.probe
+        self._apply_checker.request(lambda: self._check_adapter(base, adapter, device, out, replace, probe))
 
-    async def _check_adapter(self, base: str, adapter: str, device: str, out: str, replace: bool) -> None:
-        self._show_apply_check(await run_blocking(check_adapter, base, adapter, device, out, replace))
+    async def _check_adapter(self, base: str, adapter: str, device: str, out: str, replace: bool, probe: Any) -> None:
+        self._show_apply_check(await run_blocking(check_adapter, base, adapter, device, out, replace, probe))
 
     def _show_apply_check(self, check: PairCheck) -> None:
         from guiapp.system.units import format_bytes
@@ -482,11 +484,14 @@ class LoraPage(QWidget):
             self.a_bar.set_blocked(problems[0].text)
             return
         self._show_output_check(self.a_bar, check)
+        self._describe_apply(time=str(check.time) if check.time is not None else "")
         self.a_check.setText(f"✓ The adapter fits this base model ({plural(check.matrices, 'module')} changed).")
         set_status_style(self.a_check, "good")
         lines = [f"Reads and writes about {format_bytes(check.read_bytes)}."]
         if check.fit is not None:
             lines.append(f"{sentence(check.fit.level.value)}: {check.fit.reason}.")
+        if check.time is not None:
+            lines.append(f"Time: {check.time}.")
         self.a_estimate.setText("\n".join(lines))
 
     def _show_output_check(self, bar: ActionBar, check: PairCheck) -> None:
