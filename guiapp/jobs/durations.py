@@ -31,24 +31,29 @@ from guiapp.errors import MergesmithError
 from guiapp.system.bounded import JSON_BYTES, load_json_limited
 from guiapp.system.paths import settings_file
 from guiapp.system.resources import TimeEstimate
-from guiapp.system.threads import logical_cores
 
 TIMINGS_NAME = "job_timings.json"
 # Seconds per input byte of a quiet machine, measured by benchmarks/estimates.py (2 cores shared with other work,
 # each job's time divided by `machine_slowdown` while it ran, 2026-11), and the probe's float32 speeds there;
 # other machines scale these by their own probe (within 4× either way: the probe's small workloads are noisy).
 _REFERENCE_SECONDS_PER_BYTE = {
-    "merge": 10e-9,
-    "merge/linear": 5e-9,
-    "merge/ties": 15e-9,
-    "extract": 16e-9,  # per byte of the matrices decomposed (base and fine-tune), not of all read
-    "apply": 25e-9,
+    "merge": 4e-9,
+    "merge/linear": 1.7e-9,
+    "merge/ties": 6e-9,
+    # Per unit of work: a byte of a bfloat16 pair decomposed at rank 16 (lowrank.module_work), not per byte read.
+    "extract": 8e-9,
+    "apply": 4e-9,
+    # Try's Generate and Perplexity count their work in nanoseconds of the reference machine (jobs/estimates.py).
+    "try": 1.6e-9,
+    "perplexity": 1.1e-9,
 }
-_REFERENCE_ELEMENTWISE_GBPS = 16.0
-_REFERENCE_MATMUL_GFLOPS = 60.0
+_REFERENCE_ELEMENTWISE_GBPS = 40.0
+_REFERENCE_MATMUL_GFLOPS = 100.0
 _MAX_PROBE_SCALE = 4.0
-# Planning, headers, the output folder and its marker, tokenizer and config files: measured about 1 s.
-JOB_OVERHEAD_SECONDS = 1.0
+_MAX_SLOWDOWN = 20.0
+# Planning, headers, the output folder and its marker, tokenizer and config files: measured about 1 s on a busy
+# machine, 0.4 s of a quiet one.
+JOB_OVERHEAD_SECONDS = 0.4
 # Nothing is known about the network: a rate most connections reach (downloads report their real rate as they go).
 DOWNLOAD_BYTES_PER_SECOND = 20e6
 # Range around the best guess, before and after this machine has finished a job of the same kind and method.
@@ -107,14 +112,20 @@ def _reference_rate(key: str, probe_result, device: str) -> float | None:
 
 
 def machine_slowdown() -> float:
-    """How many times longer than on a quiet machine a job takes now: the runnable programs (the load average
-    over the last minute, this job's thread included) per core, at least 1. 1 where the system has no load
-    average."""
-    try:
-        load = os.getloadavg()[0]
-    except (AttributeError, OSError):
-        return 1.0
-    return max(1.0, (load + 1.0) / logical_cores())
+    """How many times longer than on a quiet machine a job takes now: one over the share of a core a thread of
+    ours gets (measured by keeping one busy for a tenth of a second: steady to a few hundredths on a machine
+    with a load of 10 on 2 cores, where it got 0.29; the load average itself said 5.9 and overestimated), from
+    1 to `_MAX_SLOWDOWN`."""
+    share = _thread_share()
+    return min(_MAX_SLOWDOWN, max(1.0, 1.0 / share if share > 0 else _MAX_SLOWDOWN))
+
+
+def _thread_share(seconds: float = 0.1) -> float:
+    """The fraction of the last `seconds` of wall time this thread spent on a core while trying to run."""
+    wall, cpu = time.perf_counter(), time.thread_time()
+    while time.perf_counter() - wall < seconds:
+        pass
+    return (time.thread_time() - cpu) / (time.perf_counter() - wall)
 
 
 def process_seconds_so_far() -> float:
