@@ -26,9 +26,14 @@ from guiapp.engine.layers import TensorRole, tensor_place
 from guiapp.engine.lowrank import compute_dtype_for
 from guiapp.errors import CheckpointError, IncompatibleModelsError, JobCancelled, OfflineError
 from guiapp.hub.references import ModelRef
-from guiapp.system.threads import ThreadPolicy, WorkKind
+from guiapp.system.threads import LoadMeter, ThreadPolicy, WorkKind
 
 SAMPLE_MODULES = 8
+# A model with few matrices gets fewer samples (one in this many of its matrices, at least MIN_SAMPLE_MODULES): a
+# sketch costs about one and a half times a rank-16 decomposition of the same matrix, so eight of a 4-layer
+# model's 28 matrices took half as long as extracting it.
+MATRICES_PER_SAMPLE = 8
+MIN_SAMPLE_MODULES = 3
 # The curve goes this far (or to the matrix's full rank when smaller): ranks above it are rarely worth their size,
 # and the sketch's cost grows with it (at 256 the preview of a 660 MB pair took a third of its extraction).
 PREVIEW_MAX_RANK = 128
@@ -129,17 +134,23 @@ def sample_modules(tensors: dict[str, TensorInfo], count: int = SAMPLE_MODULES) 
     return [name.removesuffix(".weight") for name in chosen]
 
 
+def preview_sample_size(matrices: int) -> int:
+    """How many of a model's `matrices` (2-D weights an extraction decomposes) the preview samples."""
+    return min(SAMPLE_MODULES, matrices, max(MIN_SAMPLE_MODULES, matrices // MATRICES_PER_SAMPLE))
+
+
 def preview_spectra(
     base: str,
     model: str,
-    count: int = SAMPLE_MODULES,
+    count: int | None = None,
     max_rank: int = PREVIEW_MAX_RANK,
     cancelled: Callable[[], bool] | None = None,
     on_module: Callable[[int, int], None] | None = None,
 ) -> list[ModuleSpectrum]:
     """The spectra of the updates of a sample of modules from `base` to its fine-tune `model` (references as the
-    LoRA form takes them). Only models on this computer are read: nothing is downloaded for a preview.
-    `on_module(done, total)` is called as each module starts (done = 0, 1, …) and once all are done.
+    LoRA form takes them). Only models on this computer are read: nothing is downloaded for a preview. `count`
+    modules are sampled (None: `preview_sample_size`). `on_module(done, total)` is called as each module starts
+    (done = 0, 1, …) and once all are done.
 
     Raises OfflineError naming the model when a Hub model is not downloaded, CheckpointError for an unreadable
     model, IncompatibleModelsError when the sampled modules differ in shape or are missing from one model,
@@ -155,9 +166,11 @@ def preview_spectra(
     with open_checkpoint(folders[0]) as base_checkpoint, open_checkpoint(folders[1]) as tuned_checkpoint, \
             threads_restored():
         # The cores other programs leave free: on a busy machine two threads fighting for one core took 7 times
-        # as long as one.
-        use_cpu_threads(ThreadPolicy().threads_for(WorkKind.DENSE))
+        # as long as one. Read over a fiftieth of a second: the usual tenth was a third of a small model's preview.
+        use_cpu_threads(ThreadPolicy(busy_elsewhere=LoadMeter(0.02).busy_elsewhere).threads_for(WorkKind.DENSE))
         spectra = []
+        if count is None:
+            count = preview_sample_size(len(sample_modules(tuned_checkpoint.tensors, len(tuned_checkpoint.tensors))))
         modules = sample_modules(tuned_checkpoint.tensors, count)
         for done, module in enumerate(modules):
             check_stop()

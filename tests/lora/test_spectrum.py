@@ -118,3 +118,11 @@ def test_the_preview_says_how_far_it_is_and_stop_ends_it_at_the_next_module(llam
         preview_spectra(str(llama_base), str(tuned), count=4, max_rank=16, cancelled=lambda: len(seen) >= 2,
                         on_module=lambda done, total: seen.append((done, total)))
     assert seen == [(0, 4), (1, 4)]  # stopped as asked, before a third module was read
+
+
+def test_a_model_with_few_matrices_gets_fewer_samples():
+    from guiapp.engine.spectrum import preview_sample_size
+
+    # A sketch costs about one and a half rank-16 decompositions: eight of a 4-layer model's 28 matrices took half
+    # the extraction's time, three take a sixth.
+    assert [preview_sample_size(n) for n in (2, 28, 42, 70, 224)] == [2, 3, 5, 8, 8]

@@ -150,13 +150,11 @@ class RankPreview(QWidget):
 
     def start(self) -> None:
         """Compute the preview of the chosen pair in the background."""
-        from guiapp.engine.spectrum import SAMPLE_MODULES  # loads torch; the engine is loaded by then
-
         self._cancel()
         base, model = self._pair
         stop = self._stop = threading.Event()
         self._running = True
-        self._show_module(0, SAMPLE_MODULES)
+        self.status.setText("Reading the models…")
         set_status_style(self.status, "muted")
         self.button.setEnabled(False)
         self.stop_button.setVisible(True)
@@ -180,7 +178,7 @@ class RankPreview(QWidget):
         self.stop_button.setVisible(False)
 
     async def _preview(self, base: str, model: str, stop: threading.Event) -> None:
-        from guiapp.engine.spectrum import PREVIEW_MAX_RANK, SAMPLE_MODULES, preview_spectra
+        from guiapp.engine.spectrum import PREVIEW_MAX_RANK, preview_spectra
         from guiapp.errors import MergesmithError
 
         def reached(done: int, total: int) -> None:
@@ -188,8 +186,7 @@ class RankPreview(QWidget):
                 self.module_reached.emit(done, total)
 
         try:
-            spectra = await run_blocking(preview_spectra, base, model, SAMPLE_MODULES, PREVIEW_MAX_RANK, stop.is_set,
-                                         reached)
+            spectra = await run_blocking(preview_spectra, base, model, None, PREVIEW_MAX_RANK, stop.is_set, reached)
         except MergesmithError as error:
             self._finished()
             self.status.setText(error_text(error))
