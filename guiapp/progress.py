@@ -98,6 +98,7 @@ class Progress:
         self._rate_samples: deque[tuple[float, int, float]] = deque()
         self._measured_bytes = 0
         self._work_total = self._work_done = self._measured_work = 0.0
+        self._work_origin: tuple[float, float] | None = None  # (time, work done) where the work rate starts
         self._pause_at = _pause_point()
 
     def start_stage(self, stage: str, total: int = 0, bytes_total: int = 0, work_total: float = 0.0) -> None:
@@ -107,6 +108,7 @@ class Progress:
         self._stage, self._total, self._bytes_total, self._work_total = stage, total, bytes_total, work_total
         self._done = self._bytes_done = self._measured_bytes = 0
         self._work_done = self._measured_work = 0.0
+        self._work_origin = None
         self._stage_start = time.monotonic()
         self._rate_samples = deque([(self._stage_start, 0, 0.0)])
         self._emit("")
@@ -114,6 +116,10 @@ class Progress:
     def step(self, item: str = "", units: int = 1, nbytes: int = 0, work: float = 0.0) -> None:
         """Record `units` units, `nbytes` bytes and `work` done (item: what was just processed), then check
         cancel."""
+        if work and not self._work_done:
+            # The first piece of work carries the stage's warm-up (the first reads, lazy initialisation: 0.3 s of
+            # a 1 s extraction), which the rest does not repeat: the work rate is measured from its end.
+            self._work_origin = (time.monotonic(), self._work_done + work)
         self._done += units
         self._bytes_done += nbytes
         self._measured_bytes += nbytes
@@ -149,9 +155,10 @@ class Progress:
         if self._on_event is None:
             return
         now = time.monotonic()
-        rate, work_rate = self._recent_rates(now)
+        rate = self._recent_rate(now)
         eta = None
         if self._work_total:
+            work_rate = self._work_rate(now)
             eta = max(0.0, self._work_total - self._work_done) / work_rate if work_rate else None
         elif rate:
             eta = max(0.0, self._bytes_total - self._bytes_done) / rate if self._bytes_total else None
@@ -173,18 +180,26 @@ class Progress:
             )
         )
 
-    def _recent_rates(self, now: float) -> tuple[float | None, float | None]:
-        """Bytes and work per second over the last RATE_WINDOW_SECONDS (since the stage began, until that long
-        has passed); each None before any was measured."""
+    def _work_rate(self, now: float) -> float | None:
+        """Work per second since the first piece of work ended (over the last RATE_WINDOW_SECONDS once that long
+        has passed); None before a second piece."""
+        if self._work_origin is None:
+            return None
+        _, _, work_then = self._rate_samples[0]
+        since, origin_work = max((self._rate_samples[0][0], work_then), self._work_origin)
+        work = self._measured_work - origin_work
+        return work / (now - since) if work > 0 and now > since else None
+
+    def _recent_rate(self, now: float) -> float | None:
+        """Bytes per second over the last RATE_WINDOW_SECONDS (since the stage began, until that long has
+        passed); None before any byte was measured. Keeps the samples `_work_rate` reads too."""
         samples = self._rate_samples
         samples.append((now, self._measured_bytes, self._measured_work))
         while len(samples) > 2 and samples[1][0] <= now - RATE_WINDOW_SECONDS:
             samples.popleft()
-        since, bytes_then, work_then = samples[0]
-        measured, work = self._measured_bytes - bytes_then, self._measured_work - work_then
-        if now <= since:
-            return None, None
-        return (measured / (now - since) if measured > 0 else None), (work / (now - since) if work > 0 else None)
+        since, measured_then, _ = samples[0]
+        measured = self._measured_bytes - measured_then
+        return measured / (now - since) if measured > 0 and now > since else None
 
 
 # How far back the rate looks: long enough to smooth bursts, short enough to follow a connection that slows.
