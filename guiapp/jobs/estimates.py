@@ -202,7 +202,7 @@ def extraction_work(model, rule, solver: str, embeddings: str) -> float:
 
 
 def _fixed_rank(rank: int):
-    from guiapp.engine.lowrank import RankRule  # noqa: PLC0415
+    from guiapp.engine.lowrank import RankRule  # noqa: PLC0415 - loaded with the headers' reader
 
     return RankRule("fixed", rank)
 
