@@ -1,18 +1,30 @@
-"""Time estimates against real jobs: estimate / actual for merges (linear, TIES), extractions and applications
-of three model sizes (goal: every ratio within 0.67–1.5).
+"""Time estimates against real jobs: estimate / actual for merges (linear, TIES), extractions, applications,
+Try's Generate and Perplexity, of three model sizes (goal: every ratio within 0.67–1.5); the live time left a
+fifth of the way into each job against the time that was really left (same goal); and the rank preview's time
+against the extraction's on the same pair (goal: at most 0.2).
 
     python benchmarks/estimates.py [--sizes small medium large] [--keep DIR]
 
 Each job runs as the command line runs it, a new `mergesmith` process, and "actual" is that process's wall time
 (start-up included). The estimate is the one `--dry-run` prints: the same functions, given the dry run's own
-wall time as start-up (what the CLI measures in itself), and this run's fresh config folder as the history of
+wall time as start-up (what the CLI measures in itself; `try` and `perplexity` have no dry run, so the apply's
+dry run of the same size stands for their start-up), and this run's fresh config folder as the history of
 finished jobs, so the first job of a kind is estimated from the probe's reference rates alone and later sizes
 from the jobs before them (the "basis" column says which). The machine's probe comes from its usual cache.
+"busy" is `machine_slowdown()` as the job started (load per core); "work" is the job's time past start-up and
+the fixed cost against the estimate's, which is what a reference rate would be multiplied by to fit this job.
+
+The time left: each job's process records its progress events (a listener added in the child, see `_child`); at
+the first event of the job's main stage past 20 % of it, the ETA shown then against the time from then to the
+stage's last event. The rank preview runs in this process (as in the window: torch loaded, the files just read
+by the jobs) and is compared with the extraction's time in its process from its first progress event to its last
+(reading, decomposing and writing, without the process's start-up), as in the window.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -28,6 +40,10 @@ SIZES = {  # bfloat16 Llama-style models: about 40 MB, 150 MB and 330 MB each
     "large": dict(hidden=1024, intermediate=2816, layers=10, heads=16, kv_heads=8, vocab=24000),
 }
 RANK = 16
+MAX_NEW_TOKENS = 48
+# The stage whose progress stands for the job's (its ETA is read a fifth of the way in).
+MAIN_STAGES = ("Merging", "Extracting", "Applying", "Generating", "Perplexity")
+EVENTS_VARIABLE = "MERGESMITH_BENCHMARK_EVENTS"
 
 
 def main() -> int:
@@ -37,14 +53,25 @@ def main() -> int:
     args = parser.parse_args()
     root = args.keep or Path(tempfile.mkdtemp(prefix="mergesmith-estimates-"))
     os.environ["MERGESMITH_CONFIG_DIR"] = str(root / "config")  # a fresh history, for this process and its jobs
-    from guiapp.engine.samples import LlamaShape, write_llama, write_llama_finetune  # noqa: PLC0415 - torch
+    from guiapp.engine.samples import (  # noqa: PLC0415 - torch
+        LlamaShape,
+        write_byte_tokenizer,
+        write_llama,
+        write_llama_finetune,
+    )
+    from guiapp.jobs.durations import JOB_OVERHEAD_SECONDS, machine_slowdown  # noqa: PLC0415
 
-    rows = []
-    print(f"{'job':<22} {'input':>9} {'estimate':>18} {'est. s':>7} {'actual s':>8} {'ratio':>6}  basis")
+    ratios, etas, previews = [], [], []
+    print(f"{'job':<22} {'input':>9} {'estimate':>18} {'est. s':>7} {'actual s':>8} {'ratio':>6} {'busy':>5} "
+          f"{'work':>5} {'ETA@20%':>7}  basis")
+    root.mkdir(parents=True, exist_ok=True)
+    text = root / "text.txt"
+    text.write_text((Path(__file__).parent.parent / "docs" / "window.md").read_text(encoding="utf-8")[:3000])
     for size in args.sizes:
         folder = root / size
         shape = LlamaShape(**SIZES[size])
         base = write_llama(folder / "base", shape, seed=0)
+        write_byte_tokenizer(base)  # Generate and Perplexity need one; the fine-tunes take the base's files
         tune_a = write_llama_finetune(folder / "tune-a", base, seed=1)
         tune_b = write_llama_finetune(folder / "tune-b", base, seed=2)
         linear = _recipe(folder / "linear.yml", {"merge_method": "linear", "models": [
@@ -59,18 +86,68 @@ def main() -> int:
             ("extract", ["extract-lora", "--base", str(base), "--model", str(tune_a), "--out", str(adapter),
                          "--rank", str(RANK)]),
             ("apply", ["apply-lora", "--base", str(base), "--adapter", str(adapter), "--out", str(folder / "applied")]),
+            ("generate", ["try", str(base), "--prompt", "The model", "--max-new-tokens", str(MAX_NEW_TOKENS)]),
+            ("perplexity", ["perplexity", str(base), "--text", str(text)]),
         ]
+        startup = 0.0
         for name, command in jobs:
-            dry_seconds = _timed([*command, "--dry-run"])
-            estimate, input_bytes = _estimate(name, base, tune_a, adapter, command, dry_seconds)
-            actual = _timed(command)
+            if name not in ("generate", "perplexity"):
+                startup = _timed([*command, "--dry-run"])[0]
+            busy = machine_slowdown()
+            estimate, input_bytes = _estimate(name, base, tune_a, adapter, command, startup, text)
+            actual, events = _timed(command, folder / f"{name.replace(' ', '-')}.events")
             ratio = estimate.seconds / actual
-            rows.append(ratio)
+            ratios.append(ratio)
+            eta = _eta_at_a_fifth(events)
+            if eta is not None:
+                etas.append(eta)
+            fixed = startup + JOB_OVERHEAD_SECONDS * busy  # as the estimate counts it
+            work = (actual - fixed) / max(1e-9, estimate.seconds - fixed)
             print(f"{size + ' ' + name:<22} {input_bytes / 1e6:>6.0f} MB {str(estimate):>18} "
-                  f"{estimate.seconds:>7.1f} {actual:>8.1f} {ratio:>6.2f}  {estimate.basis}", flush=True)
-    inside = sum(0.67 <= r <= 1.5 for r in rows)
-    print(f"\n{inside} of {len(rows)} ratios within 0.67–1.5 (worst {min(rows):.2f} / {max(rows):.2f}). Work: {root}")
+                  f"{estimate.seconds:>7.1f} {actual:>8.1f} {ratio:>6.2f} {busy:>5.1f} {work:>5.2f} "
+                  f"{'' if eta is None else f'{eta:.2f}':>7}  {estimate.basis} (start-up {startup:.1f} s)", flush=True)
+            if name == "extract":
+                # The job as the window runs it: from its first progress event to its last, without start-up.
+                extraction_work = events[-1]["at"] - events[0]["at"] if len(events) > 1 else actual - startup
+                # The first preview in a process also loads torch's linear algebra (0.4 s), as the window's first.
+                first, again = _preview_seconds(base, tune_a), _preview_seconds(base, tune_a)
+                previews.append(first / extraction_work)
+                print(f"{size + ' rank preview':<22} {first:>6.2f} s ({again:.2f} s again) against the extraction's "
+                      f"{extraction_work:.1f} s: {first / extraction_work:.2f} ({again / extraction_work:.2f}) "
+                      f"(busy {machine_slowdown():.1f})", flush=True)
+    inside = sum(0.67 <= r <= 1.5 for r in ratios)
+    print(f"\n{inside} of {len(ratios)} ratios within 0.67–1.5 (worst {min(ratios):.2f} / {max(ratios):.2f}).")
+    if etas:
+        print(f"{sum(0.67 <= r <= 1.5 for r in etas)} of {len(etas)} times left a fifth of the way in within "
+              f"0.67–1.5 (worst {min(etas):.2f} / {max(etas):.2f}).")
+    if previews:
+        print(f"Rank preview / extraction: worst {max(previews):.2f} (goal at most 0.2).")
+    print(f"Work: {root}")
     return 0
+
+
+def _eta_at_a_fifth(events: list[dict]) -> float | None:
+    """The time left the job showed at the first event of its main stage past 20 % of it, against the time that
+    was really left of the stage then; None when the stage had no such event with a time left."""
+    stage = [e for e in events if e["stage"].startswith(MAIN_STAGES)]
+    if not stage:
+        return None
+    # A job of several models has a stage per model: the first one stands for the job's.
+    stage = [e for e in stage if e["stage"] == stage[0]["stage"]]
+    end = stage[-1]["at"]
+    for event in stage:
+        if event["fraction"] >= 0.2 and event["eta"] is not None and end > event["at"]:
+            return event["eta"] / (end - event["at"])
+    return None
+
+
+def _preview_seconds(base: Path, tune: Path) -> float:
+    """The rank preview of the pair as the window runs it, in this process."""
+    from guiapp.engine.spectrum import preview_spectra  # noqa: PLC0415
+
+    started = time.monotonic()
+    preview_spectra(str(base), str(tune))
+    return time.monotonic() - started
 
 
 def _recipe(path: Path, document: dict) -> Path:
@@ -78,19 +155,50 @@ def _recipe(path: Path, document: dict) -> Path:
     return path
 
 
-def _timed(arguments: list[str]) -> float:
-    """Wall seconds of `mergesmith ARGUMENTS` as a new process; a failure stops the benchmark with its output."""
+def _timed(arguments: list[str], events: Path | None = None) -> tuple[float, list[dict]]:
+    """Wall seconds of `mergesmith ARGUMENTS` as a new process, and its progress events when `events` names a file
+    for them; a failure stops the benchmark with its output."""
+    env = {**os.environ, EVENTS_VARIABLE: str(events)} if events else os.environ
     started = time.monotonic()
-    result = subprocess.run([sys.executable, "-m", "guiapp", *arguments], capture_output=True, text=True,
-                            env=os.environ, check=False)
+    result = subprocess.run([sys.executable, __file__, "--child", *arguments], capture_output=True, text=True,
+                            env=env, check=False)
     elapsed = time.monotonic() - started
     if result.returncode != 0:
         sys.exit(f"mergesmith {' '.join(arguments)} failed:\n{result.stdout}\n{result.stderr}")
-    return elapsed
+    if events is None or not events.exists():
+        return elapsed, []
+    return elapsed, [json.loads(line) for line in events.read_text().splitlines()]
 
 
-def _estimate(name: str, base: Path, tune: Path, adapter: Path, command: list[str], startup: float):
-    """The estimate the dry run printed, made here by the same functions with the dry run's wall time as start-up."""
+def _child(arguments: list[str]) -> int:
+    """`mergesmith ARGUMENTS` in this process, each progress event also written to the file the parent named
+    (time since start, stage, fraction, ETA)."""
+    from guiapp import progress  # noqa: PLC0415
+    from guiapp.cli import main as mergesmith  # noqa: PLC0415
+
+    target = os.environ.get(EVENTS_VARIABLE)
+    if target:
+        sink = open(target, "w", encoding="utf-8")  # noqa: SIM115 - open for the process's life
+        started = time.monotonic()
+        original = progress.Progress.__init__
+
+        def recording(self, on_event=None, on_log=None, cancel=None) -> None:
+            def both(event) -> None:
+                sink.write(json.dumps({"at": time.monotonic() - started, "stage": event.stage,
+                                       "fraction": event.fraction, "eta": event.eta}) + "\n")
+                sink.flush()
+                if on_event is not None:
+                    on_event(event)
+
+            original(self, both, on_log, cancel)
+
+        progress.Progress.__init__ = recording
+    return mergesmith(arguments)
+
+
+def _estimate(name: str, base: Path, tune: Path, adapter: Path, command: list[str], startup: float, text: Path):
+    """The estimate the dry run printed, made here by the same functions with the dry run's wall time as start-up
+    (for Generate and Perplexity, the window's: they have no dry run)."""
     from guiapp.engine.merge import plan_merge  # noqa: PLC0415
     from guiapp.engine.recipe import load_recipe  # noqa: PLC0415
     from guiapp.engine.sources import read_headers  # noqa: PLC0415
@@ -99,6 +207,13 @@ def _estimate(name: str, base: Path, tune: Path, adapter: Path, command: list[st
     from guiapp.system.probe import cached_probe  # noqa: PLC0415
 
     probe = cached_probe()
+    if name in ("generate", "perplexity"):
+        from guiapp.jobs.tryout import estimate_try_time  # noqa: PLC0415
+
+        options = {"text": text.read_text(encoding="utf-8")} if name == "perplexity" else {
+            "prompt": "The model", "max_new_tokens": MAX_NEW_TOKENS}
+        estimate = estimate_try_time([str(base)], probe_result=probe, startup_seconds=startup, **options)
+        return estimate, sum(info.nbytes for info in read_headers(ModelRef.parse(str(base))).tensors.values())
     destination = Path(command[-1])
     if name.startswith("merge"):
         plan = plan_merge(load_recipe(Path(command[1])))
@@ -113,4 +228,4 @@ def _estimate(name: str, base: Path, tune: Path, adapter: Path, command: list[st
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(_child(sys.argv[2:]) if sys.argv[1:2] == ["--child"] else main())

@@ -884,7 +884,8 @@ def _run_extract_lora(args: argparse.Namespace) -> int:
     else:
         rank_mode, rank_value = "fixed", args.rank if args.rank is not None else 32
     if args.dry_run:
-        return _print_lora_plan(args, rank=int(rank_value) if rank_mode == "fixed" else (args.max_rank or 32))
+        return _print_lora_plan(args, rank=int(rank_value) if rank_mode == "fixed" else (args.max_rank or 32),
+                                rule=(rank_mode, rank_value))
     job = extract_job(
         args.base, args.model, args.out, rank_mode=rank_mode, rank_value=rank_value, max_rank=args.max_rank,
         solver=args.solver, include=args.include, exclude=args.exclude, embeddings=args.embeddings,
@@ -914,9 +915,10 @@ def _run_apply_lora(args: argparse.Namespace) -> int:
     return code
 
 
-def _print_lora_plan(args: argparse.Namespace, rank: int | None = None) -> int:
-    """`extract-lora --dry-run` (given `rank`) or `apply-lora --dry-run`: the inputs' headers are read, the
-    plan and the estimate printed as `merge --dry-run` prints them; nothing is written."""
+def _print_lora_plan(args: argparse.Namespace, rank: int | None = None, rule: tuple[str, float] | None = None) -> int:
+    """`extract-lora --dry-run` (given `rank` and the `rule`'s mode and value) or `apply-lora --dry-run`: the
+    inputs' headers are read, the plan and the estimate printed as `merge --dry-run` prints them; nothing is
+    written."""
     from guiapp.engine.sources import read_headers
     from guiapp.hub.references import ModelRef
     from guiapp.jobs.durations import process_seconds_so_far
@@ -929,8 +931,11 @@ def _print_lora_plan(args: argparse.Namespace, rank: int | None = None) -> int:
     print(f"Base:          {args.base}")
     if rank is not None:
         model = read_headers(ModelRef.parse(args.model))
+        from guiapp.engine.lowrank import RankRule
+
         estimate = estimate_extraction(base, model, args.device, args.out, cached_probe(), rank=rank,
-                                       solver=args.solver, embeddings=args.embeddings, startup_seconds=startup)
+                                       solver=args.solver, embeddings=args.embeddings, startup_seconds=startup,
+                                       rule=RankRule(*rule, args.max_rank) if rule else None)
         reads = sum(i.nbytes for i in model.tensors.values()) + sum(i.nbytes for i in base.tensors.values())
         print(f"Fine-tune:     {args.model}")
         print(f"Rank:          {rank} ({args.solver} solver)")

@@ -24,7 +24,9 @@ class ProgressEvent:
 
     `done`/`total` count units (tensors, files); `bytes_done`/`bytes_total` the data behind them, which drive
     the rate (bytes/s, over the last RATE_WINDOW_SECONDS of work) and the ETA (seconds; None until a rate has
-    been measured, so never 0 while work is left).
+    been measured, so never 0 while work is left). A stage whose time does not follow its bytes (an extraction:
+    the decompositions, not the reads, take the time) also counts `work_done`/`work_total` in its own units:
+    then the fraction and the ETA follow the work, and the rate still says bytes per second.
     """
 
     stage: str
@@ -36,9 +38,13 @@ class ProgressEvent:
     elapsed: float
     rate: float | None
     eta: float | None
+    work_done: float = 0.0
+    work_total: float = 0.0
 
     @property
     def fraction(self) -> float:
+        if self.work_total > 0:
+            return min(1.0, self.work_done / self.work_total)
         if self.bytes_total > 0:
             return min(1.0, self.bytes_done / self.bytes_total)
         return min(1.0, self.done / self.total) if self.total else 0.0
@@ -89,28 +95,41 @@ class Progress:
         self._done = 0
         self._bytes_done = 0
         self._stage_start = self._start
-        self._rate_samples: deque[tuple[float, int]] = deque()  # (time, bytes done by work that measures speed)
+        # (time, bytes done by work that measures speed, work done likewise)
+        self._rate_samples: deque[tuple[float, int, float]] = deque()
         self._measured_bytes = 0
+        self._work_total = self._work_done = self._measured_work = 0.0
+        self._work_origin: tuple[float, float] | None = None  # (time, work done) where the work rate starts
         self._pause_at = _pause_point()
 
-    def start_stage(self, stage: str, total: int = 0, bytes_total: int = 0) -> None:
-        """Begin a stage ("Merging", "Downloading"…) of `total` units and `bytes_total` bytes."""
+    def start_stage(self, stage: str, total: int = 0, bytes_total: int = 0, work_total: float = 0.0) -> None:
+        """Begin a stage ("Merging", "Downloading"…) of `total` units, `bytes_total` bytes and, when its time does
+        not follow its bytes, `work_total` (see ProgressEvent)."""
         self.check_cancelled()
-        self._stage, self._total, self._bytes_total = stage, total, bytes_total
+        self._stage, self._total, self._bytes_total, self._work_total = stage, total, bytes_total, work_total
         self._done = self._bytes_done = self._measured_bytes = 0
+        self._work_done = self._measured_work = 0.0
+        self._work_origin = None
         self._stage_start = time.monotonic()
-        self._rate_samples = deque([(self._stage_start, 0)])
+        self._rate_samples = deque([(self._stage_start, 0, 0.0)])
         self._emit("")
 
     def set_part(self, part: str) -> None:
         """Name the part of the job the stages from now on belong to ("model 2 of 3"), shown after each stage."""
         self._part = part
 
-    def step(self, item: str = "", units: int = 1, nbytes: int = 0) -> None:
-        """Record `units` units and `nbytes` bytes done (item: what was just processed), then check cancel."""
+    def step(self, item: str = "", units: int = 1, nbytes: int = 0, work: float = 0.0) -> None:
+        """Record `units` units, `nbytes` bytes and `work` done (item: what was just processed), then check
+        cancel."""
+        if work and not self._work_done:
+            # The first piece of work carries the stage's warm-up (the first reads, lazy initialisation: 0.3 s of
+            # a 1 s extraction), which the rest does not repeat: the work rate is measured from its end.
+            self._work_origin = (time.monotonic(), self._work_done + work)
         self._done += units
         self._bytes_done += nbytes
         self._measured_bytes += nbytes
+        self._work_done += work
+        self._measured_work += work
         self._emit(item)
         if self._pause_at and self._pause_at[0] == self._stage and self._done >= self._pause_at[1]:
             self._pause_until(self._pause_at[2])
@@ -143,7 +162,10 @@ class Progress:
         now = time.monotonic()
         rate = self._recent_rate(now)
         eta = None
-        if rate:
+        if self._work_total:
+            work_rate = self._work_rate(now)
+            eta = max(0.0, self._work_total - self._work_done) / work_rate if work_rate else None
+        elif rate:
             eta = max(0.0, self._bytes_total - self._bytes_done) / rate if self._bytes_total else None
         elif not self._bytes_total and self._done > 0 and self._total and now > self._stage_start:
             eta = max(0.0, (self._total - self._done) * (now - self._stage_start) / self._done)
@@ -158,17 +180,29 @@ class Progress:
                 elapsed=now - self._start,
                 rate=rate,
                 eta=eta,
+                work_done=self._work_done,
+                work_total=self._work_total,
             )
         )
 
+    def _work_rate(self, now: float) -> float | None:
+        """Work per second since the first piece of work ended (over the last RATE_WINDOW_SECONDS once that long
+        has passed); None before a second piece."""
+        if self._work_origin is None:
+            return None
+        _, _, work_then = self._rate_samples[0]
+        since, origin_work = max((self._rate_samples[0][0], work_then), self._work_origin)
+        work = self._measured_work - origin_work
+        return work / (now - since) if work > 0 and now > since else None
+
     def _recent_rate(self, now: float) -> float | None:
         """Bytes per second over the last RATE_WINDOW_SECONDS (since the stage began, until that long has
-        passed); None before any byte was measured."""
+        passed); None before any byte was measured. Keeps the samples `_work_rate` reads too."""
         samples = self._rate_samples
-        samples.append((now, self._measured_bytes))
+        samples.append((now, self._measured_bytes, self._measured_work))
         while len(samples) > 2 and samples[1][0] <= now - RATE_WINDOW_SECONDS:
             samples.popleft()
-        since, measured_then = samples[0]
+        since, measured_then, _ = samples[0]
         measured = self._measured_bytes - measured_then
         return measured / (now - since) if measured > 0 and now > since else None
 

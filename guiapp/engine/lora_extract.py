@@ -28,7 +28,7 @@ from guiapp import __version__
 from guiapp.engine.checkpoint import Checkpoint, TensorInfo, dtype_from_name, dtype_name
 from guiapp.engine.compatibility import CompatibilityProblem, ModelFacts, compare_models
 from guiapp.engine.devices import resolve_device, threads_restored, use_cpu_threads
-from guiapp.engine.lowrank import SOLVERS, RankRule, Solver, decompose, relative_error
+from guiapp.engine.lowrank import SOLVERS, RankRule, Solver, decompose, module_work, relative_error
 from guiapp.engine.output import PlannedTensor, ShardedWriter, StagedOutput, check_free_space, local_input_folders
 from guiapp.engine.peft_format import (
     ADAPTER_CONFIG,
@@ -253,7 +253,6 @@ def _compare(
             modules.setdefault(split_module(name)[0], []).append(name)
     found = _Found()
     total_bytes = 2 * sum(tuned.tensors[n].nbytes for names in modules.values() for n in names)
-    progress.start_stage("Extracting", total=len(modules), bytes_total=total_bytes)
     forced_heads = CLASSIFIER_HEADS.get(task_type, ())
     entries = []
     for module, names in modules.items():
@@ -263,6 +262,12 @@ def _compare(
             weight is not None and len(weight.shape) == 2 and (settings.embeddings == "lora" or not vocabulary)
         )
         entries.append((module, names, weight, vocabulary, may_decompose))
+    # The bar and its time left follow the work, not the bytes: a decomposition takes many times its reading, so
+    # by bytes the embeddings (read first) made the bar jump ahead and the time left come out half the real one.
+    works = [sum(module_work(tuned.tensors[n].shape, 2 * tuned.tensors[n].nbytes,
+                             settings.rule if may_decompose and n == module + ".weight" else None, settings.solver)
+                 for n in names) for module, names, _, _, may_decompose in entries]
+    progress.start_stage("Extracting", total=len(modules), bytes_total=total_bytes, work_total=sum(works))
 
     def differences(index: int) -> dict[str, torch.Tensor | None]:
         _, names, _, _, may_decompose = entries[index]
@@ -295,7 +300,7 @@ def _compare(
                     use_cpu_threads(settings.threads.threads_for(WorkKind.DENSE))
                     _store_module(found, module, names, changed, weight, settings, transposed, out_dtype)
                 del changed
-                progress.step(module, nbytes=2 * sum(tuned.tensors[n].nbytes for n in names))
+                progress.step(module, nbytes=2 * sum(tuned.tensors[n].nbytes for n in names), work=works[index])
         except BaseException:
             if pending is not None and not pending.cancel():
                 pending.exception()  # let the read finish before the readers are closed under it

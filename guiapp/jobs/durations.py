@@ -7,11 +7,14 @@ writing. So a job's time is
     start-up (a new process importing torch; nothing in the window, where torch is loaded)
   + a fixed cost per job (planning, headers, output folder, marker, tokenizer files)
   + downloads at a conservative rate
-  + input bytes × seconds per byte for its kind and method,
+  + (fixed cost per job + input bytes × seconds per byte for its kind and method) × how busy the machine is,
 
 where seconds per byte comes from jobs that finished on this machine (the median of the last few, recorded by
 the job runner in the config folder) or, before there are any, from reference rates measured by
 benchmarks/estimates.py, scaled by how fast the probe found this machine against the one they were measured on.
+Both are rates of a quiet machine: a job shares the cores with every other runnable program, so one that finished
+while the machine was busy is recorded divided by how busy it was, and the next estimate is multiplied by how busy
+the machine is now (on two shared cores, jobs took 2–5 times their quiet time, and the estimates were that low).
 The range is wide until this machine has finished a job of that kind and method, narrower afterwards.
 """
 
@@ -30,21 +33,27 @@ from guiapp.system.paths import settings_file
 from guiapp.system.resources import TimeEstimate
 
 TIMINGS_NAME = "job_timings.json"
-# Seconds per input byte measured by benchmarks/estimates.py (2 cores shared with other work, 2026-11), and the
-# probe's float32 speeds there; other machines scale these by their own probe (within 4× either way: the probe's
-# small workloads are noisy).
+# Seconds per input byte of a quiet machine, measured by benchmarks/estimates.py (2 cores shared with other work,
+# each job's time divided by `machine_slowdown` while it ran, 2026-11), and the probe's float32 speeds there;
+# other machines scale these by their own probe (within 4× either way: the probe's small workloads are noisy).
 _REFERENCE_SECONDS_PER_BYTE = {
-    "merge": 10e-9,
-    "merge/linear": 5e-9,
-    "merge/ties": 15e-9,
-    "extract": 16e-9,  # per byte of the matrices decomposed (base and fine-tune), not of all read
-    "apply": 25e-9,
+    "merge": 4e-9,
+    "merge/linear": 1.7e-9,
+    "merge/ties": 6e-9,
+    # Per unit of work: a byte of a bfloat16 pair decomposed at rank 16 (lowrank.module_work), not per byte read.
+    "extract": 8e-9,
+    "apply": 4e-9,
+    # Try's Generate and Perplexity count their work in nanoseconds of the reference machine (jobs/estimates.py).
+    "try": 1.6e-9,
+    "perplexity": 1.1e-9,
 }
-_REFERENCE_ELEMENTWISE_GBPS = 16.0
-_REFERENCE_MATMUL_GFLOPS = 60.0
+_REFERENCE_ELEMENTWISE_GBPS = 40.0
+_REFERENCE_MATMUL_GFLOPS = 100.0
 _MAX_PROBE_SCALE = 4.0
-# Planning, headers, the output folder and its marker, tokenizer and config files: measured about 1 s.
-JOB_OVERHEAD_SECONDS = 1.0
+_MAX_SLOWDOWN = 20.0
+# Planning, headers, the output folder and its marker, tokenizer and config files: measured about 1 s on a busy
+# machine, 0.4 s of a quiet one.
+JOB_OVERHEAD_SECONDS = 0.4
 # Nothing is known about the network: a rate most connections reach (downloads report their real rate as they go).
 DOWNLOAD_BYTES_PER_SECOND = 20e6
 # Range around the best guess, before and after this machine has finished a job of the same kind and method.
@@ -78,8 +87,11 @@ def estimate_duration(key: str, input_bytes: int, probe_result, device: str, *, 
         if rate is None:
             return None
         basis, spread = f"{key}: reference throughput scaled by this machine's probe", _UNCALIBRATED_RANGE
-    fixed = startup_seconds + JOB_OVERHEAD_SECONDS + download_bytes / DOWNLOAD_BYTES_PER_SECOND
-    work = input_bytes * rate
+    busy = machine_slowdown()
+    fixed = startup_seconds + JOB_OVERHEAD_SECONDS * busy + download_bytes / DOWNLOAD_BYTES_PER_SECOND
+    work = input_bytes * rate * busy
+    if busy > 1.05:
+        basis += f", the machine {busy:.1f}× slower now for other programs"
     seconds = fixed + work
     return TimeEstimate(seconds=seconds, basis=basis, low=fixed * 0.8 + work * spread[0],
                         high=fixed * 1.25 + work * spread[1])
@@ -97,6 +109,23 @@ def _reference_rate(key: str, probe_result, device: str) -> float | None:
         speed = probe_result.speed("cpu", "float32", "elementwise")
         scale = _REFERENCE_ELEMENTWISE_GBPS / speed.gbps if speed and speed.gbps else 1.0
     return rate * min(_MAX_PROBE_SCALE, max(1 / _MAX_PROBE_SCALE, scale))
+
+
+def machine_slowdown() -> float:
+    """How many times longer than on a quiet machine a job takes now: one over the share of a core a thread of
+    ours gets (measured by keeping one busy for a tenth of a second: steady to a few hundredths on a machine
+    with a load of 10 on 2 cores, where it got 0.29; the load average itself said 5.9 and overestimated), from
+    1 to `_MAX_SLOWDOWN`."""
+    share = _thread_share()
+    return min(_MAX_SLOWDOWN, max(1.0, 1.0 / share if share > 0 else _MAX_SLOWDOWN))
+
+
+def _thread_share(seconds: float = 0.1) -> float:
+    """The fraction of the last `seconds` of wall time this thread spent on a core while trying to run."""
+    wall, cpu = time.perf_counter(), time.thread_time()
+    while time.perf_counter() - wall < seconds:
+        pass
+    return (time.thread_time() - cpu) / (time.perf_counter() - wall)
 
 
 def process_seconds_so_far() -> float:
@@ -117,6 +146,7 @@ def job_started() -> None:
     """The job runner starts a job on this thread: forget a measurement begun by anything before it."""
     _pending.started = time.monotonic()
     _pending.work = None
+    _pending.busy = machine_slowdown()
 
 
 def work_begins(key: str, input_bytes: int) -> None:
@@ -133,7 +163,10 @@ def job_finished() -> None:
         return
     key, input_bytes, began = work
     if input_bytes >= _MIN_CALIBRATION_BYTES:
-        seconds = max(0.0, time.monotonic() - began - JOB_OVERHEAD_SECONDS)
+        # How busy the machine was: the mean of the readings as the job started and as it ended (the load
+        # average follows a minute behind, so neither alone).
+        busy = (getattr(_pending, "busy", None) or machine_slowdown()) / 2 + machine_slowdown() / 2
+        seconds = max(0.0, (time.monotonic() - began) / busy - JOB_OVERHEAD_SECONDS)
         record_throughput(key, seconds / input_bytes)
 
 

@@ -168,10 +168,11 @@ _APPLY_COPIES = 4
 
 
 def estimate_extraction(base, model, device: str, destination: Path, probe_result=None, rank: int = 32,
-                        solver: str = "randomized", embeddings: str = "save", *,
+                        solver: str = "randomized", embeddings: str = "save", *, rule=None,
                         startup_seconds: float = 0.0) -> JobEstimate:
     """Estimate extracting a LoRA of `model` against `base` (guiapp.engine.plan.ModelHeaders of each), with
-    changed embeddings and output head handled as `embeddings` says ("save", "lora" or "skip").
+    changed embeddings and output head handled as `embeddings` says ("save", "lora" or "skip"), each matrix
+    decomposed by `rule` (a guiapp.engine.lowrank.RankRule; None: a fixed `rank`) and `solver`.
 
     Time, `startup_seconds` and the start of the work as `estimate_merge`. Raises OutputError / DeviceError when
     the destination's drive or the GPU cannot be examined.
@@ -182,16 +183,28 @@ def estimate_extraction(base, model, device: str, destination: Path, probe_resul
     on_gpu = device != "cpu"
     peak_ram = process_baseline() + (2 * largest if on_gpu else working)
     output_bytes = sum(_adapter_bytes(name, info, rank, embeddings) for name, info in model.tensors.items())
-    # The work is decomposing the changed matrices (the base's and the fine-tune's, read and subtracted); the
-    # embeddings and output head that are saved whole, and the norms, cost little next to it. Counting every byte
-    # read made the cost per byte grow with the model, as a larger model has fewer of its bytes in embeddings
-    # (59 % of a 40 MB model's bytes are decomposed, 67 % of a 150 MB one's): the middle size came out 0.64.
-    decomposed = 2 * sum(info.nbytes for name, info in model.tensors.items() if _decomposed(name, info, embeddings))
+    work = extraction_work(model, rule or _fixed_rank(rank), solver, embeddings)
     key = timing_key("extract", "exact" if solver == "exact" else None)
-    time = estimate_duration(key, decomposed, probe_result, device, startup_seconds=startup_seconds)
-    work_begins(key, decomposed)
+    time = estimate_duration(key, round(work), probe_result, device, startup_seconds=startup_seconds)
+    work_begins(key, round(work))
     fit = fit_verdict(peak_ram, working if on_gpu else 0, output_bytes, device, destination)
     return JobEstimate(peak_ram, working if on_gpu else 0, output_bytes, time, fit)
+
+
+def extraction_work(model, rule, solver: str, embeddings: str) -> float:
+    """The work of extracting from `model` (its ModelHeaders), as the extraction's progress counts it: each weight
+    matrix it decomposes by its decomposition's cost (which grows with the rank and, for the exact solver, with
+    the matrix's size, where the bytes do not), the tensors it only compares by their bytes."""
+    from guiapp.engine.lowrank import module_work  # noqa: PLC0415 - loaded with the headers' reader
+
+    return sum(module_work(info.shape, 2 * info.nbytes, rule if _decomposed(name, info, embeddings) else None, solver)
+               for name, info in model.tensors.items())
+
+
+def _fixed_rank(rank: int):
+    from guiapp.engine.lowrank import RankRule  # noqa: PLC0415 - loaded with the headers' reader
+
+    return RankRule("fixed", rank)
 
 
 def _is_vocabulary(name: str, info) -> bool:
@@ -239,3 +252,82 @@ def estimate_apply(base, device: str, destination: Path, probe_result=None, *,
     fit = fit_verdict(peak_ram, working if on_gpu else 0, output_bytes, device, destination)
     return JobEstimate(peak_ram, working if on_gpu else 0, output_bytes, time, fit)
 
+
+
+# Try and Perplexity on the CPU, in seconds of a quiet machine (benchmarks/estimates.py: byte-level and
+# 8k–24k-word vocabularies, 20M–165M parameters, each time divided by `machine_slowdown`): loading a model reads
+# and converts its weights; each generated token runs the whole model once (its weights read from memory: per
+# parameter) plus a fixed cost per step; scoring a text runs it over a window of tokens at once, far cheaper per
+# token. The first model a process loads also imports transformers.
+_IMPORT_SECONDS = 1.5
+_LOAD_SECONDS_PER_BYTE = 0.6e-9
+_GENERATE_SECONDS_PER_TOKEN = 3e-3
+_GENERATE_SECONDS_PER_PARAMETER = 0.19e-9
+_SCORE_SECONDS_PER_TOKEN = 0.12e-3
+_SCORE_SECONDS_PER_PARAMETER = 8e-12
+# A text's tokens when no tokenizer of the model is on this computer yet: about four characters each in English.
+_CHARACTERS_PER_TOKEN = 4
+# The durations module counts these jobs' work in nanoseconds of the reference machine.
+_NANOSECONDS = 1e9
+
+
+def summary_of_time(time: TimeEstimate | None) -> dict:
+    """A time estimate as a job's summary keeps it (`estimate`: seconds, low, high, text; {} when the time is not
+    known), so the window can show the estimate against the actual time when the job ends."""
+    if time is None:
+        return {}
+    return {"estimate": {"seconds": time.seconds, "low": time.low, "high": time.high, "text": str(time)}}
+
+
+def estimate_generation(plan, prompt: str, max_new_tokens: int, probe_result=None, *,
+                        startup_seconds: float = 0.0) -> TimeEstimate | None:
+    """How long Try's Generate takes for `plan` (guiapp.jobs.tryout.TryPlan): each model loaded, the prompt read
+    and up to `max_new_tokens` generated (a model that stops early takes less). None on a GPU or with nothing to
+    go by (as `estimate_duration`; `startup_seconds` as there). Inside a job, marks where its work begins. Never
+    raises."""
+    work = sum(_load_seconds(model, first=index == 0) + len(_tokens(model.reference, prompt))
+               * _score_seconds(model) + max_new_tokens * (_GENERATE_SECONDS_PER_TOKEN + model.parameters
+                                                           * _GENERATE_SECONDS_PER_PARAMETER)
+               for index, model in enumerate(plan.models))
+    return _inference_estimate("try", work, plan.device, probe_result, startup_seconds)
+
+
+def estimate_perplexity(plan, text: str, probe_result=None, *, startup_seconds: float = 0.0) -> TimeEstimate | None:
+    """How long Perplexity takes for `plan` on `text`: each model loaded and run over the text's tokens (as
+    `estimate_generation`)."""
+    work = sum(_load_seconds(model, first=index == 0) + len(_tokens(model.reference, text)) * _score_seconds(model)
+               for index, model in enumerate(plan.models))
+    return _inference_estimate("perplexity", work, plan.device, probe_result, startup_seconds)
+
+
+def _inference_estimate(key: str, seconds: float, device: str, probe_result, startup_seconds: float
+                        ) -> TimeEstimate | None:
+    units = round(seconds * _NANOSECONDS)
+    time = estimate_duration(key, units, probe_result, device, startup_seconds=startup_seconds)
+    work_begins(key, units)
+    return time
+
+
+def _load_seconds(model, first: bool) -> float:
+    imports = _IMPORT_SECONDS if first and "transformers" not in sys.modules else 0.0
+    return imports + model.loaded_bytes * _LOAD_SECONDS_PER_BYTE
+
+
+def _score_seconds(model) -> float:
+    """Seconds per token of a text the model reads (a prompt, or the text it is scored on)."""
+    return _SCORE_SECONDS_PER_TOKEN + model.parameters * _SCORE_SECONDS_PER_PARAMETER
+
+
+def _tokens(reference: str, text: str) -> list[int] | range:
+    """`text`'s tokens by the model's own tokenizer.json when it is on this computer (read by the tokenizers
+    library alone, without transformers), else a count from its length. Never raises."""
+    from guiapp.hub.references import ModelRef
+    from guiapp.hub.resolve import resolve_model
+
+    try:
+        folder = resolve_model(ModelRef.parse(reference), offline=True)
+        from tokenizers import Tokenizer  # noqa: PLC0415 - only when a model is there to be read
+
+        return Tokenizer.from_file(str(folder / "tokenizer.json")).encode(text).ids
+    except Exception:  # not downloaded, no tokenizer.json, or one the library cannot read: counted instead
+        return range(max(1, len(text) // _CHARACTERS_PER_TOKEN))

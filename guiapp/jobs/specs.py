@@ -75,7 +75,7 @@ def extract_job(base: str, model: str, out: Path, *, rank_mode: str = "fixed", r
         rank = int(rank_value) if rank_mode == "fixed" else (max_rank or 32)
         estimate = estimate_extraction(read_headers(ModelRef.parse(base)), read_headers(ModelRef.parse(model)),
                                        device, Path(out), cached_probe(), rank=rank, solver=solver,
-                                       embeddings=embeddings)
+                                       embeddings=embeddings, rule=RankRule(rank_mode, rank_value, max_rank))
         estimated = _check_fit(estimate, progress, force)
 
         settings = ExtractionSettings(
@@ -101,9 +101,11 @@ def apply_job(base: str, adapter: str, out: Path, *, scale: float = 1.0, dtype: 
         from guiapp.engine.sources import read_headers
         from guiapp.hub.references import ModelRef
         from guiapp.jobs.estimates import estimate_apply
+        from guiapp.system.probe import cached_probe
         from guiapp.system.threads import ThreadPolicy
 
-        estimated = _check_fit(estimate_apply(read_headers(ModelRef.parse(base)), device, Path(out)), progress, force)
+        estimated = _check_fit(estimate_apply(read_headers(ModelRef.parse(base)), device, Path(out), cached_probe()),
+                               progress, force)
 
         settings = ApplySettings(base=base, adapter=adapter, out=Path(out), scale=scale, dtype=dtype,
                                  device=device, overwrite=overwrite, max_shard_size=max_shard_size,
@@ -184,7 +186,6 @@ def _check_fit(estimate, progress, force: bool) -> dict[str, Any]:
     progress.log("Estimate: " + estimate.summary().replace("\n", "\n  "))
     if not estimate.fit.fits and not force:
         raise estimate.fit.as_error()
-    time = estimate.time
-    if time is None:
-        return {}
-    return {"estimate": {"seconds": time.seconds, "low": time.low, "high": time.high, "text": str(time)}}
+    from guiapp.jobs.estimates import summary_of_time
+
+    return summary_of_time(estimate.time)

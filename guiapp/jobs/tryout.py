@@ -33,6 +33,7 @@ class TryModelPlan:
     run_dtype: str
     note: str
     loaded_bytes: int
+    parameters: int = 0
 
 
 @dataclass(frozen=True)
@@ -118,7 +119,7 @@ def plan_try(references: list[str], device: str = "cpu", dtype: str | None = Non
         weights = parameters * getattr(torch, chosen.compute_dtype).itemsize
         check_fits_in_memory(reference, weights, free, device)
         loaded = int(weights * _LOADED_MODEL_OVERHEAD)
-        plans.append(TryModelPlan(reference, storage, chosen.compute_dtype, chosen.note, loaded))
+        plans.append(TryModelPlan(reference, storage, chosen.compute_dtype, chosen.note, loaded, parameters))
     needed = sum(p.loaded_bytes for p in plans)
     together = needed <= free
     what = "The model fits in memory" if len(plans) == 1 else f"All {len(plans)} models fit in memory together"
@@ -126,6 +127,27 @@ def plan_try(references: list[str], device: str = "cpu", dtype: str | None = Non
               if together else f"The models need {format_bytes(needed)} together and {format_bytes(free)} is free: "
               "they are loaded one at a time.")
     return TryPlan(device, plans, together, reason)
+
+
+def estimate_try_time(references: list[str], *, prompt: str = "", max_new_tokens: int = 128,
+                      text: str | None = None, device: str = "cpu", dtype: str | None = None, probe_result=None,
+                      startup_seconds: float = 0.0):
+    """How long Generate (`prompt`, `max_new_tokens`) or, given `text`, Perplexity takes for `references` (a
+    guiapp.system.resources.TimeEstimate; `startup_seconds` as for estimate_duration), before the job. None when a
+    model cannot be read, the machine has not been probed yet, or there is nothing to go by. Never raises."""
+    from guiapp.jobs.estimates import estimate_generation, estimate_perplexity
+    from guiapp.system.probe import cached_probe
+
+    probe_result = probe_result or cached_probe()
+    if probe_result is None:
+        return None
+    try:
+        plan = plan_try(references, device, dtype, probe_result)
+    except Exception:  # unreadable or missing models: the job says why when it starts
+        return None
+    if text is not None:
+        return estimate_perplexity(plan, text, probe_result, startup_seconds=startup_seconds)
+    return estimate_generation(plan, prompt, max_new_tokens, probe_result, startup_seconds=startup_seconds)
 
 
 def _storage_dtype(tensors) -> str:
@@ -178,6 +200,15 @@ def _set_part(progress: Progress, index: int, count: int) -> None:
     progress.set_part(f"model {index + 1} of {count}" if count > 1 else "")
 
 
+def _log_estimate(time, progress: Progress) -> dict[str, Any]:
+    """Log a Try job's time estimate (when there is one); what its summary keeps of it."""
+    from guiapp.jobs.estimates import summary_of_time
+
+    if time is not None:
+        progress.log(f"Estimate: {time}")
+    return summary_of_time(time)
+
+
 def try_job(references: list[str], prompt: str, *, max_new_tokens: int = 128, sample: bool = False, seed: int = 0,
             temperature: float = DEFAULT_TEMPERATURE, top_p: float = DEFAULT_TOP_P, long_prompt: str = TRUNCATE,
             device: str = "cpu", dtype: str | None = None, on_output: OutputListener | None = None,
@@ -197,6 +228,8 @@ def try_job(references: list[str], prompt: str, *, max_new_tokens: int = 128, sa
     def work(progress: Progress) -> dict[str, Any]:
         from guiapp.engine.inference import GenerationSettings, generate, readable_text
         from guiapp.engine.samples import untrained_note
+        from guiapp.jobs.estimates import estimate_generation
+        from guiapp.system.probe import cached_probe
 
         settings = GenerationSettings(max_new_tokens=max_new_tokens, sample=sample, seed=seed,
                                       temperature=temperature, top_p=top_p, long_prompt=long_prompt)
@@ -206,6 +239,8 @@ def try_job(references: list[str], prompt: str, *, max_new_tokens: int = 128, sa
         plan = plan_try(references, device, dtype, probe_result)
         for line in plan.describe():
             progress.log(line)
+        estimated = _log_estimate(estimate_generation(plan, prompt, max_new_tokens, probe_result or cached_probe()),
+                                  progress)
         models_shelf = shelf or ModelShelf()
         generations = []
         for index, (model_plan, source) in enumerate(zip(plan.models, _sources(plan, progress), strict=True)):
@@ -215,7 +250,7 @@ def try_job(references: list[str], prompt: str, *, max_new_tokens: int = 128, sa
             result = generate(loaded, readable, settings, progress, listener)
             generations.append({"model": model_plan.reference, "text": result.text, "tokens": result.token_ids,
                                 "dtype": model_plan.run_dtype, "untrained": untrained_note(source.folder)})
-        return {"generations": generations}
+        return {"generations": generations, **estimated}
 
     return Job(title=f"Try {plural(len(references), 'model')}", kind="try", spec=spec, work=work)
 
@@ -235,6 +270,8 @@ def perplexity_job(references: list[str], text: str, *, window: int = 512, devic
     def work(progress: Progress) -> dict[str, Any]:
         from guiapp.engine.inference import CAUSAL, perplexity, readable_text, sentence_pairs, similarities
         from guiapp.engine.samples import untrained_note
+        from guiapp.jobs.estimates import estimate_perplexity
+        from guiapp.system.probe import cached_probe
 
         readable, note = readable_text(text, "text")
         if note:
@@ -242,6 +279,7 @@ def perplexity_job(references: list[str], text: str, *, window: int = 512, devic
         plan = plan_try(references, device, dtype, probe_result)
         for line in plan.describe():
             progress.log(line)
+        estimated = _log_estimate(estimate_perplexity(plan, text, probe_result or cached_probe()), progress)
         models_shelf = shelf or ModelShelf()
         results = []
         for index, (model_plan, source) in enumerate(zip(plan.models, _sources(plan, progress), strict=True)):
@@ -262,7 +300,7 @@ def perplexity_job(references: list[str], text: str, *, window: int = 512, devic
                 scores = similarities(loaded, pairs, progress)
                 entry.update(perplexity=None, similarities=scores, mean_similarity=sum(scores) / len(scores))
             results.append(entry)
-        return {"results": results}
+        return {"results": results, **estimated}
 
     return Job(title=f"Perplexity of {plural(len(references), 'model')}", kind="perplexity", spec=spec, work=work)
 

@@ -195,10 +195,11 @@ def unusual_values(document: dict[str, Any], method: Any) -> list[Problem]:
     return problems
 
 
-def check_pair(base: str, model: str, device: str, output: str, probe: Any, replace: bool = False) -> PairCheck:
+def check_pair(base: str, model: str, device: str, output: str, probe: Any, replace: bool = False, *,
+               rule: Any = None, solver: str = "randomized", embeddings: str = "save") -> PairCheck:
     """Whether `model` is a fine-tune of `base` (the one compatibility check, from their headers), whether the
     adapter may be written at `output` (`replace`: the user allows replacing an earlier output there) and what
-    extracting it costs. Never raises."""
+    extracting it by `rule` (a RankRule; None: rank 32), `solver` and `embeddings` costs. Never raises."""
     from guiapp.engine.lora_extract import pair_problem  # loads torch: only when checking
     from guiapp.engine.output import local_input_folders
     from guiapp.engine.sources import read_headers
@@ -224,16 +225,20 @@ def check_pair(base: str, model: str, device: str, output: str, probe: Any, repl
     if output:
         check.problems.extend(output_problems(expanded(output), local_input_folders((base_ref, model_ref)), replace))
     try:
-        estimate = estimate_extraction(base_headers, model_headers, device, expanded(output), probe)
+        rank = rule.cap((1 << 30, 1 << 30)) if rule is not None and rule.mode == "fixed" else 32
+        estimate = estimate_extraction(base_headers, model_headers, device, expanded(output), probe, rank=rank,
+                                       solver=solver, embeddings=embeddings, rule=rule)
     except Exception:  # an output drive that cannot be examined is reported when the job starts
         return check
     check.fit, check.time = estimate.fit, estimate.time
     return check
 
 
-def check_adapter(base: str, adapter: str, device: str, output: str, replace: bool = False) -> PairCheck:
+def check_adapter(base: str, adapter: str, device: str, output: str, replace: bool = False,
+                  probe: Any = None) -> PairCheck:
     """Whether the adapter in folder `adapter` fits `base`'s tensors, whether the model may be written at `output`
-    (`replace` as for check_pair) and what applying it costs. Never raises."""
+    (`replace` as for check_pair) and what applying it costs (its time from `probe` or earlier applications).
+    Never raises."""
     from guiapp.engine.lora_apply import apply_inputs, open_adapter  # loads torch: only when checking
     from guiapp.engine.sources import read_headers
     from guiapp.errors import IncompatibleModelsError
@@ -257,9 +262,10 @@ def check_adapter(base: str, adapter: str, device: str, output: str, replace: bo
     if output:
         check.problems.extend(output_problems(expanded(output), apply_inputs(base_ref, lora), replace))
     try:
-        check.fit = estimate_apply(headers, device, expanded(output)).fit
+        estimate = estimate_apply(headers, device, expanded(output), probe)
     except Exception:  # an output drive that cannot be examined is reported when the job starts
-        check.fit = None
+        return check
+    check.fit, check.time = estimate.fit, estimate.time
     return check
 
 

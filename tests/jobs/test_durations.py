@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 import yaml
@@ -25,11 +26,18 @@ from guiapp.system.units import format_duration_range, format_seconds, roughly
 # Two of these make a linear merge just above the size whose throughput is recorded (20 MB).
 CALIBRATING = LlamaShape(hidden=256, intermediate=688, layers=2, heads=4, kv_heads=2, vocab=9000)
 TINY = LlamaShape(hidden=32, intermediate=64, layers=1, heads=2, kv_heads=1, vocab=64)
+MEASURED_SHARE = durations._thread_share  # before `steady_machine` pins it
 
 
 @pytest.fixture(autouse=True)
 def fresh_history(tmp_path, monkeypatch):
     monkeypatch.setenv("MERGESMITH_CONFIG_DIR", str(tmp_path / "config"))
+
+
+@pytest.fixture(autouse=True)
+def steady_machine(monkeypatch):
+    """Estimates compared with each other are made at one load: the machine's, measured at each estimate, moves."""
+    monkeypatch.setattr(durations, "_thread_share", lambda: 0.5)
 
 
 @pytest.fixture
@@ -123,3 +131,22 @@ def test_the_lora_commands_dry_run_prints_the_plan_and_estimate(tmp_path):
         {"model": str(base), "parameters": {"weight": 0.5}}, {"model": str(tune), "parameters": {"weight": 0.5}}]}))
     merged = run("merge", str(recipe), str(tmp_path / "merged"), "--dry-run")
     assert merged.returncode == 0 and "Time: about" in merged.stdout  # the same line, the same estimate
+
+
+def test_a_busy_machine_lengthens_the_estimate_and_a_busy_job_is_recorded_at_its_quiet_rate(monkeypatch, probed):
+    assert 0 < MEASURED_SHARE(0.05) <= 1.05  # measured, on this machine as it is
+    monkeypatch.setattr(durations, "_thread_share", lambda: 1.0)  # a quiet machine
+    quiet = durations.estimate_duration("extract", 1_000_000_000, probed, "cpu")
+    assert durations.machine_slowdown() == 1.0
+    # Other programs keep the cores busy: a thread of ours gets a third of one.
+    monkeypatch.setattr(durations, "_thread_share", lambda: 1 / 3)
+    busy = durations.estimate_duration("extract", 1_000_000_000, probed, "cpu")
+    assert busy.seconds == pytest.approx(3 * quiet.seconds)
+    assert "slower now" in busy.basis
+    # A job that took 2.1 s while the machine was that busy took 0.7 s of a quiet one, the fixed cost included.
+    durations.job_started()
+    durations.work_begins("extract", 100_000_000)
+    time.sleep(2.1)
+    durations.job_finished()
+    quiet_work = 2.1 / 3 - durations.JOB_OVERHEAD_SECONDS
+    assert durations.measured_seconds_per_byte("extract") == pytest.approx(quiet_work / 100_000_000, rel=0.1)

@@ -125,3 +125,19 @@ def test_non_finite_update_is_refused():
     delta[2, 3] = float("nan")
     with pytest.raises(ValueError, match="NaN"):
         decompose(delta, RankRule("fixed", 2))
+
+
+def test_the_cost_model_follows_the_solvers_steps():
+    from guiapp.engine.lowrank import decomposition_directions
+
+    square = (1024, 1024)
+    fixed = [decomposition_directions(square, RankRule("fixed", rank)) for rank in (8, 16, 32, 128)]
+    assert fixed == sorted(fixed) and fixed[2] < 2 * fixed[1]  # a fixed part: rank 32 is not twice rank 16
+    exact = decomposition_directions(square, RankRule("fixed", 16), "exact")
+    assert exact > 5 * fixed[-1]
+    assert decomposition_directions((2048, 2048), RankRule("fixed", 16), "exact") > 1.9 * exact  # grows with size
+    # A full-rank update under the energy rule grows its sketch until the exact SVD takes over.
+    assert decomposition_directions(square, RankRule("energy", 0.9)) > exact
+    # A rank the matrix cannot hold is the exact SVD of the whole matrix.
+    assert decomposition_directions((64, 64), RankRule("fixed", 60)) == decomposition_directions(
+        (64, 64), RankRule("fixed", 60), "exact")

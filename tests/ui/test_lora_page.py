@@ -71,3 +71,19 @@ def test_a_taken_output_folder_blocks_extract_and_apply_with_a_new_name_to_click
     qtbot.mouseClick(box, Qt.MouseButton.LeftButton, pos=QPoint(8, box.height() // 2))  # or replace it
     qtbot.waitUntil(page.a_run.isEnabled, timeout=20_000)
     assert not window.state.jobs.records  # nothing ran to find any of this out
+
+
+def test_apply_shows_its_time_like_extract(qtbot, window, models, tmp_path):
+    from guiapp.engine.lora_extract import ExtractionSettings, extract_lora
+
+    adapter = tmp_path / "adapter"
+    extract_lora(ExtractionSettings(base=str(models.base), model=str(models.tune_a), out=adapter))
+    page = window.lora
+    window.show_page("lora")
+    page.tabs.setCurrentIndex(1)
+    page.a_base.set_text(str(models.base))
+    page.a_adapter.set_text(str(adapter))
+    page.a_out.setText(str(tmp_path / "applied"))
+    qtbot.waitUntil(lambda: "Time: " in page.a_estimate.text(), timeout=20_000)
+    time = page.a_estimate.text().split("Time: ", 1)[1].rstrip(".")
+    assert page.a_bar.summary.text().endswith(time)  # in the bar's summary too, as for Extract and Merge

@@ -27,7 +27,7 @@ def _previewed(qtbot, window, models):
 
 def test_the_preview_shows_a_planted_rank_and_a_click_on_the_curve_sets_the_rank(qtbot, window, models):
     page, preview = _previewed(qtbot, window, models)
-    assert len(preview.chart.spectra) == 8
+    assert len(preview.chart.spectra) == 3  # a small model: its fewest samples (one matrix in eight, at least 3)
     assert all(s.rank_for(0.9999) == 4 for s in preview.chart.spectra)  # all of the change by rank 4
     assert "Rank 4 keeps 90 %" in preview.status.text() or "Rank 3 keeps 90 %" in preview.status.text()
     page.rank_mode.setCurrentIndex(page.rank_mode.findData("energy"))
@@ -140,3 +140,27 @@ def test_the_names_of_neighbouring_worst_modules_do_not_cover_each_other(qtbot):
     full = chart.plot.getViewBox().mapViewToScene(QPointF(0, 1.0)).y()  # the 100 % line, the bars' highest
     assert all(r.bottom() <= full + 1 for r in rects), (rects, full)  # no name covers a bar
     assert chart.plot.getViewBox().viewRange()[1][0] <= 0.0  # the axis starts at 0 %, not at the lowest bar
+
+
+def test_the_preview_counts_its_modules_and_stop_frees_the_window_at_once(qtbot, window, models):
+    window.show_page("lora")
+    page = window.lora
+    page.x_base.set_text(str(models.base))
+    page.x_model.set_text(str(models.tune_a))
+    preview = page.rank_preview
+    qtbot.waitUntil(preview.button.isEnabled, timeout=10_000)
+    reached: list[tuple[int, int]] = []
+    preview.module_reached.connect(lambda done, total: reached.append((done, total)))
+    qtbot.mouseClick(preview.button, Qt.MouseButton.LeftButton)
+    assert preview.stop_button.isVisible() and not preview.button.isEnabled()
+    assert "Reading the models" in preview.status.text()
+    qtbot.mouseClick(preview.stop_button, Qt.MouseButton.LeftButton)
+    assert not preview.stop_button.isVisible() and preview.button.isEnabled()
+    assert "Stopped" in preview.status.text()
+    qtbot.wait(1_000)  # a stopped preview shows nothing afterwards
+    assert not preview.chart.isVisible() and "Stopped" in preview.status.text()
+    reached.clear()
+    qtbot.mouseClick(preview.button, Qt.MouseButton.LeftButton)  # again, to its end: every module counted
+    qtbot.waitUntil(lambda: bool(preview.chart.spectra), timeout=60_000)
+    assert reached[-1] == (3, 3) and [done for done, _ in reached] == sorted(done for done, _ in reached)
+    assert not preview.stop_button.isVisible() and "3 modules sampled" in preview.status.text()

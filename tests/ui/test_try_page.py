@@ -187,3 +187,22 @@ def test_sample_models_say_they_are_untrained_where_their_output_appears(qtbot, 
     assert "untrained" in page.table.item(0, 1).toolTip()
     assert not page.perplexity_note.isHidden() and "vocabulary size (256)" in page.perplexity_note.text()
     assert "tiny-base" in page.perplexity_note.text() and "causal-a" not in page.perplexity_note.text()
+
+
+def test_generate_and_perplexity_show_their_time_before_they_run(qtbot, window, try_models):
+    page = window.try_page
+    window.show_page("try")
+    page.tabs.setCurrentIndex(0)
+    page.set_models([str(try_models[0])])
+    page.prompt.setPlainText("the cat sat on the")
+    page.max_new_tokens.setValue(12)
+    qtbot.waitUntil(lambda: page.generate_estimate.text().startswith("Takes "), timeout=20_000)
+    page.tabs.setCurrentIndex(1)
+    page.text.setPlainText("\n".join(SENTENCES))
+    qtbot.waitUntil(lambda: page.perplexity_estimate.text().startswith("Takes "), timeout=20_000)
+    assert page.generate_estimate.text() == ""  # only the shown tab's job is estimated
+    page.tabs.setCurrentIndex(0)
+    qtbot.mouseClick(page.generate_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: page.status.text() == "Done.", timeout=120_000)
+    record = window.state.jobs.records[-1]
+    assert record.kind == "try" and record.summary["estimate"]["text"]  # the Jobs page compares it with the time

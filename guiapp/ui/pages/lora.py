@@ -9,6 +9,7 @@ nearly-empty warning) appears under the form, until another pair of models is ch
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -89,8 +90,10 @@ class LoraPage(QWidget):
         state.checks_outdated.connect(self.recheck)
         for picker in (self.x_base, self.x_model, self.a_base, self.a_adapter):
             picker.use_library(state.library)
-        for signal in (self.rank_mode.currentIndexChanged, self.rank_value.valueChanged):
-            signal.connect(self._describe_extract)
+        # The estimate depends on how the matrices are decomposed: a change of these checks the pair again.
+        for signal in (self.rank_mode.currentIndexChanged, self.rank_value.valueChanged, self.max_rank.valueChanged,
+                       self.solver.currentIndexChanged, self.embeddings.currentIndexChanged):
+            signal.connect(self._extract_changed)
         self.a_scale.valueChanged.connect(self._describe_apply)
         # The free folder each bar's fix button offers when the chosen output folder is taken.
         self._free_outputs: dict[ActionBar, str | None] = {self.x_bar: None, self.a_bar: None}
@@ -317,10 +320,21 @@ class LoraPage(QWidget):
         self.x_bar.set_checking()
         device, out, probe = self.x_device.value() or "cpu", self.x_out.text().strip(), self.state.probe
         replace = self.x_overwrite.isChecked()
-        self._checker.request(lambda: self._check_pair(base, model, device, out, probe, replace))
+        options = {"rule": self._rank_rule(), "solver": self.solver.currentData(),
+                   "embeddings": self.embeddings.currentData()}
+        self._checker.request(lambda: self._check_pair(base, model, device, out, probe, replace, options))
 
-    async def _check_pair(self, base: str, model: str, device: str, out: str, probe: Any, replace: bool) -> None:
-        self._show_extract_check(await run_blocking(check_pair, base, model, device, out, probe, replace))
+    def _rank_rule(self) -> Any:
+        """The rank rule the form describes (the estimate depends on it)."""
+        from guiapp.engine.lowrank import RankRule  # loaded by the time a pair is checked
+
+        mode = self.rank_mode.currentData()
+        return RankRule(mode, _rank_value(mode, self.rank_value.value()), self.max_rank.value() or None)
+
+    async def _check_pair(self, base: str, model: str, device: str, out: str, probe: Any, replace: bool,
+                          options: dict[str, Any]) -> None:
+        self._show_extract_check(await run_blocking(partial(check_pair, **options), base, model, device, out, probe,
+                                                    replace))
 
     def _show_extract_check(self, check: PairCheck) -> None:
         from guiapp.system.units import format_bytes
@@ -444,13 +458,14 @@ class LoraPage(QWidget):
             self._filled_base = base
             self.a_base.set_text(base)
 
-    def _describe_apply(self, *_: Any) -> None:
-        """The application's summary line: the adapter, the base, the strength, the output folder's name."""
+    def _describe_apply(self, *_: Any, time: str = "") -> None:
+        """The application's summary line: the adapter, the base, the strength, the output folder's name, the
+        time."""
         adapter, base = Path(self.a_adapter.text()).name or "The adapter", Path(self.a_base.text()).name
         parts = [f"{adapter} onto {base or 'its base model'}", f"strength {self.a_scale.value():g}"]
         if self.a_out.text().strip():
             parts.append(f"into {Path(self.a_out.text().strip()).name}")
-        self.a_bar.set_summary(" · ".join(parts))
+        self.a_bar.set_summary(" · ".join(parts + ([time] if time else [])))
 
     def _apply_changed(self, *_: Any) -> None:
         base, adapter = self.a_base.text(), self.a_adapter.text()
@@ -464,10 +479,11 @@ class LoraPage(QWidget):
         set_status_style(self.a_check, "muted")
         self.a_bar.set_checking()
         device, out, replace = self.a_device.value() or "cpu", self.a_out.text().strip(), self.a_overwrite.isChecked()
-        self._apply_checker.request(lambda: self._check_adapter(base, adapter, device, out, replace))
+        probe = self.state.probe
+        self._apply_checker.request(lambda: self._check_adapter(base, adapter, device, out, replace, probe))
 
-    async def _check_adapter(self, base: str, adapter: str, device: str, out: str, replace: bool) -> None:
-        self._show_apply_check(await run_blocking(check_adapter, base, adapter, device, out, replace))
+    async def _check_adapter(self, base: str, adapter: str, device: str, out: str, replace: bool, probe: Any) -> None:
+        self._show_apply_check(await run_blocking(check_adapter, base, adapter, device, out, replace, probe))
 
     def _show_apply_check(self, check: PairCheck) -> None:
         from guiapp.system.units import format_bytes
@@ -480,11 +496,14 @@ class LoraPage(QWidget):
             self.a_bar.set_blocked(problems[0].text)
             return
         self._show_output_check(self.a_bar, check)
+        self._describe_apply(time=str(check.time) if check.time is not None else "")
         self.a_check.setText(f"✓ The adapter fits this base model ({plural(check.matrices, 'module')} changed).")
         set_status_style(self.a_check, "good")
         lines = [f"Reads and writes about {format_bytes(check.read_bytes)}."]
         if check.fit is not None:
             lines.append(f"{sentence(check.fit.level.value)}: {check.fit.reason}.")
+        if check.time is not None:
+            lines.append(f"Time: {check.time}.")
         self.a_estimate.setText("\n".join(lines))
 
     def _show_output_check(self, bar: ActionBar, check: PairCheck) -> None:

@@ -8,6 +8,7 @@ runs when they fit together (the job decides, from their size, before loading).
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -40,11 +41,12 @@ from guiapp.jobs.tryout import (
     DEFAULT_TOP_P,
     MAX_MODELS,
     ModelShelf,
+    estimate_try_time,
     models_to_try,
     perplexity_job,
     try_job,
 )
-from guiapp.ui.background import call_in_background
+from guiapp.ui.background import LatestTask, call_in_background, run_blocking
 from guiapp.ui.text import error_text, sentence
 from guiapp.ui.theme import set_status_style
 from guiapp.ui.widgets.model_picker import ModelPicker
@@ -180,6 +182,12 @@ class TryPage(QWidget):
             picker.use_library(state.library)
             picker.changed.connect(lambda _: self._models_changed())
         self._scored: list[str] = []  # the models the perplexity table is about
+        # Each tab's time estimate, worked out in the background from the models' headers once the input settles.
+        self._estimator = LatestTask(500, self)
+        for signal in (*(picker.changed for picker in self.pickers), self.prompt.textChanged, self.text.textChanged,
+                       self.max_new_tokens.valueChanged, self.tabs.currentChanged, self.dtype.choice_changed,
+                       self.device.choice_changed):
+            signal.connect(self._estimate_changed)
         self._refresh_capabilities()
         self._restore_form()
 
@@ -208,6 +216,8 @@ class TryPage(QWidget):
         for widget in (self.decoding, self.seed, self.temperature, self.top_p, self.max_new_tokens):
             row.addWidget(widget)
         row.addStretch(1)
+        self.generate_estimate = QLabel("", accessibleName="Generate estimate")
+        row.addWidget(self.generate_estimate)
         row.addWidget(self.generate_button)
         column.addLayout(row)
         self.columns_area = QHBoxLayout()
@@ -242,6 +252,8 @@ class TryPage(QWidget):
         row.addWidget(self.open_text)
         row.addWidget(self.window_tokens)
         row.addStretch(1)
+        self.perplexity_estimate = QLabel("", accessibleName="Perplexity estimate")
+        row.addWidget(self.perplexity_estimate)
         row.addWidget(self.perplexity_button)
         column.addLayout(row)
         self.table = QTableWidget(0, 4)
@@ -275,6 +287,7 @@ class TryPage(QWidget):
         for picker, reference in zip(self.pickers, [*references, *[""] * MAX_MODELS]):
             picker.set_text(reference, notify=False)
         self._models_changed()
+        self._estimate_changed()
 
     def generate(self) -> None:
         references = self.references()
@@ -301,6 +314,28 @@ class TryPage(QWidget):
                              device=self.device.value() or "cpu", dtype=self.dtype.value(), shelf=self._shelf,
                              probe_result=self.state.probe)
         self._start(job, "perplexity")
+
+    def _estimate_changed(self, *_: Any) -> None:
+        """Estimate the shown tab's job for the models and input now chosen (cleared while there is none)."""
+        references = self.references()
+        perplexity = self.tabs.currentIndex() == 1
+        label, other = ((self.perplexity_estimate, self.generate_estimate) if perplexity else
+                        (self.generate_estimate, self.perplexity_estimate))
+        other.clear()
+        text = self.text.toPlainText() if perplexity else None
+        if not references or (perplexity and not text.strip()):
+            self._estimator.cancel()
+            label.clear()
+            return
+        options = {"prompt": self.prompt.toPlainText(), "max_new_tokens": self.max_new_tokens.value(), "text": text,
+                   "device": self.device.value() or "cpu", "dtype": self.dtype.value(),
+                   "probe_result": self.state.probe}
+        self._estimator.request(lambda: self._estimate(label, references, options))
+
+    async def _estimate(self, label: QLabel, references: list[str], options: dict[str, Any]) -> None:
+        time = await run_blocking(partial(estimate_try_time, **options), references)
+        label.setText(f"Takes {time}" if time is not None else "")
+        label.setToolTip(time.basis if time is not None else "")
 
     def stop_job(self) -> None:
         if self._key is not None:

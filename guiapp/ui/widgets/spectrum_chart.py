@@ -94,10 +94,13 @@ class SpectrumChart(ChartHost):
 
 
 class RankPreview(QWidget):
-    """A button that previews the chosen pair's spectra, the chart, and a line saying what is shown. Emits
-    `rank_chosen` when the user clicks a rank on the curve."""
+    """A button that previews the chosen pair's spectra, Stop while it runs, the chart, and a line saying what is
+    shown (while it runs: which of the sample modules it is at). Emits `rank_chosen` when the user clicks a rank on
+    the curve."""
 
     rank_chosen = Signal(int)
+    # (modules done, modules in the sample), sent from the worker thread: Qt queues it to the window's thread.
+    module_reached = Signal(int, int)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -105,9 +108,15 @@ class RankPreview(QWidget):
         self._stop = threading.Event()
         self._task = LatestTask(0, self)
         self.button = QPushButton("Show what each rank keeps")
-        self.button.setToolTip("Reads a few of the models' weight matrices and decomposes their change (both models "
-                               "must be on this computer)")
+        self.button.setToolTip("Reads a few of the models' weight matrices and sketches how much of their change each "
+                               "rank keeps (both models must be on this computer)")
         self.button.clicked.connect(self.start)
+        self.stop_button = QPushButton("Stop")
+        self.stop_button.setToolTip("Stop the preview (the models are not changed)")
+        self.stop_button.clicked.connect(self.stop)
+        self.stop_button.setVisible(False)
+        self.module_reached.connect(self._show_module)
+        self._running = False
         self.status = WrappingLabel()
         self.chart = SpectrumChart()
         self.chart.setVisible(False)
@@ -115,6 +124,7 @@ class RankPreview(QWidget):
         row = QHBoxLayout()
         row.setContentsMargins(0, 0, 0, 0)
         row.addWidget(self.button)
+        row.addWidget(self.stop_button)
         row.addWidget(self.status, 1)
         column = QVBoxLayout(self)
         column.setContentsMargins(0, 0, 0, 0)
@@ -128,9 +138,9 @@ class RankPreview(QWidget):
             return
         self._pair = (base, model)
         self._cancel()
+        self._finished()
         self.chart.show_spectra([])
         self.chart.setVisible(False)
-        self.button.setEnabled(bool(base and model))
         self.status.setText("" if base and model else "Choose both models to preview what each rank keeps.")
         set_status_style(self.status, "muted")
 
@@ -139,28 +149,49 @@ class RankPreview(QWidget):
 
     def start(self) -> None:
         """Compute the preview of the chosen pair in the background."""
-        from guiapp.engine.spectrum import SAMPLE_MODULES  # loads torch; the engine is loaded by then
-
         self._cancel()
         base, model = self._pair
         stop = self._stop = threading.Event()
-        self.status.setText(f"Decomposing the change of {SAMPLE_MODULES} sample modules…")
+        self._running = True
+        self.status.setText("Reading the models…")
         set_status_style(self.status, "muted")
         self.button.setEnabled(False)
+        self.stop_button.setVisible(True)
         self._task.request(lambda: self._preview(base, model, stop))
 
+    def stop(self) -> None:
+        """Stop the running preview: the window is free at once, the worker at the end of its current module."""
+        self._cancel()
+        self._finished()
+        self.status.setText("Stopped. Show what each rank keeps starts the preview again.")
+        set_status_style(self.status, "muted")
+
+    def _show_module(self, done: int, total: int) -> None:
+        if self._running:
+            self.status.setText(f"Reading and sketching the change of sample module {min(done + 1, total)} of "
+                                f"{total}…")
+
+    def _finished(self) -> None:
+        self._running = False
+        self.button.setEnabled(bool(all(self._pair)))
+        self.stop_button.setVisible(False)
+
     async def _preview(self, base: str, model: str, stop: threading.Event) -> None:
-        from guiapp.engine.spectrum import PREVIEW_MAX_RANK, SAMPLE_MODULES, preview_spectra
+        from guiapp.engine.spectrum import PREVIEW_MAX_RANK, preview_spectra
         from guiapp.errors import MergesmithError
 
+        def reached(done: int, total: int) -> None:
+            if not stop.is_set():
+                self.module_reached.emit(done, total)
+
         try:
-            spectra = await run_blocking(preview_spectra, base, model, SAMPLE_MODULES, PREVIEW_MAX_RANK, stop.is_set)
+            spectra = await run_blocking(preview_spectra, base, model, None, PREVIEW_MAX_RANK, stop.is_set, reached)
         except MergesmithError as error:
+            self._finished()
             self.status.setText(error_text(error))
             set_status_style(self.status, "problem")
-            self.button.setEnabled(True)
             return
-        self.button.setEnabled(True)
+        self._finished()
         self.chart.show_spectra(spectra)
         self.chart.setVisible(True)
         fits = [s.rank_for(0.9) for s in spectra]
