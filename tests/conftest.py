@@ -27,6 +27,8 @@ os.environ.pop("HUGGING_FACE_HUB_TOKEN", None)
 # several test processes (pytest imports it after this module, so with the environment above).
 pytest_plugins = ["tests.faults.summary"]
 
+from tests.support.session import models, probed  # noqa: E402, F401 - once per process for every folder
+
 
 def pytest_collection_modifyitems(items: list) -> None:
     # The slow tests (the app bundle's build takes minutes) start first, so that the other test processes run
