@@ -20,7 +20,7 @@ from guiapp.system.explain import Explanation
 from tests.faults.harness import headline
 from tests.faults.summary import SEEN_PROPERTY
 from tests.support.fixtures import hub_env, hub_server  # noqa: F401 - the Hub cases use them
-from tests.support.warm_cli import WarmCli
+from tests.support.warm_cli import WarmCli, shared
 
 SMALL = LlamaShape(hidden=64, intermediate=128, layers=2, heads=4, kv_heads=2, vocab=256)
 
@@ -44,8 +44,7 @@ def trio(tmp_path_factory: pytest.TempPathFactory) -> Trio:
 @pytest.fixture(scope="session")
 def warm_cli() -> Iterator[WarmCli]:
     """`mergesmith ARGS` in a fresh (forked) process per case, torch imported once: `warm_cli.run(args, ...)`."""
-    with WarmCli() as cli:
-        yield cli
+    yield shared()  # the process's one: the CLI helpers of other folders use it too
 
 
 @pytest.fixture

@@ -150,6 +150,19 @@ class WarmCli:
         raise RuntimeError(f"the warm CLI ended (exit {self._process.wait()}): {self._log.read_text()[-2000:]}")
 
 
+_shared: WarmCli | None = None
+
+
+def shared() -> WarmCli:
+    """This test process's one warm CLI, started on first use (one torch import) and ended when the process exits.
+    Raises RuntimeError, as WarmCli() does, when it cannot start."""
+    global _shared
+    if _shared is None:
+        _shared = WarmCli()
+        atexit.register(_shared.close)
+    return _shared
+
+
 # --- the zygote's side ----------------------------------------------------------------------------------------
 
 
