@@ -14,6 +14,12 @@ from pathlib import Path
 
 _SANDBOX = Path(tempfile.mkdtemp(prefix="mergesmith-tests-"))
 atexit.register(shutil.rmtree, _SANDBOX, ignore_errors=True)  # each test process's own; 344 had piled up in /tmp
+# One folder for the whole run, shared by the test processes (pytest-xdist's workers and the pytest children some
+# tests start inherit it): what is made once per run (the probe, the window's sample models) goes there. The
+# process that made it removes it when it ends, after the processes it started.
+if not os.environ.get("MERGESMITH_TEST_RUN_DIR"):
+    os.environ["MERGESMITH_TEST_RUN_DIR"] = tempfile.mkdtemp(prefix="mergesmith-test-run-")
+    atexit.register(shutil.rmtree, os.environ["MERGESMITH_TEST_RUN_DIR"], ignore_errors=True)
 os.environ["QT_QPA_PLATFORM"] = "offscreen"
 os.environ["HF_HOME"] = str(_SANDBOX / "hf-home")
 os.environ["HF_HUB_DISABLE_TELEMETRY"] = "1"
