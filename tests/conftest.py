@@ -14,6 +14,12 @@ from pathlib import Path
 
 _SANDBOX = Path(tempfile.mkdtemp(prefix="mergesmith-tests-"))
 atexit.register(shutil.rmtree, _SANDBOX, ignore_errors=True)  # each test process's own; 344 had piled up in /tmp
+# One folder for the whole run, shared by the test processes (pytest-xdist's workers and the pytest children some
+# tests start inherit it): what is made once per run (the probe, the window's sample models) goes there. The
+# process that made it removes it when it ends, after the processes it started.
+if not os.environ.get("MERGESMITH_TEST_RUN_DIR"):
+    os.environ["MERGESMITH_TEST_RUN_DIR"] = tempfile.mkdtemp(prefix="mergesmith-test-run-")
+    atexit.register(shutil.rmtree, os.environ["MERGESMITH_TEST_RUN_DIR"], ignore_errors=True)
 os.environ["QT_QPA_PLATFORM"] = "offscreen"
 os.environ["HF_HOME"] = str(_SANDBOX / "hf-home")
 os.environ["HF_HUB_DISABLE_TELEMETRY"] = "1"
@@ -27,8 +33,21 @@ os.environ.pop("HUGGING_FACE_HUB_TOKEN", None)
 # several test processes (pytest imports it after this module, so with the environment above).
 pytest_plugins = ["tests.faults.summary"]
 
+from tests.support.session import models, probed  # noqa: E402, F401 - once per process for every folder
+
 
 def pytest_collection_modifyitems(items: list) -> None:
-    # The slow tests (the app bundle's build takes minutes) start first, so that the other test processes run
-    # the many short tests meanwhile instead of waiting for them at the end.
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    """Order the files (each runs whole in one test process): those with more slow tests first (the app bundle's
+    build takes minutes), so that the other processes run the short ones meanwhile; then the files with more
+    tests before those with fewer, so that the run ends on short files instead of one process finishing a long
+    one alone. A file's tests stay together and in their order (its module fixtures are made once). pytest-xdist
+    hands the files out in this order (`--no-loadscope-reorder` in pyproject.toml: its own order, by number of
+    tests alone, handed out the bundle's file 42nd of 122 and the one-test load case 115th)."""
+    files: dict[str, list] = {}
+    for item in items:
+        files.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
+
+    def order(tests: list) -> tuple[int, int]:
+        return -sum(test.get_closest_marker("slow") is not None for test in tests), -len(tests)
+
+    items[:] = [item for tests in sorted(files.values(), key=order) for item in tests]

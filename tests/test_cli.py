@@ -11,14 +11,15 @@ from pathlib import Path
 import pytest
 
 from guiapp.engine.samples import LlamaShape, write_byte_tokenizer, write_llama, write_llama_finetune
+from tests.support import warm_cli
 from tests.support.fixtures import hub_env, hub_server  # noqa: F401 - the test Hub for the pipe tests
 
 TINY = LlamaShape(hidden=16, intermediate=32, layers=1, heads=2, kv_heads=1, vocab=32)
 
 
 def _run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "guiapp", *args], capture_output=True, text=True, timeout=300,
-                          env=env)
+    """`python -m guiapp ARGS` in a process of its own, forked from the warm CLI (torch already imported)."""
+    return warm_cli.shared().run(args, timeout=300, env=env)
 
 
 @pytest.fixture(scope="module")

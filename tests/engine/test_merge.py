@@ -23,6 +23,7 @@ from guiapp.errors import (
 )
 from guiapp.progress import CancelToken, Progress
 from tests.engine.helpers import fingerprint, leftovers, load_folder, recipe
+from tests.support import warm_cli
 
 LAYER_TENSOR = "model.layers.1.mlp.up_proj.weight"
 
@@ -328,8 +329,8 @@ def test_existing_output_is_kept_unless_overwrite(llama_trio, tmp_path):
 
 
 def _cli(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "guiapp", *map(str, args)], capture_output=True, text=True,
-                          cwd=cwd, timeout=120)
+    """`python -m guiapp ARGS` in a process of its own, forked from the warm CLI (torch already imported)."""
+    return warm_cli.shared().run([str(arg) for arg in args], cwd=cwd, timeout=120)
 
 
 def test_cli_merge_end_to_end(llama_trio, tmp_path):

@@ -20,7 +20,6 @@ from tests.faults.harness import headline
 from tests.faults.summary import SEEN_PROPERTY
 from tests.support.fixtures import hub_env, hub_server  # noqa: F401 - the Hub cases use them
 from tests.support.warm_cli import warm_cli  # noqa: F401 - the CLI cases use it
-from tests.ui.conftest import models, probed  # noqa: F401 - here, not per module: pytest makes one per module
 
 SMALL = LlamaShape(hidden=64, intermediate=128, layers=2, heads=4, kv_heads=2, vocab=256)
 

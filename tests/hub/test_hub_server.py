@@ -11,6 +11,13 @@ from huggingface_hub.errors import GatedRepoError
 from tests.support.hub_server import TEST_TOKEN
 
 
+@pytest.fixture(autouse=True)
+def _routed_to_the_test_hub(hub_env):
+    """The endpoint is the test server, as for Mergesmith's own calls: once an earlier test in the process imported
+    guiapp.hub, huggingface_hub's client refuses to send a token anywhere but the configured endpoint, so the
+    token check below failed or passed with the order the files ran in."""
+
+
 def test_tree_and_snapshot_download(hub_server, samples, tmp_path):
     hub_server.add_model("org/base", samples.base)
     api = HfApi(endpoint=hub_server.url)

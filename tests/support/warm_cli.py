@@ -152,16 +152,29 @@ class WarmCli:
         raise RuntimeError(f"the warm CLI ended (exit {self._process.wait()}): {self._log.read_text()[-2000:]}")
 
 
-# --- the zygote's side ----------------------------------------------------------------------------------------
+_shared: WarmCli | None = None
 
+
+def shared() -> WarmCli:
+    """This test process's one warm CLI, started on first use (one torch import) and ended when the process exits.
+    Raises RuntimeError, as WarmCli() does, when it cannot start."""
+    global _shared
+    if _shared is None:
+        _shared = WarmCli()
+        atexit.register(_shared.close)
+    return _shared
 
 
 @pytest.fixture(scope="session")
 def warm_cli() -> Iterator[WarmCli]:
     """`mergesmith ARGS` in a fresh (forked) process per case, torch imported once: `warm_cli.run(args, ...)`.
-    A conftest.py takes it with `from tests.support.warm_cli import warm_cli  # noqa: F401`."""
-    with WarmCli() as cli:
-        yield cli
+    The process's one (`shared`), which the CLI helpers of other folders use too. A conftest.py takes it with
+    `from tests.support.warm_cli import warm_cli  # noqa: F401`."""
+    yield shared()
+
+
+# --- the zygote's side ----------------------------------------------------------------------------------------
+
 
 def _serve() -> None:
     """Read one case per line on stdin, fork a child for it, answer its pid and then its exit code."""

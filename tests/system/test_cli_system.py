@@ -8,11 +8,12 @@ import subprocess
 import sys
 
 from guiapp.system.probe import cache_file, machine_fingerprint, store
+from tests.support import warm_cli
 
 
 def mergesmith(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "guiapp", *args], input=stdin, capture_output=True, text=True,
-                          timeout=120)
+    """`python -m guiapp ARGS` in a process of its own, forked from the warm CLI (torch already imported)."""
+    return warm_cli.shared().run(args, stdin=stdin, timeout=120)
 
 
 def test_explain_recognises_pasted_text_and_exits_zero():

@@ -9,47 +9,13 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from PySide6.QtCore import QSettings
 
-from guiapp.engine.samples import LlamaShape, write_llama, write_llama_finetune
-from guiapp.system.probe import Check, ProbeResult, machine_fingerprint, probe_child_command, run_probe_child
+from guiapp.system.probe import Check, ProbeResult
 from tests.support.fixtures import hub_env, hub_server  # noqa: F401 - fixtures for the search tests
-
-SMALL = LlamaShape(hidden=64, intermediate=128, layers=2, heads=4, kv_heads=2, vocab=256)
-WIDER = dataclasses.replace(SMALL, intermediate=192)
-# Big enough that a merge takes a second or more here, so progress is seen moving and a cancel lands mid-job.
-MEDIUM = LlamaShape(hidden=512, intermediate=1536, layers=6, heads=8, kv_heads=4, vocab=4096)
-
-
-@dataclass(frozen=True)
-class Models:
-    base: Path
-    tune_a: Path
-    tune_b: Path
-    wider: Path
-    medium_base: Path
-    medium_a: Path
-    medium_b: Path
-
-
-@pytest.fixture(scope="session")
-def models(tmp_path_factory: pytest.TempPathFactory) -> Models:
-    root = tmp_path_factory.mktemp("ui-models")
-    base = write_llama(root / "base", SMALL, seed=0)
-    medium_base = write_llama(root / "medium-base", MEDIUM, seed=10)
-    return Models(
-        base=base,
-        tune_a=write_llama_finetune(root / "tune-a", base, seed=1),
-        tune_b=write_llama_finetune(root / "tune-b", base, seed=2),
-        wider=write_llama(root / "wider", WIDER, seed=3),
-        medium_base=medium_base,
-        medium_a=write_llama_finetune(root / "medium-a", medium_base, seed=11, delta_rank=None),
-        medium_b=write_llama_finetune(root / "medium-b", medium_base, seed=12, delta_rank=None),
-    )
 
 
 @pytest.fixture(scope="session")
@@ -60,13 +26,6 @@ def chart_shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = Path(chosen) if chosen else tmp_path_factory.mktemp("charts")
     folder.mkdir(parents=True, exist_ok=True)
     return folder
-
-
-@pytest.fixture(scope="session")
-def probed() -> ProbeResult:
-    result = run_probe_child(probe_child_command(), machine_fingerprint(), timeout=120)
-    assert result.problem is None, result.problem
-    return result
 
 
 @pytest.fixture(autouse=True)
