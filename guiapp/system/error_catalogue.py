@@ -733,7 +733,8 @@ CATALOGUE: tuple[Entry, ...] = (
         "into repositories of code on the Hub; using them means running that code.",
         fix="Remove the setting that asks for it (dola_layers, penalty_alpha, num_beam_groups, constraints) from "
         "generation_config.json; Mergesmith's Try sets them aside itself and generates without them.",
-        pattern=re.compile(r"(?P<mode>[\w ]+?) requires `trust_remote_code\s*=\s*True` in your `generate` call"),
+        # The mode's name is bounded: an unbounded one made every search of a long word quadratic.
+        pattern=re.compile(r"(?P<mode>[\w ]{1,80}?) requires `trust_remote_code\s*=\s*True` in your `generate` call"),
         refine=lambda match, context: {"what": f"The generation settings ask for {(_group(match, 'mode') or '').strip()}, a "
                                        "decoding method transformers moved to code on the Hub."},
     ),
