@@ -289,7 +289,7 @@ def generate(
             f"{loaded.label} is an encoder (like BERT): it turns text into vectors and does not write text.",
             hint="Compare encoders with the similarity of sentence pairs instead.")
     progress = progress or Progress()
-    progress.start_stage(f"Generating: {loaded.label}", total=settings.max_new_tokens)
+    progress.start_stage(f"Generating: {loaded.source.ref.short_name}", total=settings.max_new_tokens)
     streamer = _StreamToListener(loaded.tokenizer, progress, on_text)
     input_ids = prompt_ids(loaded, prompt)
     tokenizer = loaded.tokenizer
@@ -351,7 +351,7 @@ def perplexity(
                             hint="Paste a few sentences or more.", key="text")
     window = max(2, min(window, loaded.max_positions or window))
     starts = list(range(0, ids.numel() - 1, window - 1))
-    progress.start_stage(f"Perplexity: {loaded.label}", total=len(starts))
+    progress.start_stage(f"Perplexity: {loaded.source.ref.short_name}", total=len(starts))
     total_nll, predicted = 0.0, 0
     for start in starts:
         chunk = ids[start:start + window].to(loaded.device)
@@ -381,7 +381,7 @@ def similarities(
     Cancelling `progress` stops between pairs.
     """
     progress = progress or Progress()
-    progress.start_stage(f"Similarity: {loaded.label}", total=len(pairs))
+    progress.start_stage(f"Similarity: {loaded.source.ref.short_name}", total=len(pairs))
     scores = []
     for first, second in pairs:
         score = torch.nn.functional.cosine_similarity(embedding(loaded, first), embedding(loaded, second), dim=0)
