@@ -235,13 +235,7 @@ class ParamEditor(QWidget):
         self.slider.setValue(self.slider_scale.position_of(number))
 
     def _mark_range(self, number: float) -> None:
-        """Mark the number box when `number` is outside the schema's range, its tooltip saying the range."""
-        allowed = allowed_range(self.spec)
-        outside = allowed is not None and not (
-            (self.spec.minimum is None or number >= self.spec.minimum)
-            and (self.spec.maximum is None or number <= self.spec.maximum))
-        set_status_style(self.spin, "problem" if outside else None)
-        self.spin.setToolTip(f"{number:g} is outside the allowed range: it must be {allowed}." if outside else "")
+        mark_range(self.spin, number, self.spec.minimum, self.spec.maximum)
 
     def _choose_layers(self, varies: bool) -> None:
         self.layers_choice.setCurrentIndex(1 if varies else 0)
@@ -327,7 +321,26 @@ class SliderScale:
 
 def allowed_range(spec: Any) -> str | None:
     """The schema's range in words ("between 0 and 1", "at least 0"), or None when any number is allowed."""
-    low, high = spec.minimum, spec.maximum
+    return range_words(spec.minimum, spec.maximum)
+
+
+def mark_range(box: QWidget, number: float, low: float | None, high: float | None, tip: str = "") -> bool:
+    """Mark a number box whose `number` is outside `low`..`high` (None: no bound), its tooltip saying the range
+    (else `tip`); a box takes any number and keeps it as typed, the page blocks its job. True when outside."""
+    allowed = range_words(low, high)
+    outside = allowed is not None and not ((low is None or number >= low) and (high is None or number <= high))
+    set_status_style(box, "problem" if outside else None)
+    box.setToolTip(f"{_plain_number(number)} is outside the allowed range: it must be {allowed}." if outside else tip)
+    return outside
+
+
+def nearest_allowed(number: float, low: float | None, high: float | None) -> float:
+    """The allowed value nearest `number`: the bound it is past, else itself."""
+    return max(low, number) if low is not None and number < low else min(high, number) if high is not None else number
+
+
+def range_words(low: float | None, high: float | None) -> str | None:
+    """A range in words ("between 0 and 1", "at least 0"), or None when any number is allowed."""
     if low is not None and high is not None:
         return f"between {_plain_number(low)} and {_plain_number(high)}"
     if low is not None:
