@@ -54,3 +54,31 @@ def test_a_per_layer_value_is_said_in_words_beside_its_chart_and_the_list_is_one
     density.text.clear()
     qtbot.keyClicks(density.text, "[{filter: mlp, value: 0.5}, {value: 0.3}]")
     assert density.text.isVisible() and not density.summary.isVisible()  # filters are shown as written
+
+
+def test_the_compatibility_line_coming_and_going_moves_neither_the_table_nor_run(qtbot, window, models, tmp_path):
+    window.resize(1280, 860)
+    window.show_page("merge")
+    page = window.merge
+    page.yaml_edit.setPlainText(yaml.safe_dump({"merge_method": "ties", "base_model": str(models.base), "models": [
+        {"model": str(model), "parameters": {"weight": 0.5, "density": 0.5}}
+        for model in (models.tune_a, models.tune_b, models.base)]}))
+    qtbot.waitUntil(lambda: page.compatibility.text().startswith("✓ Compatible"), timeout=20_000)
+    qtbot.wait(100)
+
+    def places():
+        return [(w.mapTo(window, QPoint(0, 0)), w.size()) for w in (page.table, page.run_button,
+                                                                     page.param_form, page.compatibility)]
+
+    compatible = places()
+    page.models_box.show_verdict(type("Check", (), {"compatible": None})())  # a check that could not tell
+    assert page.compatibility.text() == ""
+    qtbot.wait(100)
+    assert places() == compatible  # nothing below the line moves either: its room stays reserved
+    reference = page.table.reference_widget(2)
+    reference.setFocus()
+    reference.selectAll()
+    qtbot.keyClicks(reference, str(tmp_path / "no-such-model"))
+    qtbot.waitUntil(lambda: page.compatibility.text().startswith("✗"), timeout=20_000)
+    qtbot.wait(100)
+    assert places()[:2] == compatible[:2]  # the problem is said below the table, which stays where it was

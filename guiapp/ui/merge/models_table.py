@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from PySide6.QtCore import QSize, Qt, Signal
-from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableWidget, QToolButton, QWidget
+from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QSizePolicy, QTableWidget, QToolButton, QWidget
 
 from guiapp.jobs.plain_words import parameter_label, parameter_tooltip
 from guiapp.jobs.recipe_document import FormModel
@@ -31,6 +31,9 @@ class ModelsTable(QTableWidget):
         self.setSelectionMode(QAbstractItemView.SelectionMode.NoSelection)
         self.verticalHeader().setVisible(False)
         self.setMinimumHeight(MIN_TABLE_HEIGHT)
+        # As tall as its rows and no taller: room freed or taken below (a verdict line coming and going) does not
+        # resize it.
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Maximum)
         # Tall enough for its rows (a gradient's chart makes a row tall), so no model hides below the first.
         self.verticalHeader().sectionResized.connect(lambda *_: self.updateGeometry())
         self.model().rowsRemoved.connect(lambda *_: self.updateGeometry())
