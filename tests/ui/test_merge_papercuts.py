@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import yaml
 from PySide6.QtCore import QPoint, Qt
+from PySide6.QtWidgets import QScrollArea
 
 
 def _three_model_ties(qtbot, page, models) -> None:
@@ -34,6 +35,10 @@ def test_the_models_table_needs_no_sideways_scrolling(qtbot, window, models, siz
         assert viewport.contains(remove.mapTo(table.viewport(), QPoint(0, 0))) and viewport.contains(corner)
         name = table.cellWidget(row, 0)
         assert name.width() >= 100  # enough of the name to tell the models apart (elided in the middle)
+    qtbot.mouseClick(page.advanced.advanced_button, Qt.MouseButton.LeftButton)  # the slices editor open too
+    qtbot.mouseClick(page.advanced.slices_table.add_button, Qt.MouseButton.LeftButton)
+    scroll = page.findChildren(QScrollArea)[0]
+    qtbot.waitUntil(lambda: scroll.widget().minimumSizeHint().width() <= scroll.viewport().width(), timeout=5_000)
 
 
 def test_a_per_layer_value_is_said_in_words_beside_its_chart_and_the_list_is_one_click_away(qtbot, window, models):

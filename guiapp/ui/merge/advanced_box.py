@@ -18,15 +18,15 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-SLICES_HELP = ("Slices build the result from ranges of layers, in order: each row takes the layers From up to "
-               "(not including) To of its model. With slices the models table is not used.")
-SLICES_ONLY_AS_YAML = ("These slices combine several models in one slice (or have values of their own): edit them as "
-                       "YAML.")
-
 from guiapp.engine.chat_template_names import BUILT_IN_CHAT_TEMPLATES
 from guiapp.jobs.recipe_document import parse_slices
 from guiapp.ui.merge.slices_editor import SlicesTable, table_rows
 from guiapp.ui.widgets.wrapping_label import WrappingLabel
+
+SLICES_HELP = ("Slices build the result from ranges of layers, in order: each row takes the layers From up to "
+               "(not including) To of its model. With slices the models table is not used.")
+SLICES_ONLY_AS_YAML = ("These slices combine several models in one slice (or have values of their own): edit them as "
+                       "YAML.")
 
 # tokenizer_source values the choice list names in words; any other value is a model's reference.
 FROM_MODEL = "model"
@@ -62,6 +62,9 @@ class AdvancedBox(QWidget):
         form = QFormLayout(self.advanced)
 
         self.tokenizer_combo = QComboBox(accessibleName="Tokenizer")
+        # Its longest choice is elided rather than widening the form past the smallest window (the list shows it).
+        self.tokenizer_combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.tokenizer_combo.setMinimumContentsLength(24)
         for value, label, tip in TOKENIZER_CHOICES:
             self.tokenizer_combo.addItem(label, value)
             self.tokenizer_combo.setItemData(self.tokenizer_combo.count() - 1, tip, Qt.ItemDataRole.ToolTipRole)
@@ -131,8 +134,6 @@ class AdvancedBox(QWidget):
     def show_values(self, slices: Any, tokenizer_source: str, chat_template: str = "") -> None:
         """Show a recipe's slices (opening the section when there are some), tokenizer source and chat template,
         without reporting them as edits."""
-        import yaml
-
         self.slices_edit.setPlainText(_slices_yaml(slices))
         if slices:
             self.advanced_button.setChecked(True)

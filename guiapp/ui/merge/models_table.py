@@ -135,6 +135,8 @@ class ModelsTable(QTableWidget):
         entry = {"picker": picker, "editors": editors, "extra": dict(extra or {})}
         remove.clicked.connect(lambda: self._remove_row(entry))
         self.setCellWidget(row, len(self._method.per_model_params) + 1, remove)
+        for cell in (picker, remove):  # at the top of a row made tall by a chart, beside the values
+            cell.setMaximumHeight(cell.sizeHint().height())
         self.setRowHeight(row, max([34, picker.sizeHint().height() + 6,
                                     *(e.sizeHint().height() + 6 for e in editors.values())]))
         self._rows.append(entry)

@@ -12,7 +12,6 @@ from PySide6.QtWidgets import (
     QAbstractItemView,
     QHBoxLayout,
     QHeaderView,
-    QLineEdit,
     QPushButton,
     QSpinBox,
     QTableWidget,
@@ -20,6 +19,8 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
+
+from guiapp.ui.widgets.elided_line_edit import ElidedLineEdit
 
 MAX_LAYER = 100_000  # above any model's layer count: the recipe check says when a range is past the model's end
 ROW_HEIGHT = 32
@@ -97,9 +98,10 @@ class SlicesTable(QWidget):
     def _append(self, model: str, start: int, end: int) -> None:
         row = self.table.rowCount()
         self.table.insertRow(row)
-        name = QLineEdit(model, placeholderText="org/name or a folder", accessibleName=f"Slice {row + 1} model")
-        name.setToolTip(model)
-        name.textEdited.connect(lambda text, name=name: (name.setToolTip(text), self._changed()))
+        name = ElidedLineEdit(model)  # elided in the middle, the whole reference in its tooltip
+        name.setPlaceholderText("org/name or a folder")
+        name.setAccessibleName(f"Slice {row + 1} model")
+        name.textEdited.connect(lambda _: self._changed())
         self.table.setCellWidget(row, 0, name)
         for column, value, what in ((1, start, "from layer"), (2, end, "to layer")):
             box = QSpinBox(minimum=0, maximum=MAX_LAYER, value=value, accessibleName=f"Slice {row + 1} {what}")

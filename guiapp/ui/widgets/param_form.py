@@ -135,6 +135,7 @@ class ParamEditor(QWidget):
                 self.gradient_view = ParamEditor.gradient_view_factory(self)
                 self.gradient_view.setVisible(False)
                 column.addWidget(self.gradient_view)
+        column.addStretch(1)  # in a cell taller than the editor (a row with a chart), the editor stays at the top
         self.set_value(None)
 
     # --- public ---------------------------------------------------------------------------------------------
