@@ -24,6 +24,7 @@ from guiapp.ui.widgets.elided_line_edit import ElidedLineEdit
 
 MAX_LAYER = 100_000  # above any model's layer count: the recipe check says when a range is past the model's end
 ROW_HEIGHT = 32
+SHOWN_ROWS = (2, 8)  # the table is as tall as its rows, at least the first and at most the second (then scrolls)
 
 
 def table_rows(slices: Any) -> list[tuple[str, int, int]] | None:
@@ -69,8 +70,8 @@ class SlicesTable(QWidget):
         header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
         for column in (1, 2, 3):
             header.setSectionResizeMode(column, QHeaderView.ResizeMode.ResizeToContents)
-        self.table.setMinimumHeight(ROW_HEIGHT * 3)
         layout.addWidget(self.table)
+        self._fit_height()
         buttons = QHBoxLayout()
         self.add_button = QPushButton("Add slice")
         self.add_button.setToolTip("A new slice after the last: the same model, from the layer the last one stops at")
@@ -92,8 +93,14 @@ class SlicesTable(QWidget):
             self.table.setRowCount(0)
             for row in rows:
                 self._append(*row)
+            self._fit_height()
         finally:
             self._showing = False
+
+    def _fit_height(self) -> None:
+        rows = min(max(self.table.rowCount(), SHOWN_ROWS[0]), SHOWN_ROWS[1])
+        frame = 2 * self.table.frameWidth()
+        self.table.setFixedHeight(self.table.horizontalHeader().sizeHint().height() + rows * ROW_HEIGHT + frame)
 
     def _append(self, model: str, start: int, end: int) -> None:
         row = self.table.rowCount()
@@ -112,6 +119,7 @@ class SlicesTable(QWidget):
         remove.clicked.connect(lambda: self._remove(remove))
         self.table.setCellWidget(row, 3, remove)
         self.table.setRowHeight(row, ROW_HEIGHT)
+        self._fit_height()
 
     def _add_clicked(self) -> None:
         rows = self.rows()
@@ -125,6 +133,7 @@ class SlicesTable(QWidget):
             if self.table.cellWidget(row, 3) is button:
                 self.table.removeRow(row)
                 break
+        self._fit_height()
         self._changed()
 
     def _changed(self) -> None:
