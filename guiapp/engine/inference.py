@@ -620,7 +620,7 @@ def generate(
     if loaded.set_aside:
         progress.log(f"{loaded.label}: its generation_config.json asks for {', '.join(loaded.set_aside)}, which "
                      "Try cannot stream; it writes one answer, token by token, without it.")
-    progress.start_stage(f"Generating: {loaded.label}", total=new_tokens)
+    progress.start_stage(f"Generating: {loaded.source.ref.short_name}", total=new_tokens)
     streamer = _StreamToListener(loaded, progress, on_text)
     tokenizer = loaded.tokenizer
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
@@ -684,7 +684,7 @@ def perplexity(
             hint="Compare encoders with the similarity of sentence pairs instead.")
     progress = progress or Progress()
     window = max(2, min(window, loaded.max_positions or window))
-    progress.start_stage(f"Perplexity: {loaded.label}", total=len(text))
+    progress.start_stage(f"Perplexity: {loaded.source.ref.short_name}", total=len(text))
     total_nll, predicted, count = 0.0, 0, 0
 
     def read(pieces: Iterator[tuple[list[int], int]]) -> Iterator[list[int]]:
@@ -730,7 +730,7 @@ def similarities(
     Cancelling `progress` stops between pairs.
     """
     progress = progress or Progress()
-    progress.start_stage(f"Similarity: {loaded.label}", total=len(pairs))
+    progress.start_stage(f"Similarity: {loaded.source.ref.short_name}", total=len(pairs))
     scores = []
     for first, second in pairs:
         score = torch.nn.functional.cosine_similarity(embedding(loaded, first), embedding(loaded, second), dim=0)

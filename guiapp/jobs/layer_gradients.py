@@ -93,3 +93,16 @@ def _curve(value: Any, label: str, entry: int | None, layer_count: int | None) -
     if any(is_missing(v) or as_number(v) is None for v in layers):
         return None
     return GradientCurve(label, entry, tuple(float(n) for n in numbers), tuple(float(v) for v in layers))
+
+
+def gradient_in_words(value: Any) -> str | None:
+    """A plain list of numbers said in words: "0.2 at the first layer → 0.9 at the last" ("0.2 → 0.5 → 0.9, from
+    the first layer to the last" with points between); None for anything else (filters, text), which is shown as
+    written."""
+    if not isinstance(value, list) or len(value) < 2 or not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
+        return None
+    numbers = [f"{v:g}" for v in value]
+    if len(numbers) == 2:
+        return f"{numbers[0]} at the first layer → {numbers[1]} at the last"
+    return f"{' → '.join(numbers)}, from the first layer to the last"

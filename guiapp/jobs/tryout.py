@@ -171,9 +171,10 @@ def _load(model_plan: TryModelPlan, source, device: str, shelf: ModelShelf, keep
     import torch
 
     from guiapp.engine.inference import load_model
+    from guiapp.hub.references import ModelRef
 
     def load():
-        progress.start_stage(f"Loading {model_plan.reference}")
+        progress.start_stage(f"Loading {ModelRef.parse(model_plan.reference).short_name}")
         return load_model(source, getattr(torch, model_plan.run_dtype), device, progress)
 
     return shelf.take((model_plan.reference, model_plan.run_dtype, device), _folder_identity(model_plan.reference),

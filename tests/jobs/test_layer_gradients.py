@@ -31,3 +31,12 @@ def test_moving_a_point_changes_only_that_number():
     assert value == [{"filter": "self_attn", "value": [0, 1]}, {"value": 0.5}]  # the original is left alone
     with pytest.raises(RecipeError):
         with_anchor([0.1, 0.2], None, 5, 0.9)
+
+
+def test_a_plain_gradient_is_said_in_words_and_anything_else_is_not():
+    from guiapp.jobs.layer_gradients import gradient_in_words
+
+    assert gradient_in_words([0.8, 0.8]) == "0.8 at the first layer → 0.8 at the last"
+    assert gradient_in_words([0.1, 0.5, 1]) == "0.1 → 0.5 → 1, from the first layer to the last"
+    assert gradient_in_words([{"filter": "mlp", "value": 0.5}, {"value": 0.3}]) is None
+    assert gradient_in_words([0.1, "x"]) is None and gradient_in_words([True, False]) is None

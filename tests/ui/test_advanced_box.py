@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import yaml
 from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QLabel
 
 JINJA = "{% for message in messages %}{{ message['content'] }}{% endfor %}"
 
@@ -64,3 +65,50 @@ def test_the_recipe_choices_are_shown_and_its_own_template_is_kept(qtbot, window
     recipe = _yaml(page)
     assert recipe["chat_template"] == JINJA and recipe["tokenizer_source"] == str(models.tune_b)
     assert recipe["models"][0]["parameters"]["weight"] == 0.25
+
+
+def _press(qtbot, button) -> None:
+    """Press `button` from the keyboard, as Tab and Space do (the section has just opened and grows as rows are
+    added, so its buttons' places are not yet settled for a mouse click)."""
+    button.setFocus()
+    qtbot.keyClick(button, Qt.Key.Key_Space)
+
+
+def test_slices_are_edited_in_a_table_that_writes_the_recipes_slices(qtbot, window, models):
+    page = window.merge
+    window.show_page("merge")
+    _start(qtbot, page, models)
+    box = page.advanced
+    help_texts = " ".join(label.text() for label in box.advanced.findChildren(QLabel))
+    assert "“list”" not in help_texts and "“Per layer”" in help_texts  # only controls that exist are named
+    slices = box.slices_table
+    assert slices.isVisible() and not box.slices_edit.isVisible()  # a table, the YAML behind a button
+    _press(qtbot, slices.add_button)
+    name = slices.table.cellWidget(0, 0)
+    assert name.hasFocus()
+    qtbot.keyClicks(name, str(models.tune_a))
+    qtbot.keyClick(name, Qt.Key.Key_Tab)
+    to_layer = slices.table.cellWidget(0, 2)
+    to_layer.selectAll()
+    qtbot.keyClicks(to_layer, "2")
+    for _ in range(2):  # the next layers, of the same model
+        _press(qtbot, slices.add_button)
+    expected = [{"sources": [{"model": str(models.tune_a), "layer_range": [0, 2]}]},
+                {"sources": [{"model": str(models.tune_a), "layer_range": [2, 3]}]},
+                {"sources": [{"model": str(models.tune_a), "layer_range": [3, 4]}]}]
+    qtbot.waitUntil(lambda: _yaml(page).get("slices") == expected, timeout=5_000)
+    assert not page.table.isEnabled()  # the models come from the slices now
+    _press(qtbot, slices.table.cellWidget(1, 3))  # its ✕
+    qtbot.waitUntil(lambda: _yaml(page).get("slices") == [expected[0], expected[2]], timeout=5_000)
+
+    _press(qtbot, box.slices_yaml_button)  # Edit as YAML: the same slices as text
+    assert box.slices_edit.isVisible() and not slices.isVisible()
+    assert yaml.safe_load(box.slices_edit.toPlainText()) == [expected[0], expected[2]]
+    two_models = [{"sources": [{"model": str(models.tune_a), "layer_range": [0, 2]},
+                               {"model": str(models.tune_b), "layer_range": [0, 2]}]}]
+    box.slices_edit.setPlainText(yaml.safe_dump(two_models))
+    qtbot.waitUntil(lambda: _yaml(page).get("slices") == two_models, timeout=5_000)
+    assert box.slices_yaml_note.isVisible() and not box.slices_yaml_button.isVisible()  # says why it is text
+    box.slices_edit.setPlainText(yaml.safe_dump(expected[:1]))
+    _press(qtbot, box.slices_yaml_button)  # back to the table, which followed
+    assert slices.isVisible() and slices.rows() == [(str(models.tune_a), 0, 2)]

@@ -14,12 +14,54 @@ def test_models_that_do_not_pair_up_are_said_before_run(qtbot, window, models):
     assert page.x_check.property("status") == "problem"
 
 
-def test_rank_modes_change_the_value_range(qtbot, window):
+def test_rank_modes_change_the_value_and_its_allowed_range(qtbot, window):
     page = window.lora
     page.rank_mode.setCurrentIndex(page.rank_mode.findData("energy"))
-    assert (page.rank_value.minimum(), page.rank_value.maximum(), page.rank_value.value()) == (0.01, 1.0, 0.9)
+    assert page.rank_value.value() == 0.9 and page.rank_value.decimals() == 3
+    page.rank_value.setValue(1.5)
+    assert "between 0.01 and 1" in page.rank_value.toolTip()
     page.rank_mode.setCurrentIndex(page.rank_mode.findData("fixed"))
     assert page.rank_value.value() == 32 and page.rank_value.decimals() == 0
+    assert page.rank_value.property("status") == ""
+
+
+def _type_into(qtbot, box, text: str) -> None:
+    box.setFocus()
+    box.selectAll()
+    qtbot.keyClicks(box, text)
+    qtbot.keyClick(box, Qt.Key.Key_Tab)
+
+
+def test_out_of_range_numbers_are_kept_as_typed_marked_and_block_run_with_the_nearest_value(qtbot, window, models,
+                                                                                           tmp_path):
+    page = window.lora
+    window.show_page("lora")
+    page.x_base.set_text(str(models.base))
+    page.x_model.set_text(str(models.tune_a))
+    page.x_out.setText(str(tmp_path / "adapter"))
+    qtbot.waitUntil(page.x_run.isEnabled, timeout=20_000)
+    page.rank_mode.setCurrentIndex(page.rank_mode.findData("energy"))
+    _type_into(qtbot, page.rank_value, "1.5")
+    assert page.rank_value.value() == 1.5  # kept as typed, not clamped to 1
+    assert page.rank_value.property("status") == "problem"
+    assert not page.x_run.isEnabled() and "between 0.01 and 1" in page.x_bar.status.text()
+    assert page.x_bar.fix_button.isVisible() and page.x_bar.fix_button.text() == "Use 1"
+    qtbot.mouseClick(page.x_bar.fix_button, Qt.MouseButton.LeftButton)
+    assert page.rank_value.value() == 1 and page.rank_value.property("status") == ""
+    qtbot.waitUntil(page.x_run.isEnabled, timeout=20_000)
+    page.rank_mode.setCurrentIndex(page.rank_mode.findData("fixed"))
+    _type_into(qtbot, page.rank_value, "5000")
+    assert page.rank_value.value() == 5000 and not page.x_run.isEnabled()
+    assert page.x_bar.fix_button.text() == "Use 4096"
+
+    page.tabs.setCurrentIndex(1)
+    _type_into(qtbot, page.a_scale, "20")
+    assert page.a_scale.value() == 20 and page.a_scale.property("status") == "problem"
+    assert "between -10 and 10" in page.a_scale.toolTip()
+    page.a_base.set_text(str(models.base))
+    page.a_adapter.set_text(str(models.tune_a))  # not an adapter: that problem comes first once checked
+    qtbot.waitUntil(lambda: page.a_check.property("status") == "problem", timeout=20_000)
+    assert not page.a_run.isEnabled()
 
 
 def test_a_folder_that_is_not_an_adapter_is_explained(qtbot, window, models):
@@ -87,3 +129,23 @@ def test_apply_shows_its_time_like_extract(qtbot, window, models, tmp_path):
     qtbot.waitUntil(lambda: "Time: " in page.a_estimate.text(), timeout=20_000)
     time = page.a_estimate.text().split("Time: ", 1)[1].rstrip(".")
     assert page.a_bar.summary.text().endswith(time)  # in the bar's summary too, as for Extract and Merge
+
+
+def test_the_estimates_and_the_module_list_follow_the_models_chosen(qtbot, window, models):
+    page = window.lora
+    window.show_page("lora")
+    page.x_base.set_text(str(models.base))
+    page.x_model.set_text(str(models.tune_a))
+    qtbot.waitUntil(lambda: page.x_estimate.text().startswith("Reads"), timeout=20_000)
+    qtbot.waitUntil(lambda: page.module_list.count() > 0, timeout=20_000)
+    page.x_model.set_text("")
+    assert page.x_estimate.text() == "Choose both models to see the estimate."  # not the old pair's
+    page.x_base.set_text("")
+    assert page.module_list.count() == 0 and page.module_status.text().startswith("Choose the base model")
+
+    page.tabs.setCurrentIndex(1)
+    page.a_base.set_text(str(models.base))
+    page.a_adapter.set_text(str(models.tune_a))  # not an adapter
+    qtbot.waitUntil(lambda: page.a_estimate.text().startswith("The estimate appears once"), timeout=20_000)
+    page.a_adapter.set_text("")
+    assert page.a_estimate.text() == "Choose the base model and the adapter to see the estimate."

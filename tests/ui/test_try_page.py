@@ -206,3 +206,38 @@ def test_generate_and_perplexity_show_their_time_before_they_run(qtbot, window, 
     qtbot.waitUntil(lambda: page.status.text() == "Done.", timeout=120_000)
     record = window.state.jobs.records[-1]
     assert record.kind == "try" and record.summary["estimate"]["text"]  # the Jobs page compares it with the time
+
+
+def test_the_stages_shown_name_the_models_by_their_short_names(qtbot, window, try_models):
+    page = window.try_page
+    window.show_page("try")
+    page.set_models([str(try_models[0])])
+    page.prompt.setPlainText("the cat")
+    page.max_new_tokens.setValue(4)
+    seen: list[str] = []
+    window.state.jobs.progress.connect(lambda _key, _event: seen.append(page.status.text()))
+    qtbot.mouseClick(page.generate_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: page.status.text() == "Done.", timeout=120_000)
+    stages = [text for text in seen if text.startswith(("Generating", "Loading"))]
+    assert any(text.startswith("Generating: causal-a") for text in stages), seen
+    assert not any(str(try_models[0].parent) in text for text in seen), seen  # no local path
+    assert str(try_models[0].parent) not in window.jobs.stage.text()
+
+
+def test_a_hint_about_what_is_missing_goes_once_it_is_given(qtbot, window, try_models):
+    page = window.try_page
+    window.show_page("try")
+    page.set_models([])
+    page.prompt.clear()
+    qtbot.mouseClick(page.generate_button, Qt.MouseButton.LeftButton)
+    assert page.status.text() == "Choose at least one model."
+    page.pickers[0].set_text(str(try_models[0]))  # as choosing it in the list does
+    assert page.status.text() == "Write a prompt first."  # what is still missing, not the model
+    qtbot.keyClicks(page.prompt, "the cat")
+    assert page.status.text() == ""
+    page.tabs.setCurrentIndex(1)
+    page.text.clear()
+    qtbot.mouseClick(page.perplexity_button, Qt.MouseButton.LeftButton)
+    assert page.status.text() == "Paste some text or open a file first."
+    qtbot.keyClicks(page.text, "some words to score")
+    assert page.status.text() == ""

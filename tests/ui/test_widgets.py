@@ -21,7 +21,10 @@ ITERATIONS = ParamSpec("max_iter", ParamKind.INT, default=10, minimum=1, maximum
 
 
 @pytest.fixture
-def editor(qtbot):
+def editor(qtbot, monkeypatch):
+    # Editors on their own, without the chart a window installs for every editor (a list is then shown as typed).
+    monkeypatch.setattr(ParamEditor, "gradient_view_factory", None)
+
     def make(spec: ParamSpec) -> ParamEditor:
         widget = ParamEditor(spec)
         qtbot.addWidget(widget)

@@ -1,5 +1,5 @@
-"""The Merge page's Advanced section: the result's tokenizer and chat template, and slices (YAML), folded away
-until asked for. Recipes with `modules:` stay in the YAML view."""
+"""The Merge page's Advanced section: the result's tokenizer and chat template, and slices (a table, or their YAML),
+folded away until asked for. Recipes with `modules:` stay in the YAML view."""
 
 from __future__ import annotations
 
@@ -20,7 +20,13 @@ from PySide6.QtWidgets import (
 
 from guiapp.engine.chat_template_names import BUILT_IN_CHAT_TEMPLATES
 from guiapp.jobs.recipe_document import parse_slices
+from guiapp.ui.merge.slices_editor import SlicesTable, table_rows
 from guiapp.ui.widgets.wrapping_label import WrappingLabel
+
+SLICES_HELP = ("Slices build the result from ranges of layers, in order: each row takes the layers From up to "
+               "(not including) To of its model. With slices the models table is not used.")
+SLICES_ONLY_AS_YAML = ("These slices combine several models in one slice (or have values of their own): edit them as "
+                       "YAML.")
 
 # tokenizer_source values the choice list names in words; any other value is a model's reference.
 FROM_MODEL = "model"
@@ -56,6 +62,9 @@ class AdvancedBox(QWidget):
         form = QFormLayout(self.advanced)
 
         self.tokenizer_combo = QComboBox(accessibleName="Tokenizer")
+        # Its longest choice is elided rather than widening the form past the smallest window (the list shows it).
+        self.tokenizer_combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.tokenizer_combo.setMinimumContentsLength(24)
         for value, label, tip in TOKENIZER_CHOICES:
             self.tokenizer_combo.addItem(label, value)
             self.tokenizer_combo.setItemData(self.tokenizer_combo.count() - 1, tip, Qt.ItemDataRole.ToolTipRole)
@@ -77,18 +86,35 @@ class AdvancedBox(QWidget):
         self.chat_template_combo.currentIndexChanged.connect(lambda _: self.changed.emit())
         form.addRow("Chat template", self.chat_template_combo)
 
+        self._table_can_show = True  # the slices are ones the table can show
+        slices = QWidget()
+        slices_column = QVBoxLayout(slices)
+        slices_column.setContentsMargins(0, 0, 0, 0)
+        slices_column.addWidget(WrappingLabel(SLICES_HELP))
+        self.slices_table = SlicesTable()
+        self.slices_table.edited.connect(self._slices_table_edited)
+        slices_column.addWidget(self.slices_table)
+        self.slices_yaml_button = QToolButton(text="Edit as YAML", checkable=True)
+        self.slices_yaml_button.setToolTip("Show the slices as the recipe writes them, to edit them as text")
+        self.slices_yaml_button.toggled.connect(lambda _: self._show_slices_editor())
+        slices_column.addWidget(self.slices_yaml_button)
+        self.slices_yaml_note = WrappingLabel(SLICES_ONLY_AS_YAML, visible=False)
+        slices_column.addWidget(self.slices_yaml_note)
         self.slices_edit = QPlainTextEdit(placeholderText="- sources:\n  - model: org/a\n    layer_range: [0, 16]\n"
                                           "  - model: org/b\n    layer_range: [0, 16]")
         self.slices_edit.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
         self.slices_edit.setMaximumHeight(140)
         self.slices_edit.setTabChangesFocus(True)
-        self.slices_edit.textChanged.connect(lambda: self.slices_changed.emit(bool(self.slices_edit.toPlainText().strip())))
-        form.addRow("Slices (YAML)", self.slices_edit)
+        self._writing_slices = False  # the table is writing the YAML box: the table need not follow it
+        self.slices_edit.textChanged.connect(self._slices_text_changed)
+        slices_column.addWidget(self.slices_edit)
+        form.addRow("Slices", slices)
         self.slices_message = WrappingLabel(visible=False)
         form.addRow("", self.slices_message)
-        form.addRow(WrappingLabel("Gradients and filters: press “list” next to any number to give a list "
-                           "across layers or {filter, value} entries. Recipes with modules: are edited in the "
-                           "YAML view."))
+        form.addRow(WrappingLabel("Values that change across the layers: choose “Per layer” beside a number in the "
+                                  "models table or the method parameters, and drag the points of its chart. Recipes "
+                                  "with modules: are edited in the YAML view."))
+        self._show_slices_editor()
         self.advanced.setVisible(False)
         layout.addWidget(self.advanced)
 
@@ -108,9 +134,7 @@ class AdvancedBox(QWidget):
     def show_values(self, slices: Any, tokenizer_source: str, chat_template: str = "") -> None:
         """Show a recipe's slices (opening the section when there are some), tokenizer source and chat template,
         without reporting them as edits."""
-        import yaml
-
-        self.slices_edit.setPlainText(yaml.safe_dump(slices, sort_keys=False).strip() if slices else "")
+        self.slices_edit.setPlainText(_slices_yaml(slices))
         if slices:
             self.advanced_button.setChecked(True)
         for widget in (self.tokenizer_combo, self.tokenizer_model, self.chat_template_combo):
@@ -142,6 +166,51 @@ class AdvancedBox(QWidget):
             self.tokenizer_model.setFocus()
         self.changed.emit()
 
+    def slices_control(self) -> QWidget:
+        """The slices' editor shown now: the table, or the YAML box."""
+        return self.slices_edit if self.slices_edit.isVisibleTo(self.advanced) else self.slices_table.table
+
+    def _slices_table_edited(self, slices: Any) -> None:
+        self._writing_slices = True
+        try:
+            self.slices_edit.setPlainText(_slices_yaml(slices))
+        finally:
+            self._writing_slices = False
+
+    def _slices_text_changed(self) -> None:
+        """The table follows the YAML box (a recipe shown, or text typed) when it can show what it holds."""
+        text = self.slices_edit.toPlainText()
+        if not self._writing_slices:
+            parsed = parse_slices(text)
+            rows = [] if parsed is None else table_rows(parsed)
+            if rows is not None:
+                self.slices_table.show_rows(rows)
+            self._show_slices_editor(table_can_show=rows is not None or isinstance(parsed, str))
+        self.slices_changed.emit(bool(text.strip()))
+
+    def _show_slices_editor(self, table_can_show: bool | None = None) -> None:
+        """The table, or the YAML box when asked for ("Edit as YAML") or when the table cannot show the slices
+        (then saying why; text being typed that is not valid YAML yet keeps the box shown)."""
+        if table_can_show is not None:
+            self._table_can_show = table_can_show
+        can_show = self._table_can_show
+        if not can_show:  # stays the YAML box when they become ones the table could show, not mid-typing
+            self.slices_yaml_button.blockSignals(True)
+            self.slices_yaml_button.setChecked(True)
+            self.slices_yaml_button.blockSignals(False)
+        as_yaml = self.slices_yaml_button.isChecked() or not can_show
+        self.slices_table.setVisible(not as_yaml)
+        self.slices_edit.setVisible(as_yaml)
+        self.slices_yaml_note.setVisible(not can_show)
+        self.slices_yaml_button.setVisible(can_show)
+
     def _toggle(self, shown: bool) -> None:
         self.advanced.setVisible(shown)
         self.advanced_button.setArrowType(Qt.ArrowType.DownArrow if shown else Qt.ArrowType.RightArrow)
+
+
+def _slices_yaml(slices: Any) -> str:
+    """The `slices:` value as the YAML box shows it (layer ranges on one line, as mergekit's examples write them)."""
+    import yaml
+
+    return yaml.safe_dump(slices, sort_keys=False, default_flow_style=None).strip() if slices else ""

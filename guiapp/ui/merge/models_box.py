@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from PySide6.QtCore import Signal
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QFormLayout, QGroupBox, QHBoxLayout, QLabel, QPushButton, QVBoxLayout
 
 from guiapp.system.units import plural
@@ -48,6 +48,9 @@ class ModelsBox(QGroupBox):
         layout.addLayout(buttons)
         self.models_message = WrappingLabel(visible=False)
         self.compatibility = WrappingLabel()
+        # Room for the verdict's two lines whether it is shown or not, so what is below never jumps.
+        self.compatibility.setMinimumHeight(2 * self.compatibility.fontMetrics().lineSpacing())
+        self.compatibility.setAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignTop)
         layout.addWidget(self.models_message)
         layout.addWidget(self.compatibility)
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from PySide6.QtCore import QSize, Signal
-from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableWidget, QToolButton, QWidget
+from PySide6.QtCore import QSize, Qt, Signal
+from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QSizePolicy, QTableWidget, QToolButton, QWidget
 
 from guiapp.jobs.plain_words import parameter_label, parameter_tooltip
 from guiapp.jobs.recipe_document import FormModel
@@ -16,8 +16,10 @@ from guiapp.jobs.recipe_fixes import suggested_value
 from guiapp.ui.widgets.elided_line_edit import ElidedLineEdit
 from guiapp.ui.widgets.param_form import ParamEditor
 
-MODEL_COLUMN_WIDTH = 170
-VALUE_COLUMN_WIDTH = 175  # a number box and its "All layers / Per layer" choice
+# The model column never gets narrower than this (its name is elided in the middle), and takes the room the values
+# leave; a value column is as wide as its label when there is room, else as its editor (the label elides, its
+# tooltip says it whole). The table fits the page's width down to the smallest window: no sideways scrolling.
+MODEL_COLUMN_WIDTH = 110
 MIN_TABLE_HEIGHT, MAX_TABLE_HEIGHT = 150, 480  # beyond the maximum, the table scrolls its rows
 
 
@@ -29,6 +31,9 @@ class ModelsTable(QTableWidget):
         self.setSelectionMode(QAbstractItemView.SelectionMode.NoSelection)
         self.verticalHeader().setVisible(False)
         self.setMinimumHeight(MIN_TABLE_HEIGHT)
+        # As tall as its rows and no taller: room freed or taken below (a verdict line coming and going) does not
+        # resize it.
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Maximum)
         # Tall enough for its rows (a gradient's chart makes a row tall), so no model hides below the first.
         self.verticalHeader().sectionResized.connect(lambda *_: self.updateGeometry())
         self.model().rowsRemoved.connect(lambda *_: self.updateGeometry())
@@ -48,30 +53,50 @@ class ModelsTable(QTableWidget):
             self.horizontalHeaderItem(column).setToolTip(f"{parameter_label(spec)}: "
                                                          f"{parameter_tooltip(spec)}")
         header = self.horizontalHeader()
-        header.setSectionResizeMode(0, QHeaderView.ResizeMode.Interactive)  # sized by _fit_model_column
-        header.setMinimumSectionSize(60)
-        for column in range(1, len(specs) + 1):  # wide enough for the editor, and for its label to show whole
-            header.setSectionResizeMode(column, QHeaderView.ResizeMode.Interactive)
-            self.setColumnWidth(column, max(VALUE_COLUMN_WIDTH, header.sectionSizeHint(column)))
-        header.setSectionResizeMode(len(specs) + 1, QHeaderView.ResizeMode.ResizeToContents)
-        self._fit_model_column()
+        header.setMinimumSectionSize(30)
+        header.setTextElideMode(Qt.TextElideMode.ElideRight)
+        for column in range(len(specs) + 2):  # sized by _fit_columns
+            header.setSectionResizeMode(column, QHeaderView.ResizeMode.Fixed)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self._fit_columns()
 
     def sizeHint(self) -> QSize:  # noqa: N802 - Qt's name
         rows = sum(self.rowHeight(row) for row in range(self.rowCount()))
-        scrolls_sideways = self.horizontalHeader().length() > self.viewport().width()  # a narrow window
-        sideways = self.horizontalScrollBar().sizeHint().height() if scrolls_sideways else 0
-        height = self.horizontalHeader().height() + rows + sideways + 2 * self.frameWidth()
-        return QSize(super().sizeHint().width(), max(MIN_TABLE_HEIGHT, min(MAX_TABLE_HEIGHT, height)))
+        height = self.horizontalHeader().height() + rows + 2 * self.frameWidth()
+        return QSize(self.minimumSizeHint().width(), max(MIN_TABLE_HEIGHT, min(MAX_TABLE_HEIGHT, height)))
+
+    def minimumSizeHint(self) -> QSize:  # noqa: N802 - Qt's name
+        """Narrow enough for the smallest window: the model column at its least, each value at its editor's."""
+        scroll_bar = self.verticalScrollBar().sizeHint().width()
+        width = MODEL_COLUMN_WIDTH + sum(self._least_width(c) for c in range(1, self.columnCount()))
+        return QSize(width + scroll_bar + 2 * self.frameWidth(), super().minimumSizeHint().height())
 
     def resizeEvent(self, event) -> None:  # noqa: N802 - Qt's name
         super().resizeEvent(event)
-        self._fit_model_column()
-        self.updateGeometry()  # the sideways scroll bar, there or not, changes the height the rows need
+        self._fit_columns()
 
-    def _fit_model_column(self) -> None:
-        """The model column takes the room the values leave, but never less than enough to tell models apart
-        (a narrow window scrolls the table sideways instead)."""
-        others = sum(self.columnWidth(column) for column in range(1, self.columnCount()))
+    def _least_width(self, column: int) -> int:
+        """The narrowest `column` can be: its editors' (the Remove button's) smallest width."""
+        cells = [cell for row in range(self.rowCount()) if (cell := self.cellWidget(row, column))]
+        return max([cell.minimumSizeHint().width() for cell in cells] or [self.horizontalHeader().minimumSectionSize()])
+
+    def _fit_columns(self) -> None:
+        """Fit the columns to the viewport's width: Remove as narrow as its button, each value column as wide as
+        its label where there is room (else down to its editor's width), the model column the rest."""
+        if self.columnCount() < 2:
+            return
+        header = self.horizontalHeader()
+        values = range(1, self.columnCount() - 1)
+        remove = self._least_width(self.columnCount() - 1)
+        least = {c: self._least_width(c) for c in values}
+        wanted = {c: max(least[c], header.sectionSizeHint(c)) for c in values}
+        room = self.viewport().width() - remove - MODEL_COLUMN_WIDTH
+        extra, needed = sum(wanted.values()) - sum(least.values()), max(0, room - sum(least.values()))
+        share = min(1.0, needed / extra) if extra else 1.0
+        for c in values:
+            self.setColumnWidth(c, least[c] + int((wanted[c] - least[c]) * share))
+        self.setColumnWidth(self.columnCount() - 1, remove)
+        others = sum(self.columnWidth(c) for c in range(1, self.columnCount()))
         self.setColumnWidth(0, max(MODEL_COLUMN_WIDTH, self.viewport().width() - others))
 
     def rows(self) -> list[FormModel]:
@@ -105,13 +130,18 @@ class ModelsTable(QTableWidget):
             editor.changed.connect(lambda *_: self.changed.emit())
             self.setCellWidget(row, column, editor)
             editors[spec.name] = editor
-        remove = QToolButton(text="Remove")
+        remove = QToolButton(text="✕", accessibleName="Remove", autoRaise=True)
         remove.setToolTip("Remove this model from the merge")
         entry = {"picker": picker, "editors": editors, "extra": dict(extra or {})}
         remove.clicked.connect(lambda: self._remove_row(entry))
         self.setCellWidget(row, len(self._method.per_model_params) + 1, remove)
-        self.setRowHeight(row, max(34, picker.sizeHint().height() + 6))
+        for cell in (picker, remove):  # at the top of a row made tall by a chart, beside the values
+            cell.setMaximumHeight(cell.sizeHint().height())
+        self.setRowHeight(row, max([34, picker.sizeHint().height() + 6,
+                                    *(e.sizeHint().height() + 6 for e in editors.values())]))
         self._rows.append(entry)
+        self._fit_columns()
+        self.updateGeometry()
 
     def reference_widget(self, row: int) -> QWidget | None:
         """The box holding the `row`-th model's reference (None past the last row)."""

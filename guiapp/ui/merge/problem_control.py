@@ -57,8 +57,8 @@ def control_for(page: Any, key: KeyPath, message: str) -> QWidget | None:
         return shown if not shown.isHidden() else page.advanced.tokenizer_combo
     if top == "chat_template":
         return page.advanced.chat_template_combo
-    if top == "slices" and not page.advanced.slices_edit.isHidden():
-        return page.advanced.slices_edit
+    if top == "slices":
+        return page.advanced.slices_control()
     return _yaml_line(page, key)
 
 

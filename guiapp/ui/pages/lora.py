@@ -9,6 +9,7 @@ nearly-empty warning) appears under the form, until another pair of models is ch
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -48,10 +49,15 @@ from guiapp.ui.theme import set_status_style
 from guiapp.ui.widgets.action_bar import ActionBar
 from guiapp.ui.widgets.model_picker import ModelPicker
 from guiapp.ui.widgets.options import OptionCombo, device_choices, dtype_choices
+from guiapp.ui.widgets.param_form import UNBOUNDED, mark_range, nearest_allowed
 from guiapp.ui.widgets.spectrum_chart import ModuleEnergyChart, RankPreview
 from guiapp.ui.widgets.wrapping_label import WrappingLabel
 
 ADAPTER_DTYPES = ("bfloat16", "float16", "float32")
+# What the estimate and module lines say until the models they describe are chosen.
+X_ESTIMATE_HINT = "Choose both models to see the estimate."
+A_ESTIMATE_HINT = "Choose the base model and the adapter to see the estimate."
+MODULES_HINT = "Choose the base model to list its modules. With none ticked, every changed module is extracted."
 MODEL_DTYPES = ("bfloat16", "float16", "float32", "float64")
 OUTPUT_KEY = ("output",)  # the key of a check's problems with the output folder
 RANK_MODES = {  # mode: (label, minimum, maximum, step, decimals, default, help)
@@ -61,6 +67,8 @@ RANK_MODES = {  # mode: (label, minimum, maximum, step, decimals, default, help)
     "threshold": ("Threshold", 0.001, 0.999, 0.01, 3, 0.05, "Per module, keep directions at least this fraction "
                   "as strong as the strongest."),
 }
+SCALE_RANGE = (-10.0, 10.0)
+SCALE_TIP = "1 applies the adapter as trained; 0.5 half its effect."
 
 
 class LoraPage(QWidget):
@@ -95,10 +103,14 @@ class LoraPage(QWidget):
                        self.solver.currentIndexChanged, self.embeddings.currentIndexChanged):
             signal.connect(self._extract_changed)
         self.a_scale.valueChanged.connect(self._describe_apply)
-        # The free folder each bar's fix button offers when the chosen output folder is taken.
-        self._free_outputs: dict[ActionBar, str | None] = {self.x_bar: None, self.a_bar: None}
-        self.x_bar.fix_button.clicked.connect(lambda: self._use_free_output(self.x_bar, self.x_out))
-        self.a_bar.fix_button.clicked.connect(lambda: self._use_free_output(self.a_bar, self.a_out))
+        # What each bar's fix button does (a number back in range, a free output folder), and each form's last
+        # check of its models (None while there is none, or it found a problem with them).
+        self._fixes: dict[ActionBar, Callable[[], None] | None] = {self.x_bar: None, self.a_bar: None}
+        self._checks: dict[ActionBar, PairCheck | None] = {self.x_bar: None, self.a_bar: None}
+        for bar in (self.x_bar, self.a_bar):
+            bar.fix_button.clicked.connect(lambda _=False, bar=bar: self._fixes[bar] and self._fixes[bar]())
+        self.rank_value.valueChanged.connect(lambda _: self._number_changed(self.x_bar))
+        self.a_scale.valueChanged.connect(lambda _: self._number_changed(self.a_bar))
         self.x_overwrite.toggled.connect(self._extract_changed)
         self.a_overwrite.toggled.connect(self._apply_changed)
         self._refresh_capabilities()
@@ -146,7 +158,9 @@ class LoraPage(QWidget):
         for mode, spec in RANK_MODES.items():
             self.rank_mode.addItem(spec[0], mode)
             self.rank_mode.setItemData(self.rank_mode.count() - 1, spec[6], Qt.ItemDataRole.ToolTipRole)
-        self.rank_value = QDoubleSpinBox(accessibleName="Rank value")
+        # Any number is kept as typed (a box clamping 1.5 to 1 would hide the mistake); one outside the mode's range
+        # is marked and blocks Extract, with the nearest allowed value as its fix.
+        self.rank_value = QDoubleSpinBox(accessibleName="Rank value", minimum=-UNBOUNDED, maximum=UNBOUNDED)
         self.rank_mode.currentIndexChanged.connect(self._rank_mode_changed)
         self.max_rank = QSpinBox(accessibleName="Maximum rank", minimum=0, maximum=65536)
         self.max_rank.setSpecialValueText("no limit")
@@ -183,8 +197,7 @@ class LoraPage(QWidget):
         self.module_list = QListWidget(accessibleName="Module kinds")
         self.module_list.setMaximumHeight(150)
         self.module_list.itemChanged.connect(lambda _: self._module_kinds_chosen())
-        self.module_status = WrappingLabel("Choose the base model to list its modules. With none ticked, every changed "
-                                    "module is extracted.")
+        self.module_status = WrappingLabel(MODULES_HINT)
         self.include = QLineEdit(placeholderText="all modules (a regular expression, e.g. self_attn)")
         self.exclude = QLineEdit(placeholderText="none (a regular expression, e.g. lm_head)")
         advanced.addRow("Only these modules", self.module_list)
@@ -212,7 +225,7 @@ class LoraPage(QWidget):
         form.addRow("", self.x_overwrite)
         column.addWidget(output)
 
-        self.x_estimate = WrappingLabel("Choose both models to see the estimate.")
+        self.x_estimate = WrappingLabel(X_ESTIMATE_HINT)
         self.x_report = WrappingLabel()
         self.x_report.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         column.addWidget(self.x_estimate)
@@ -241,10 +254,9 @@ class LoraPage(QWidget):
     def _rank_mode_changed(self) -> None:
         _, low, high, step, decimals, default, tip = RANK_MODES[self.rank_mode.currentData()]
         self.rank_value.setDecimals(decimals)
-        self.rank_value.setRange(low, high)
         self.rank_value.setSingleStep(step)
         self.rank_value.setValue(default)
-        self.rank_value.setToolTip(tip)
+        mark_range(self.rank_value, self.rank_value.value(), low, high, tip)
 
     def set_extract_models(self, model: str, base: str | None = None) -> None:
         """Pre-fill from the library ("Extract LoRA from this"): the fine-tune, and its base when known."""
@@ -310,13 +322,19 @@ class LoraPage(QWidget):
         self.rank_preview.set_pair(base, model)
         if base:
             self._module_lister.request(lambda: self._list_modules(base))
+        else:  # the kinds listed were another base's
+            self._module_lister.cancel()
+            self.module_list.clear()
+            self.module_status.setText(MODULES_HINT)
         if not (base and model):
             self._checker.cancel()  # a check still running for the models no longer chosen is dropped
             self.x_check.clear()
+            self.x_estimate.setText(X_ESTIMATE_HINT)
             self.x_bar.set_waiting("Choose the base model and the fine-tuned model first.")
             return
         self.x_check.setText("Checking the models…")
         set_status_style(self.x_check, "muted")
+        self._checks[self.x_bar] = None
         self.x_bar.set_checking()
         device, out, probe = self.x_device.value() or "cpu", self.x_out.text().strip(), self.state.probe
         replace = self.x_overwrite.isChecked()
@@ -366,6 +384,8 @@ class LoraPage(QWidget):
             self.x_check.setText("Choose the base model, the fine-tuned model and the adapter folder first.")
             set_status_style(self.x_check, "problem")
             return None
+        if self._number_out_of_range(self.x_bar) is not None:
+            return None  # the bar says which and offers the fix
         job = extract_job(
             self.x_base.text(), self.x_model.text(), expanded(self.x_out.text().strip()),
             rank_mode=self.rank_mode.currentData(), rank_value=_rank_value(self.rank_mode.currentData(),
@@ -422,8 +442,8 @@ class LoraPage(QWidget):
             picker.changed.connect(self._apply_changed)
         form.addRow("Base model", self.a_base)
         form.addRow("Adapter", self.a_adapter)
-        self.a_scale = QDoubleSpinBox(accessibleName="Scale", minimum=-10, maximum=10, singleStep=0.1, value=1.0)
-        self.a_scale.setToolTip("1 applies the adapter as trained; 0.5 half its effect.")
+        self.a_scale = QDoubleSpinBox(accessibleName="Scale", minimum=-UNBOUNDED, maximum=UNBOUNDED, singleStep=0.1,
+                                      value=1.0, toolTip=SCALE_TIP)
         form.addRow("Strength", self.a_scale)
         self.a_check = WrappingLabel()
         form.addRow("", self.a_check)
@@ -442,7 +462,7 @@ class LoraPage(QWidget):
         self.a_overwrite = QCheckBox("Replace the folder if it already exists")
         form.addRow("", self.a_overwrite)
         column.addWidget(output)
-        self.a_estimate = WrappingLabel("Choose the base model and the adapter to see the estimate.")
+        self.a_estimate = WrappingLabel(A_ESTIMATE_HINT)
         column.addWidget(self.a_estimate)
         column.addStretch()
         return page
@@ -473,10 +493,12 @@ class LoraPage(QWidget):
         if not (base and adapter):
             self._apply_checker.cancel()
             self.a_check.clear()
+            self.a_estimate.setText(A_ESTIMATE_HINT)
             self.a_bar.set_waiting("Choose the base model and the adapter first.")
             return
         self.a_check.setText("Checking the adapter against the base model…")
         set_status_style(self.a_check, "muted")
+        self._checks[self.a_bar] = None
         self.a_bar.set_checking()
         device, out, replace = self.a_device.value() or "cpu", self.a_out.text().strip(), self.a_overwrite.isChecked()
         probe = self.state.probe
@@ -507,21 +529,48 @@ class LoraPage(QWidget):
         self.a_estimate.setText("\n".join(lines))
 
     def _show_output_check(self, bar: ActionBar, check: PairCheck) -> None:
-        """Ready, or blocked on the output folder (taken, or inside an input: with a free folder as the one-click
-        fix)."""
+        """Ready, or blocked on a number out of its range (with the nearest allowed value as the one-click fix) or
+        on the output folder (taken, or inside an input: with a free folder as the fix)."""
+        self._checks[bar] = check
+        out_of_range = self._number_out_of_range(bar)
+        if out_of_range is not None:
+            text, box, nearest = out_of_range
+            self._fixes[bar] = lambda: box.setValue(nearest)
+            bar.set_blocked(text, fix=f"Use {nearest:g}")
+            return
         problem = next((p for p in check.errors if p.key == OUTPUT_KEY), None)
-        chosen = (self.x_out if bar is self.x_bar else self.a_out).text().strip()
+        edit = self.x_out if bar is self.x_bar else self.a_out
+        chosen = edit.text().strip()
         free = free_output(problem.error, chosen) if problem else None
-        self._free_outputs[bar] = free[0] if free else None
+        self._fixes[bar] = (lambda: edit.setText(free[0])) if free else None  # checks again
         if problem is None:
             bar.set_ready()
         else:  # the folder's whole path is in its field: the name is enough
             bar.set_blocked(recipe_words(problem.text, None, [chosen, str(expanded(chosen))] if chosen else []),
                             fix=free[1] if free else None)
 
-    def _use_free_output(self, bar: ActionBar, edit: QLineEdit) -> None:
-        if self._free_outputs[bar]:
-            edit.setText(self._free_outputs[bar])  # checks again
+    def _number_out_of_range(self, bar: ActionBar) -> tuple[str, QDoubleSpinBox, float] | None:
+        """The number of `bar`'s form outside its range (the rank value, the strength): what to say, its box and
+        the nearest allowed value; None when it is within."""
+        if bar is self.x_bar:
+            label, low, high = RANK_MODES[self.rank_mode.currentData()][:3]
+            box = self.rank_value
+        else:
+            (low, high), label, box = SCALE_RANGE, "Strength", self.a_scale
+        number = box.value()
+        if low <= number <= high:
+            return None
+        return f"{label} is {number:g}; it must be between {low:g} and {high:g}.", box, nearest_allowed(number, low, high)
+
+    def _number_changed(self, bar: ActionBar) -> None:
+        """Mark the number's box when out of range and, once the models are checked, show whether it blocks Run."""
+        if bar is self.x_bar:
+            _, low, high, *_, tip = RANK_MODES[self.rank_mode.currentData()]
+            mark_range(self.rank_value, self.rank_value.value(), low, high, tip)
+        else:
+            mark_range(self.a_scale, self.a_scale.value(), *SCALE_RANGE, SCALE_TIP)
+        if self._checks[bar] is not None:
+            self._show_output_check(bar, self._checks[bar])
 
     def run_apply(self) -> str | None:
         from guiapp.jobs.specs import apply_job
@@ -530,6 +579,8 @@ class LoraPage(QWidget):
             self.a_check.setText("Choose the base model, the adapter and the output folder first.")
             set_status_style(self.a_check, "problem")
             return None
+        if self._number_out_of_range(self.a_bar) is not None:
+            return None  # the bar says which and offers the fix
         job = apply_job(self.a_base.text(), self.a_adapter.text(), expanded(self.a_out.text().strip()),
                         scale=self.a_scale.value(), dtype=self.a_dtype.value(), device=self.a_device.value() or "cpu",
                         overwrite=self.a_overwrite.isChecked())

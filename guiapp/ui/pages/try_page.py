@@ -182,6 +182,9 @@ class TryPage(QWidget):
             picker.use_library(state.library)
             picker.changed.connect(lambda _: self._models_changed())
         self._scored: list[str] = []  # the models the perplexity table is about
+        self._hint: tuple[str, str] | None = None  # the action whose missing input the status names, and its text
+        for edit in (self.prompt, self.text):
+            edit.textChanged.connect(self._update_hint)
         # Each tab's time estimate, worked out in the background from the models' headers once the input settles.
         self._estimator = LatestTask(500, self)
         for signal in (*(picker.changed for picker in self.pickers), self.prompt.textChanged, self.text.textChanged,
@@ -291,8 +294,7 @@ class TryPage(QWidget):
 
     def generate(self) -> None:
         references = self.references()
-        if not self._can_start(references) or not self.prompt.toPlainText().strip():
-            self.status.setText(self.status.text() or "Write a prompt first.")
+        if not self._can_start("generate"):
             return
         self._show_columns(references)
         job = try_job(references, self.prompt.toPlainText(), max_new_tokens=self.max_new_tokens.value(),
@@ -304,8 +306,7 @@ class TryPage(QWidget):
 
     def compute_perplexity(self) -> None:
         references = self.references()
-        if not self._can_start(references) or not self.text.toPlainText().strip():
-            self.status.setText(self.status.text() or "Paste some text or open a file first.")
+        if not self._can_start("perplexity"):
             return
         self.table.setRowCount(0)
         self._fit_table()
@@ -346,16 +347,22 @@ class TryPage(QWidget):
         """Open the Publish dialog for the last model of the list; returns it (None when that is no folder)."""
         from guiapp.ui.publish_dialog import PublishDialog  # only when asked for
 
+        folder = self._publish_folder()
+        if folder is None:
+            self._show_hint("publish")
+            return None
+        dialog = PublishDialog(self.state, folder, self)
+        dialog.open()
+        return dialog
+
+    def _publish_folder(self) -> Path | None:
+        """The folder Publish would publish: the last model's (its adapter's), when it is one on this computer."""
         references = self.references()
-        if references:
-            ref = ModelRef.parse(references[-1])
-            folder = (ref.adapter or ref).folder
-            if folder is not None and folder.is_dir():
-                dialog = PublishDialog(self.state, folder, self)
-                dialog.open()
-                return dialog
-        self.status.setText("Publishing needs a model folder on this computer as the last model of the list.")
-        return None
+        if not references:
+            return None
+        ref = ModelRef.parse(references[-1])
+        folder = (ref.adapter or ref).folder
+        return folder if folder is not None and folder.is_dir() else None
 
     def load_text_file(self, path: Path) -> None:
         """Read a .txt or .jsonl file into the text box (off the UI thread); a problem is shown in the status."""
@@ -370,15 +377,43 @@ class TryPage(QWidget):
 
     # --- internals ------------------------------------------------------------------------------------------
 
-    def _can_start(self, references: list[str]) -> bool:
+    def _can_start(self, action: str) -> bool:
+        """Whether `action` ("generate", "perplexity") can start now; if not, the status says what is missing."""
         if self._key is not None:
             self.status.setText("A run is in progress: stop it first.")
             return False
-        if not references:
-            self.status.setText("Choose at least one model.")
+        if self._missing(action):
+            self._show_hint(action)
             return False
         self.status.setText("")
         return True
+
+    def _missing(self, action: str) -> str:
+        """What `action` ("generate", "perplexity", "publish") still needs, in words ("" when nothing)."""
+        if action == "publish":
+            return "" if self._publish_folder() else ("Publishing needs a model folder on this computer as the "
+                                                      "last model of the list.")
+        if not self.references():
+            return "Choose at least one model."
+        if action == "generate" and not self.prompt.toPlainText().strip():
+            return "Write a prompt first."
+        if action == "perplexity" and not self.text.toPlainText().strip():
+            return "Paste some text or open a file first."
+        return ""
+
+    def _show_hint(self, action: str) -> None:
+        """Say what `action` still needs; the hint follows the form until it is given (`_update_hint`)."""
+        self._hint = (action, self._missing(action))
+        self.status.setText(self._hint[1])
+
+    def _update_hint(self) -> None:
+        """A hint still shown says what is missing now: the next thing, or nothing once all is given."""
+        if self._hint is None or self.status.text() != self._hint[1]:
+            self._hint = None  # the status has said something else since
+            return
+        self._show_hint(self._hint[0])
+        if not self._hint[1]:
+            self._hint = None
 
     def _start(self, job, mode: str) -> None:
         self._mode = mode
@@ -474,6 +509,7 @@ class TryPage(QWidget):
 
     def _models_changed(self) -> None:
         """Results about other models than those chosen now go: a table of stale scores would mislead."""
+        self._update_hint()
         if self._scored and self._scored != self.references():
             self._scored = []
             self.table.setRowCount(0)

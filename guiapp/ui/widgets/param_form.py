@@ -27,11 +27,14 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
     QLineEdit,
+    QSizePolicy,
     QSlider,
+    QToolButton,
     QVBoxLayout,
     QWidget,
 )
 
+from guiapp.jobs.layer_gradients import gradient_in_words
 from guiapp.jobs.plain_words import parameter_label, parameter_tooltip
 from guiapp.jobs.recipe_fixes import suggested_value
 from guiapp.ui.theme import set_status_style
@@ -51,7 +54,8 @@ class ParamEditor(QWidget):
     gradient_view_factory: ClassVar[Callable[[ParamEditor], QWidget] | None] = None
 
     def __init__(self, spec: Any, parent: QWidget | None = None, *, compact: bool = False) -> None:
-        """`compact` leaves the slider out (the number box stays): for a table's narrow cells."""
+        """`compact` leaves the slider out (the number box stays) and puts "All layers / Per layer" under the
+        number: for a table's narrow cells."""
         super().__init__(parent)
         self.spec = spec
         self.compact = compact
@@ -75,6 +79,12 @@ class ParamEditor(QWidget):
                              "{filter, value} entries sets values by tensor name.")
         self.text.setVisible(False)
         self.text.textEdited.connect(self._text_edited)
+        self.text.editingFinished.connect(lambda: self._show_list_as(self._parsed_text()))
+        # Beside a gradient's chart (the editor of a list of numbers) the list is said in words; a click types it.
+        self.summary = QToolButton(autoRaise=True)
+        self.summary.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Fixed)
+        self.summary.setVisible(False)
+        self.summary.clicked.connect(self._type_the_list)
         if spec.kind == "bool":
             self.check = QCheckBox(accessibleName=parameter_label(spec))
             self.check.toggled.connect(self._user_changed)
@@ -112,11 +122,20 @@ class ParamEditor(QWidget):
             self.layers_choice.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
             self.layers_choice.currentIndexChanged.connect(lambda _: self._list_toggled(self.varies_by_layer()))
             layout.addWidget(self.text, 1)
-            layout.addWidget(self.layers_choice)
+            layout.addWidget(self.summary, 1)
+            if compact:  # under the number, so the table's column stays narrow
+                choice_row = QHBoxLayout()
+                choice_row.setContentsMargins(2, 0, 2, 0)
+                choice_row.addWidget(self.layers_choice)
+                choice_row.addStretch()
+                column.addLayout(choice_row)
+            else:
+                layout.addWidget(self.layers_choice)
             if ParamEditor.gradient_view_factory is not None:
                 self.gradient_view = ParamEditor.gradient_view_factory(self)
                 self.gradient_view.setVisible(False)
                 column.addWidget(self.gradient_view)
+        column.addStretch(1)  # in a cell taller than the editor (a row with a chart), the editor stays at the top
         self.set_value(None)
 
     # --- public ---------------------------------------------------------------------------------------------
@@ -144,6 +163,7 @@ class ParamEditor(QWidget):
 
                 self._choose_layers(True)
                 self.text.setText(yaml.safe_dump(shown, default_flow_style=True, sort_keys=False, width=ONE_LINE).strip())
+                self._show_list_as(shown)
                 self.gradient_changed.emit(shown)
             else:
                 self._choose_layers(False)
@@ -176,6 +196,7 @@ class ParamEditor(QWidget):
         self._choose_layers(True)
         self.text.setText(yaml.safe_dump(values, default_flow_style=True, sort_keys=False, width=ONE_LINE).strip())
         self._text_edited(self.text.text())
+        self._show_list_as(values)
 
     # --- internals ------------------------------------------------------------------------------------------
 
@@ -215,19 +236,12 @@ class ParamEditor(QWidget):
         self.slider.setValue(self.slider_scale.position_of(number))
 
     def _mark_range(self, number: float) -> None:
-        """Mark the number box when `number` is outside the schema's range, its tooltip saying the range."""
-        allowed = allowed_range(self.spec)
-        outside = allowed is not None and not (
-            (self.spec.minimum is None or number >= self.spec.minimum)
-            and (self.spec.maximum is None or number <= self.spec.maximum))
-        set_status_style(self.spin, "problem" if outside else None)
-        self.spin.setToolTip(f"{number:g} is outside the allowed range: it must be {allowed}." if outside else "")
+        mark_range(self.spin, number, self.spec.minimum, self.spec.maximum)
 
     def _choose_layers(self, varies: bool) -> None:
         self.layers_choice.setCurrentIndex(1 if varies else 0)
 
     def _list_toggled(self, on: bool) -> None:
-        self.text.setVisible(on)
         self.spin.setVisible(not on)
         self.slider.setVisible(not on and not self.compact)
         if self.gradient_view is not None:
@@ -235,6 +249,11 @@ class ParamEditor(QWidget):
         if on and not self._updating and not self.text.text():
             self.text.setText(f"[{self.spin.value():g}, {self.spin.value():g}]")
             self.gradient_changed.emit(self._parsed_text())
+        if on:
+            self._show_list_as(self._parsed_text())
+        else:
+            self.text.setVisible(False)
+            self.summary.setVisible(False)
         self._user_changed()
 
     def _text_edited(self, _: str) -> None:
@@ -242,7 +261,27 @@ class ParamEditor(QWidget):
         set_status_style(self.text, "problem" if isinstance(parsed, str) else None)
         if isinstance(parsed, list):
             self.gradient_changed.emit(parsed)
+        if gradient_in_words(parsed) is None:  # filters or a half-typed list: shown as written
+            self._show_list_as(parsed)
         self._user_changed()
+
+    def _show_list_as(self, value: Any) -> None:
+        """Say a list of numbers in words when its chart is shown (the chart is its editor), else show the list as
+        written in its box (values by tensor name, a list being typed, no chart)."""
+        words = gradient_in_words(value) if self.gradient_view is not None else None
+        typing = self.text.isVisible() and self.text.hasFocus()
+        in_words = words is not None and not typing
+        if in_words:
+            self.summary.setText(" → ".join(f"{v:g}" for v in value) if self.compact else words)
+            self.summary.setToolTip(f"{words}. Drag the points on the chart to change them, or click to type the "
+                                    "list.")
+        self.summary.setVisible(in_words)
+        self.text.setVisible(not in_words)
+
+    def _type_the_list(self) -> None:
+        self.summary.setVisible(False)
+        self.text.setVisible(True)
+        self.text.setFocus()
 
 
 # A parameter whose usual value (`suggested_value`: its default, else the value the window offers) is below this (a
@@ -283,7 +322,26 @@ class SliderScale:
 
 def allowed_range(spec: Any) -> str | None:
     """The schema's range in words ("between 0 and 1", "at least 0"), or None when any number is allowed."""
-    low, high = spec.minimum, spec.maximum
+    return range_words(spec.minimum, spec.maximum)
+
+
+def mark_range(box: QWidget, number: float, low: float | None, high: float | None, tip: str = "") -> bool:
+    """Mark a number box whose `number` is outside `low`..`high` (None: no bound), its tooltip saying the range
+    (else `tip`); a box takes any number and keeps it as typed, the page blocks its job. True when outside."""
+    allowed = range_words(low, high)
+    outside = allowed is not None and not ((low is None or number >= low) and (high is None or number <= high))
+    set_status_style(box, "problem" if outside else None)
+    box.setToolTip(f"{_plain_number(number)} is outside the allowed range: it must be {allowed}." if outside else tip)
+    return outside
+
+
+def nearest_allowed(number: float, low: float | None, high: float | None) -> float:
+    """The allowed value nearest `number`: the bound it is past, else itself."""
+    return max(low, number) if low is not None and number < low else min(high, number) if high is not None else number
+
+
+def range_words(low: float | None, high: float | None) -> str | None:
+    """A range in words ("between 0 and 1", "at least 0"), or None when any number is allowed."""
     if low is not None and high is not None:
         return f"between {_plain_number(low)} and {_plain_number(high)}"
     if low is not None:
