@@ -251,8 +251,9 @@ def test_sample_models_say_they_are_untrained_where_their_output_appears(demo_mo
     sample_line, other_line = scored.stdout.strip().splitlines()[-2:]
     assert "untrained" in sample_line and "vocabulary" in sample_line
     assert "untrained" not in other_line  # a model that is not a sample gets no such note
-    for model in (merged, base):  # each model's loading is said once
-        assert sum(line.startswith(f"Loading {model}") for line in scored.stderr.splitlines()) == 1, scored.stderr
+    for model in (merged, base):  # each model's loading is said once (its stage names it by its short name)
+        assert sum(line.startswith(f"Loading {model.name},") for line in scored.stderr.splitlines()) == 1, \
+            scored.stderr
 
 
 def test_try_and_perplexity_help_say_what_they_do():

@@ -267,6 +267,8 @@ _SCORE_SECONDS_PER_TOKEN = 0.12e-3
 _SCORE_SECONDS_PER_PARAMETER = 8e-12
 # A text's tokens when no tokenizer of the model is on this computer yet: about four characters each in English.
 _CHARACTERS_PER_TOKEN = 4
+# The part of a text its tokenizer counts for an estimate: a long text is not tokenized whole before its job runs.
+_SAMPLE_CHARACTERS = 4_000
 # The durations module counts these jobs' work in nanoseconds of the reference machine.
 _NANOSECONDS = 1e9
 
@@ -285,7 +287,7 @@ def estimate_generation(plan, prompt: str, max_new_tokens: int, probe_result=Non
     and up to `max_new_tokens` generated (a model that stops early takes less). None on a GPU or with nothing to
     go by (as `estimate_duration`; `startup_seconds` as there). Inside a job, marks where its work begins. Never
     raises."""
-    work = sum(_load_seconds(model, first=index == 0) + len(_tokens(model.reference, prompt))
+    work = sum(_load_seconds(model, first=index == 0) + _token_count(model.reference, prompt)
                * _score_seconds(model) + max_new_tokens * (_GENERATE_SECONDS_PER_TOKEN + model.parameters
                                                            * _GENERATE_SECONDS_PER_PARAMETER)
                for index, model in enumerate(plan.models))
@@ -295,7 +297,7 @@ def estimate_generation(plan, prompt: str, max_new_tokens: int, probe_result=Non
 def estimate_perplexity(plan, text: str, probe_result=None, *, startup_seconds: float = 0.0) -> TimeEstimate | None:
     """How long Perplexity takes for `plan` on `text`: each model loaded and run over the text's tokens (as
     `estimate_generation`)."""
-    work = sum(_load_seconds(model, first=index == 0) + len(_tokens(model.reference, text)) * _score_seconds(model)
+    work = sum(_load_seconds(model, first=index == 0) + _token_count(model.reference, text) * _score_seconds(model)
                for index, model in enumerate(plan.models))
     return _inference_estimate("perplexity", work, plan.device, probe_result, startup_seconds)
 
@@ -318,16 +320,28 @@ def _score_seconds(model) -> float:
     return _SCORE_SECONDS_PER_TOKEN + model.parameters * _SCORE_SECONDS_PER_PARAMETER
 
 
-def _tokens(reference: str, text: str) -> list[int] | range:
-    """`text`'s tokens by the model's own tokenizer.json when it is on this computer (read by the tokenizers
-    library alone, without transformers), else a count from its length. Never raises."""
+def _token_count(reference: str, text: str) -> int:
+    """About how many tokens `text` is for the model: its own tokenizer.json (when the model is on this computer)
+    counts a sample of at most `_SAMPLE_CHARACTERS`, scaled to the whole text; else a count from the length.
+    Never raises: a tokenizer that cannot be read or used (not a regular file, too large, one that panics) is the
+    job's to name when it runs, and the estimate counts from the length instead."""
+    from guiapp.errors import MergesmithError
     from guiapp.hub.references import ModelRef
     from guiapp.hub.resolve import resolve_model
+    from guiapp.system.bounded import TOKENIZER_JSON_BYTES, open_regular_file
 
+    sample = text[:_SAMPLE_CHARACTERS]
     try:
         folder = resolve_model(ModelRef.parse(reference), offline=True)
+        with open_regular_file(folder / "tokenizer.json", MergesmithError, what="tokenizer") as stream:
+            definition = stream.read(TOKENIZER_JSON_BYTES + 1)
+        if len(definition) > TOKENIZER_JSON_BYTES:
+            raise MergesmithError("tokenizer.json is too large to read for an estimate")
         from tokenizers import Tokenizer  # noqa: PLC0415 - only when a model is there to be read
 
-        return Tokenizer.from_file(str(folder / "tokenizer.json")).encode(text).ids
-    except Exception:  # not downloaded, no tokenizer.json, or one the library cannot read: counted instead
-        return range(max(1, len(text) // _CHARACTERS_PER_TOKEN))
+        counted = len(Tokenizer.from_str(definition.decode("utf-8")).encode(sample).ids)
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException:  # a Rust panic is a BaseException; any failure means: count from the length instead
+        return max(1, len(text) // _CHARACTERS_PER_TOKEN)
+    return max(1, round(counted * len(text) / max(1, len(sample))))

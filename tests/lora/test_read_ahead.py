@@ -41,9 +41,9 @@ class _Recorder(Progress):
         self.events.append(("stage", name, threading.current_thread().name, torch.get_num_threads()))
         super().start_stage(name, *args, **kwargs)
 
-    def step(self, item: str = "", units: int = 1, nbytes: int = 0) -> None:
+    def step(self, item: str = "", units: int = 1, nbytes: int = 0, work: float = 0.0) -> None:
         self.events.append(("step", item, threading.current_thread().name, torch.get_num_threads()))
-        super().step(item, units, nbytes)
+        super().step(item, units, nbytes, work)
 
 
 def test_the_reader_runs_on_one_thread_at_most_one_module_ahead(llama_base, llama_planted, tmp_path, monkeypatch):

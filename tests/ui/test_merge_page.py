@@ -112,7 +112,8 @@ def test_out_of_range_parameter_is_reported_next_to_the_parameters(qtbot, window
         "parameters": {"tol": -1.7},
     }))
     qtbot.waitUntil(lambda: not page.params_message.isHidden(), timeout=20_000)
-    assert "tol" in page.params_message.text() and "-1.7" in page.params_message.text()
+    # in the form's words: the parameter's label, not its recipe key
+    assert "“Stop when steps are this small”" in page.params_message.text() and "-1.7" in page.params_message.text()
 
 
 def test_dtype_dropdown_disables_what_the_probe_says_fails(qtbot, make_window, probed, models):

@@ -26,16 +26,16 @@ def _show(qtbot, window, recipe, output):
 
 
 def test_a_value_out_of_range_is_said_in_the_forms_words_and_kept_as_written(qtbot, window, models, tmp_path):
-    page = _show(qtbot, window, _ties(models, density_a=1.5), tmp_path / "out")
+    page = _show(qtbot, window, _ties(models, density_a=-0.5), tmp_path / "out")
     status = page.run_box.action_bar.status
     qtbot.waitUntil(lambda: status.text().startswith("Fix:"), timeout=30_000)
     for text in (status.text(), page.models_message.text()):
         assert "Keep this fraction of changes" in text and "tune-a" in text, text
         assert "`" not in text and str(models.tune_a) not in text and "tensor" not in text, text
     density = page.table.editor(0, "density")
-    assert density.spin.value() == 1.5  # shown as written, not clamped to 1
-    assert density.spin.property("status") == "problem" and "between 0" in density.spin.toolTip()
-    assert page.document["models"][0]["parameters"]["density"] == 1.5
+    assert density.spin.value() == -0.5  # shown as written, not clamped to 0
+    assert density.spin.property("status") == "problem" and "at least 0" in density.spin.toolTip()
+    assert page.document["models"][0]["parameters"]["density"] == -0.5
 
 
 def test_typing_a_value_out_of_range_reaches_the_recipe_as_typed(qtbot, window, models, tmp_path):
@@ -43,17 +43,17 @@ def test_typing_a_value_out_of_range_reaches_the_recipe_as_typed(qtbot, window, 
     spin = page.table.editor(1, "density").spin
     qtbot.mouseClick(spin, Qt.MouseButton.LeftButton)
     spin.selectAll()
-    qtbot.keyClicks(spin.lineEdit(), "1.5")
+    qtbot.keyClicks(spin.lineEdit(), "-0.5")
     qtbot.keyClick(spin, Qt.Key.Key_Tab)
-    assert spin.value() == 1.5
-    assert page.document["models"][1]["parameters"]["density"] == 1.5
-    assert "density: 1.5" in page.yaml_edit.toPlainText()
+    assert spin.value() == -0.5
+    assert page.document["models"][1]["parameters"]["density"] == -0.5
+    assert "density: -0.5" in page.yaml_edit.toPlainText()
     status = page.run_box.action_bar.status
     qtbot.waitUntil(lambda: status.text().startswith("Fix:"), timeout=30_000)
     assert "tune-b" in status.text() and not page.run_button.isEnabled()
     qtbot.mouseClick(page.run_box.action_bar.fix_button, Qt.MouseButton.LeftButton)  # the nearest allowed value
     spin = page.table.editor(1, "density").spin  # the table shows the fixed recipe
-    assert page.document["models"][1]["parameters"]["density"] == 1.0 and spin.value() == 1.0
+    assert page.document["models"][1]["parameters"]["density"] == 0.0 and spin.value() == 0.0
     assert spin.property("status") != "problem"
 
 

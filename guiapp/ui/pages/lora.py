@@ -335,7 +335,7 @@ class LoraPage(QWidget):
         self.x_check.setText("Checking the models…")
         set_status_style(self.x_check, "muted")
         self._checks[self.x_bar] = None
-        self.x_bar.set_checking()
+        self._show_checking(self.x_bar)
         device, out, probe = self.x_device.value() or "cpu", self.x_out.text().strip(), self.state.probe
         replace = self.x_overwrite.isChecked()
         options = {"rule": self._rank_rule(), "solver": self.solver.currentData(),
@@ -499,7 +499,7 @@ class LoraPage(QWidget):
         self.a_check.setText("Checking the adapter against the base model…")
         set_status_style(self.a_check, "muted")
         self._checks[self.a_bar] = None
-        self.a_bar.set_checking()
+        self._show_checking(self.a_bar)
         device, out, replace = self.a_device.value() or "cpu", self.a_out.text().strip(), self.a_overwrite.isChecked()
         probe = self.state.probe
         self._apply_checker.request(lambda: self._check_adapter(base, adapter, device, out, replace, probe))
@@ -532,11 +532,7 @@ class LoraPage(QWidget):
         """Ready, or blocked on a number out of its range (with the nearest allowed value as the one-click fix) or
         on the output folder (taken, or inside an input: with a free folder as the fix)."""
         self._checks[bar] = check
-        out_of_range = self._number_out_of_range(bar)
-        if out_of_range is not None:
-            text, box, nearest = out_of_range
-            self._fixes[bar] = lambda: box.setValue(nearest)
-            bar.set_blocked(text, fix=f"Use {nearest:g}")
+        if self._blocked_by_a_number(bar):
             return
         problem = next((p for p in check.errors if p.key == OUTPUT_KEY), None)
         edit = self.x_out if bar is self.x_bar else self.a_out
@@ -548,6 +544,23 @@ class LoraPage(QWidget):
         else:  # the folder's whole path is in its field: the name is enough
             bar.set_blocked(recipe_words(problem.text, None, [chosen, str(expanded(chosen))] if chosen else []),
                             fix=free[1] if free else None)
+
+    def _show_checking(self, bar: ActionBar) -> None:
+        """While the models are checked: a number out of its range blocks Run at once (it needs no check);
+        otherwise the bar says it is checking."""
+        if not self._blocked_by_a_number(bar):
+            bar.set_checking()
+
+    def _blocked_by_a_number(self, bar: ActionBar) -> bool:
+        """Block `bar`'s Run on a number of its form out of range, with the nearest allowed value as the one-click
+        fix; False when every number is within its range."""
+        out_of_range = self._number_out_of_range(bar)
+        if out_of_range is None:
+            return False
+        text, box, nearest = out_of_range
+        self._fixes[bar] = lambda: box.setValue(nearest)
+        bar.set_blocked(text, fix=f"Use {nearest:g}")
+        return True
 
     def _number_out_of_range(self, bar: ActionBar) -> tuple[str, QDoubleSpinBox, float] | None:
         """The number of `bar`'s form outside its range (the rank value, the strength): what to say, its box and
