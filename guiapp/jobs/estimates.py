@@ -330,18 +330,19 @@ def _token_count(reference: str, text: str) -> int:
     from guiapp.hub.resolve import resolve_model
     from guiapp.system.bounded import TOKENIZER_JSON_BYTES, open_regular_file
 
+    by_length = max(1, len(text) // _CHARACTERS_PER_TOKEN)
     sample = text[:_SAMPLE_CHARACTERS]
     try:
         folder = resolve_model(ModelRef.parse(reference), offline=True)
         with open_regular_file(folder / "tokenizer.json", MergesmithError, what="tokenizer") as stream:
             definition = stream.read(TOKENIZER_JSON_BYTES + 1)
         if len(definition) > TOKENIZER_JSON_BYTES:
-            raise MergesmithError("tokenizer.json is too large to read for an estimate")
+            return by_length
         from tokenizers import Tokenizer  # noqa: PLC0415 - only when a model is there to be read
 
         counted = len(Tokenizer.from_str(definition.decode("utf-8")).encode(sample).ids)
     except (KeyboardInterrupt, SystemExit):
         raise
     except BaseException:  # a Rust panic is a BaseException; any failure means: count from the length instead
-        return max(1, len(text) // _CHARACTERS_PER_TOKEN)
+        return by_length
     return max(1, round(counted * len(text) / max(1, len(sample))))
