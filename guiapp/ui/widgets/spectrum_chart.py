@@ -24,6 +24,7 @@ from guiapp.ui.widgets.wrapping_label import WrappingLabel
 
 CHART_HEIGHT = 190
 AXIS_PIXELS = 45  # the left axis of the report chart, outside the bars
+MOST_HEADROOM = 0.45  # of the report chart's height, for the names of the modules that keep least
 
 
 class SpectrumChart(ChartHost):
@@ -254,10 +255,14 @@ class ModuleEnergyChart(ChartHost):
         rows = _label_rows([(index, (metrics.horizontalAdvance(name) + 12) / bar_pixels) for index, name in worst])
         # The names stand above the 100 % line, each over its bar, so no name covers a bar; the axis starts at 0
         # and the headroom is as many lines as the names need.
-        plot_pixels = max(60.0, self.plot.viewport().height() or self.height())
-        line = 1.15 * metrics.height() / plot_pixels
-        top = 1.0 / (1.0 - min(0.6, line * (max(rows, default=-1) + 1) + 0.04))
-        for (index, name), row in zip(worst, rows, strict=True):
+        # The bars' own box (the view without its axes): the names' lines are a share of its height.
+        box_pixels = self.plot.getViewBox().height() or 0.6 * self.height()
+        line = 1.35 * metrics.height() / max(40.0, box_pixels)
+        headroom = line * (max(rows, default=-1) + 1) + 0.04
+        # In a chart too short for the names (the Jobs page at its smallest), the report's text above names them.
+        named = headroom <= MOST_HEADROOM
+        top = 1.0 / (1.0 - headroom) if named else 1.05
+        for (index, name), row in zip(worst, rows, strict=True) if named else ():
             # Names near an edge lean inwards, so they are not cut off.
             lean = 0.0 if index < len(energies) / 4 else 1.0 if index >= 3 * len(energies) / 4 else 0.5
             label = pg.TextItem(name, color=self.highlight_colour(), anchor=(lean, 1.0 + 1.1 * row))
@@ -265,7 +270,9 @@ class ModuleEnergyChart(ChartHost):
             self.plot.addItem(label)
         bottom = min(0.0, min(energies)) - 0.06  # a little below 0 %, so that its tick is drawn
         self.plot.setYRange(bottom, top, padding=0)
-        self.plot.getAxis("left").setTicks([[(v / 4, f"{v * 25}%") for v in range(5)]])
+        # As many ticks as the box has room for: quarters, else 0 % and 100 %.
+        steps = 4 if box_pixels >= 4 * 1.5 * metrics.height() else 1
+        self.plot.getAxis("left").setTicks([[(v / steps, f"{v * 100 // steps}%") for v in range(steps + 1)]])
         self.plot.setXRange(-0.5, len(energies) - 0.5, padding=0.01)
         self.plot.getAxis("bottom").setTicks([[]])
 
