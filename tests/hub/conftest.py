@@ -12,6 +12,7 @@ from safetensors.torch import save_file
 
 from guiapp.engine.samples import LlamaShape, write_llama, write_llama_finetune
 from tests.support.fixtures import hub_env, hub_server  # noqa: F401 - fixtures used by this folder's tests
+from tests.support.hub_server import TEST_TOKEN, enable_uploads
 
 # Big enough that a header read (the client asks for 100,000 bytes) is clearly not the whole file.
 SMALL = LlamaShape(hidden=128, intermediate=256, layers=2, heads=4, kv_heads=2, vocab=512)
@@ -64,3 +65,14 @@ def _write_adapter(folder: Path) -> Path:
               "base_model_name_or_path": "org/base", "task_type": "CAUSAL_LM"}  # fmt: skip
     (folder / "adapter_config.json").write_text(json.dumps(config))
     return folder
+
+
+@pytest.fixture
+def uploads(hub_env, tmp_path):  # noqa: F811 - hub_env is the fixture imported above
+    """The test Hub, accepting uploads into a store of its own (its `roles` give tokens their permissions)."""
+    return enable_uploads(hub_env.server, tmp_path / "hub-store")
+
+
+@pytest.fixture
+def signed_in(monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", TEST_TOKEN)

@@ -11,19 +11,9 @@ import pytest
 from guiapp.errors import ConnectionLostError, InvalidTokenError, JobCancelled, UploadRefusedError
 from guiapp.hub.upload import check_upload, upload_folder
 from guiapp.progress import CancelToken, Progress
-from tests.support.hub_server import TEST_TOKEN, TEST_USER, enable_uploads
+from tests.support.hub_server import TEST_TOKEN, TEST_USER
 
 REPO = f"{TEST_USER}/tiny-merge"
-
-
-@pytest.fixture
-def uploads(hub_env, tmp_path):
-    return enable_uploads(hub_env.server, tmp_path / "hub-store")
-
-
-@pytest.fixture
-def signed_in(monkeypatch):
-    monkeypatch.setenv("HF_TOKEN", TEST_TOKEN)
 
 
 @pytest.fixture

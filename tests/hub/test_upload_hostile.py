@@ -11,7 +11,7 @@ import pytest
 
 from guiapp.errors import HubError, HubResponseError, UploadRefusedError
 from guiapp.hub.upload import check_upload, upload_folder
-from tests.support.hub_server import TEST_TOKEN, TEST_USER, HubServer, enable_uploads, make_hostile
+from tests.support.hub_server import TEST_TOKEN, TEST_USER, HubServer, make_hostile
 
 REPO = f"{TEST_USER}/tiny-merge"
 # Shaped like real credentials, assembled here so that no scanner mistakes this file for a leak.
@@ -23,16 +23,6 @@ FAKE_CREDENTIALS = {
     "GitHub token": ("ci.sh", "export GH_TOKEN=ghp_" + "x9" * 18 + "\n"),
     "private key": ("id_ed25519", "-----BEGIN OPENSSH PRIVATE" + " KEY-----\nb3BlbnNzaA==\n-----END\n"),
 }
-
-
-@pytest.fixture
-def uploads(hub_env, tmp_path):
-    return enable_uploads(hub_env.server, tmp_path / "hub-store")
-
-
-@pytest.fixture
-def signed_in(monkeypatch):
-    monkeypatch.setenv("HF_TOKEN", TEST_TOKEN)
 
 
 @pytest.fixture
