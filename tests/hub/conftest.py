@@ -68,7 +68,7 @@ def _write_adapter(folder: Path) -> Path:
 
 
 @pytest.fixture
-def uploads(hub_env, tmp_path):  # noqa: F811 - hub_env is the fixture imported above
+def uploads(hub_env, tmp_path):
     """The test Hub, accepting uploads into a store of its own (its `roles` give tokens their permissions)."""
     return enable_uploads(hub_env.server, tmp_path / "hub-store")
 
