@@ -41,6 +41,14 @@ def set_status_style(widget: QWidget, kind: str | None) -> None:
     widget.style().polish(widget)
 
 
+def set_heading(label: QWidget, scale: float) -> None:
+    """Make `label` a heading: bold, its font `scale` times the size it has."""
+    font = label.font()
+    font.setPointSizeF(font.pointSizeF() * scale)
+    font.setBold(True)
+    label.setFont(font)
+
+
 def set_primary(button: QWidget) -> None:
     """Style `button` as the page's primary action (filled with the accent colour, bold; greyed when disabled)."""
     button.setProperty("role", "primary")

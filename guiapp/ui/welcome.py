@@ -14,7 +14,7 @@ from PySide6.QtWidgets import QHBoxLayout, QLabel, QLineEdit, QPushButton, QVBox
 
 from guiapp.ui.background import call_in_background
 from guiapp.ui.text import error_text
-from guiapp.ui.theme import set_status_style
+from guiapp.ui.theme import set_heading, set_status_style
 from guiapp.ui.widgets.wrapping_label import WrappingLabel
 
 
@@ -27,10 +27,7 @@ class WelcomePage(QWidget):
         super().__init__(parent)
         self._sample_output: str | None = None  # where the sample merge writes, once it is on the Merge page
         title = QLabel("Welcome to Mergesmith")
-        font = title.font()
-        font.setPointSizeF(font.pointSizeF() * 1.8)
-        font.setBold(True)
-        title.setFont(font)
+        set_heading(title, 1.8)
         intro = WrappingLabel(
             "<p><b>Merge</b> combines several fine-tunes of the same base model into one model that keeps what "
             "each of them learned.</p><p><b>Extract LoRA</b> turns a fine-tuned model into a small adapter: its "

@@ -24,7 +24,7 @@ from PySide6.QtWidgets import (
 )
 
 from guiapp.ui.background import call_in_background
-from guiapp.ui.theme import set_status_style, status_colour
+from guiapp.ui.theme import set_heading, set_status_style, status_colour
 from guiapp.ui.widgets.wrapping_label import WrappingLabel
 
 JOB_WORDS = {"merge": "Merge", "extract": "Extract LoRA", "apply": "Apply LoRA", "try": "Try a model"}
@@ -35,10 +35,7 @@ class HardwarePage(QWidget):
         super().__init__(parent)
         self.state = state
         self.verdict = WrappingLabel("Checking what this machine can do… (the first time takes a few seconds)")
-        font = self.verdict.font()
-        font.setPointSizeF(font.pointSizeF() * 1.15)
-        font.setBold(True)
-        self.verdict.setFont(font)
+        set_heading(self.verdict, 1.15)
         self.summary = WrappingLabel()
         self.memory = WrappingLabel()
         self.device_combo = QComboBox(accessibleName="Device")

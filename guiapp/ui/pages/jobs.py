@@ -31,7 +31,7 @@ from PySide6.QtWidgets import (
 
 from guiapp.jobs.fixes import CHOOSE_FOLDER, GO_ONLINE, SIGN_IN, USE_OFFLINE, FixAction
 from guiapp.ui.publish_dialog import PublishOutputButton
-from guiapp.ui.theme import set_status_style, status_colour
+from guiapp.ui.theme import set_heading, set_status_style, status_colour
 from guiapp.ui.widgets.explanation import ExplanationPanel
 from guiapp.ui.widgets.job_chart import JobChart
 from guiapp.ui.widgets.open_link import LinkFallback
@@ -72,10 +72,7 @@ class JobsPage(QWidget):
         left_layout.addWidget(self.clear_button)
 
         self.title = WrappingLabel("No job selected.")
-        font = self.title.font()
-        font.setPointSizeF(font.pointSizeF() * 1.2)
-        font.setBold(True)
-        self.title.setFont(font)
+        set_heading(self.title, 1.2)
         self.status = WrappingLabel()
         self.bar = QProgressBar(accessibleName="Job progress")
         self.bar.setRange(0, 1000)

@@ -13,7 +13,7 @@ from PySide6.QtWidgets import QGridLayout, QLabel, QListWidget, QPushButton, QVB
 
 from guiapp.ui.background import LatestTask, run_blocking
 from guiapp.ui.text import error_text, html_escape
-from guiapp.ui.theme import set_status_style
+from guiapp.ui.theme import set_heading, set_status_style
 from guiapp.ui.widgets.open_link import LinkFallback
 from guiapp.ui.widgets.wrapping_label import WrappingLabel
 
@@ -30,10 +30,7 @@ class ModelDetailsPane(QWidget):
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         self.detail_title = WrappingLabel("Select a model to see its details.")
-        font = self.detail_title.font()
-        font.setBold(True)
-        font.setPointSizeF(font.pointSizeF() * 1.15)
-        self.detail_title.setFont(font)
+        set_heading(self.detail_title, 1.15)
         self.fit_badge = WrappingLabel()
         self.detail_facts = WrappingLabel(openExternalLinks=True)
         self.detail_facts.setTextFormat(Qt.TextFormat.RichText)

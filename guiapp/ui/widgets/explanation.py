@@ -26,7 +26,7 @@ from PySide6.QtWidgets import (
 
 from guiapp.jobs.fixes import OPEN_MODEL_PAGE, REPLACE, RETRY, RETRY_WITH, FixAction, fix_actions, window_text
 from guiapp.ui.text import html_escape
-from guiapp.ui.theme import set_primary, set_status_style
+from guiapp.ui.theme import set_heading, set_primary, set_status_style
 from guiapp.ui.widgets.open_link import LinkFallback
 from guiapp.ui.widgets.wrapping_label import WrappingLabel
 
@@ -47,10 +47,7 @@ class ExplanationPanel(QFrame):
         self.buttons: dict[str, QPushButton] = {}  # action name -> its button, as shown now
         self.confirm_replace: QMessageBox | None = None  # the open "Replace folder" question, if any
         self.title = WrappingLabel()
-        font = self.title.font()
-        font.setBold(True)
-        font.setPointSizeF(font.pointSizeF() * 1.15)
-        self.title.setFont(font)
+        set_heading(self.title, 1.15)
         self.what, self.why, self.fix = (WrappingLabel() for _ in range(3))
         for label in (self.what, self.why, self.fix):
             label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
