@@ -33,7 +33,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     handler: Handler | None = getattr(args, "handler", None)
     if handler is None:
         return _launch_window(args)
-    previous_handlers = _stop_on_sigterm()
+    previous_handlers = _stop_on_termination_signals()
     _print_any_text()
     stderr = sys.stderr
     sys.stderr = _Diagnostics(stderr)
@@ -64,7 +64,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             signal.signal(signum, previous)
 
 
-def _stop_on_sigterm() -> dict[int, Any]:
+def _stop_on_termination_signals() -> dict[int, Any]:
     """Make SIGTERM (a `kill`, a service manager stopping us) and SIGHUP (the terminal closed) end a command as
     Ctrl-C does: the job is abandoned and its staging folder removed. Returns the previous handlers by signal,
     none where signals cannot be set here."""
