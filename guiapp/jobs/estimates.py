@@ -9,10 +9,13 @@ ahead and the previous piece's output being written.
 
 from __future__ import annotations
 
+import functools
 import math
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -325,24 +328,37 @@ def _token_count(reference: str, text: str) -> int:
     counts a sample of at most `_SAMPLE_CHARACTERS`, scaled to the whole text; else a count from the length.
     Never raises: a tokenizer that cannot be read or used (not a regular file, too large, one that panics) is the
     job's to name when it runs, and the estimate counts from the length instead."""
-    from guiapp.errors import MergesmithError
     from guiapp.hub.references import ModelRef
     from guiapp.hub.resolve import resolve_model
-    from guiapp.system.bounded import TOKENIZER_JSON_BYTES, open_regular_file
 
     by_length = max(1, len(text) // _CHARACTERS_PER_TOKEN)
     sample = text[:_SAMPLE_CHARACTERS]
     try:
-        folder = resolve_model(ModelRef.parse(reference), offline=True)
-        with open_regular_file(folder / "tokenizer.json", MergesmithError, what="tokenizer") as stream:
-            definition = stream.read(TOKENIZER_JSON_BYTES + 1)
-        if len(definition) > TOKENIZER_JSON_BYTES:
-            return by_length
-        from tokenizers import Tokenizer  # noqa: PLC0415 - only when a model is there to be read
-
-        counted = len(Tokenizer.from_str(definition.decode("utf-8")).encode(sample).ids)
+        path = resolve_model(ModelRef.parse(reference), offline=True) / "tokenizer.json"
+        facts = os.stat(path)  # the file is opened (as a regular file) only when it is new or changed
+        tokenizer = _read_tokenizer(str(path), facts.st_mtime_ns, facts.st_size)
+        counted = len(tokenizer.encode(sample).ids) if tokenizer is not None else None
     except (KeyboardInterrupt, SystemExit):
         raise
     except BaseException:  # a Rust panic is a BaseException; any failure means: count from the length instead
         return by_length
+    if counted is None:
+        return by_length
     return max(1, round(counted * len(text) / max(1, len(sample))))
+
+
+@functools.lru_cache(maxsize=4)
+def _read_tokenizer(path: str, modified_ns: int, size: int) -> Any:
+    """The tokenizer in `path` as the tokenizers library reads it (None when it is larger than a tokenizer can be),
+    kept while the file stays as it was (`modified_ns`, `size`): the Try page estimates again as the user types.
+    Raises MergesmithError when it is not a regular file, anything the library raises when it cannot read it."""
+    from tokenizers import Tokenizer
+
+    from guiapp.errors import MergesmithError
+    from guiapp.system.bounded import TOKENIZER_JSON_BYTES, open_regular_file
+
+    with open_regular_file(path, MergesmithError, what="tokenizer") as stream:
+        definition = stream.read(TOKENIZER_JSON_BYTES + 1)
+    if len(definition) > TOKENIZER_JSON_BYTES:
+        return None
+    return Tokenizer.from_str(definition.decode("utf-8"))
