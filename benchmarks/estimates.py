@@ -53,7 +53,7 @@ def main() -> int:
     args = parser.parse_args()
     root = args.keep or Path(tempfile.mkdtemp(prefix="mergesmith-estimates-"))
     os.environ["MERGESMITH_CONFIG_DIR"] = str(root / "config")  # a fresh history, for this process and its jobs
-    from guiapp.engine.samples import (  # noqa: PLC0415 - torch
+    from guiapp.checkpoints.samples import (  # noqa: PLC0415 - torch
         LlamaShape,
         write_byte_tokenizer,
         write_llama,
@@ -143,7 +143,7 @@ def _eta_at_a_fifth(events: list[dict]) -> float | None:
 
 def _preview_seconds(base: Path, tune: Path) -> float:
     """The rank preview of the pair as the window runs it, in this process."""
-    from guiapp.engine.spectrum import preview_spectra  # noqa: PLC0415
+    from guiapp.lora.spectrum import preview_spectra  # noqa: PLC0415
 
     started = time.monotonic()
     preview_spectra(str(base), str(tune))
@@ -199,11 +199,11 @@ def _child(arguments: list[str]) -> int:
 def _estimate(name: str, base: Path, tune: Path, adapter: Path, command: list[str], startup: float, text: Path):
     """The estimate the dry run printed, made here by the same functions with the dry run's wall time as start-up
     (for Generate and Perplexity, the window's: they have no dry run)."""
-    from guiapp.engine.merge import plan_merge  # noqa: PLC0415
-    from guiapp.engine.recipe import load_recipe  # noqa: PLC0415
-    from guiapp.engine.sources import read_headers  # noqa: PLC0415
+    from guiapp.checkpoints.sources import read_headers  # noqa: PLC0415
     from guiapp.hub.references import ModelRef  # noqa: PLC0415
     from guiapp.jobs.estimates import estimate_apply, estimate_extraction, estimate_merge  # noqa: PLC0415
+    from guiapp.merging.merge import plan_merge  # noqa: PLC0415
+    from guiapp.merging.recipe import load_recipe  # noqa: PLC0415
     from guiapp.system.probe import cached_probe  # noqa: PLC0415
 
     probe = cached_probe()

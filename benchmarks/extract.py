@@ -34,7 +34,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from guiapp.engine.lowrank import RankRule, decompose, relative_error  # noqa: E402
+from guiapp.lora.lowrank import RankRule, decompose, relative_error  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from workload import CompetingLoad, load_average, mergekit_tool  # noqa: E402
@@ -150,7 +150,7 @@ def memory_probe(rows: int, cols: int, rank: int) -> None:
 
 def extraction_probe(base: str, tuned: str, out: str, solver: str) -> None:
     """Child process: one extract_lora run, its wall time and the memory it needs beyond the loaded libraries."""
-    from guiapp.engine.lora_extract import ExtractionSettings, extract_lora  # noqa: PLC0415
+    from guiapp.lora.extract import ExtractionSettings, extract_lora  # noqa: PLC0415
 
     with PeakMemory() as memory:
         settings = ExtractionSettings(base, tuned, Path(out), rule=RankRule("fixed", 64), solver=solver)
@@ -174,7 +174,7 @@ def measure_memory(rows: int, cols: int, rank: int) -> dict:
 
 def end_to_end(hidden: int, intermediate: int, layers: int) -> None:
     """extract_lora on a generated Llama-shaped pair, each solver in a fresh process: wall time and peak memory."""
-    from guiapp.engine.samples import LlamaShape, write_llama, write_llama_finetune  # noqa: PLC0415
+    from guiapp.checkpoints.samples import LlamaShape, write_llama, write_llama_finetune  # noqa: PLC0415
 
     with tempfile.TemporaryDirectory() as folder:
         folder = Path(folder)

@@ -81,8 +81,8 @@ _OURS = textwrap.dedent("""
     from pathlib import Path
     from guiapp.system.memory import configure_heaps
     configure_heaps()  # as the mergesmith command does when it starts
-    from guiapp.engine.merge import MergeSettings, run_merge
-    from guiapp.engine.recipe import load_recipe
+    from guiapp.merging.merge import MergeSettings, run_merge
+    from guiapp.merging.recipe import load_recipe
     recipe = load_recipe(Path(sys.argv[1]))
     before = resource.getrusage(resource.RUSAGE_SELF)
     start = time.perf_counter()
@@ -172,7 +172,7 @@ def _max_difference(ours: Path, theirs: Path) -> float:
 def build_models(folder: Path, size_gb: float) -> tuple[Path, Path, Path, int]:
     import torch
 
-    from guiapp.engine.samples import LlamaShape, llama_config, llama_tensors, write_checkpoint
+    from guiapp.checkpoints.samples import LlamaShape, llama_config, llama_tensors, write_checkpoint
 
     per_layer = 2 * (2 * 2048 * 2048 + 2 * 2048 * 512 + 3 * 2048 * 5632)  # bf16 bytes
     outer = 2 * 2 * 32000 * 2048

@@ -24,9 +24,9 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
-from guiapp.engine.merge import MergeSettings, run_merge
-from guiapp.engine.recipe import parse_recipe
-from guiapp.engine.samples import LlamaShape, write_llama, write_llama_finetune
+from guiapp.checkpoints.samples import LlamaShape, write_llama, write_llama_finetune
+from guiapp.merging.merge import MergeSettings, run_merge
+from guiapp.merging.recipe import parse_recipe
 
 TWO = "  - model: {one}\n    parameters: {{weight: 0.6{extra}}}\n  - model: {two}\n    parameters: {{weight: 0.4{extra}}}\n"
 RECIPES = {

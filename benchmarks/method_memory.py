@@ -4,7 +4,7 @@
 
 Each method merges one random tensor with 3 and with 5 inputs (fewer where the method takes exactly two) in a
 fresh process; the peak anonymous memory above the inputs gives copies = constant + per_input × n, the figures each
-method declares as `working_copies=WorkingCopies(constant, per_input)` in its module under guiapp/engine/methods/
+method declares as `working_copies=WorkingCopies(constant, per_input)` in its module under guiapp/merging/methods/
 (the estimator in guiapp/jobs/estimates.py reads them from there). The lines printed last can be pasted there.
 """
 
@@ -17,8 +17,8 @@ import textwrap
 
 _CHILD = textwrap.dedent("""
     import sys, threading, time, torch
-    from guiapp.engine.methods import METHODS
-    from guiapp.engine.methods.base import BaseRole, MergeContext
+    from guiapp.merging.methods import METHODS
+    from guiapp.merging.methods.base import BaseRole, MergeContext
 
     def private():
         for line in open("/proc/self/status"):
@@ -63,7 +63,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--elements", type=int, default=16 * 1024 * 1024)
     args = parser.parse_args()
-    from guiapp.engine.methods import METHODS
+    from guiapp.merging.methods import METHODS
 
     table = {}
     for name in sorted(METHODS):

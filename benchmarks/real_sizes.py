@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from merge import _OURS, models_in, recipe_text, run_measured  # noqa: E402
 from workload import drop_page_cache, load_average  # noqa: E402
 
-from guiapp.engine.samples import LlamaShape, llama_config  # noqa: E402
+from guiapp.checkpoints.samples import LlamaShape, llama_config  # noqa: E402
 
 MISTRAL_7B = LlamaShape(hidden=4096, intermediate=14336, layers=32, heads=32, kv_heads=8, vocab=32000)
 SHARD_BYTES = 5_000_000_000
@@ -38,7 +38,7 @@ _CHUNK = 64 << 20
 
 
 def tensor_shapes(shape: LlamaShape) -> dict[str, tuple[int, ...]]:
-    """The names and shapes of a LlamaForCausalLM's weights (as guiapp.engine.samples.llama_tensors makes them)."""
+    """The names and shapes of a LlamaForCausalLM's weights (as guiapp.checkpoints.samples.llama_tensors makes them)."""
     kv = shape.kv_heads * shape.head_dim
     shapes: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (shape.vocab, shape.hidden)}
     for i in range(shape.layers):
@@ -148,8 +148,8 @@ def floor_seconds(inputs: list[Path], output_bytes: int, scratch: Path) -> tuple
 _ESTIMATE = """
 import sys
 from pathlib import Path
-from guiapp.engine.merge import plan_merge
-from guiapp.engine.recipe import load_recipe
+from guiapp.merging.merge import plan_merge
+from guiapp.merging.recipe import load_recipe
 from guiapp.jobs.estimates import estimate_merge
 print(estimate_merge(plan_merge(load_recipe(Path(sys.argv[1]))), "cpu", Path(sys.argv[2])).peak_ram)
 """

@@ -33,9 +33,9 @@ from safetensors.torch import load_file
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from guiapp.engine.layers import is_vocabulary_tensor  # noqa: E402
-from guiapp.engine.merge import MergeSettings, run_merge  # noqa: E402
-from guiapp.engine.recipe import parse_recipe  # noqa: E402
+from guiapp.checkpoints.tensor_roles import is_vocabulary_tensor  # noqa: E402
+from guiapp.merging.merge import MergeSettings, run_merge  # noqa: E402
+from guiapp.merging.recipe import parse_recipe  # noqa: E402
 from tests.recipes.models import (  # noqa: E402
     SPECIALS,
     write_gemma2,

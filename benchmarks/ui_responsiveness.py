@@ -27,7 +27,7 @@ BEAT_MS = 5
 WRITE_MODELS = """
 import sys
 from pathlib import Path
-from guiapp.engine.samples import LlamaShape, write_llama, write_llama_finetune
+from guiapp.checkpoints.samples import LlamaShape, write_llama, write_llama_finetune
 folder, hidden, layers = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 shape = LlamaShape(hidden=hidden, intermediate=int(hidden * 2.75), layers=layers, heads=16, kv_heads=4, vocab=8192)
 base = write_llama(folder / "base", shape, seed=0)

@@ -42,7 +42,7 @@ def shoot(folder: Path, server) -> None:
     from PySide6.QtCore import QEventLoop, QSettings
     from PySide6.QtWidgets import QApplication
 
-    from guiapp.engine.samples import write_llama, write_llama_finetune
+    from guiapp.checkpoints.samples import write_llama, write_llama_finetune
     from guiapp.ui.app import create_window
 
     QSettings.setDefaultFormat(QSettings.Format.IniFormat)

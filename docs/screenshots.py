@@ -49,7 +49,7 @@ def shoot(folder: Path, server, wanted: set[str]) -> None:
     from PySide6.QtCore import QEventLoop, QSettings
     from PySide6.QtWidgets import QApplication
 
-    from guiapp.engine.samples import write_llama_finetune
+    from guiapp.checkpoints.samples import write_llama_finetune
     from guiapp.jobs.demo import prepare_demo
     from guiapp.ui.app import create_window
     from guiapp.ui.theme import apply_scheme

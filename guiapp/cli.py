@@ -468,9 +468,9 @@ def _finite_number(text: str) -> float:
 
 
 def _run_merge(args: argparse.Namespace) -> int:
-    from guiapp.engine.output import parse_size
-    from guiapp.engine.recipe import load_recipe
+    from guiapp.checkpoints.writing import parse_size
     from guiapp.jobs.specs import merge_job
+    from guiapp.merging.recipe import load_recipe
 
     try:
         shard_bytes = parse_size(args.out_shard_size)
@@ -486,10 +486,10 @@ def _run_merge(args: argparse.Namespace) -> int:
 
 
 def _print_plan(recipe, out_dir: Path, device: str, compute_dtype: str = "float32") -> int:
-    from guiapp.engine.merge import plan_merge
-    from guiapp.engine.plan import compute_in_recipe_dtype
     from guiapp.jobs.durations import process_seconds_so_far
     from guiapp.jobs.estimates import estimate_merge
+    from guiapp.merging.merge import plan_merge
+    from guiapp.merging.plan import compute_in_recipe_dtype
     from guiapp.system.probe import cached_probe
     from guiapp.system.units import format_bytes
 
@@ -682,8 +682,8 @@ def _not_a_hub_id(ref) -> str:
 
 
 def _run_hub_check(args: argparse.Namespace) -> int:
-    from guiapp.engine.compatibility import check_compatibility  # torch-free
     from guiapp.hub.references import ModelRef
+    from guiapp.merging.compatibility import check_compatibility  # torch-free
 
     _hub_setup(args)
     report = check_compatibility([ModelRef.parse(text) for text in args.models])
@@ -919,7 +919,7 @@ def _print_lora_plan(args: argparse.Namespace, rank: int | None = None, rule: tu
     """`extract-lora --dry-run` (given `rank` and the `rule`'s mode and value) or `apply-lora --dry-run`: the
     inputs' headers are read, the plan and the estimate printed as `merge --dry-run` prints them; nothing is
     written."""
-    from guiapp.engine.sources import read_headers
+    from guiapp.checkpoints.sources import read_headers
     from guiapp.hub.references import ModelRef
     from guiapp.jobs.durations import process_seconds_so_far
     from guiapp.jobs.estimates import estimate_apply, estimate_extraction
@@ -931,7 +931,7 @@ def _print_lora_plan(args: argparse.Namespace, rank: int | None = None, rule: tu
     print(f"Base:          {args.base}")
     if rank is not None:
         model = read_headers(ModelRef.parse(args.model))
-        from guiapp.engine.lowrank import RankRule
+        from guiapp.lora.lowrank import RankRule
 
         estimate = estimate_extraction(base, model, args.device, args.out, cached_probe(), rank=rank,
                                        solver=args.solver, embeddings=args.embeddings, startup_seconds=startup,
@@ -983,7 +983,7 @@ def _print_extraction_summary(summary: dict) -> None:
 
 
 def _add_try_commands(commands: argparse._SubParsersAction) -> None:
-    from guiapp.engine.sampling import DEFAULT_TEMPERATURE, DEFAULT_TOP_P, LONG_PROMPT_CHOICES, TRUNCATE  # no torch
+    from guiapp.inference.sampling import DEFAULT_TEMPERATURE, DEFAULT_TOP_P, LONG_PROMPT_CHOICES, TRUNCATE  # no torch
 
     model_help = "A model folder, a Hub id, or BASE+ADAPTER (a PEFT LoRA adapter on its base), as in recipes."
     try_help = "Generate text with one to four models side by side."
@@ -1046,7 +1046,7 @@ def _run_try(args: argparse.Namespace) -> int:
 def _run_perplexity(args: argparse.Namespace) -> int:
     import json
 
-    from guiapp.engine.inference import read_text_file
+    from guiapp.inference.running import read_text_file
     from guiapp.jobs.tryout import perplexity_job
 
     job = perplexity_job(args.models, read_text_file(args.text), window=args.window, device=args.device,

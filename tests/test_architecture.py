@@ -17,8 +17,10 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "guiapp"
 # Higher imports lower, never the reverse. errors is shared by every layer, so it sits below all; progress serves
 # hub, engine and jobs and may use system's helpers (its log lines are scrubbed of secrets by system.scrub).
-LAYERS = {"__main__": 6, "ui": 6, "cli": 5, "docs_recipes": 5, "jobs": 4, "engine": 3, "hub": 2, "progress": 1.5,
-          "system": 1, "errors": 0, "__init__": 0}
+LAYERS = {"__main__": 6, "ui": 6, "cli": 5, "docs_recipes": 5, "jobs": 4,
+          # The capabilities, each a package: a job's engine room. Higher ones use lower ones' parts.
+          "inference": 3.5, "lora": 3.4, "merging": 3.3, "checkpoints": 3.2, "compute": 3.1,
+          "hub": 2, "progress": 1.5, "system": 1, "errors": 0, "__init__": 0}
 QT = ("PySide6", "shiboken6", "qasync", "pyqtgraph")  # pyqtgraph draws with Qt: the window's charts only
 # Imports that go up on purpose, each with its reason; anything else going up fails the test.
 UPWARD_BY_DESIGN = {
@@ -61,7 +63,7 @@ def _walk(node: ast.AST, module: str, package: str, top_level: bool) -> list[Imp
             if child.level:
                 anchor = package.split(".")[: len(package.split(".")) - child.level + 1]
                 base = ".".join(anchor + ([base] if base else []))
-            # `from guiapp.engine import merge` imports the module guiapp.engine.merge when there is one.
+            # `from guiapp.merging import merge` imports the module guiapp.merging.merge when there is one.
             names = [f"{base}.{alias.name}" if _is_module(f"{base}.{alias.name}") else base for alias in child.names]
             found += [Import(module, name, child.lineno, top_level) for name in dict.fromkeys(names)]
         else:
@@ -157,7 +159,7 @@ def test_the_contracts_see_the_imports_they_judge():
     by_importer = {(i.importer, i.imported): i for i in IMPORTS}
     assert not by_importer[("guiapp.cli", "guiapp.ui.app")].top_level
     assert by_importer[("guiapp.ui.background", "PySide6.QtCore")].top_level
-    assert any(i.importer.startswith("guiapp.engine.methods.") and i.imported == "guiapp.engine.methods.base"
+    assert any(i.importer.startswith("guiapp.merging.methods.") and i.imported == "guiapp.merging.methods.base"
                for i in IMPORTS)
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from guiapp.engine.samples import LlamaShape, write_byte_tokenizer, write_llama, write_llama_finetune
+from guiapp.checkpoints.samples import LlamaShape, write_byte_tokenizer, write_llama, write_llama_finetune
 from tests.support import warm_cli
 from tests.support.fixtures import hub_env, hub_server  # noqa: F401 - the test Hub for the pipe tests
 

@@ -41,7 +41,7 @@ _SCAN_OVERLAP = 4096  # longer than any credential, so one cut in two by a block
 _WEIGHTS = (".safetensors", ".bin", ".pt", ".pth")
 # Files that are state of a local tool, not part of a model.
 _SKIPPED = (".git", ".cache", "__pycache__", ".DS_Store")
-# Mergesmith's own state is hidden and named ".mergesmith…" or ".<name>.mergesmith-…" (guiapp.engine.output_guard:
+# Mergesmith's own state is hidden and named ".mergesmith…" or ".<name>.mergesmith-…" (guiapp.checkpoints.output_guard:
 # the output marker, staging and retired folders, locks), so it is known by name without importing the engine.
 _OWN_STATE = ".mergesmith"
 

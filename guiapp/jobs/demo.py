@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from guiapp.engine.recipe import Recipe, recipe_from_dict
 from guiapp.errors import OutputError
+from guiapp.merging.recipe import Recipe, recipe_from_dict
 from guiapp.system.paths import home_dir
 
 
@@ -25,7 +25,7 @@ def prepare_demo(folder: Path) -> Recipe:
     """
     import torch  # only this job needs it at this point
 
-    from guiapp.engine.samples import (
+    from guiapp.checkpoints.samples import (
         mark_untrained,
         untrained_note,
         write_byte_tokenizer,

@@ -45,8 +45,8 @@ class JobEstimate:
 
 
 def merge_working_set(plan) -> int:
-    """Peak private bytes the merge loop adds while running `plan` (a guiapp.engine.plan.MergePlan)."""
-    from guiapp.engine.merge import (  # noqa: PLC0415 - loaded by then
+    """Peak private bytes the merge loop adds while running `plan` (a guiapp.merging.plan.MergePlan)."""
+    from guiapp.merging.merge import (  # noqa: PLC0415 - loaded by then
         BLOCK_ELEMENTS,
         merges_as_stored,
         merges_in_blocks,
@@ -173,9 +173,9 @@ _APPLY_COPIES = 4
 def estimate_extraction(base, model, device: str, destination: Path, probe_result=None, rank: int = 32,
                         solver: str = "randomized", embeddings: str = "save", *, rule=None,
                         startup_seconds: float = 0.0) -> JobEstimate:
-    """Estimate extracting a LoRA of `model` against `base` (guiapp.engine.plan.ModelHeaders of each), with
+    """Estimate extracting a LoRA of `model` against `base` (guiapp.checkpoints.sources.ModelHeaders of each), with
     changed embeddings and output head handled as `embeddings` says ("save", "lora" or "skip"), each matrix
-    decomposed by `rule` (a guiapp.engine.lowrank.RankRule; None: a fixed `rank`) and `solver`.
+    decomposed by `rule` (a guiapp.lora.lowrank.RankRule; None: a fixed `rank`) and `solver`.
 
     Time, `startup_seconds` and the start of the work as `estimate_merge`. Raises OutputError / DeviceError when
     the destination's drive or the GPU cannot be examined.
@@ -198,14 +198,14 @@ def extraction_work(model, rule, solver: str, embeddings: str) -> float:
     """The work of extracting from `model` (its ModelHeaders), as the extraction's progress counts it: each weight
     matrix it decomposes by its decomposition's cost (which grows with the rank and, for the exact solver, with
     the matrix's size, where the bytes do not), the tensors it only compares by their bytes."""
-    from guiapp.engine.lowrank import module_work  # noqa: PLC0415 - loaded with the headers' reader
+    from guiapp.lora.lowrank import module_work  # noqa: PLC0415 - loaded with the headers' reader
 
     return sum(module_work(info.shape, 2 * info.nbytes, rule if _decomposed(name, info, embeddings) else None, solver)
                for name, info in model.tensors.items())
 
 
 def _fixed_rank(rank: int):
-    from guiapp.engine.lowrank import RankRule  # noqa: PLC0415 - loaded with the headers' reader
+    from guiapp.lora.lowrank import RankRule  # noqa: PLC0415 - loaded with the headers' reader
 
     return RankRule("fixed", rank)
 
@@ -213,7 +213,7 @@ def _fixed_rank(rank: int):
 def _is_vocabulary(name: str, info) -> bool:
     """Whether a fine-tune tensor is the embeddings or the output head (extraction treats them as `embeddings`
     says)."""
-    from guiapp.engine.peft_format import is_embedding, is_output_head  # noqa: PLC0415 - torch-free, only here
+    from guiapp.checkpoints.peft_format import is_embedding, is_output_head  # noqa: PLC0415 - torch-free, only here
 
     module = name.rsplit(".", 1)[0]
     return len(info.shape) == 2 and (is_embedding(module, info.shape) or is_output_head(module))

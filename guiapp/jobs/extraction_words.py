@@ -24,7 +24,7 @@ def least_kept(summary: dict[str, Any]) -> list[dict[str, Any]]:
 
 def short_module_name(module: str) -> str:
     """"layer 12 v_proj" for model.layers.12.self_attn.v_proj (the module's name when it has no layer)."""
-    from guiapp.engine.layers import split_layer_name  # the engine is loaded once jobs have run
+    from guiapp.checkpoints.tensor_roles import split_layer_name  # the engine is loaded once jobs have run
 
     place = split_layer_name(f"{module}.weight")
     return f"layer {place.index} {module.rpartition('.')[2]}" if place is not None else module

@@ -104,7 +104,7 @@ def fix_actions(explanation: Mapping[str, Any] | None, status: str = "failed",
 def still_free(changes: dict[str, Any]) -> dict[str, Any]:
     """`changes` with a suggested output folder that has been taken since it was suggested (by another job, or
     before a restart) replaced by the next free name beside it, so a retry offered is one that can run."""
-    from guiapp.engine.output_guard import free_destination  # no torch
+    from guiapp.checkpoints.output_guard import free_destination  # no torch
 
     for key in ("output", "out"):
         if changes.get(key) and os.path.lexists(str(changes[key])):
@@ -144,7 +144,7 @@ def describe_changes(changes: Mapping[str, Any], output: str | None = None) -> s
 
 def describe_output(folder: Path) -> str:
     """What replacing `folder` would delete, in words ("an earlier Mergesmith merge output from … (3 files, 1 GB)")."""
-    from guiapp.engine.output_guard import describe_folder, read_marker  # no torch
+    from guiapp.checkpoints.output_guard import describe_folder, read_marker  # no torch
 
     try:
         previous = read_marker(folder)

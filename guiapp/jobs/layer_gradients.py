@@ -12,8 +12,8 @@ import copy
 from dataclasses import dataclass
 from typing import Any
 
-from guiapp.engine.recipe import as_number, evaluate, is_missing, layer_position
 from guiapp.errors import RecipeError
+from guiapp.merging.recipe import as_number, evaluate, is_missing, layer_position
 from guiapp.system.bounded import describe_value
 
 # Dragged values are written with this many decimals (what a person would type).

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from guiapp.engine.output_guard import deletable_output, delete_output, read_marker
+from guiapp.checkpoints.output_guard import deletable_output, delete_output, read_marker
 from guiapp.hub.cache import CachedModel, DeletionPlan, plan_deletion, scan_cache
 from guiapp.hub.connection import HubConnection
 from guiapp.hub.details import ModelDetails, model_details
@@ -94,7 +94,7 @@ def module_kinds(reference: str) -> list[tuple[str, int]]:
 
     Raises what reading the headers raises (CheckpointError, the Hub's errors).
     """
-    from guiapp.engine.sources import read_headers  # the engine loads torch
+    from guiapp.checkpoints.sources import read_headers  # the engine loads torch
     from guiapp.hub.references import ModelRef
 
     counts: dict[str, int] = {}
@@ -292,7 +292,7 @@ def downloads_fit(sizes: Iterable[int]) -> list[FitLevel | None]:
 def _largest_tensor_bytes(reference: str) -> int | None:
     """The largest tensor of `reference`'s model in float32 bytes, from its headers; None when they cannot be
     read (no safetensors, offline)."""
-    from guiapp.engine.sources import read_headers  # the engine loads torch
+    from guiapp.checkpoints.sources import read_headers  # the engine loads torch
     from guiapp.hub.references import ModelRef
 
     try:

@@ -11,7 +11,7 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from guiapp.engine.output_guard import free_destination
+from guiapp.checkpoints.output_guard import free_destination
 from guiapp.hub.references import ModelRef
 
 # Names beyond these are summarised ("a+b+c+2-more-ties"), and each part is kept short, so a name stays readable

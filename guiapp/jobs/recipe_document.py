@@ -15,7 +15,7 @@ from guiapp.errors import RecipeError
 from guiapp.system.bounded import parse_yaml_bounded
 
 if TYPE_CHECKING:
-    from guiapp.engine.recipe import Recipe
+    from guiapp.merging.recipe import Recipe
 
 # The keys the form edits; every other key of a document is kept as it is.
 FORM_KEYS = ("merge_method", "base_model", "models", "slices", "parameters", "out_dtype", "tokenizer_source",
@@ -68,7 +68,7 @@ class RecipeDocument:
 
     def yaml(self) -> str:
         """The document as the YAML view shows it and a merged model's card stores it (keys in its order)."""
-        from guiapp.engine.model_card import recipe_yaml  # loads torch: only once methods are loaded
+        from guiapp.merging.model_card import recipe_yaml  # loads torch: only once methods are loaded
 
         return recipe_yaml(self._document)
 
@@ -88,7 +88,7 @@ class RecipeDocument:
 
     def to_recipe(self) -> Recipe:
         """The document as a Recipe a job can run (a copy: later edits do not change it). Raises RecipeError."""
-        from guiapp.engine.recipe import recipe_from_dict  # the engine is loaded by then
+        from guiapp.merging.recipe import recipe_from_dict  # the engine is loaded by then
 
         return recipe_from_dict(self.copy())
 
@@ -107,7 +107,7 @@ class RecipeDocument:
 
         Raises RecipeError, naming the key at fault, and leaves the document as it was, when it is not.
         """
-        from guiapp.engine.recipe import parse_recipe  # the engine is loaded by the time one edits
+        from guiapp.merging.recipe import parse_recipe  # the engine is loaded by the time one edits
 
         recipe = parse_recipe(text, label=label)
         self._change(copy.deepcopy(recipe.document))

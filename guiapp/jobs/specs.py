@@ -6,8 +6,8 @@ import copy
 from pathlib import Path
 from typing import Any
 
-from guiapp.engine.recipe import Recipe, recipe_from_dict
 from guiapp.jobs.runner import Job
+from guiapp.merging.recipe import Recipe, recipe_from_dict
 
 
 def merge_job(recipe: Recipe, output: Path, *, device: str = "cpu", seed: int = 0,
@@ -25,15 +25,15 @@ def merge_job(recipe: Recipe, output: Path, *, device: str = "cpu", seed: int = 
             "threads": threads}
 
     def work(progress):
-        from guiapp.engine.merge import MergeSettings, run_merge  # torch loads with the job
-        from guiapp.engine.output import DEFAULT_SHARD_BYTES
+        from guiapp.checkpoints.writing import DEFAULT_SHARD_BYTES
         from guiapp.jobs.estimates import estimate_merge
+        from guiapp.merging.merge import MergeSettings, run_merge  # torch loads with the job
         from guiapp.system.probe import cached_probe
         from guiapp.system.threads import ThreadPolicy
 
         def check_fit(plan) -> None:
             if plan.compute_as_recipe:
-                from guiapp.engine.checkpoint import dtype_name
+                from guiapp.checkpoints.reading import dtype_name
                 from guiapp.system.capabilities import require_compute
 
                 require_compute(cached_probe(), "merge", device, dtype_name(plan.compute_dtype))
@@ -64,11 +64,11 @@ def extract_job(base: str, model: str, out: Path, *, rank_mode: str = "fixed", r
             "overwrite": overwrite, "force": force, "threads": threads}
 
     def work(progress):
-        from guiapp.engine.lora_extract import ExtractionSettings, extract_lora  # torch
-        from guiapp.engine.lowrank import RankRule
-        from guiapp.engine.sources import read_headers
+        from guiapp.checkpoints.sources import read_headers
         from guiapp.hub.references import ModelRef
         from guiapp.jobs.estimates import estimate_extraction
+        from guiapp.lora.extract import ExtractionSettings, extract_lora  # torch
+        from guiapp.lora.lowrank import RankRule
         from guiapp.system.probe import cached_probe
         from guiapp.system.threads import ThreadPolicy
 
@@ -97,10 +97,10 @@ def apply_job(base: str, adapter: str, out: Path, *, scale: float = 1.0, dtype: 
             "overwrite": overwrite, "max_shard_size": max_shard_size, "force": force, "threads": threads}
 
     def work(progress):
-        from guiapp.engine.lora_apply import ApplySettings, apply_lora  # torch
-        from guiapp.engine.sources import read_headers
+        from guiapp.checkpoints.sources import read_headers
         from guiapp.hub.references import ModelRef
         from guiapp.jobs.estimates import estimate_apply
+        from guiapp.lora.apply import ApplySettings, apply_lora  # torch
         from guiapp.system.probe import cached_probe
         from guiapp.system.threads import ThreadPolicy
 

@@ -11,8 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from guiapp.engine.sampling import DEFAULT_TEMPERATURE, DEFAULT_TOP_P, TRUNCATE
 from guiapp.errors import DeviceError, SettingsError
+from guiapp.inference.sampling import DEFAULT_TEMPERATURE, DEFAULT_TOP_P, TRUNCATE
 from guiapp.jobs.runner import Job
 from guiapp.progress import Progress
 from guiapp.system.units import plural
@@ -83,15 +83,15 @@ def plan_try(references: list[str], device: str = "cpu", dtype: str | None = Non
 
     `dtype` None keeps each model's storage dtype (as the probe allows). Raises SettingsError for no models or more
     than four, DeviceError when the probe says the device cannot run the dtype at all, CheckpointError when a
-    config.json does not describe its weights (`guiapp.engine.inference_plan`), InsufficientResourcesError when
+    config.json does not describe its weights (`guiapp.inference.checks`), InsufficientResourcesError when
     one model's weights alone exceed the free memory, and the header readers' CheckpointError / HubError
     subclasses.
     """
     import torch
 
-    from guiapp.engine.inference_plan import check_built_size, check_config_matches_weights, check_fits_in_memory
-    from guiapp.engine.sources import read_headers
+    from guiapp.checkpoints.sources import read_headers
     from guiapp.hub.references import ModelRef
+    from guiapp.inference.checks import check_built_size, check_config_matches_weights, check_fits_in_memory
     from guiapp.system.capabilities import inference_option
     from guiapp.system.probe import probe
     from guiapp.system.resources import gpu_memory, memory
@@ -162,7 +162,7 @@ def _storage_dtype(tensors) -> str:
 
 def _sources(plan: TryPlan, progress: Progress) -> list:
     """Each planned model's folders: the Hub models among them downloaded first, under one Downloading bar."""
-    from guiapp.engine.inference import resolve_sources
+    from guiapp.inference.running import resolve_sources
 
     return resolve_sources([model_plan.reference for model_plan in plan.models], progress)
 
@@ -170,8 +170,8 @@ def _sources(plan: TryPlan, progress: Progress) -> list:
 def _load(model_plan: TryModelPlan, source, device: str, shelf: ModelShelf, keep: bool, progress: Progress):
     import torch
 
-    from guiapp.engine.inference import load_model
     from guiapp.hub.references import ModelRef
+    from guiapp.inference.running import load_model
 
     def load():
         progress.start_stage(f"Loading {ModelRef.parse(model_plan.reference).short_name}")
@@ -216,7 +216,7 @@ def try_job(references: list[str], prompt: str, *, max_new_tokens: int = 128, sa
             shelf: ModelShelf | None = None, probe_result=None) -> Job:
     """A job that generates a continuation of `prompt` with each model in turn (`temperature` and `top_p` apply
     when `sample` is True). A prompt longer than a model reads keeps its end, with a warning, or with
-    `long_prompt` "refuse" fails the job (see `guiapp.engine.inference.fit_context`).
+    `long_prompt` "refuse" fails the job (see `guiapp.inference.running.fit_context`).
 
     `on_output(index, text)` receives each model's text as it streams (from the job's thread). The summary has
     "generations": one {"model", "text", "tokens", "dtype", "untrained"} per model ("untrained": why a sample model
@@ -227,8 +227,8 @@ def try_job(references: list[str], prompt: str, *, max_new_tokens: int = 128, sa
             "dtype": dtype}
 
     def work(progress: Progress) -> dict[str, Any]:
-        from guiapp.engine.inference import GenerationSettings, generate, readable_text
-        from guiapp.engine.samples import untrained_note
+        from guiapp.checkpoints.samples import untrained_note
+        from guiapp.inference.running import GenerationSettings, generate, readable_text
         from guiapp.jobs.estimates import estimate_generation
         from guiapp.system.probe import cached_probe
 
@@ -259,7 +259,7 @@ def try_job(references: list[str], prompt: str, *, max_new_tokens: int = 128, sa
 def perplexity_job(references: list[str], text: str, *, window: int = 512, device: str = "cpu",
                    dtype: str | None = None, shelf: ModelShelf | None = None, probe_result=None) -> Job:
     """A job computing each model's perplexity on `text` (for an encoder: the cosine similarity of the text's
-    sentence pairs, see `guiapp.engine.inference.sentence_pairs`).
+    sentence pairs, see `guiapp.inference.running.sentence_pairs`).
 
     The summary has "results": per model {"model", "kind", "perplexity", "tokens", "dtype", "untrained"} (see
     `try_job`) for a causal LM, or
@@ -269,8 +269,8 @@ def perplexity_job(references: list[str], text: str, *, window: int = 512, devic
     spec = {"references": list(references), "text": text, "window": window, "device": device, "dtype": dtype}
 
     def work(progress: Progress) -> dict[str, Any]:
-        from guiapp.engine.inference import CAUSAL, perplexity, readable_text, sentence_pairs, similarities
-        from guiapp.engine.samples import untrained_note
+        from guiapp.checkpoints.samples import untrained_note
+        from guiapp.inference.running import CAUSAL, perplexity, readable_text, sentence_pairs, similarities
         from guiapp.jobs.estimates import estimate_perplexity
         from guiapp.system.probe import cached_probe
 
@@ -310,8 +310,8 @@ def models_to_try(kind: str, spec: dict[str, Any], output: str | None) -> list[s
     """What to compare after a finished job: its inputs, then its output (an adapter as `BASE+ADAPTER`), at most
     four, without repeats. Empty for a job kind that makes no model. Never raises: a spec it cannot read gives
     what could be read of it."""
-    from guiapp.engine.recipe import recipe_from_dict  # the recipe parser (YAML, no torch)
     from guiapp.errors import MergesmithError
+    from guiapp.merging.recipe import recipe_from_dict  # the recipe parser (YAML, no torch)
 
     if kind == "merge":
         try:

@@ -51,10 +51,10 @@ def problem_from(error: BaseException, default_key: str | KeyPath = ()) -> Probl
 
 
 def output_problems(destination: Path, inputs: tuple[Path, ...], replace: bool) -> list[Problem]:
-    """The output rule (`guiapp.engine.output_guard.check_output_location`) for a job reading `inputs`: [] when it
+    """The output rule (`guiapp.checkpoints.output_guard.check_output_location`) for a job reading `inputs`: [] when it
     may write at `destination`, else the refusal. A taken folder's error carries the free name to offer
     (`retry_with`); the job would stop at once there, so it blocks the run like any other error."""
-    from guiapp.engine.output_guard import check_output_location  # noqa: PLC0415 - loaded by the checks' callers
+    from guiapp.checkpoints.output_guard import check_output_location  # noqa: PLC0415 - loaded by the checks' callers
 
     try:
         check_output_location(destination, inputs, replace=replace)
@@ -124,11 +124,11 @@ class PairCheck(CheckResult):
 def check_merge(document: dict[str, Any], device: str, output: str, probe: Any, replace: bool = False) -> MergeCheck:
     """Check the recipe `document` from the models' headers, the output folder by the output rule (`replace`: the
     user allows replacing an earlier Mergesmith output there), and estimate the job. Never raises."""
-    from guiapp.engine.layers import split_layer_name
-    from guiapp.engine.merge import merge_inputs, plan_merge  # loads torch: only when checking
-    from guiapp.engine.recipe import recipe_from_dict
+    from guiapp.checkpoints.tensor_roles import split_layer_name
     from guiapp.errors import RecipeError
     from guiapp.jobs.estimates import estimate_merge
+    from guiapp.merging.merge import merge_inputs, plan_merge  # loads torch: only when checking
+    from guiapp.merging.recipe import recipe_from_dict
 
     result = MergeCheck()
     destination = expanded(output) if output else None
@@ -200,11 +200,11 @@ def check_pair(base: str, model: str, device: str, output: str, probe: Any, repl
     """Whether `model` is a fine-tune of `base` (the one compatibility check, from their headers), whether the
     adapter may be written at `output` (`replace`: the user allows replacing an earlier output there) and what
     extracting it by `rule` (a RankRule; None: rank 32), `solver` and `embeddings` costs. Never raises."""
-    from guiapp.engine.lora_extract import pair_problem  # loads torch: only when checking
-    from guiapp.engine.output import local_input_folders
-    from guiapp.engine.sources import read_headers
+    from guiapp.checkpoints.sources import read_headers
+    from guiapp.checkpoints.writing import local_input_folders
     from guiapp.hub.references import ModelRef
     from guiapp.jobs.estimates import estimate_extraction
+    from guiapp.lora.extract import pair_problem  # loads torch: only when checking
 
     try:
         base_ref = ModelRef.parse(base)
@@ -239,8 +239,8 @@ def check_adapter(base: str, adapter: str, device: str, output: str, replace: bo
     """Whether the adapter in folder `adapter` fits `base`'s tensors, whether the model may be written at `output`
     (`replace` as for check_pair) and what applying it costs (its time from `probe` or earlier applications).
     Never raises."""
-    from guiapp.engine.lora_apply import apply_inputs, open_adapter  # loads torch: only when checking
-    from guiapp.engine.sources import read_headers
+    from guiapp.checkpoints.adapters import apply_inputs, open_adapter  # loads torch: only when checking
+    from guiapp.checkpoints.sources import read_headers
     from guiapp.errors import IncompatibleModelsError
     from guiapp.hub.references import ModelRef
     from guiapp.jobs.estimates import estimate_apply

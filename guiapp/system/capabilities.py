@@ -15,7 +15,7 @@ from guiapp.errors import DeviceError
 from guiapp.system.probe import COMPUTE_DTYPES, DTYPE_NAMES, Check, ProbeResult
 from guiapp.system.units import format_bytes
 
-# The operations each job kind runs in its compute dtype (as guiapp.engine uses them: merge methods select by
+# The operations each job kind runs in its compute dtype (as the merge, LoRA and inference packages use them: merge methods select by
 # sorting and random masks, slerp needs acos/sin; extraction's randomized SVD is randn, matmul, qr, svd).
 JOB_OPERATIONS: dict[str, tuple[str, ...]] = {
     "merge": (

@@ -117,8 +117,8 @@ class AppState(QObject):
 
 
 def _load_methods() -> dict[str, Any]:
-    import guiapp.engine.merge  # noqa: F401, PLC0415 - warms the engine so the first validation is quick
-    from guiapp.engine.methods import METHODS  # imports torch: never on the UI thread
+    import guiapp.merging.merge  # noqa: F401, PLC0415 - warms the engine so the first validation is quick
+    from guiapp.merging.methods import METHODS  # imports torch: never on the UI thread
     from guiapp.ui.widgets.charts import pyqtgraph
 
     pyqtgraph()  # and the chart library: imported by the first chart (a job's), it froze the window 0.3–0.5 s

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from guiapp.engine.samples import LlamaShape, write_llama, write_llama_finetune
+from guiapp.checkpoints.samples import LlamaShape, write_llama, write_llama_finetune
 
 
 @pytest.fixture(scope="session")

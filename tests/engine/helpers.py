@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
-from guiapp.engine.recipe import parse_recipe
+from guiapp.merging.recipe import parse_recipe
 
 
 def load_folder(folder: Path) -> dict[str, torch.Tensor]:

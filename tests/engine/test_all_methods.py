@@ -9,9 +9,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from guiapp.engine.merge import MergeSettings, run_merge
-from guiapp.engine.methods import METHODS
-from guiapp.engine.samples import LlamaShape, write_llama, write_llama_finetune
+from guiapp.checkpoints.samples import LlamaShape, write_llama, write_llama_finetune
+from guiapp.merging.merge import MergeSettings, run_merge
+from guiapp.merging.methods import METHODS
 from tests.engine.helpers import fingerprint, load_folder, recipe
 
 TWO_INPUTS = {"slerp", "nearswap", "arcee_fusion"}

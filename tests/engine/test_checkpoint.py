@@ -9,9 +9,9 @@ import struct
 import pytest
 import torch
 
-from guiapp.engine.checkpoint import open_checkpoint
-from guiapp.engine.output import PlannedTensor, ShardedWriter, StagedOutput, clean_stale_staging, parse_size
-from guiapp.engine.samples import LlamaShape, write_llama
+from guiapp.checkpoints.reading import open_checkpoint
+from guiapp.checkpoints.samples import LlamaShape, write_llama
+from guiapp.checkpoints.writing import PlannedTensor, ShardedWriter, StagedOutput, clean_stale_staging, parse_size
 from guiapp.errors import CheckpointError, OutputError, UnsafeCheckpointError
 
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from guiapp.engine.merge import MergeSettings, run_merge
-from guiapp.engine.samples import LlamaShape, write_llama
+from guiapp.checkpoints.samples import LlamaShape, write_llama
 from guiapp.errors import InsufficientResourcesError, OutputError
+from guiapp.merging.merge import MergeSettings, run_merge
 from guiapp.progress import Progress
 from tests.engine.helpers import fingerprint, recipe
 from tests.support.filesystems import small_filesystem
@@ -89,7 +89,7 @@ def test_a_nul_character_in_the_output_or_a_reference_is_said_not_crashed(model,
 
 def test_a_tilde_for_a_user_this_computer_does_not_have_is_a_path_not_a_crash(tmp_path, monkeypatch):
     """pathlib's expanduser raised RuntimeError ("Could not determine home directory"), shown as not recognised."""
-    from guiapp.engine.output_guard import check_output_location
+    from guiapp.checkpoints.output_guard import check_output_location
     from guiapp.errors import CheckpointError
     from guiapp.hub.references import ModelRef
 

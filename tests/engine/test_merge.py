@@ -11,8 +11,7 @@ import pytest
 import torch
 import yaml
 
-from guiapp.engine.merge import MergeSettings, plan_merge, run_merge
-from guiapp.engine.samples import LlamaShape, llama_config, llama_tensors, write_checkpoint, write_llama
+from guiapp.checkpoints.samples import LlamaShape, llama_config, llama_tensors, write_checkpoint, write_llama
 from guiapp.errors import (
     CheckpointError,
     IncompatibleModelsError,
@@ -21,6 +20,7 @@ from guiapp.errors import (
     OutputError,
     RecipeError,
 )
+from guiapp.merging.merge import MergeSettings, plan_merge, run_merge
 from guiapp.progress import CancelToken, Progress
 from tests.engine.helpers import fingerprint, leftovers, load_folder, recipe
 from tests.support import warm_cli
@@ -35,7 +35,7 @@ def _merge(text: str, out: Path, **settings):
 @pytest.fixture
 def conversions(monkeypatch) -> list[int]:
     """The sizes of the tensors the merge converts to its compute dtype (`_to_compute`), recorded as it does."""
-    import guiapp.engine.merge as merge_module  # noqa: PLC0415
+    import guiapp.merging.merge as merge_module  # noqa: PLC0415
 
     converted: list[int] = []
     convert = merge_module._to_compute
@@ -46,7 +46,7 @@ def conversions(monkeypatch) -> list[int]:
 
 def _bf16_model_in_blocks(folder: Path, seed: int) -> Path:
     """A one-layer bf16 Llama whose embeddings span three merge blocks, the last a short one."""
-    from guiapp.engine.merge import BLOCK_ELEMENTS  # noqa: PLC0415
+    from guiapp.merging.merge import BLOCK_ELEMENTS  # noqa: PLC0415
 
     shape = LlamaShape(layers=1, vocab=BLOCK_ELEMENTS // 64 * 2 + 5)
     return write_checkpoint(folder, llama_tensors(shape, torch.Generator().manual_seed(seed)),
@@ -411,9 +411,9 @@ def test_demo_generates_sample_models_and_merges_them(tmp_path):
 
 
 def test_large_tensors_merged_in_blocks_match_and_are_checked(tmp_path):
-    from guiapp.engine.merge import BLOCK_ELEMENTS  # noqa: PLC0415
-    from guiapp.engine.methods import METHODS  # noqa: PLC0415
-    from guiapp.engine.methods.base import MergeContext  # noqa: PLC0415
+    from guiapp.merging.merge import BLOCK_ELEMENTS  # noqa: PLC0415
+    from guiapp.merging.methods import METHODS  # noqa: PLC0415
+    from guiapp.merging.methods.base import MergeContext  # noqa: PLC0415
 
     shape = LlamaShape(layers=1, vocab=BLOCK_ELEMENTS // 64 * 3 + 5)  # embeddings span several blocks
     first = write_llama(tmp_path / "a", shape, dtype=torch.float16, seed=1)
@@ -444,7 +444,7 @@ def test_large_tensors_merged_in_blocks_match_and_are_checked(tmp_path):
 
 
 def test_large_copies_are_written_as_stored_converted_when_asked_and_checked(tmp_path):
-    from guiapp.engine.merge import BLOCK_ELEMENTS  # noqa: PLC0415
+    from guiapp.merging.merge import BLOCK_ELEMENTS  # noqa: PLC0415
 
     shape = LlamaShape(layers=1, vocab=BLOCK_ELEMENTS // 64 * 3 + 5)  # embeddings span several blocks
     tensors = llama_tensors(shape, torch.Generator().manual_seed(3))
@@ -508,7 +508,7 @@ def test_task_arithmetic_in_bf16_merges_as_stored_with_the_float32_result(tmp_pa
 
 
 def test_nearswap_in_bf16_merges_as_stored_with_the_float32_result(tmp_path, conversions):
-    from guiapp.engine.methods.nearswap import nearswap  # noqa: PLC0415
+    from guiapp.merging.methods.nearswap import nearswap  # noqa: PLC0415
 
     folders = [_bf16_model_in_blocks(tmp_path / name, seed) for name, seed in (("base", 3), ("one", 4))]
     base, one = (load_folder(folder) for folder in folders)
@@ -523,7 +523,7 @@ def test_nearswap_in_bf16_merges_as_stored_with_the_float32_result(tmp_path, con
 def test_float32_inputs_are_merged_as_they_are_not_in_chunks(tmp_path, conversions):
     # Chunks save converting narrow inputs to float32; inputs stored in float32 need no conversion, and copying
     # them into chunk buffers would only add a pass (task arithmetic 2.63 against 2.33 ms per million entries).
-    from guiapp.engine.merge import BLOCK_ELEMENTS  # noqa: PLC0415
+    from guiapp.merging.merge import BLOCK_ELEMENTS  # noqa: PLC0415
 
     shape = LlamaShape(layers=1, vocab=BLOCK_ELEMENTS // 64 * 2 + 5)
     folders = [write_checkpoint(tmp_path / name, llama_tensors(shape, torch.Generator().manual_seed(seed)),
@@ -538,7 +538,7 @@ def test_float32_inputs_are_merged_as_they_are_not_in_chunks(tmp_path, conversio
 
 
 def test_passthrough_at_scale_one_is_a_copy_written_as_stored(tmp_path, conversions):
-    from guiapp.engine.merge import BLOCK_ELEMENTS  # noqa: PLC0415
+    from guiapp.merging.merge import BLOCK_ELEMENTS  # noqa: PLC0415
 
     model = _bf16_model_in_blocks(tmp_path / "a", 4)
     stored = load_folder(model)

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from guiapp.engine.merge import MergeSettings, plan_merge, run_merge
-from guiapp.engine.samples import LlamaShape, write_llama, write_llama_finetune
-from guiapp.engine.sources import read_headers
+from guiapp.checkpoints.samples import LlamaShape, write_llama, write_llama_finetune
+from guiapp.checkpoints.sources import read_headers
 from guiapp.errors import CheckpointError
 from guiapp.hub.references import ModelRef
+from guiapp.merging.merge import MergeSettings, plan_merge, run_merge
 from tests.engine.helpers import recipe
 from tests.support.fixtures import hub_env, hub_server  # noqa: F401 - pytest fixtures
 

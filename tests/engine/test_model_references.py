@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from guiapp.engine.recipe import parse_recipe
 from guiapp.hub.publish_card import RECIPE_FILE, base_models
 from guiapp.hub.references import ModelRef
 from guiapp.jobs.naming import input_name
+from guiapp.merging.recipe import parse_recipe
 
 ROOT = Path(__file__).resolve().parents[2]
 

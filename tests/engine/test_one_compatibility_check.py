@@ -10,13 +10,13 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from guiapp.engine.compatibility import check_compatibility
-from guiapp.engine.lora_extract import ExtractionSettings, extract_lora, pair_problem
-from guiapp.engine.merge import plan_merge
-from guiapp.engine.samples import LlamaShape, write_llama, write_llama_finetune
-from guiapp.engine.sources import read_headers
+from guiapp.checkpoints.samples import LlamaShape, write_llama, write_llama_finetune
+from guiapp.checkpoints.sources import read_headers
 from guiapp.errors import IncompatibleModelsError
 from guiapp.hub.references import ModelRef
+from guiapp.lora.extract import ExtractionSettings, extract_lora, pair_problem
+from guiapp.merging.compatibility import check_compatibility
+from guiapp.merging.merge import plan_merge
 from tests.engine.helpers import recipe
 
 SHAPE = LlamaShape(hidden=64, intermediate=128, layers=2, heads=4, kv_heads=2, vocab=256)

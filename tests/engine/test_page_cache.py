@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-import guiapp.engine.merge as merge_module
-from guiapp.engine import weight_file
-from guiapp.engine.checkpoint import open_checkpoint
-from guiapp.engine.merge import BLOCK_ELEMENTS, MergeSettings, plan_merge, run_merge, streams_in_blocks
-from guiapp.engine.samples import LlamaShape, write_llama
-from guiapp.engine.weight_file import SafetensorsFile
+import guiapp.merging.merge as merge_module
+from guiapp.checkpoints import weight_file
+from guiapp.checkpoints.reading import open_checkpoint
+from guiapp.checkpoints.samples import LlamaShape, write_llama
+from guiapp.checkpoints.weight_file import SafetensorsFile
+from guiapp.merging.merge import BLOCK_ELEMENTS, MergeSettings, plan_merge, run_merge, streams_in_blocks
 from tests.engine.helpers import recipe
 
 _SHAPE = LlamaShape(layers=1, vocab=BLOCK_ELEMENTS // 64 + 5)  # embeddings and lm_head just over a block

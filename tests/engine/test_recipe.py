@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from guiapp.engine.recipe import evaluate, is_missing, layer_position, lookup, parse_recipe
 from guiapp.errors import RecipeError
 from guiapp.hub.references import ModelRef
+from guiapp.merging.recipe import evaluate, is_missing, layer_position, lookup, parse_recipe
 
 
 def test_gradient_interpolates_between_anchors():

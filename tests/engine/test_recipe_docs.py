@@ -10,9 +10,9 @@ import sys
 import pytest
 
 from guiapp.docs_recipes import DOCUMENT, with_generated_part
-from guiapp.engine.merge import MergeSettings, run_merge
-from guiapp.engine.methods import METHODS
-from guiapp.engine.recipe import parse_recipe
+from guiapp.merging.merge import MergeSettings, run_merge
+from guiapp.merging.methods import METHODS
+from guiapp.merging.recipe import parse_recipe
 from tests.engine.helpers import load_folder
 
 EXAMPLE = re.compile(r"```yaml\n# example: (?P<name>\w+)\n(?P<text>.*?)```", re.DOTALL)

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from guiapp.engine.lora_extract import ExtractionSettings, extract_lora
-from guiapp.engine.lowrank import RankRule
-from guiapp.engine.merge import MergeSettings, plan_merge, run_merge
-from guiapp.engine.samples import LlamaShape, write_llama, write_llama_finetune
+from guiapp.checkpoints.samples import LlamaShape, write_llama, write_llama_finetune
 from guiapp.errors import IncompatibleModelsError
+from guiapp.lora.extract import ExtractionSettings, extract_lora
+from guiapp.lora.lowrank import RankRule
+from guiapp.merging.merge import MergeSettings, plan_merge, run_merge
 from tests.engine.helpers import load_folder, recipe
 from tests.support.fixtures import hub_env, hub_server  # noqa: F401 - pytest fixtures
 

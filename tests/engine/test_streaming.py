@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 import torch
 
-import guiapp.engine.merge as merge_module
-from guiapp.engine.merge import BLOCK_ELEMENTS, MergeSettings, plan_merge, run_merge, streams_in_blocks
-from guiapp.engine.methods._selection import LargestK
-from guiapp.engine.samples import LlamaShape, llama_config, llama_tensors, write_checkpoint, write_llama
-from guiapp.engine.sources import ModelReader
+import guiapp.merging.merge as merge_module
+from guiapp.checkpoints.samples import LlamaShape, llama_config, llama_tensors, write_checkpoint, write_llama
+from guiapp.checkpoints.sources import ModelReader
+from guiapp.merging.merge import BLOCK_ELEMENTS, MergeSettings, plan_merge, run_merge, streams_in_blocks
+from guiapp.merging.methods._selection import LargestK
 from tests.engine.helpers import recipe
 from tests.support.memory import run_measuring_memory
 
@@ -119,8 +119,8 @@ def test_streamed_output_is_byte_identical_to_the_whole_tensor_path(tmp_path, mo
 _CHILD = textwrap.dedent("""
     import sys
     from pathlib import Path
-    from guiapp.engine.merge import MergeSettings, run_merge
-    from guiapp.engine.recipe import parse_recipe
+    from guiapp.merging.merge import MergeSettings, run_merge
+    from guiapp.merging.recipe import parse_recipe
     run_merge(parse_recipe(Path(sys.argv[1]).read_text()), MergeSettings(Path(sys.argv[2])))
 """)
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from guiapp.engine.layers import TensorRole, tensor_place
-from guiapp.engine.merge import MergeSettings, run_merge
-from guiapp.engine.samples import BertShape, bert_tensors, write_checkpoint
+from guiapp.checkpoints.samples import BertShape, bert_tensors, write_checkpoint
+from guiapp.checkpoints.tensor_roles import TensorRole, tensor_place
+from guiapp.merging.merge import MergeSettings, run_merge
 from tests.engine.helpers import load_folder, recipe
 
 VOCAB, HIDDEN, LAYERS = 64, 16, 4
@@ -93,7 +93,7 @@ def test_gpt_neox_slice_merge_takes_head_and_final_norm_from_the_last_slice(tmp_
 
 def test_gemma_tied_model_uses_its_embeddings_as_head(tmp_path):
     """A tied model merged with an untied one: the tied model's embeddings stand in for its missing head."""
-    from guiapp.engine.samples import LlamaShape, write_llama  # noqa: PLC0415
+    from guiapp.checkpoints.samples import LlamaShape, write_llama  # noqa: PLC0415
 
     shape = LlamaShape(hidden=32, intermediate=64, layers=1, heads=2, kv_heads=1, vocab=VOCAB)
     tied = write_llama(tmp_path / "tied", shape, seed=0, tie_embeddings=True, dtype=torch.float32)

@@ -1,6 +1,6 @@
 """The thread policy is what guiapp/system/threads.py says: one thread for memory-bound work, the free cores (capped
 by the user's limit) for compute-bound work, waiting threads that sleep; a surveyed tensor's blocks count their
-models at once, one torch thread each (guiapp/engine/helpers.py). Counts, not timings."""
+models at once, one torch thread each (guiapp/compute/parallel.py). Counts, not timings."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ import threading
 import pytest
 import torch
 
-from guiapp.engine.helpers import HelperThreads
-from guiapp.engine.merge import BLOCK_ELEMENTS, MergeSettings, run_merge
-from guiapp.engine.methods import _task_vectors as task_vectors
-from guiapp.engine.methods._selection import LargestK
-from guiapp.engine.samples import LlamaShape, write_llama, write_llama_finetune
+from guiapp.checkpoints.samples import LlamaShape, write_llama, write_llama_finetune
+from guiapp.compute.parallel import HelperThreads
+from guiapp.merging.merge import BLOCK_ELEMENTS, MergeSettings, run_merge
+from guiapp.merging.methods import _task_vectors as task_vectors
+from guiapp.merging.methods._selection import LargestK
 from guiapp.system.threads import LoadMeter, ThreadPolicy, WorkKind, logical_cores
 from tests.engine.helpers import recipe
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from guiapp.engine.samples import LlamaShape, write_llama, write_llama_finetune
+from guiapp.checkpoints.samples import LlamaShape, write_llama, write_llama_finetune
 from guiapp.system.explain import Explanation
 from tests.faults.harness import headline
 from tests.faults.summary import SEEN_PROPERTY

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from guiapp.engine.recipe import parse_recipe
-from guiapp.engine.samples import LlamaShape, write_llama
+from guiapp.checkpoints.samples import LlamaShape, write_llama
 from guiapp.jobs.runner import JobListeners, JobStatus, run_job
 from guiapp.jobs.specs import download_job, merge_job, retry
+from guiapp.merging.recipe import parse_recipe
 from guiapp.system.explain import explain
 from tests.faults.harness import cli_explanation, fails_cleanly, fingerprint, leftovers
 from tests.support.filesystems import small_filesystem

@@ -208,8 +208,8 @@ def test_a_password_in_hf_endpoint_is_never_shown_or_saved(hub_env, hostile, tmp
 
 def test_the_window_keeps_an_echoed_token_out_of_the_job_log_and_history(hub_env, hostile, trio, tmp_path, qtbot,
                                                                           monkeypatch, seen):
-    from guiapp.engine.recipe import parse_recipe  # noqa: PLC0415
     from guiapp.jobs.specs import merge_job  # noqa: PLC0415
+    from guiapp.merging.recipe import parse_recipe  # noqa: PLC0415
     from guiapp.ui.job_bridge import JobBridge  # noqa: PLC0415
 
     monkeypatch.setenv("HF_TOKEN", TEST_TOKEN)

@@ -22,10 +22,10 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from guiapp.engine.recipe import parse_recipe
-from guiapp.engine.samples import llama_config
+from guiapp.checkpoints.samples import llama_config
 from guiapp.jobs.runner import JobStatus, run_job
 from guiapp.jobs.specs import extract_job, merge_job
+from guiapp.merging.recipe import parse_recipe
 from guiapp.system.explain import explain
 from tests.faults.conftest import SMALL
 from tests.faults.harness import cli_explanation, fails_cleanly, leftovers
@@ -350,7 +350,7 @@ def test_input_truncated_while_the_merge_reads_it(trio, tmp_path, warm_cli, seen
     script = textwrap.dedent(f"""
         import os
         from pathlib import Path
-        from guiapp.engine.recipe import parse_recipe
+        from guiapp.merging.recipe import parse_recipe
         from guiapp.jobs.runner import JobListeners, run_job
         from guiapp.jobs.specs import merge_job
         from guiapp.system.explain import explain

@@ -21,9 +21,9 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from guiapp.engine.merge import plan_merge
-from guiapp.engine.recipe import parse_recipe
-from guiapp.engine.samples import llama_config
+from guiapp.checkpoints.samples import llama_config
+from guiapp.merging.merge import plan_merge
+from guiapp.merging.recipe import parse_recipe
 from guiapp.progress import PAUSE_VARIABLE
 from tests.faults.conftest import SMALL
 from tests.faults.harness import cli_explanation, leftovers, looks_finished

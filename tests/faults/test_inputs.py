@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from guiapp.engine.recipe import parse_recipe
-from guiapp.engine.samples import llama_config, llama_tensors, write_checkpoint, write_llama
+from guiapp.checkpoints.samples import llama_config, llama_tensors, write_checkpoint, write_llama
 from guiapp.jobs.runner import JobStatus, run_job
 from guiapp.jobs.specs import extract_job, merge_job
+from guiapp.merging.recipe import parse_recipe
 from tests.faults.conftest import SMALL
 from tests.faults.harness import cli_explanation, fails_cleanly, fingerprint, leftovers, looks_finished
 

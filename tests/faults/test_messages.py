@@ -68,7 +68,7 @@ def _resolve(name: str, site: str) -> type[BaseException]:
 
 
 def _traceback_inside_mergesmith():
-    from guiapp.engine.output import parse_size  # noqa: PLC0415 - any raise site inside guiapp will do
+    from guiapp.checkpoints.writing import parse_size  # noqa: PLC0415 - any raise site inside guiapp will do
 
     try:
         parse_size("not a size")

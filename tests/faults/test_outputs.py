@@ -19,16 +19,16 @@ import pytest
 import yaml
 from huggingface_hub import constants
 
+from guiapp.checkpoints.writing import StagedOutput, clean_stale_staging
 from guiapp.cli import main
-from guiapp.engine.lora_extract import ExtractionSettings, extract_lora
-from guiapp.engine.lowrank import RankRule
-from guiapp.engine.merge import MergeSettings, run_merge
-from guiapp.engine.output import StagedOutput, clean_stale_staging
-from guiapp.engine.recipe import parse_recipe
 from guiapp.errors import OutputError
 from guiapp.jobs.fixes import REPLACE, RETRY_WITH
 from guiapp.jobs.runner import JobStatus, run_job
 from guiapp.jobs.specs import merge_job, retry
+from guiapp.lora.extract import ExtractionSettings, extract_lora
+from guiapp.lora.lowrank import RankRule
+from guiapp.merging.merge import MergeSettings, run_merge
+from guiapp.merging.recipe import parse_recipe
 from guiapp.progress import PAUSE_VARIABLE
 from guiapp.system.explain import explain
 from tests.faults.harness import cli_explanation, fingerprint, leftovers, looks_finished
@@ -166,7 +166,7 @@ def test_a_link_at_the_destination_is_never_followed(target_kind, trio, previous
 
 
 def test_overwrite_replaces_only_an_earlier_mergesmith_output(trio, previous_output, tmp_path, capsys, seen):
-    from guiapp.engine.output_guard import MARKER  # noqa: PLC0415
+    from guiapp.checkpoints.output_guard import MARKER  # noqa: PLC0415
 
     inputs = fingerprint(trio.base, trio.one, trio.two)
     recipe = tmp_path / "recipe.yml"
@@ -369,7 +369,7 @@ def test_the_tokenizer_donor_is_an_input(trio, previous_output, tmp_path, capsys
 
 @pytest.mark.parametrize("how", ["the kernel's rename without replacing", "exclusive mkdir, then rename"])
 def test_the_final_rename_never_replaces(how, tmp_path, monkeypatch):
-    from guiapp.engine import output_guard  # noqa: PLC0415
+    from guiapp.checkpoints import output_guard  # noqa: PLC0415
 
     if how == "exclusive mkdir, then rename":  # file systems without renameat2 / renamex_np
         monkeypatch.setattr(output_guard, "_native_rename_noreplace", lambda source, destination: False)

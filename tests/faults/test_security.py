@@ -15,9 +15,9 @@ import pytest
 import yaml
 
 import guiapp
-from guiapp.engine.recipe import parse_recipe
 from guiapp.jobs.runner import JobStatus, run_job
 from guiapp.jobs.specs import merge_job
+from guiapp.merging.recipe import parse_recipe
 from tests.faults.harness import looks_finished
 from tests.support.hub_server import TEST_TOKEN
 

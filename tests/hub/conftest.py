@@ -10,7 +10,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from guiapp.engine.samples import LlamaShape, write_llama, write_llama_finetune
+from guiapp.checkpoints.samples import LlamaShape, write_llama, write_llama_finetune
 from tests.support.fixtures import hub_env, hub_server  # noqa: F401 - fixtures used by this folder's tests
 from tests.support.hub_server import TEST_TOKEN, enable_uploads
 

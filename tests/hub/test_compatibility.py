@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from guiapp.engine.compatibility import check_compatibility
 from guiapp.hub.references import ModelRef
+from guiapp.merging.compatibility import check_compatibility
 
 
 @pytest.fixture

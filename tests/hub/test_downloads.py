@@ -143,7 +143,7 @@ def test_a_merge_of_hub_models_downloads_under_one_bar(published, samples, tmp_p
     Downloading stage whose fraction never goes backwards, whose counts never pass the totals fixed at its start
     (every file of every model), whose file line names the model, and whose time left is never 0 with bytes to
     go."""
-    from guiapp.engine.merge import MergeSettings, run_merge  # noqa: PLC0415
+    from guiapp.merging.merge import MergeSettings, run_merge  # noqa: PLC0415
     from tests.engine.helpers import recipe  # noqa: PLC0415
 
     published.add_model("org/finetune", samples.finetune)

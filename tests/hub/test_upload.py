@@ -205,7 +205,7 @@ def test_mergesmith_state_files_are_never_published(uploads, signed_in, model_fo
 
     from huggingface_hub import snapshot_download
 
-    from guiapp.engine.output_guard import MARKER, lock_path, staging_name, write_marker
+    from guiapp.checkpoints.output_guard import MARKER, lock_path, staging_name, write_marker
 
     folder = shutil.copytree(model_folder, tmp_path / "merged")
     write_marker(folder, "merge")

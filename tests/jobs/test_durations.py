@@ -12,13 +12,13 @@ import time
 import pytest
 import yaml
 
-from guiapp.engine.merge import plan_merge
-from guiapp.engine.recipe import recipe_from_dict
-from guiapp.engine.samples import LlamaShape, write_llama, write_llama_finetune
+from guiapp.checkpoints.samples import LlamaShape, write_llama, write_llama_finetune
 from guiapp.jobs import durations
 from guiapp.jobs.estimates import estimate_merge
 from guiapp.jobs.runner import JobStatus, run_job
 from guiapp.jobs.specs import merge_job
+from guiapp.merging.merge import plan_merge
+from guiapp.merging.recipe import recipe_from_dict
 from guiapp.system.probe import ProbeResult, Speed
 from guiapp.system.resources import TimeEstimate
 from guiapp.system.units import format_duration_range, format_seconds, roughly

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from guiapp.engine.samples import LlamaShape, write_llama, write_llama_finetune
+from guiapp.checkpoints.samples import LlamaShape, write_llama, write_llama_finetune
 from guiapp.errors import InsufficientResourcesError
 from guiapp.jobs.runner import JobStatus, run_job
 from guiapp.jobs.specs import merge_job
@@ -23,8 +23,8 @@ from tests.support.memory import run_measuring_memory
 _CHILD = textwrap.dedent("""
     import sys
     from pathlib import Path
-    from guiapp.engine.merge import MergeSettings, plan_merge, run_merge
-    from guiapp.engine.recipe import parse_recipe
+    from guiapp.merging.merge import MergeSettings, plan_merge, run_merge
+    from guiapp.merging.recipe import parse_recipe
     from guiapp.jobs.estimates import estimate_merge
     recipe = parse_recipe(Path(sys.argv[1]).read_text())
     print(estimate_merge(plan_merge(recipe), "cpu", Path(sys.argv[2])).peak_ram, flush=True)
@@ -104,7 +104,7 @@ def test_a_merge_that_cannot_fit_is_refused_with_the_numbers(tmp_path):
 def test_a_merge_short_of_disk_and_ram_is_refused_for_both(tmp_path, monkeypatch):
     # The run of the test above failed once on a machine with 7.3 GB free: the output's free-space check came
     # before the estimate, so the refusal named the disk only, and a user who freed it would then hear of the RAM.
-    import guiapp.engine.output as output
+    import guiapp.checkpoints.writing as output
     import guiapp.system.resources as resources
 
     real_disk = resources.disk

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from guiapp.engine.lora_extract import ExtractionSettings, extract_lora
-from guiapp.engine.lowrank import RankRule
-from guiapp.engine.samples import LlamaShape, write_llama, write_llama_finetune
-from guiapp.engine.sources import read_headers
+from guiapp.checkpoints.samples import LlamaShape, write_llama, write_llama_finetune
+from guiapp.checkpoints.sources import read_headers
 from guiapp.hub.references import ModelRef
 from guiapp.jobs.estimates import estimate_extraction
+from guiapp.lora.extract import ExtractionSettings, extract_lora
+from guiapp.lora.lowrank import RankRule
 
 # A vocabulary large next to the layers, as in real models, where the saved embeddings dominate the adapter.
 SHAPE = LlamaShape(hidden=64, intermediate=128, layers=2, heads=4, kv_heads=2, vocab=2048)

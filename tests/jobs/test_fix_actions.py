@@ -106,7 +106,7 @@ def test_a_suggested_new_name_taken_since_the_failure_is_replaced_by_a_free_one(
 
 
 def test_an_output_inside_an_input_model_offers_a_retry_beside_the_models(tmp_path):
-    from guiapp.engine.output_guard import check_output_location
+    from guiapp.checkpoints.output_guard import check_output_location
 
     model = tmp_path / "models" / "tiny-chat"
     model.mkdir(parents=True)

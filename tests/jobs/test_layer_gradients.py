@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from guiapp.engine.recipe import evaluate, layer_position
 from guiapp.errors import RecipeError
 from guiapp.jobs.layer_gradients import gradient_curves, with_anchor
+from guiapp.merging.recipe import evaluate, layer_position
 
 
 def test_a_list_is_one_curve_with_the_value_the_merge_uses_at_each_layer():

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from guiapp.engine.output_guard import write_marker
-from guiapp.engine.samples import LlamaShape, write_llama
+from guiapp.checkpoints.output_guard import write_marker
+from guiapp.checkpoints.samples import LlamaShape, write_llama
 from guiapp.hub.downloads import download_model
 from guiapp.jobs.library import (
     UseFit,

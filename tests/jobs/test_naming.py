@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from guiapp.engine.output_guard import MARKER, free_destination
-from guiapp.engine.samples import LlamaShape, write_llama, write_llama_finetune
+from guiapp.checkpoints.output_guard import MARKER, free_destination
+from guiapp.checkpoints.samples import LlamaShape, write_llama, write_llama_finetune
 from guiapp.jobs.naming import (
     application_output_name,
     default_output,

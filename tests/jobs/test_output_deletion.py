@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from guiapp.engine.output_guard import MARKER, DestinationLock, write_marker
+from guiapp.checkpoints.output_guard import MARKER, DestinationLock, write_marker
 from guiapp.errors import OutputError
 from guiapp.jobs.library import plan_output_deletion
 

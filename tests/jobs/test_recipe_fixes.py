@@ -3,9 +3,9 @@ value the method accepts, as one undo step; a problem whose fix is the user's ch
 
 from __future__ import annotations
 
-from guiapp.engine.methods import METHODS
 from guiapp.jobs.recipe_document import RecipeDocument
 from guiapp.jobs.recipe_fixes import fix_for, suggested_value
+from guiapp.merging.methods import METHODS
 
 
 def _applied(fix, document):

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from guiapp import cli
-from guiapp.engine import lora_extract
-from guiapp.engine.samples import LlamaShape, write_llama, write_llama_finetune
+from guiapp.checkpoints.samples import LlamaShape, write_llama, write_llama_finetune
 from guiapp.jobs.specs import job_from_spec, merge_job
+from guiapp.lora import extract as lora_extract
 from guiapp.system import threads
 
 TINY = LlamaShape(hidden=16, intermediate=32, layers=1, heads=2, kv_heads=1, vocab=32)
@@ -67,7 +67,7 @@ def test_a_thread_count_below_one_is_refused(text, capsys):
 
 
 def test_a_retried_job_keeps_its_thread_limit(tmp_path):
-    from guiapp.engine.recipe import recipe_from_dict
+    from guiapp.merging.recipe import recipe_from_dict
 
     recipe = recipe_from_dict({"merge_method": "linear", "models": [
         {"model": str(tmp_path / "a"), "parameters": {"weight": 0.5}},

@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from guiapp.engine.samples import LlamaShape, write_llama, write_llama_finetune
+from guiapp.checkpoints.samples import LlamaShape, write_llama, write_llama_finetune
 from guiapp.jobs.validation import Severity, check_adapter, check_merge, check_pair, free_output
 
 SMALL = LlamaShape(hidden=64, intermediate=128, layers=2, heads=4, kv_heads=2, vocab=256)

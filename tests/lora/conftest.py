@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from guiapp.engine.samples import write_bert, write_llama
+from guiapp.checkpoints.samples import write_bert, write_llama
 from tests.lora.helpers import finetune
 
 

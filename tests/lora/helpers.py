@@ -10,10 +10,10 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
-from guiapp.engine.checkpoint import open_checkpoint
-from guiapp.engine.lora_extract import ExtractionSettings, extract_lora
-from guiapp.engine.lowrank import RankRule
-from guiapp.engine.samples import write_checkpoint
+from guiapp.checkpoints.reading import open_checkpoint
+from guiapp.checkpoints.samples import write_checkpoint
+from guiapp.lora.extract import ExtractionSettings, extract_lora
+from guiapp.lora.lowrank import RankRule
 
 
 def finetune(

@@ -10,11 +10,8 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
+from guiapp.checkpoints.samples import LlamaShape, write_llama
 from guiapp.cli import main
-from guiapp.engine.lora_apply import ApplySettings, apply_lora
-from guiapp.engine.lora_extract import ExtractionSettings, extract_lora
-from guiapp.engine.lowrank import RankRule
-from guiapp.engine.samples import LlamaShape, write_llama
 from guiapp.errors import (
     CheckpointError,
     IncompatibleModelsError,
@@ -23,6 +20,9 @@ from guiapp.errors import (
     OutputError,
     SettingsError,
 )
+from guiapp.lora.apply import ApplySettings, apply_lora
+from guiapp.lora.extract import ExtractionSettings, extract_lora
+from guiapp.lora.lowrank import RankRule
 from guiapp.progress import CancelToken, Progress
 from tests.lora.helpers import adapter_config, adapter_report, adapter_tensors, extract, finetune, model_tensors
 
@@ -211,8 +211,8 @@ def test_a_missing_adapter_folder_is_called_an_adapter(llama_base, tmp_path):
         apply_lora(ApplySettings(str(llama_base), str(missing), tmp_path / "full"))
     recipe = f"merge_method: linear\nmodels:\n  - model: {llama_base}+{missing}\n    parameters: {{weight: 1}}\n"
     (tmp_path / "recipe.yml").write_text(recipe)
-    from guiapp.engine.merge import MergeSettings, run_merge
-    from guiapp.engine.recipe import load_recipe
+    from guiapp.merging.merge import MergeSettings, run_merge
+    from guiapp.merging.recipe import load_recipe
 
     with pytest.raises(CheckpointError, match=r"^The adapter folder .*no-such-adapter does not exist"):
         run_merge(load_recipe(tmp_path / "recipe.yml"), MergeSettings(tmp_path / "merged"))
@@ -256,7 +256,7 @@ def test_cli_rank_modes_are_exclusive(llama_base, tmp_path):
 
 
 def test_tensors_compared_in_blocks_give_the_same_adapter(llama_base, llama_planted, tmp_path, monkeypatch):
-    from guiapp.engine import lora_extract  # noqa: PLC0415
+    from guiapp.lora import extract as lora_extract  # noqa: PLC0415
     from guiapp.system.threads import ThreadPolicy  # noqa: PLC0415
 
     # One thread for both: the decompositions' sums come out in other bits with another thread count, and the

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from guiapp.engine.lora_apply import ApplySettings, apply_lora
+from guiapp.lora.apply import ApplySettings, apply_lora
 from tests.lora.helpers import adapter_config, extract, max_relative_difference, model_tensors
 from tests.support.fixtures import hub_env, hub_server  # noqa: F401 - pytest fixtures
 

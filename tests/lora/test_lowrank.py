@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from guiapp.engine.lowrank import RankRule, choose_rank, decompose, relative_error, truncated_svd
 from guiapp.errors import SettingsError
+from guiapp.lora.lowrank import RankRule, choose_rank, decompose, relative_error, truncated_svd
 
 
 def orthonormal(rows: int, cols: int, seed: int) -> torch.Tensor:
@@ -128,7 +128,7 @@ def test_non_finite_update_is_refused():
 
 
 def test_the_cost_model_follows_the_solvers_steps():
-    from guiapp.engine.lowrank import decomposition_directions
+    from guiapp.lora.lowrank import decomposition_directions
 
     square = (1024, 1024)
     fixed = [decomposition_directions(square, RankRule("fixed", rank)) for rank in (8, 16, 32, 128)]

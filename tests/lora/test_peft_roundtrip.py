@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from guiapp.engine.checkpoint import open_checkpoint
-from guiapp.engine.lora_apply import ApplySettings, LoraAdapter, apply_lora
-from guiapp.engine.lowrank import RankRule
+from guiapp.checkpoints.adapters import LoraAdapter
+from guiapp.checkpoints.reading import open_checkpoint
+from guiapp.lora.apply import ApplySettings, apply_lora
+from guiapp.lora.lowrank import RankRule
 from tests.lora.helpers import (
     adapter_config,
     adapter_report,
@@ -213,7 +214,7 @@ def test_apply_follows_peft_scaling_rslora_and_patterns(llama_base, tmp_path):
 
 @pytest.mark.parametrize("embeddings", ["save", "lora"])
 def test_tied_embeddings_stay_tied_in_peft_and_in_apply(embeddings, tmp_path):
-    from guiapp.engine.samples import write_llama  # noqa: PLC0415
+    from guiapp.checkpoints.samples import write_llama  # noqa: PLC0415
 
     base = write_llama(tmp_path / "base", dtype=torch.float32, tie_embeddings=True)
     tuned = finetune(base, tmp_path / "tuned")

@@ -9,9 +9,9 @@ import zlib
 
 import torch
 
-from guiapp.engine import lora_extract
-from guiapp.engine.lowrank import RankRule
-from guiapp.engine.sources import ModelReader
+from guiapp.checkpoints.sources import ModelReader
+from guiapp.lora import extract as lora_extract
+from guiapp.lora.lowrank import RankRule
 from guiapp.progress import Progress
 from guiapp.system.threads import ThreadPolicy, logical_cores
 from tests.lora.helpers import adapter_report, extract, finetune

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from guiapp.engine.checkpoint import open_checkpoint
-from guiapp.engine.layers import split_layer_name
-from guiapp.engine.spectrum import preview_spectra, sample_modules, update_spectrum
+from guiapp.checkpoints.reading import open_checkpoint
+from guiapp.checkpoints.tensor_roles import split_layer_name
 from guiapp.errors import IncompatibleModelsError, JobCancelled, OfflineError
+from guiapp.lora.spectrum import preview_spectra, sample_modules, update_spectrum
 from tests.lora.helpers import finetune
 from tests.support.fixtures import hub_env, hub_server  # noqa: F401 - fixtures
 
@@ -91,7 +91,7 @@ def test_the_sketched_curve_agrees_with_the_exact_one_on_a_planted_low_rank_upda
     """A rank-24 change (decaying strengths) plus full-rank noise holding `noise` of the energy, as a fine-tune's
     update looks: the sketch's curve is within 0.03 of the exact one at every rank up to the preview's, and never
     above it (a sketch only finds less)."""
-    from guiapp.engine.spectrum import PREVIEW_MAX_RANK
+    from guiapp.lora.spectrum import PREVIEW_MAX_RANK
 
     generator = torch.Generator().manual_seed(3)
     rows, cols = 1024, 512
@@ -121,7 +121,7 @@ def test_the_preview_says_how_far_it_is_and_stop_ends_it_at_the_next_module(llam
 
 
 def test_a_model_with_few_matrices_gets_fewer_samples():
-    from guiapp.engine.spectrum import preview_sample_size
+    from guiapp.lora.spectrum import preview_sample_size
 
     # A sketch costs about one and a half rank-16 decompositions: eight of a 4-layer model's 28 matrices took half
     # the extraction's time, three take a sixth.

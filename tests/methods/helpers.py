@@ -7,8 +7,8 @@ from typing import Any
 
 import torch
 
-from guiapp.engine.methods import get_method
-from guiapp.engine.methods.base import BaseRole, MergeContext
+from guiapp.merging.methods import get_method
+from guiapp.merging.methods.base import BaseRole, MergeContext
 
 
 def context(

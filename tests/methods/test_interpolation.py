@@ -51,7 +51,7 @@ def test_linear_divides_only_by_weights_that_do_not_add_up_to_one(weights, divid
 def test_linear_of_stored_inputs_not_averaged_in_pairs_is_the_float32_merge_bit_for_bit(dtype, weights, normalize):
     # Two inputs averaged go through one lerp (its own rounding, tested with the merge loop); any other linear merge
     # of bf16/fp16 inputs goes a chunk at a time through the float32 path's operations.
-    from guiapp.engine.methods._stored import STORED_CHUNK  # noqa: PLC0415
+    from guiapp.merging.methods._stored import STORED_CHUNK  # noqa: PLC0415
     from tests.methods.helpers import assert_stored_merge_is_the_float32_merge  # noqa: PLC0415
 
     generator = torch.Generator().manual_seed(len(weights))

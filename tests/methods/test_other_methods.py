@@ -123,7 +123,7 @@ def test_nearswap_by_hand():
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 @pytest.mark.parametrize("t", [0.0, 1e-3, 0.02])
 def test_nearswap_of_stored_inputs_is_the_float32_merge_bit_for_bit(dtype, t):
-    from guiapp.engine.methods._stored import STORED_CHUNK  # noqa: PLC0415
+    from guiapp.merging.methods._stored import STORED_CHUNK  # noqa: PLC0415
 
     generator = torch.Generator().manual_seed(int(t * 1000))
     numel = STORED_CHUNK * 2 + 7  # three chunks, the last a short one

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from guiapp.engine.methods import METHODS, get_method
-from guiapp.engine.methods.base import BaseRole, LoneTensorPolicy, ParamKind
 from guiapp.errors import RecipeError
+from guiapp.merging.methods import METHODS, get_method
+from guiapp.merging.methods.base import BaseRole, LoneTensorPolicy, ParamKind
 
 ALL_METHODS = {
     "linear", "task_arithmetic", "ties", "dare_ties", "dare_linear", "breadcrumbs", "breadcrumbs_ties", "della",
@@ -166,11 +166,11 @@ def test_every_method_declares_its_working_copies_and_the_estimator_reads_them(t
     """Adding a method is one module: the estimator knows nothing per method name, only the declaration."""
     from dataclasses import replace  # noqa: PLC0415
 
-    from guiapp.engine.merge import plan_merge  # noqa: PLC0415
-    from guiapp.engine.methods.base import WorkingCopies  # noqa: PLC0415
-    from guiapp.engine.recipe import parse_recipe  # noqa: PLC0415
-    from guiapp.engine.samples import LlamaShape, write_llama, write_llama_finetune  # noqa: PLC0415
+    from guiapp.checkpoints.samples import LlamaShape, write_llama, write_llama_finetune  # noqa: PLC0415
     from guiapp.jobs.estimates import merge_working_set  # noqa: PLC0415
+    from guiapp.merging.merge import plan_merge  # noqa: PLC0415
+    from guiapp.merging.methods.base import WorkingCopies  # noqa: PLC0415
+    from guiapp.merging.recipe import parse_recipe  # noqa: PLC0415
 
     assert all(isinstance(method.working_copies, WorkingCopies) for method in METHODS.values())
     shape = LlamaShape(hidden=64, intermediate=128, layers=1, heads=4, kv_heads=2, vocab=256)

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from guiapp.engine.methods import _reduce, _selection
-from guiapp.engine.methods._selection import LargestK, top_k_indicator
+from guiapp.merging.methods import _reduce, _selection
+from guiapp.merging.methods._selection import LargestK, top_k_indicator
 
 
 def top_k_mask(scores: torch.Tensor, k: int) -> torch.Tensor:

@@ -92,7 +92,7 @@ def test_task_arithmetic_allows_negative_weights_and_the_base_anywhere():
 @pytest.mark.parametrize("weights", [(1.0, 0.5, -0.3), (0.3, 0.3, 0.4), (2.0, -1.0, 0.5)])
 @pytest.mark.parametrize(("normalize", "lam"), [(False, 1.0), (True, 1.0), (False, 0.7), (True, 1.3)])
 def test_task_arithmetic_of_stored_inputs_is_the_float32_merge_bit_for_bit(dtype, weights, normalize, lam):
-    from guiapp.engine.methods._stored import STORED_CHUNK  # noqa: PLC0415
+    from guiapp.merging.methods._stored import STORED_CHUNK  # noqa: PLC0415
     from tests.methods.helpers import assert_stored_merge_is_the_float32_merge  # noqa: PLC0415
 
     generator = torch.Generator().manual_seed(len(weights) + int(normalize))
@@ -109,7 +109,7 @@ def test_task_arithmetic_of_stored_inputs_is_the_float32_merge_bit_for_bit(dtype
 def test_stored_inputs_are_merged_in_chunks_on_the_cpu_only(device):
     # The chunks keep a CPU core's float32 copies in its cache; on an accelerator each chunk would be several kernel
     # launches (about a million for a 7 B model), so there the block is one chunk.
-    from guiapp.engine.methods._stored import STORED_CHUNK, stored_chunk_entries  # noqa: PLC0415
+    from guiapp.merging.methods._stored import STORED_CHUNK, stored_chunk_entries  # noqa: PLC0415
 
     numel = STORED_CHUNK * 30 + 1
     assert stored_chunk_entries(torch.device("cpu"), numel) == STORED_CHUNK
@@ -119,7 +119,7 @@ def test_stored_inputs_are_merged_in_chunks_on_the_cpu_only(device):
 
 def test_stored_inputs_on_a_device_without_chunks_merge_in_one_pass():
     # "meta" stands in for an accelerator here: no data, but the one-chunk loop runs through to a whole result.
-    from guiapp.engine.methods import get_method  # noqa: PLC0415
+    from guiapp.merging.methods import get_method  # noqa: PLC0415
     from tests.methods.helpers import context  # noqa: PLC0415
 
     tensors = [torch.empty(1000, device="meta") for _ in range(3)]

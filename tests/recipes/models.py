@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from guiapp.engine.samples import LlamaShape, llama_config, llama_tensors, write_checkpoint
+from guiapp.checkpoints.samples import LlamaShape, llama_config, llama_tensors, write_checkpoint
 
 SPECIALS = ["<unk>", "<s>", "</s>"]
 

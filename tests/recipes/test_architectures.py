@@ -10,8 +10,8 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoTokenizer
 
-from guiapp.engine.merge import MergeSettings, run_merge
-from guiapp.engine.recipe import parse_recipe
+from guiapp.merging.merge import MergeSettings, run_merge
+from guiapp.merging.recipe import parse_recipe
 from tests.engine.helpers import load_folder
 from tests.recipes.models import SPECIALS, write_gemma2, write_gpt2, write_mistral, write_phi3
 

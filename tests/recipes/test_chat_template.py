@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from transformers import AutoTokenizer
 
-from guiapp.engine.chat_template_names import BUILT_IN_CHAT_TEMPLATES
-from guiapp.engine.merge import MergeSettings, run_merge
-from guiapp.engine.recipe import parse_recipe
+from guiapp.merging.chat_template_names import BUILT_IN_CHAT_TEMPLATES
+from guiapp.merging.merge import MergeSettings, run_merge
+from guiapp.merging.recipe import parse_recipe
 from tests.recipes.models import SPECIALS, write_model
 
 TOKENS = SPECIALS + ["hi", "<|im_start|>", "<|im_end|>"]

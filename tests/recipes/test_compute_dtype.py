@@ -10,9 +10,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from guiapp.engine.merge import MergeSettings, run_merge
-from guiapp.engine.recipe import parse_recipe
 from guiapp.errors import DeviceError
+from guiapp.merging.merge import MergeSettings, run_merge
+from guiapp.merging.recipe import parse_recipe
 from guiapp.system.capabilities import JOB_OPERATIONS, require_compute
 from guiapp.system.probe import Check, ProbeResult, machine_fingerprint, probe_child_command, run_probe_child
 from tests.engine.helpers import load_folder

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from guiapp.engine.merge import plan_merge
-from guiapp.engine.plan import align_vocabulary
-from guiapp.engine.recipe import parse_recipe
 from guiapp.errors import RecipeError
+from guiapp.merging.merge import plan_merge
+from guiapp.merging.plan import align_vocabulary
+from guiapp.merging.recipe import parse_recipe
 from tests.recipes.models import SPECIALS, write_model
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -114,7 +114,7 @@ def test_a_token_override_that_cannot_be_had_names_its_token(vocabulary_pair, to
 
 
 # The one RecipeError that concerns no single key: a recipe that is not a mapping at all.
-_WHOLE_RECIPE = {"guiapp/engine/recipe.py": 1}
+_WHOLE_RECIPE = {"guiapp/merging/recipe.py": 1}
 
 
 def test_no_recipe_error_in_the_engine_lacks_a_key():

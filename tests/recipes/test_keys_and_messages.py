@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from guiapp.engine.merge import MergeSettings, plan_merge, run_merge
-from guiapp.engine.recipe import parse_recipe
 from guiapp.errors import RecipeError
+from guiapp.merging.merge import MergeSettings, plan_merge, run_merge
+from guiapp.merging.recipe import parse_recipe
 from tests.engine.helpers import load_folder
 
 
@@ -80,7 +80,7 @@ def test_default_module_form_runs_like_slices(llama_pair, tmp_path):
 def test_module_parameters_fall_through_to_the_recipe_s():
     recipe = parse_recipe("merge_method: linear\nparameters: {weight: 0.25}\nmodules:\n  default:\n"
                           "    parameters: {weight: {filter: mlp, value: 0.75}}\n    models:\n      - model: a/b\n")
-    from guiapp.engine.recipe import lookup
+    from guiapp.merging.recipe import lookup
     assert lookup([recipe.parameters], "weight", "layers.0.mlp.up_proj.weight", 0) == 0.75
     assert lookup([recipe.parameters], "weight", "layers.0.self_attn.q_proj.weight", 0) == 0.25
 

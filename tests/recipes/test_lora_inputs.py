@@ -7,13 +7,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from guiapp.engine.lora_apply import LoraAdapter
-from guiapp.engine.lora_extract import ExtractionSettings, extract_lora
-from guiapp.engine.lowrank import RankRule
-from guiapp.engine.merge import MergeSettings, run_merge
-from guiapp.engine.methods.nearswap import nearswap
-from guiapp.engine.recipe import parse_recipe
-from guiapp.engine.samples import LlamaShape, write_llama, write_llama_finetune
+from guiapp.checkpoints.adapters import LoraAdapter
+from guiapp.checkpoints.samples import LlamaShape, write_llama, write_llama_finetune
+from guiapp.lora.extract import ExtractionSettings, extract_lora
+from guiapp.lora.lowrank import RankRule
+from guiapp.merging.merge import MergeSettings, run_merge
+from guiapp.merging.methods.nearswap import nearswap
+from guiapp.merging.recipe import parse_recipe
 from tests.engine.helpers import load_folder
 
 

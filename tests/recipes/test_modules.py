@@ -9,9 +9,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from guiapp.engine.merge import MergeSettings, run_merge
-from guiapp.engine.recipe import parse_recipe
 from guiapp.errors import RecipeError
+from guiapp.merging.merge import MergeSettings, run_merge
+from guiapp.merging.recipe import parse_recipe
 from tests.engine.helpers import load_folder
 from tests.recipes.models import write_llava
 
@@ -58,7 +58,7 @@ modules:
 
 
 def test_a_module_that_matches_nothing_is_refused(llavas):
-    from guiapp.engine.merge import plan_merge
+    from guiapp.merging.merge import plan_merge
 
     a, b = llavas
     recipe = parse_recipe(f"merge_method: linear\nmodules:\n  audio_tower:\n    models: [{{model: {a}, parameters: {{weight: 1}}}}]\n"

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from guiapp.engine.merge import plan_merge
-from guiapp.engine.recipe import evaluate, parse_recipe
 from guiapp.errors import RecipeError
+from guiapp.merging.merge import plan_merge
+from guiapp.merging.recipe import evaluate, parse_recipe
 
 
 def test_yaml_reads_exponents_without_a_dot_as_strings():

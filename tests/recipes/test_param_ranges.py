@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from guiapp.engine.merge import MergeSettings, plan_merge, run_merge
-from guiapp.engine.recipe import parse_recipe
 from guiapp.errors import RecipeError
+from guiapp.merging.merge import MergeSettings, plan_merge, run_merge
+from guiapp.merging.recipe import parse_recipe
 from tests.engine.helpers import load_folder
 
 

@@ -12,8 +12,8 @@ import torch
 from tokenizers import Tokenizer
 from transformers import AutoTokenizer
 
-from guiapp.engine.merge import MergeSettings, run_merge
-from guiapp.engine.recipe import parse_recipe
+from guiapp.merging.merge import MergeSettings, run_merge
+from guiapp.merging.recipe import parse_recipe
 from tests.engine.helpers import load_folder
 from tests.recipes.models import (
     SPECIALS,
@@ -134,8 +134,8 @@ def test_tokenizer_donor_on_the_hub_lends_only_its_tokenizer(pair, hub_env, tmp_
 
 
 def test_a_donor_that_does_not_exist_is_reported_before_any_work(pair, hub_env, tmp_path):
-    from guiapp.engine.merge import plan_merge
     from guiapp.errors import MergesmithError
+    from guiapp.merging.merge import plan_merge
 
     a, b = pair
     recipe = parse_recipe(f"merge_method: linear\ntokenizer_source: acme/missing\nmodels:\n  - model: {a}\n"

@@ -8,9 +8,9 @@ import struct
 
 import pytest
 
-from guiapp.engine.merge import MergeSettings, plan_merge, run_merge
-from guiapp.engine.recipe import parse_recipe
 from guiapp.jobs.estimates import estimate_merge
+from guiapp.merging.merge import MergeSettings, plan_merge, run_merge
+from guiapp.merging.recipe import parse_recipe
 from tests.recipes.models import SPECIALS, write_model, write_tokenizer_files
 from tests.support.fixtures import hub_env, hub_server  # noqa: F401 - pytest fixtures
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from guiapp.engine.samples import LlamaShape, write_llama, write_llama_finetune
+from guiapp.checkpoints.samples import LlamaShape, write_llama, write_llama_finetune
 from guiapp.system.probe import (
     ProbeResult,
     load_cached,

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from guiapp.engine.lowrank import RankRule
-from guiapp.engine.recipe import recipe_from_dict
 from guiapp.errors import (
     CheckpointError,
     ConnectionLostError,
@@ -20,6 +18,8 @@ from guiapp.errors import (
     key_path,
 )
 from guiapp.hub.headers import read_file_header
+from guiapp.lora.lowrank import RankRule
+from guiapp.merging.recipe import recipe_from_dict
 
 
 @pytest.mark.parametrize(
@@ -79,7 +79,7 @@ def test_a_lora_setting_error_names_the_setting():
     ],
 )
 def test_a_recipe_error_names_its_key(document, key):
-    from guiapp.engine.methods import get_method
+    from guiapp.merging.methods import get_method
 
     with pytest.raises(RecipeError) as caught:
         recipe = recipe_from_dict(document)

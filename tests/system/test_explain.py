@@ -459,7 +459,7 @@ RuntimeError: "svd_cuda_gesvdj" not implemented for 'BFloat16'
 
 def test_a_mergesmith_error_pasted_from_a_log():
     log = """Traceback (most recent call last):
-  File "guiapp/engine/checkpoint.py", line 120, in read_safetensors_header
+  File "guiapp/checkpoints/reading.py", line 120, in read_safetensors_header
 safetensors_rust.SafetensorError: Error while deserializing header: header too large
 
 The above exception was the direct cause of the following exception:

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from guiapp.engine.samples import write_llama
+from guiapp.checkpoints.samples import write_llama
 from guiapp.errors import CheckpointError
 
 HOSTILE = ("fifo", "deep", "huge")
@@ -134,7 +134,7 @@ def test_a_models_index_that_is_not_a_file_or_too_big_is_a_checkpoint_error(tmp_
 
 
 def test_the_models_configuration_for_try_is_read_bounded(tmp_path):
-    from guiapp.engine.inference import _read_config
+    from guiapp.inference.running import _read_config
 
     folder = tmp_path / "model"
     _make(folder / "config.json", "deep")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from guiapp.engine.samples import BertShape, LlamaShape, write_bert, write_llama
+from guiapp.checkpoints.samples import BertShape, LlamaShape, write_bert, write_llama
 
 SENTENCES = [
     "the cat sat on the mat and looked at the dog",

@@ -50,7 +50,7 @@ def test_unknown_architecture_is_explained_not_a_traceback(causal_fp32, try_prob
 def test_try_samples_with_the_temperature_and_top_p_given(causal_fp32, try_probe, capsys):
     import torch
 
-    from guiapp.engine.inference import GenerationSettings, generate, load_model, resolve_source
+    from guiapp.inference.running import GenerationSettings, generate, load_model, resolve_source
 
     code = main(["try", str(causal_fp32), "--prompt", "the cat sat", "--max-new-tokens", "6", "--sample", "--seed",
                  "5", "--temperature", "1.5", "--top-p", "0.5"])
@@ -103,8 +103,8 @@ def test_no_new_tokens_is_a_setting_problem_not_an_unrecognised_error(causal_fp3
 
 @pytest.mark.parametrize("scale", ["nan", "inf", "-inf", "half"])
 def test_an_adapter_scale_that_is_not_a_finite_number_is_refused_first(scale, capsys):
-    from guiapp.engine.lora_apply import ApplySettings
     from guiapp.errors import SettingsError
+    from guiapp.lora.apply import ApplySettings
 
     with pytest.raises(SystemExit) as stopped:
         main(["apply-lora", "--base", "b", "--adapter", "a", "--out", "o", f"--scale={scale}", "--dry-run"])
@@ -117,7 +117,7 @@ def test_an_adapter_scale_that_is_not_a_finite_number_is_refused_first(scale, ca
 
 def test_a_family_the_app_download_does_not_carry_is_said_as_such(causal_fp32):
     """The bundle carries transformers' code for the common families only; the others fail to import by name."""
-    from guiapp.engine.inference import _unsupported, resolve_source
+    from guiapp.inference.running import _unsupported, resolve_source
 
     source = resolve_source(str(causal_fp32))
     missing = ModuleNotFoundError("No module named 'transformers.models.frobnicator'")

@@ -89,7 +89,7 @@ def test_adapter_with_patterns_gives_what_peft_gives(causal_fp32, tmp_path):
     import torch
     import transformers
 
-    from guiapp.engine.inference import load_model, resolve_source
+    from guiapp.inference.running import load_model, resolve_source
 
     torch.manual_seed(5)
     base = transformers.AutoModelForCausalLM.from_pretrained(causal_fp32, dtype=torch.float32)

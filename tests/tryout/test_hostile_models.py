@@ -82,7 +82,7 @@ def test_perplexity_of_a_text_in_pieces_equals_the_whole(causal_fp32):
     # Its tokenizer splits on whitespace, so pieces cut at line ends and spaces give the same tokens as the whole.
     import torch
 
-    from guiapp.engine.inference import load_model, perplexity, resolve_source
+    from guiapp.inference.running import load_model, perplexity, resolve_source
     from tests.tryout.models import SENTENCES
 
     loaded = load_model(resolve_source(str(causal_fp32)), torch.float32, "cpu")
@@ -96,7 +96,7 @@ def test_perplexity_of_a_text_in_pieces_equals_the_whole(causal_fp32):
 _PEAK_CHILD = """
 import resource, sys, torch
 from pathlib import Path
-from guiapp.engine.inference import load_model, perplexity, resolve_source
+from guiapp.inference.running import load_model, perplexity, resolve_source
 from tests.tryout.models import SENTENCES
 loaded = load_model(resolve_source(sys.argv[1]), torch.float32, "cpu")
 text = ("\\n".join(SENTENCES) + "\\n") * int(sys.argv[2])

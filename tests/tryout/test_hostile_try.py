@@ -211,8 +211,8 @@ def test_a_chat_template_that_fails_says_why(template, said, causal_fp32, try_pr
 
 
 def test_a_chat_template_that_never_ends_is_stopped(causal_fp32, try_probe, tmp_path):
-    from guiapp.engine.inference import load_model, render_chat_template, resolve_source
     from guiapp.errors import CheckpointError
+    from guiapp.inference.running import load_model, render_chat_template, resolve_source
     from guiapp.progress import Progress
 
     endless = ("{% for i in range(100000) %}{% for j in range(100000) %}{% for k in range(100000) %}"
@@ -230,7 +230,7 @@ def test_a_chat_template_that_never_ends_is_stopped(causal_fp32, try_probe, tmp_
 def test_a_chat_template_renders_as_transformers_renders_it(causal_fp32, try_probe):
     import torch
 
-    from guiapp.engine.inference import load_model, render_chat_template, resolve_source
+    from guiapp.inference.running import load_model, render_chat_template, resolve_source
     from guiapp.progress import Progress
 
     loaded = load_model(resolve_source(str(causal_fp32)), torch.float32, "cpu")

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from guiapp.engine.inference import (
+from guiapp.errors import JobCancelled, SettingsError, UnsupportedModelError
+from guiapp.inference.running import (
     CAUSAL,
     ENCODER,
     GenerationSettings,
@@ -23,7 +24,6 @@ from guiapp.engine.inference import (
     sentence_pairs,
     similarities,
 )
-from guiapp.errors import JobCancelled, SettingsError, UnsupportedModelError
 from guiapp.jobs.runner import JobListeners, JobRunner, JobStatus
 from guiapp.jobs.tryout import perplexity_job, plan_try, try_job
 from guiapp.progress import CancelToken, Progress
@@ -68,7 +68,7 @@ def test_generation_gives_the_tokens_transformers_gives(causal_fp32, settings):
 def test_chat_template_wraps_the_prompt(causal_fp32):
     loaded = load_model(resolve_source(str(causal_fp32)), torch.float32, "cpu")
     assert loaded.tokenizer.chat_template == CHAT_TEMPLATE
-    from guiapp.engine.inference import prompt_ids
+    from guiapp.inference.running import prompt_ids
 
     words = loaded.tokenizer.convert_ids_to_tokens(prompt_ids(loaded, PROMPT)[0].tolist())
     assert words[0] == "<user>" and words[-1] == "<bot>"

@@ -13,7 +13,7 @@ from PySide6.QtCore import QPoint, Qt
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QAbstractButton, QLabel
 
-from guiapp.engine.output_guard import MARKER
+from guiapp.checkpoints.output_guard import MARKER
 from guiapp.jobs.fixes import (
     CHOOSE_FOLDER,
     GO_ONLINE,

@@ -122,7 +122,7 @@ def test_a_models_gradient_shows_its_chart_in_a_row_tall_enough(qtbot, window, m
 
 
 def test_a_long_list_is_written_on_one_line_in_its_box(qtbot):
-    from guiapp.engine.methods import get_method
+    from guiapp.merging.methods import get_method
     from guiapp.ui.widgets.param_form import ParamEditor
 
     editor = ParamEditor(get_method("slerp").param("t"))

@@ -44,8 +44,8 @@ def test_a_finished_download_appears_in_the_merge_and_lora_pickers(qtbot, window
 
 
 def test_a_finished_merge_adds_its_output_to_the_library(qtbot, window, models, tmp_path):
-    from guiapp.engine.recipe import recipe_from_dict
     from guiapp.jobs.specs import merge_job
+    from guiapp.merging.recipe import recipe_from_dict
 
     output = tmp_path / "tune-a+tune-b-linear"
     recipe = recipe_from_dict({"merge_method": "linear", "models": [

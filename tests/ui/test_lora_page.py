@@ -86,7 +86,7 @@ def _wait_blocked_on_taken(qtbot, bar, run):
 
 
 def test_a_taken_output_folder_blocks_extract_and_apply_with_a_new_name_to_click(qtbot, window, models, tmp_path):
-    from guiapp.engine.lora_extract import ExtractionSettings, extract_lora
+    from guiapp.lora.extract import ExtractionSettings, extract_lora
 
     adapter = tmp_path / "adapter"
     extract_lora(ExtractionSettings(base=str(models.base), model=str(models.tune_a), out=adapter))
@@ -116,7 +116,7 @@ def test_a_taken_output_folder_blocks_extract_and_apply_with_a_new_name_to_click
 
 
 def test_apply_shows_its_time_like_extract(qtbot, window, models, tmp_path):
-    from guiapp.engine.lora_extract import ExtractionSettings, extract_lora
+    from guiapp.lora.extract import ExtractionSettings, extract_lora
 
     adapter = tmp_path / "adapter"
     extract_lora(ExtractionSettings(base=str(models.base), model=str(models.tune_a), out=adapter))

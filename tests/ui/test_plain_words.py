@@ -6,8 +6,8 @@ from __future__ import annotations
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel, QWidget
 
-from guiapp.engine.methods.base import ParamKind, ParamSpec
 from guiapp.jobs.plain_words import METHOD_GROUPS, grouped_methods
+from guiapp.merging.methods.base import ParamKind, ParamSpec
 from guiapp.system.units import plural
 from guiapp.ui.widgets.param_form import ParamEditor, ParamForm
 
@@ -45,7 +45,7 @@ def test_parameter_labels_are_plain_words_with_the_key_in_the_tooltip(qtbot):
 def test_a_key_that_means_something_else_in_one_method_is_labelled_for_that_method(qtbot):
     # NearSwap's t is a closeness threshold, not SLERP's position between the models: labelled "Position between the
     # models", a user who set it to 0.5 for "halfway" would have swapped in nearly every entry of the other model.
-    from guiapp.engine.methods import get_method
+    from guiapp.merging.methods import get_method
 
     # RAM's epsilon, likewise, is the size of a change that counts, not DELLA's spread of keep chances.
     form = ParamForm()

@@ -13,7 +13,7 @@ from guiapp.ui.app import create_window
 app, window = create_window([])
 window.show()
 app.processEvents()
-heavy = sorted(name for name in ("torch", "numpy", "safetensors", "guiapp.engine.methods") if name in sys.modules)
+heavy = sorted(name for name in ("torch", "numpy", "safetensors", "guiapp.merging.methods") if name in sys.modules)
 print("visible" if window.isVisible() else "hidden", ",".join(heavy) or "-")
 """
 

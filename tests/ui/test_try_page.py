@@ -98,8 +98,8 @@ def test_a_failure_is_explained_on_the_page(qtbot, window, tmp_path):
 
 
 def test_the_finished_jobs_inputs_and_output_are_offered(qtbot, window, models, tmp_path):
-    from guiapp.engine.recipe import parse_recipe
     from guiapp.jobs.specs import merge_job
+    from guiapp.merging.recipe import parse_recipe
 
     recipe = parse_recipe(f"merge_method: linear\nmodels:\n"
                           f"  - model: {models.tune_a}\n    parameters: {{weight: 0.5}}\n"
@@ -125,8 +125,8 @@ def test_temperature_and_top_p_reach_the_generation(qtbot, window, try_models):
     (the defaults stay as before); for greedy decoding the sampling controls are disabled with the reason."""
     import torch
 
-    from guiapp.engine.inference import GenerationSettings, generate, load_model, resolve_source
-    from guiapp.engine.sampling import DEFAULT_TEMPERATURE, DEFAULT_TOP_P
+    from guiapp.inference.running import GenerationSettings, generate, load_model, resolve_source
+    from guiapp.inference.sampling import DEFAULT_TEMPERATURE, DEFAULT_TOP_P
 
     page = window.try_page
     assert (page.temperature.value(), page.top_p.value()) == (DEFAULT_TEMPERATURE, DEFAULT_TOP_P)

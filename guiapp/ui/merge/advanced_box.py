@@ -18,8 +18,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from guiapp.engine.chat_template_names import BUILT_IN_CHAT_TEMPLATES
 from guiapp.jobs.recipe_document import parse_slices
+from guiapp.merging.chat_template_names import BUILT_IN_CHAT_TEMPLATES
 from guiapp.ui.merge.slices_editor import SlicesTable, table_rows
 from guiapp.ui.widgets.wrapping_label import WrappingLabel
 

@@ -344,7 +344,7 @@ class LoraPage(QWidget):
 
     def _rank_rule(self) -> Any:
         """The rank rule the form describes (the estimate depends on it)."""
-        from guiapp.engine.lowrank import RankRule  # loaded by the time a pair is checked
+        from guiapp.lora.lowrank import RankRule  # loaded by the time a pair is checked
 
         mode = self.rank_mode.currentData()
         return RankRule(mode, _rank_value(mode, self.rank_value.value()), self.max_rank.value() or None)

@@ -367,7 +367,7 @@ class TryPage(QWidget):
     def load_text_file(self, path: Path) -> None:
         """Read a .txt or .jsonl file into the text box (off the UI thread); a problem is shown in the status."""
         def read() -> str:
-            from guiapp.engine.inference import read_text_file  # imports torch: off the UI thread
+            from guiapp.inference.running import read_text_file  # imports torch: off the UI thread
 
             return read_text_file(path)
 

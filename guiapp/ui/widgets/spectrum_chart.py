@@ -2,7 +2,7 @@
 sample of modules (click the curve to choose that rank); after extracting, each module's retained energy with
 the worst ones highlighted.
 
-The preview reads real tensors and decomposes them (`guiapp.engine.spectrum.preview_spectra`) on a worker thread
+The preview reads real tensors and decomposes them (`guiapp.lora.spectrum.preview_spectra`) on a worker thread
 through `run_blocking`; only the newest request's answer is shown, and choosing other models clears it.
 """
 
@@ -37,7 +37,7 @@ class SpectrumChart(ChartHost):
         super().__init__(CHART_HEIGHT, parent)
         self.setAccessibleName("Share of the change kept, by rank")
         self.setToolTip("Each thin line is one module, the thick line their average. Click to choose that rank.")
-        self.spectra: list[Any] = []  # guiapp.engine.spectrum.ModuleSpectrum
+        self.spectra: list[Any] = []  # guiapp.lora.spectrum.ModuleSpectrum
         self.rank: int | None = None
 
     def show_spectra(self, spectra: list[Any]) -> None:
@@ -178,8 +178,8 @@ class RankPreview(QWidget):
         self.stop_button.setVisible(False)
 
     async def _preview(self, base: str, model: str, stop: threading.Event) -> None:
-        from guiapp.engine.spectrum import PREVIEW_MAX_RANK, preview_spectra
         from guiapp.errors import MergesmithError
+        from guiapp.lora.spectrum import PREVIEW_MAX_RANK, preview_spectra
 
         def reached(done: int, total: int) -> None:
             if not stop.is_set():
