@@ -174,7 +174,7 @@ def _child(arguments: list[str]) -> int:
     """`mergesmith ARGUMENTS` in this process, each progress event also written to the file the parent named
     (time since start, stage, fraction, ETA)."""
     from guiapp import progress  # noqa: PLC0415
-    from guiapp.cli import main as mergesmith  # noqa: PLC0415
+    from guiapp.__main__ import main as mergesmith  # noqa: PLC0415
 
     target = os.environ.get(EVENTS_VARIABLE)
     if target:

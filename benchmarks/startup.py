@@ -3,7 +3,7 @@ process gone after the window is closed (target ≤ 1 s).
 
     python benchmarks/startup.py [--runs 5] [--busy]
 
-Each run starts `mergesmith` (its real entry, `guiapp.cli.main`) in a fresh Python process, offscreen unless a
+Each run starts `mergesmith` (its real entry, `guiapp.__main__.main`) in a fresh Python process, offscreen unless a
 display is there. The child says when the window is first shown (the first event-loop turn after `show()`), when
 the Merge page is ready (the merge methods loaded), then closes the window as a user would; the times are
 measured here, from just before starting the process, and the exit time from the child's "closing" line to the
@@ -50,7 +50,7 @@ def close():
     window().close()
 
 QTimer.singleShot(0, watch)
-from guiapp.cli import main
+from guiapp.__main__ import main
 sys.exit(main([]))
 """
 

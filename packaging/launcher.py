@@ -17,7 +17,7 @@ def main() -> int:
         runpy.run_module(module, run_name="__main__", alter_sys=True)
         return 0
 
-    from guiapp.cli import main as cli_main
+    from guiapp.__main__ import main as cli_main
 
     return cli_main()
 

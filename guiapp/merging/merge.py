@@ -38,6 +38,7 @@ from guiapp.errors import IncompatibleModelsError, NonFiniteResultError
 from guiapp.hub.references import ModelRef
 from guiapp.merging.methods.base import MergeContext, TensorSettings, TensorSurvey
 from guiapp.merging.model_card import write_merge_metadata
+from guiapp.merging.modules import build_modular_plan
 from guiapp.merging.plan import (
     MergePlan,
     TensorInput,
@@ -103,7 +104,7 @@ def plan_merge(recipe: Recipe, progress: Progress | None = None) -> MergePlan:
         headers[ref] = read_headers(ref)
         progress.step(str(ref))
     donor_folder = tokenizer_folder(recipe.tokenizer_donor())  # a donor that cannot be had is reported now
-    plan = build_plan(recipe, headers)
+    plan = build_modular_plan(recipe, headers) if recipe.modules else build_plan(recipe, headers)
     settings = recipe.tokenizer
     if settings is not None and (settings.source == "union" or donor_folder or settings.pad_to_multiple_of):
         # The output's vocabulary size comes from tokenizers (small files, no weights): read them now, so the

@@ -121,16 +121,13 @@ class _SliceInputs:
 
 
 def build_plan(recipe: Recipe, headers: dict[ModelRef, ModelHeaders]) -> MergePlan:
-    """Validate `recipe` against the models' headers and plan every output tensor.
+    """Validate `recipe` (one without `modules:`; guiapp.merging.modules plans those, a plan per module) against the
+    models' headers and plan every output tensor.
 
     `headers` must hold every model `recipe.model_refs()` names. Raises RecipeError for a problem in the
     recipe and IncompatibleModelsError when the models do not fit together; each message names the model,
     tensor and setting concerned.
     """
-    if recipe.modules:
-        from guiapp.merging.modules import build_modular_plan  # noqa: PLC0415 - it builds on this module
-
-        return build_modular_plan(recipe, headers)
     method = get_method(recipe.merge_method)
     warnings = list(recipe.warnings)
     models: list[ModelHeaders] = []

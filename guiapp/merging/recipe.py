@@ -15,6 +15,7 @@ from typing import Any
 
 from guiapp.errors import KeyPath, RecipeError
 from guiapp.hub.references import ModelRef
+from guiapp.merging.chat_template_names import BUILT_IN_CHAT_TEMPLATES
 from guiapp.system.bounded import (
     RECIPE_BYTES,
     check_value_size,
@@ -458,8 +459,6 @@ def _chat_template(value: Any) -> str | None:
     does: a name that is not built in must look like a template). Raises RecipeError otherwise."""
     if value is None:
         return None
-    from guiapp.merging.tokenizers import BUILT_IN_CHAT_TEMPLATES  # noqa: PLC0415 - keeps this module light
-
     if not isinstance(value, str) or not value.strip():
         raise RecipeError(f"`chat_template` must be a name or a Jinja template, got {describe_value(value)}.",
                           why="It is written into the result's tokenizer settings.",

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from guiapp.cli import main
+from guiapp.__main__ import main
 from tests.faults.harness import cli_explanation
 from tests.support.hub_server import TEST_TOKEN, make_hostile
 from tests.support.warm_cli import WarmCli

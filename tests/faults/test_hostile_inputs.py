@@ -328,7 +328,7 @@ def test_files_from_strangers_are_refused_by_name(case, command, trio, tmp_path,
 @pytest.mark.parametrize("case", ["overlapping tensor offsets", "__metadata__ with a number",
                                   "header nested 100,000 deep", "layer index 1,000,000,000"])
 def test_hostile_headers_on_the_hub_are_refused_by_hub_info(case, trio, tmp_path, hub_env, capsys, seen):
-    from guiapp.cli import main  # noqa: PLC0415
+    from guiapp.__main__ import main  # noqa: PLC0415
 
     hub_env.server.add_model("org/stranger", _stranger(trio, tmp_path, case))
     code = main(["hub", "info", "org/stranger", "--tensors"])

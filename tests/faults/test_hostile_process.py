@@ -272,7 +272,7 @@ def test_history_keeps_a_failed_billion_laughs_job_bounded(tmp_path, warm_cli, s
     ("redirect to file://", "file:///etc/passwd", "/etc/passwd, which is not a web address"),
 ])
 def test_a_hub_redirect_is_named(case, redirect, said, hub_env, trio, capsys, seen):
-    from guiapp.cli import main  # noqa: PLC0415 - after hub_env has pointed huggingface_hub at the test Hub
+    from guiapp.__main__ import main  # noqa: PLC0415 - after hub_env has pointed huggingface_hub at the test Hub
 
     hub_env.server.add_model("org/model", trio.two)
     make_hostile(hub_env.server).redirect = redirect

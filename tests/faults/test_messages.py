@@ -18,7 +18,7 @@ import torch
 from safetensors.torch import save_file
 
 import guiapp
-from guiapp.cli import main
+from guiapp.__main__ import main
 from guiapp.errors import MergesmithError
 from guiapp.system.explain import explain
 from tests.faults.harness import cli_explanation

@@ -1,7 +1,7 @@
 """Fault class "outputs": an output never is, holds or sits inside an input, replaces only an earlier Mergesmith
 output, never replaces a folder that appeared while the job ran, and leaves nothing behind.
 
-Every case runs the real CLI (`guiapp.cli.main`, or `python -m guiapp` where a signal is involved) or the real job
+Every case runs the real CLI (`guiapp.__main__.main`, or `python -m guiapp` where a signal is involved) or the real job
 functions on real files, and checks that every input file's SHA-256 is unchanged.
 """
 
@@ -19,8 +19,8 @@ import pytest
 import yaml
 from huggingface_hub import constants
 
+from guiapp.__main__ import main
 from guiapp.checkpoints.writing import StagedOutput, clean_stale_staging
-from guiapp.cli import main
 from guiapp.errors import OutputError
 from guiapp.jobs.fixes import REPLACE, RETRY_WITH
 from guiapp.jobs.runner import JobStatus, run_job

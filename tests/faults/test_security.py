@@ -103,7 +103,7 @@ def test_outputs_get_the_users_umask(trio, tmp_path, seen):
 
 def test_no_network_but_the_configured_hub(hub, trio, tmp_path, capsys, seen):
     global _CONNECTS
-    from guiapp.cli import main  # noqa: PLC0415
+    from guiapp.__main__ import main  # noqa: PLC0415
 
     _CONNECTS = []
     try:

@@ -11,7 +11,7 @@ import pytest
 # Runs the CLI in-process of a fresh interpreter and reports its exit code and whether torch got imported.
 _RUNNER = (
     "import json, sys\n"
-    "from guiapp.cli import main\n"
+    "from guiapp.__main__ import main\n"
     "code = main(sys.argv[1:])\n"
     "print('@@' + json.dumps({'code': code, 'torch': 'torch' in sys.modules}), file=sys.stderr)\n"
 )
@@ -97,7 +97,7 @@ def test_what_is_not_a_hub_id_is_said_for_what_it_is(hub_env, written, said):
 @pytest.mark.parametrize("limit", ["0", "-5", "100000000", "many"])
 def test_a_result_count_out_of_range_is_a_usage_error_before_any_request(limit, capsys):
     """--limit 0 or -5 went to the Hub (and 100,000,000 would page through it); now argparse refuses them."""
-    from guiapp.cli import main
+    from guiapp.__main__ import main
 
     with pytest.raises(SystemExit) as stopped:
         main(["hub", "--offline", "search", "llama", "--limit", limit])

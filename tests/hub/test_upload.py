@@ -179,7 +179,8 @@ def test_licence_preset_and_warnings():
 
 
 def test_cli_publishes_with_card_and_licence(uploads, signed_in, model_folder, tmp_path, hub_env, samples, capsys):
-    from guiapp.cli import EXIT_OK, main
+    from guiapp.__main__ import main
+    from guiapp.cli.process import EXIT_OK
 
     hub_env.server.add_model("org/base", samples.base, card_data={"license": "apache-2.0"})
     hub_env.server.add_model("org/tune", samples.finetune, gated=True, card_data={"license": "apache-2.0"})

@@ -61,7 +61,8 @@ def test_a_token_in_the_card_is_refused_before_anything_is_sent(uploads, signed_
 
 
 def test_the_cli_refuses_a_readme_holding_the_token(uploads, signed_in, folder, capfd):
-    from guiapp.cli import EXIT_OK, main
+    from guiapp.__main__ import main
+    from guiapp.cli.process import EXIT_OK
 
     (folder / "README.md").write_text(f"# Mine\n\nuse `HF_TOKEN={TEST_TOKEN}`\n")
     assert main(["hub", "upload", str(folder), REPO]) != EXIT_OK
@@ -141,7 +142,8 @@ def test_models_adapters_and_gguf_files_are_publishable(uploads, signed_in, samp
 
 
 def test_the_cli_refuses_a_non_model_folder_unless_forced(uploads, signed_in, tmp_path, capfd):
-    from guiapp.cli import EXIT_OK, main
+    from guiapp.__main__ import main
+    from guiapp.cli.process import EXIT_OK
 
     home = tmp_path / "home"
     home.mkdir()
@@ -166,7 +168,8 @@ def test_a_fine_grained_token_without_write_access_is_refused_naming_the_permiss
 
 
 def test_an_upload_without_public_into_a_public_repo_is_refused(uploads, signed_in, folder, capfd):
-    from guiapp.cli import EXIT_OK, main
+    from guiapp.__main__ import main
+    from guiapp.cli.process import EXIT_OK
 
     assert main(["hub", "upload", str(folder), REPO, "--public"]) == EXIT_OK
     capfd.readouterr()
@@ -178,7 +181,8 @@ def test_an_upload_without_public_into_a_public_repo_is_refused(uploads, signed_
 
 
 def test_a_commit_url_echoing_the_token_and_escapes_is_printed_clean(uploads, signed_in, folder, capfd):
-    from guiapp.cli import EXIT_OK, main
+    from guiapp.__main__ import main
+    from guiapp.cli.process import EXIT_OK
 
     uploads.commit_url_extra = "?token={token}\x1b]0;owned\x07\x1b[2J\x9b31m"
     assert main(["hub", "upload", str(folder), REPO]) == EXIT_OK
@@ -188,7 +192,8 @@ def test_a_commit_url_echoing_the_token_and_escapes_is_printed_clean(uploads, si
 
 
 def test_hub_info_prints_no_control_characters_from_the_server(hub_env, samples, capfd):
-    from guiapp.cli import EXIT_OK, main
+    from guiapp.__main__ import main
+    from guiapp.cli.process import EXIT_OK
 
     hub_env.server.add_model("org/base", samples.base)
     modes = make_hostile(hub_env.server)
@@ -200,7 +205,8 @@ def test_hub_info_prints_no_control_characters_from_the_server(hub_env, samples,
 
 
 def test_a_server_error_on_the_commit_is_worded_as_an_upload_failure(uploads, signed_in, folder, hub_env, capfd):
-    from guiapp.cli import EXIT_OK, main
+    from guiapp.__main__ import main
+    from guiapp.cli.process import EXIT_OK
 
     hub_env.server.fail_next(500, times=50, path_contains="/commit/")
     assert main(["hub", "upload", str(folder), REPO]) != EXIT_OK
@@ -211,7 +217,8 @@ def test_a_server_error_on_the_commit_is_worded_as_an_upload_failure(uploads, si
 
 
 def test_a_refusal_with_escape_sequences_is_printed_clean(uploads, signed_in, folder, capfd):
-    from guiapp.cli import EXIT_OK, main
+    from guiapp.__main__ import main
+    from guiapp.cli.process import EXIT_OK
 
     uploads.commit_refusal = "Forbidden\x1b]0;owned\x07\x1b[2J\x9b31m by policy"
     assert main(["hub", "upload", str(folder), REPO]) != EXIT_OK

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from guiapp import cli
+from guiapp.__main__ import main
 from guiapp.checkpoints.samples import LlamaShape, write_llama, write_llama_finetune
 from guiapp.jobs.specs import job_from_spec, merge_job
 from guiapp.lora import extract as lora_extract
@@ -34,7 +34,7 @@ def test_threads_reach_the_policy_of_every_command(tmp_path, limits, monkeypatch
     recipe = tmp_path / "recipe.yml"
     recipe.write_text(f"merge_method: ties\nbase_model: {base}\nmodels:\n  - model: {tune}\n"
                       "    parameters: {weight: 1.0, density: 0.5}\ndtype: float32\n")
-    assert cli.main(["merge", str(recipe), str(tmp_path / "merged"), "--threads", "1"]) == 0
+    assert main(["merge", str(recipe), str(tmp_path / "merged"), "--threads", "1"]) == 0
     assert limits == [1]
 
     decomposed_with = set()
@@ -47,13 +47,13 @@ def test_threads_reach_the_policy_of_every_command(tmp_path, limits, monkeypatch
         return real_decompose(*args, **kwargs)
 
     monkeypatch.setattr(lora_extract, "decompose", recorded)
-    assert cli.main(["extract-lora", "--base", str(base), "--model", str(tune), "--out", str(tmp_path / "adapter"),
+    assert main(["extract-lora", "--base", str(base), "--model", str(tune), "--out", str(tmp_path / "adapter"),
                      "--rank", "4", "--threads", "1"]) == 0
     assert limits == [1, 1] and decomposed_with == {1}
-    assert cli.main(["apply-lora", "--base", str(base), "--adapter", str(tmp_path / "adapter"),
+    assert main(["apply-lora", "--base", str(base), "--adapter", str(tmp_path / "adapter"),
                      "--out", str(tmp_path / "applied"), "--threads", "2"]) == 0
     assert limits == [1, 1, 2]
-    assert cli.main(["apply-lora", "--base", str(base), "--adapter", str(tmp_path / "adapter"),
+    assert main(["apply-lora", "--base", str(base), "--adapter", str(tmp_path / "adapter"),
                      "--out", str(tmp_path / "applied-default")]) == 0
     assert limits[-1] is None  # no limit: the cores other programs leave free
 
@@ -61,7 +61,7 @@ def test_threads_reach_the_policy_of_every_command(tmp_path, limits, monkeypatch
 @pytest.mark.parametrize("text", ["0", "-2", "many"])
 def test_a_thread_count_below_one_is_refused(text, capsys):
     with pytest.raises(SystemExit) as exit_:
-        cli.main(["merge", "recipe.yml", "out", "--threads", text])
+        main(["merge", "recipe.yml", "out", "--threads", text])
     assert exit_.value.code == 2
     assert "1 or more" in capsys.readouterr().err
 

@@ -10,8 +10,8 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
+from guiapp.__main__ import main
 from guiapp.checkpoints.samples import LlamaShape, write_llama
-from guiapp.cli import main
 from guiapp.errors import (
     CheckpointError,
     IncompatibleModelsError,

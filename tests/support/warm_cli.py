@@ -45,7 +45,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]  # the checkout: where `tests` is importable from
 # Imported once in the zygote: torch and everything of Mergesmith's that a CLI job uses and that leaves
 # huggingface_hub unimported (see the module's docstring).
-WARM_IMPORTS = ("torch", "safetensors.torch", "yaml", "regex", "guiapp.cli", "guiapp.jobs.runner",
+WARM_IMPORTS = ("torch", "safetensors.torch", "yaml", "regex", "guiapp.cli.main", "guiapp.jobs.runner",
                 "guiapp.jobs.specs", "guiapp.jobs.history", "guiapp.jobs.estimates", "guiapp.merging.merge",
                 "guiapp.merging.methods", "guiapp.lora.extract", "guiapp.lora.apply",
                 "guiapp.system.explain")

@@ -11,9 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from guiapp import cli
+from guiapp.__main__ import main
+from guiapp.cli.process import EXIT_FAILED
 from guiapp.system import display_libraries
 from guiapp.system.display_libraries import install_advice, missing_libraries, needed_libraries, xcb_plugin
+from guiapp.ui import launch
 
 PLUGIN = xcb_plugin()
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux") or PLUGIN is None,
@@ -64,11 +66,11 @@ def test_the_start_check_names_every_missing_library_and_its_packages(tmp_path, 
     monkeypatch.delenv("QT_QPA_PLATFORM", raising=False)
     monkeypatch.delenv("WAYLAND_DISPLAY", raising=False)
     monkeypatch.setenv("DISPLAY", answering_display)
-    problem = cli._display_problem()
+    problem = launch._display_problem()
     assert "libxcb-icccm.so.4, libxcb-keysyms.so.1" in problem
     assert "sudo apt install libxcb-icccm4 libxcb-keysyms1" in problem
     assert "sudo dnf install xcb-util-wm xcb-util-keysyms" in problem
-    assert cli.main([]) == cli.EXIT_FAILED  # the window is not tried: Qt would abort the process
+    assert main([]) == EXIT_FAILED  # the window is not tried: Qt would abort the process
 
 
 def test_a_library_without_a_known_package_is_still_named():

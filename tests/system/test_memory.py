@@ -17,7 +17,7 @@ _START = textwrap.dedent(
     """
     import ctypes, sys
     if sys.argv[1] == "entry":
-        from guiapp.cli import main
+        from guiapp.__main__ import main
         try:
             main(["--version"])
         except SystemExit:

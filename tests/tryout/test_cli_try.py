@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from guiapp.cli import EXIT_FAILED, EXIT_OK, main
+from guiapp.__main__ import main
+from guiapp.cli.process import EXIT_FAILED, EXIT_OK
 from tests.tryout.models import SENTENCES
 
 

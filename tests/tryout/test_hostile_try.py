@@ -285,7 +285,8 @@ def test_a_prompt_with_bytes_that_are_not_utf8_is_decoded_with_replacement_and_s
 
 def test_a_text_file_with_bytes_that_are_not_utf8_is_named_with_the_position(causal_fp32, try_probe, tmp_path,
                                                                             capsys):
-    from guiapp.cli import EXIT_FAILED, main
+    from guiapp.__main__ import main
+    from guiapp.cli.process import EXIT_FAILED
 
     text = tmp_path / "text.txt"
     text.write_bytes(b"the cat sat\n on the \xff mat")

@@ -108,7 +108,7 @@ from PySide6.QtWidgets import QApplication
 app = QApplication([])
 atexit.register(lambda: Path(sys.argv[1]).write_text("exit handlers ran"))
 QTimer.singleShot(1500, QApplication.closeAllWindows)  # as if the user closed the window
-from guiapp.cli import main
+from guiapp.__main__ import main
 sys.exit(main([]))
 """
 
