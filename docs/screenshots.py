@@ -126,16 +126,16 @@ def shoot(folder: Path, server, wanted: set[str]) -> None:
 
     lora = window.lora
     lora.set_extract_models(str(samples / "tiny-math"), str(samples / "tiny-base"))
-    lora.x_out.setText(str(folder / "tiny-math-adapter"))
-    lora.rank_value.setValue(8)
-    wait(lambda: "pair up" in lora.x_check.text())
-    wait(lambda: lora.rank_preview.button.isEnabled())
-    lora.rank_preview.button.click()
-    wait(lambda: bool(lora.rank_preview.chart.spectra) and lora.rank_preview.button.isEnabled())
-    lora.x_run.click()
-    wait(lambda: not window.state.jobs.active() and "Adapter:" in lora.x_report.text())
+    lora.extract.out.setText(str(folder / "tiny-math-adapter"))
+    lora.extract.rank_value.setValue(8)
+    wait(lambda: "pair up" in lora.extract.check.text())
+    wait(lambda: lora.extract.rank_preview.button.isEnabled())
+    lora.extract.rank_preview.button.click()
+    wait(lambda: bool(lora.extract.rank_preview.chart.spectra) and lora.extract.rank_preview.button.isEnabled())
+    lora.extract.run_button.click()
+    wait(lambda: not window.state.jobs.active() and "Adapter:" in lora.extract.report.text())
     settle()  # the page scrolls to the report once it is laid out; back up to the models and the rank
-    lora.extract_scroll.verticalScrollBar().setValue(0)  # the models, the rank and its preview
+    lora.extract.scroll.verticalScrollBar().setValue(0)  # the models, the rank and its preview
     shot("lora", "lora")
     shot("jobs", "jobs")
 

@@ -169,7 +169,7 @@ class MainWindow(QMainWindow):
         if page == "merge":
             self.merge.run_button.click()  # as the button does: nothing while it is disabled with its reason
         elif page == "lora":
-            (self.lora.x_run if self.lora.tabs.currentIndex() == 0 else self.lora.a_run).click()
+            self.lora.tabs.currentWidget().run_button.click()
 
     def show_sign_in(self) -> None:
         """The Settings page with its access token field ready for typing (an explanation's "Sign in…")."""

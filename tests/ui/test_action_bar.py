@@ -79,22 +79,22 @@ def test_the_lora_tabs_run_from_their_bars_and_a_new_pair_clears_the_last_report
     window.resize(1024, 700)
     qtbot.waitUntil(lambda: window.height() == 700, timeout=5_000)
     page = window.lora
-    bar = page.x_bar
+    bar = page.extract.bar
     assert not bar.button.isEnabled() and bar.status.text() == "Choose the base model and the fine-tuned model first."
     assert _inside_window(window, bar.button)
-    page.x_base.set_text(str(models.base))
-    page.x_model.set_text(str(models.tune_a))
-    page.x_out.setText(str(tmp_path / "tune-a-lora"))
+    page.extract.base.set_text(str(models.base))
+    page.extract.model.set_text(str(models.tune_a))
+    page.extract.out.setText(str(tmp_path / "tune-a-lora"))
     qtbot.waitUntil(bar.button.isEnabled, timeout=20_000)
     assert bar.summary.text().startswith("Rank 32 · from tune-a · into tune-a-lora"), bar.summary.text()
     qtbot.mouseClick(bar.button, Qt.MouseButton.LeftButton)
     assert wait_for_job(qtbot, window, window.jobs.selected, timeout=120_000).status == "done"
-    assert "Adapter:" in page.x_report.text()
-    page.x_model.set_text(str(models.tune_b))  # another pair: the report about the last one goes
-    assert page.x_report.text() == ""
+    assert "Adapter:" in page.extract.report.text()
+    page.extract.model.set_text(str(models.tune_b))  # another pair: the report about the last one goes
+    assert page.extract.report.text() == ""
     window.show_page("lora")  # running took the window to the Jobs page
     page.tabs.setCurrentIndex(1)
-    assert _inside_window(window, page.a_bar.button) and not page.a_bar.button.isEnabled()
+    assert _inside_window(window, page.apply.bar.button) and not page.apply.bar.button.isEnabled()
 
 
 def test_a_long_problem_shows_its_beginning_and_the_whole_of_it_on_hover(qtbot):

@@ -28,10 +28,10 @@ def test_the_recipe_and_the_lora_forms_survive_a_restart(qtbot, make_window, mod
     page.overwrite_check.setChecked(True)
     recipe = page.recipe.copy()
     assert [m["model"] for m in recipe["models"]] == [str(models.tune_a), str(models.tune_b)]
-    window.lora.x_model.set_text(str(models.tune_a))
-    window.lora.rank_mode.setCurrentIndex(window.lora.rank_mode.findData("energy"))
-    window.lora.rank_value.setValue(0.8)
-    window.lora.a_out.setText(str(tmp_path / "applied"))
+    window.lora.extract.model.set_text(str(models.tune_a))
+    window.lora.extract.rank_mode.setCurrentIndex(window.lora.extract.rank_mode.findData("energy"))
+    window.lora.extract.rank_value.setValue(0.8)
+    window.lora.apply.out.setText(str(tmp_path / "applied"))
     window.close()
 
     again = make_window()
@@ -41,9 +41,9 @@ def test_the_recipe_and_the_lora_forms_survive_a_restart(qtbot, make_window, mod
     assert again.merge.table.rowCount() == 2
     assert again.merge.output_edit.text() == str(tmp_path / "kept-output")
     assert not again.merge.overwrite_check.isChecked()  # "Replace" is never carried over
-    assert again.lora.x_model.text() == str(models.tune_a)
-    assert again.lora.rank_mode.currentData() == "energy" and again.lora.rank_value.value() == 0.8
-    assert again.lora.a_out.text() == str(tmp_path / "applied")
+    assert again.lora.extract.model.text() == str(models.tune_a)
+    assert again.lora.extract.rank_mode.currentData() == "energy" and again.lora.extract.rank_value.value() == 0.8
+    assert again.lora.apply.out.text() == str(tmp_path / "applied")
 
 
 def test_the_try_page_keeps_its_models_prompt_and_settings_across_a_restart(qtbot, make_window, models):
@@ -106,13 +106,13 @@ def test_apply_takes_the_base_from_the_adapter_config(qtbot, window, tmp_path):
     (adapter / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": "org/the-base"}))
     page = window.lora
     page.tabs.setCurrentIndex(1)
-    qtbot.keyClicks(page.a_adapter.combo.lineEdit(), str(adapter))
-    assert page.a_base.text() == "org/the-base"
+    qtbot.keyClicks(page.apply.adapter.combo.lineEdit(), str(adapter))
+    assert page.apply.base.text() == "org/the-base"
     # a base the user chose is never replaced
-    page.a_base.set_text("")
-    QTest.keyClicks(page.a_base.combo.lineEdit(), "org/my-choice")
-    page.a_adapter.set_text(str(adapter))
-    assert page.a_base.text() == "org/my-choice"
+    page.apply.base.set_text("")
+    QTest.keyClicks(page.apply.base.combo.lineEdit(), "org/my-choice")
+    page.apply.adapter.set_text(str(adapter))
+    assert page.apply.base.text() == "org/my-choice"
 
 
 def test_a_damaged_forms_file_is_an_empty_memory(tmp_path, monkeypatch):

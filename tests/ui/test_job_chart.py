@@ -15,14 +15,14 @@ def _run_medium_extraction(qtbot, window, models, output, probed):
     store(probed, cache_file(machine_fingerprint()))
     window.show_page("lora")
     page = window.lora
-    page.x_base.set_text(str(models.medium_base))
-    page.x_model.set_text(str(models.medium_a))
-    page.rank_value.setValue(8)
-    page.x_out.setText(str(output))
-    qtbot.waitUntil(page.x_bar.button.isEnabled, timeout=30_000)
+    page.extract.base.set_text(str(models.medium_base))
+    page.extract.model.set_text(str(models.medium_a))
+    page.extract.rank_value.setValue(8)
+    page.extract.out.setText(str(output))
+    qtbot.waitUntil(page.extract.bar.button.isEnabled, timeout=30_000)
     seen = []
     window.state.jobs.progress.connect(lambda key, event: seen.append(key))
-    key = page.run_extract()
+    key = page.extract.run()
     return wait_for_job(qtbot, window, key, timeout=120_000), seen
 
 

@@ -129,29 +129,29 @@ def test_a_device_this_machine_lacks_is_explained_and_retried_on_the_cpu(qtbot, 
 def test_an_extraction_runs_to_completion_with_its_report(qtbot, window, models, tmp_path):
     window.show_page("lora")
     page = window.lora
-    page.x_base.set_text(str(models.medium_base))
-    page.x_model.set_text(str(models.medium_a))
-    page.rank_value.setValue(8)
-    page.x_out.setText(str(tmp_path / "adapter"))
-    qtbot.waitUntil(lambda: "pair up" in page.x_check.text(), timeout=20_000)
-    assert "Reads" in page.x_estimate.text()
+    page.extract.base.set_text(str(models.medium_base))
+    page.extract.model.set_text(str(models.medium_a))
+    page.extract.rank_value.setValue(8)
+    page.extract.out.setText(str(tmp_path / "adapter"))
+    qtbot.waitUntil(lambda: "pair up" in page.extract.check.text(), timeout=20_000)
+    assert "Reads" in page.extract.estimate.text()
     values = _bar_values(window)
-    qtbot.mouseClick(page.x_run, Qt.MouseButton.LeftButton)
+    qtbot.mouseClick(page.extract.run_button, Qt.MouseButton.LeftButton)
     record = wait_for_job(qtbot, window, window.jobs.selected, timeout=120_000)
     assert record.status == "done", record.log
     assert any(0 < v < 1000 for v in values), values
     assert (tmp_path / "adapter" / "adapter_config.json").is_file()
-    report = page.x_report.text()
+    report = page.extract.report.text()
     assert "Adapter:" in report and "Change kept:" in report and "Keeps the least of its change:" in report
     assert "Adapter:" in window.jobs.summary.text()
     # and back: the adapter applied to the base gives a full model
     page.tabs.setCurrentIndex(1)
-    page.a_base.set_text(str(models.medium_base))
-    page.a_adapter.set_text(str(tmp_path / "adapter"))
-    page.a_out.setText(str(tmp_path / "applied"))
-    qtbot.waitUntil(lambda: "fits this base model" in page.a_check.text(), timeout=20_000)
-    assert "Reads and writes" in page.a_estimate.text()
-    qtbot.mouseClick(page.a_run, Qt.MouseButton.LeftButton)
+    page.apply.base.set_text(str(models.medium_base))
+    page.apply.adapter.set_text(str(tmp_path / "adapter"))
+    page.apply.out.setText(str(tmp_path / "applied"))
+    qtbot.waitUntil(lambda: "fits this base model" in page.apply.check.text(), timeout=20_000)
+    assert "Reads and writes" in page.apply.estimate.text()
+    qtbot.mouseClick(page.apply.run_button, Qt.MouseButton.LeftButton)
     applied = wait_for_job(qtbot, window, window.jobs.selected, timeout=120_000)
     assert applied.status == "done", applied.log
     assert (tmp_path / "applied" / "config.json").is_file()
@@ -231,11 +231,11 @@ def test_a_full_disk_is_seen_before_the_merge_and_explained(qtbot, window, model
 
 def test_a_finished_job_shows_its_own_stage_not_the_last_selected_jobs(qtbot, window, models, tmp_path):
     page = window.lora
-    page.x_base.set_text(str(models.base))
-    page.x_model.set_text(str(models.tune_a))
-    page.x_out.setText(str(tmp_path / "adapter"))
-    qtbot.waitUntil(page.x_run.isEnabled, timeout=20_000)
-    qtbot.mouseClick(page.x_run, Qt.MouseButton.LeftButton)
+    page.extract.base.set_text(str(models.base))
+    page.extract.model.set_text(str(models.tune_a))
+    page.extract.out.setText(str(tmp_path / "adapter"))
+    qtbot.waitUntil(page.extract.run_button.isEnabled, timeout=20_000)
+    qtbot.mouseClick(page.extract.run_button, Qt.MouseButton.LeftButton)
     extraction = wait_for_job(qtbot, window, window.jobs.selected, timeout=120_000)
     assert extraction.status == "done", extraction.log
     _prepare(window, _medium_recipe(models), tmp_path / "merged")

@@ -25,9 +25,9 @@ def test_a_finished_download_appears_in_the_merge_and_lora_pickers(qtbot, window
     record = window.state.jobs.submit(download_job("smith/tiny-base"))
     assert wait_for_job(qtbot, window, record.key).status == "done"
     qtbot.waitUntil(lambda: "smith/tiny-base" in _listed(window.merge.base_picker), timeout=15_000)
-    for picker in (window.merge.add_model_picker, window.lora.x_base, window.lora.x_model, window.try_page.pickers[0]):
+    for picker in (window.merge.add_model_picker, window.lora.extract.base, window.lora.extract.model, window.try_page.pickers[0]):
         assert "smith/tiny-base" in _listed(picker)
-    assert "smith/tiny-base" not in _listed(window.lora.a_adapter)  # a model is not offered as an adapter
+    assert "smith/tiny-base" not in _listed(window.lora.apply.adapter)  # a model is not offered as an adapter
     assert window.merge.base_picker.text() == "typed by the user"  # the refresh keeps what was typed
     # and it can be chosen from the list with the keyboard
     window.show_page("merge")
@@ -88,7 +88,7 @@ def test_a_finished_extraction_offers_its_adapter_only_where_adapters_go(qtbot, 
     qtbot.waitUntil(lambda: window.state.library.loaded, timeout=15_000)
     record = window.state.jobs.submit(extract_job(str(models.base), str(models.tune_a), adapter, rank_value=4))
     assert wait_for_job(qtbot, window, record.key).status == "done"
-    qtbot.waitUntil(lambda: str(adapter) in _listed(window.lora.a_adapter), timeout=15_000)
+    qtbot.waitUntil(lambda: str(adapter) in _listed(window.lora.apply.adapter), timeout=15_000)
     assert str(adapter) not in _listed(window.merge.base_picker)
     assert window.state.library.find(str(adapter)).base_model == str(models.base)
 

@@ -14,23 +14,23 @@ from tests.ui.conftest import wait_for_job
 def test_ticking_module_names_limits_the_extraction(qtbot, window, models, tmp_path):
     page = window.lora
     window.show_page("lora")
-    assert not page.include.isVisible()  # regular expressions are not the first thing a user meets
-    page.x_base.set_text(str(models.base))
-    page.x_model.set_text(str(models.tune_a))
-    qtbot.mouseClick(page.modules_toggle, Qt.MouseButton.LeftButton)
-    assert page.include.isVisible()
-    qtbot.waitUntil(lambda: page.module_list.count() > 0, timeout=20_000)
-    kinds = [page.module_list.item(row).data(Qt.ItemDataRole.UserRole) for row in range(page.module_list.count())]
+    assert not page.extract.include.isVisible()  # regular expressions are not the first thing a user meets
+    page.extract.base.set_text(str(models.base))
+    page.extract.model.set_text(str(models.tune_a))
+    qtbot.mouseClick(page.extract.modules_toggle, Qt.MouseButton.LeftButton)
+    assert page.extract.include.isVisible()
+    qtbot.waitUntil(lambda: page.extract.module_list.count() > 0, timeout=20_000)
+    kinds = [page.extract.module_list.item(row).data(Qt.ItemDataRole.UserRole) for row in range(page.extract.module_list.count())]
     assert {"q_proj", "v_proj", "down_proj"} <= set(kinds)
-    assert "2 matrices" in page.module_list.item(kinds.index("q_proj")).text()  # one per layer
-    page.module_list.setFocus()
+    assert "2 matrices" in page.extract.module_list.item(kinds.index("q_proj")).text()  # one per layer
+    page.extract.module_list.setFocus()
     for kind in ("q_proj", "v_proj"):
-        page.module_list.setCurrentRow(kinds.index(kind))
-        qtbot.keyClick(page.module_list, Qt.Key.Key_Space)
-    pattern = page.include.text()
+        page.extract.module_list.setCurrentRow(kinds.index(kind))
+        qtbot.keyClick(page.extract.module_list, Qt.Key.Key_Space)
+    pattern = page.extract.include.text()
     assert re.search(pattern, "model.layers.1.self_attn.q_proj") and not re.search(pattern, "model.layers.1.mlp.up_proj")
-    page.x_out.setText(str(tmp_path / "only-attention"))
-    record = window.state.jobs.record(page.run_extract())
+    page.extract.out.setText(str(tmp_path / "only-attention"))
+    record = window.state.jobs.record(page.extract.run())
     assert wait_for_job(qtbot, window, record.key).status == "done"
     assert record.spec["include"] == pattern
     targets = json.loads((tmp_path / "only-attention" / "adapter_config.json").read_text())["target_modules"]

@@ -56,7 +56,7 @@ def test_search_as_you_type_and_open_details(qtbot, window, hub_env, models):
     # hand it to the LoRA page with its base filled in
     qtbot.mouseClick(page.details_pane.extract_button, Qt.MouseButton.LeftButton)
     assert window.current_page() == "lora"
-    assert window.lora.x_model.text() == "smith/tiny-chat" and window.lora.x_base.text() == "smith/tiny-base"
+    assert window.lora.extract.model.text() == "smith/tiny-chat" and window.lora.extract.base.text() == "smith/tiny-base"
 
 
 def test_download_runs_as_a_job_and_shows_in_downloaded(qtbot, window, hub_env, models):

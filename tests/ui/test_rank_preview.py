@@ -14,9 +14,9 @@ from tests.ui.conftest import wait_for_job
 def _previewed(qtbot, window, models):
     window.show_page("lora")
     page = window.lora
-    page.x_base.set_text(str(models.base))
-    page.x_model.set_text(str(models.tune_a))  # every matrix changed by a rank-4 update
-    preview = page.rank_preview
+    page.extract.base.set_text(str(models.base))
+    page.extract.model.set_text(str(models.tune_a))  # every matrix changed by a rank-4 update
+    preview = page.extract.rank_preview
     qtbot.waitUntil(preview.button.isEnabled, timeout=10_000)
     qtbot.mouseClick(preview.button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: bool(preview.chart.spectra) and preview.chart.isVisible(), timeout=60_000)
@@ -30,16 +30,16 @@ def test_the_preview_shows_a_planted_rank_and_a_click_on_the_curve_sets_the_rank
     assert len(preview.chart.spectra) == 3  # a small model: its fewest samples (one matrix in eight, at least 3)
     assert all(s.rank_for(0.9999) == 4 for s in preview.chart.spectra)  # all of the change by rank 4
     assert "Rank 4 keeps 90 %" in preview.status.text() or "Rank 3 keeps 90 %" in preview.status.text()
-    page.rank_mode.setCurrentIndex(page.rank_mode.findData("energy"))
+    page.extract.rank_mode.setCurrentIndex(page.extract.rank_mode.findData("energy"))
     viewport = preview.chart.plot.viewport()
     qtbot.mouseClick(viewport, Qt.MouseButton.LeftButton, pos=preview.chart.to_pixel(6, 0.5).toPoint())
-    assert page.rank_mode.currentData() == "fixed" and page.rank_value.value() == 6
+    assert page.extract.rank_mode.currentData() == "fixed" and page.extract.rank_value.value() == 6
     assert preview.chart.rank == 6
 
 
 def test_other_models_clear_the_preview(qtbot, window, models):
     page, preview = _previewed(qtbot, window, models)
-    page.x_model.set_text(str(models.tune_b))
+    page.extract.model.set_text(str(models.tune_b))
     assert not preview.chart.isVisible() and preview.chart.spectra == []
     assert preview.button.isEnabled() and preview.status.text() == ""
 
@@ -47,29 +47,29 @@ def test_other_models_clear_the_preview(qtbot, window, models):
 def test_the_report_charts_each_modules_kept_change_with_the_worst_highlighted(qtbot, window, models, tmp_path):
     window.show_page("lora")
     page = window.lora
-    page.x_base.set_text(str(models.base))
-    page.x_model.set_text(str(models.tune_a))
-    page.rank_value.setValue(2)  # below the planted rank 4: some change is lost, unevenly
-    page.x_out.setText(str(tmp_path / "adapter"))
-    qtbot.waitUntil(page.x_bar.button.isEnabled, timeout=20_000)
-    assert not page.x_report_chart.isVisible()
-    qtbot.mouseClick(page.x_bar.button, Qt.MouseButton.LeftButton)
+    page.extract.base.set_text(str(models.base))
+    page.extract.model.set_text(str(models.tune_a))
+    page.extract.rank_value.setValue(2)  # below the planted rank 4: some change is lost, unevenly
+    page.extract.out.setText(str(tmp_path / "adapter"))
+    qtbot.waitUntil(page.extract.bar.button.isEnabled, timeout=20_000)
+    assert not page.extract.report_chart.isVisible()
+    qtbot.mouseClick(page.extract.bar.button, Qt.MouseButton.LeftButton)
     record = wait_for_job(qtbot, window, window.jobs.selected, timeout=120_000)
     assert record.status == "done", record.log
     window.show_page("lora")
-    chart = page.x_report_chart
+    chart = page.extract.report_chart
     qtbot.waitUntil(chart.isVisible, timeout=10_000)
     energies = {m["module"]: m["retained_energy"] for m in record.summary["module_energies"]}
     assert [m["module"] for m in chart.modules] == list(energies) and len(energies) > 3
     assert sorted(chart.worst, key=energies.get) == sorted(energies, key=energies.get)[:3]
     # One metric, one name, one ranking: the report's text names the chart's highlighted modules, in its order.
-    report = page.x_report.text()
+    report = page.extract.report.text()
     named = [f"{short_module_name(module)} ({energies[module]:.0%}" for module in chart.worst]
     assert "Keeps the least of its change: " + named[0] in report
     assert [report.index(n) for n in named] == sorted(report.index(n) for n in named)
     assert "error" not in report.lower() and "energy" not in report.lower()
     assert chart.plot.getViewBox().viewRange()[1][0] <= 0.0  # the axis starts at 0 %
-    page.x_model.set_text(str(models.tune_b))  # another pair: the chart about the last one goes
+    page.extract.model.set_text(str(models.tune_b))  # another pair: the chart about the last one goes
     assert not chart.isVisible()
 
 
@@ -85,9 +85,9 @@ def test_screenshots(qtbot, window, models, tmp_path, scheme, chart_shots):
                                        for i, kind in enumerate(["self_attn.q_proj", "self_attn.k_proj",
                                                                  "self_attn.v_proj", "self_attn.o_proj",
                                                                  "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"] * 2)]}
-        page.x_report_chart.show_summary(summary)
-        qtbot.waitUntil(lambda: page.x_report_chart.plot is not None, timeout=10_000)
-        assert page.x_report_chart.grab().save(str(chart_shots / f"module-energy-{scheme}.png"))
+        page.extract.report_chart.show_summary(summary)
+        qtbot.waitUntil(lambda: page.extract.report_chart.plot is not None, timeout=10_000)
+        assert page.extract.report_chart.grab().save(str(chart_shots / f"module-energy-{scheme}.png"))
     finally:
         apply_scheme("light")
 
@@ -95,11 +95,11 @@ def test_screenshots(qtbot, window, models, tmp_path, scheme, chart_shots):
 def test_the_jobs_page_shows_an_extractions_chart_per_module(qtbot, window, models, tmp_path, chart_shots):
     window.show_page("lora")
     page = window.lora
-    page.x_base.set_text(str(models.base))
-    page.x_model.set_text(str(models.tune_a))
-    page.x_out.setText(str(tmp_path / "adapter"))
-    qtbot.waitUntil(page.x_bar.button.isEnabled, timeout=20_000)
-    record = wait_for_job(qtbot, window, page.run_extract(), timeout=120_000)
+    page.extract.base.set_text(str(models.base))
+    page.extract.model.set_text(str(models.tune_a))
+    page.extract.out.setText(str(tmp_path / "adapter"))
+    qtbot.waitUntil(page.extract.bar.button.isEnabled, timeout=20_000)
+    record = wait_for_job(qtbot, window, page.extract.run(), timeout=120_000)
     assert record.status == "done", record.log
     window.show_page("jobs")
     window.jobs.select(record.key)
@@ -145,9 +145,9 @@ def test_the_names_of_neighbouring_worst_modules_do_not_cover_each_other(qtbot):
 def test_the_preview_counts_its_modules_and_stop_frees_the_window_at_once(qtbot, window, models):
     window.show_page("lora")
     page = window.lora
-    page.x_base.set_text(str(models.base))
-    page.x_model.set_text(str(models.tune_a))
-    preview = page.rank_preview
+    page.extract.base.set_text(str(models.base))
+    page.extract.model.set_text(str(models.tune_a))
+    preview = page.extract.rank_preview
     qtbot.waitUntil(preview.button.isEnabled, timeout=10_000)
     reached: list[tuple[int, int]] = []
     preview.module_reached.connect(lambda done, total: reached.append((done, total)))

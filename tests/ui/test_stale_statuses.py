@@ -66,26 +66,26 @@ def test_the_lora_page_follows_a_retry_and_checks_its_form_again(qtbot, window, 
     window.show_page("lora")
     taken = tmp_path / "adapter"
     taken.mkdir()  # empty: the failure suggests a new name
-    page.x_base.set_text(str(models.base))
-    page.x_model.set_text(str(models.tune_a))
-    page.x_out.setText(str(taken))
-    qtbot.waitUntil(lambda: page.x_bar.status.text().startswith("Fix:"), timeout=20_000)
-    failed = wait_for_job(qtbot, window, page.run_extract())  # as a user who ran it anyway would
-    assert failed.status == "failed" and "failed" in page.x_report.text()
+    page.extract.base.set_text(str(models.base))
+    page.extract.model.set_text(str(models.tune_a))
+    page.extract.out.setText(str(taken))
+    qtbot.waitUntil(lambda: page.extract.bar.status.text().startswith("Fix:"), timeout=20_000)
+    failed = wait_for_job(qtbot, window, page.extract.run())  # as a user who ran it anyway would
+    assert failed.status == "failed" and "failed" in page.extract.report.text()
 
     retry = window.jobs.explanation.retry_button
     assert retry is not None and retry.text() == "Retry with a new name: adapter-2"
     qtbot.mouseClick(retry, Qt.MouseButton.LeftButton)
     assert wait_for_job(qtbot, window, window.jobs.selected).status == "done"
-    assert "failed" not in page.x_report.text() and page.x_report.text().startswith("Adapter:")
+    assert "failed" not in page.extract.report.text() and page.extract.report.text().startswith("Adapter:")
 
-    page.x_out.setText(str(tmp_path / "adapter-2"))  # the folder the retry just wrote
-    qtbot.waitUntil(lambda: page.x_bar.status.text().startswith("Fix:"), timeout=20_000)
-    page.x_out.setText(str(tmp_path / "adapter-3"))
-    qtbot.waitUntil(page.x_run.isEnabled, timeout=20_000)
-    qtbot.mouseClick(page.x_run, Qt.MouseButton.LeftButton)
+    page.extract.out.setText(str(tmp_path / "adapter-2"))  # the folder the retry just wrote
+    qtbot.waitUntil(lambda: page.extract.bar.status.text().startswith("Fix:"), timeout=20_000)
+    page.extract.out.setText(str(tmp_path / "adapter-3"))
+    qtbot.waitUntil(page.extract.run_button.isEnabled, timeout=20_000)
+    qtbot.mouseClick(page.extract.run_button, Qt.MouseButton.LeftButton)
     assert wait_for_job(qtbot, window, window.jobs.selected).status == "done"
     window.show_page("lora")
-    qtbot.waitUntil(lambda: page.x_bar.status.text().startswith("Fix:"), timeout=20_000)  # its own output now
-    assert page.x_bar.status.text().startswith("Fix: adapter-3 already exists")
-    assert not page.x_run.isEnabled()
+    qtbot.waitUntil(lambda: page.extract.bar.status.text().startswith("Fix:"), timeout=20_000)  # its own output now
+    assert page.extract.bar.status.text().startswith("Fix: adapter-3 already exists")
+    assert not page.extract.run_button.isEnabled()
