@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from guiapp import __version__
+from guiapp.facts.choices import EMBEDDING_POLICIES, SOLVERS
+from guiapp.facts.dtypes import COMPUTE, dtype_name
 from guiapp.system.memory import configure_heaps
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -503,8 +505,8 @@ def _print_plan(recipe, out_dir: Path, device: str, compute_dtype: str = "float3
         role = " (base)" if recipe.base_model == model.ref else ""
         print(f"Model:         {model.label}{role}")
     print(f"Tensors:       {len(plan.tasks)}")
-    print(f"Output:        {out_dir} ({format_bytes(plan.output_bytes)} as {str(plan.out_dtype).removeprefix('torch.')})")
-    print(f"Reads:         {format_bytes(plan.input_bytes)}, computed in {str(plan.compute_dtype).removeprefix('torch.')}")
+    print(f"Output:        {out_dir} ({format_bytes(plan.output_bytes)} as {dtype_name(plan.out_dtype)})")
+    print(f"Reads:         {format_bytes(plan.input_bytes)}, computed in {dtype_name(plan.compute_dtype)}")
     for warning in plan.warnings:
         print(f"Warning:       {warning}")
     print("Estimate:      " + estimate.summary().replace("\n", "\n               "))
@@ -840,14 +842,14 @@ def _add_lora_commands(commands: argparse._SubParsersAction) -> None:
     rank.add_argument("--threshold", type=float, help="Per module, keep directions at least this fraction as "
                       "strong as the strongest, e.g. 0.05.")
     extract.add_argument("--max-rank", type=int, default=None, help="Never give a module a higher rank than this.")
-    extract.add_argument("--solver", choices=("randomized", "exact"), default="randomized",
+    extract.add_argument("--solver", choices=SOLVERS, default="randomized",
                          help="randomized: fast, within 2 %% of the optimum (default); exact: full SVD.")
     extract.add_argument("--include", default=None, help="Only modules whose name matches this regular expression.")
     extract.add_argument("--exclude", default=None, help="Leave out modules whose name matches this regular expression.")
-    extract.add_argument("--embeddings", choices=("save", "lora", "skip"), default="save",
+    extract.add_argument("--embeddings", choices=EMBEDDING_POLICIES, default="save",
                          help="Changed embeddings and output head: save whole (default), decompose, or skip.")
     extract.add_argument("--dtype", default=None, help="Adapter storage dtype (default: the fine-tune's).")
-    extract.add_argument("--compute-dtype", choices=("float32", "float64"), default="float32",
+    extract.add_argument("--compute-dtype", choices=COMPUTE, default="float32",
                          help="Precision of the decomposition (default: float32).")
     extract.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N, mps or xpu (default: cpu).")
     extract.add_argument("--overwrite", action="store_true", help="Replace OUT if it exists (once the adapter is done).")

@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from guiapp.engine.checkpoint import TensorInfo, dtype_from_name, dtype_name, load_pickle_weights
+from guiapp.engine.checkpoint import TensorInfo, dtype_from_name, load_pickle_weights
 from guiapp.engine.devices import resolve_device, threads_restored, use_cpu_threads
 from guiapp.engine.model_card import copy_companion_files
 from guiapp.engine.output import PlannedTensor, ShardedWriter, StagedOutput, check_free_space, parse_size
@@ -38,6 +38,7 @@ from guiapp.engine.peft_format import (
 )
 from guiapp.engine.sources import ModelReader, open_reader, read_headers
 from guiapp.errors import CheckpointError, IncompatibleModelsError, NonFiniteResultError, SettingsError
+from guiapp.facts.dtypes import dtype_name
 from guiapp.hub.adapter_config import AdapterConfig, read_adapter_config
 from guiapp.hub.model_config import read_model_config
 from guiapp.hub.references import ModelRef

@@ -25,10 +25,10 @@ import torch
 import yaml
 
 from guiapp import __version__
-from guiapp.engine.checkpoint import Checkpoint, TensorInfo, dtype_from_name, dtype_name
+from guiapp.engine.checkpoint import Checkpoint, TensorInfo, dtype_from_name
 from guiapp.engine.compatibility import CompatibilityProblem, ModelFacts, compare_models
 from guiapp.engine.devices import resolve_device, threads_restored, use_cpu_threads
-from guiapp.engine.lowrank import SOLVERS, RankRule, Solver, decompose, module_work, relative_error
+from guiapp.engine.lowrank import RankRule, decompose, module_work, relative_error
 from guiapp.engine.output import PlannedTensor, ShardedWriter, StagedOutput, check_free_space, local_input_folders
 from guiapp.engine.peft_format import (
     ADAPTER_CONFIG,
@@ -49,12 +49,13 @@ from guiapp.engine.peft_format import (
 from guiapp.engine.plan import ModelHeaders
 from guiapp.engine.sources import ModelReader, open_readers, read_headers
 from guiapp.errors import IncompatibleModelsError, NonFiniteResultError, SettingsError
+from guiapp.facts.choices import EMBEDDING_POLICIES, SOLVERS, Solver
+from guiapp.facts.dtypes import COMPUTE, dtype_name, writable_name
 from guiapp.hub.references import ModelRef
 from guiapp.progress import Progress
 from guiapp.system.bounded import BoundedPattern
 from guiapp.system.threads import ThreadPolicy, WorkKind
 
-EMBEDDING_POLICIES = ("save", "lora", "skip")
 # ‖Δ‖_F at or below this fraction of ‖W_base‖_F counts as unchanged (rounding from a dtype round trip).
 UNCHANGED_TOLERANCE = 1e-6
 # Buffers some checkpoints carry that are not weights and may legitimately differ or be absent.
@@ -204,7 +205,7 @@ def _validate(settings: ExtractionSettings) -> tuple[BoundedPattern | None, Boun
                 dtype_from_name(name)
         except ValueError as error:
             raise SettingsError(str(error), hint="Use bfloat16, float16 or float32.", key=setting) from None
-    if dtype_from_name(settings.compute_dtype) not in (torch.float32, torch.float64):
+    if writable_name(settings.compute_dtype) not in COMPUTE:
         raise SettingsError(
             f"Decompositions run in float32 or float64, not {settings.compute_dtype}.",
             hint="Half precision has no SVD kernels; the adapter can still be stored in bfloat16 (--dtype).",

@@ -46,6 +46,7 @@ from guiapp.engine.plan import (
 from guiapp.engine.recipe import Recipe
 from guiapp.engine.sources import ModelReader, open_readers, read_headers
 from guiapp.errors import IncompatibleModelsError, NonFiniteResultError
+from guiapp.facts.dtypes import dtype_name
 from guiapp.hub.references import ModelRef
 from guiapp.progress import Progress
 from guiapp.system.memory import FREE_HEAP_BUDGET, release_free_memory
@@ -553,7 +554,7 @@ def _non_finite_error(
     plan: MergePlan, task: TensorTask, tensors: list[torch.Tensor], computed_finite: bool
 ) -> NonFiniteResultError:
     broken = [plan.models[i.model].label for i, t in zip(task.inputs, tensors) if not _all_finite(t)]
-    dtype = str(plan.out_dtype).removeprefix("torch.")
+    dtype = dtype_name(plan.out_dtype)
     retry = None
     if broken:
         cause = f"the input {', '.join(broken)} already contains NaN or infinity in this tensor"

@@ -9,7 +9,6 @@ from pathlib import Path
 import yaml
 
 from guiapp import __version__
-from guiapp.engine.checkpoint import dtype_name
 from guiapp.engine.plan import MergePlan
 from guiapp.engine.tokenizers import (
     chat_template_text,
@@ -17,6 +16,7 @@ from guiapp.engine.tokenizers import (
     write_serialized_tokenizer,
     write_tokenizer,
 )
+from guiapp.facts.dtypes import dtype_name
 
 TOKENIZER_FILES = (
     "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model", "vocab.json",

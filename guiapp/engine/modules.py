@@ -12,11 +12,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from guiapp.engine.checkpoint import dtype_name
 from guiapp.engine.layers import split_layer_name
 from guiapp.engine.plan import MergePlan, ModelHeaders, TensorInput, TensorTask, build_plan
 from guiapp.engine.recipe import Recipe
 from guiapp.errors import RecipeError
+from guiapp.facts.dtypes import dtype_name
 from guiapp.hub.references import ModelRef
 
 # Module name → the tensor-name prefixes of its tensors, and the config section holding its layer count.

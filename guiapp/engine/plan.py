@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from guiapp.engine.checkpoint import TensorInfo, dtype_from_name, dtype_name
+from guiapp.engine.checkpoint import TensorInfo, dtype_from_name
 from guiapp.engine.compatibility import ModelFacts, compare_models
 from guiapp.engine.layers import (
     TensorRole,
@@ -30,6 +30,7 @@ from guiapp.engine.methods.base import BaseRole, LoneTensorPolicy, MergeMethod, 
 from guiapp.engine.recipe import Recipe, Source, as_number, is_missing, layer_position, lookup
 from guiapp.engine.tokenizers import VocabularyAlignment
 from guiapp.errors import IncompatibleModelsError, RecipeError
+from guiapp.facts.dtypes import dtype_name
 from guiapp.hub.references import ModelRef
 from guiapp.system.bounded import describe_value
 

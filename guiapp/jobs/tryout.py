@@ -13,6 +13,7 @@ from typing import Any
 
 from guiapp.engine.sampling import DEFAULT_TEMPERATURE, DEFAULT_TOP_P, TRUNCATE
 from guiapp.errors import DeviceError, SettingsError
+from guiapp.facts.dtypes import dtype_name
 from guiapp.jobs.runner import Job
 from guiapp.progress import Progress
 from guiapp.system.units import plural
@@ -155,7 +156,7 @@ def _storage_dtype(tensors) -> str:
     counts: dict[str, int] = {}
     for info in tensors:
         if info.dtype.is_floating_point:
-            name = str(info.dtype).removeprefix("torch.")
+            name = dtype_name(info.dtype)
             counts[name] = counts.get(name, 0) + info.numel
     return max(counts, key=counts.get) if counts else "float32"
 

@@ -36,6 +36,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from guiapp.facts.dtypes import ADAPTER_WRITABLE, WRITABLE
 from guiapp.jobs.fixes import window_text
 from guiapp.jobs.plain_words import recipe_words
 from guiapp.jobs.validation import PairCheck, Problem, check_adapter, check_pair, free_output
@@ -53,12 +54,10 @@ from guiapp.ui.widgets.param_form import UNBOUNDED, mark_range, nearest_allowed
 from guiapp.ui.widgets.spectrum_chart import ModuleEnergyChart, RankPreview
 from guiapp.ui.widgets.wrapping_label import WrappingLabel
 
-ADAPTER_DTYPES = ("bfloat16", "float16", "float32")
 # What the estimate and module lines say until the models they describe are chosen.
 X_ESTIMATE_HINT = "Choose both models to see the estimate."
 A_ESTIMATE_HINT = "Choose the base model and the adapter to see the estimate."
 MODULES_HINT = "Choose the base model to list its modules. With none ticked, every changed module is extracted."
-MODEL_DTYPES = ("bfloat16", "float16", "float32", "float64")
 OUTPUT_KEY = ("output",)  # the key of a check's problems with the output folder
 RANK_MODES = {  # mode: (label, minimum, maximum, step, decimals, default, help)
     "fixed": ("Fixed rank", 1, 4096, 1, 0, 32, "The same rank for every module."),
@@ -648,8 +647,8 @@ class LoraPage(QWidget):
     def _refresh_capabilities(self) -> None:
         probe = self.state.probe
         for job, device, dtype, dtypes, default in (
-            ("extract", self.x_device, self.x_dtype, ADAPTER_DTYPES, "Same as the fine-tune"),
-            ("apply", self.a_device, self.a_dtype, MODEL_DTYPES, "Same as the base model"),
+            ("extract", self.x_device, self.x_dtype, ADAPTER_WRITABLE, "Same as the fine-tune"),
+            ("apply", self.a_device, self.a_dtype, WRITABLE, "Same as the base model"),
         ):
             device.set_choices(device_choices(probe, job))
             dtype.set_choices(dtype_choices(probe, job, device.value() or "cpu", dtypes, default))
