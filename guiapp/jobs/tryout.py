@@ -13,7 +13,7 @@ from typing import Any
 
 from guiapp.engine.sampling import DEFAULT_TEMPERATURE, DEFAULT_TOP_P, TRUNCATE
 from guiapp.errors import DeviceError, SettingsError
-from guiapp.facts.dtypes import dtype_name
+from guiapp.facts.dtypes import BY_NAME, dtype_name
 from guiapp.jobs.runner import Job
 from guiapp.progress import Progress
 from guiapp.system.units import plural
@@ -88,8 +88,6 @@ def plan_try(references: list[str], device: str = "cpu", dtype: str | None = Non
     one model's weights alone exceed the free memory, and the header readers' CheckpointError / HubError
     subclasses.
     """
-    import torch
-
     from guiapp.engine.inference_plan import check_built_size, check_config_matches_weights, check_fits_in_memory
     from guiapp.engine.sources import read_headers
     from guiapp.hub.references import ModelRef
@@ -117,7 +115,7 @@ def plan_try(references: list[str], device: str = "cpu", dtype: str | None = Non
                               hint="Pick another device or dtype; the dropdowns offer what works here.",
                               retry_with={"device": "cpu"} if device != "cpu" else None)
         parameters = sum(info.numel for info in headers.tensors.values())
-        weights = parameters * getattr(torch, chosen.compute_dtype).itemsize
+        weights = parameters * BY_NAME[chosen.compute_dtype].bytes
         check_fits_in_memory(reference, weights, free, device)
         loaded = int(weights * _LOADED_MODEL_OVERHEAD)
         plans.append(TryModelPlan(reference, storage, chosen.compute_dtype, chosen.note, loaded, parameters))
