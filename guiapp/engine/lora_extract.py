@@ -49,7 +49,7 @@ from guiapp.engine.peft_format import (
 from guiapp.engine.plan import ModelHeaders
 from guiapp.engine.sources import ModelReader, open_readers, read_headers
 from guiapp.errors import IncompatibleModelsError, NonFiniteResultError, SettingsError
-from guiapp.facts.choices import EMBEDDING_POLICIES, SOLVERS, Solver
+from guiapp.facts.choices import EMBEDDING_POLICIES, SOLVERS, EmbeddingPolicy, Solver
 from guiapp.facts.dtypes import COMPUTE, dtype_name, writable_name
 from guiapp.hub.references import ModelRef
 from guiapp.progress import Progress
@@ -85,7 +85,7 @@ class ExtractionSettings:
     solver: Solver = "randomized"
     include: str | None = None
     exclude: str | None = None
-    embeddings: str = "save"
+    embeddings: EmbeddingPolicy = "save"
     dtype: str | None = None
     device: str = "cpu"
     compute_dtype: str = "float32"

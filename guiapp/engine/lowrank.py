@@ -23,16 +23,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
 
 import torch
 
 from guiapp.errors import SettingsError
-from guiapp.facts.choices import SOLVERS, Solver
+from guiapp.facts.choices import RANK_MODES, SOLVERS, RankMode, Solver
 from guiapp.facts.dtypes import COMPUTE, compute_for, dtype_name
-
-RankMode = Literal["fixed", "energy", "threshold"]
-RANK_MODES: tuple[str, ...] = ("fixed", "energy", "threshold")
 
 POWER_ITERATIONS = 3
 FIRST_SKETCH_RANK = 32
