@@ -182,7 +182,7 @@ def test_importing_the_facts_loads_no_torch_and_nothing_else_of_the_product():
 def _dtype_vocabulary() -> dict[str, str]:
     """Every way the product spells a floating dtype ("bf16", "torch.float16" is read as "float16", "double"), to
     the dtype it names; read from the table itself, so a new row is covered too."""
-    from guiapp.facts.dtypes import TABLE  # noqa: PLC0415 - only this rule needs the table, and a missing one fails it
+    from guiapp.facts.dtypes import TABLE  # only this rule needs the table; without one, the rule fails
 
     return {spelling.lower(): dtype.name for dtype in TABLE if "float" in dtype.name
             for spelling in (dtype.name, *dtype.aliases)}
