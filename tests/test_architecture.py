@@ -1,6 +1,8 @@
 """The house rules, checked on every test run: ruff passes with pyproject.toml's configuration, and the import graph
 keeps the layers of /work/shared/design.md (ui → cli → jobs → engine → hub → system, dependencies pointing down
-only), Qt inside guiapp/ui, torch outside guiapp/hub, and no import cycles between modules."""
+only), Qt inside guiapp/ui, torch outside guiapp/hub, and no import cycles between modules. The shared facts
+(guiapp/facts) sit below every layer, import only the standard library, and are the only place a dtype table is
+written down."""
 
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ PACKAGE = ROOT / "guiapp"
 LAYERS = {"__main__": 6, "ui": 6, "cli": 5, "docs_recipes": 5, "jobs": 4,
           # The capabilities, each a package: a job's engine room. Higher ones use lower ones' parts.
           "inference": 3.5, "lora": 3.4, "merging": 3.3, "checkpoints": 3.2, "compute": 3.1,
-          "hub": 2, "progress": 1.5, "system": 1, "errors": 0, "__init__": 0}
+          "hub": 2, "progress": 1.5, "system": 1, "errors": 0, "__init__": 0, "facts": -1}
 QT = ("PySide6", "shiboken6", "qasync", "pyqtgraph")  # pyqtgraph draws with Qt: the window's charts only
 
 
@@ -145,6 +147,90 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
         if node not in index:
             visit(node)
     return groups
+
+
+FACTS = PACKAGE / "facts"
+
+
+def test_facts_import_only_the_standard_library():
+    """Every import in guiapp/facts, inside functions too, names a standard library module or another fact module:
+    no torch, nothing of the product above them."""
+    facts = [i for i in IMPORTS if i.importer == "guiapp.facts" or i.importer.startswith("guiapp.facts.")]
+    assert {i.importer for i in facts} >= {"guiapp.facts.dtypes", "guiapp.facts.choices"}, "the facts package is missing"
+    foreign = [_where(i) for i in facts
+               if i.imported.split(".")[0] not in sys.stdlib_module_names
+               and not (i.imported == "guiapp.facts" or i.imported.startswith("guiapp.facts."))]
+    assert foreign == []
+
+
+def test_importing_the_facts_loads_no_torch_and_nothing_else_of_the_product():
+    modules = sorted(_module_name(path) for path in FACTS.rglob("*.py"))
+    assert modules, "the facts package is missing"
+    probe = (f"import sys; import {', '.join(modules)}; "
+             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'numpy', 'safetensors') "
+             "or m.startswith('guiapp.') and not m.startswith('guiapp.facts')))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]"
+
+
+def _dtype_vocabulary() -> dict[str, str]:
+    """Every way the product spells a floating dtype ("bf16", "torch.float16" is read as "float16", "double"), to
+    the dtype it names; read from the table itself, so a new row is covered too."""
+    from guiapp.facts.dtypes import TABLE  # only this rule needs the table; without one, the rule fails
+
+    return {spelling.lower(): dtype.name for dtype in TABLE if "float" in dtype.name
+            for spelling in (dtype.name, *dtype.aliases)}
+
+
+def _dtypes_named(node: ast.AST, vocabulary: dict[str, str]) -> set[str]:
+    """The dtypes one element of a literal names: a string spelling one ("bf16", "torch.float16"), the attribute
+    `torch.float16`, or, for a call such as `Row(2, "float16", …)`, any of its direct arguments that does."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        name = vocabulary.get(node.value.lower().removeprefix("torch."))
+        return {name} if name else set()
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "torch":
+        name = vocabulary.get(node.attr)
+        return {name} if name else set()
+    if isinstance(node, ast.Call):
+        return set().union(*(_dtypes_named(argument, vocabulary)
+                             for argument in (*node.args, *(k.value for k in node.keywords))))
+    return set()
+
+
+def dtype_tables(tree: ast.AST, vocabulary: dict[str, str]) -> list[tuple[int, list[str]]]:
+    """The rule: a dtype table is a tuple, list, set or dict literal whose elements (a dict's keys and values)
+    name two or more different floating dtypes between them (see `_dtypes_named`); (line, dtypes) of each.
+    A comparison with one dtype, or text that mentions several, is no table."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            elements = list(node.elts)
+        elif isinstance(node, ast.Dict):
+            elements = [key for key in node.keys if key is not None] + list(node.values)
+        else:
+            continue
+        named = set().union(*(_dtypes_named(element, vocabulary) for element in elements))
+        if len(named) >= 2:
+            found.append((node.lineno, sorted(named)))
+    return found
+
+
+def test_the_dtype_rule_sees_tables_and_only_tables():
+    vocabulary = _dtype_vocabulary()
+    tables = dtype_tables(ast.parse(
+        'A = ("bfloat16", "float16")\nB = {"bf16": torch.bfloat16, "half": torch.float16}\n'
+        'C = {torch.float32, torch.float64}\nD = {"F32": Row(4, "float32"), "F64": Row(8, "float64")}\n'
+        'E = ("float32", "recipe")\nF = x in (torch.float32,)\nG = ["use float16 or float32"]\n'), vocabulary)
+    assert [line for line, _ in tables] == [1, 2, 3, 4]
+
+
+def test_no_dtype_table_outside_the_facts():
+    vocabulary = _dtype_vocabulary()
+    tables = [f"{path.relative_to(ROOT)}:{line} names {', '.join(named)}"
+              for path in sorted(PACKAGE.rglob("*.py")) if FACTS not in path.parents
+              for line, named in dtype_tables(ast.parse(path.read_text(encoding="utf-8")), vocabulary)]
+    assert tables == [], "dtype tables outside guiapp/facts (use guiapp.facts.dtypes):\n" + "\n".join(tables)
 
 
 def test_the_contracts_see_the_imports_they_judge():

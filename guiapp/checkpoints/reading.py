@@ -21,8 +21,8 @@ import torch
 
 from guiapp.checkpoints.weight_file import SafetensorsFile, changed_file_error, file_identity
 from guiapp.errors import CheckpointError, UnsafeCheckpointError
+from guiapp.facts.dtypes import BY_CODE, writable_name
 from guiapp.hub.headers import (
-    DTYPES,
     REDOWNLOAD_HINT,
     TensorRecord,
     check_layer_indices,
@@ -35,7 +35,7 @@ from guiapp.system.bounded import INDEX_JSON_BYTES, JSON_BYTES, describe_value, 
 
 # Torch dtypes of the safetensors codes Mergesmith computes with, derived from the one dtype table.
 SAFETENSORS_DTYPES: dict[str, torch.dtype] = {
-    code: getattr(torch, facts.torch_name) for code, facts in DTYPES.items() if facts.torch_name is not None
+    code: getattr(torch, dtype.name) for code, dtype in BY_CODE.items() if dtype.readable
 }
 SAFETENSORS_CODES: dict[torch.dtype, str] = {dtype: code for code, dtype in SAFETENSORS_DTYPES.items()}
 
@@ -61,21 +61,9 @@ class TensorInfo:
 
 
 def dtype_from_name(name: str) -> torch.dtype:
-    """Map "bfloat16", "bf16", "float16", "fp32"… to a torch dtype; raises ValueError for anything else."""
-    aliases = {
-        "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
-        "float16": torch.float16, "fp16": torch.float16, "half": torch.float16,
-        "float32": torch.float32, "fp32": torch.float32, "float": torch.float32,
-        "float64": torch.float64, "fp64": torch.float64, "double": torch.float64,
-    }
-    try:
-        return aliases[str(name).lower().removeprefix("torch.")]
-    except KeyError:
-        raise ValueError(f'"{name}" is not a dtype Mergesmith can write (use bfloat16, float16, float32 or float64)') from None
-
-
-def dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
+    """The torch dtype of a writable dtype's name or alias ("bfloat16", "bf16", "torch.float16", "double"…, from
+    `facts.dtypes`); raises ValueError, worded for a user, for anything else."""
+    return getattr(torch, writable_name(name))
 
 
 def tensor_info(record: TensorRecord, model_label: str) -> TensorInfo:
@@ -88,7 +76,7 @@ def tensor_info(record: TensorRecord, model_label: str) -> TensorInfo:
     if dtype is None:
         raise CheckpointError(
             f'Tensor "{record.name}" of {model_label} ({record.file}) is stored as {record.dtype} '
-            f"({DTYPES[record.dtype].kind}), which Mergesmith cannot compute with.",
+            f"({BY_CODE[record.dtype].kind}), which Mergesmith cannot compute with.",
             why="Unsigned 16/32/64-bit tensors and 8-bit scale factors hold packed weights of quantized "
             "checkpoints (GPTQ, AWQ, MXFP4…), not numbers that can be averaged.",
             hint="Mergesmith merges float, integer and bool tensors: use the model's unquantized original "

@@ -14,6 +14,7 @@ import torch
 from safetensors.torch import save_file
 
 from guiapp.errors import CheckpointError
+from guiapp.facts.dtypes import dtype_name
 
 # The key in config.json that marks the demo's sample models as untrained; models made from them keep it, since
 # merges and applied adapters take their config.json from the base model.
@@ -51,7 +52,7 @@ def llama_config(shape: LlamaShape, dtype: torch.dtype, tie_embeddings: bool = F
         "tie_word_embeddings": tie_embeddings,
         "bos_token_id": 1,
         "eos_token_id": 2,
-        "torch_dtype": str(dtype).removeprefix("torch."),
+        "torch_dtype": dtype_name(dtype),
     }
 
 
@@ -200,7 +201,7 @@ def write_llama_finetune(
         if noise:
             weight = weight + torch.randn(weight.shape, generator=generator) * noise
         tensors[name] = weight
-    config["torch_dtype"] = str(storage_dtype).removeprefix("torch.")
+    config["torch_dtype"] = dtype_name(storage_dtype)
     return write_checkpoint(folder, tensors, config, storage_dtype)
 
 
@@ -228,7 +229,7 @@ def bert_config(shape: BertShape, dtype: torch.dtype) -> dict:
         "hidden_act": "gelu",
         "layer_norm_eps": 1e-12,
         "pad_token_id": 0,
-        "torch_dtype": str(dtype).removeprefix("torch."),
+        "torch_dtype": dtype_name(dtype),
     }
 
 

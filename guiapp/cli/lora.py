@@ -8,6 +8,8 @@ from pathlib import Path
 from guiapp.cli.options import add_threads_option, finite_number
 from guiapp.cli.process import EXIT_OK
 from guiapp.cli.terminal import run_in_terminal
+from guiapp.facts.choices import EMBEDDING_POLICIES, SOLVERS
+from guiapp.facts.dtypes import COMPUTE
 
 
 def add_lora_commands(commands: argparse._SubParsersAction) -> None:
@@ -24,14 +26,14 @@ def add_lora_commands(commands: argparse._SubParsersAction) -> None:
     rank.add_argument("--threshold", type=float, help="Per module, keep directions at least this fraction as "
                       "strong as the strongest, e.g. 0.05.")
     extract.add_argument("--max-rank", type=int, default=None, help="Never give a module a higher rank than this.")
-    extract.add_argument("--solver", choices=("randomized", "exact"), default="randomized",
+    extract.add_argument("--solver", choices=SOLVERS, default="randomized",
                          help="randomized: fast, within 2 %% of the optimum (default); exact: full SVD.")
     extract.add_argument("--include", default=None, help="Only modules whose name matches this regular expression.")
     extract.add_argument("--exclude", default=None, help="Leave out modules whose name matches this regular expression.")
-    extract.add_argument("--embeddings", choices=("save", "lora", "skip"), default="save",
+    extract.add_argument("--embeddings", choices=EMBEDDING_POLICIES, default="save",
                          help="Changed embeddings and output head: save whole (default), decompose, or skip.")
     extract.add_argument("--dtype", default=None, help="Adapter storage dtype (default: the fine-tune's).")
-    extract.add_argument("--compute-dtype", choices=("float32", "float64"), default="float32",
+    extract.add_argument("--compute-dtype", choices=COMPUTE, default="float32",
                          help="Precision of the decomposition (default: float32).")
     extract.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N, mps or xpu (default: cpu).")
     extract.add_argument("--overwrite", action="store_true", help="Replace OUT if it exists (once the adapter is done).")

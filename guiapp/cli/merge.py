@@ -9,6 +9,7 @@ from pathlib import Path
 from guiapp.cli.options import add_threads_option, seed_value
 from guiapp.cli.process import EXIT_OK, EXIT_USAGE
 from guiapp.cli.terminal import run_in_terminal
+from guiapp.facts.dtypes import dtype_name
 
 
 def add_merge_commands(commands: argparse._SubParsersAction) -> None:
@@ -78,8 +79,8 @@ def _print_plan(recipe, out_dir: Path, device: str, compute_dtype: str = "float3
         role = " (base)" if recipe.base_model == model.ref else ""
         print(f"Model:         {model.label}{role}")
     print(f"Tensors:       {len(plan.tasks)}")
-    print(f"Output:        {out_dir} ({format_bytes(plan.output_bytes)} as {str(plan.out_dtype).removeprefix('torch.')})")
-    print(f"Reads:         {format_bytes(plan.input_bytes)}, computed in {str(plan.compute_dtype).removeprefix('torch.')}")
+    print(f"Output:        {out_dir} ({format_bytes(plan.output_bytes)} as {dtype_name(plan.out_dtype)})")
+    print(f"Reads:         {format_bytes(plan.input_bytes)}, computed in {dtype_name(plan.compute_dtype)}")
     for warning in plan.warnings:
         print(f"Warning:       {warning}")
     print("Estimate:      " + estimate.summary().replace("\n", "\n               "))

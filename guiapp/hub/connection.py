@@ -22,6 +22,7 @@ from urllib.parse import urlsplit
 from huggingface_hub import constants
 
 from guiapp.errors import HubUnreachableError, OfflineError
+from guiapp.facts.hub import hub_endpoint
 from guiapp.hub.server_checks import check_hub_answers
 from guiapp.system.scrub import scrub_log_records
 
@@ -94,13 +95,6 @@ def require_online(action: str) -> None:
         )
 
 
-def current_endpoint() -> str:
-    """The Hub endpoint huggingface_hub uses now (HF_ENDPOINT, else huggingface.co), without a trailing slash.
-    For showing it: unlike `HubConnection.current()`, it does not load the HTTP client (0.2 s on the way to the
-    window)."""
-    return constants.ENDPOINT.rstrip("/")
-
-
 @dataclass(frozen=True)
 class HubConnection:
     """The Hub endpoint and the local cache folder every hub function uses."""
@@ -114,7 +108,7 @@ class HubConnection:
         Hub is checked (see guiapp.hub.server_checks) before huggingface_hub uses it."""
         check_hub_answers()
         scrub_log_records()  # huggingface_hub's log lines quote URLs (HF_ENDPOINT's password) and server answers
-        return cls(endpoint=current_endpoint(), cache_dir=Path(constants.HF_HUB_CACHE))
+        return cls(endpoint=hub_endpoint(), cache_dir=Path(constants.HF_HUB_CACHE))
 
     def api(self) -> HfApi:
         """A client for this endpoint; it uses the token huggingface_hub knows (HF_TOKEN or the stored one)."""

@@ -17,50 +17,19 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from guiapp.errors import CheckpointError
+from guiapp.facts.dtypes import BY_CODE
+from guiapp.facts.tensor_roles import LAYER_CONTAINERS
 from guiapp.system.bounded import INDEX_JSON_BYTES, describe_value, load_json_limited, open_regular_file
 
 # Larger headers do not occur in real checkpoints (the format's own limit is 100 MB); a bigger length means the
 # file is not safetensors at all.
 MAX_HEADER_BYTES = 100_000_000
 INDEX_FILE = "model.safetensors.index.json"
-# The module names that hold numbered layers (`model.layers.3.…`, `transformer.h.3.…`, `blocks.3.…`); the
-# engine's table of tensor roles reads layer numbers after the same words.
-LAYER_CONTAINERS = ("layers", "layer", "h", "blocks")
 # Real models have at most a few hundred layers; stacked frankenmerges a few thousand. A header naming a layer
 # past this is refused, so no plan, estimate or config ever counts to its number.
 MAX_LAYER_INDEX = 99_999
 _LAYER_INDEX = re.compile(r"(?:^|\.)(?:" + "|".join(LAYER_CONTAINERS) + r")\.(\d+)(?=\.)")
 
-
-@dataclass(frozen=True)
-class DtypeFacts:
-    """What Mergesmith knows about one safetensors dtype code. `torch_name` is the torch dtype it reads into,
-    None for codes the format defines but Mergesmith cannot compute with (packed quantized weights)."""
-
-    bytes: int
-    torch_name: str | None
-    kind: str
-
-
-# The one table of safetensors dtype codes: the engine derives its torch dtypes from it, the window its sizes.
-DTYPES: dict[str, DtypeFacts] = {
-    "F64": DtypeFacts(8, "float64", "64-bit float"),
-    "F32": DtypeFacts(4, "float32", "32-bit float"),
-    "F16": DtypeFacts(2, "float16", "16-bit float"),
-    "BF16": DtypeFacts(2, "bfloat16", "bfloat16"),
-    "F8_E4M3": DtypeFacts(1, "float8_e4m3fn", "8-bit float"),
-    "F8_E5M2": DtypeFacts(1, "float8_e5m2", "8-bit float"),
-    "F8_E8M0": DtypeFacts(1, None, "8-bit scale factors"),
-    "I64": DtypeFacts(8, "int64", "64-bit integer"),
-    "I32": DtypeFacts(4, "int32", "32-bit integer"),
-    "I16": DtypeFacts(2, "int16", "16-bit integer"),
-    "I8": DtypeFacts(1, "int8", "8-bit integer"),
-    "U64": DtypeFacts(8, None, "unsigned 64-bit integer"),
-    "U32": DtypeFacts(4, None, "unsigned 32-bit integer"),
-    "U16": DtypeFacts(2, None, "unsigned 16-bit integer"),
-    "U8": DtypeFacts(1, "uint8", "unsigned 8-bit integer"),
-    "BOOL": DtypeFacts(1, "bool", "boolean"),
-}
 
 REDOWNLOAD_HINT = (
     "Delete the file and download it again (a Hub model: delete it from the Downloaded list first), "
@@ -70,13 +39,13 @@ REDOWNLOAD_HINT = (
 
 def bytes_per_element(code: str) -> int | None:
     """Bytes one element of the safetensors dtype `code` takes ("BF16" → 2), None for a code it does not know."""
-    facts = DTYPES.get(code.upper())
+    facts = BY_CODE.get(code.upper())
     return facts.bytes if facts else None
 
 
 @dataclass(frozen=True)
 class TensorRecord:
-    """One tensor as its header describes it. `dtype` is the safetensors code ("BF16", "F32"…), one of DTYPES."""
+    """One tensor as its header describes it. `dtype` is the safetensors code ("BF16", "F32"…), one of `facts.dtypes.BY_CODE`."""
 
     name: str
     shape: tuple[int, ...]
@@ -91,7 +60,7 @@ class TensorRecord:
 
     @property
     def nbytes(self) -> int:
-        return self.parameters * DTYPES[self.dtype].bytes
+        return self.parameters * BY_CODE[self.dtype].bytes
 
 
 def parse_header(
@@ -116,7 +85,7 @@ def parse_header(
             raise CheckpointError(f'{label} is damaged: the header entry of tensor "{name}" has no dtype.',
                                   hint=REDOWNLOAD_HINT)
         code = entry["dtype"]
-        if code not in DTYPES:
+        if code not in BY_CODE:
             raise CheckpointError(
                 f'{label} describes tensor "{name}" with dtype {code!r}, which is not a safetensors dtype.',
                 why="The file is damaged, or was written by a tool that does not follow the safetensors format.",

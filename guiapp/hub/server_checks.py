@@ -30,6 +30,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from guiapp.errors import HubResponseError
+from guiapp.facts.hub import hub_endpoint
 from guiapp.system.bounded import describe_value
 
 if TYPE_CHECKING:
@@ -142,9 +143,7 @@ def _token_only_to_the_hub(request: httpx2.Request) -> None:
         return
     import httpx2
 
-    from guiapp.hub.connection import current_endpoint  # the connection module installs these checks
-
-    hub = _endpoint_of(httpx2.URL(current_endpoint()))
+    hub = _endpoint_of(httpx2.URL(hub_endpoint()))
     elsewhere = _endpoint_of(request.url)
     if elsewhere != hub:
         raise HubResponseError(

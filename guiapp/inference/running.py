@@ -35,6 +35,7 @@ import torch
 
 from guiapp.compute.devices import resolve_device
 from guiapp.errors import CheckpointError, MergesmithError, SettingsError, UnsupportedModelError
+from guiapp.facts.dtypes import dtype_name
 from guiapp.hub.merge_files import TOKENIZER_FILES
 from guiapp.hub.model_config import read_model_config
 from guiapp.hub.references import ModelRef
@@ -250,7 +251,7 @@ def load_model(source: ModelSource, dtype: torch.dtype, device: str, progress: P
     tokenizer, tokenizer_folder = _load_tokenizer(source)
     set_aside = set_aside_unstreamable(model) if kind == CAUSAL else ()
     # Said once loaded: the stage that was running said "Loading" already.
-    progress.log(f"Loaded {source.label} ({kind}, {str(dtype).removeprefix('torch.')} on {target}).")
+    progress.log(f"Loaded {source.label} ({kind}, {dtype_name(dtype)} on {target}).")
     return LoadedModel(source, model, tokenizer, kind, dtype, target, tokenizer_folder, set_aside)
 
 

@@ -33,7 +33,7 @@ def merge_job(recipe: Recipe, output: Path, *, device: str = "cpu", seed: int = 
 
         def check_fit(plan) -> None:
             if plan.compute_as_recipe:
-                from guiapp.checkpoints.reading import dtype_name
+                from guiapp.facts.dtypes import dtype_name
                 from guiapp.system.capabilities import require_compute
 
                 require_compute(cached_probe(), "merge", device, dtype_name(plan.compute_dtype))

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from guiapp.errors import DeviceError, SettingsError
+from guiapp.facts.dtypes import BY_NAME, dtype_name
 from guiapp.inference.sampling import DEFAULT_TEMPERATURE, DEFAULT_TOP_P, TRUNCATE
 from guiapp.jobs.runner import Job
 from guiapp.progress import Progress
@@ -87,8 +88,6 @@ def plan_try(references: list[str], device: str = "cpu", dtype: str | None = Non
     one model's weights alone exceed the free memory, and the header readers' CheckpointError / HubError
     subclasses.
     """
-    import torch
-
     from guiapp.checkpoints.sources import read_headers
     from guiapp.hub.references import ModelRef
     from guiapp.inference.checks import check_built_size, check_config_matches_weights, check_fits_in_memory
@@ -116,7 +115,7 @@ def plan_try(references: list[str], device: str = "cpu", dtype: str | None = Non
                               hint="Pick another device or dtype; the dropdowns offer what works here.",
                               retry_with={"device": "cpu"} if device != "cpu" else None)
         parameters = sum(info.numel for info in headers.tensors.values())
-        weights = parameters * getattr(torch, chosen.compute_dtype).itemsize
+        weights = parameters * BY_NAME[chosen.compute_dtype].bytes
         check_fits_in_memory(reference, weights, free, device)
         loaded = int(weights * _LOADED_MODEL_OVERHEAD)
         plans.append(TryModelPlan(reference, storage, chosen.compute_dtype, chosen.note, loaded, parameters))
@@ -155,7 +154,7 @@ def _storage_dtype(tensors) -> str:
     counts: dict[str, int] = {}
     for info in tensors:
         if info.dtype.is_floating_point:
-            name = str(info.dtype).removeprefix("torch.")
+            name = dtype_name(info.dtype)
             counts[name] = counts.get(name, 0) + info.numel
     return max(counts, key=counts.get) if counts else "float32"
 

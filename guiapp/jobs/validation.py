@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from guiapp.errors import KeyPath, key_path
+from guiapp.facts.dtypes import BY_NAME, WRITABLE
 from guiapp.system.paths import expanded, home_dir
 
 
@@ -272,12 +273,9 @@ def check_adapter(base: str, adapter: str, device: str, output: str, replace: bo
 def _output_sizes(plan: Any, out_dtype: str | None) -> dict[str | None, int]:
     """The output's size in bytes stored in each dtype a recipe can name (tensors that are not floating point keep
     their own dtype), and under None the size as the recipe stores it when it names no out_dtype."""
-    from guiapp.system.capabilities import DTYPE_BYTES
-
     floating = sum(math.prod(task.shape) for task in plan.tasks if task.floating)
     fixed = plan.output_bytes - floating * plan.out_dtype.itemsize
-    sizes: dict[str | None, int] = {name: fixed + floating * DTYPE_BYTES[name]
-                                    for name in ("bfloat16", "float16", "float32", "float64")}
+    sizes: dict[str | None, int] = {name: fixed + floating * BY_NAME[name].bytes for name in WRITABLE}
     if not out_dtype:
         sizes[None] = plan.output_bytes
     return sizes

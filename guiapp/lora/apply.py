@@ -15,11 +15,12 @@ from typing import Any
 import torch
 
 from guiapp.checkpoints.adapters import LoraAdapter, apply_inputs, open_adapter
-from guiapp.checkpoints.reading import dtype_from_name, dtype_name
+from guiapp.checkpoints.reading import dtype_from_name
 from guiapp.checkpoints.sources import ModelReader, open_reader, read_headers
 from guiapp.checkpoints.writing import PlannedTensor, ShardedWriter, StagedOutput, check_free_space, parse_size
 from guiapp.compute.devices import resolve_device, threads_restored, use_cpu_threads
 from guiapp.errors import IncompatibleModelsError, NonFiniteResultError, SettingsError
+from guiapp.facts.dtypes import dtype_name
 from guiapp.hub.model_config import read_model_config
 from guiapp.hub.references import ModelRef
 from guiapp.merging.model_card import copy_companion_files

@@ -41,19 +41,20 @@ from guiapp.checkpoints.peft_format import (
     split_module,
     task_type_for,
 )
-from guiapp.checkpoints.reading import Checkpoint, TensorInfo, dtype_from_name, dtype_name
+from guiapp.checkpoints.reading import Checkpoint, TensorInfo, dtype_from_name
 from guiapp.checkpoints.sources import ModelHeaders, ModelReader, open_readers, read_headers
 from guiapp.checkpoints.writing import PlannedTensor, ShardedWriter, StagedOutput, check_free_space, local_input_folders
 from guiapp.compute.devices import resolve_device, threads_restored, use_cpu_threads
 from guiapp.errors import IncompatibleModelsError, NonFiniteResultError, SettingsError
+from guiapp.facts.choices import EMBEDDING_POLICIES, SOLVERS, EmbeddingPolicy, Solver
+from guiapp.facts.dtypes import COMPUTE, dtype_name, writable_name
 from guiapp.hub.references import ModelRef
-from guiapp.lora.lowrank import SOLVERS, RankRule, Solver, decompose, module_work, relative_error
+from guiapp.lora.lowrank import RankRule, decompose, module_work, relative_error
 from guiapp.merging.compatibility import CompatibilityProblem, ModelFacts, compare_models
 from guiapp.progress import Progress
 from guiapp.system.bounded import BoundedPattern
 from guiapp.system.threads import ThreadPolicy, WorkKind
 
-EMBEDDING_POLICIES = ("save", "lora", "skip")
 # ‖Δ‖_F at or below this fraction of ‖W_base‖_F counts as unchanged (rounding from a dtype round trip).
 UNCHANGED_TOLERANCE = 1e-6
 # Buffers some checkpoints carry that are not weights and may legitimately differ or be absent.
@@ -83,7 +84,7 @@ class ExtractionSettings:
     solver: Solver = "randomized"
     include: str | None = None
     exclude: str | None = None
-    embeddings: str = "save"
+    embeddings: EmbeddingPolicy = "save"
     dtype: str | None = None
     device: str = "cpu"
     compute_dtype: str = "float32"
@@ -203,7 +204,7 @@ def _validate(settings: ExtractionSettings) -> tuple[BoundedPattern | None, Boun
                 dtype_from_name(name)
         except ValueError as error:
             raise SettingsError(str(error), hint="Use bfloat16, float16 or float32.", key=setting) from None
-    if dtype_from_name(settings.compute_dtype) not in (torch.float32, torch.float64):
+    if writable_name(settings.compute_dtype) not in COMPUTE:
         raise SettingsError(
             f"Decompositions run in float32 or float64, not {settings.compute_dtype}.",
             hint="Half precision has no SVD kernels; the adapter can still be stored in bfloat16 (--dtype).",

@@ -23,16 +23,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
 
 import torch
 
 from guiapp.errors import SettingsError
-
-Solver = Literal["randomized", "exact"]
-RankMode = Literal["fixed", "energy", "threshold"]
-SOLVERS: tuple[str, ...] = ("randomized", "exact")
-RANK_MODES: tuple[str, ...] = ("fixed", "energy", "threshold")
+from guiapp.facts.choices import RANK_MODES, SOLVERS, RankMode, Solver
+from guiapp.facts.dtypes import COMPUTE, compute_for, dtype_name
 
 POWER_ITERATIONS = 3
 FIRST_SKETCH_RANK = 32
@@ -111,7 +107,7 @@ class Decomposition:
 
 def compute_dtype_for(dtype: torch.dtype) -> torch.dtype:
     """float64 stays float64; everything else (bf16, fp16, fp8, float32) is decomposed in float32."""
-    return torch.float64 if dtype == torch.float64 else torch.float32
+    return getattr(torch, compute_for(dtype_name(dtype)))
 
 
 def decompose(
@@ -174,7 +170,7 @@ def truncated_svd(
     `matrix` must be float32 or float64 (ValueError otherwise: half types have no QR/SVD kernels). The result
     has min(rank, min(shape)) triplets; when the sketch would cover the whole matrix a thin exact SVD is used.
     """
-    if matrix.dtype not in (torch.float32, torch.float64):
+    if dtype_name(matrix.dtype) not in COMPUTE:
         raise ValueError(f"truncated_svd needs float32 or float64, got {matrix.dtype}")
     rows, cols = matrix.shape
     smallest = min(rows, cols)

@@ -35,6 +35,7 @@ from guiapp.checkpoints.writing import (
 from guiapp.compute.devices import resolve_device, threads_restored, use_cpu_threads
 from guiapp.compute.parallel import HelperThreads, RunEach, one_at_a_time
 from guiapp.errors import IncompatibleModelsError, NonFiniteResultError
+from guiapp.facts.dtypes import dtype_name
 from guiapp.hub.references import ModelRef
 from guiapp.merging.methods.base import MergeContext, TensorSettings, TensorSurvey
 from guiapp.merging.model_card import write_merge_metadata
@@ -554,7 +555,7 @@ def _non_finite_error(
     plan: MergePlan, task: TensorTask, tensors: list[torch.Tensor], computed_finite: bool
 ) -> NonFiniteResultError:
     broken = [plan.models[i.model].label for i, t in zip(task.inputs, tensors) if not _all_finite(t)]
-    dtype = str(plan.out_dtype).removeprefix("torch.")
+    dtype = dtype_name(plan.out_dtype)
     retry = None
     if broken:
         cause = f"the input {', '.join(broken)} already contains NaN or infinity in this tensor"

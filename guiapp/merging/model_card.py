@@ -9,7 +9,7 @@ from pathlib import Path
 import yaml
 
 from guiapp import __version__
-from guiapp.checkpoints.reading import dtype_name
+from guiapp.facts.dtypes import dtype_name
 from guiapp.merging.plan import MergePlan
 from guiapp.merging.tokenizers import (
     chat_template_text,

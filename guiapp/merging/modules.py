@@ -12,10 +12,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from guiapp.checkpoints.reading import dtype_name
 from guiapp.checkpoints.sources import ModelHeaders
 from guiapp.checkpoints.tensor_roles import split_layer_name
 from guiapp.errors import RecipeError
+from guiapp.facts.dtypes import dtype_name
 from guiapp.hub.references import ModelRef
 from guiapp.merging.plan import MergePlan, TensorInput, TensorTask, build_plan
 from guiapp.merging.recipe import Recipe

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from guiapp.checkpoints.reading import TensorInfo, dtype_from_name, dtype_name
+from guiapp.checkpoints.reading import TensorInfo, dtype_from_name
 from guiapp.checkpoints.sources import ModelHeaders
 from guiapp.checkpoints.tensor_roles import (
     TensorRole,
@@ -26,6 +26,7 @@ from guiapp.checkpoints.tensor_roles import (
     tensor_place,
 )
 from guiapp.errors import IncompatibleModelsError, RecipeError
+from guiapp.facts.dtypes import dtype_name
 from guiapp.hub.references import ModelRef
 from guiapp.merging.compatibility import ModelFacts, compare_models
 from guiapp.merging.methods import METHODS, get_method

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from guiapp.errors import KeyPath, RecipeError
+from guiapp.facts.dtypes import is_writable_name, writable_name
 from guiapp.hub.references import ModelRef
 from guiapp.merging.chat_template_names import BUILT_IN_CHAT_TEMPLATES
 from guiapp.system.bounded import (
@@ -213,7 +214,7 @@ def recipe_from_dict(document: dict[str, Any]) -> Recipe:
             slices.append(Slice(sources, _mapping(entry.get("parameters"), f"slices[{i}].parameters"), slice_base))
     dtype, out_dtype = document.get("dtype"), document.get("out_dtype")
     for key, value in (("dtype", dtype), ("out_dtype", out_dtype)):
-        if value is not None and str(value).lower().removeprefix("torch.") not in _DTYPES:
+        if value is not None and not is_writable_name(value):
             raise RecipeError(
                 f'`{key}: {value}` is not a dtype Mergesmith can use.',
                 why="Weights are stored as floating-point numbers of one of four widths.",
@@ -226,8 +227,8 @@ def recipe_from_dict(document: dict[str, Any]) -> Recipe:
         slices=slices,
         base_model=base,
         parameters=parameters,
-        dtype=_canonical_dtype(dtype),
-        out_dtype=_canonical_dtype(out_dtype),
+        dtype=None if dtype is None else writable_name(dtype),
+        out_dtype=None if out_dtype is None else writable_name(out_dtype),
         tokenizer_source=tokenizer.source if tokenizer else None,
         document=document,
         warnings=warnings,
@@ -475,14 +476,6 @@ def _chat_template(value: Any) -> str | None:
         "or paste the template text.",
         key="chat_template",
     )
-
-
-_DTYPES = {"bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16", "fp16": "float16", "half": "float16",
-           "float32": "float32", "fp32": "float32", "float": "float32", "float64": "float64", "fp64": "float64"}
-
-
-def _canonical_dtype(value: Any) -> str | None:
-    return None if value is None else _DTYPES[str(value).lower().removeprefix("torch.")]
 
 
 def _mapping(value: Any, where: str) -> dict[str, Any]:

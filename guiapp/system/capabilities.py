@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from guiapp.errors import DeviceError
-from guiapp.system.probe import COMPUTE_DTYPES, DTYPE_NAMES, Check, ProbeResult
+from guiapp.facts.dtypes import BY_NAME, COMPUTE, PROBED, RECOMMENDED_STORAGE
+from guiapp.system.probe import Check, ProbeResult
 from guiapp.system.units import format_bytes
 
 # The operations each job kind runs in its compute dtype (as the merge, LoRA and inference packages use them: merge methods select by
@@ -72,10 +73,6 @@ OPERATION_WORDS = {
 
 # A compute device below this fraction of the CPU's float32 matmul speed (5× slower) is flagged slow.
 SLOW_FRACTION_OF_CPU = 0.2
-# The storage dtypes a recommendation may name, best first: bfloat16 keeps float32's range in half the size,
-# float16 is as small but overflows above 65504; float8 loses too much to store a model in.
-RECOMMENDED_STORAGE = ("bfloat16", "float16", "float32")
-DTYPE_BYTES = {"float32": 4, "float64": 8, "bfloat16": 2, "float16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1}
 
 
 @dataclass(frozen=True)
@@ -123,17 +120,17 @@ def option(
     """
     if job not in JOB_OPERATIONS:
         raise ValueError(f"unknown job kind {job!r}; expected one of {sorted(JOB_OPERATIONS)}")
-    if storage_dtype not in DTYPE_NAMES:
-        raise ValueError(f"unknown dtype {storage_dtype!r}; expected one of {DTYPE_NAMES}")
-    if compute_dtype is not None and compute_dtype not in COMPUTE_DTYPES:
-        raise ValueError(f"compute dtype {compute_dtype!r}: jobs compute in one of {COMPUTE_DTYPES}")
+    if storage_dtype not in PROBED:
+        raise ValueError(f"unknown dtype {storage_dtype!r}; expected one of {PROBED}")
+    if compute_dtype is not None and compute_dtype not in COMPUTE:
+        raise ValueError(f"compute dtype {compute_dtype!r}: jobs compute in one of {COMPUTE}")
     if result.device(device) is None:
         present = ", ".join(d["id"] for d in result.devices) or "none"
         return Option(job, device, storage_dtype, False, None, f"there is no {device} on this machine ({present})")
     if compute_dtype:
         candidates: tuple[str, ...] = (compute_dtype,)
     else:  # float64 models keep their precision; everything else computes in float32
-        candidates = tuple(sorted(COMPUTE_DTYPES, key=lambda dtype: dtype != storage_dtype))
+        candidates = tuple(sorted(COMPUTE, key=lambda dtype: dtype != storage_dtype))
     refusals = []
     for candidate in candidates:
         failure = _first_failure(result, device, _needed(job, storage_dtype, candidate))
@@ -144,11 +141,11 @@ def option(
 
 
 def dtype_options(result: ProbeResult, job: str, device: str) -> list[Option]:
-    """One `Option` per storage dtype, in the order of `DTYPE_NAMES`, for the dtype dropdown (for "try": what
+    """One `Option` per storage dtype, in the order of `PROBED`, for the dtype dropdown (for "try": what
     a model stored in that dtype runs in, see `inference_option`)."""
     if job == "try":
-        return [inference_option(result, device, dtype) for dtype in DTYPE_NAMES]
-    return [option(result, job, device, dtype) for dtype in DTYPE_NAMES]
+        return [inference_option(result, device, dtype) for dtype in PROBED]
+    return [option(result, job, device, dtype) for dtype in PROBED]
 
 
 def device_options(result: ProbeResult, job: str) -> list[DeviceOption]:
@@ -198,8 +195,8 @@ def inference_option(result: ProbeResult, device: str, storage_dtype: str) -> Op
     `compute_dtype`. An impossible combination comes back with `possible` False and the reason; raises ValueError
     for an unknown dtype.
     """
-    if storage_dtype not in DTYPE_NAMES:
-        raise ValueError(f"unknown dtype {storage_dtype!r}; expected one of {DTYPE_NAMES}")
+    if storage_dtype not in PROBED:
+        raise ValueError(f"unknown dtype {storage_dtype!r}; expected one of {PROBED}")
     if result.device(device) is None:
         return option(result, "try", device, storage_dtype)
     native = [(storage_dtype, operation, False) for operation in JOB_OPERATIONS["try"]]
@@ -232,7 +229,7 @@ def device_verdict(result: ProbeResult, device: dict) -> str:
     if merge is None:
         reason = option(result, "merge", device["id"], "float32").reason
         return f"On {where}: no merge can run here ({reason}); use another device."
-    size = DTYPE_BYTES[merge.storage_dtype] / DTYPE_BYTES["float32"]
+    size = BY_NAME[merge.storage_dtype].bytes / BY_NAME["float32"].bytes
     relative = "the size of float32" if size == 1 else "half the size of float32" if size == 0.5 else \
         f"{size:g}× the size of float32"
     sentences = [f"On {where}: store in {merge.storage_dtype} — {relative}; the merge is computed in "
@@ -263,7 +260,7 @@ def check_words(check: Check | None, device: str) -> str:
         f"{words} failed on {device} when tested."
     if check.operation.startswith(("cast_", "to_host", "safetensors")):
         return f"{said} Models cannot be stored in {check.dtype} here."
-    if check.dtype not in COMPUTE_DTYPES:
+    if check.dtype not in COMPUTE:
         return f"{said} Jobs compute in float32, so this does not limit what they can store."
     return f"{said} Jobs that need it cannot run on {device}."
 

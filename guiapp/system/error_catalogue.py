@@ -12,25 +12,18 @@ Nothing here imports torch or huggingface_hub.
 
 from __future__ import annotations
 
-import os
 import re
-import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from guiapp.facts.dtypes import HALF_TORCH_WORDS, TORCH_WORD, torch_word_name
+from guiapp.facts.hub import PUBLIC_HUB, hub_endpoint
 from guiapp.system.units import format_bytes
 
 # Optional refinement: given the regex match (None when a class name matched) and the job's context, returns
 # replacements for "what", "why", "fix" and/or "retry_with".
 Refiner = Callable[["re.Match[str] | None", Mapping[str, Any]], dict[str, Any]]
-
-TORCH_DTYPE_WORDS = {
-    "BFloat16": "bfloat16", "Half": "float16", "Float": "float32", "float": "float32", "Double": "float64",
-    "double": "float64", "Float8_e4m3fn": "float8_e4m3fn", "Float8_e5m2": "float8_e5m2",
-    "c10::BFloat16": "bfloat16", "c10::Half": "float16",
-}
-
 
 @dataclass(frozen=True)
 class Entry:
@@ -60,7 +53,7 @@ class Entry:
 def _dtype_words(torch_name: str | None) -> str:
     if not torch_name:
         return "a half-precision type"
-    return TORCH_DTYPE_WORDS.get(torch_name, torch_name.lower())
+    return torch_word_name(torch_name)
 
 
 def _group(match: re.Match[str] | None, name: str) -> str | None:
@@ -85,9 +78,6 @@ def _refine_half_kernel(match: re.Match[str] | None, context: Mapping[str, Any])
                     "version of it on this device."}
 
 
-TORCH_DTYPE_NAME = re.compile(r"(?<![\w:])(?:c10::)?(BFloat16|Half|Float|float|Double|double)\b")
-
-
 def _refine_mixed_dtypes(match: re.Match[str] | None, context: Mapping[str, Any]) -> dict[str, Any]:
     """Name the two dtypes when the message's line does ("got: float != c10::BFloat16")."""
     if match is None:
@@ -95,7 +85,7 @@ def _refine_mixed_dtypes(match: re.Match[str] | None, context: Mapping[str, Any]
     line_start = match.string.rfind("\n", 0, match.start()) + 1
     line_end = match.string.find("\n", match.end())
     line = match.string[line_start:line_end if line_end >= 0 else None]
-    named = [_dtype_words(name) for name in TORCH_DTYPE_NAME.findall(line)]
+    named = [_dtype_words(name) for name in TORCH_WORD.findall(line)]
     dtypes = list(dict.fromkeys(named))
     if len(dtypes) < 2:
         return {}
@@ -241,18 +231,10 @@ def _refine_path(match: re.Match[str] | None, context: Mapping[str, Any], proble
     return {"what": f"{path} {problem}."} if path else {}
 
 
-PUBLIC_HUB = "https://huggingface.co"
 # The public Hub's address as the entries below write it; not status.huggingface.co, which is another site.
 PUBLIC_HUB_ADDRESS = re.compile(r"(?:https://)?(?<![\w.])huggingface\.co\b(?!\.\w)")
 # A repo id ends with a letter, digit, _ or -: never with the full stop of the sentence around a link.
 REPO_IN_URL = r"/(?:api/)?(?:(?:models|datasets|spaces)/)?(?P<repo>[\w.-]+/[\w.-]*[\w-])"
-
-
-def hub_endpoint() -> str:
-    """The Hub huggingface_hub talks to (HF_ENDPOINT, a mirror, a test Hub), read without importing it."""
-    constants = sys.modules.get("huggingface_hub.constants")
-    endpoint = getattr(constants, "ENDPOINT", None) or os.environ.get("HF_ENDPOINT") or PUBLIC_HUB
-    return endpoint.rstrip("/")
 
 
 def on_hub_in_use(text: str) -> str:
@@ -301,7 +283,6 @@ def _types(*names: str) -> frozenset[str]:
     return frozenset(names)
 
 
-HALF = r"BFloat16|Half|Float8_e4m3fn(?:uz)?|Float8_e5m2(?:fnuz)?"
 LINEAR_ALGEBRA = (r"\w*(?:svd|gesvd|geqrf|orgqr|ormqr|linalg|qr|eig|syevd|lu_|getrf|cholesky|potrf|triangular"
                   r"|lstsq|inverse)\w*")
 
@@ -314,7 +295,7 @@ CATALOGUE: tuple[Entry, ...] = (
         "GPUs alike; a bfloat16 or float16 model has to be upcast first.",
         fix="Upcast before the decomposition (tensor.float()) and cast the results back to the model's dtype for "
         "storage. Mergesmith's LoRA extraction always decomposes in float32 and still stores bfloat16 adapters.",
-        pattern=re.compile(rf"\"(?P<kernel>{LINEAR_ALGEBRA})\" not implemented for '(?P<dtype>{HALF})'"),
+        pattern=re.compile(rf"\"(?P<kernel>{LINEAR_ALGEBRA})\" not implemented for '(?P<dtype>{HALF_TORCH_WORDS})'"),
         refine=_refine_linear_algebra,
     ),
     Entry(
@@ -338,7 +319,7 @@ CATALOGUE: tuple[Entry, ...] = (
         fix="Compute in float32 (tensor.float()) and cast back only to store the result. Mergesmith computes "
         "everything in float32 and offers only storage dtypes the probe found working here.",
         pattern=_patterns(
-            rf"\"(?P<kernel>\w+)\" not implemented for '(?P<dtype>{HALF})'",
+            rf"\"(?P<kernel>\w+)\" not implemented for '(?P<dtype>{HALF_TORCH_WORDS})'",
             r"quantile\(\) input tensor must be either float or double dtype",
         ),
         refine=_refine_half_kernel,
@@ -350,7 +331,7 @@ CATALOGUE: tuple[Entry, ...] = (
         why="NumPy has no bfloat16 (nor float8) type, so tensor.numpy() refuses them.",
         fix="Convert to float32 first: tensor.float().numpy(). Mergesmith never hands half-precision tensors to "
         "NumPy.",
-        pattern=re.compile(rf"Got unsupported ScalarType (?P<dtype>{HALF}|\w+)"),
+        pattern=re.compile(rf"Got unsupported ScalarType (?P<dtype>{HALF_TORCH_WORDS}|\w+)"),
         refine=_refine_numpy,
     ),
     Entry(

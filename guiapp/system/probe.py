@@ -31,8 +31,6 @@ CACHE_DIR_VARIABLE = "MERGESMITH_CACHE_DIR"
 DEFAULT_TIMEOUT_SECONDS = 120.0
 RESULT_FORMAT = 1  # bump when the stored layout changes, so old cache files are ignored
 
-DTYPE_NAMES = ("float32", "float64", "bfloat16", "float16", "float8_e4m3fn", "float8_e5m2")
-COMPUTE_DTYPES = ("float32", "float64")
 
 
 @dataclass(frozen=True)

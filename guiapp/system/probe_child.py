@@ -19,17 +19,11 @@ from typing import Any, TextIO
 import psutil
 import torch
 
+from guiapp.facts.dtypes import COMPUTE, PROBED
 from guiapp.system.probe import cpuinfo_field
 from guiapp.system.resources import svd_flop_count
 
-DTYPES: dict[str, torch.dtype] = {
-    "float32": torch.float32,
-    "float64": torch.float64,
-    "bfloat16": torch.bfloat16,
-    "float16": torch.float16,
-    "float8_e4m3fn": torch.float8_e4m3fn,
-    "float8_e5m2": torch.float8_e5m2,
-}
+DTYPES: dict[str, torch.dtype] = {name: getattr(torch, name) for name in PROBED}
 
 # CPU flags that decide how fast half types run (bf16 / fp16 instructions, matrix units).
 SPEED_FLAGS = (
@@ -252,7 +246,7 @@ def _measure_speeds(recorder: Recorder, device: str, dtypes: list[str]) -> None:
             continue  # the check above already recorded why matmul fails in this dtype
         recorder.write("speed", device=device, dtype=dtype_name, workload="matmul",
                        size=MATMUL_SIDE, seconds=seconds, gflops=2 * MATMUL_SIDE**3 / seconds / 1e9)
-        if dtype_name not in ("float32", "float64"):
+        if dtype_name not in COMPUTE:
             continue
         recorder.write("start", step=f"{device} {dtype_name} svd speed")
         try:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import time
 
+from guiapp.facts.dtypes import PROBED, short_name
 from guiapp.system.capabilities import JOB_OPERATIONS, describe_device, device_verdict, dtype_options
-from guiapp.system.probe import DTYPE_NAMES, ProbeResult
+from guiapp.system.probe import ProbeResult
 from guiapp.system.units import format_bytes
 
-SHORT_DTYPE = {"float8_e4m3fn": "f8_e4m3", "float8_e5m2": "f8_e5m2"}
 OPERATION_COLUMN = 20
 DTYPE_COLUMN = 9
 
@@ -55,12 +55,12 @@ def _device_details(device: dict) -> str:
 
 def _matrix(result: ProbeResult, device: str) -> list[str]:
     operations = list(dict.fromkeys(check.operation for check in result.checks if check.device == device))
-    header = "".join(SHORT_DTYPE.get(dtype, dtype).ljust(DTYPE_COLUMN) for dtype in DTYPE_NAMES)
+    header = "".join(short_name(dtype).ljust(DTYPE_COLUMN) for dtype in PROBED)
     lines = [f"Operations on {device} (ok works, -- fails, ? not tested)",
              f"  {'':<{OPERATION_COLUMN}}{header}".rstrip()]
     for operation in operations:
         cells = []
-        for dtype in DTYPE_NAMES:
+        for dtype in PROBED:
             check = result.check(device, dtype, operation)
             cells.append(("?" if check is None else "ok" if check.ok else "--").ljust(DTYPE_COLUMN))
         lines.append(f"  {operation:<{OPERATION_COLUMN}}{''.join(cells)}".rstrip())
@@ -74,7 +74,7 @@ def _matrix(result: ProbeResult, device: str) -> list[str]:
 def _speeds(result: ProbeResult, device: str) -> list[str]:
     reference = result.speed(device, "float32", "matmul")
     lines = [f"Speed on {device} (small fixed workloads)"]
-    for dtype in DTYPE_NAMES:
+    for dtype in PROBED:
         speed = result.speed(device, dtype, "matmul")
         if speed is None or not speed.gflops:
             continue

@@ -8,6 +8,7 @@ from typing import Any
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QCheckBox, QDoubleSpinBox, QFormLayout, QGroupBox, QVBoxLayout, QWidget
 
+from guiapp.facts.dtypes import WRITABLE
 from guiapp.jobs.fixes import window_text
 from guiapp.jobs.validation import PairCheck, check_adapter
 from guiapp.system.paths import expanded
@@ -28,7 +29,7 @@ SCALE_TIP = "1 applies the adapter as trained; 0.5 half its effect."
 
 class ApplyTab(FormTab):
     JOB = "apply"
-    DTYPES = ("bfloat16", "float16", "float32", "float64")
+    DTYPES = WRITABLE
     DEFAULT_DTYPE = "Same as the base model"
     job_submitted = Signal(str)
 

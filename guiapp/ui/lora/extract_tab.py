@@ -27,6 +27,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from guiapp.facts.dtypes import ADAPTER_WRITABLE
 from guiapp.jobs.fixes import window_text
 from guiapp.jobs.validation import PairCheck, check_pair
 from guiapp.system.paths import expanded
@@ -56,7 +57,7 @@ RANK_MODES = {  # mode: (label, minimum, maximum, step, decimals, default, help)
 
 class ExtractTab(FormTab):
     JOB = "extract"
-    DTYPES = ("bfloat16", "float16", "float32")
+    DTYPES = ADAPTER_WRITABLE
     DEFAULT_DTYPE = "Same as the fine-tune"
     job_submitted = Signal(str)
 

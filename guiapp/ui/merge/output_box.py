@@ -16,12 +16,11 @@ from PySide6.QtWidgets import (
     QPushButton,
 )
 
+from guiapp.facts.dtypes import WRITABLE
 from guiapp.system.paths import home_dir
 from guiapp.ui.theme import set_status_style
 from guiapp.ui.widgets.options import OptionCombo, device_choices, dtype_choices
 from guiapp.ui.widgets.wrapping_label import WrappingLabel
-
-RECIPE_DTYPES = ("bfloat16", "float16", "float32", "float64")  # what a recipe's out_dtype accepts
 
 
 class OutputBox(QGroupBox):
@@ -68,7 +67,7 @@ class OutputBox(QGroupBox):
         if sizes is not None:
             self._sizes = sizes
         self.device_combo.set_choices(device_choices(probe, "merge"))
-        self.dtype_combo.set_choices(dtype_choices(probe, "merge", self.device, RECIPE_DTYPES, "Same as the models",
+        self.dtype_combo.set_choices(dtype_choices(probe, "merge", self.device, WRITABLE, "Same as the models",
                                                    self._sizes), keep=wanted)
         self.show_dtype_note(probe, wanted)
 
@@ -80,7 +79,7 @@ class OutputBox(QGroupBox):
         elif wanted and not self.dtype_combo.is_enabled_choice(wanted):
             from guiapp.system.capabilities import option
 
-            reason = option(probe, "merge", self.device, wanted).reason if wanted in RECIPE_DTYPES else \
+            reason = option(probe, "merge", self.device, wanted).reason if wanted in WRITABLE else \
                 "it is not a dtype a recipe can store"
             self.dtype_note.setText(f"The recipe asks for {wanted}, which cannot be used on {self.device}: {reason}. "
                                     "Pick another output dtype or device.")

@@ -23,6 +23,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from guiapp.facts.dtypes import PROBED
 from guiapp.ui.background import call_in_background
 from guiapp.ui.theme import set_heading, set_status_style, status_colour
 from guiapp.ui.widgets.wrapping_label import WrappingLabel
@@ -148,13 +149,12 @@ class HardwarePage(QWidget):
 
     def _show_device(self) -> None:
         from guiapp.system.capabilities import JOB_OPERATIONS, check_words, dtype_options
-        from guiapp.system.probe import DTYPE_NAMES
 
         result, device = self.state.probe, self.device_combo.currentData()
         if result is None or device is None:
             return
-        self.jobs_table.setColumnCount(len(DTYPE_NAMES))
-        self.jobs_table.setHorizontalHeaderLabels(list(DTYPE_NAMES))
+        self.jobs_table.setColumnCount(len(PROBED))
+        self.jobs_table.setHorizontalHeaderLabels(list(PROBED))
         self.jobs_table.setRowCount(len(JOB_OPERATIONS))
         self.jobs_table.setVerticalHeaderLabels([JOB_WORDS[job] for job in JOB_OPERATIONS])
         for row, job in enumerate(JOB_OPERATIONS):
@@ -169,12 +169,12 @@ class HardwarePage(QWidget):
         rows_height = sum(self.jobs_table.rowHeight(r) for r in range(self.jobs_table.rowCount()))
         self.jobs_table.setFixedHeight(rows_height + self.jobs_table.horizontalHeader().height() + 4)
         operations = list(dict.fromkeys(c.operation for c in result.checks if c.device == device))
-        self.matrix.setColumnCount(len(DTYPE_NAMES))
-        self.matrix.setHorizontalHeaderLabels(list(DTYPE_NAMES))
+        self.matrix.setColumnCount(len(PROBED))
+        self.matrix.setHorizontalHeaderLabels(list(PROBED))
         self.matrix.setRowCount(len(operations))
         self.matrix.setVerticalHeaderLabels(operations)
         for row, operation in enumerate(operations):
-            for column, dtype in enumerate(DTYPE_NAMES):
+            for column, dtype in enumerate(PROBED):
                 check = result.check(device, dtype, operation)
                 kind = "muted" if check is None else "good" if check.ok else "problem"
                 item = _cell("?" if check is None else "✓" if check.ok else "✗", check_words(check, device), kind)

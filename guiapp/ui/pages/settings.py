@@ -20,6 +20,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from guiapp.facts.hub import hub_endpoint
 from guiapp.system.paths import home_dir
 from guiapp.ui.background import call_in_background
 from guiapp.ui.text import error_text
@@ -216,9 +217,7 @@ class SettingsPage(QWidget):
 
 def _hub_address() -> str:
     """The Hub in use (HF_ENDPOINT), where tokens are made."""
-    from guiapp.hub.connection import current_endpoint
-
-    return current_endpoint().split("://", 1)[-1]
+    return hub_endpoint().split("://", 1)[-1]
 
 
 def _current_cache() -> str:

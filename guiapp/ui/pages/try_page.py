@@ -35,6 +35,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from guiapp.facts.dtypes import WRITABLE
 from guiapp.hub.references import ModelRef
 from guiapp.jobs.tryout import (
     DEFAULT_TEMPERATURE,
@@ -53,7 +54,6 @@ from guiapp.ui.widgets.model_picker import ModelPicker
 from guiapp.ui.widgets.options import OptionCombo, device_choices, dtype_choices
 from guiapp.ui.widgets.wrapping_label import WrappingLabel
 
-TRY_DTYPES = ("bfloat16", "float16", "float32", "float64")
 # A text to score longer than this (a whole file opened) is not kept for the next start: the models and the
 # prompt are, and the file can be opened again.
 REMEMBERED_TEXT_CHARS = 16_000
@@ -552,5 +552,5 @@ class TryPage(QWidget):
     def _refresh_capabilities(self) -> None:
         probe = self.state.probe
         self.device.set_choices(device_choices(probe, "try"))
-        self.dtype.set_choices(dtype_choices(probe, "try", self.device.value() or "cpu", TRY_DTYPES,
+        self.dtype.set_choices(dtype_choices(probe, "try", self.device.value() or "cpu", WRITABLE,
                                              "Each model's own dtype"))
