@@ -47,6 +47,31 @@ class FormValues:
     chat_template: str = ""  # "" leaves it out: the tokenizer files are copied as they are
 
 
+@dataclass(frozen=True)
+class ModelRow:
+    """A row of the form's model table: the reference, the method's per-model parameters, and any other parameters
+    the entry holds (kept, and marked as unused by this method)."""
+
+    reference: str
+    parameters: dict[str, Any]
+    other: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class FormView:
+    """What the form shows of a document for a method: each value in the field that edits it."""
+
+    method_name: Any
+    base_model: str
+    parameters: dict[str, Any]  # the method's global parameters
+    other_parameters: dict[str, Any]  # global parameters this method does not take (kept, not shown)
+    rows: list[ModelRow]
+    slices: Any
+    tokenizer_source: str
+    chat_template: str
+    dtype: Any  # out_dtype, else dtype; None when neither
+
+
 class RecipeDocument:
     """A recipe document with undo and redo. Every change makes one undo step (unless it changes nothing)."""
 
@@ -86,6 +111,33 @@ class RecipeDocument:
                 rows.append(FormModel(str(entry)))
         return rows
 
+    def form_view(self, method: Any) -> FormView:
+        """The document as the form shows it with `method` (a merge method declaration) chosen: which values go in
+        the method's fields, which are kept aside as unused."""
+        document = self._document
+        parameters = document.get("parameters")
+        parameters = dict(parameters) if isinstance(parameters, dict) else {}
+        per_model = {spec.name for spec in method.per_model_params}
+        rows = []
+        for entry in document.get("models") or []:
+            values = entry.get("parameters") if isinstance(entry, dict) else None
+            values = dict(values) if isinstance(values, dict) else {}
+            rows.append(ModelRow(str(entry.get("model", "")) if isinstance(entry, dict) else str(entry),
+                                 {k: v for k, v in values.items() if k in per_model},
+                                 {k: v for k, v in values.items() if k not in per_model}))
+        takes = {k for k in parameters if method.param(k) and not method.param(k).per_model}
+        return FormView(
+            method_name=document.get("merge_method"),
+            base_model=str(document.get("base_model") or ""),
+            parameters={k: v for k, v in parameters.items() if k in takes},
+            other_parameters={k: v for k, v in parameters.items() if k not in takes},
+            rows=rows,
+            slices=document.get("slices"),
+            tokenizer_source=str(document.get("tokenizer_source") or ""),
+            chat_template=str(document.get("chat_template") or ""),
+            dtype=document.get("out_dtype") or document.get("dtype"),
+        )
+
     def to_recipe(self) -> Recipe:
         """The document as a Recipe a job can run (a copy: later edits do not change it). Raises RecipeError."""
         from guiapp.merging.recipe import recipe_from_dict  # the engine is loaded by then
@@ -112,6 +164,18 @@ class RecipeDocument:
         recipe = parse_recipe(text, label=label)
         self._change(copy.deepcopy(recipe.document))
         return list(recipe.warnings)
+
+    @staticmethod
+    def written_mapping(text: str) -> dict[str, Any] | None:
+        """The mapping the YAML `text` holds even when it is not a valid recipe (a one-click fix is offered on it);
+        None when the text is not YAML, or not a mapping."""
+        from guiapp.errors import MergesmithError
+
+        try:
+            written = parse_yaml_bounded(text, "The recipe", RecipeError)
+        except MergesmithError:
+            return None
+        return written if isinstance(written, dict) else None
 
     def set_method(self, name: str) -> None:
         self._edit({"merge_method": name})

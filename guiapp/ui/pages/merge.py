@@ -331,16 +331,9 @@ class MergePage(QWidget):
     def _block_on_yaml_problem(self, error: Any) -> None:
         """The YAML view holds a recipe that cannot be read: Run waits for it (it would run the last valid one),
         with "Show me" at the key's line and a fix when there is one."""
-        from guiapp.errors import MergesmithError, RecipeError
-        from guiapp.system.bounded import parse_yaml_bounded
-
         self._validator.cancel()
-        try:
-            written = parse_yaml_bounded(self.recipe_panel.text(), "The recipe", RecipeError)
-        except MergesmithError:
-            written = None
         can_show, fix = self._offer_fix(getattr(error, "key", None) or (), error.message,
-                                        written if isinstance(written, dict) else None)
+                                        RecipeDocument.written_mapping(self.recipe_panel.text()))
         self.run_box.action_bar.set_blocked(error_text(error), can_show, fix)
 
     def _offer_fix(self, key: Any, message: str, document: dict[str, Any] | None,
@@ -376,30 +369,22 @@ class MergePage(QWidget):
             return
         self._syncing = True
         try:
-            name = document.get("merge_method")
-            known = self.method_box.select(name)
-            show_message(self.method_message, None if known else
-                         f'Unknown merge method "{name}": choose one from the list.', "problem")
+            known = self.method_box.select(document.get("merge_method"))
             method = self._method()
+            view = self.recipe.form_view(method)
+            show_message(self.method_message, None if known else
+                         f'Unknown merge method "{view.method_name}": choose one from the list.', "problem")
             self._method_changed()  # summary, paper and base label for the shown method
-            self.base_picker.set_text(str(document.get("base_model") or ""), notify=False)
+            self.base_picker.set_text(view.base_model, notify=False)
             self.table.set_method(method)
             self.param_form.set_specs(method.global_params)
-            globals_ = dict(document.get("parameters") or {})
-            self.param_form.set_values({k: v for k, v in globals_.items() if method.param(k) and not method.param(k).per_model})
-            self._extra_globals = {k: v for k, v in globals_.items() if k not in self.param_form.editors}
-            for entry in document.get("models") or []:
-                values = dict(entry.get("parameters") or {}) if isinstance(entry, dict) else {}
-                per_model = {s.name for s in method.per_model_params}
-                self.table.add_row(str(entry.get("model", "")) if isinstance(entry, dict) else str(entry),
-                                   {k: v for k, v in values.items() if k in per_model},
-                                   {k: v for k, v in values.items() if k not in per_model})
-            slices = document.get("slices")
-            self.advanced.show_values(slices, str(document.get("tokenizer_source") or ""),
-                                      str(document.get("chat_template") or ""))
-            self.table.setEnabled(not slices)
-            wanted = document.get("out_dtype") or document.get("dtype")
-            if not self.dtype_combo.select(wanted) and wanted:
+            self.param_form.set_values(view.parameters)
+            self._extra_globals = view.other_parameters
+            for row in view.rows:
+                self.table.add_row(row.reference, row.parameters, row.other)
+            self.advanced.show_values(view.slices, view.tokenizer_source, view.chat_template)
+            self.table.setEnabled(not view.slices)
+            if not self.dtype_combo.select(view.dtype) and view.dtype:
                 self.dtype_combo.select(None)
         finally:
             self._syncing = False
