@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from guiapp.jobs.runner import JobStatus
+
 # What the window does for each action (the explanation panel connects them):
 RETRY = "retry"  # the same job again
 RETRY_WITH = "retry_with"  # the job with the explanation's suggested settings
@@ -58,8 +60,6 @@ _TOOLTIPS = {
     USE_OFFLINE: "Work with downloaded models and local folders only; nothing is asked of the Hub.",
     GO_ONLINE: "Turn offline mode off so models can be read from the Hub.",
 }
-# Failed, cancelled and interrupted jobs can all be run again as they were.
-RETRYABLE_STATUSES = ("failed", "cancelled", "interrupted")
 _URL = re.compile(r"https?://[^\s,;)]+[^\s,;).]")
 
 
@@ -75,7 +75,7 @@ class FixAction:
     url: str = ""
 
 
-def fix_actions(explanation: Mapping[str, Any] | None, status: str = "failed",
+def fix_actions(explanation: Mapping[str, Any] | None, status: str = JobStatus.FAILED,
                 output: str | None = None) -> list[FixAction]:
     """The buttons for a job that ended with `status` and `explanation` (an Explanation's dict; None for a cancelled
     job), whose output folder is `output`: the suggested retry first, then the kind's actions, the explicit
@@ -96,7 +96,7 @@ def fix_actions(explanation: Mapping[str, Any] | None, status: str = "failed",
         actions.append(FixAction(REPLACE, f"Replace {folder.name}…",
                                  f"Deletes {folder} ({describe_output(folder)}) once the new output is complete. "
                                  "You are asked to confirm first.", replace_with))
-    if status in RETRYABLE_STATUSES:
+    if status and JobStatus(status).retryable:  # "": no job
         actions.append(FixAction(RETRY, "Retry", "Runs the same job again, unchanged."))
     return actions
 

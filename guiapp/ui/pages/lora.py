@@ -38,12 +38,13 @@ from PySide6.QtWidgets import (
 
 from guiapp.jobs.fixes import window_text
 from guiapp.jobs.plain_words import recipe_words
+from guiapp.jobs.runner import JobStatus
+from guiapp.jobs.summaries import extraction_report
 from guiapp.jobs.validation import PairCheck, Problem, check_adapter, check_pair, free_output
 from guiapp.system.paths import expanded
 from guiapp.system.units import plural
 from guiapp.ui.background import LatestTask, run_blocking
 from guiapp.ui.merge.output_box import default_output_folder
-from guiapp.ui.pages.jobs import extraction_report
 from guiapp.ui.text import error_text, sentence
 from guiapp.ui.theme import set_status_style
 from guiapp.ui.widgets.action_bar import ActionBar
@@ -416,13 +417,13 @@ class LoraPage(QWidget):
         if key != self._extract_key:
             return
         record = self.state.jobs.record(key)
-        if record.status == "done":
+        if record.status == JobStatus.DONE:
             report = extraction_report(record.summary)
             self.x_report.setText(report)
             self.x_report_chart.show_summary(record.summary)
             set_status_style(self.x_report, "warning" if "Warning" in report else None)
             QTimer.singleShot(0, lambda: self.extract_scroll.ensureWidgetVisible(self.x_report))  # once laid out
-        elif record.status in ("failed", "cancelled"):
+        elif record.status in (JobStatus.FAILED, JobStatus.CANCELLED):
             self.x_report.setText(f"The extraction {record.status}: the Jobs page says why.")
             set_status_style(self.x_report, "problem")
 
