@@ -36,7 +36,7 @@ import torch
 from guiapp.engine.devices import resolve_device
 from guiapp.engine.sampling import DEFAULT_TEMPERATURE, DEFAULT_TOP_P, LONG_PROMPT_CHOICES, REFUSE, TRUNCATE
 from guiapp.engine.text_windows import PIECE_CHARACTERS, token_pieces, windows
-from guiapp.errors import CheckpointError, MergesmithError, SettingsError, UnsupportedModelError
+from guiapp.errors import CheckpointError, MergesmithError, Remedy, SettingsError, UnsupportedModelError
 from guiapp.hub.merge_files import TOKENIZER_FILES
 from guiapp.hub.model_config import read_model_config
 from guiapp.hub.references import ModelRef
@@ -555,7 +555,8 @@ def fit_context(loaded: LoadedModel, ids: torch.Tensor, settings: GenerationSett
             raise SettingsError(
                 f"The prompt is {length:,} tokens long and {loaded.label} reads at most {context:,} tokens "
                 f"(with room for the new ones, {keep:,} for the prompt).", key="prompt",
-                hint="Shorten the prompt, or let Try keep its end (the default).", retry_with={"long_prompt": TRUNCATE})
+                hint="Shorten the prompt, or let Try keep its end (the default).",
+                remedy=Remedy("long_prompt", TRUNCATE, f"with long prompt {TRUNCATE}"))
         progress.log(f"The prompt is {length:,} tokens long and {loaded.label} reads at most {context:,} tokens: "
                      f"only its last {keep:,} tokens are used.")
         ids, length = ids[:, -keep:], keep

@@ -45,7 +45,7 @@ from guiapp.engine.plan import (
 )
 from guiapp.engine.recipe import Recipe
 from guiapp.engine.sources import ModelReader, open_readers, read_headers
-from guiapp.errors import IncompatibleModelsError, NonFiniteResultError
+from guiapp.errors import IncompatibleModelsError, NonFiniteResultError, Remedy
 from guiapp.hub.references import ModelRef
 from guiapp.progress import Progress
 from guiapp.system.memory import FREE_HEAP_BUDGET, release_free_memory
@@ -561,12 +561,12 @@ def _non_finite_error(
     elif computed_finite:
         cause = f"the merged values are too large to be stored as {dtype}"
         hint = "Store the result as bfloat16 or float32 instead (out_dtype)."
-        retry = {"out_dtype": "bfloat16"}
+        retry = Remedy("out_dtype", "bfloat16", "in bfloat16")
     else:
         cause = "the computation overflowed"
         hint = "Check the weights and lambda for extreme values."
     return NonFiniteResultError(
         f"{task.name} came out as NaN or infinity: {cause}. Nothing was written.",
         hint=hint,
-        retry_with=retry,
+        remedy=retry,
     )

@@ -14,6 +14,7 @@ import queue
 import threading
 import time
 import traceback
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from enum import StrEnum
@@ -65,7 +66,7 @@ def upgrade_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
     return upgraded
 
 
-class JobSpec:
+class JobSpec(ABC):
     """Base of the settings of one kind of job (each kind is a frozen dataclass deriving from it): what a job
     records so that it can be run again, after a restart or with a remedy's setting changed.
 
@@ -91,9 +92,9 @@ class JobSpec:
             return replace(self, **{setting: value})  # type: ignore[type-var]
         return self
 
+    @abstractmethod
     def job(self) -> Job:
         """The job these settings describe (raises the kind's errors, e.g. RecipeError for a merge)."""
-        raise NotImplementedError
 
     def models_to_try(self, output: str | None) -> list[str]:
         """The models a finished job of this kind offers to compare on the Try page: its inputs, then its

@@ -19,7 +19,7 @@ from guiapp.jobs.runner import Job, JobSpec
 from guiapp.jobs.tryout import MAX_MODELS, PerplexitySpec, TrySpec
 
 # Which settings of a merge belong in its recipe rather than in the job's own settings.
-_RECIPE_KEYS = ("dtype", "out_dtype", "tokenizer_source")
+RECIPE_SETTINGS = ("dtype", "out_dtype", "tokenizer_source")
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,7 @@ class MergeSpec(JobSpec):
         return _merge(recipe_from_dict(copy.deepcopy(self.recipe)), self)
 
     def with_setting(self, setting: str, value: Any) -> MergeSpec:
-        if setting in _RECIPE_KEYS:
+        if setting in RECIPE_SETTINGS:
             return replace(self, recipe={**self.recipe, setting: value})
         return super().with_setting(setting, value)
 

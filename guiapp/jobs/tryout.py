@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from guiapp.engine.sampling import DEFAULT_TEMPERATURE, DEFAULT_TOP_P, TRUNCATE
-from guiapp.errors import DeviceError, SettingsError
+from guiapp.errors import ON_CPU, DeviceError, SettingsError
 from guiapp.jobs.runner import Job, JobSpec
 from guiapp.progress import Progress
 from guiapp.system.units import plural
@@ -114,7 +114,7 @@ def plan_try(references: list[str], device: str = "cpu", dtype: str | None = Non
         if not chosen.possible:
             raise DeviceError(f"{reference} cannot run in {storage} on {device}: {chosen.reason}.",
                               hint="Pick another device or dtype; the dropdowns offer what works here.",
-                              retry_with={"device": "cpu"} if device != "cpu" else None)
+                              remedy=ON_CPU if device != "cpu" else None)
         parameters = sum(info.numel for info in headers.tensors.values())
         weights = parameters * getattr(torch, chosen.compute_dtype).itemsize
         check_fits_in_memory(reference, weights, free, device)

@@ -76,16 +76,17 @@ class JobBridge(QObject):
 
     def retry(self, key: str, changes: dict | None = None) -> JobRecord:
         """Submit the job of record `key` again with `changes` to its settings ({} for the same job; None for its
-        explanation's suggested settings).
+        explanation's remedy).
 
         Raises MergesmithError (e.g. RecipeError) when the changed settings do not make a valid job.
         """
-        from guiapp.jobs.fixes import still_free
+        from guiapp.jobs.fixes import offered_remedy
         from guiapp.jobs.specs import retry  # imports the recipe parser
 
         record = self.record(key)
         if changes is None:
-            changes = still_free(dict((record.explanation or {}).get("retry_with") or {}))
+            remedy = offered_remedy(record.explanation or {}, record.output)
+            changes = remedy.changes if remedy is not None else {}
         return self.submit(retry(record.kind, record.spec, changes), retry_of=key)
 
     def clear_finished(self) -> None:
