@@ -792,3 +792,9 @@ CATALOGUE: tuple[Entry, ...] = (
         refine=_refine_missing_package,
     ),
 )
+
+
+def catalogue_entry(key: str) -> Entry:
+    """The catalogue's entry `key`: its words are the one wording of that problem, wherever it is found (the
+    Hub client's own diagnosis words its error from it). Raises KeyError for a key the catalogue does not have."""
+    return {entry.key: entry for entry in CATALOGUE}[key]
