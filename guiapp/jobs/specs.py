@@ -236,7 +236,7 @@ class JobKind:
 
     name: str
     words: str
-    spec: type[JobSpec]
+    spec: type[JobSpec] | None  # None: a kind this version does not know
     makes_model: bool
     changes_disk: bool
     summary: Callable[[Mapping[str, Any]], str]
@@ -254,17 +254,18 @@ JOB_KINDS: dict[str, JobKind] = {kind.name: kind for kind in (
 
 
 def job_kind(kind: str) -> JobKind:
-    """The registry's row for `kind`; ValueError for a kind no version of Mergesmith had."""
-    try:
-        return JOB_KINDS[kind]
-    except KeyError:
-        raise ValueError(f"unknown job kind {kind!r}") from None
+    """The registry's row for `kind`. A kind this version does not know (a history written by a newer one) gets a
+    row that makes nothing, is called by its name and words its summary plainly, so its record still shows."""
+    return JOB_KINDS.get(kind) or JobKind(kind, kind, None, False, False, summaries.saved_summary)
 
 
 def spec_of(kind: str, spec: Mapping[str, Any]) -> JobSpec:
     """The typed settings of a saved spec (older key names read too). Raises ValueError for an unknown kind,
     TypeError when a required setting is missing."""
-    return job_kind(kind).spec.from_dict(spec)
+    settings = job_kind(kind).spec
+    if settings is None:
+        raise ValueError(f"unknown job kind {kind!r}")
+    return settings.from_dict(spec)
 
 
 def job_from_spec(kind: str, spec: Mapping[str, Any]) -> Job:

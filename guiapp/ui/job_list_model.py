@@ -12,7 +12,7 @@ from datetime import datetime
 from PySide6.QtCore import QAbstractListModel, QModelIndex, QObject, QPersistentModelIndex, Qt
 
 from guiapp.jobs.runner import JobStatus
-from guiapp.jobs.specs import JOB_KINDS
+from guiapp.jobs.specs import job_kind
 
 KEY_ROLE = Qt.ItemDataRole.UserRole  # the record's key
 STATUS_WORDS = {JobStatus.QUEUED: "Waiting", JobStatus.RUNNING: "Running", JobStatus.DONE: "Done",
@@ -61,8 +61,7 @@ class JobListModel(QAbstractListModel):
         latest = self.bridge.latest.get(record.key)
         if record.status == JobStatus.RUNNING and latest is not None:
             status = f"{latest.stage} {latest.fraction:.0%}"
-        kind = JOB_KINDS[record.kind].words if record.kind in JOB_KINDS else record.kind
-        return f"{status} · {record.title}\n{kind}, {when}"
+        return f"{status} · {record.title}\n{job_kind(record.kind).words}, {when}"
 
     def _added(self, key: str) -> None:
         self.beginInsertRows(QModelIndex(), 0, 0)  # newest first

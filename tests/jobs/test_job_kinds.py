@@ -56,9 +56,12 @@ def test_no_kind_names_its_output_folder_otherwise(kind):
     assert "out" not in names and ("output" in names) == job_kind(kind).makes_model
 
 
-def test_an_unknown_kind_is_refused_by_name():
+def test_an_unknown_kind_is_refused_by_name_but_its_record_still_shows():
     with pytest.raises(ValueError, match="'fold'"):
         job_from_spec("fold", {})
+    newer = job_kind("fold")  # a history written by a newer version
+    assert (newer.words, newer.makes_model, newer.changes_disk) == ("fold", False, False)
+    assert newer.summary({"output": "/x"}) == "Saved in /x." and models_to_try("fold", {}, "/x") == []
 
 
 def test_a_change_lands_in_a_merges_recipe_or_its_settings():

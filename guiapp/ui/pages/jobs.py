@@ -60,7 +60,6 @@ class JobsPage(QWidget):
         self.jobs_model = JobListModel(self.bridge, self)
         self.list = QListView(accessibleName="Jobs")
         self.list.setModel(self.jobs_model)
-        self.list.setEditTriggers(QListView.EditTrigger.NoEditTriggers)
         self.list.selectionModel().currentChanged.connect(self._selection_changed)
         self.clear_button = QPushButton("Clear finished")
         self.clear_button.setToolTip("Remove finished, failed and cancelled jobs from this list")
