@@ -270,9 +270,11 @@ def _print_explanation(error: BaseException, args: argparse.Namespace | None = N
     from guiapp.system.explain import explain
     from guiapp.system.probe import cache_dir
 
+    def has_option(dest: str) -> bool:
+        return args is not None and hasattr(args, dest)
+
     explanation = explain(error)
-    print(explanation.render_text(details=False, retry=lambda remedy: as_flag(remedy, lambda dest: args is not None and hasattr(args, dest))),
-          file=sys.stderr)
+    print(explanation.render_text(details=False, retry=lambda remedy: as_flag(remedy, has_option)), file=sys.stderr)
     details = cache_dir() / "last-error.txt"
     try:
         details.parent.mkdir(parents=True, exist_ok=True)
