@@ -16,9 +16,36 @@ not re-wrap Mergesmith's own diagnosis of the file's content.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 KeyPath = tuple[str | int, ...]
+
+
+@dataclass(frozen=True)
+class Remedy:
+    """A change of one job setting that fixes a problem: `setting` is the key the job's spec uses ("device",
+    "output", "compute_dtype"; for a merge also its recipe's "dtype", "out_dtype", "tokenizer_source"), `value`
+    its new value, `label` the words that complete "Retry …" on the window's button ("on the CPU").
+
+    The CLI shows it as the flag of the command that ran and the window as a button, both from one table
+    (`guiapp.jobs.remedies.REMEDY_SETTINGS`).
+    """
+
+    setting: str
+    value: Any
+    label: str
+
+    @property
+    def changes(self) -> dict[str, Any]:
+        """The change as a job's settings take it: {setting: value}."""
+        return {self.setting: self.value}
+
+
+# The most common remedy: run the job on the CPU (every machine has one, and it computes every dtype).
+ON_CPU = Remedy("device", "cpu", "on the CPU")
+# A merge of models whose vocabularies differ follows its base model's tokenizer.
+BASE_TOKENIZER = Remedy("tokenizer_source", "base", "with the base model's tokenizer")
 
 
 def key_path(key: str | KeyPath | None) -> KeyPath:
@@ -38,8 +65,8 @@ class MergesmithError(Exception):
     """Base class. `str(error)` is the user-facing message; `hint` says what to do about it.
 
     `why` says why it is a problem when that is not obvious from the message (the class's docstring stands in
-    otherwise). `retry_with` optionally holds job-spec changes that fix the problem (e.g. {"device": "cpu"});
-    the window offers them as "Retry with suggested settings". `key` is the recipe key path or setting name the
+    otherwise). `remedy` optionally holds the setting change that fixes the problem (a `Remedy`, e.g. the device
+    "cpu"); the window offers it as a Retry button, the CLI as the flag to add. `key` is the recipe key path or setting name the
     problem concerns (given as a tuple or as text like "models[1].parameters"; always stored as a tuple, empty
     when the problem concerns no one place).
     """
@@ -51,14 +78,14 @@ class MergesmithError(Exception):
         message: str,
         *,
         hint: str | None = None,
-        retry_with: dict[str, Any] | None = None,
+        remedy: Remedy | None = None,
         why: str | None = None,
         key: str | KeyPath | None = None,
     ):
         super().__init__(message)
         self.message = message
         self.hint = hint
-        self.retry_with = retry_with
+        self.remedy = remedy
         self.why = why
         self.key = key_path(key)
 
@@ -111,13 +138,13 @@ class IncompatibleModelsError(MergesmithError):
 class OutputError(MergesmithError):
     """The output folder cannot be used: it exists, is not writable, or is inside an input.
 
-    `replace_with` (e.g. {"overwrite": True}) is the job-spec change that replaces the existing folder: offered
-    apart from `retry_with` (a new name), as an explicit choice, because it deletes what is there.
+    `replace_with` (overwrite: True) is the setting change that replaces the existing folder: offered apart from
+    `remedy` (a new name), as an explicit choice, because it deletes what is there.
     """
 
     title = "The output folder cannot be used"
 
-    def __init__(self, message: str, *, replace_with: dict[str, Any] | None = None, **details: Any):
+    def __init__(self, message: str, *, replace_with: Remedy | None = None, **details: Any):
         super().__init__(message, **details)
         self.replace_with = replace_with
 

@@ -36,7 +36,7 @@ from pathlib import Path
 import psutil
 
 from guiapp import __version__
-from guiapp.errors import OutputError
+from guiapp.errors import OutputError, Remedy
 from guiapp.system.bounded import describe_value
 from guiapp.system.paths import expanded, resolved
 from guiapp.system.units import format_bytes
@@ -183,7 +183,7 @@ def check_output_location(destination: Path | str, inputs: Iterable[Path], *, re
                     "writes into, over or around its inputs, with or without overwrite.",
                     hint="Choose an output folder outside every input model, adapter and the Hugging Face cache"
                     + (f", such as {beside}." if beside else "."),
-                    retry_with={"output": str(beside)} if beside else None,
+                    remedy=new_folder_remedy(beside, beside_models=True) if beside else None,
                 )
     if not os.path.lexists(path):
         return None
@@ -221,10 +221,22 @@ def check_output_location(destination: Path | str, inputs: Iterable[Path], *, re
             why="Mergesmith never writes over an existing folder unless asked to, so nothing there is lost.",
             hint=f"Use a new name ({new_name.name}), or allow replacing the existing folder with --overwrite (the "
             "old folder is replaced only once the new output is complete).",
-            retry_with={"output": str(new_name)},  # the safe suggestion comes first
-            replace_with={"overwrite": True},  # deleting the old output is a separate, explicit choice
+            remedy=new_folder_remedy(new_name),  # the safe suggestion comes first
+            replace_with=REPLACE_OUTPUT,  # deleting the old output is a separate, explicit choice
         )
     return previous
+
+
+# Replacing the existing output folder (once the new output is complete).
+REPLACE_OUTPUT = Remedy("overwrite", True, "replacing the existing folder")
+
+
+def new_folder_remedy(folder: Path, *, beside_models: bool = False) -> Remedy:
+    """The remedy that writes to `folder` instead: "with a new name: merged-2", or, for an output moved out of an
+    input model, "in models/merged, beside the models"."""
+    label = (f"in {folder.parent.name}/{folder.name}, beside the models" if beside_models else
+             f"with a new name: {folder.name}")
+    return Remedy("output", str(folder), label)
 
 
 def read_marker(folder: Path) -> PreviousOutput | None:

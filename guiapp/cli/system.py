@@ -47,5 +47,5 @@ def _run_explain(args: argparse.Namespace) -> int:
         print("Nothing to explain: paste an error message or traceback, or pipe it in.", file=sys.stderr)
         return EXIT_USAGE
     explanation = explain(text)
-    print(explanation.render_text(retry=lambda changes: None))  # no command of ours to retry
+    print(explanation.render_text(retry=lambda remedy: None))  # no command of ours to retry
     return EXIT_OK if explanation.recognised else EXIT_FAILED

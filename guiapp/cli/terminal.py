@@ -7,43 +7,22 @@ import argparse
 import math
 import os
 import sys
-from collections.abc import Mapping
-from typing import Any
 
 from guiapp.cli.process import EXIT_FAILED, EXIT_OK
 
-# How each of an explanation's retry_with settings is given on the command line: (the option's argparse dest,
-# the flag). A setting that the running command has no flag for (force_download, a recipe's dtype) is not printed.
-RETRY_FLAGS: dict[str, tuple[str, str]] = {
-    "output": ("out", "--out {value}"),  # extract-lora and apply-lora (a merge's folder is an argument, no flag)
-    "overwrite": ("overwrite", "--overwrite"),
-    "force": ("force", "--force"),
-    "device": ("device", "--device {value}"),
-    "dtype": ("dtype", "--dtype {value}"),
-    "compute_dtype": ("compute_dtype", "--compute-dtype {value}"),
-    "long_prompt": ("long_prompt", "--long-prompt {value}"),
-}
-
-
-def _retry_flags(changes: Mapping[str, Any], args: argparse.Namespace | None) -> str | None:
-    """"Retry with: --overwrite --device cpu" for the flags of the running command, or None if it has none."""
-    flags = []
-    for key, value in changes.items():
-        dest, flag = RETRY_FLAGS.get(key, ("", ""))
-        if not flag or args is None or not hasattr(args, dest) or value is False:
-            continue
-        flags.append(flag.format(value=value))
-    return f"Retry with: {' '.join(flags)}" if flags else None
-
 
 def print_explanation(error: BaseException, args: argparse.Namespace | None = None) -> None:
-    """Print the explanation without the traceback, which is saved to a file for bug reports instead; its retry
-    settings as the flags of the command `args` ran (none without it)."""
+    """Print the explanation without the traceback, which is saved to a file for bug reports instead; its remedy
+    as the flag of the command `args` ran (none without it, or when that command has no such option)."""
+    from guiapp.jobs.remedies import as_flag
     from guiapp.system.explain import explain
     from guiapp.system.probe import cache_dir
 
+    def has_option(dest: str) -> bool:
+        return args is not None and hasattr(args, dest)
+
     explanation = explain(error)
-    print(explanation.render_text(details=False, retry=lambda changes: _retry_flags(changes, args)), file=sys.stderr)
+    print(explanation.render_text(details=False, retry=lambda remedy: as_flag(remedy, has_option)), file=sys.stderr)
     details = cache_dir() / "last-error.txt"
     try:
         details.parent.mkdir(parents=True, exist_ok=True)

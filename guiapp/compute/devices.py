@@ -7,7 +7,7 @@ from contextlib import contextmanager
 
 import torch
 
-from guiapp.errors import DeviceError
+from guiapp.errors import ON_CPU, DeviceError, Remedy
 
 
 def resolve_device(name: str) -> torch.device:
@@ -21,7 +21,7 @@ def resolve_device(name: str) -> torch.device:
         raise DeviceError(
             f'"{name}" is not a device name.',
             hint="Use cpu, cuda, cuda:N, mps or xpu.",
-            retry_with={"device": "cpu"},
+            remedy=ON_CPU,
         ) from None
     if device.type == "cpu":
         return device
@@ -31,13 +31,13 @@ def resolve_device(name: str) -> torch.device:
         raise DeviceError(
             f"The device {name} is not available: this machine has no such GPU, or Mergesmith runs on {build}.",
             hint="Run on the CPU, or install the PyTorch build for your GPU (see the README).",
-            retry_with={"device": "cpu"},
+            remedy=ON_CPU,
         )
     if device.type in ("cuda", "xpu") and device.index is not None and device.index >= backend.device_count():
         raise DeviceError(
             f"There is no GPU number {device.index}: this machine has {backend.device_count()}.",
             hint=f"Use {device.type}:0" + (f" to {device.type}:{backend.device_count() - 1}" if backend.device_count() > 1 else "") + ".",
-            retry_with={"device": f"{device.type}:0"},
+            remedy=Remedy("device", f"{device.type}:0", f"on {device.type}:0"),
         )
     return device
 

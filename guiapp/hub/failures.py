@@ -25,6 +25,7 @@ from guiapp.errors import (
 )
 from guiapp.hub.connection import HubConnection
 from guiapp.system.bounded import describe_value
+from guiapp.system.error_catalogue import catalogue_entry
 
 # Matched by class name so the mapping holds whichever HTTP library huggingface_hub uses (requests, httpx, httpx2).
 _UNREACHABLE = {"ConnectError", "ConnectionError", "ConnectTimeout", "NameResolutionError"}
@@ -128,10 +129,10 @@ def translate(
                 "/settings/tokens), then publish again; the files already sent are not sent again.",
             )
         if status == 429:
+            words = catalogue_entry("rate_limited")
             return RateLimitedError(
-                f"The Hub is limiting how many requests this machine may send right now (HTTP 429) while "
-                f"{'uploading to' if uploading else 'reading'} {model}.",
-                hint="Wait a minute and try again. Signing in with a token raises the limit.",
+                f"{words.what.removesuffix('.')} while {'uploading to' if uploading else 'reading'} {model}.",
+                why=words.why, hint=words.fix,
             )
         if status == 401:
             return InvalidTokenError(

@@ -34,7 +34,7 @@ from typing import Any
 import torch
 
 from guiapp.compute.devices import resolve_device
-from guiapp.errors import CheckpointError, MergesmithError, SettingsError, UnsupportedModelError
+from guiapp.errors import CheckpointError, MergesmithError, Remedy, SettingsError, UnsupportedModelError
 from guiapp.facts.dtypes import dtype_name
 from guiapp.hub.merge_files import TOKENIZER_FILES
 from guiapp.hub.model_config import read_model_config
@@ -556,7 +556,8 @@ def fit_context(loaded: LoadedModel, ids: torch.Tensor, settings: GenerationSett
             raise SettingsError(
                 f"The prompt is {length:,} tokens long and {loaded.label} reads at most {context:,} tokens "
                 f"(with room for the new ones, {keep:,} for the prompt).", key="prompt",
-                hint="Shorten the prompt, or let Try keep its end (the default).", retry_with={"long_prompt": TRUNCATE})
+                hint="Shorten the prompt, or let Try keep its end (the default).",
+                remedy=Remedy("long_prompt", TRUNCATE, f"with long prompt {TRUNCATE}"))
         progress.log(f"The prompt is {length:,} tokens long and {loaded.label} reads at most {context:,} tokens: "
                      f"only its last {keep:,} tokens are used.")
         ids, length = ids[:, -keep:], keep

@@ -16,6 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from guiapp.errors import Remedy
+from guiapp.jobs.remedies import saved_remedy
+from guiapp.jobs.runner import JobStatus
+
 # What the window does for each action (the explanation panel connects them):
 RETRY = "retry"  # the same job again
 RETRY_WITH = "retry_with"  # the job with the explanation's suggested settings
@@ -58,8 +62,6 @@ _TOOLTIPS = {
     USE_OFFLINE: "Work with downloaded models and local folders only; nothing is asked of the Hub.",
     GO_ONLINE: "Turn offline mode off so models can be read from the Hub.",
 }
-# Failed, cancelled and interrupted jobs can all be run again as they were.
-RETRYABLE_STATUSES = ("failed", "cancelled", "interrupted")
 _URL = re.compile(r"https?://[^\s,;)]+[^\s,;).]")
 
 
@@ -75,71 +77,44 @@ class FixAction:
     url: str = ""
 
 
-def fix_actions(explanation: Mapping[str, Any] | None, status: str = "failed",
+def fix_actions(explanation: Mapping[str, Any] | None, status: str = JobStatus.FAILED,
                 output: str | None = None) -> list[FixAction]:
     """The buttons for a job that ended with `status` and `explanation` (an Explanation's dict; None for a cancelled
-    job), whose output folder is `output`: the suggested retry first, then the kind's actions, the explicit
-    replacing, and a plain Retry. Never raises: an output folder that cannot be read is described as such."""
+    job), whose output folder is `output`: the remedy first, then the kind's actions, the explicit replacing, and a
+    plain Retry. Never raises: an output folder that cannot be read is described as such."""
     explanation = explanation or {}
     actions: list[FixAction] = []
-    retry_with = still_free(dict(explanation.get("retry_with") or {}))
-    if retry_with:
-        actions.append(FixAction(RETRY_WITH, f"Retry {describe_changes(retry_with, output)}",
-                                 "Runs the job again with these settings changed.", retry_with))
+    remedy = offered_remedy(explanation, output)
+    if remedy is not None:
+        actions.append(FixAction(RETRY_WITH, f"Retry {remedy.label}", "Runs the job again with these settings changed.",
+                                 remedy.changes))
     for action in ACTIONS_OF_KIND.get(str(explanation.get("kind") or ""), ()):
         url = model_page_url(explanation) if action == OPEN_MODEL_PAGE else ""
         if action != OPEN_MODEL_PAGE or url:
             actions.append(FixAction(action, _LABELS[action], _TOOLTIPS[action], url=url))
-    replace_with = dict(explanation.get("replace_with") or {})
-    if replace_with and output:
+    replacement = saved_remedy(explanation, "replace_with")
+    if replacement is not None and output:
         folder = Path(output)
         actions.append(FixAction(REPLACE, f"Replace {folder.name}…",
                                  f"Deletes {folder} ({describe_output(folder)}) once the new output is complete. "
-                                 "You are asked to confirm first.", replace_with))
-    if status in RETRYABLE_STATUSES:
+                                 "You are asked to confirm first.", replacement.changes))
+    if status and JobStatus(status).retryable:  # "": no job
         actions.append(FixAction(RETRY, "Retry", "Runs the same job again, unchanged."))
     return actions
 
 
-def still_free(changes: dict[str, Any]) -> dict[str, Any]:
-    """`changes` with a suggested output folder that has been taken since it was suggested (by another job, or
-    before a restart) replaced by the next free name beside it, so a retry offered is one that can run."""
-    from guiapp.checkpoints.output_guard import free_destination  # no torch
+def offered_remedy(explanation: Mapping[str, Any], output: str | None = None) -> Remedy | None:
+    """The remedy a saved explanation offers for a job writing `output`, as it can run now: a suggested output
+    folder taken since it was suggested (by another job, or before a restart) is replaced by the next free name
+    beside it."""
+    from guiapp.checkpoints.output_guard import free_destination, new_folder_remedy  # no torch
 
-    for key in ("output", "out"):
-        if changes.get(key) and os.path.lexists(str(changes[key])):
-            changes[key] = str(free_destination(str(changes[key])))
-    return changes
-
-
-def describe_changes(changes: Mapping[str, Any], output: str | None = None) -> str:
-    """The suggested settings in words: "with a new name: tiny-chat-ties-2", "on the CPU", "with rank 64"; an
-    output folder elsewhere than the job's `output` (which was inside an input): "in models/merged, beside the
-    models"."""
-    words = []
-    for key, value in changes.items():
-        if key in ("output", "out"):
-            folder = Path(str(value))
-            elsewhere = output and os.path.realpath(folder.parent) != os.path.realpath(Path(output).parent)
-            words.append(f"in {folder.parent.name}/{folder.name}, beside the models" if elsewhere else
-                         f"with a new name: {folder.name}")
-        elif key == "device":
-            words.append("on the CPU" if str(value) == "cpu" else f"on {value}")
-        elif key in ("rank", "rank_value"):
-            words.append(f"with rank {value}")
-        elif key in ("dtype", "out_dtype", "compute_dtype"):
-            words.append(f"in {value}")
-        elif key == "tokenizer_source":
-            words.append(f"with the {value} model's tokenizer")
-        elif key == "force_download":
-            words.append("downloading the files again")
-        elif key == "overwrite":
-            words.append("replacing the existing folder")
-        elif key == "force":
-            words.append("even though it may not fit")
-        else:
-            words.append(f"with {key.replace('_', ' ')} {value}")
-    return ", ".join(words)
+    remedy = saved_remedy(explanation)
+    if remedy is None or remedy.setting != "output" or not remedy.value or not os.path.lexists(str(remedy.value)):
+        return remedy
+    folder = free_destination(str(remedy.value))
+    elsewhere = bool(output) and os.path.realpath(folder.parent) != os.path.realpath(Path(str(output)).parent)
+    return new_folder_remedy(folder, beside_models=elsewhere)
 
 
 def describe_output(folder: Path) -> str:

@@ -16,6 +16,7 @@ from pathlib import Path, PurePath
 from typing import Any
 
 from guiapp.errors import MergesmithError
+from guiapp.jobs.runner import JobStatus, upgrade_spec
 from guiapp.system.bounded import JSON_BYTES, check_value_size, describe_value, load_json_limited
 from guiapp.system.paths import settings_file
 from guiapp.system.scrub import scrub
@@ -38,7 +39,7 @@ class JobRecord:
     title: str
     kind: str
     spec: dict[str, Any]
-    status: str
+    status: JobStatus
     created: float
     started: float | None = None
     finished: float | None = None
@@ -52,7 +53,7 @@ class JobRecord:
     @property
     def output(self) -> str | None:
         """The folder the job wrote (or will write), for "Open output folder"."""
-        return self.summary.get("output") or self.spec.get("output") or self.spec.get("out")
+        return self.summary.get("output") or self.spec.get("output")
 
     def add_log(self, line: str) -> None:
         self.log.append(line)
@@ -70,8 +71,13 @@ class JobRecord:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> JobRecord:
+        """The record `data` holds, as this or an earlier version saved it (older spec keys are renamed).
+        Raises ValueError for a status no version wrote, TypeError when a field is missing or of the wrong kind."""
         known = {f.name for f in fields(cls)}
-        return cls(**{key: value for key, value in data.items() if key in known})
+        record = cls(**{key: value for key, value in data.items() if key in known})
+        record.status = JobStatus(record.status)
+        record.spec = upgrade_spec(record.spec)
+        return record
 
 
 def _storable(value: Any) -> Any:
@@ -124,8 +130,8 @@ def load_history() -> list[JobRecord]:
     except (MergesmithError, ValueError, TypeError, AttributeError):
         return []
     for record in records:
-        if record.status in ("queued", "running"):
-            record.status = "interrupted"
+        if record.status.active:
+            record.status = JobStatus.INTERRUPTED
             record.add_log("Mergesmith was closed before this job finished.")
     return records
 

@@ -1,7 +1,8 @@
 """Running jobs in a background thread, one at a time, with progress, cancellation, logs and results.
 
 A `Job` is a title, a kind, the spec it was built from (a plain dict, so that a failed job can be retried with
-changed settings) and a `work(progress)` callable from the engine. The runner calls listeners from its worker
+changed settings) and a `work(progress)` callable from the engine. Each kind of job states its settings as a
+`JobSpec` dataclass (`guiapp.jobs.specs.JOB_KINDS` lists them); the dict is that dataclass's fields. The runner calls listeners from its worker
 thread; the window's Qt bridge forwards them as queued signals, the CLI prints them. No Qt here.
 """
 
@@ -13,10 +14,11 @@ import queue
 import threading
 import time
 import traceback
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from enum import Enum
-from typing import Any
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields, replace
+from enum import StrEnum
+from typing import Any, ClassVar, Self
 
 from guiapp.errors import JobCancelled
 from guiapp.jobs import durations
@@ -27,12 +29,77 @@ from guiapp.progress import CancelToken, Progress, ProgressEvent
 PASS_THROUGH = (KeyboardInterrupt, SystemExit, GeneratorExit, asyncio.CancelledError)
 
 
-class JobStatus(str, Enum):
+class JobStatus(StrEnum):
+    """Where a job is. The value is what the history file stores; INTERRUPTED marks a job that was queued or
+    running when Mergesmith last stopped."""
+
     QUEUED = "queued"
     RUNNING = "running"
     DONE = "done"
     FAILED = "failed"
     CANCELLED = "cancelled"
+    INTERRUPTED = "interrupted"
+
+    @property
+    def active(self) -> bool:
+        """Waiting or running: it can be cancelled, and it is not finished."""
+        return self in (JobStatus.QUEUED, JobStatus.RUNNING)
+
+    @property
+    def retryable(self) -> bool:
+        """Failed, cancelled and interrupted jobs can all be run again as they were."""
+        return self in (JobStatus.FAILED, JobStatus.CANCELLED, JobStatus.INTERRUPTED)
+
+
+# Spec keys an earlier version of Mergesmith saved under another name (extractions and applications called their
+# output folder "out"); read when a spec comes back from the history file.
+OLD_SPEC_KEYS = {"out": "output"}
+
+
+def upgrade_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """`spec` with keys saved by an earlier version renamed to today's (a key already there wins)."""
+    upgraded = dict(spec)
+    for old, new in OLD_SPEC_KEYS.items():
+        if old in upgraded:
+            value = upgraded.pop(old)
+            upgraded.setdefault(new, value)
+    return upgraded
+
+
+class JobSpec(ABC):
+    """Base of the settings of one kind of job (each kind is a frozen dataclass deriving from it): what a job
+    records so that it can be run again, after a restart or with a remedy's setting changed.
+
+    Every kind names its output folder `output` (when it writes one)."""
+
+    kind: ClassVar[str]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The settings as the history saves them (values shared, not copied: a recipe is kept as given)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}  # type: ignore[arg-type]
+
+    @classmethod
+    def from_dict(cls, spec: Mapping[str, Any]) -> Self:
+        """The settings a saved spec holds, older key names included; keys no setting has are ignored. Raises
+        TypeError when a required setting is missing."""
+        known = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+        return cls(**{key: value for key, value in upgrade_spec(spec).items() if key in known})
+
+    def with_setting(self, setting: str, value: Any) -> Self:
+        """These settings with `setting` changed to `value` (a remedy's change); a setting this kind of job does
+        not have (a download's force_download: a retried job reads its files again anyway) changes nothing."""
+        if setting in {f.name for f in fields(self)}:  # type: ignore[arg-type]
+            return replace(self, **{setting: value})  # type: ignore[type-var]
+        return self
+
+    @abstractmethod
+    def job(self) -> Job:
+        """The job these settings describe (raises the kind's errors, e.g. RecipeError for a merge)."""
+
+    def models_to_try(self, output: str | None) -> list[str]:
+        """The models a finished job of this kind offers to compare on the Try page: its inputs, then its
+        output; none for a kind that makes no model."""
+        return []
 
 
 @dataclass

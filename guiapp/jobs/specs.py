@@ -1,28 +1,75 @@
-"""Building jobs from settings: the same constructors serve the CLI and the window."""
+"""Building jobs from settings: the same constructors serve the CLI and the window.
+
+Each kind of job has one settings dataclass (a `JobSpec`) and one row in `JOB_KINDS`, the registry the history,
+Retry and the pages read (what a kind is called, whether it makes a model, how its result is worded).
+"""
 
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
-from guiapp.jobs.runner import Job
+from guiapp.jobs import summaries
+from guiapp.jobs.publish import PublishSpec
+from guiapp.jobs.runner import Job, JobSpec
+from guiapp.jobs.tryout import MAX_MODELS, PerplexitySpec, TrySpec
 from guiapp.merging.recipe import Recipe, recipe_from_dict
 
+# Which settings of a merge belong in its recipe rather than in the job's own settings.
+RECIPE_SETTINGS = ("dtype", "out_dtype", "tokenizer_source")
 
-def merge_job(recipe: Recipe, output: Path, *, device: str = "cpu", seed: int = 0,
-              shard_bytes: int | None = None, overwrite: bool = False, force: bool = False,
-              compute_dtype: str = "float32", threads: int | None = None) -> Job:
-    """A job that runs `recipe` into `output`; its spec records every setting so it can be retried changed.
+
+@dataclass(frozen=True)
+class MergeSpec(JobSpec):
+    """A merge: `recipe` (the recipe's document) into `output`.
 
     Before any download or computation the job logs its estimate (memory, disk, time) and refuses to start,
     with the numbers, when it will not fit this machine, unless `force`. `compute_dtype` "recipe" computes in
     the recipe's dtype as mergekit does, refused (DeviceError) where the probe saw that dtype fail on `device`.
     `threads` caps the CPU threads of compute-bound work (None: every core other programs leave free).
     """
-    spec = {"recipe": recipe.document, "output": str(output), "device": device, "seed": seed,
-            "shard_bytes": shard_bytes, "overwrite": overwrite, "force": force, "compute_dtype": compute_dtype,
-            "threads": threads}
+
+    kind: ClassVar[str] = "merge"
+    recipe: dict[str, Any]
+    output: str
+    device: str = "cpu"
+    seed: int = 0
+    shard_bytes: int | None = None
+    overwrite: bool = False
+    force: bool = False
+    compute_dtype: str = "float32"
+    threads: int | None = None
+
+    def job(self) -> Job:
+        """Raises RecipeError when the recipe is no longer valid."""
+        return _merge(recipe_from_dict(copy.deepcopy(self.recipe)), self)
+
+    def with_setting(self, setting: str, value: Any) -> MergeSpec:
+        if setting in RECIPE_SETTINGS:
+            return replace(self, recipe={**self.recipe, setting: value})
+        return super().with_setting(setting, value)
+
+    def models_to_try(self, output: str | None) -> list[str]:
+        from guiapp.errors import MergesmithError
+
+        try:
+            inputs = [str(ref) for ref in recipe_from_dict(dict(self.recipe)).model_refs()]
+        except (MergesmithError, KeyError, TypeError):
+            inputs = []
+        return _at_most_four(inputs + [output] if output else inputs, output)
+
+
+def merge_job(recipe: Recipe, output: Path, **settings: Any) -> Job:
+    """A job that runs `recipe` into `output` with `settings` (see `MergeSpec`); its spec records every setting
+    so it can be retried changed."""
+    return _merge(recipe, MergeSpec(recipe.document, str(output), **settings))
+
+
+def _merge(recipe: Recipe, spec: MergeSpec) -> Job:
+    output = Path(spec.output)
 
     def work(progress):
         from guiapp.checkpoints.writing import DEFAULT_SHARD_BYTES
@@ -36,34 +83,53 @@ def merge_job(recipe: Recipe, output: Path, *, device: str = "cpu", seed: int = 
                 from guiapp.facts.dtypes import dtype_name
                 from guiapp.system.capabilities import require_compute
 
-                require_compute(cached_probe(), "merge", device, dtype_name(plan.compute_dtype))
-            estimated.update(_check_fit(estimate_merge(plan, device, Path(output), cached_probe()), progress, force))
+                require_compute(cached_probe(), "merge", spec.device, dtype_name(plan.compute_dtype))
+            estimated.update(_check_fit(estimate_merge(plan, spec.device, output, cached_probe()), progress,
+                                        spec.force))
 
         estimated: dict[str, Any] = {}
-        settings = MergeSettings(Path(output), device=device, seed=seed,
-                                 shard_bytes=shard_bytes or DEFAULT_SHARD_BYTES, overwrite=overwrite,
-                                 compute_dtype=compute_dtype, threads=ThreadPolicy(limit=threads))
+        settings = MergeSettings(output, device=spec.device, seed=spec.seed,
+                                 shard_bytes=spec.shard_bytes or DEFAULT_SHARD_BYTES, overwrite=spec.overwrite,
+                                 compute_dtype=spec.compute_dtype, threads=ThreadPolicy(limit=spec.threads))
         return {**run_merge(recipe, settings, progress, before_start=check_fit).summary(), **estimated}
 
-    return Job(title=f"Merge ({recipe.merge_method}) → {Path(output).name}", kind="merge", spec=spec, work=work)
+    return Job(title=f"Merge ({recipe.merge_method}) → {output.name}", kind=spec.kind, spec=spec.to_dict(), work=work)
 
 
-def extract_job(base: str, model: str, out: Path, *, rank_mode: str = "fixed", rank_value: float = 32,
-                max_rank: int | None = None, solver: str = "randomized", include: str | None = None,
-                exclude: str | None = None, embeddings: str = "save", dtype: str | None = None,
-                device: str = "cpu", compute_dtype: str = "float32", overwrite: bool = False,
-                force: bool = False, threads: int | None = None) -> Job:
-    """A job that extracts a LoRA adapter of `model` against `base` into `out` (`threads` caps the CPU threads of
+@dataclass(frozen=True)
+class ExtractSpec(JobSpec):
+    """An extraction of a LoRA adapter of `model` against `base` into `output` (`threads` caps the CPU threads of
     the decompositions; None: every core other programs leave free).
 
     It logs its estimate first and refuses, with the numbers, an extraction that will not fit, unless `force`.
     """
-    spec = {"base": base, "model": model, "out": str(out), "rank_mode": rank_mode, "rank_value": rank_value,
-            "max_rank": max_rank, "solver": solver, "include": include, "exclude": exclude,
-            "embeddings": embeddings, "dtype": dtype, "device": device, "compute_dtype": compute_dtype,
-            "overwrite": overwrite, "force": force, "threads": threads}
 
-    def work(progress):
+    kind: ClassVar[str] = "extract"
+    base: str
+    model: str
+    output: str
+    rank_mode: str = "fixed"
+    rank_value: float = 32
+    max_rank: int | None = None
+    solver: str = "randomized"
+    include: str | None = None
+    exclude: str | None = None
+    embeddings: str = "save"
+    dtype: str | None = None
+    device: str = "cpu"
+    compute_dtype: str = "float32"
+    overwrite: bool = False
+    force: bool = False
+    threads: int | None = None
+
+    def job(self) -> Job:
+        return Job(title=f"Extract LoRA → {Path(self.output).name}", kind=self.kind, spec=self.to_dict(),
+                   work=self._work)
+
+    def models_to_try(self, output: str | None) -> list[str]:
+        return _at_most_four([self.base, self.model, f"{self.base}+{output}" if output else None], output)
+
+    def _work(self, progress) -> dict[str, Any]:
         from guiapp.checkpoints.sources import read_headers
         from guiapp.hub.references import ModelRef
         from guiapp.jobs.estimates import estimate_extraction
@@ -72,31 +138,53 @@ def extract_job(base: str, model: str, out: Path, *, rank_mode: str = "fixed", r
         from guiapp.system.probe import cached_probe
         from guiapp.system.threads import ThreadPolicy
 
-        rank = int(rank_value) if rank_mode == "fixed" else (max_rank or 32)
-        estimate = estimate_extraction(read_headers(ModelRef.parse(base)), read_headers(ModelRef.parse(model)),
-                                       device, Path(out), cached_probe(), rank=rank, solver=solver,
-                                       embeddings=embeddings, rule=RankRule(rank_mode, rank_value, max_rank))
-        estimated = _check_fit(estimate, progress, force)
+        rule = RankRule(self.rank_mode, self.rank_value, self.max_rank)
+        rank = int(self.rank_value) if self.rank_mode == "fixed" else (self.max_rank or 32)
+        estimate = estimate_extraction(read_headers(ModelRef.parse(self.base)),
+                                       read_headers(ModelRef.parse(self.model)), self.device, Path(self.output),
+                                       cached_probe(), rank=rank, solver=self.solver, embeddings=self.embeddings,
+                                       rule=rule)
+        estimated = _check_fit(estimate, progress, self.force)
 
         settings = ExtractionSettings(
-            base=base, model=model, out=Path(out), rule=RankRule(rank_mode, rank_value, max_rank), solver=solver,
-            include=include, exclude=exclude, embeddings=embeddings, dtype=dtype, device=device,
-            compute_dtype=compute_dtype, overwrite=overwrite, threads=ThreadPolicy(limit=threads),
+            base=self.base, model=self.model, out=Path(self.output), rule=rule, solver=self.solver,
+            include=self.include, exclude=self.exclude, embeddings=self.embeddings, dtype=self.dtype,
+            device=self.device, compute_dtype=self.compute_dtype, overwrite=self.overwrite,
+            threads=ThreadPolicy(limit=self.threads),
         )
         return {**extract_lora(settings, progress), **estimated}
 
-    return Job(title=f"Extract LoRA → {Path(out).name}", kind="extract", spec=spec, work=work)
+
+def extract_job(base: str, model: str, out: Path, **settings: Any) -> Job:
+    """A job that extracts a LoRA adapter of `model` against `base` into `out` (see `ExtractSpec`)."""
+    return ExtractSpec(base, model, str(out), **settings).job()
 
 
-def apply_job(base: str, adapter: str, out: Path, *, scale: float = 1.0, dtype: str | None = None,
-              device: str = "cpu", overwrite: bool = False, max_shard_size: str = "5GB", force: bool = False,
-              threads: int | None = None) -> Job:
-    """A job that writes `base` with `adapter` applied as a full model folder at `out` (refused, with the
-    numbers, when it will not fit, unless `force`; `threads` caps the CPU threads of the adapter's products)."""
-    spec = {"base": base, "adapter": adapter, "out": str(out), "scale": scale, "dtype": dtype, "device": device,
-            "overwrite": overwrite, "max_shard_size": max_shard_size, "force": force, "threads": threads}
+@dataclass(frozen=True)
+class ApplySpec(JobSpec):
+    """`base` with `adapter` applied, written as a full model folder at `output` (refused, with the numbers, when
+    it will not fit, unless `force`; `threads` caps the CPU threads of the adapter's products)."""
 
-    def work(progress):
+    kind: ClassVar[str] = "apply"
+    base: str
+    adapter: str
+    output: str
+    scale: float = 1.0
+    dtype: str | None = None
+    device: str = "cpu"
+    overwrite: bool = False
+    max_shard_size: str = "5GB"
+    force: bool = False
+    threads: int | None = None
+
+    def job(self) -> Job:
+        return Job(title=f"Apply LoRA → {Path(self.output).name}", kind=self.kind, spec=self.to_dict(),
+                   work=self._work)
+
+    def models_to_try(self, output: str | None) -> list[str]:
+        return _at_most_four([self.base, output], output)
+
+    def _work(self, progress) -> dict[str, Any]:
         from guiapp.checkpoints.sources import read_headers
         from guiapp.hub.references import ModelRef
         from guiapp.jobs.estimates import estimate_apply
@@ -104,78 +192,113 @@ def apply_job(base: str, adapter: str, out: Path, *, scale: float = 1.0, dtype: 
         from guiapp.system.probe import cached_probe
         from guiapp.system.threads import ThreadPolicy
 
-        estimated = _check_fit(estimate_apply(read_headers(ModelRef.parse(base)), device, Path(out), cached_probe()),
-                               progress, force)
+        estimated = _check_fit(estimate_apply(read_headers(ModelRef.parse(self.base)), self.device,
+                                              Path(self.output), cached_probe()), progress, self.force)
 
-        settings = ApplySettings(base=base, adapter=adapter, out=Path(out), scale=scale, dtype=dtype,
-                                 device=device, overwrite=overwrite, max_shard_size=max_shard_size,
-                                 threads=ThreadPolicy(limit=threads))
+        settings = ApplySettings(base=self.base, adapter=self.adapter, out=Path(self.output), scale=self.scale,
+                                 dtype=self.dtype, device=self.device, overwrite=self.overwrite,
+                                 max_shard_size=self.max_shard_size, threads=ThreadPolicy(limit=self.threads))
         return {**apply_lora(settings, progress), **estimated}
 
-    return Job(title=f"Apply LoRA → {Path(out).name}", kind="apply", spec=spec, work=work)
+
+def apply_job(base: str, adapter: str, out: Path, **settings: Any) -> Job:
+    """A job that writes `base` with `adapter` applied as a full model folder at `out` (see `ApplySpec`)."""
+    return ApplySpec(base, adapter, str(out), **settings).job()
+
+
+@dataclass(frozen=True)
+class DownloadSpec(JobSpec):
+    """A download of what a merge needs of `repo_id` into the Hugging Face cache."""
+
+    kind: ClassVar[str] = "download"
+    repo_id: str
+    revision: str | None = None
+
+    def job(self) -> Job:
+        return Job(title=f"Download {self.repo_id}", kind=self.kind, spec=self.to_dict(), work=self._work)
+
+    def _work(self, progress) -> dict[str, Any]:
+        from guiapp.hub.downloads import download_model
+
+        return {"output": str(download_model(self.repo_id, self.revision, progress=progress))}
 
 
 def download_job(repo_id: str, revision: str | None = None) -> Job:
     """A job that downloads what a merge needs of `repo_id` into the Hugging Face cache."""
-    spec = {"repo_id": repo_id, "revision": revision}
-
-    def work(progress):
-        from guiapp.hub.downloads import download_model
-
-        return {"output": str(download_model(repo_id, revision, progress=progress))}
-
-    return Job(title=f"Download {repo_id}", kind="download", spec=spec, work=work)
+    return DownloadSpec(repo_id, revision).job()
 
 
-def job_from_spec(kind: str, spec: dict[str, Any]) -> Job:
+@dataclass(frozen=True)
+class JobKind:
+    """One kind of job: its name (a record's `kind`), what the Jobs list calls it, its settings class, whether its
+    output is a model or adapter folder (listed in the library, offered to Try and to Publish), whether its end
+    changes what is on disk, and how a finished job's summary is worded."""
+
+    name: str
+    words: str
+    spec: type[JobSpec] | None  # None: a kind this version does not know
+    makes_model: bool
+    changes_disk: bool
+    summary: Callable[[Mapping[str, Any]], str]
+
+
+JOB_KINDS: dict[str, JobKind] = {kind.name: kind for kind in (
+    JobKind("merge", "Merge", MergeSpec, True, True, summaries.merge_summary),
+    JobKind("extract", "Extract LoRA", ExtractSpec, True, True, summaries.extraction_report),
+    JobKind("apply", "Apply LoRA", ApplySpec, True, True, summaries.apply_summary),
+    JobKind("download", "Download", DownloadSpec, False, True, summaries.saved_summary),
+    JobKind("try", "Try", TrySpec, False, False, summaries.try_summary),
+    JobKind("perplexity", "Perplexity", PerplexitySpec, False, False, summaries.perplexity_summary),
+    JobKind("publish", "Publish", PublishSpec, False, False, summaries.publish_summary),
+)}
+
+
+def job_kind(kind: str) -> JobKind:
+    """The registry's row for `kind`. A kind this version does not know (a history written by a newer one) gets a
+    row that makes nothing, is called by its name and words its summary plainly, so its record still shows."""
+    return JOB_KINDS.get(kind) or JobKind(kind, kind, None, False, False, summaries.saved_summary)
+
+
+def spec_of(kind: str, spec: Mapping[str, Any]) -> JobSpec:
+    """The typed settings of a saved spec (older key names read too). Raises ValueError for an unknown kind,
+    TypeError when a required setting is missing."""
+    settings = job_kind(kind).spec
+    if settings is None:
+        raise ValueError(f"unknown job kind {kind!r}")
+    return settings.from_dict(spec)
+
+
+def job_from_spec(kind: str, spec: Mapping[str, Any]) -> Job:
     """Rebuild a job from the spec it recorded (the Jobs page's Retry, and history after a restart).
 
     Raises RecipeError when the spec's recipe is no longer valid, ValueError for an unknown kind.
     """
-    if kind == "merge":
-        return merge_job(recipe_from_dict(copy.deepcopy(spec["recipe"])), Path(spec["output"]),
-                         device=spec.get("device", "cpu"), seed=spec.get("seed", 0),
-                         shard_bytes=spec.get("shard_bytes"), overwrite=spec.get("overwrite", False),
-                         force=spec.get("force", False), compute_dtype=spec.get("compute_dtype", "float32"),
-                         threads=spec.get("threads"))
-    if kind == "extract":
-        return extract_job(**{**spec, "out": Path(spec["out"])})
-    if kind == "apply":
-        return apply_job(**{**spec, "out": Path(spec["out"])})
-    if kind == "download":
-        return download_job(spec["repo_id"], spec.get("revision"))
-    if kind in ("try", "perplexity", "publish"):
-        from guiapp.jobs.publish import publish_job
-        from guiapp.jobs.tryout import perplexity_job, try_job
-
-        if kind == "publish":
-            return publish_job(Path(spec["folder"]), spec["repo_id"], private=spec["private"], card=spec["card"],
-                               any_folder=spec.get("any_folder", False))
-        references = spec["references"]
-        rest = {key: value for key, value in spec.items() if key != "references"}
-        return (try_job if kind == "try" else perplexity_job)(references, **rest)
-    raise ValueError(f"unknown job kind {kind!r}")
+    return spec_of(kind, spec).job()
 
 
-# Which retry_with keys belong in a merge's recipe rather than in the job's own settings.
-_RECIPE_KEYS = ("dtype", "out_dtype", "tokenizer_source")
+def retry(kind: str, spec: Mapping[str, Any], changes: Mapping[str, Any]) -> Job:
+    """The job `spec` describes with `changes` (a remedy's setting and value, or the window's own: another output
+    folder, overwrite) applied. Settings the kind does not have change nothing (`force_download`: a retried job
+    reads its files again anyway)."""
+    settings = spec_of(kind, copy.deepcopy(dict(spec)))
+    for setting, value in changes.items():
+        settings = settings.with_setting(setting, value)
+    return settings.job()
 
 
-def retry(kind: str, spec: dict[str, Any], changes: dict[str, Any]) -> Job:
-    """The job `spec` describes with an Explanation's `retry_with` changes applied.
+def models_to_try(kind: str, spec: Mapping[str, Any], output: str | None) -> list[str]:
+    """What to compare after a finished job: its inputs, then its output (an adapter as `BASE+ADAPTER`), at most
+    four, without repeats. Empty for a job kind that makes no model. Never raises: a spec it cannot read gives
+    nothing."""
+    try:
+        return spec_of(kind, spec).models_to_try(output)
+    except (ValueError, TypeError):
+        return []
 
-    Changes name job settings (device, output, overwrite…) or, for merges, recipe keys (dtype, out_dtype,
-    tokenizer_source). `force_download` needs nothing more here: a retried job reads its files again.
-    """
-    spec = copy.deepcopy(spec)
-    for key, value in changes.items():
-        if key == "output" and "out" in spec:  # extractions and applications name their output folder "out"
-            key = "out"
-        if kind == "merge" and key in _RECIPE_KEYS:
-            spec["recipe"][key] = value
-        elif key in spec:
-            spec[key] = value
-    return job_from_spec(kind, spec)
+
+def _at_most_four(models: list[str | None], output: str | None) -> list[str]:
+    unique = list(dict.fromkeys(m for m in models if m))
+    return unique[-MAX_MODELS:] if output else unique[:MAX_MODELS]
 
 
 def _check_fit(estimate, progress, force: bool) -> dict[str, Any]:

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
-from guiapp.errors import DeviceError, SettingsError
+from guiapp.errors import ON_CPU, DeviceError, SettingsError
 from guiapp.facts.dtypes import BY_NAME, dtype_name
 from guiapp.inference.sampling import DEFAULT_TEMPERATURE, DEFAULT_TOP_P, TRUNCATE
-from guiapp.jobs.runner import Job
+from guiapp.jobs.runner import Job, JobSpec
 from guiapp.progress import Progress
 from guiapp.system.units import plural
 
@@ -113,7 +113,7 @@ def plan_try(references: list[str], device: str = "cpu", dtype: str | None = Non
         if not chosen.possible:
             raise DeviceError(f"{reference} cannot run in {storage} on {device}: {chosen.reason}.",
                               hint="Pick another device or dtype; the dropdowns offer what works here.",
-                              retry_with={"device": "cpu"} if device != "cpu" else None)
+                              remedy=ON_CPU if device != "cpu" else None)
         parameters = sum(info.numel for info in headers.tensors.values())
         weights = parameters * BY_NAME[chosen.compute_dtype].bytes
         check_fits_in_memory(reference, weights, free, device)
@@ -209,120 +209,127 @@ def _log_estimate(time, progress: Progress) -> dict[str, Any]:
     return summary_of_time(time)
 
 
-def try_job(references: list[str], prompt: str, *, max_new_tokens: int = 128, sample: bool = False, seed: int = 0,
-            temperature: float = DEFAULT_TEMPERATURE, top_p: float = DEFAULT_TOP_P, long_prompt: str = TRUNCATE,
-            device: str = "cpu", dtype: str | None = None, on_output: OutputListener | None = None,
-            shelf: ModelShelf | None = None, probe_result=None) -> Job:
-    """A job that generates a continuation of `prompt` with each model in turn (`temperature` and `top_p` apply
+@dataclass(frozen=True)
+class TrySpec(JobSpec):
+    """Generate: a continuation of `prompt` with each of `references` in turn (`temperature` and `top_p` apply
     when `sample` is True). A prompt longer than a model reads keeps its end, with a warning, or with
-    `long_prompt` "refuse" fails the job (see `guiapp.inference.running.fit_context`).
+    `long_prompt` "refuse" fails the job (see `guiapp.inference.running.fit_context`)."""
 
-    `on_output(index, text)` receives each model's text as it streams (from the job's thread). The summary has
-    "generations": one {"model", "text", "tokens", "dtype", "untrained"} per model ("untrained": why a sample model
-    writes gibberish, else None). Cancel stops at the next token.
-    """
-    spec = {"references": list(references), "prompt": prompt, "max_new_tokens": max_new_tokens, "sample": sample,
-            "seed": seed, "temperature": temperature, "top_p": top_p, "long_prompt": long_prompt, "device": device,
-            "dtype": dtype}
+    kind: ClassVar[str] = "try"
+    references: list[str]
+    prompt: str
+    max_new_tokens: int = 128
+    sample: bool = False
+    seed: int = 0
+    temperature: float = DEFAULT_TEMPERATURE
+    top_p: float = DEFAULT_TOP_P
+    long_prompt: str = TRUNCATE
+    device: str = "cpu"
+    dtype: str | None = None
 
-    def work(progress: Progress) -> dict[str, Any]:
-        from guiapp.checkpoints.samples import untrained_note
-        from guiapp.inference.running import GenerationSettings, generate, readable_text
-        from guiapp.jobs.estimates import estimate_generation
-        from guiapp.system.probe import cached_probe
+    def job(self, on_output: OutputListener | None = None, shelf: ModelShelf | None = None,
+            probe_result=None) -> Job:
+        """`on_output(index, text)` receives each model's text as it streams (from the job's thread). The summary
+        has "generations": one {"model", "text", "tokens", "dtype", "untrained"} per model ("untrained": why a
+        sample model writes gibberish, else None). Cancel stops at the next token."""
 
-        settings = GenerationSettings(max_new_tokens=max_new_tokens, sample=sample, seed=seed,
-                                      temperature=temperature, top_p=top_p, long_prompt=long_prompt)
-        readable, note = readable_text(prompt, "prompt")
-        if note:
-            progress.log(note)
-        plan = plan_try(references, device, dtype, probe_result)
-        for line in plan.describe():
-            progress.log(line)
-        estimated = _log_estimate(estimate_generation(plan, prompt, max_new_tokens, probe_result or cached_probe()),
-                                  progress)
-        models_shelf = shelf or ModelShelf()
-        generations = []
-        for index, (model_plan, source) in enumerate(zip(plan.models, _sources(plan, progress), strict=True)):
-            _set_part(progress, index, len(plan.models))
-            loaded = _load(model_plan, source, device, models_shelf, plan.together, progress)
-            listener = (lambda text, index=index: on_output(index, text)) if on_output else None
-            result = generate(loaded, readable, settings, progress, listener)
-            generations.append({"model": model_plan.reference, "text": result.text, "tokens": result.token_ids,
-                                "dtype": model_plan.run_dtype, "untrained": untrained_note(source.folder)})
-        return {"generations": generations, **estimated}
+        def work(progress: Progress) -> dict[str, Any]:
+            from guiapp.checkpoints.samples import untrained_note
+            from guiapp.inference.running import GenerationSettings, generate, readable_text
+            from guiapp.jobs.estimates import estimate_generation
+            from guiapp.system.probe import cached_probe
 
-    return Job(title=f"Try {plural(len(references), 'model')}", kind="try", spec=spec, work=work)
+            settings = GenerationSettings(max_new_tokens=self.max_new_tokens, sample=self.sample, seed=self.seed,
+                                          temperature=self.temperature, top_p=self.top_p,
+                                          long_prompt=self.long_prompt)
+            readable, note = readable_text(self.prompt, "prompt")
+            if note:
+                progress.log(note)
+            plan = plan_try(self.references, self.device, self.dtype, probe_result)
+            for line in plan.describe():
+                progress.log(line)
+            estimated = _log_estimate(estimate_generation(plan, self.prompt, self.max_new_tokens,
+                                                          probe_result or cached_probe()), progress)
+            models_shelf = shelf or ModelShelf()
+            generations = []
+            for index, (model_plan, source) in enumerate(zip(plan.models, _sources(plan, progress), strict=True)):
+                _set_part(progress, index, len(plan.models))
+                loaded = _load(model_plan, source, self.device, models_shelf, plan.together, progress)
+                listener = (lambda text, index=index: on_output(index, text)) if on_output else None
+                result = generate(loaded, readable, settings, progress, listener)
+                generations.append({"model": model_plan.reference, "text": result.text, "tokens": result.token_ids,
+                                    "dtype": model_plan.run_dtype, "untrained": untrained_note(source.folder)})
+            return {"generations": generations, **estimated}
 
-
-def perplexity_job(references: list[str], text: str, *, window: int = 512, device: str = "cpu",
-                   dtype: str | None = None, shelf: ModelShelf | None = None, probe_result=None) -> Job:
-    """A job computing each model's perplexity on `text` (for an encoder: the cosine similarity of the text's
-    sentence pairs, see `guiapp.inference.running.sentence_pairs`).
-
-    The summary has "results": per model {"model", "kind", "perplexity", "tokens", "dtype", "untrained"} (see
-    `try_job`) for a causal LM, or
-    {"model", "kind", "perplexity": None, "similarities", "mean_similarity", "dtype"} for an encoder. Cancel
-    stops between windows.
-    """
-    spec = {"references": list(references), "text": text, "window": window, "device": device, "dtype": dtype}
-
-    def work(progress: Progress) -> dict[str, Any]:
-        from guiapp.checkpoints.samples import untrained_note
-        from guiapp.inference.running import CAUSAL, perplexity, readable_text, sentence_pairs, similarities
-        from guiapp.jobs.estimates import estimate_perplexity
-        from guiapp.system.probe import cached_probe
-
-        readable, note = readable_text(text, "text")
-        if note:
-            progress.log(note)
-        plan = plan_try(references, device, dtype, probe_result)
-        for line in plan.describe():
-            progress.log(line)
-        estimated = _log_estimate(estimate_perplexity(plan, text, probe_result or cached_probe()), progress)
-        models_shelf = shelf or ModelShelf()
-        results = []
-        for index, (model_plan, source) in enumerate(zip(plan.models, _sources(plan, progress), strict=True)):
-            _set_part(progress, index, len(plan.models))
-            loaded = _load(model_plan, source, device, models_shelf, plan.together, progress)
-            entry: dict[str, Any] = {"model": model_plan.reference, "kind": loaded.kind, "dtype": model_plan.run_dtype,
-                                     "untrained": untrained_note(source.folder)}
-            if loaded.kind == CAUSAL:
-                measured = perplexity(loaded, readable, window, progress)
-                entry.update(perplexity=measured.perplexity, tokens=measured.tokens)
-            else:
-                pairs = sentence_pairs(readable)
-                if not pairs:
-                    raise SettingsError(f"{model_plan.reference} is an encoder: it is compared on sentence pairs, "
-                                        "and the text has none.", key="text",
-                                        hint="Write pairs as two sentences on one line separated by a tab, or as "
-                                        "consecutive lines.")
-                scores = similarities(loaded, pairs, progress)
-                entry.update(perplexity=None, similarities=scores, mean_similarity=sum(scores) / len(scores))
-            results.append(entry)
-        return {"results": results, **estimated}
-
-    return Job(title=f"Perplexity of {plural(len(references), 'model')}", kind="perplexity", spec=spec, work=work)
+        return Job(title=f"Try {plural(len(self.references), 'model')}", kind=self.kind, spec=self.to_dict(),
+                   work=work)
 
 
-def models_to_try(kind: str, spec: dict[str, Any], output: str | None) -> list[str]:
-    """What to compare after a finished job: its inputs, then its output (an adapter as `BASE+ADAPTER`), at most
-    four, without repeats. Empty for a job kind that makes no model. Never raises: a spec it cannot read gives
-    what could be read of it."""
-    from guiapp.errors import MergesmithError
-    from guiapp.merging.recipe import recipe_from_dict  # the recipe parser (YAML, no torch)
+def try_job(references: list[str], prompt: str, *, on_output: OutputListener | None = None,
+            shelf: ModelShelf | None = None, probe_result=None, **settings: Any) -> Job:
+    """A Generate job with `settings` (see `TrySpec`); `on_output` as for `TrySpec.job`."""
+    return TrySpec(list(references), prompt, **settings).job(on_output, shelf, probe_result)
 
-    if kind == "merge":
-        try:
-            inputs = [str(ref) for ref in recipe_from_dict(dict(spec["recipe"])).model_refs()]
-        except (MergesmithError, KeyError, TypeError):
-            inputs = []
-        models = inputs + [output] if output else inputs
-    elif kind == "apply":
-        models = [spec.get("base"), output]
-    elif kind == "extract":
-        models = [spec.get("base"), spec.get("model"), f"{spec.get('base')}+{output}" if output else None]
-    else:
-        return []
-    unique = list(dict.fromkeys(m for m in models if m))
-    return unique[-MAX_MODELS:] if output else unique[:MAX_MODELS]
+
+@dataclass(frozen=True)
+class PerplexitySpec(JobSpec):
+    """Each of `references`' perplexity on `text` (for an encoder: the cosine similarity of the text's sentence
+    pairs, see `guiapp.inference.running.sentence_pairs`), over windows of `window` tokens."""
+
+    kind: ClassVar[str] = "perplexity"
+    references: list[str]
+    text: str
+    window: int = 512
+    device: str = "cpu"
+    dtype: str | None = None
+
+    def job(self, shelf: ModelShelf | None = None, probe_result=None) -> Job:
+        """The summary has "results": per model {"model", "kind", "perplexity", "tokens", "dtype", "untrained"}
+        (see `TrySpec.job`) for a causal LM, or
+        {"model", "kind", "perplexity": None, "similarities", "mean_similarity", "dtype"} for an encoder. Cancel
+        stops between windows."""
+        references, text, window, device, dtype = self.references, self.text, self.window, self.device, self.dtype
+
+        def work(progress: Progress) -> dict[str, Any]:
+            from guiapp.checkpoints.samples import untrained_note
+            from guiapp.inference.running import CAUSAL, perplexity, readable_text, sentence_pairs, similarities
+            from guiapp.jobs.estimates import estimate_perplexity
+            from guiapp.system.probe import cached_probe
+
+            readable, note = readable_text(text, "text")
+            if note:
+                progress.log(note)
+            plan = plan_try(references, device, dtype, probe_result)
+            for line in plan.describe():
+                progress.log(line)
+            estimated = _log_estimate(estimate_perplexity(plan, text, probe_result or cached_probe()), progress)
+            models_shelf = shelf or ModelShelf()
+            results = []
+            for index, (model_plan, source) in enumerate(zip(plan.models, _sources(plan, progress), strict=True)):
+                _set_part(progress, index, len(plan.models))
+                loaded = _load(model_plan, source, device, models_shelf, plan.together, progress)
+                entry: dict[str, Any] = {"model": model_plan.reference, "kind": loaded.kind,
+                                         "dtype": model_plan.run_dtype, "untrained": untrained_note(source.folder)}
+                if loaded.kind == CAUSAL:
+                    measured = perplexity(loaded, readable, window, progress)
+                    entry.update(perplexity=measured.perplexity, tokens=measured.tokens)
+                else:
+                    pairs = sentence_pairs(readable)
+                    if not pairs:
+                        raise SettingsError(f"{model_plan.reference} is an encoder: it is compared on sentence "
+                                            "pairs, and the text has none.", key="text",
+                                            hint="Write pairs as two sentences on one line separated by a tab, or "
+                                            "as consecutive lines.")
+                    scores = similarities(loaded, pairs, progress)
+                    entry.update(perplexity=None, similarities=scores, mean_similarity=sum(scores) / len(scores))
+                results.append(entry)
+            return {"results": results, **estimated}
+
+        return Job(title=f"Perplexity of {plural(len(references), 'model')}", kind=self.kind, spec=self.to_dict(),
+                   work=work)
+
+
+def perplexity_job(references: list[str], text: str, *, shelf: ModelShelf | None = None, probe_result=None,
+                   **settings: Any) -> Job:
+    """A Perplexity job with `settings` (see `PerplexitySpec`)."""
+    return PerplexitySpec(list(references), text, **settings).job(shelf, probe_result)

@@ -54,7 +54,7 @@ def problem_from(error: BaseException, default_key: str | KeyPath = ()) -> Probl
 def output_problems(destination: Path, inputs: tuple[Path, ...], replace: bool) -> list[Problem]:
     """The output rule (`guiapp.checkpoints.output_guard.check_output_location`) for a job reading `inputs`: [] when it
     may write at `destination`, else the refusal. A taken folder's error carries the free name to offer
-    (`retry_with`); the job would stop at once there, so it blocks the run like any other error."""
+    (its `remedy`); the job would stop at once there, so it blocks the run like any other error."""
     from guiapp.checkpoints.output_guard import check_output_location  # noqa: PLC0415 - loaded by the checks' callers
 
     try:
@@ -68,9 +68,10 @@ def free_output(error: BaseException | None, chosen: str = "") -> tuple[str, str
     """The free folder an output folder's error offers instead of the `chosen` one and the label of the button
     that takes it (None: it offers none): a new name beside a taken folder, or a folder beside the models when the
     chosen one is inside an input."""
-    folder = (getattr(error, "retry_with", None) or {}).get("output")
-    if not folder:
+    remedy = getattr(error, "remedy", None)
+    if remedy is None or remedy.setting != "output" or not remedy.value:
         return None
+    folder = str(remedy.value)
     free = Path(folder)
     if chosen and free.parent != expanded(chosen).parent:
         return folder, f"Use {free.parent.name}/{free.name}, beside the models"

@@ -34,7 +34,7 @@ from guiapp.checkpoints.writing import (
 )
 from guiapp.compute.devices import resolve_device, threads_restored, use_cpu_threads
 from guiapp.compute.parallel import HelperThreads, RunEach, one_at_a_time
-from guiapp.errors import IncompatibleModelsError, NonFiniteResultError
+from guiapp.errors import IncompatibleModelsError, NonFiniteResultError, Remedy
 from guiapp.facts.dtypes import dtype_name
 from guiapp.hub.references import ModelRef
 from guiapp.merging.methods.base import MergeContext, TensorSettings, TensorSurvey
@@ -563,12 +563,12 @@ def _non_finite_error(
     elif computed_finite:
         cause = f"the merged values are too large to be stored as {dtype}"
         hint = "Store the result as bfloat16 or float32 instead (out_dtype)."
-        retry = {"out_dtype": "bfloat16"}
+        retry = Remedy("out_dtype", "bfloat16", "in bfloat16")
     else:
         cause = "the computation overflowed"
         hint = "Check the weights and lambda for extreme values."
     return NonFiniteResultError(
         f"{task.name} came out as NaN or infinity: {cause}. Nothing was written.",
         hint=hint,
-        retry_with=retry,
+        remedy=retry,
     )

@@ -25,7 +25,7 @@ from guiapp.checkpoints.tensor_roles import (
     split_layer_name,
     tensor_place,
 )
-from guiapp.errors import IncompatibleModelsError, RecipeError
+from guiapp.errors import BASE_TOKENIZER, IncompatibleModelsError, RecipeError
 from guiapp.facts.dtypes import dtype_name
 from guiapp.hub.references import ModelRef
 from guiapp.merging.compatibility import ModelFacts, compare_models
@@ -200,8 +200,8 @@ def _compatibility_warnings(recipe: Recipe, models: list[ModelHeaders], index_of
     if blocking is None and recipe.tokenizer_source is None:
         blocking = report.first("vocabulary")
     if blocking is not None:
-        retry = {"tokenizer_source": "base"} if blocking.kind == "vocabulary" and recipe.base_model else None
-        raise IncompatibleModelsError(blocking.message, hint=blocking.hint, retry_with=retry)
+        retry = BASE_TOKENIZER if blocking.kind == "vocabulary" and recipe.base_model else None
+        raise IncompatibleModelsError(blocking.message, hint=blocking.hint, remedy=retry)
     return [p.message for p in report.problems if p.kind in ("missing", "extra")]
 
 
@@ -405,7 +405,7 @@ def _common_shape(
                 f"The models have different vocabularies: {out_name} has {described} rows per token.",
                 hint="Set `tokenizer_source: base` so that the result uses the base model's vocabulary"
                 + ("" if base else " (this also needs a base_model)") + ", or merge models that share a tokenizer.",
-                retry_with={"tokenizer_source": "base"} if base else None,
+                remedy=BASE_TOKENIZER if base else None,
             )
         source = models[tokenizer_model]
         own = next((i for i in inputs if i.model == tokenizer_model), None)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from guiapp.errors import DeviceError
+from guiapp.errors import ON_CPU, DeviceError, Remedy
 from guiapp.facts.dtypes import BY_NAME, COMPUTE, PROBED, RECOMMENDED_STORAGE
 from guiapp.system.probe import Check, ProbeResult
 from guiapp.system.units import format_bytes
@@ -169,7 +169,7 @@ def require(result: ProbeResult, job: str, device: str, storage_dtype: str) -> O
         f"{_job_words(job).capitalize()} cannot store {storage_dtype} on {device}: {chosen.reason}.",
         hint="Pick another device or output dtype; the dropdowns only offer combinations that work here."
         + (" The CPU can do it." if cpu.possible and device != "cpu" else ""),
-        retry_with={"device": "cpu"} if cpu.possible and device != "cpu" else None,
+        remedy=ON_CPU if cpu.possible and device != "cpu" else None,
     )
 
 
@@ -182,7 +182,7 @@ def require_compute(result: ProbeResult, job: str, device: str, compute_dtype: s
             f"{_job_words(job).capitalize()} cannot compute in {compute_dtype} on {device}: {failure}.",
             why="Computing in the recipe's dtype runs every operation of the method in that dtype.",
             hint="Compute in float32 (the default, and the more accurate), or choose another device.",
-            retry_with={"compute_dtype": "float32"},
+            remedy=Remedy("compute_dtype", "float32", "in float32"),
         )
 
 

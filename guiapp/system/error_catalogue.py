@@ -17,12 +17,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from guiapp.errors import BASE_TOKENIZER, ON_CPU, Remedy
 from guiapp.facts.dtypes import HALF_TORCH_WORDS, TORCH_WORD, torch_word_name
 from guiapp.facts.hub import PUBLIC_HUB, hub_endpoint
 from guiapp.system.units import format_bytes
 
 # Optional refinement: given the regex match (None when a class name matched) and the job's context, returns
-# replacements for "what", "why", "fix" and/or "retry_with".
+# replacements for "what", "why", "fix" and/or "remedy".
 Refiner = Callable[["re.Match[str] | None", Mapping[str, Any]], dict[str, Any]]
 
 @dataclass(frozen=True)
@@ -39,7 +40,7 @@ class Entry:
     fix: str
     pattern: re.Pattern[str] | None = None
     types: frozenset[str] = field(default_factory=frozenset)
-    retry_with: Mapping[str, Any] | None = None
+    remedy: Remedy | None = None
     refine: Refiner | None = None
 
     def matches(self, type_names: set[str], message: str) -> tuple[bool, re.Match[str] | None]:
@@ -120,7 +121,7 @@ def _refine_out_of_memory(match: re.Match[str] | None, context: Mapping[str, Any
             "what": f"The job ran out of memory on {where}{amount}.",
             "fix": "Run it on the CPU (RAM is usually much larger than VRAM), close other programs that use the "
             "GPU, or merge fewer models at once. Mergesmith shows the memory a job needs before it starts.",
-            "retry_with": {"device": "cpu"},
+            "remedy": ON_CPU,
         }
     return {"what": f"The job ran out of RAM{amount}."}
 
@@ -176,7 +177,7 @@ def _refine_sizes(tensor: str, sizes: list[int], which: str) -> dict[str, Any]:
             "have more rows than the base model's; the rows cannot be added up one to one.",
             "fix": "Merge with tokenizer_source: base, which keeps the base model's vocabulary and drops the "
             "added rows, or choose models that share one tokenizer.",
-            "retry_with": {"tokenizer_source": "base"},
+            "remedy": BASE_TOKENIZER,
         }
     return {"what": f"Tensors that should line up have different shapes{sizes_text}"
                     + (f" in {tensor}" if tensor else "") + f".{which}"}
@@ -308,7 +309,7 @@ CATALOGUE: tuple[Entry, ...] = (
         "the CPU, load it in float32 or bfloat16. `mergesmith probe` shows what this machine supports.",
         pattern=re.compile(r"\"(?P<kernel>addmm_impl_cpu_|addmm_cpu\w*|mm_cpu\w*|bmm_cpu\w*|baddbmm\w*|\w*_cpu\w*"
                            r"|LayerNormKernelImpl)\" not implemented for 'Half'"),
-        retry_with={"dtype": "float32"},
+        remedy=Remedy("dtype", "float32", "in float32"),
     ),
     Entry(
         key="half_kernel",
@@ -405,7 +406,7 @@ CATALOGUE: tuple[Entry, ...] = (
             r"CUDA driver version is insufficient for CUDA runtime version",
             r"no kernel image is available for execution on the device",
         ),
-        retry_with={"device": "cpu"},
+        remedy=ON_CPU,
     ),
     Entry(
         key="mixed_devices",
@@ -456,7 +457,7 @@ CATALOGUE: tuple[Entry, ...] = (
             r"|InvalidHeaderDeserialization|InvalidHeaderStart)",
         ),
         types=_types("SafetensorError"),
-        retry_with={"force_download": True},
+        remedy=Remedy("force_download", True, "downloading the files again"),
         refine=_refine_header,
     ),
     Entry(
@@ -679,7 +680,7 @@ CATALOGUE: tuple[Entry, ...] = (
             r"non-finite values?",
             r"returned nan values",
         ),
-        retry_with={"dtype": "bfloat16"},
+        remedy=Remedy("dtype", "bfloat16", "in bfloat16"),
     ),
     Entry(
         key="nothing_to_extract",
@@ -772,3 +773,9 @@ CATALOGUE: tuple[Entry, ...] = (
         refine=_refine_missing_package,
     ),
 )
+
+
+def catalogue_entry(key: str) -> Entry:
+    """The catalogue's entry `key`: its words are the one wording of that problem, wherever it is found (the
+    Hub client's own diagnosis words its error from it). Raises KeyError for a key the catalogue does not have."""
+    return {entry.key: entry for entry in CATALOGUE}[key]

@@ -1,4 +1,4 @@
-"""Turn any failure into an `Explanation`: what happened, why, what to do, and optionally settings to retry with.
+"""Turn any failure into an `Explanation`: what happened, why, what to do, and optionally a setting to retry with.
 
 Mergesmith's own errors (`guiapp.errors`) carry their message and hint and map directly. Anything else (a live
 exception from torch, safetensors, huggingface_hub, the OS, or a traceback pasted from PEFT, transformers,
@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from guiapp.errors import MergesmithError
+from guiapp.errors import MergesmithError, Remedy
 from guiapp.system.error_catalogue import CATALOGUE, Entry, on_hub_in_use
 from guiapp.system.scrub import shown
 
@@ -39,18 +39,19 @@ class Explanation:
 
     `kind` names what was recognised, for actions beyond retrying (a token dialog for "gated_repo" or
     "invalid_token"): the catalogue entry's key, the class name of a Mergesmith error, or "" when unrecognised.
-    `replace_with` holds the job-spec change that replaces an existing output: a separate, explicit choice.
+    `remedy` is the setting change that fixes it (a `guiapp.errors.Remedy`), `replace_with` the one that replaces
+    an existing output: a separate, explicit choice. Saved as dicts in the job history (`asdict`).
     """
 
     title: str
     what: str
     why: str
     fix: str
-    retry_with: dict[str, Any] | None = None
+    remedy: Remedy | None = None
     raw: str = ""
     recognised: bool = True
     kind: str = ""
-    replace_with: dict[str, Any] | None = None
+    replace_with: Remedy | None = None
 
     def __post_init__(self) -> None:
         # Whatever built it, an explanation shown or saved carries no token or password, nor a server's escape
@@ -59,19 +60,19 @@ class Explanation:
             object.__setattr__(self, name, shown(getattr(self, name)))
 
     def render_text(self, width: int = RENDER_WIDTH, details: bool = True,
-                    retry: Callable[[Mapping[str, Any]], str | None] | None = None) -> str:
-        """Plain text for a terminal: title, what happened, why, what to do, retry settings, then the details
+                    retry: Callable[[Remedy], str | None] | None = None) -> str:
+        """Plain text for a terminal: title, what happened, why, what to do, the remedy, then the details
         (the raw error and traceback) unless `details` is False.
 
-        `retry` words the retry settings for where the text is shown (the CLI's flags), None to leave them out;
-        without it they read "Retry with: key=value"."""
+        `retry` words the remedy for where the text is shown (the CLI's flag), None to leave it out; without it
+        it reads "Retry with: setting=value"."""
         sections = [self.title, ""]
         for label, text in (("What happened", self.what), ("Why", self.why), ("What to do", self.fix)):
             if text:
                 sections.append(_wrap(f"{label}: {text}", width))
-        if self.retry_with:
-            settings = ", ".join(f"{key}={value}" for key, value in self.retry_with.items())
-            line = retry(self.retry_with) if retry is not None else f"Retry with: {settings}"
+        if self.remedy:
+            line = (retry(self.remedy) if retry is not None else
+                    f"Retry with: {self.remedy.setting}={self.remedy.value}")
             if line:
                 sections.append(line)
         if details and self.raw.strip():
@@ -97,10 +98,10 @@ def explain(error: BaseException | str, context: Mapping[str, Any] | None = None
     if isinstance(error, MergesmithError):
         cause = error.__cause__ or (None if error.__suppress_context__ else error.__context__)
         known_cause = _from_catalogue(list(_clues_from_chain(cause)), context, "") if cause else None
-        explanation = _own(type(error), error.message, error.hint, error.retry_with, known_cause, context,
+        explanation = _own(type(error), error.message, error.hint, error.remedy, known_cause, context,
                            _traceback(error), error.why)
         replace_with = getattr(error, "replace_with", None)
-        return replace(explanation, replace_with=dict(replace_with)) if replace_with else explanation
+        return replace(explanation, replace_with=replace_with) if replace_with else explanation
     if isinstance(error, str):
         error = error[-MAX_TEXT_CHARACTERS:]
         clues = _clues_from_text(error)
@@ -133,7 +134,7 @@ def _own(
     error_class: type[MergesmithError],
     message: str,
     hint: str | None,
-    retry_with: dict[str, Any] | None,
+    remedy: Remedy | None,
     known_cause: Explanation | None,
     context: dict[str, Any],
     raw: str,
@@ -145,7 +146,7 @@ def _own(
         what=_with_context(message, context),
         why=why or (known_cause.why if known_cause else _first_paragraph(error_class.__doc__)),
         fix=hint or (known_cause.fix if known_cause else ""),
-        retry_with=retry_with or (known_cause.retry_with if known_cause else None),
+        remedy=remedy or (known_cause.remedy if known_cause else None),
         raw=raw,
         kind=error_class.__name__,
     )
@@ -172,13 +173,13 @@ def _from_entry(entry: Entry, match: re.Match[str] | None, context: dict[str, An
         refined = entry.refine(match, context) if entry.refine is not None else {}
     except Exception:  # noqa: BLE001 - an explanation must never fail; the entry's general words still apply
         refined = {}
-    retry_with = refined.get("retry_with", entry.retry_with)
+    remedy = refined.get("remedy", entry.remedy)
     return Explanation(
         title=entry.title,
         what=_with_context(on_hub_in_use(refined.get("what", entry.what)), context),
         why=on_hub_in_use(refined.get("why", entry.why)),
         fix=on_hub_in_use(refined.get("fix", entry.fix)),
-        retry_with=dict(retry_with) if retry_with else None,
+        remedy=remedy,
         raw=raw,
         kind=entry.key,
     )

@@ -14,7 +14,7 @@ from typing import NamedTuple
 
 import psutil
 
-from guiapp.errors import DeviceError, InsufficientResourcesError, OutputError
+from guiapp.errors import ON_CPU, DeviceError, InsufficientResourcesError, OutputError
 from guiapp.system.paths import expanded
 from guiapp.system.units import format_bytes, roughly
 
@@ -125,7 +125,7 @@ def gpu_memory(device: str) -> GpuMemory | None:
         raise DeviceError(
             f"Cannot read the memory of {device}: {error}.",
             hint="Choose a device from the list Mergesmith shows; it only offers devices it found.",
-            retry_with={"device": "cpu"},
+            remedy=ON_CPU,
         ) from error
     raise DeviceError(f"Unknown device {device!r}.", hint='Devices look like "cpu", "cuda:0", "xpu:0" or "mps".')
 
@@ -174,7 +174,7 @@ class Fit:
         return InsufficientResourcesError(
             "\n".join([f"This job will not fit: {self.reason}.", *self._numbers()]),
             hint=f"{hint[0].upper()}{hint[1:]}. (The CLI's --force starts it anyway.)",
-            retry_with={"device": "cpu"} if self.retry_on_cpu else None,
+            remedy=ON_CPU if self.retry_on_cpu else None,
         )
 
     def _numbers(self) -> list[str]:

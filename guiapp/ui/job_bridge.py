@@ -17,7 +17,6 @@ from guiapp.jobs.runner import Job, JobListeners, JobResult, JobRunner, JobStatu
 from guiapp.progress import ProgressEvent
 
 MAX_UPDATES_PER_SECOND = 10
-ACTIVE = ("queued", "running")
 
 
 class JobBridge(QObject):
@@ -54,7 +53,7 @@ class JobBridge(QObject):
     def submit(self, job: Job, retry_of: str | None = None) -> JobRecord:
         """Queue `job` (`retry_of`: the key of the job it runs again) and list it."""
         key = f"{int(time.time() * 1000)}-{job.id}"
-        record = JobRecord(key=key, title=job.title, kind=job.kind, spec=job.spec, status="queued",
+        record = JobRecord(key=key, title=job.title, kind=job.kind, spec=job.spec, status=JobStatus.QUEUED,
                            created=time.time(), retry_of=retry_of)
         self.records.append(record)
         self._keys[job.id] = key
@@ -73,24 +72,25 @@ class JobBridge(QObject):
         return next((r for r in self.records if r.key == key), None)
 
     def active(self) -> list[JobRecord]:
-        return [r for r in self.records if r.status in ACTIVE]
+        return [r for r in self.records if r.status.active]
 
     def retry(self, key: str, changes: dict | None = None) -> JobRecord:
         """Submit the job of record `key` again with `changes` to its settings ({} for the same job; None for its
-        explanation's suggested settings).
+        explanation's remedy).
 
         Raises MergesmithError (e.g. RecipeError) when the changed settings do not make a valid job.
         """
-        from guiapp.jobs.fixes import still_free
+        from guiapp.jobs.fixes import offered_remedy
         from guiapp.jobs.specs import retry  # imports the recipe parser
 
         record = self.record(key)
         if changes is None:
-            changes = still_free(dict((record.explanation or {}).get("retry_with") or {}))
+            remedy = offered_remedy(record.explanation or {}, record.output)
+            changes = remedy.changes if remedy is not None else {}
         return self.submit(retry(record.kind, record.spec, changes), retry_of=key)
 
     def clear_finished(self) -> None:
-        self.records = [r for r in self.records if r.status in ACTIVE]
+        self.records = [r for r in self.records if r.status.active]
         self._save()
 
     def shutdown(self, timeout: float | None = 10.0) -> None:
@@ -125,7 +125,7 @@ class JobBridge(QObject):
 
     def _on_started(self, job_id: int) -> None:
         record = self.record(self._keys[job_id])
-        record.status, record.started = "running", time.time()
+        record.status, record.started = JobStatus.RUNNING, time.time()
         self._save()
         self.record_changed.emit(record.key)
 
@@ -139,7 +139,7 @@ class JobBridge(QObject):
 
     def _on_done(self, result: JobResult, explanation: dict | None) -> None:
         record = self.record(self._keys[result.job.id])
-        record.status = result.status.value
+        record.status = result.status
         # The job's own clock: the UI thread may hear of the start after a quick job already ended (its elapsed
         # time came out below zero, shown as "0 s").
         record.started, record.finished = result.started, result.finished

@@ -29,8 +29,6 @@ REFERENCE_ROLE = Qt.ItemDataRole.UserRole  # the Hub id or folder a job takes
 SORT_ROLE = Qt.ItemDataRole.UserRole + 1  # a value that sorts the column (bytes, seconds)
 COLUMNS = ("Model", "Where", "Size", "Last changed")
 NAME, WHERE, SIZE, CHANGED = range(len(COLUMNS))
-# Jobs whose end changes what is on disk.
-CHANGING_KINDS = ("download", "merge", "extract", "apply")
 REFRESH_DELAY_MS = 100
 
 

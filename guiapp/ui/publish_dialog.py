@@ -26,6 +26,8 @@ from PySide6.QtWidgets import (
 )
 
 from guiapp.jobs.publish import publish_job
+from guiapp.jobs.runner import JobStatus
+from guiapp.jobs.specs import job_kind
 from guiapp.ui.background import LatestCall, call_in_background
 from guiapp.ui.text import error_text
 from guiapp.ui.theme import set_status_style
@@ -220,23 +222,19 @@ class PublishDialog(QDialog):
 
     def _job_changed(self, key: str) -> None:
         record = self.state.jobs.record(key)
-        if key != self._key or record is None or record.status in ("queued", "running"):
+        if key != self._key or record is None or record.status.active:
             return
         self._key = None
         self.cancel.setText("Close")
         self.publish.setEnabled(self._ready)
-        if record.status == "done":
+        if record.status == JobStatus.DONE:
             self.progress.setValue(1000)
             self.progress_text.setText(f"Published: {record.summary['url']}")
-        elif record.status == "cancelled":
+        elif record.status == JobStatus.CANCELLED:
             self.progress_text.setText("Cancelled. Publishing again sends only the files not uploaded yet.")
         else:
             explanation = record.explanation or {}
             self.progress_text.setText(" ".join(filter(None, (explanation.get("what"), explanation.get("fix")))))
-
-
-# The jobs whose output is a model folder worth sharing.
-PUBLISHABLE_KINDS = frozenset({"merge", "extract", "apply"})
 
 
 class PublishOutputButton(QPushButton):
@@ -253,8 +251,8 @@ class PublishOutputButton(QPushButton):
 
     def show_record(self, record) -> None:
         """Follow the selected job's record (None: no job selected)."""
-        publishable = record is not None and record.kind in PUBLISHABLE_KINDS
-        folder = Path(record.output) if publishable and record.status == "done" and record.output else None
+        publishable = record is not None and job_kind(record.kind).makes_model
+        folder = Path(record.output) if publishable and record.status == JobStatus.DONE and record.output else None
         self.folder = folder if folder is not None and folder.is_dir() else None
         self.setVisible(publishable)
         self.setEnabled(self.folder is not None)

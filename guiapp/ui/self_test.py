@@ -41,6 +41,7 @@ def run_self_test() -> int:
 def _run(folder: Path) -> None:
     from PySide6.QtCore import QSettings
 
+    from guiapp.jobs.runner import JobStatus
     from guiapp.ui.app import create_window, quiet_qt_messages
 
     # Keep the user's saved window state and settings out of it (and unchanged by it).
@@ -62,9 +63,9 @@ def _run(folder: Path) -> None:
     if key is None:
         raise SelfTestFailed(f"the Merge page did not start the job: {window.merge.run_message.text()}")
     record = window.state.jobs.record(key)
-    _step("run the merge", lambda: record.status not in ("queued", "running"), JOB_TIMEOUT_SECONDS,
+    _step("run the merge", lambda: not record.status.active, JOB_TIMEOUT_SECONDS,
           lambda: "\n".join(record.log[-5:]))
-    if record.status != "done":
+    if record.status != JobStatus.DONE:
         detail = (record.explanation or {}).get("what") or "\n".join(record.log[-5:])
         raise SelfTestFailed(f"the merge ended as {record.status}: {detail}")
     output = Path(record.summary["output"])

@@ -13,12 +13,11 @@ from typing import Any
 
 from PySide6.QtCore import QObject, Signal
 
+from guiapp.jobs.runner import JobStatus
+from guiapp.jobs.specs import job_kind
 from guiapp.ui.background import call_in_background
-from guiapp.ui.job_bridge import ACTIVE, JobBridge
-from guiapp.ui.library_model import CHANGING_KINDS, LibraryModel
-
-# Jobs whose output is a model or an adapter the library lists.
-OUTPUT_KINDS = ("merge", "extract", "apply")
+from guiapp.ui.job_bridge import JobBridge
+from guiapp.ui.library_model import LibraryModel
 
 
 class AppState(QObject):
@@ -49,7 +48,7 @@ class AppState(QObject):
     def finished_outputs(self) -> list[str]:
         """The folders finished merges, extractions and applications wrote, newest first."""
         return [record.output for record in reversed(self.jobs.records)
-                if record.kind in OUTPUT_KINDS and record.status == "done" and record.output]
+                if job_kind(record.kind).makes_model and record.status == JobStatus.DONE and record.output]
 
     def add_folders(self, folders: list[str]) -> None:
         """Add model `folders` to the library (as local folders, kept across restarts) off the UI thread; one
@@ -69,10 +68,10 @@ class AppState(QObject):
 
     def _job_changed(self, key: str) -> None:
         record = self.jobs.record(key)
-        if record is None or record.status in ACTIVE:
+        if record is None or record.status.active:
             return
         self.checks_outdated.emit()
-        if record.kind in CHANGING_KINDS and record.status == "done":
+        if job_kind(record.kind).changes_disk and record.status == JobStatus.DONE:
             self.library.refresh()
 
     def start_loading(self, probe: bool = True) -> None:

@@ -12,6 +12,8 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QShowEvent
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QLineEdit, QPushButton, QVBoxLayout, QWidget
 
+from guiapp.jobs.runner import JobStatus
+from guiapp.jobs.specs import MergeSpec
 from guiapp.ui.background import call_in_background
 from guiapp.ui.text import error_text
 from guiapp.ui.theme import set_heading, set_status_style
@@ -113,15 +115,15 @@ class WelcomePage(QWidget):
 
     def follow_job(self, record) -> None:
         """Keep the status about the sample merge true once it runs (a `JobRecord` of any job may come here)."""
-        if record is None or record.kind != "merge" or self._sample_output is None \
+        if record is None or record.kind != MergeSpec.kind or self._sample_output is None \
                 or str(record.spec.get("output")) != self._sample_output:
             return
         text, kind = {
-            "queued": ("The sample merge is waiting to start: see the Jobs page.", "muted"),
-            "running": ("The sample merge is running: progress on the Jobs page.", "muted"),
-            "done": (f"The sample merge is done: the merged model is in {self._sample_output}. The Try page "
+            JobStatus.QUEUED: ("The sample merge is waiting to start: see the Jobs page.", "muted"),
+            JobStatus.RUNNING: ("The sample merge is running: progress on the Jobs page.", "muted"),
+            JobStatus.DONE: (f"The sample merge is done: the merged model is in {self._sample_output}. The Try page "
                      "runs it next to the models it came from.", "good"),
-            "failed": ("The sample merge failed: the Jobs page says why and offers to retry.", "problem"),
+            JobStatus.FAILED: ("The sample merge failed: the Jobs page says why and offers to retry.", "problem"),
         }.get(record.status, ("The sample merge was stopped. Run merge on the Merge page starts it again.",
                               "warning"))
         self.status.setText(text)

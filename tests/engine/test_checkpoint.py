@@ -134,8 +134,8 @@ def test_staged_output_refuses_existing_and_cleans_up(tmp_path):
     (tmp_path / "exists").mkdir()
     with pytest.raises(OutputError, match="already exists") as caught:
         StagedOutput(tmp_path / "exists")
-    assert caught.value.retry_with == {"output": str(tmp_path / "exists-2")}
-    assert caught.value.replace_with == {"overwrite": True}
+    assert caught.value.remedy.changes == {"output": str(tmp_path / "exists-2")}
+    assert caught.value.replace_with.changes == {"overwrite": True}
     with pytest.raises(RuntimeError), StagedOutput(tmp_path / "new") as staged:
         (staged.path / "model.safetensors").write_bytes(b"partial")
         raise RuntimeError("boom")

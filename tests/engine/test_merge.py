@@ -215,7 +215,7 @@ def test_shape_and_vocabulary_mismatches(tmp_path):
     text = f"merge_method: task_arithmetic\nbase_model: {base}\nmodels:\n  - model: {bigger_vocab}\n    parameters: {{weight: 0.5}}\n"
     with pytest.raises(IncompatibleModelsError, match="has a vocabulary of 260 tokens") as caught:
         plan_merge(recipe(text))
-    assert caught.value.retry_with == {"tokenizer_source": "base"}
+    assert caught.value.remedy.changes == {"tokenizer_source": "base"}
 
     out = tmp_path / "aligned"
     run_merge(recipe(text + "tokenizer_source: base\n"), MergeSettings(out))
@@ -284,7 +284,7 @@ def test_fp16_overflow_is_caught_and_bfloat16_offered(tmp_path):
     with pytest.raises(NonFiniteResultError, match="too large to be stored as float16") as caught:
         _merge(f"merge_method: linear\nparameters: {{normalize: false}}\nmodels:\n  - model: {model}\n"
                f"    parameters: {{weight: 1.0e+7}}\n", tmp_path / "out")
-    assert caught.value.retry_with == {"out_dtype": "bfloat16"}
+    assert caught.value.remedy.changes == {"out_dtype": "bfloat16"}
     assert not (tmp_path / "out").exists()
 
 

@@ -76,11 +76,11 @@ def test_output_folder_already_exists(medium, tmp_path, seen):
     result = run_job(job)
     explanation = explain(result.error)
     assert result.status is JobStatus.FAILED and fingerprint(medium, out) == before
-    assert explanation.title == "The output folder cannot be used" and explanation.replace_with == {"overwrite": True}
-    assert explanation.retry_with == {"output": str(tmp_path / "out-2")}  # the first suggestion replaces nothing
+    assert explanation.title == "The output folder cannot be used" and explanation.replace_with.changes == {"overwrite": True}
+    assert explanation.remedy.changes == {"output": str(tmp_path / "out-2")}  # the first suggestion replaces nothing
     assert leftovers(tmp_path) == []
     seen("environment", "output folder already exists", explanation)
-    assert run_job(retry(job.kind, job.spec, explanation.replace_with)).status is JobStatus.DONE
+    assert run_job(retry(job.kind, job.spec, explanation.replace_with.changes)).status is JobStatus.DONE
     assert (out / "model.safetensors").is_file() and leftovers(tmp_path) == []
 
 

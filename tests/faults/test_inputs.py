@@ -136,7 +136,7 @@ def test_models_that_do_not_fit_together(case, change, trio, tmp_path, seen):
     assert explanation.title == "These models cannot be combined"
     assert str(other) in explanation.what
     if case == "mismatched vocabularies":
-        assert explanation.retry_with == {"tokenizer_source": "base"}
+        assert explanation.remedy.changes == {"tokenizer_source": "base"}
     seen("inputs", case, explanation)
 
 

@@ -344,12 +344,12 @@ def test_the_windows_retry_replaces_only_an_earlier_output(trio, previous_output
     recipe = parse_recipe(_ties(trio.base, trio.one, trio.two))
     refused = run_job(merge_job(recipe, users))
     explanation = explain(refused.error)
-    assert refused.status is JobStatus.FAILED and not explanation.retry_with  # nothing to offer: not ours
+    assert refused.status is JobStatus.FAILED and explanation.remedy is None  # nothing to offer: not ours
     forced = run_job(retry("merge", merge_job(recipe, users).spec, {"overwrite": True}))
     assert forced.status is JobStatus.FAILED and (users / "notes.txt").read_text() == "the user's own file"
     seen("outputs", "the window's retry with overwrite onto the user's folder", explain(forced.error))
     again = run_job(merge_job(recipe, previous_output))
-    assert again.status is JobStatus.FAILED and explain(again.error).replace_with == {"overwrite": True}
+    assert again.status is JobStatus.FAILED and explain(again.error).replace_with.changes == {"overwrite": True}
     job = merge_job(recipe, previous_output)
     assert run_job(retry(job.kind, job.spec, {"overwrite": True})).status is JobStatus.DONE
     assert leftovers(tmp_path) == []

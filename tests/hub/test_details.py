@@ -106,3 +106,15 @@ def test_rate_limit_and_server_errors(published):
     published.fail_next(500, path_contains="/api/models/org/base")
     with pytest.raises(HubError, match="500"):
         model_details("org/base")
+
+
+def test_a_429_reads_the_same_from_the_hub_as_pasted(published):
+    from guiapp.system.explain import explain
+
+    published.fail_next(429, path_contains="/api/models/org/base")
+    with pytest.raises(RateLimitedError) as caught:
+        model_details("org/base")
+    live = explain(caught.value)
+    pasted = explain("requests.exceptions.HTTPError: 429 Client Error: Too Many Requests for url: https://x/api")
+    assert (live.title, live.why, live.fix) == (pasted.title, pasted.why, pasted.fix)
+    assert live.what.startswith(pasted.what.removesuffix(".")) and "org/base" in live.what

@@ -7,7 +7,16 @@ from dataclasses import asdict
 
 import pytest
 
-from guiapp.errors import GatedModelError, HubUnreachableError, OutputError
+from guiapp.checkpoints.output_guard import REPLACE_OUTPUT, new_folder_remedy
+from guiapp.errors import (
+    BASE_TOKENIZER,
+    ON_CPU,
+    GatedModelError,
+    HubUnreachableError,
+    OutputError,
+    Remedy,
+    SettingsError,
+)
 from guiapp.jobs.fixes import (
     CHOOSE_FOLDER,
     OPEN_MODEL_PAGE,
@@ -33,8 +42,8 @@ def test_an_existing_output_offers_a_new_name_first_then_another_folder_then_an_
     taken = tmp_path / "tiny-chat-ties"
     taken.mkdir()
     (taken / "notes.txt").write_text("mine")
-    error = OutputError(f"{taken} already exists.", retry_with={"output": str(tmp_path / "tiny-chat-ties-2")},
-                        replace_with={"overwrite": True})
+    error = OutputError(f"{taken} already exists.", remedy=new_folder_remedy(tmp_path / "tiny-chat-ties-2"),
+                        replace_with=REPLACE_OUTPUT)
     actions = _actions(error, output=str(taken))
     assert [a.action for a in actions] == [RETRY_WITH, CHOOSE_FOLDER, REPLACE, RETRY]
     assert actions[0].label == "Retry with a new name: tiny-chat-ties-2"
@@ -58,13 +67,21 @@ def test_an_unreachable_hub_offers_offline_mode_and_a_cancelled_job_a_plain_retr
     assert fix_actions(None, "done") == []
 
 
-@pytest.mark.parametrize("changes, words", [
-    ({"device": "cpu"}, "Retry on the CPU"), ({"dtype": "float32"}, "Retry in float32"),
-    ({"tokenizer_source": "base"}, "Retry with the base model's tokenizer"), ({"rank": 64}, "Retry with rank 64"),
+@pytest.mark.parametrize("remedy, words", [
+    (ON_CPU, "Retry on the CPU"), (Remedy("dtype", "float32", "in float32"), "Retry in float32"),
+    (BASE_TOKENIZER, "Retry with the base model's tokenizer"),
 ])
-def test_suggested_settings_are_described_in_words(changes, words):
-    actions = fix_actions({"retry_with": changes, "kind": "x"})
-    assert actions[0].label == words
+def test_a_remedy_is_a_button_in_its_own_words(remedy, words):
+    [action, _retry] = _actions(SettingsError("It failed.", remedy=remedy))
+    assert action.label == words and action.changes == {remedy.setting: remedy.value}
+
+
+def test_a_suggestion_saved_by_the_previous_version_is_still_offered():
+    actions = fix_actions({"retry_with": {"device": "cpu"}, "replace_with": {"overwrite": True},
+                           "kind": "OutputError"}, "failed", "/models/merged")
+    assert [(a.action, a.label, a.changes) for a in actions if a.action in (RETRY_WITH, REPLACE)] == [
+        (RETRY_WITH, "Retry with the suggested settings", {"device": "cpu"}),
+        (REPLACE, "Replace merged…", {"overwrite": True})]
 
 
 @pytest.mark.parametrize("entry", CATALOGUE, ids=lambda entry: entry.key)
@@ -97,7 +114,7 @@ def test_a_cache_folder_name_is_not_taken_for_a_flag():
 def test_a_suggested_new_name_taken_since_the_failure_is_replaced_by_a_free_one(tmp_path):
     taken = tmp_path / "big-ties"
     taken.mkdir()
-    error = OutputError(f"{taken} already exists.", retry_with={"output": str(tmp_path / "big-ties-2")})
+    error = OutputError(f"{taken} already exists.", remedy=new_folder_remedy(tmp_path / "big-ties-2"))
     explanation = asdict(explain(error))
     (tmp_path / "big-ties-2").mkdir()  # written by another job after the failure (or before a restart)
     actions = fix_actions(explanation, "failed", str(taken))

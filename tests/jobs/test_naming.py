@@ -58,11 +58,11 @@ def test_an_existing_output_is_first_offered_a_new_name(tmp_path: Path):
     again = run_job(job)
     explanation = explain(again.error)
     assert again.status is JobStatus.FAILED
-    assert explanation.retry_with == {"output": str(tmp_path / "tiny-chat-lora-r4-2")}
-    assert explanation.replace_with == {"overwrite": True}  # replacing: a separate, explicit choice
+    assert explanation.remedy.changes == {"output": str(tmp_path / "tiny-chat-lora-r4-2")}
+    assert explanation.replace_with.changes == {"overwrite": True}  # replacing: a separate, explicit choice
     assert "tiny-chat-lora-r4-2" in explanation.fix
 
-    retried = run_job(retry(job.kind, job.spec, explanation.retry_with))
+    retried = run_job(retry(job.kind, job.spec, explanation.remedy.changes))
     assert retried.status is JobStatus.DONE
     assert (tmp_path / "tiny-chat-lora-r4-2" / "adapter_model.safetensors").is_file()
     assert (out / "adapter_model.safetensors").read_bytes() == first  # the earlier output is untouched

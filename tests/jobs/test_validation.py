@@ -61,7 +61,7 @@ def test_an_existing_output_blocks_the_run_with_a_free_name_unless_replacing_is_
     check = check_merge(linear(models["a"], models["b"]), "cpu", str(taken), None)
     [problem] = check.errors
     assert problem.key == ("output",) and "already exists" in problem.message
-    assert problem.error.retry_with == {"output": str(tmp_path / "taken-2")}
+    assert problem.error.remedy.changes == {"output": str(tmp_path / "taken-2")}
     assert check_merge(linear(models["a"], models["b"]), "cpu", str(taken), None, replace=True).ready
     check = check_merge(linear(models["a"], models["b"]), "cpu", "", None)
     assert [p.key for p in check.errors] == [("output",)]

@@ -65,7 +65,7 @@ def test_a_dtype_the_probe_saw_fail_is_refused_with_a_retry():
     broken = dataclasses.replace(probed, checks=[*checks, Check("cpu", "bfloat16", operation, ok=False, error="boom")])
     with pytest.raises(DeviceError, match="cannot compute in bfloat16 on cpu") as caught:
         require_compute(broken, "merge", "cpu", "bfloat16")
-    assert caught.value.retry_with == {"compute_dtype": "float32"}
+    assert caught.value.remedy.changes == {"compute_dtype": "float32"}
 
 
 @pytest.mark.parametrize("method", ["linear", "slerp"])

@@ -104,7 +104,7 @@ def test_require_raises_a_device_error_offering_the_cpu(probed):
     with pytest.raises(DeviceError) as raised:
         require(machine, "extract", "cuda:0", "bfloat16")
     assert "cannot store bfloat16 on cuda:0" in raised.value.message
-    assert raised.value.retry_with == {"device": "cpu"}
+    assert raised.value.remedy.changes == {"device": "cpu"}
 
 
 def test_unknown_names_are_programming_errors(probed):

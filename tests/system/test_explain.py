@@ -11,7 +11,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from guiapp.errors import CheckpointError, GatedModelError, JobCancelled, MergesmithError, NonFiniteResultError
+from guiapp.errors import CheckpointError, GatedModelError, JobCancelled, MergesmithError, NonFiniteResultError, Remedy
 from guiapp.system.explain import Explanation, explain
 
 
@@ -49,7 +49,7 @@ def test_float16_matmul_on_an_old_cpu_torch():
                      "    weight_norm = self.get_weight_norm(weight, lora_weight, scaling)\n"
                      'RuntimeError: "addmm_impl_cpu_" not implemented for \'Half\'')
     assert pasted.recognised and pasted.title == "float16 arithmetic is not available on the CPU"
-    assert "float32" in pasted.fix and pasted.retry_with == {"dtype": "float32"}
+    assert "float32" in pasted.fix and pasted.remedy.changes == {"dtype": "float32"}
 
 
 def test_other_kernels_missing_in_half_or_float8():
@@ -136,7 +136,7 @@ def test_quantile_on_a_large_tensor():
 def test_out_of_memory_on_the_cpu_for_real():
     torch_oom = explained(lambda: torch.empty(2**45, dtype=torch.uint8))
     assert torch_oom.title == "Out of memory" and "ran out of RAM" in torch_oom.what
-    assert "35.2 TB" in torch_oom.what and torch_oom.retry_with is None
+    assert "35.2 TB" in torch_oom.what and torch_oom.remedy is None
     numpy_oom = explained(lambda: numpy.empty(2**52, dtype=numpy.uint8))
     assert numpy_oom.title == "Out of memory" and "4.00 PiB" in numpy_oom.what
 
@@ -146,7 +146,7 @@ def test_out_of_memory_on_a_gpu_offers_the_cpu():
                  "capacity of 23.65 GiB of which 1.05 GiB is free.",
                  "RuntimeError: MPS backend out of memory (MPS allocated: 17.00 GB, other allocations: 1.2 GB)"):
         explanation = explain(text)
-        assert explanation.title == "Out of memory" and explanation.retry_with == {"device": "cpu"}
+        assert explanation.title == "Out of memory" and explanation.remedy.changes == {"device": "cpu"}
         assert "the GPU" in explanation.what and "CPU" in explanation.fix
     assert "2.00 GiB" in explain("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0").what
 
@@ -159,7 +159,7 @@ def test_no_gpu_in_this_torch_build_for_real():
     for device in absent:
         explanation = explained(lambda device=device: torch.zeros(1, device=device))
         assert explanation.title == "This torch build cannot use that GPU"
-        assert explanation.retry_with == {"device": "cpu"} and "pytorch.org" in explanation.fix
+        assert explanation.remedy.changes == {"device": "cpu"} and "pytorch.org" in explanation.fix
 
 
 def test_tensors_on_different_devices_and_meta_tensors():
@@ -180,10 +180,10 @@ def test_different_vocabularies_offer_the_base_tokenizer():
     add = explained(lambda: torch.randn(32000, 2) + torch.randn(32002, 2), {"model": "org/chat-tune"})
     assert add.title == "The models' shapes do not match"
     assert "different vocabulary sizes (32000 vs 32002)" in add.what and "org/chat-tune" in add.what
-    assert add.retry_with == {"tokenizer_source": "base"} and "tokenizer_source: base" in add.fix
+    assert add.remedy.changes == {"tokenizer_source": "base"} and "tokenizer_source: base" in add.fix
     embedding = torch.nn.Embedding(32000, 4)
     loading = explained(lambda: embedding.load_state_dict({"weight": torch.zeros(32002, 4)}))
-    assert loading.retry_with == {"tokenizer_source": "base"}
+    assert loading.remedy.changes == {"tokenizer_source": "base"}
 
 
 def _size_mismatch(checkpoint: list[int], current: list[int], name: str = "model.embed_tokens.weight") -> str:
@@ -195,15 +195,15 @@ def _size_mismatch(checkpoint: list[int], current: list[int], name: str = "model
 def test_a_size_mismatch_names_the_dimension_that_differs():
     vocabulary = explain(_size_mismatch([32000, 4096], [32002, 4096]))
     assert "different vocabulary sizes (32000 vs 32002)" in vocabulary.what and "4096" not in vocabulary.what
-    assert vocabulary.retry_with == {"tokenizer_source": "base"}
+    assert vocabulary.remedy.changes == {"tokenizer_source": "base"}
     for checkpoint, current in (([32000, 4096], [32000, 5120]), ([32000, 4096], [32002, 5120])):
         hidden = explain(_size_mismatch(checkpoint, current))
         assert "hidden sizes (4096 vs 5120)" in hidden.what and "vocabulary sizes" not in hidden.what, hidden.what
-        assert hidden.retry_with is None and "tokenizer_source" not in hidden.fix
+        assert hidden.remedy is None and "tokenizer_source" not in hidden.fix
         assert "same architecture and size" in hidden.fix
     embedding = torch.nn.Embedding(32000, 8)  # the live error names the parameter "weight" alone
     live = explained(lambda: embedding.load_state_dict({"weight": torch.zeros(32000, 16)}))
-    assert "hidden sizes (16 vs 8)" in live.what and live.retry_with is None
+    assert "hidden sizes (16 vs 8)" in live.what and live.remedy is None
     projection = explain(_size_mismatch([4096, 4096], [5120, 4096], "model.layers.0.self_attn.q_proj.weight"))
     assert "vocabulary" not in projection.what and "4096 vs 5120" in projection.what
     assert "[4096, 4096]" in projection.what and "[5120, 4096]" in projection.what
@@ -213,7 +213,7 @@ def test_different_architectures_name_the_model():
     layer = torch.nn.Linear(4096, 4096)
     explanation = explained(lambda: layer.load_state_dict({"weight": torch.zeros(5120, 5120), "bias": layer.bias}),
                             {"model": "org/other-size"})
-    assert explanation.title == "The models' shapes do not match" and explanation.retry_with is None
+    assert explanation.title == "The models' shapes do not match" and explanation.remedy is None
     assert "org/other-size" in explanation.what and "same architecture" in explanation.fix
 
 
@@ -237,7 +237,7 @@ def test_files_that_are_not_safetensors(tmp_path, content, why_words):
     explanation = explained(lambda: load_file(path), {"file": str(path)})
     assert explanation.title == "A model file is damaged or not a safetensors file"
     assert str(path) in explanation.what and why_words in explanation.why
-    assert "again" in explanation.fix and explanation.retry_with == {"force_download": True}
+    assert "again" in explanation.fix and explanation.remedy.changes == {"force_download": True}
 
 
 class _RunsCode:
@@ -355,9 +355,9 @@ def test_gated_repo_as_transformers_reports_it():
 def test_nan_results():
     sampling = explained(lambda: torch.multinomial(torch.tensor([float("nan"), 1.0]), 1))
     assert sampling.title == "The result contains NaN or infinity" and sampling.kind == "non_finite"
-    assert "bfloat16" in sampling.fix and sampling.retry_with == {"dtype": "bfloat16"}
+    assert "bfloat16" in sampling.fix and sampling.remedy.changes == {"dtype": "bfloat16"}
     own = explain(NonFiniteResultError("model.layers.3.mlp.up_proj.weight became NaN after the DARE sum",
-                                       hint="Store in bfloat16.", retry_with={"dtype": "bfloat16"}))
+                                       hint="Store in bfloat16.", remedy=Remedy("dtype", "bfloat16", "in bfloat16")))
     assert own.title == sampling.title and "model.layers.3.mlp.up_proj.weight" in own.what
     assert explain("ValueError: This file contains information about the model").recognised is False
 
@@ -390,10 +390,10 @@ def test_remote_code_and_missing_packages():
 
 def test_own_errors_map_directly_and_keep_their_cause():
     gated = explain(GatedModelError("meta-llama/Llama-3.1-8B needs its licence accepted.",
-                                    hint="Accept it on the model page.", retry_with={"token": "set"}))
+                                    hint="Accept it on the model page.", remedy=Remedy("token", "set", "signed in")))
     assert gated.title == GatedModelError.title and gated.fix == "Accept it on the model page."
     assert gated.kind == "GatedModelError"
-    assert gated.retry_with == {"token": "set"} and gated.why.startswith("The model's licence must be accepted")
+    assert gated.remedy.changes == {"token": "set"} and gated.why.startswith("The model's licence must be accepted")
 
     cancelled = explain(JobCancelled())
     assert cancelled.title == "Cancelled" and cancelled.recognised
@@ -412,7 +412,7 @@ def test_own_error_borrows_why_and_fix_from_a_known_cause(tmp_path):
     explanation = explained(read)
     assert explanation.title == CheckpointError.title and path.name in explanation.what
     assert "Git LFS pointer" in explanation.why and "again" in explanation.fix
-    assert explanation.retry_with == {"force_download": True}
+    assert explanation.remedy.changes == {"force_download": True}
 
 
 def test_unknown_errors_are_admitted():
@@ -469,7 +469,7 @@ guiapp.errors.CheckpointError: model-00001-of-00002.safetensors in /models/tune 
     explanation = explain(log)
     assert explanation.recognised and explanation.title == CheckpointError.title
     assert explanation.what == "model-00001-of-00002.safetensors in /models/tune is a Git LFS pointer"
-    assert "Git LFS pointer" in explanation.why and explanation.retry_with == {"force_download": True}
+    assert "Git LFS pointer" in explanation.why and explanation.remedy.changes == {"force_download": True}
     hub = explain("huggingface_hub.errors.RevisionNotFoundError: 404 Client Error. Revision Not Found for url: x")
     assert hub.title == "The model version was not found" and "branch" in hub.what
 

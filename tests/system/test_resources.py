@@ -42,7 +42,7 @@ def test_gpu_memory_of_a_device_torch_cannot_see():
     with pytest.raises(DeviceError) as raised:
         gpu_memory(absent)
     assert f"Cannot read the memory of {absent}" in raised.value.message
-    assert raised.value.retry_with == {"device": "cpu"}
+    assert raised.value.remedy.changes == {"device": "cpu"}
 
 
 def test_a_small_job_fits_in_this_machines_ram(tmp_path):
@@ -81,7 +81,7 @@ def test_gpu_verdicts_and_the_error_of_a_job_that_will_not_fit():
                           space=PLENTY)
     assert too_big.level is FitLevel.WILL_NOT_FIT and not too_big.fits
     error = too_big.as_error()
-    assert isinstance(error, InsufficientResourcesError) and error.retry_with == {"device": "cpu"}
+    assert isinstance(error, InsufficientResourcesError) and error.remedy.changes == {"device": "cpu"}
     assert "30.0 GB needed on cuda:0, 20.0 GB free of 24.0 GB" in error.message
 
 

@@ -84,5 +84,5 @@ def with_gpu(result: ProbeResult, device: str = "cuda:0") -> ProbeResult:
 
 def wait_for_job(qtbot, window, key: str, timeout: int = 60_000):
     record = window.state.jobs.record(key)
-    qtbot.waitUntil(lambda: record.status not in ("queued", "running"), timeout=timeout)
+    qtbot.waitUntil(lambda: not record.status.active, timeout=timeout)
     return record

@@ -170,8 +170,10 @@ def test_history_survives_a_restart_without_secrets(qtbot, make_window, models, 
     assert [r.key for r in saved] == [record.key]
     assert "hf_secret" not in (tmp_path / "config" / "jobs_history.json").read_text()
     again = make_window()
-    assert again.jobs.list.count() == 1
-    again.jobs.list.setCurrentRow(0)
+    rows = again.jobs.list.model()
+    assert rows.rowCount() == 1
+    assert rows.index(0).data().startswith(f"Done · {record.title}\nMerge, ")
+    again.jobs.list.setCurrentIndex(rows.index(0))
     assert again.jobs.title.text() == record.title and again.jobs.status.text() == "Done"
 
 

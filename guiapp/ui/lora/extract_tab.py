@@ -29,12 +29,13 @@ from PySide6.QtWidgets import (
 
 from guiapp.facts.dtypes import ADAPTER_WRITABLE
 from guiapp.jobs.fixes import window_text
+from guiapp.jobs.runner import JobStatus
+from guiapp.jobs.summaries import extraction_report
 from guiapp.jobs.validation import PairCheck, check_pair
 from guiapp.system.paths import expanded
 from guiapp.system.units import plural
 from guiapp.ui.background import LatestTask, run_blocking
 from guiapp.ui.lora.form_tab import FormTab, model_problems, out_of_range
-from guiapp.ui.pages.jobs import extraction_report
 from guiapp.ui.text import error_text, sentence
 from guiapp.ui.theme import set_status_style
 from guiapp.ui.widgets.model_picker import ModelPicker
@@ -361,13 +362,13 @@ class ExtractTab(FormTab):
         if key != self._job_key:
             return
         record = self.state.jobs.record(key)
-        if record.status == "done":
+        if record.status == JobStatus.DONE:
             report = extraction_report(record.summary)
             self.report.setText(report)
             self.report_chart.show_summary(record.summary)
             set_status_style(self.report, "warning" if "Warning" in report else None)
             QTimer.singleShot(0, lambda: self.scroll.ensureWidgetVisible(self.report))  # once laid out
-        elif record.status in ("failed", "cancelled"):
+        elif record.status in (JobStatus.FAILED, JobStatus.CANCELLED):
             self.report.setText(f"The extraction {record.status}: the Jobs page says why.")
             set_status_style(self.report, "problem")
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 import time
-from datetime import datetime
 from pathlib import Path
 
 from PySide6.QtCore import Qt, QTimer, QUrl, Signal
@@ -19,8 +18,7 @@ from PySide6.QtWidgets import (
     QFormLayout,
     QHBoxLayout,
     QLabel,
-    QListWidget,
-    QListWidgetItem,
+    QListView,
     QPlainTextEdit,
     QProgressBar,
     QPushButton,
@@ -30,6 +28,9 @@ from PySide6.QtWidgets import (
 )
 
 from guiapp.jobs.fixes import CHOOSE_FOLDER, GO_ONLINE, SIGN_IN, USE_OFFLINE, FixAction
+from guiapp.jobs.runner import JobStatus
+from guiapp.jobs.specs import job_kind
+from guiapp.ui.job_list_model import KEY_ROLE, STATUS_WORDS, JobListModel
 from guiapp.ui.publish_dialog import PublishOutputButton
 from guiapp.ui.theme import set_heading, set_status_style, status_colour
 from guiapp.ui.widgets.explanation import ExplanationPanel
@@ -38,14 +39,11 @@ from guiapp.ui.widgets.open_link import LinkFallback
 from guiapp.ui.widgets.spectrum_chart import ModuleEnergyChart
 from guiapp.ui.widgets.wrapping_label import WrappingLabel
 
-STATUS_WORDS = {"queued": "Waiting", "running": "Running", "done": "Done", "failed": "Failed",
-                "cancelled": "Cancelled", "interrupted": "Interrupted"}
-STATUS_STYLE = {"done": "good", "failed": "problem", "cancelled": "warning", "interrupted": "warning"}
+STATUS_STYLE = {JobStatus.DONE: "good", JobStatus.FAILED: "problem", JobStatus.CANCELLED: "warning",
+                JobStatus.INTERRUPTED: "warning"}
 # A job that stopped keeps its bar where it stopped, in the warning colour; a failed job's bar is hidden (the
 # explanation says what happened): neither looks like a finished job's full bar.
-STOPPED_BAR = {"cancelled": "warning", "interrupted": "warning"}
-KIND_WORDS = {"merge": "Merge", "extract": "Extract LoRA", "apply": "Apply LoRA", "download": "Download",
-              "try": "Try", "perplexity": "Perplexity", "publish": "Publish"}
+STOPPED_BAR = {JobStatus.CANCELLED: "warning", JobStatus.INTERRUPTED: "warning"}
 
 
 class JobsPage(QWidget):
@@ -59,8 +57,10 @@ class JobsPage(QWidget):
         self.bridge = state.jobs
         self.selected: str | None = None
 
-        self.list = QListWidget(accessibleName="Jobs")
-        self.list.currentItemChanged.connect(self._selection_changed)
+        self.jobs_model = JobListModel(self.bridge, self)
+        self.list = QListView(accessibleName="Jobs")
+        self.list.setModel(self.jobs_model)
+        self.list.selectionModel().currentChanged.connect(self._selection_changed)
         self.clear_button = QPushButton("Clear finished")
         self.clear_button.setToolTip("Remove finished, failed and cancelled jobs from this list")
         self.clear_button.clicked.connect(self._clear_finished)
@@ -130,66 +130,36 @@ class JobsPage(QWidget):
         self._clock = QTimer(self, interval=1000)
         self._clock.timeout.connect(self._tick)
         self._clock.start()
-        self.bridge.record_added.connect(self._record_added)
+        self.bridge.record_added.connect(self.select)
         self.bridge.record_changed.connect(self._record_changed)
         self.bridge.progress.connect(self._progress)
         self.bridge.log_line.connect(self._log_line)
-        for record in self.bridge.records:
-            self._record_added(record.key, select=False)
-        if self.list.count():
-            self.list.setCurrentRow(0)
+        if self.jobs_model.rowCount():
+            self.list.setCurrentIndex(self.jobs_model.index(0))
         self._show_selected()
 
     # --- list ----------------------------------------------------------------------------------------------
 
-    def _item(self, key: str) -> QListWidgetItem | None:
-        for row in range(self.list.count()):
-            if self.list.item(row).data(Qt.ItemDataRole.UserRole) == key:
-                return self.list.item(row)
-        return None
-
-    def _record_added(self, key: str, select: bool = True) -> None:
-        item = QListWidgetItem()
-        item.setData(Qt.ItemDataRole.UserRole, key)
-        self.list.insertItem(0, item)  # newest first
-        self._label_item(key)
-        if select:
-            self.list.setCurrentItem(item)
-
-    def _label_item(self, key: str) -> None:
-        record, item = self.bridge.record(key), self._item(key)
-        if record is None or item is None:
-            return
-        when = datetime.fromtimestamp(record.created).strftime("%d %b %H:%M")
-        status = STATUS_WORDS.get(record.status, record.status)
-        latest = self.bridge.latest.get(key)
-        if record.status == "running" and latest is not None:
-            status = f"{latest.stage} {latest.fraction:.0%}"
-        item.setText(f"{status} · {record.title}\n{KIND_WORDS.get(record.kind, record.kind)}, {when}")
-        item.setToolTip(record.title)
-
     def _record_changed(self, key: str) -> None:
-        self._label_item(key)
         if key == self.selected:
             self._show_selected()
 
-    def _selection_changed(self, current: QListWidgetItem | None, _previous=None) -> None:
-        self.selected = current.data(Qt.ItemDataRole.UserRole) if current else None
+    def _selection_changed(self, current, _previous=None) -> None:
+        self.selected = current.data(KEY_ROLE) if current.isValid() else None
         self._show_selected()
 
     def select(self, key: str) -> None:
-        item = self._item(key)
-        if item is not None:
-            self.list.setCurrentItem(item)
+        index = self.jobs_model.row_of(key)
+        if index.isValid():
+            self.list.setCurrentIndex(index)
 
     def _clear_finished(self) -> None:
+        selected = self.selected
         self.bridge.clear_finished()
-        keep = {r.key for r in self.bridge.records}
-        for row in reversed(range(self.list.count())):
-            if self.list.item(row).data(Qt.ItemDataRole.UserRole) not in keep:
-                self.list.takeItem(row)
-        if self.selected not in keep:
-            self.selected = None
+        self.jobs_model.reload()  # the view's selection goes with the rows: a job still listed is selected again
+        self.selected = None
+        if selected is not None:
+            self.select(selected)
         self._show_selected()
 
     # --- the selected job ------------------------------------------------------------------------------------
@@ -201,9 +171,9 @@ class JobsPage(QWidget):
             widget.setEnabled(has)
         self.publish_button.show_record(record)
         self.job_chart.show_record(record)
-        self.energy_chart.show_summary(record.summary if has and record.kind == "extract" else None)
+        self.energy_chart.show_summary(record.summary if has else None)  # hidden without per-module energies
         if not has:
-            self.title.setText("No job selected." if self.list.count() else
+            self.title.setText("No job selected." if self.jobs_model.rowCount() else
                                "No jobs yet. Run a merge or an extraction and it appears here.")
             for label in (self.status, self.stage, self.item, self.rate, self.eta, self.elapsed, self.summary):
                 label.clear()
@@ -216,9 +186,9 @@ class JobsPage(QWidget):
         self.title.setText(record.title)
         self.status.setText(STATUS_WORDS.get(record.status, record.status))
         set_status_style(self.status, STATUS_STYLE.get(record.status))
-        active = record.status in ("queued", "running")
+        active = record.status.active
         self.cancel_button.setEnabled(active)
-        self.open_button.setEnabled(bool(record.output) and record.status == "done")
+        self.open_button.setEnabled(bool(record.output) and record.status == JobStatus.DONE)
         if record.key in self.bridge.latest:  # this job's own last step, not the one shown before
             self._progress(record.key, self.bridge.latest[record.key])
         else:  # from the history: where it ended, when known
@@ -226,7 +196,7 @@ class JobsPage(QWidget):
             for label in (self.stage, self.item, self.rate, self.eta):
                 label.clear()
             self.stage.setText(record.last_stage)
-        if record.status == "done":  # its last report may have been a step before the end
+        if record.status == JobStatus.DONE:  # its last report may have been a step before the end
             self.bar.setValue(1000)
             self.stage.setText("Finished")
             self.item.clear()
@@ -243,7 +213,7 @@ class JobsPage(QWidget):
 
     def _show_bar(self, status: str | None) -> None:
         """The bar of a failed job is hidden; a stopped one keeps its value in the warning colour."""
-        self.bar.setVisible(status != "failed")
+        self.bar.setVisible(status != JobStatus.FAILED)
         palette = QPalette(QGuiApplication.palette())
         if status in STOPPED_BAR:
             palette.setColor(QPalette.ColorRole.Highlight, status_colour(STOPPED_BAR[status]))
@@ -251,7 +221,6 @@ class JobsPage(QWidget):
         self.bar.setFormat(f"{STATUS_WORDS[status]} at %p%" if status in STOPPED_BAR else "%p%")
 
     def _progress(self, key: str, event) -> None:
-        self._label_item(key)
         if key != self.selected:
             return
         self.bar.setValue(int(event.fraction * 1000))
@@ -334,50 +303,9 @@ class JobsPage(QWidget):
 
 def summary_text(record) -> str:
     """What a finished job produced, in a sentence or two (the extraction report included)."""
-    from guiapp.system.units import format_bytes
-
-    summary = record.summary or {}
-    if record.status != "done" or not summary:
+    if record.status != JobStatus.DONE or not record.summary:
         return ""
-    if record.kind == "merge":
-        text = (f"Wrote {summary.get('tensors')} tensors ({format_bytes(summary.get('output_bytes', 0))}) to "
-                f"{summary.get('output')} in {_duration(summary.get('seconds', 0))}.")
-        return text + "".join(f"\nWarning: {w}" for w in summary.get("warnings") or [])
-    if record.kind == "extract":
-        return extraction_report(summary)
-    if record.kind == "apply":
-        return (f"Wrote {summary.get('output')} ({format_bytes(summary.get('bytes', 0))}): {summary.get('changed')} "
-                f"tensors changed by the adapter, {summary.get('replaced')} replaced.")
-    if record.kind == "try":
-        return "\n\n".join(f"{g['model']} ({g['dtype']}): {g['text'].strip()}" for g in summary["generations"])
-    if record.kind == "perplexity":
-        return "\n".join(f"{r['model']}: perplexity {r['perplexity']:.3f}" if r["perplexity"] is not None else
-                         f"{r['model']}: mean similarity {r['mean_similarity']:.4f}" for r in summary["results"])
-    if record.kind == "publish":
-        return f"Published {summary.get('repo')}: {summary.get('url')}"
-    return f"Saved in {summary.get('output')}."
-
-
-def extraction_report(summary: dict) -> str:
-    """The extraction's end report: size, retained energy, worst modules, and a warning when nearly empty."""
-    from guiapp.jobs.extraction_words import least_kept_sentence
-    from guiapp.system.units import format_bytes
-
-    totals = summary.get("totals", summary)
-    energy = totals.get("mean_retained_energy")
-    lines = [f"Adapter: {summary.get('output')} ({format_bytes(totals.get('adapter_bytes') or 0)}).",
-             f"Modules: {totals.get('lora_modules')} as LoRA, {totals.get('saved_modules')} saved whole, "
-             f"{totals.get('unchanged_modules')} unchanged."]
-    if energy is not None:
-        lines.append(f"Change kept: {energy:.0%} on average.")
-    if least := least_kept_sentence(summary):
-        lines.append(least)
-    if not totals.get("lora_modules") and not totals.get("saved_modules"):
-        lines.append("Warning: this adapter is nearly empty: the fine-tune hardly differs from the base.")
-    elif energy is not None and energy < 0.5:
-        lines.append("Warning: the adapter keeps less than half of the fine-tune's changes; raise the rank.")
-    lines += [f"Note: {w}" for w in summary.get("warnings") or []]
-    return "\n".join(lines)
+    return job_kind(record.kind).summary(record.summary)
 
 
 def _duration(seconds: float) -> str:

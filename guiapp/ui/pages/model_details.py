@@ -11,6 +11,8 @@ from typing import Any
 from PySide6.QtCore import Qt, QUrl
 from PySide6.QtWidgets import QGridLayout, QLabel, QListWidget, QPushButton, QVBoxLayout, QWidget
 
+from guiapp.jobs.runner import JobStatus
+from guiapp.jobs.specs import DownloadSpec
 from guiapp.ui.background import LatestTask, run_blocking
 from guiapp.ui.text import error_text, html_escape
 from guiapp.ui.theme import set_heading, set_status_style
@@ -174,10 +176,10 @@ class ModelDetailsPane(QWidget):
     def _job_changed(self, key: str) -> None:
         """The status line follows a download of the model shown: done, failed or cancelled."""
         record = self.state.jobs.record(key)
-        if (record is None or record.kind != "download" or self.details is None
-                or record.spec.get("repo_id") != self.details.repo_id or record.status in ("queued", "running")):
+        if (record is None or record.kind != DownloadSpec.kind or self.details is None
+                or record.spec.get("repo_id") != self.details.repo_id or record.status.active):
             return
-        if record.status == "done":
+        if record.status == JobStatus.DONE:
             repo_id = self.details.repo_id
             self.open_details(repo_id)  # read again: the fit now says "downloaded"
             self.detail_status.setText(f"Downloaded {repo_id}: it is in every model list now.")

@@ -37,13 +37,14 @@ from PySide6.QtWidgets import (
 
 from guiapp.facts.dtypes import WRITABLE
 from guiapp.hub.references import ModelRef
+from guiapp.jobs.runner import JobStatus
+from guiapp.jobs.specs import job_kind, models_to_try
 from guiapp.jobs.tryout import (
     DEFAULT_TEMPERATURE,
     DEFAULT_TOP_P,
     MAX_MODELS,
     ModelShelf,
     estimate_try_time,
-    models_to_try,
     perplexity_job,
     try_job,
 )
@@ -57,7 +58,6 @@ from guiapp.ui.widgets.wrapping_label import WrappingLabel
 # A text to score longer than this (a whole file opened) is not kept for the next start: the models and the
 # prompt are, and the file can be opened again.
 REMEMBERED_TEXT_CHARS = 16_000
-FINISHED_KINDS = ("merge", "extract", "apply")
 
 
 class BarChart(QWidget):
@@ -447,19 +447,19 @@ class TryPage(QWidget):
         if record is None:
             return
         if key != self._key:
-            if record.status == "done" and record.kind in FINISHED_KINDS:
+            if record.status == JobStatus.DONE and job_kind(record.kind).makes_model:
                 self.set_models(models_to_try(record.kind, record.spec, record.output))
             return
-        if record.status in ("queued", "running"):
+        if record.status.active:
             return
         self._key = None
         self.stop.setEnabled(False)
         self.generate_button.setEnabled(True)
         self.perplexity_button.setEnabled(True)
-        if record.status == "done":
+        if record.status == JobStatus.DONE:
             self._show_results(record.summary)
             self.status.setText("Done.")
-        elif record.status == "cancelled":
+        elif record.status == JobStatus.CANCELLED:
             self.status.setText("Stopped.")
         else:
             explanation = record.explanation or {}

@@ -25,13 +25,14 @@ from PySide6.QtWidgets import (
 )
 
 from guiapp.jobs.fixes import OPEN_MODEL_PAGE, REPLACE, RETRY, RETRY_WITH, FixAction, fix_actions, window_text
+from guiapp.jobs.runner import JobStatus
 from guiapp.ui.text import html_escape
 from guiapp.ui.theme import set_heading, set_primary, set_status_style
 from guiapp.ui.widgets.open_link import LinkFallback
 from guiapp.ui.widgets.wrapping_label import WrappingLabel
 
 # What happened to a job that stopped without an error, by its status.
-STOPPED_WORDS = {"interrupted": "Mergesmith was closed while it ran; nothing half-written was left behind."}
+STOPPED_WORDS = {JobStatus.INTERRUPTED: "Mergesmith was closed while it ran; nothing half-written was left behind."}
 
 
 class ExplanationPanel(QFrame):
@@ -76,7 +77,7 @@ class ExplanationPanel(QFrame):
         """The button that retries with the suggested settings, when the explanation suggests any."""
         return self.buttons.get(RETRY_WITH)
 
-    def show_explanation(self, explanation: Any, status: str = "failed", output: str | None = None) -> None:
+    def show_explanation(self, explanation: Any, status: str = JobStatus.FAILED, output: str | None = None) -> None:
         """Show an Explanation or its dict with the fixes for a job that ended with `status` and writes `output`;
         None shows only the plain Retry for a cancelled job (nothing at all for other statuses)."""
         data = (asdict(explanation) if is_dataclass(explanation) else dict(explanation)) if explanation else {}

@@ -14,6 +14,7 @@ from typing import Any
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QVBoxLayout, QWidget
 
+from guiapp.jobs.runner import JobStatus
 from guiapp.system.units import format_seconds, roughly
 from guiapp.ui.widgets.charts import ChartHost, pyqtgraph
 from guiapp.ui.widgets.wrapping_label import WrappingLabel
@@ -118,7 +119,7 @@ class JobChart(QWidget):
         self.key = record.key if record is not None else None
         points = self.points.get(self.key, []) if self.key else []
         estimate = (record.summary or {}).get("estimate") if record is not None else None
-        actual = _actual_seconds(record) if record is not None and record.status == "done" else None
+        actual = _actual_seconds(record) if record is not None and record.status == JobStatus.DONE else None
         self.chart.show_job(points, estimate, actual)
         self.chart.setVisible(bool(points) or (estimate is not None and actual is not None))
         self.verdict.setText(_verdict(estimate, actual))
