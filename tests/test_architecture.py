@@ -193,9 +193,10 @@ def _dtypes_named(node: ast.AST, vocabulary: dict[str, str]) -> set[str]:
     if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "torch":
         name = vocabulary.get(node.attr)
         return {name} if name else set()
-    if isinstance(node, ast.Call):
+    if isinstance(node, ast.Call):  # a row's own values, not those of calls inside it (an entry's Remedy)
         return set().union(*(_dtypes_named(argument, vocabulary)
-                             for argument in (*node.args, *(k.value for k in node.keywords))))
+                             for argument in (*node.args, *(k.value for k in node.keywords))
+                             if not isinstance(argument, ast.Call)))
     return set()
 
 
