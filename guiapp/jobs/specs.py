@@ -115,6 +115,30 @@ def apply_job(base: str, adapter: str, out: Path, *, scale: float = 1.0, dtype: 
     return Job(title=f"Apply LoRA → {Path(out).name}", kind="apply", spec=spec, work=work)
 
 
+def moe_job(config_path: Path, out: Path, *, device: str = "cpu", seed: int = 0, overwrite: bool = False,
+            max_shard_size: str = "5GB", force: bool = False) -> Job:
+    """A job that assembles the MoE model the mergekit-moe configuration `config_path` describes into `out`
+    (refused, with the numbers, when it will not fit, unless `force`)."""
+    spec = {"config_path": str(config_path), "out": str(out), "device": device, "seed": seed,
+            "overwrite": overwrite, "max_shard_size": max_shard_size, "force": force}
+
+    def work(progress):
+        from guiapp.jobs.estimates import estimate_moe
+        from guiapp.moe.assemble import MoeSettings, assemble_moe, plan_moe
+        from guiapp.moe.config import load_moe_config
+        from guiapp.system.probe import cached_probe
+
+        progress.start_stage("Checking the experts against the base model")
+        config, text = load_moe_config(config_path)
+        plan = plan_moe(config, device)
+        estimated = _check_fit(estimate_moe(plan, Path(out), cached_probe()), progress, force)
+        settings = MoeSettings(config, Path(out), device=device, seed=seed, overwrite=overwrite,
+                               max_shard_size=max_shard_size, config_text=text)
+        return {**assemble_moe(settings, progress, plan), **estimated}
+
+    return Job(title=f"Assemble experts → {Path(out).name}", kind="moe", spec=spec, work=work)
+
+
 def download_job(repo_id: str, revision: str | None = None) -> Job:
     """A job that downloads what a merge needs of `repo_id` into the Hugging Face cache."""
     spec = {"repo_id": repo_id, "revision": revision}
@@ -142,6 +166,8 @@ def job_from_spec(kind: str, spec: dict[str, Any]) -> Job:
         return extract_job(**{**spec, "out": Path(spec["out"])})
     if kind == "apply":
         return apply_job(**{**spec, "out": Path(spec["out"])})
+    if kind == "moe":
+        return moe_job(**{**spec, "config_path": Path(spec["config_path"]), "out": Path(spec["out"])})
     if kind == "download":
         return download_job(spec["repo_id"], spec.get("revision"))
     if kind in ("try", "perplexity", "publish"):
