@@ -54,12 +54,13 @@ def cheap_embed_gates(experts: Sequence[Expert], tokenizer: Any, embedding: torc
 
     def vector(prompts: Sequence[str]) -> torch.Tensor:
         tokens = tokenize_prompts(tokenizer, prompts)
-        ids = tokens["input_ids"][tokens["attention_mask"].bool()]
+        ids, mask = tokens["input_ids"], tokens["attention_mask"]
         if ids.numel() and int(ids.max()) >= embedding.shape[0]:
             raise CheckpointError(
                 f"The base model's tokenizer gives token {int(ids.max())} but its embedding has only "
                 f"{embedding.shape[0]} rows.", hint="Use the base model's own tokenizer files.")
-        summed = embedding[ids].to(torch.float32).sum(dim=0, keepdim=True)
+        # Summed over each prompt, then over the prompts, as mergekit-moe sums: the same float32 rounding.
+        summed = (embedding[ids].to(torch.float32) * mask.unsqueeze(-1)).sum(dim=1).sum(dim=0, keepdim=True)
         return summed / summed.norm(dim=-1, keepdim=True).clamp(min=_TINY)
 
     return _combine(experts, vector).repeat(layers, 1, 1)  # [1, experts, hidden] for every layer

@@ -36,3 +36,12 @@ def moe_models(tmp_path_factory) -> dict[str, Path]:
         copy_tokenizer(base, folder)
         models[f"e{index}"] = folder
     return models
+
+
+@pytest.fixture
+def stored_probe(probed):
+    """This machine's real probe (the process's one), stored where the hidden gates' `probe()` finds it."""
+    from guiapp.system.probe import cache_file, machine_fingerprint, store
+
+    store(probed, cache_file(machine_fingerprint()))
+    return probed
