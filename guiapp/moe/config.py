@@ -86,10 +86,12 @@ def moe_config_from_dict(document: dict[str, Any]) -> MoeConfig:
     base = ModelRef.parse(document["base_model"], "base_model")
     gate_mode = document.get("gate_mode", "hidden")
     if gate_mode not in GATE_MODES:
-        hint = "hidden_avg averages over padding as mergekit-moe does it; use hidden instead. " \
-            if gate_mode == "hidden_avg" else ""
+        close = difflib.get_close_matches(str(gate_mode), GATE_MODES, n=1)
+        guess = f'Did you mean "{close[0]}"? ' if close else ""
+        if gate_mode == "hidden_avg":
+            guess = "hidden_avg (which averages over the padding too, in mergekit-moe) is not offered: use hidden. "
         raise RecipeError(f"gate_mode {gate_mode!r} is not one Mergesmith knows.",
-                          hint=f"{hint}Use one of: {', '.join(GATE_MODES)}.", key="gate_mode")
+                          hint=f"{guess}The modes are: {', '.join(GATE_MODES)}.", key="gate_mode")
     experts = _experts(document.get("experts"), "experts", warnings, gate_mode, required=True)
     shared = _experts(document.get("shared_experts"), "shared_experts", warnings, gate_mode, required=False)
     per_token = document.get("experts_per_token", 2)
@@ -105,7 +107,8 @@ def moe_config_from_dict(document: dict[str, Any]) -> MoeConfig:
                           key="dtype")
     architecture = document.get("architecture")
     if architecture is not None and not isinstance(architecture, str):
-        raise RecipeError("architecture must be a name such as mixtral or qwen.", key="architecture")
+        raise RecipeError("architecture must be a name such as mixtral or qwen.",
+                          hint="Leave it out to let Mergesmith pick, as mergekit-moe does.", key="architecture")
     config = MoeConfig(base, experts, gate_mode, dtype, per_token, shared, architecture, tuple(warnings))
     _check_prompts_differ(config)
     return config
@@ -124,7 +127,8 @@ def _experts(value: Any, key: str, warnings: list[str], gate_mode: str, *, requi
 def _expert(item: Any, key: tuple, warnings: list[str], gate_mode: str) -> Expert:
     where = f"{key[0]}[{key[1]}]"
     if not isinstance(item, dict) or "source_model" not in item:
-        raise RecipeError(f"{where} must be a mapping with a source_model.", key=key)
+        raise RecipeError(f"{where} must be a mapping with a source_model.",
+                          hint="Example:\n  - source_model: org/model\n    positive_prompts: [\"...\"]", key=key)
     warnings += _unknown_keys(item, EXPERT_KEYS, where)
     positive = _prompts(item.get("positive_prompts"), (*key, "positive_prompts"))
     negative = _prompts(item.get("negative_prompts"), (*key, "negative_prompts"))
@@ -143,7 +147,8 @@ def _prompts(value: Any, key: tuple) -> tuple[str, ...]:
     if value is None:
         return ()
     if not isinstance(value, list) or not all(isinstance(p, str) and p for p in value):
-        raise RecipeError(f"{'.'.join(map(str, key))} must be a list of non-empty texts.", key=key)
+        raise RecipeError(f"{'.'.join(map(str, key))} must be a list of non-empty texts.",
+                          hint='Example: ["Write a poem about the sea", "Compose a sonnet"]', key=key)
     return tuple(value)
 
 
@@ -151,7 +156,8 @@ def _scale(value: Any, key: tuple) -> float | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise RecipeError(f"{'.'.join(map(str, key))} must be a number (got {value!r}).", key=key)
+        raise RecipeError(f"{'.'.join(map(str, key))} must be a number (got {value!r}).",
+                          hint="Example: 0.5, or leave the line out.", key=key)
     return float(value)
 
 
