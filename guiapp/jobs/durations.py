@@ -44,7 +44,7 @@ _REFERENCE_SECONDS_PER_BYTE = {
     "extract": 8e-9,
     "apply": 4e-9,
     # Per byte written: an MoE assembly reads each byte once and writes it (benchmarks/moe.py).
-    "moe": 2e-9,
+    "moe": 4e-9,
     # Try's Generate and Perplexity count their work in nanoseconds of the reference machine (jobs/estimates.py).
     "try": 1.6e-9,
     "perplexity": 1.1e-9,
