@@ -115,21 +115,26 @@ def apply_job(base: str, adapter: str, out: Path, *, scale: float = 1.0, dtype: 
     return Job(title=f"Apply LoRA → {Path(out).name}", kind="apply", spec=spec, work=work)
 
 
-def moe_job(config_path: Path, out: Path, *, device: str = "cpu", seed: int = 0, overwrite: bool = False,
-            max_shard_size: str = "5GB", force: bool = False) -> Job:
-    """A job that assembles the MoE model the mergekit-moe configuration `config_path` describes into `out`
-    (refused, with the numbers, when it will not fit, unless `force`)."""
-    spec = {"config_path": str(config_path), "out": str(out), "device": device, "seed": seed,
-            "overwrite": overwrite, "max_shard_size": max_shard_size, "force": force}
+def moe_job(config_path: Path | None, out: Path, *, document: dict[str, Any] | None = None, device: str = "cpu",
+            seed: int = 0, overwrite: bool = False, max_shard_size: str = "5GB", force: bool = False) -> Job:
+    """A job that assembles the MoE model a mergekit-moe configuration describes into `out`: the file
+    `config_path` (the CLI), or `document`, its parsed form (the Experts page). Refused, with the numbers, when it
+    will not fit, unless `force`."""
+    spec = {"config_path": None if config_path is None else str(config_path), "out": str(out), "document": document,
+            "device": device, "seed": seed, "overwrite": overwrite, "max_shard_size": max_shard_size, "force": force}
 
     def work(progress):
+        from guiapp.engine.model_card import recipe_yaml
         from guiapp.jobs.estimates import estimate_moe
         from guiapp.moe.assemble import MoeSettings, assemble_moe, plan_moe
-        from guiapp.moe.config import load_moe_config
+        from guiapp.moe.config import load_moe_config, moe_config_from_dict
         from guiapp.system.probe import cached_probe
 
         progress.start_stage("Checking the experts against the base model")
-        config, text = load_moe_config(config_path)
+        if document is not None:
+            config, text = moe_config_from_dict(copy.deepcopy(document)), recipe_yaml(document)
+        else:
+            config, text = load_moe_config(config_path)
         plan = plan_moe(config, device)
         estimated = _check_fit(estimate_moe(plan, Path(out), cached_probe()), progress, force)
         settings = MoeSettings(config, Path(out), device=device, seed=seed, overwrite=overwrite,
@@ -167,7 +172,9 @@ def job_from_spec(kind: str, spec: dict[str, Any]) -> Job:
     if kind == "apply":
         return apply_job(**{**spec, "out": Path(spec["out"])})
     if kind == "moe":
-        return moe_job(**{**spec, "config_path": Path(spec["config_path"]), "out": Path(spec["out"])})
+        path = spec.get("config_path")
+        return moe_job(None if path is None else Path(path), Path(spec["out"]),
+                       **{k: v for k, v in spec.items() if k not in ("config_path", "out")})
     if kind == "download":
         return download_job(spec["repo_id"], spec.get("revision"))
     if kind in ("try", "perplexity", "publish"):

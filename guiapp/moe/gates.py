@@ -80,10 +80,7 @@ def hidden_gates(experts: Sequence[Expert], base: str, dtype: torch.dtype, devic
         progress.step()
         return (states.sum(dim=1) / states.shape[1]).to("cpu")
 
-    try:
-        return _combine(experts, vector)
-    finally:
-        del loaded
+    return _combine(experts, vector)
 
 
 def gate_tokenizer(base: str, progress: Progress) -> Any:

@@ -40,6 +40,7 @@ def _documents(models):
     }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", ["cheap_embed_bf16", "random", "hidden", "qwen_shared_base"])
 def test_the_same_model_as_mergekit_moe(moe_models, tmp_path, stored_probe, case):
     path = write_config(tmp_path, _documents(moe_models)[case])
