@@ -5,7 +5,9 @@ Mixtral: the base's attention, embeddings and norms; per layer the experts' MLPs
 `mlp.experts.down_proj` [experts, hidden, intermediate]) and the router `mlp.gate.weight` [experts, hidden].
 Qwen2-MoE: one tensor set per expert (`mlp.experts.N.gate_proj.weight`…), the shared expert's
 (`mlp.shared_expert.*`) and its gate (`mlp.shared_expert_gate.weight` [1, hidden]), and zero q/k/v biases when the
-base has none (Qwen2-MoE always has them).
+base has none (Qwen2-MoE always has them). DeepSeek-MoE: one tensor set per expert and the ungated shared expert's
+(`mlp.shared_experts.*`); transformers has no DeepSeek-MoE (v1) class: its config.json names DeepSeek's own code on
+the Hub, as mergekit-moe's does, which Mergesmith never runs.
 
 An output tensor is a list of parts written one after the other as its rows, so no more than one expert's
 tensors are in memory at a time.
@@ -59,14 +61,20 @@ class Architecture:
 
     name: str
     input_types: tuple[str, ...]
-    shared_experts: int
+    shared_experts: int  # how many it needs (DeepSeek: at most this many)
+    shared_prefix: str = "shared_expert"
 
     def refusal(self, config: MoeConfig, model_types: Mapping[ModelRef, str | None]) -> str | None:
         """Why this architecture cannot be built from `config` (None when it can), in plain words."""
-        if len(config.shared_experts) != self.shared_experts:
+        if self is DEEPSEEK:
+            if len(config.shared_experts) > 1:
+                return f"{self.name} takes at most one shared expert"
+            if any(e.positive_prompts or e.negative_prompts for e in config.shared_experts):
+                return f"{self.name}'s shared expert has no gate, so no prompts"
+        elif len(config.shared_experts) != self.shared_experts:
             return (f"{self.name} takes exactly one shared expert" if self.shared_experts
                     else f"{self.name} has no shared experts")
-        if self.shared_experts and config.gate_mode not in PROMPT_FREE_MODES \
+        elif self.shared_experts and config.gate_mode not in PROMPT_FREE_MODES \
                 and not config.shared_experts[0].positive_prompts:
             return f"{self.name}'s shared expert needs positive_prompts for its gate"
         types = set(model_types.values())
@@ -114,23 +122,25 @@ class Architecture:
             ]
         out = []
         for place, expert in [*((f"experts.{i}", e) for i, e in enumerate(config.experts)),
-                              ("shared_expert", config.shared_experts[0])]:
+                              *((self.shared_prefix, e) for e in config.shared_experts)]:
             for info in (gate, up, down):
                 leaf = info.name.removeprefix(f"{prefix}.")
                 out.append(OutputTensor(f"{prefix}.{place}.{leaf}", info.shape, (
                     Part(expert.source_model, (info.name,), expert, residual=info is down),), info.dtype))
         out.append(router)
-        out.append(OutputTensor(f"{prefix}.shared_expert_gate.weight", (1, gate.shape[1]),
-                                (Part(gate=(layer, "shared")),), None))
+        if self is QWEN_MOE:
+            out.append(OutputTensor(f"{prefix}.shared_expert_gate.weight", (1, gate.shape[1]),
+                                    (Part(gate=(layer, "shared")),), None))
         return out
 
 
 MIXTRAL = Architecture("Mixtral", ("llama", "mistral"), 0)
+DEEPSEEK = Architecture("DeepSeek MoE", ("llama", "mistral"), 1, "shared_experts")
 QWEN_MOE = Architecture("Qwen MoE", ("llama", "mistral", "qwen2"), 1)
-# In mergekit-moe's order of preference: Mixtral when it fits (older configurations expect it).
-ARCHITECTURES = (MIXTRAL, QWEN_MOE)
+# In mergekit-moe's order of preference: Mixtral when it fits (older configurations expect it), then the first.
+ARCHITECTURES = (MIXTRAL, DEEPSEEK, QWEN_MOE)
 # Names mergekit-moe knows that Mergesmith does not write yet.
-_NOT_YET = ("deepseek", "qwen3")
+_NOT_YET = ("qwen3",)
 
 
 def select_architecture(config: MoeConfig, model_types: Mapping[ModelRef, str | None]) -> Architecture:
@@ -143,7 +153,8 @@ def select_architecture(config: MoeConfig, model_types: Mapping[ModelRef, str | 
         raise RecipeError(
             f"architecture: {config.architecture} is not one Mergesmith writes"
             + (" yet" if later else "") + ".",
-            hint="Use mixtral (routed experts only) or qwen (with one shared expert).", key="architecture")
+            hint="Use mixtral (routed experts only), deepseek (an ungated shared expert) or qwen (a gated shared "
+            "expert).", key="architecture")
     reasons = []
     for architecture in candidates:
         reason = architecture.refusal(config, model_types)
@@ -151,8 +162,9 @@ def select_architecture(config: MoeConfig, model_types: Mapping[ModelRef, str | 
             return architecture
         reasons.append(f"{architecture.name}: {reason}")
     raise RecipeError("No MoE architecture fits this configuration (" + "; ".join(reasons) + ").",
-                      hint="Mixtral takes no shared_experts; Qwen MoE takes exactly one. All models must be "
-                      "fine-tunes of one Llama, Mistral or Qwen2 base.", key="architecture")
+                      hint="Mixtral takes no shared_experts; DeepSeek MoE one without prompts; Qwen MoE exactly one, "
+                      "with prompts. All models must be fine-tunes of one Llama, Mistral or Qwen2 base.",
+                      key="architecture")
 
 
 def _layers(tensors: Mapping[str, TensorInfo]) -> int:

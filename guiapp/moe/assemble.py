@@ -11,6 +11,7 @@ Unlike mergekit-moe, a shared expert may be any fine-tune of the base, not only 
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,8 +26,8 @@ from guiapp.engine.plan import ModelHeaders
 from guiapp.engine.sources import ModelReader, open_readers, read_headers
 from guiapp.errors import DeviceError, IncompatibleModelsError, NonFiniteResultError, SettingsError
 from guiapp.hub.references import ModelRef
-from guiapp.moe.architectures import MIXTRAL, Architecture, OutputTensor, Part, select_architecture
-from guiapp.moe.config import PROMPT_FREE_MODES, MoeConfig
+from guiapp.moe.architectures import DEEPSEEK, MIXTRAL, Architecture, OutputTensor, Part, select_architecture
+from guiapp.moe.config import PROMPT_FREE_MODES, Expert, MoeConfig
 from guiapp.moe.gates import cheap_embed_gates, gate_tokenizer, hidden_gates, random_gates
 from guiapp.progress import Progress
 
@@ -71,11 +72,14 @@ class MoePlan:
     @property
     def gate_prompt_sets(self) -> int:
         """How many batches of prompts the gates run (positive and negative, per expert)."""
-        return sum(1 + bool(e.negative_prompts) for e in self._gated())
+        return sum(1 + bool(e.negative_prompts) for e in gated_experts(self.config))
 
-    def _gated(self):
-        """The experts with a gate row: the routed ones, then the shared one (it always has a gate)."""
-        return (*self.config.experts, *self.config.shared_experts)
+
+def gated_experts(config: MoeConfig) -> tuple[Expert, ...]:
+    """The experts with a gate row, in the gates' order: the routed ones, then the shared ones that have prompts
+    (all of them for prompt-free gates, whose draw mergekit-moe makes for them too)."""
+    shared = [e for e in config.shared_experts if e.positive_prompts or config.gate_mode in PROMPT_FREE_MODES]
+    return (*config.experts, *shared)
 
 
 def plan_moe(config: MoeConfig, device: str = "cpu", probe_result: Any = None) -> MoePlan:
@@ -154,6 +158,9 @@ def assemble_moe(settings: MoeSettings, progress: Progress | None = None, plan: 
                 reader.close()
         output = staged.commit(progress)
     progress.log(f"Wrote {output}: a {plan.architecture.name} model with {len(config.experts)} experts.")
+    if plan.architecture is DEEPSEEK:
+        progress.log("Warning: transformers has no DeepSeek-MoE class: loading this model needs DeepSeek's own code "
+                     "from the Hub (trust_remote_code), which Mergesmith does not run.")
     return {"output": str(output), "architecture": plan.architecture.name, "experts": len(config.experts),
             "tensors": len(plan.planned), "bytes": plan.output_bytes}
 
@@ -162,7 +169,7 @@ def _gates(plan: MoePlan, readers: dict[ModelRef, ModelReader], settings: MoeSet
            progress: Progress) -> torch.Tensor:
     """[layers, routed + shared experts, hidden] float gate rows, checked to be finite."""
     config = plan.config
-    gated = (*config.experts, *config.shared_experts)
+    gated = gated_experts(config)
     if config.gate_mode in PROMPT_FREE_MODES:
         gates = random_gates(config.gate_mode, plan.layers, len(gated), plan.hidden, settings.seed)
     elif config.gate_mode == "cheap_embed":
@@ -227,7 +234,9 @@ def _write_model_files(plan: MoePlan, base_folder: Path, out: Path, settings: Mo
 
     config = plan.config
     base = transformers.AutoConfig.from_pretrained(base_folder, trust_remote_code=False)
-    if plan.architecture is MIXTRAL:
+    if plan.architecture is DEEPSEEK:
+        _write_deepseek_config(base.to_dict(), config, plan.out_dtype, out)
+    elif plan.architecture is MIXTRAL:
         if not isinstance(base, transformers.MistralConfig):
             mistral = transformers.MistralConfig(**base.to_dict())
             mistral.sliding_window = None
@@ -249,9 +258,10 @@ def _write_model_files(plan: MoePlan, base_folder: Path, out: Path, settings: Mo
         out_config.use_sliding_window = False
         out_config.shared_expert_intermediate_size = out_config.intermediate_size
         out_config.moe_intermediate_size = out_config.intermediate_size
-    if plan.out_dtype is not None:
-        out_config.torch_dtype = plan.out_dtype
-    out_config.save_pretrained(out)
+    if plan.architecture is not DEEPSEEK:
+        if plan.out_dtype is not None:
+            out_config.dtype = plan.out_dtype
+        out_config.save_pretrained(out)
     copy_companion_files(out, base_folder, base_folder)
     if settings.config_text is not None:
         (out / "mergekit_moe_config.yml").write_text(settings.config_text, encoding="utf-8")
@@ -263,6 +273,26 @@ def _write_model_files(plan: MoePlan, base_folder: Path, out: Path, settings: Mo
         f"A {plan.architecture.name} mixture of experts assembled by Mergesmith from the base model "
         f"{config.base_model}, routed by {config.gate_mode} gates, {config.experts_per_token} experts per token.\n\n"
         f"Experts:\n\n{experts}\n{shared}", encoding="utf-8")
+
+
+def _write_deepseek_config(base: dict[str, Any], config: MoeConfig, out_dtype: torch.dtype | None, out: Path) -> None:
+    """DeepSeek-MoE's config.json as mergekit-moe writes it: the base's fields plus the MoE's, and the auto_map of
+    DeepSeek's code on the Hub that transformers needs to load it."""
+    shared = len(config.shared_experts)
+    base.update({
+        "architectures": ["DeepseekForCausalLM"], "model_type": "deepseek", "n_routed_experts": len(config.experts),
+        "n_shared_experts": shared or None, "num_experts_per_tok": config.experts_per_token,
+        "first_k_dense_replace": 0, "moe_layer_freq": 1, "scoring_func": "softmax", "norm_topk_prob": True,
+        "moe_intermediate_size": base["intermediate_size"],
+        "auto_map": {
+            "AutoConfig": "deepseek-ai/deepseek-moe-16b-base--configuration_deepseek.DeepseekConfig",
+            "AutoModel": "deepseek-ai/deepseek-moe-16b-base--modeling_deepseek.DeepseekModel",
+            "AutoModelForCausalLM": "deepseek-ai/deepseek-moe-16b-base--modeling_deepseek.DeepseekForCausalLM",
+        },
+    })
+    if out_dtype is not None:
+        base["torch_dtype"] = str(out_dtype).removeprefix("torch.")
+    (out / "config.json").write_text(json.dumps(base, indent=4), encoding="utf-8")
 
 
 def _out_dtype(config: MoeConfig, base_config: dict) -> torch.dtype | None:

@@ -121,10 +121,12 @@ def _experts(value: Any, key: str, warnings: list[str], gate_mode: str, *, requi
         raise RecipeError(f"{key} must be a list of experts, each with a source_model.",
                           hint="Example:\n  experts:\n    - source_model: org/model\n      positive_prompts: [\"...\"]",
                           key=key)
-    return tuple(_expert(item, (key, index), warnings, gate_mode) for index, item in enumerate(value))
+    # A shared expert may go without prompts: it then has no gate (DeepSeek-MoE's are always on).
+    prompts_needed = required and gate_mode not in PROMPT_FREE_MODES
+    return tuple(_expert(item, (key, index), warnings, prompts_needed) for index, item in enumerate(value))
 
 
-def _expert(item: Any, key: tuple, warnings: list[str], gate_mode: str) -> Expert:
+def _expert(item: Any, key: tuple, warnings: list[str], prompts_needed: bool) -> Expert:
     where = f"{key[0]}[{key[1]}]"
     if not isinstance(item, dict) or "source_model" not in item:
         raise RecipeError(f"{where} must be a mapping with a source_model.",
@@ -132,7 +134,7 @@ def _expert(item: Any, key: tuple, warnings: list[str], gate_mode: str) -> Exper
     warnings += _unknown_keys(item, EXPERT_KEYS, where)
     positive = _prompts(item.get("positive_prompts"), (*key, "positive_prompts"))
     negative = _prompts(item.get("negative_prompts"), (*key, "negative_prompts"))
-    if not positive and gate_mode not in PROMPT_FREE_MODES:
+    if not positive and prompts_needed:
         raise RecipeError(f"{where} has no positive_prompts.",
                           why="The router sends a token to the experts whose prompts it most resembles; an expert "
                           "without prompts could never be chosen.",

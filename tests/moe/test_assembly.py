@@ -165,3 +165,20 @@ def test_shared_experts_ask_for_an_architecture_that_has_them(moe_models, tmp_pa
     with pytest.raises(RecipeError, match="Mixtral has no shared experts"):
         assemble_moe(MoeSettings(load_moe_config(path)[0], tmp_path / "moe"))
     assert not (tmp_path / "moe").exists()
+
+
+def test_deepseek_moe_takes_an_ungated_shared_expert_of_its_own(moe_models, tmp_path):
+    """DeepSeek-MoE's shared expert has no gate, so no prompts; it may be any fine-tune of the base."""
+    path = write_config(tmp_path, {"base_model": str(moe_models["base"]), "gate_mode": "cheap_embed",
+                                   "experts": [expert(moe_models, n) for n in ("e0", "e1")],
+                                   "shared_experts": [{"source_model": str(moe_models["e2"])}]})
+    out = assemble(path, tmp_path / "moe")
+    config = json.loads((tmp_path / "moe" / "config.json").read_text())
+    assert (config["architectures"], config["n_routed_experts"], config["n_shared_experts"]) == \
+        (["DeepseekForCausalLM"], 2, 1)
+    shared = _source(moe_models, "e2")
+    for leaf in ("gate_proj", "up_proj", "down_proj"):
+        assert torch.equal(out[f"model.layers.0.mlp.shared_experts.{leaf}.weight"],
+                           shared[f"model.layers.0.mlp.{leaf}.weight"])
+    assert out["model.layers.1.mlp.gate.weight"].shape == (2, 32)
+    assert not any("shared_expert_gate" in name for name in out)

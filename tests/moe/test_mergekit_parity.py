@@ -37,11 +37,18 @@ def _documents(models):
         "hidden": {"base_model": base, "gate_mode": "hidden", "experts": three[:2]},
         "qwen_shared_base": {"base_model": base, "gate_mode": "cheap_embed", "architecture": "qwen",
                              "experts": three[:2], "shared_experts": [{**expert(models, "e2"), "source_model": base}]},
+        # An ungated shared expert: mergekit-moe picks DeepSeek-MoE, also for random gates (drawn for it too).
+        "deepseek_shared_base": {"base_model": base, "gate_mode": "cheap_embed", "experts": three[:2],
+                                 "shared_experts": [{"source_model": base, "residual_scale": 0.25}]},
+        "random_deepseek": {"base_model": base, "gate_mode": "random", "dtype": "float16",
+                            "experts": [{"source_model": str(models[n])} for n in ("e0", "e1", "e2")],
+                            "shared_experts": [{"source_model": base}]},
     }
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("case", ["cheap_embed_bf16", "random", "hidden", "qwen_shared_base"])
+@pytest.mark.parametrize("case", ["cheap_embed_bf16", "random", "hidden", "qwen_shared_base", "deepseek_shared_base",
+                                  "random_deepseek"])
 def test_the_same_model_as_mergekit_moe(moe_models, tmp_path, stored_probe, case):
     path = write_config(tmp_path, _documents(moe_models)[case])
     ours = assemble(path, tmp_path / "ours", seed=SEED)
