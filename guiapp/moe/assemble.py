@@ -177,7 +177,7 @@ def _gates(plan: MoePlan, readers: dict[ModelRef, ModelReader], settings: MoeSet
         embedding = readers[config.base_model].read(EMBEDDING)
         gates = cheap_embed_gates(gated, gate_tokenizer(str(config.base_model), progress), embedding, plan.layers)
     else:
-        progress.start_stage("Running the base model on the experts' prompts", total=plan.gate_prompt_sets)
+        progress.start_stage("Loading the base model to route by meaning")
         gates = hidden_gates(gated, str(config.base_model), plan.gate_dtype, settings.device, progress)
     if not bool(torch.isfinite(gates).all()):
         raise NonFiniteResultError("The routers' rows came out NaN or infinite.",

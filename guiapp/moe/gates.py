@@ -42,6 +42,8 @@ def tokenize_prompts(tokenizer: Any, prompts: Sequence[str]) -> dict[str, torch.
     tokenizer.pad_token_id = tokenizer.bos_token_id
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
+    if tokenizer.pad_token_id is None:  # padding is masked out: any token does (mergekit-moe stops here)
+        tokenizer.pad_token_id = 0
     encoded = tokenizer([(tokenizer.bos_token or "") + p for p in prompts], return_tensors="pt", padding=True,
                         add_special_tokens=False)
     return {"input_ids": encoded["input_ids"], "attention_mask": encoded["attention_mask"]}
@@ -71,6 +73,8 @@ def hidden_gates(experts: Sequence[Expert], base: str, dtype: torch.dtype, devic
     """[layers, experts, hidden] from the base model's layer inputs at the prompts' last tokens, computed in
     `dtype` on `device`. Raises what `load_model` raises (a model with code, no tokenizer, a missing device)."""
     loaded = load_model(resolve_source(base, progress), dtype, device, progress)
+    progress.start_stage("Running the base model on the experts' prompts",
+                         total=sum(1 + bool(e.negative_prompts) for e in experts))
 
     def vector(prompts: Sequence[str]) -> torch.Tensor:
         tokens = {k: v.to(loaded.device) for k, v in tokenize_prompts(loaded.tokenizer, prompts).items()}

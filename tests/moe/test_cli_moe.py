@@ -51,7 +51,7 @@ def test_an_expert_that_is_no_fine_tune_of_the_base_is_refused_with_the_reason(m
                                    "experts": [{"source_model": str(moe_models["e0"])},
                                                {"source_model": str(stranger)}]})
     assert main(["moe", str(path), str(tmp_path / "moe")]) == 1
-    printed = capsys.readouterr().err
+    printed = " ".join(capsys.readouterr().err.split())
     assert "do not all fit the base model" in printed and "stranger" in printed
     assert "What to do:" in printed and "Traceback" not in printed
     assert not (tmp_path / "moe").exists() and leftovers(tmp_path) == []
@@ -63,3 +63,14 @@ def test_the_job_is_rebuilt_from_its_recorded_settings(moe_models, tmp_path):
     job = job_from_spec("moe", {"config_path": str(path), "out": str(tmp_path / "moe"), "device": "cpu", "seed": 3,
                                 "overwrite": False, "max_shard_size": "5GB", "force": False})
     assert job.kind == "moe" and job.spec["seed"] == 3 and job.title.endswith("moe")
+
+
+def test_a_failure_midway_leaves_nothing_that_looks_finished(moe_models, tmp_path, capsys):
+    """An expert scaled past float32's range fails once its tensors are written: the staging folder goes."""
+    path = write_config(tmp_path, {"base_model": str(moe_models["base"]), "gate_mode": "random",
+                                   "experts": [{"source_model": str(moe_models["e0"])},
+                                               {"source_model": str(moe_models["e1"]), "residual_scale": 1e39}]})
+    assert main(["moe", str(path), str(tmp_path / "moe")]) == 1
+    printed = " ".join(capsys.readouterr().err.split())  # as read, whatever the terminal's width wrapped
+    assert "NaN or infinite" in printed and "residual_scale" in printed
+    assert not (tmp_path / "moe").exists() and leftovers(tmp_path) == []
