@@ -321,6 +321,8 @@ def models_to_try(kind: str, spec: dict[str, Any], output: str | None) -> list[s
         models = inputs + [output] if output else inputs
     elif kind == "apply":
         models = [spec.get("base"), output]
+    elif kind == "moe":  # the base when the window's form named it (a configuration file is not read again here)
+        models = [(spec.get("document") or {}).get("base_model"), output]
     elif kind == "extract":
         models = [spec.get("base"), spec.get("model"), f"{spec.get('base')}+{output}" if output else None]
     else:

@@ -30,7 +30,7 @@ SORT_ROLE = Qt.ItemDataRole.UserRole + 1  # a value that sorts the column (bytes
 COLUMNS = ("Model", "Where", "Size", "Last changed")
 NAME, WHERE, SIZE, CHANGED = range(len(COLUMNS))
 # Jobs whose end changes what is on disk.
-CHANGING_KINDS = ("download", "merge", "extract", "apply")
+CHANGING_KINDS = ("download", "merge", "extract", "apply", "moe")
 REFRESH_DELAY_MS = 100
 
 

@@ -236,7 +236,7 @@ class PublishDialog(QDialog):
 
 
 # The jobs whose output is a model folder worth sharing.
-PUBLISHABLE_KINDS = frozenset({"merge", "extract", "apply"})
+PUBLISHABLE_KINDS = frozenset({"merge", "extract", "apply", "moe"})
 
 
 class PublishOutputButton(QPushButton):

@@ -18,7 +18,7 @@ from guiapp.ui.job_bridge import ACTIVE, JobBridge
 from guiapp.ui.library_model import CHANGING_KINDS, LibraryModel
 
 # Jobs whose output is a model or an adapter the library lists.
-OUTPUT_KINDS = ("merge", "extract", "apply")
+OUTPUT_KINDS = ("merge", "extract", "apply", "moe")
 
 
 class AppState(QObject):

@@ -45,7 +45,7 @@ STATUS_STYLE = {"done": "good", "failed": "problem", "cancelled": "warning", "in
 # explanation says what happened): neither looks like a finished job's full bar.
 STOPPED_BAR = {"cancelled": "warning", "interrupted": "warning"}
 KIND_WORDS = {"merge": "Merge", "extract": "Extract LoRA", "apply": "Apply LoRA", "download": "Download",
-              "try": "Try", "perplexity": "Perplexity", "publish": "Publish"}
+              "moe": "Assemble experts", "try": "Try", "perplexity": "Perplexity", "publish": "Publish"}
 
 
 class JobsPage(QWidget):
@@ -348,6 +348,9 @@ def summary_text(record) -> str:
     if record.kind == "apply":
         return (f"Wrote {summary.get('output')} ({format_bytes(summary.get('bytes', 0))}): {summary.get('changed')} "
                 f"tensors changed by the adapter, {summary.get('replaced')} replaced.")
+    if record.kind == "moe":
+        return (f"Wrote {summary.get('output')} ({format_bytes(summary.get('bytes', 0))}): a "
+                f"{summary.get('architecture')} model with {summary.get('experts')} experts.")
     if record.kind == "try":
         return "\n\n".join(f"{g['model']} ({g['dtype']}): {g['text'].strip()}" for g in summary["generations"])
     if record.kind == "perplexity":

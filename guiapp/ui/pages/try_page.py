@@ -57,7 +57,7 @@ TRY_DTYPES = ("bfloat16", "float16", "float32", "float64")
 # A text to score longer than this (a whole file opened) is not kept for the next start: the models and the
 # prompt are, and the file can be opened again.
 REMEMBERED_TEXT_CHARS = 16_000
-FINISHED_KINDS = ("merge", "extract", "apply")
+FINISHED_KINDS = ("merge", "extract", "apply", "moe")
 
 
 class BarChart(QWidget):
