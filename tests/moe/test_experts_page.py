@@ -10,6 +10,7 @@ import torch
 from PySide6.QtCore import Qt
 
 from guiapp.engine.samples import LlamaShape, write_llama
+from guiapp.ui.pages.jobs import summary_text
 from tests.ui.conftest import isolated_settings, make_window, wait_for_job, window  # noqa: F401 - the window as tests/ui has it
 
 pytest.importorskip("transformers")
@@ -50,8 +51,10 @@ def test_the_form_assembles_an_moe_model_through_the_job_runner(qtbot, make_wind
     assert page.per_token.value() == 1
     qtbot.waitUntil(page.run_button.isEnabled, timeout=30_000)
     qtbot.mouseClick(page.run_button, Qt.MouseButton.LeftButton)
+    assert window.current_page() == "jobs"
     record = wait_for_job(qtbot, window, window.state.jobs.records[-1].key)
-    assert record.status == "done"
+    assert record.status == "done" and record.title == "Assemble experts → moe"
+    assert summary_text(record).endswith("a Mixtral model with 2 experts.")
     config = json.loads((tmp_path / "moe" / "config.json").read_text())
     assert (config["architectures"], config["num_experts_per_tok"]) == (["MixtralForCausalLM"], 1)
     import transformers
