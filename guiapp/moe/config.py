@@ -109,6 +109,9 @@ def moe_config_from_dict(document: dict[str, Any]) -> MoeConfig:
     if architecture is not None and not isinstance(architecture, str):
         raise RecipeError("architecture must be a name such as mixtral or qwen.",
                           hint="Leave it out to let Mergesmith pick, as mergekit-moe does.", key="architecture")
+    if len(experts) > 1 and len({e.source_model for e in experts}) == 1:
+        warnings.append("Every expert is the same model: the result answers as that model does, only larger, until "
+                        "it is trained further (mergekit-moe refuses this without a flag).")
     config = MoeConfig(base, experts, gate_mode, dtype, per_token, shared, architecture, tuple(warnings))
     _check_prompts_differ(config)
     return config

@@ -70,3 +70,9 @@ def test_a_configuration_file_that_is_not_text_is_refused(tmp_path):
     path.write_bytes(b"\x00\xff" * 100)
     with pytest.raises(RecipeError):
         load_moe_config(path)
+
+
+def test_experts_that_are_all_one_model_are_warned_about():
+    config = parse_moe_config("base_model: a/b\ngate_mode: random\nexperts: [{source_model: c/d}, {source_model: c/d}]")
+    assert any("Every expert is the same model" in warning for warning in config.warnings)
+    assert not parse_moe_config(LAZY_MERGEKIT).warnings
