@@ -46,7 +46,6 @@ def _documents(models):
     }
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("case", ["cheap_embed_bf16", "random", "hidden", "qwen_shared_base", "deepseek_shared_base",
                                   "random_deepseek"])
 def test_the_same_model_as_mergekit_moe(moe_models, tmp_path, stored_probe, case):
