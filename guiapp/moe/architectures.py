@@ -94,7 +94,7 @@ class Architecture:
         plan = [_copy(base, info) for name, info in base_tensors.items()
                 if not _MLP.match(name) and ".mlp." not in name and not name.endswith(_SKIPPED)]
         if self.name == "Qwen MoE":
-            plan = _with_qkv_biases(plan, base_tensors, base)
+            plan = _with_qkv_biases(plan, base_tensors)
         for layer in range(layers):
             plan += self._layer_mlp(layer, config, tensors)
         return plan
@@ -176,7 +176,7 @@ def _copy(model: ModelRef, info: TensorInfo) -> OutputTensor:
     return OutputTensor(info.name, info.shape, (Part(model, (info.name,)),), info.dtype)
 
 
-def _with_qkv_biases(plan: list[OutputTensor], base: Mapping[str, TensorInfo], ref: ModelRef) -> list[OutputTensor]:
+def _with_qkv_biases(plan: list[OutputTensor], base: Mapping[str, TensorInfo]) -> list[OutputTensor]:
     """Zero q/k/v biases after each projection the base stores without one (Qwen2-MoE always adds them)."""
     out = []
     for tensor in plan:
