@@ -24,7 +24,8 @@ from guiapp.engine.model_card import copy_companion_files
 from guiapp.engine.output import PlannedTensor, ShardedWriter, StagedOutput, check_free_space, parse_size
 from guiapp.engine.plan import ModelHeaders
 from guiapp.engine.sources import ModelReader, open_readers, read_headers
-from guiapp.errors import DeviceError, IncompatibleModelsError, NonFiniteResultError, SettingsError
+from guiapp.errors import CheckpointError, DeviceError, IncompatibleModelsError, NonFiniteResultError, SettingsError
+from guiapp.hub.merge_files import TOKENIZER_FILES
 from guiapp.hub.references import ModelRef
 from guiapp.moe.architectures import DEEPSEEK, MIXTRAL, Architecture, OutputTensor, Part, select_architecture
 from guiapp.moe.config import PROMPT_FREE_MODES, Expert, MoeConfig
@@ -83,11 +84,14 @@ def gated_experts(config: MoeConfig) -> tuple[Expert, ...]:
 
 
 def plan_moe(config: MoeConfig, device: str = "cpu", probe_result: Any = None) -> MoePlan:
-    """Read every model's headers and check them: RecipeError when no output architecture fits,
+    """Read every model's headers and check them: CheckpointError when prompts are to be routed and the local base
+    has no tokenizer, RecipeError when no output architecture fits,
     IncompatibleModelsError when an expert does not fit the base, DeviceError when the hidden gates cannot run on
     `device`, and the header readers' CheckpointError / HubError subclasses."""
     headers = {ref: read_headers(ref) for ref in config.models()}
     base = headers[config.base_model]
+    if config.gate_mode not in PROMPT_FREE_MODES:
+        _check_tokenizer(config.base_model)
     report = compare_models([ModelFacts.of(h.label, h.tensors, h.config) for h in headers.values()])
     if not report.compatible:
         raise IncompatibleModelsError(
@@ -293,6 +297,16 @@ def _write_deepseek_config(base: dict[str, Any], config: MoeConfig, out_dtype: t
     if out_dtype is not None:
         base["torch_dtype"] = str(out_dtype).removeprefix("torch.")
     (out / "config.json").write_text(json.dumps(base, indent=4), encoding="utf-8")
+
+
+def _check_tokenizer(base: ModelRef) -> None:
+    """Raise CheckpointError when the local base folder has no tokenizer files (a Hub model's come with it)."""
+    folder = base.existing_folder()
+    if folder is not None and not any((folder / name).is_file() for name in TOKENIZER_FILES):
+        raise CheckpointError(
+            f"The base model {base} has no tokenizer (no tokenizer.json or tokenizer_config.json in its folder).",
+            why="Routing by prompts turns each expert's prompts into the base model's tokens.",
+            hint="Copy the tokenizer files of the model it came from into its folder, or use gate_mode: random.")
 
 
 def _out_dtype(config: MoeConfig, base_config: dict) -> torch.dtype | None:

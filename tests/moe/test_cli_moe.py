@@ -74,3 +74,17 @@ def test_a_failure_midway_leaves_nothing_that_looks_finished(moe_models, tmp_pat
     printed = " ".join(capsys.readouterr().err.split())  # as read, whatever the terminal's width wrapped
     assert "NaN or infinite" in printed and "residual_scale" in printed
     assert not (tmp_path / "moe").exists() and leftovers(tmp_path) == []
+
+
+def test_a_base_without_a_tokenizer_is_refused_before_anything_is_read(moe_models, tmp_path, capsys):
+    import shutil
+
+    bare = tmp_path / "bare-base"
+    bare.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        shutil.copyfile(moe_models["base"] / name, bare / name)
+    path = write_config(tmp_path, {"base_model": str(bare), "gate_mode": "cheap_embed",
+                                   "experts": [expert(moe_models, n) for n in ("e0", "e1")]})
+    assert main(["moe", str(path), str(tmp_path / "moe"), "--dry-run"]) == 1
+    printed = " ".join(capsys.readouterr().err.split())
+    assert "has no tokenizer" in printed and "gate_mode: random" in printed
