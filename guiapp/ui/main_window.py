@@ -235,6 +235,7 @@ class MainWindow(QMainWindow):
         settings.setValue("window/welcomed", True)
         self.merge.save_form()
         self.lora.save_form()
+        self.experts.save_form()
         self.try_page.save_form()
 
     def closeEvent(self, event) -> None:  # noqa: N802 - Qt's name

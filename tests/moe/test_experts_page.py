@@ -24,7 +24,7 @@ def _type(qtbot, widget, text: str) -> None:
 def _fill(qtbot, page, models, tmp_path) -> None:
     page.base.set_text(str(models["base"]))
     prompts = (["add two numbers"], ["write a poem about the sea"])
-    for box, name, positive in zip(page.experts, ("e0", "e1"), prompts, strict=True):
+    for box, name, positive in zip(page.experts[:2], ("e0", "e1"), prompts, strict=True):
         box.model.set_text(str(models[name]))
         _type(qtbot, box.positive, positive[0])
     page.out.clear()
@@ -73,3 +73,22 @@ def test_an_expert_that_does_not_fit_the_base_blocks_run_with_the_reason(qtbot, 
     qtbot.waitUntil(lambda: "Fix:" in page.bar.status.text(), timeout=30_000)
     assert "do not all fit the base model" in page.bar.status.toolTip() + page.bar.status.text()
     assert not page.run_button.isEnabled()
+
+
+def test_the_form_is_back_after_a_restart(qtbot, make_window, moe_models, tmp_path):
+    from guiapp.ui.app import create_window
+
+    window = make_window()
+    page = window.experts
+    qtbot.mouseClick(page.add_button, Qt.MouseButton.LeftButton)
+    _fill(qtbot, page, moe_models, tmp_path)
+    page.experts[2].model.set_text(str(moe_models["e2"]))
+    _type(qtbot, page.experts[2].negative, "story")
+    page.routing.setCurrentIndex(page.routing.findData("random"))
+    window.close()
+    _, again = create_window([])
+    qtbot.addWidget(again)
+    restored = again.experts
+    assert restored.document() == page.document() and restored.out.text() == str(tmp_path / "moe")
+    assert restored.routing.currentData() == "random" and len(restored.experts) == 3
+    again.state.jobs.shutdown(10)

@@ -112,6 +112,7 @@ class ExpertsPage(QWidget):
         state.checks_outdated.connect(self.recheck)
         self.base.use_library(state.library)
         self._refresh_devices()
+        self._restore_form()  # once the pickers use the library, which would clear them
         self.recheck()
 
     def _build_form(self) -> QWidget:
@@ -255,6 +256,34 @@ class ExpertsPage(QWidget):
         record = self.state.jobs.submit(job)
         self.job_submitted.emit(record.key)
         return record.key
+
+    def save_form(self) -> None:
+        """Keep the form for the next start (never the Replace choice, which is made each time)."""
+        from guiapp.jobs.form_memory import remember_form
+
+        remember_form("experts", {**self.document(), "out": self.out.text()})
+
+    def _restore_form(self) -> None:
+        from guiapp.jobs.form_memory import remembered_form
+
+        form = remembered_form("experts")
+        entries = [e for e in form.get("experts") or [] if isinstance(e, dict)]
+        while len(self.experts) < len(entries):
+            self.add_expert()
+        for box, entry in zip(self.experts, entries, strict=False):
+            box.model.set_text(str(entry.get("source_model") or ""))
+            for key, text_box in (("positive_prompts", box.positive), ("negative_prompts", box.negative)):
+                prompts = entry.get(key)
+                if isinstance(prompts, list):
+                    text_box.setPlainText("\n".join(str(p) for p in prompts))
+        if isinstance(form.get("base_model"), str):
+            self.base.set_text(form["base_model"])
+        if (index := self.routing.findData(form.get("gate_mode"))) >= 0:
+            self.routing.setCurrentIndex(index)
+        if isinstance(form.get("experts_per_token"), int):
+            self.per_token.setValue(form["experts_per_token"])
+        if isinstance(form.get("out"), str) and form["out"]:
+            self.out.setText(form["out"])
 
     def showEvent(self, event: QShowEvent) -> None:  # noqa: N802 - Qt's name
         super().showEvent(event)
