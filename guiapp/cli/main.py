@@ -14,6 +14,7 @@ from guiapp import __version__
 from guiapp.cli.hub import add_hub_commands
 from guiapp.cli.lora import add_lora_commands
 from guiapp.cli.merge import add_merge_commands
+from guiapp.cli.moe import add_moe_command
 from guiapp.cli.process import (
     EXIT_FAILED,
     EXIT_OK,
@@ -43,6 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(title="commands", metavar="COMMAND")
     add_merge_commands(commands)
     add_lora_commands(commands)
+    add_moe_command(commands)
     add_try_commands(commands)
     add_hub_commands(commands)
     add_system_commands(commands)

@@ -248,7 +248,7 @@ def load_model(source: ModelSource, dtype: torch.dtype, device: str, progress: P
         model = _attach_adapter(model, source)
     model = model.to(device=target, dtype=dtype).eval()
     _check_one_dtype(model, dtype, source)
-    tokenizer, tokenizer_folder = _load_tokenizer(source)
+    tokenizer, tokenizer_folder = load_tokenizer(source)
     set_aside = set_aside_unstreamable(model) if kind == CAUSAL else ()
     # Said once loaded: the stage that was running said "Loading" already.
     progress.log(f"Loaded {source.label} ({kind}, {dtype_name(dtype)} on {target}).")
@@ -352,7 +352,7 @@ def _check_one_dtype(model: Any, dtype: torch.dtype, source: ModelSource) -> Non
                               hint="Report this model to Mergesmith: it holds weights that cannot be converted.")
 
 
-def _load_tokenizer(source: ModelSource) -> tuple[Any, Path]:
+def load_tokenizer(source: ModelSource) -> tuple[Any, Path]:
     """The tokenizer of the model's folder (else the adapter's) and that folder.
 
     Raises CheckpointError when neither has tokenizer files or the tokenizer cannot be built from them.

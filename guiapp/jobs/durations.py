@@ -43,6 +43,8 @@ _REFERENCE_SECONDS_PER_BYTE = {
     # Per unit of work: a byte of a bfloat16 pair decomposed at rank 16 (lowrank.module_work), not per byte read.
     "extract": 8e-9,
     "apply": 4e-9,
+    # Per byte written: an MoE assembly reads each byte once and writes it (benchmarks/moe.py).
+    "moe": 4e-9,
     # Try's Generate and Perplexity count their work in nanoseconds of the reference machine (jobs/estimates.py).
     "try": 1.6e-9,
     "perplexity": 1.1e-9,

@@ -257,6 +257,37 @@ def estimate_apply(base, device: str, destination: Path, probe_result=None, *,
 
 
 
+# The loaded base model for hidden gates, over its weights in the compute dtype (transformers' buffers, activations).
+_MOE_LOADED_OVERHEAD = 1.3
+# Tokens per prompt when counting the forward passes' cost (prompts are a sentence or two).
+_MOE_TOKENS_PER_PROMPT = 32
+
+
+def estimate_moe(plan, destination: Path, probe_result=None, *, startup_seconds: float = 0.0) -> JobEstimate:
+    """What assembling `plan` (a guiapp.moe.assemble.MoePlan) needs: one expert's largest tensor at a time in
+    float32 (read, scaled, cast) or, for hidden gates, the base model loaded in the gates' dtype; the output on
+    disk; the time to copy the bytes plus, for hidden gates, the base's forward passes over the prompts."""
+    largest = max((t.nbytes // t.shape[0] * 4 if t.shape else 0 for t in plan.planned), default=0)
+    working = 3 * largest + _JOB_OVERHEAD_BYTES
+    hidden = plan.config.gate_mode in ("hidden", "hidden_last")
+    if hidden:
+        working = max(working, int(plan.base_parameters * plan.gate_dtype.itemsize * _MOE_LOADED_OVERHEAD))
+    on_gpu = plan.device != "cpu"
+    peak_ram = process_baseline() + working
+    time = estimate_duration("moe", plan.output_bytes, probe_result, "cpu", startup_seconds=startup_seconds)
+    work_begins("moe", plan.output_bytes)
+    if time is not None and hidden:
+        prompts = sum(len(e.positive_prompts) + len(e.negative_prompts)
+                      for e in (*plan.config.experts, *plan.config.shared_experts))
+        extra = forward_seconds(plan.base_parameters, plan.base_parameters * plan.gate_dtype.itemsize,
+                                prompts * _MOE_TOKENS_PER_PROMPT)
+        time = TimeEstimate(time.seconds + extra, time.basis + ", plus the base's forward passes on the prompts",
+                            (time.low or time.seconds) + extra * 0.5, (time.high or time.seconds) + extra * 2)
+    gpu_working = working if on_gpu and hidden else 0
+    fit = fit_verdict(peak_ram, gpu_working, plan.output_bytes, plan.device, destination)
+    return JobEstimate(peak_ram, gpu_working, plan.output_bytes, time, fit)
+
+
 # Try and Perplexity on the CPU, in seconds of a quiet machine (benchmarks/estimates.py: byte-level and
 # 8k–24k-word vocabularies, 20M–165M parameters, each time divided by `machine_slowdown`): loading a model reads
 # and converts its weights; each generated token runs the whole model once (its weights read from memory: per
@@ -362,3 +393,10 @@ def _read_tokenizer(path: str, modified_ns: int, size: int) -> Any:
     if len(definition) > TOKENIZER_JSON_BYTES:
         return None
     return Tokenizer.from_str(definition.decode("utf-8"))
+
+
+def forward_seconds(parameters: int, loaded_bytes: int, tokens: int) -> float:
+    """Seconds on a quiet CPU to load a model of `loaded_bytes` and run it over `tokens` tokens (as Perplexity's
+    estimate counts them)."""
+    return loaded_bytes * _LOAD_SECONDS_PER_BYTE + tokens * (_SCORE_SECONDS_PER_TOKEN
+                                                            + parameters * _SCORE_SECONDS_PER_PARAMETER)

@@ -223,6 +223,53 @@ class DownloadSpec(JobSpec):
         return {"output": str(download_model(self.repo_id, self.revision, progress=progress))}
 
 
+@dataclass(frozen=True)
+class MoeSpec(JobSpec):
+    """The mixture-of-experts model a mergekit-moe configuration describes, assembled into `output`: the
+    configuration is the file `config_path` (the CLI) or `document`, its parsed form (the Experts page). Refused,
+    with the numbers, when it will not fit, unless `force`."""
+
+    kind: ClassVar[str] = "moe"
+    config_path: str | None
+    output: str
+    document: dict[str, Any] | None = None
+    device: str = "cpu"
+    seed: int = 0
+    overwrite: bool = False
+    max_shard_size: str = "5GB"
+    force: bool = False
+
+    def job(self) -> Job:
+        return Job(title=f"Assemble experts → {Path(self.output).name}", kind=self.kind, spec=self.to_dict(),
+                   work=self._work)
+
+    def models_to_try(self, output: str | None) -> list[str]:
+        return _at_most_four([output], output)
+
+    def _work(self, progress) -> dict[str, Any]:
+        from guiapp.jobs.estimates import estimate_moe
+        from guiapp.merging.model_card import recipe_yaml
+        from guiapp.moe.assemble import MoeSettings, assemble_moe, plan_moe
+        from guiapp.moe.config import load_moe_config, moe_config_from_dict
+        from guiapp.system.probe import cached_probe
+
+        progress.start_stage("Checking the experts against the base model")
+        if self.document is not None:
+            config, text = moe_config_from_dict(copy.deepcopy(self.document)), recipe_yaml(self.document)
+        else:
+            config, text = load_moe_config(Path(self.config_path))
+        plan = plan_moe(config, self.device)
+        estimated = _check_fit(estimate_moe(plan, Path(self.output), cached_probe()), progress, self.force)
+        settings = MoeSettings(config, Path(self.output), device=self.device, seed=self.seed,
+                               overwrite=self.overwrite, max_shard_size=self.max_shard_size, config_text=text)
+        return {**assemble_moe(settings, progress, plan), **estimated}
+
+
+def moe_job(config_path: Path | None, out: Path, **settings: Any) -> Job:
+    """A job assembling the MoE model of the configuration file `config_path` (or `document=`, see `MoeSpec`)."""
+    return MoeSpec(None if config_path is None else str(config_path), str(out), **settings).job()
+
+
 def download_job(repo_id: str, revision: str | None = None) -> Job:
     """A job that downloads what a merge needs of `repo_id` into the Hugging Face cache."""
     return DownloadSpec(repo_id, revision).job()
@@ -246,6 +293,7 @@ JOB_KINDS: dict[str, JobKind] = {kind.name: kind for kind in (
     JobKind("merge", "Merge", MergeSpec, True, True, summaries.merge_summary),
     JobKind("extract", "Extract LoRA", ExtractSpec, True, True, summaries.extraction_report),
     JobKind("apply", "Apply LoRA", ApplySpec, True, True, summaries.apply_summary),
+    JobKind("moe", "Assemble experts", MoeSpec, True, True, summaries.moe_summary),
     JobKind("download", "Download", DownloadSpec, False, True, summaries.saved_summary),
     JobKind("try", "Try", TrySpec, False, False, summaries.try_summary),
     JobKind("perplexity", "Perplexity", PerplexitySpec, False, False, summaries.perplexity_summary),

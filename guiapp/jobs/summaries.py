@@ -40,6 +40,11 @@ def apply_summary(summary: Mapping[str, Any]) -> str:
             f"tensors changed by the adapter, {summary.get('replaced')} replaced.")
 
 
+def moe_summary(summary: Mapping[str, Any]) -> str:
+    return (f"Wrote {summary.get('output')} ({format_bytes(summary.get('bytes', 0))}): a "
+            f"{summary.get('architecture')} model with {summary.get('experts')} experts.")
+
+
 def try_summary(summary: Mapping[str, Any]) -> str:
     return "\n\n".join(f"{g['model']} ({g['dtype']}): {g['text'].strip()}" for g in summary["generations"])
 

@@ -18,6 +18,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from guiapp.ui.pages.experts import ExpertsPage
 from guiapp.ui.pages.hardware import HardwarePage
 from guiapp.ui.pages.jobs import JobsPage
 from guiapp.ui.pages.lora import LoraPage
@@ -30,8 +31,8 @@ from guiapp.ui.text import error_text
 from guiapp.ui.welcome import WelcomePage
 from guiapp.ui.widgets.charts import prepare_charts
 
-PAGES = (("welcome", "Start"), ("models", "Models"), ("merge", "Merge"), ("lora", "LoRA"), ("try", "Try"),
-         ("jobs", "Jobs"), ("hardware", "Hardware"), ("settings", "Settings"))
+PAGES = (("welcome", "Start"), ("models", "Models"), ("merge", "Merge"), ("lora", "LoRA"), ("experts", "Experts"),
+         ("try", "Try"), ("jobs", "Jobs"), ("hardware", "Hardware"), ("settings", "Settings"))
 SHUTDOWN_TIMEOUT_SECONDS = 15
 
 
@@ -45,12 +46,14 @@ class MainWindow(QMainWindow):
         self.models = ModelsPage(state)
         self.merge = MergePage(state)
         self.lora = LoraPage(state)
+        self.experts = ExpertsPage(state)
         self.try_page = TryPage(state)
         self.jobs = JobsPage(state)
         self.hardware = HardwarePage(state)
         self.settings = SettingsPage(state)
         self.pages = {"welcome": self.welcome, "models": self.models, "merge": self.merge, "lora": self.lora,
-                      "try": self.try_page, "jobs": self.jobs, "hardware": self.hardware, "settings": self.settings}
+                      "experts": self.experts, "try": self.try_page, "jobs": self.jobs, "hardware": self.hardware,
+                      "settings": self.settings}
 
         self.nav = QListWidget(accessibleName="Pages")
         self.nav.setFixedWidth(170)
@@ -81,7 +84,7 @@ class MainWindow(QMainWindow):
         state.add_to_merge.connect(lambda ref: (self.merge.add_model(ref), self.show_page("merge")))
         state.extract_from.connect(lambda model, base: (self.lora.set_extract_models(model, base or None),
                                                         self.show_page("lora")))
-        for page in (self.merge, self.lora):
+        for page in (self.merge, self.lora, self.experts):
             page.job_submitted.connect(self._job_submitted)
         self.jobs.retried.connect(self.jobs.select)
         self.jobs.sign_in_requested.connect(self.show_sign_in)
@@ -170,6 +173,8 @@ class MainWindow(QMainWindow):
             self.merge.run_button.click()  # as the button does: nothing while it is disabled with its reason
         elif page == "lora":
             self.lora.tabs.currentWidget().run_button.click()
+        elif page == "experts":
+            self.experts.run_button.click()
 
     def show_sign_in(self) -> None:
         """The Settings page with its access token field ready for typing (an explanation's "Sign in…")."""
@@ -230,6 +235,7 @@ class MainWindow(QMainWindow):
         settings.setValue("window/welcomed", True)
         self.merge.save_form()
         self.lora.save_form()
+        self.experts.save_form()
         self.try_page.save_form()
 
     def closeEvent(self, event) -> None:  # noqa: N802 - Qt's name
