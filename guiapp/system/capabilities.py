@@ -162,20 +162,6 @@ def device_options(result: ProbeResult, job: str) -> list[DeviceOption]:
     return entries
 
 
-def require(result: ProbeResult, job: str, device: str, storage_dtype: str) -> Option:
-    """The `Option` for these settings, or DeviceError (with the reason and a retry on the CPU) if impossible."""
-    chosen = option(result, job, device, storage_dtype)
-    if chosen.possible:
-        return chosen
-    cpu = option(result, job, "cpu", storage_dtype)
-    raise DeviceError(
-        f"{_job_words(job).capitalize()} cannot store {storage_dtype} on {device}: {chosen.reason}.",
-        hint="Pick another device or output dtype; the dropdowns only offer combinations that work here."
-        + (" The CPU can do it." if cpu.possible and device != "cpu" else ""),
-        retry_with={"device": "cpu"} if cpu.possible and device != "cpu" else None,
-    )
-
-
 def require_compute(result: ProbeResult, job: str, device: str, compute_dtype: str) -> None:
     """Raise DeviceError when the probe did not see every operation `job` computes with work in `compute_dtype`
     on `device` (a merge computing in the recipe's dtype, as mergekit does, instead of float32)."""

@@ -23,7 +23,8 @@ from guiapp.cli import main
 from guiapp.engine.lora_extract import ExtractionSettings, extract_lora
 from guiapp.engine.lowrank import RankRule
 from guiapp.engine.merge import MergeSettings, run_merge
-from guiapp.engine.output import StagedOutput, clean_stale_staging
+from guiapp.engine.output import StagedOutput
+from guiapp.engine.output_guard import clean_leftovers
 from guiapp.engine.recipe import parse_recipe
 from guiapp.errors import OutputError
 from guiapp.jobs.fixes import REPLACE, RETRY_WITH
@@ -303,7 +304,7 @@ def test_leftovers_of_dead_processes_are_cleaned_at_the_next_start(kind, trio, t
 
 def test_a_leftover_of_a_running_job_is_kept(tmp_path):
     with StagedOutput(tmp_path / "out") as staged:
-        assert clean_stale_staging(tmp_path) == [] and staged.path.is_dir()
+        assert clean_leftovers(tmp_path) == [] and staged.path.is_dir()
         staged.discard()
 
 
