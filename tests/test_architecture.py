@@ -1,5 +1,5 @@
 """The house rules, checked on every test run: ruff passes with pyproject.toml's configuration, and the import graph
-keeps the layers of /work/shared/design.md (ui → cli → jobs → engine → hub → system, dependencies pointing down
+keeps the layers (ui → cli → jobs → engine → hub → system, dependencies pointing down
 only), Qt inside guiapp/ui, torch outside guiapp/hub, and no import cycles between modules."""
 
 from __future__ import annotations
