@@ -21,6 +21,9 @@ from guiapp import __version__
 from guiapp.system.memory import configure_heaps
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+# "<stage>:<step>:<file>" holds a job run here once (see PausePoint), e.g. "Merging:2:/tmp/go": for tests that act on
+# a command mid-stage (Ctrl-C, kill). Read here only, never below the command line.
+PAUSE_VARIABLE = "MERGESMITH_TEST_PAUSE"
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -377,13 +380,22 @@ def run_in_terminal(job, args: argparse.Namespace | None = None) -> int:
     from guiapp.jobs.runner import JobListeners, JobStatus, run_job
 
     printer = TerminalProgress()
-    result = run_job(job, JobListeners(on_event=printer.on_event, on_log=printer.on_log))
+    result = run_job(job, JobListeners(on_event=printer.on_event, on_log=printer.on_log), pause_at=_pause_point())
     printer.finish()
     if result.status is JobStatus.DONE:
         return EXIT_OK
     if result.status is JobStatus.FAILED:
         _print_explanation(result.error, args)
     return EXIT_FAILED
+
+
+def _pause_point():
+    """The PausePoint PAUSE_VARIABLE sets, or None when it is unset or not "<stage>:<step>:<file>"."""
+    from guiapp.progress import PausePoint
+
+    stage, _, rest = os.environ.get(PAUSE_VARIABLE, "").partition(":")
+    step, _, release = rest.partition(":")
+    return PausePoint(stage, int(step), release) if step.isdigit() and release else None
 
 
 # --- merge and demo ------------------------------------------------------------------------------------------
