@@ -17,6 +17,7 @@ import torch
 from guiapp.engine.methods import _reduce, _selection
 from guiapp.engine.methods._stored import merge_in_chunks
 from guiapp.engine.methods.base import (
+    COMBINE_FINE_TUNES,
     BaseRole,
     MergeContext,
     MergeMethod,
@@ -518,6 +519,7 @@ def task_vector_method(
         params=tuple(params),
         merge=lambda ctx: merge_task_vectors(ctx, sparsifier, consensus),
         working_copies=working_copies,
+        group=COMBINE_FINE_TUNES,
         merge_stored=merge_stored_plain if plain else None,
         elementwise=plain,
         survey=_ranked_survey(sparsifier, consensus) if sparsifier in (Sparsifier.MAGNITUDE, Sparsifier.OUTLIERS) else None,

@@ -31,6 +31,24 @@ class BaseRole(str, Enum):
 
 
 @dataclass(frozen=True)
+class MethodGroup:
+    """What a user wants to do with a method, as the window offers methods: each in its group, the group's
+    `recommended` method first and marked."""
+
+    title: str
+    when: str
+    recommended: str
+
+
+COMBINE_FINE_TUNES = MethodGroup("Combine fine-tunes of one base", "Several models fine-tuned from the same base "
+                                 "model: keep what each learnt.", "ties")
+BLEND = MethodGroup("Blend models", "Two or more models of the same shape: a weighted mix of their weights.", "slerp")
+STACK_LAYERS = MethodGroup("Stack layers", "Build a model from layers of others (slices), copied unchanged.",
+                           "passthrough")
+METHOD_GROUPS = (COMBINE_FINE_TUNES, BLEND, STACK_LAYERS)  # in the order the window lists them
+
+
+@dataclass(frozen=True)
 class WorkingCopies:
     """Float32 copies of one tensor a method holds while it merges n inputs: `constant + per_input × n`.
 
@@ -206,7 +224,7 @@ class MergeMethod:
     rows that stay in the CPU's cache. A method with a `survey` can do the same after a look at the whole tensor:
     given a tensor's settings it returns a fresh TensorSurvey, or None when those settings need the whole tensor.
     `mergekit_float32` methods are computed in float32 by mergekit 0.1.5 whatever the recipe's dtype (rounded once
-    at the end), so `--compute-dtype recipe` keeps float32 for them.
+    at the end), so `--compute-dtype recipe` keeps float32 for them. `group` is where the window offers it.
     """
 
     name: str
@@ -217,6 +235,7 @@ class MergeMethod:
     params: tuple[ParamSpec, ...]
     merge: Callable[[MergeContext], torch.Tensor]
     working_copies: WorkingCopies
+    group: MethodGroup
     lone_tensor: LoneTensorPolicy = LoneTensorPolicy.MERGE_AVAILABLE
     check_inputs: Callable[[int, bool], str | None] = lambda n_non_base, has_base: None
     check_params: Callable[[list[dict[str, Any]], dict[str, Any], str], None] = lambda model_params, params, name: None

@@ -7,7 +7,7 @@ from typing import Any
 import torch
 
 from guiapp.engine.methods._stored import merge_in_chunks
-from guiapp.engine.methods.base import BaseRole, MergeContext, MergeMethod, ParamKind, ParamSpec, WorkingCopies
+from guiapp.engine.methods.base import BLEND, BaseRole, MergeContext, MergeMethod, ParamKind, ParamSpec, WorkingCopies
 from guiapp.errors import RecipeError
 
 
@@ -62,6 +62,7 @@ METHOD = MergeMethod(
     ),
     merge=merge,
     working_copies=WorkingCopies(1.0, 0.0),
+    group=BLEND,
     check_params=check_params,
     merge_stored=merge_stored,
     mergekit_float32=True,

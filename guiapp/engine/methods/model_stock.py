@@ -6,6 +6,7 @@ import torch
 
 from guiapp.engine.methods import _reduce
 from guiapp.engine.methods.base import (
+    COMBINE_FINE_TUNES,
     BaseRole,
     LoneTensorPolicy,
     MergeContext,
@@ -84,6 +85,7 @@ METHOD = MergeMethod(
     ),
     merge=merge,
     working_copies=WorkingCopies(0.0, 2.0),
+    group=COMBINE_FINE_TUNES,
     lone_tensor=LoneTensorPolicy.MODEL_STOCK,
     check_inputs=_check_inputs,
 )

@@ -7,7 +7,7 @@ import math
 import torch
 
 from guiapp.engine.methods import _reduce
-from guiapp.engine.methods.base import BaseRole, MergeContext, MergeMethod, ParamKind, ParamSpec, WorkingCopies
+from guiapp.engine.methods.base import BLEND, BaseRole, MergeContext, MergeMethod, ParamKind, ParamSpec, WorkingCopies
 from guiapp.errors import IncompatibleModelsError, RecipeError
 
 
@@ -96,5 +96,6 @@ METHOD = MergeMethod(
     ),
     merge=merge,
     working_copies=WorkingCopies(0.0, 1.42),
+    group=BLEND,
     check_inputs=_check_inputs,
 )

@@ -6,6 +6,7 @@ import torch
 
 from guiapp.engine.methods import _reduce
 from guiapp.engine.methods.base import (
+    BLEND,
     BaseRole,
     LoneTensorPolicy,
     MergeContext,
@@ -91,6 +92,7 @@ METHOD = MergeMethod(
     ),
     merge=merge,
     working_copies=WorkingCopies(0.0, 2.0),
+    group=BLEND,
     lone_tensor=LoneTensorPolicy.COPY_ONLY_COPY,
     check_inputs=_check_inputs,
 )
