@@ -27,17 +27,10 @@ def merge_job(recipe: Recipe, output: Path, *, device: str = "cpu", seed: int = 
     def work(progress):
         from guiapp.engine.merge import MergeSettings, run_merge  # torch loads with the job
         from guiapp.engine.output import DEFAULT_SHARD_BYTES
-        from guiapp.jobs.estimates import estimate_merge
-        from guiapp.system.probe import cached_probe
         from guiapp.system.threads import ThreadPolicy
 
         def check_fit(plan) -> None:
-            if plan.compute_as_recipe:
-                from guiapp.engine.checkpoint import dtype_name
-                from guiapp.system.capabilities import require_compute
-
-                require_compute(cached_probe(), "merge", device, dtype_name(plan.compute_dtype))
-            estimated.update(_check_fit(estimate_merge(plan, device, Path(output), cached_probe()), progress, force))
+            estimated.update(_check_fit(checked_merge_estimate(plan, device, Path(output)), progress, force))
 
         estimated: dict[str, Any] = {}
         settings = MergeSettings(Path(output), device=device, seed=seed,
@@ -46,6 +39,24 @@ def merge_job(recipe: Recipe, output: Path, *, device: str = "cpu", seed: int = 
         return {**run_merge(recipe, settings, progress, before_start=check_fit).summary(), **estimated}
 
     return Job(title=f"Merge ({recipe.merge_method}) → {Path(output).name}", kind="merge", spec=spec, work=work)
+
+
+def checked_merge_estimate(plan, device: str, output: Path, *, startup_seconds: float = 0.0):
+    """The estimate of merging `plan` on `device` into `output` (a JobEstimate), after the checks of its settings a
+    merge makes before it starts, the same for a run and a dry run: raises DeviceError for a device this machine
+    does not have, or for a compute dtype the probe saw fail on it (`--compute-dtype recipe`), and OutputError /
+    DeviceError when the destination's drive or the GPU cannot be examined."""
+    from guiapp.engine.checkpoint import dtype_name
+    from guiapp.engine.devices import resolve_device
+    from guiapp.jobs.estimates import estimate_merge
+    from guiapp.system.capabilities import require_compute
+    from guiapp.system.probe import cached_probe
+
+    resolve_device(device)
+    probe = cached_probe()
+    if plan.compute_as_recipe and probe is not None:  # without a probe of this machine, nothing was seen to fail
+        require_compute(probe, "merge", device, dtype_name(plan.compute_dtype))
+    return estimate_merge(plan, device, output, probe, startup_seconds=startup_seconds)
 
 
 def extract_job(base: str, model: str, out: Path, *, rank_mode: str = "fixed", rank_value: float = 32,

@@ -21,10 +21,10 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
+from guiapp.cli import PAUSE_VARIABLE
 from guiapp.engine.merge import plan_merge
 from guiapp.engine.recipe import parse_recipe
 from guiapp.engine.samples import llama_config
-from guiapp.cli import PAUSE_VARIABLE
 from tests.faults.conftest import SMALL
 from tests.faults.harness import cli_explanation, leftovers, looks_finished
 from tests.support.hub_server import make_hostile

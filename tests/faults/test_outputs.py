@@ -19,7 +19,7 @@ import pytest
 import yaml
 from huggingface_hub import constants
 
-from guiapp.cli import main
+from guiapp.cli import PAUSE_VARIABLE, main
 from guiapp.engine.lora_extract import ExtractionSettings, extract_lora
 from guiapp.engine.lowrank import RankRule
 from guiapp.engine.merge import MergeSettings, run_merge
@@ -30,7 +30,6 @@ from guiapp.errors import OutputError
 from guiapp.jobs.fixes import REPLACE, RETRY_WITH
 from guiapp.jobs.runner import JobStatus, run_job
 from guiapp.jobs.specs import merge_job, retry
-from guiapp.cli import PAUSE_VARIABLE
 from guiapp.system.explain import explain
 from tests.faults.harness import cli_explanation, fingerprint, leftovers, looks_finished
 from tests.ui.conftest import isolated_settings, make_window, wait_for_job, window  # noqa: F401
