@@ -24,6 +24,7 @@ from guiapp.system.probe import (
     store,
 )
 from tests.engine.helpers import load_folder
+from tests.support.filesystems import small_filesystem
 
 NAME = "model.layers.0.mlp.up_proj.weight"
 
@@ -100,6 +101,19 @@ def test_a_dry_run_refuses_what_the_run_refuses(probed, llama_pair, tmp_path, mo
                               *dry_run], capture_output=True, text=True, timeout=300)
         assert run.returncode == 1 and refusal in run.stderr, (dry_run, run.stderr)
         assert "Traceback" not in run.stderr and not (tmp_path / "out").exists()
+
+
+def test_a_dry_run_refuses_an_output_that_will_not_fit_as_the_run_does(llama_pair, tmp_path):
+    base, one, _ = llama_pair
+    recipe = tmp_path / "r.yml"
+    recipe.write_text(f"merge_method: task_arithmetic\nbase_model: {base}\n"
+                      f"models:\n  - model: {one}\n    parameters: {{weight: 0.3}}\n")
+    with small_filesystem(tmp_path / "small", "64K") as small:
+        for dry_run in ([], ["--dry-run"]):
+            run = subprocess.run([sys.executable, "-m", "guiapp", "merge", str(recipe), str(small / "out"), *dry_run],
+                                 capture_output=True, text=True, timeout=300)
+            assert run.returncode == 1 and "This job will not fit: the output needs" in run.stderr, (dry_run, run.stderr)
+            assert "Nothing was written" not in run.stdout and not (small / "out").exists()
 
 
 @pytest.mark.parametrize("method", ["linear", "slerp"])
