@@ -2,8 +2,8 @@
 
 Per tensor (docs/spec/merge-methods.md §2): δ_i = x_i − b, sparsified by density (optionally L1-rescaled), weighted,
 then mixed with or without sign consensus, optionally normalised, scaled by `lambda`, added to the base.
-Each method module only declares which sparsifier and consensus it uses and its defaults, via
-`task_vector_method`.
+Each method is a row of `task_vector_methods`: which sparsifier and consensus it uses and its defaults, made a
+method by `task_vector_method`.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """What a merge method is: a name, a typed parameter schema, and a per-tensor function.
 
-A method module defines one `METHOD = MergeMethod(...)`. The window builds its forms from `params`, the recipe
-validator checks values against them, and the merge loop calls `merge(ctx)` once per output tensor with every
-input already in the compute dtype (float32, or float64) on the chosen device.
+A method is declared as one `MergeMethod(...)` (a module's `METHOD`, or a row of the task-vector table). The
+window builds its forms from `params` and offers it in its `group`, the recipe validator checks values against
+them, and the merge loop calls `merge(ctx)` once per output tensor with every input already in the compute dtype
+(float32, or float64) on the chosen device.
 """
 
 from __future__ import annotations
