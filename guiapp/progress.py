@@ -72,10 +72,22 @@ class CancelToken:
             raise JobCancelled()
 
 
+@dataclass(frozen=True)
+class PausePoint:
+    """Where to hold a job once: after step `step` of stage `stage` ("Merging", 2: after the second tensor), until
+    the file `release` exists or the job is cancelled; so that whoever runs the job (a test, through the CLI) acts on
+    it mid-stage at a point it controls however fast or loaded the machine is."""
+
+    stage: str
+    step: int
+    release: str
+
+
 class Progress:
     """Tracks one job's progress and forwards events and log lines to its listeners.
 
-    All arguments are optional so that engine functions can be called without any reporting.
+    All arguments are optional so that engine functions can be called without any reporting. `pause_at` holds the
+    job once at that point, logging a line first.
     """
 
     def __init__(
@@ -83,6 +95,7 @@ class Progress:
         on_event: ProgressListener | None = None,
         on_log: LogListener | None = None,
         cancel: CancelToken | None = None,
+        pause_at: PausePoint | None = None,
     ) -> None:
         self._on_event = on_event
         self._on_log = on_log
@@ -100,7 +113,7 @@ class Progress:
         self._measured_bytes = 0
         self._work_total = self._work_done = self._measured_work = 0.0
         self._work_origin: tuple[float, float] | None = None  # (time, work done) where the work rate starts
-        self._pause_at = _pause_point()
+        self._pause_at = pause_at
 
     def start_stage(self, stage: str, total: int = 0, bytes_total: int = 0, work_total: float = 0.0) -> None:
         """Begin a stage ("Merging", "Downloading"…) of `total` units, `bytes_total` bytes and, when its time does
@@ -131,8 +144,8 @@ class Progress:
         self._work_done += work
         self._measured_work += work
         self._emit(item)
-        if self._pause_at and self._pause_at[0] == self._stage and self._done >= self._pause_at[1]:
-            self._pause_until(self._pause_at[2])
+        if self._pause_at and self._pause_at.stage == self._stage and self._done >= self._pause_at.step:
+            self._pause_until(self._pause_at.release)
         self.check_cancelled()
 
     def skip(self, item: str = "", units: int = 1, nbytes: int = 0) -> None:
@@ -152,7 +165,7 @@ class Progress:
 
     def _pause_until(self, release: str) -> None:
         self._pause_at = None  # once per job
-        self.log(f"Paused after step {self._done} of {self._stage} until {release} exists ({PAUSE_VARIABLE}).")
+        self.log(f"Paused after step {self._done} of {self._stage} until {release} exists.")
         while not os.path.exists(release) and not self.cancel_token.cancelled:
             time.sleep(0.02)
 
@@ -209,14 +222,3 @@ class Progress:
 
 # How far back the rate looks: long enough to smooth bursts, short enough to follow a connection that slows.
 RATE_WINDOW_SECONDS = 10.0
-
-# A test hook, inert unless set: "<stage>:<step>:<file>" holds a job once, after that step of that stage (e.g.
-# "Merging:2:/tmp/go" after the second tensor) until the file exists, logging a line first, so that a test acts
-# on a job mid-stage (Ctrl-C, kill) at a point it controls however fast or loaded the machine is.
-PAUSE_VARIABLE = "MERGESMITH_TEST_PAUSE"
-
-
-def _pause_point() -> tuple[str, int, str] | None:
-    stage, _, rest = os.environ.get(PAUSE_VARIABLE, "").partition(":")
-    step, _, release = rest.partition(":")
-    return (stage, int(step), release) if step.isdigit() and release else None

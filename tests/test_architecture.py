@@ -1,5 +1,5 @@
 """The house rules, checked on every test run: ruff passes with pyproject.toml's configuration, and the import graph
-keeps the layers of /work/shared/design.md (ui → cli → jobs → engine → hub → system, dependencies pointing down
+keeps the layers (ui → cli → jobs → the capability packages → hub → system, dependencies pointing down
 only), Qt inside guiapp/ui, torch outside guiapp/hub, and no import cycles between modules. The shared facts
 (guiapp/facts) sit below every layer, import only the standard library, and are the only place a dtype table is
 written down."""
@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "guiapp"
 # Higher imports lower, never the reverse. errors is shared by every layer, so it sits below all; progress serves
 # hub, engine and jobs and may use system's helpers (its log lines are scrubbed of secrets by system.scrub).
-LAYERS = {"__main__": 6, "ui": 6, "cli": 5, "docs_recipes": 5, "jobs": 4,
+LAYERS = {"__main__": 6, "ui": 6, "cli": 5, "jobs": 4,
           # The capabilities, each a package: a job's engine room. Higher ones use lower ones' parts.
           "moe": 3.6, "inference": 3.5, "lora": 3.4, "merging": 3.3, "checkpoints": 3.2, "compute": 3.1,
           "hub": 2, "progress": 1.5, "system": 1, "errors": 0, "__init__": 0, "facts": -1}

@@ -36,9 +36,6 @@ class LayerName:
     index: int
     suffix: str
 
-    def with_index(self, index: int) -> str:
-        return f"{self.prefix}.{index}.{self.suffix}"
-
 
 def split_layer_name(name: str) -> LayerName | None:
     """The layer parts of `name`, or None for tensors outside the layers (embeddings, final norm, heads)."""

@@ -4,7 +4,7 @@ Every output shape and dtype is known from the plan, so each shard's header is w
 is appended after it as it is computed, a whole tensor or a block of its rows at a time: memory never holds a
 shard. The whole output is written into a hidden staging folder next to the destination and renamed into place
 only when complete, so a cancelled, failed or killed job never leaves a folder that looks like a finished model.
-Staging folders of dead processes are removed by `clean_stale_staging` (called before every job).
+Staging folders of dead processes are removed by `output_guard.clean_leftovers` (called before every job).
 """
 
 from __future__ import annotations
@@ -287,11 +287,6 @@ def local_input_folders(refs: Iterable[ModelRef]) -> tuple[Path, ...]:
         if ref.adapter:
             folders.append(ref.adapter.existing_folder("adapter"))
     return tuple(folder for folder in folders if folder is not None)
-
-
-def clean_stale_staging(parent: Path) -> list[Path]:
-    """Remove what killed runs left in `parent` (see `output_guard.clean_leftovers`); returns what was removed."""
-    return clean_leftovers(parent)
 
 
 def _output_folder_error(parent: Path, error: OSError) -> Exception:

@@ -55,25 +55,22 @@ def _run_merge(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     recipe = load_recipe(args.recipe)
     if args.dry_run:
-        return _print_plan(recipe, args.out_dir, args.device, args.compute_dtype)
+        return _print_plan(recipe, args.out_dir, args.device, args.compute_dtype, args.force)
     return run_in_terminal(merge_job(recipe, args.out_dir, device=args.device, seed=args.seed,
                                      shard_bytes=shard_bytes, overwrite=args.overwrite, force=args.force,
                                      compute_dtype=args.compute_dtype, threads=args.threads), args)
 
 
-def _print_plan(recipe, out_dir: Path, device: str, compute_dtype: str = "float32") -> int:
+def _print_plan(recipe, out_dir: Path, device: str, compute_dtype: str = "float32", force: bool = False) -> int:
+    """`merge --dry-run`: the plan and its estimate, refused as the run would refuse it."""
     from guiapp.jobs.durations import process_seconds_so_far
-    from guiapp.jobs.estimates import estimate_merge
+    from guiapp.jobs.specs import checked_merge_estimate
     from guiapp.merging.merge import plan_merge
-    from guiapp.merging.plan import compute_in_recipe_dtype
-    from guiapp.system.probe import cached_probe
     from guiapp.system.units import format_bytes
 
-    plan = plan_merge(recipe)
-    if compute_dtype == "recipe":
-        compute_in_recipe_dtype(plan)
+    plan = plan_merge(recipe, compute_as_recipe=compute_dtype == "recipe")
     # The real run is a new process too: its start-up (Python, torch, planning) counts as this one's did.
-    estimate = estimate_merge(plan, device, out_dir, cached_probe(), startup_seconds=process_seconds_so_far())
+    estimate = checked_merge_estimate(plan, device, out_dir, startup_seconds=process_seconds_so_far())
     print(f"Method:        {plan.method.name} ({plan.method.summary})")
     for model in plan.models:
         role = " (base)" if recipe.base_model == model.ref else ""
@@ -84,6 +81,8 @@ def _print_plan(recipe, out_dir: Path, device: str, compute_dtype: str = "float3
     for warning in plan.warnings:
         print(f"Warning:       {warning}")
     print("Estimate:      " + estimate.summary().replace("\n", "\n               "))
+    if not estimate.fit.fits and not force:
+        raise estimate.fit.as_error()  # as the run refuses it
     print("The recipe is valid. Nothing was written (--dry-run).")
     return EXIT_OK
 

@@ -14,6 +14,9 @@ from pathlib import Path
 from typing import Any
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+# "<stage>:<step>:<file>" holds a job run here once (see PausePoint), e.g. "Merging:2:/tmp/go": for tests that act on
+# a command mid-stage (Ctrl-C, kill). Read here only, never below the command line.
+PAUSE_VARIABLE = "MERGESMITH_TEST_PAUSE"
 
 Handler = Callable[[argparse.Namespace], int]
 

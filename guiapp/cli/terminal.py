@@ -8,7 +8,7 @@ import math
 import os
 import sys
 
-from guiapp.cli.process import EXIT_FAILED, EXIT_OK
+from guiapp.cli.process import EXIT_FAILED, EXIT_OK, PAUSE_VARIABLE
 
 
 def print_explanation(error: BaseException, args: argparse.Namespace | None = None) -> None:
@@ -105,10 +105,20 @@ def run_in_terminal(job, args: argparse.Namespace | None = None) -> int:
     from guiapp.jobs.runner import JobListeners, JobStatus, run_job
 
     printer = TerminalProgress()
-    result = run_job(job, JobListeners(on_event=printer.on_event, on_log=printer.on_log))
+    result = run_job(job, JobListeners(on_event=printer.on_event, on_log=printer.on_log), pause_at=_pause_point())
     printer.finish()
     if result.status is JobStatus.DONE:
         return EXIT_OK
     if result.status is JobStatus.FAILED:
         print_explanation(result.error, args)
     return EXIT_FAILED
+
+
+def _pause_point():
+    """The PausePoint PAUSE_VARIABLE sets, or None when it is unset or not "<stage>:<step>:<file>"."""
+    from guiapp.progress import PausePoint
+
+    stage, _, rest = os.environ.get(PAUSE_VARIABLE, "").partition(":")
+    step, _, release = rest.partition(":")
+    return PausePoint(stage, int(step), release) if step.isdigit() and release else None
+

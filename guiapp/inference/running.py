@@ -187,11 +187,6 @@ class PerplexityResult:
     windows: int
 
 
-def resolve_source(reference: str, progress: Progress | None = None) -> ModelSource:
-    """The folders behind one model argument: the one-model case of `resolve_sources`, with its errors."""
-    return resolve_sources([reference], progress)[0]
-
-
 def resolve_sources(references: Sequence[str], progress: Progress | None = None) -> list[ModelSource]:
     """The folders behind each model argument (a folder, a Hub id, or either of these `+ADAPTER`), in order. The
     Hub models and adapters among them are downloaded into the cache as needed, all under one Downloading bar.

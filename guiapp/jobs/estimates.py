@@ -2,9 +2,7 @@
 
 Memory is private (anonymous) memory: the page cache holding the model files is reclaimed by the system under
 pressure; what cannot be reclaimed is what the loop reads into its own buffers and the float32 working set of
-the tensors being merged. The merge loop holds one piece's inputs (a whole tensor, or a block of rows of a tensor
-it streams), the method's temporaries and the output cast, plus the next piece's inputs read
-ahead and the previous piece's output being written.
+the tensors being merged, which the merge loop states itself (guiapp.merging.merge.working_set).
 """
 
 from __future__ import annotations
@@ -44,65 +42,6 @@ class JobEstimate:
         return self.fit.summary() + time
 
 
-def merge_working_set(plan) -> int:
-    """Peak private bytes the merge loop adds while running `plan` (a guiapp.merging.plan.MergePlan)."""
-    from guiapp.merging.merge import (  # noqa: PLC0415 - loaded by then
-        BLOCK_ELEMENTS,
-        merges_as_stored,
-        merges_in_blocks,
-        streams_in_blocks,
-    )
-
-    compute_size = plan.compute_dtype.itemsize
-    copies = plan.method.working_copies
-
-    def whole_inputs(task, as_stored: bool) -> int:
-        """The inputs of a task read whole, as the merge holds them: each read into its own buffer and, for a
-        floating tensor not merged `as_stored`, converted to the compute dtype (the buffer read is then freed)."""
-        total = 0
-        for item in task.inputs:
-            info = plan.models[item.model].tensors[item.tensor]
-            converted = task.floating and not as_stored and (
-                info.dtype != plan.compute_dtype or item.rows is not None
-                or plan.read_dtype not in (None, plan.compute_dtype))
-            total += math.prod(task.shape) * compute_size if converted else info.nbytes
-        return total
-
-    def block_rows(task) -> int:
-        return min(task.shape[0], max(1, BLOCK_ELEMENTS // max(1, math.prod(task.shape[1:]))))
-
-    def piece(task) -> tuple[int, int, int]:
-        """(inputs read, working bytes while it is computed, output written) of one piece of `task`."""
-        numel = math.prod(task.shape)
-        out_size = plan.out_tensor_dtype(task).itemsize
-        streamed = streams_in_blocks(plan, task)
-        # Inputs merged as stored are not converted, and the method's float32 copies stay a few cache-sized chunks.
-        as_stored = merges_as_stored(plan, task)
-        if not (streamed or merges_in_blocks(plan, task)):
-            method = 0 if task.copy or not task.floating or as_stored else \
-                int(copies.for_inputs(len(task.inputs)) * numel * compute_size)
-            return whole_inputs(task, as_stored), method + numel * out_size, numel * out_size
-        # Each input's block is converted to the compute dtype besides the method's own copies.
-        block = block_rows(task) * math.prod(task.shape[1:])
-        block_working = 0 if as_stored else \
-            int((copies.for_inputs(len(task.inputs)) + len(task.inputs)) * block * compute_size)
-        if streamed:
-            stored = sum(plan.models[i.model].tensors[i.tensor].dtype.itemsize for i in task.inputs)
-            return block * stored, block_working + block * out_size, block * out_size
-        # Read whole (positional reads into private buffers), merged in blocks into the whole output.
-        return plan.task_input_bytes(task), block_working + numel * out_size, numel * out_size
-
-    pieces = [piece(task) for task in plan.tasks]
-    peak = 0
-    for index, (read, working, written) in enumerate(pieces):
-        streamed = streams_in_blocks(plan, plan.tasks[index])
-        # Read ahead: the next piece, of this tensor or the next; written behind: the previous one, likewise.
-        ahead = max(read if streamed else 0, pieces[index + 1][0] if index + 1 < len(pieces) else 0)
-        behind = max(written if streamed else 0, pieces[index - 1][2] if index > 0 else 0)
-        peak = max(peak, read + working + ahead + behind)
-    return peak + _JOB_OVERHEAD_BYTES
-
-
 def private_memory() -> int:
     """Anonymous (not file-backed) resident memory of this process: RssAnon on Linux, else USS."""
     try:
@@ -130,7 +69,9 @@ def estimate_merge(plan, device: str, destination: Path, probe_result=None, *,
     begins, to learn the method's throughput. Raises OutputError / DeviceError when the destination's drive or
     the GPU cannot be examined.
     """
-    working = merge_working_set(plan)
+    from guiapp.merging.merge import working_set  # loaded with the plan; Try's estimates need no torch
+
+    working = working_set(plan) + _JOB_OVERHEAD_BYTES
     on_gpu = device != "cpu"
     peak_ram = process_baseline() + (_largest_output(plan) if on_gpu else working)
     peak_vram = working if on_gpu else 0

@@ -27,7 +27,7 @@ from guiapp.hub.local_folders import (
 )
 from guiapp.hub.search import ModelSearch, SearchQuery, SearchResults
 from guiapp.system.paths import resolved
-from guiapp.system.resources import TIGHT_FRACTION_OF_DISK, TIGHT_FRACTION_OF_RAM, FitLevel
+from guiapp.system.resources import Disk, FitLevel, Memory, fit_verdict
 from guiapp.system.units import format_bytes
 
 __all__ = [
@@ -198,21 +198,21 @@ class UseFit:
 
     @property
     def disk_level(self) -> FitLevel:
-        if self.downloaded or self.download_bytes <= TIGHT_FRACTION_OF_DISK * self.disk_free:
-            return FitLevel.FITS_IN_RAM
-        return FitLevel.TIGHT if self.download_bytes <= self.disk_free else FitLevel.WILL_NOT_FIT
+        return self._verdict(0, 0 if self.downloaded else self.download_bytes)
 
     @property
     def memory_level(self) -> FitLevel:
-        if self.working_memory is None or self.working_memory <= TIGHT_FRACTION_OF_RAM * self.ram_available:
-            return FitLevel.FITS_IN_RAM
-        return FitLevel.TIGHT if self.working_memory <= self.ram_total else FitLevel.WILL_NOT_FIT
+        return self._verdict(self.working_memory or 0, 0)
 
     @property
     def level(self) -> FitLevel:
         """The worse of the disk and the memory verdicts (FITS_IN_RAM when both are fine)."""
-        order = list(FitLevel)
-        return max(self.disk_level, self.memory_level, key=order.index)
+        return self._verdict(self.working_memory or 0, 0 if self.downloaded else self.download_bytes)
+
+    def _verdict(self, ram_bytes: int, disk_bytes: int) -> FitLevel:
+        """The verdict a job's estimate gets (`fit_verdict`) for this much RAM and disk against these numbers."""
+        return _verdict(ram_bytes, disk_bytes, self.disk_free, self.disk_path,
+                        Memory(total=self.ram_total, available=self.ram_available))
 
     def badge(self) -> str:
         """One line: the verdict and what it is about ("Fits this machine: 14.5 GB to download, …")."""
@@ -285,8 +285,14 @@ def downloads_fit(sizes: Iterable[int]) -> list[FitLevel | None]:
         free = disk(cache_folder()).free
     except Exception:  # no fit column rather than no results
         return [None] * len(sizes)
-    return [None if not size else FitLevel.FITS_IN_RAM if size <= TIGHT_FRACTION_OF_DISK * free
-            else FitLevel.TIGHT if size <= free else FitLevel.WILL_NOT_FIT for size in sizes]
+    return [_verdict(0, size, free, cache_folder()) if size else None for size in sizes]
+
+
+def _verdict(ram_bytes: int, disk_bytes: int, disk_free: int, disk_path: Path, ram: Memory | None = None) -> FitLevel:
+    """`fit_verdict`'s level for a CPU job of `ram_bytes` writing `disk_bytes` where `disk_free` bytes are free (and
+    `ram`: any, when `ram_bytes` is 0)."""
+    return fit_verdict(ram_bytes, 0, disk_bytes, "cpu", disk_path, ram=ram or Memory(total=1, available=1),
+                       space=Disk(path=disk_path, free=disk_free, total=disk_free)).level
 
 
 def _largest_tensor_bytes(reference: str) -> int | None:

@@ -1,14 +1,13 @@
 """The words the window uses for the merge methods' recipe keys and for choosing a method. No Qt.
 
 A recipe key (`rescale`, `int8_mask`, `lambda`) stays what the YAML and mergekit use; the window labels it in
-plain words and shows the key in the tooltip. The methods are offered in groups by what the user wants to do,
-each with the method recommended when in doubt. A key or method missing here still works: it is shown by name.
+plain words and shows the key in the tooltip (a key missing here still works: it is shown by name). The methods
+are offered in the groups their declarations name, each with the method recommended when in doubt.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Any
 
 # Recipe key → its label in the window.
@@ -34,29 +33,6 @@ PARAMETER_LABELS = {
     "alpha": "Boost cap (α)",
     "scale": "Scale this model",
 }
-
-
-@dataclass(frozen=True)
-class MethodGroup:
-    """Methods for one situation, the recommended one first."""
-
-    title: str
-    when: str
-    methods: tuple[str, ...]
-
-    @property
-    def recommended(self) -> str:
-        return self.methods[0]
-
-
-METHOD_GROUPS = (
-    MethodGroup("Combine fine-tunes of one base", "Several models fine-tuned from the same base model: keep what each "
-                "learnt.", ("ties", "dare_ties", "task_arithmetic", "della", "della_linear", "dare_linear",
-                            "breadcrumbs", "breadcrumbs_ties", "model_stock", "sce", "ram", "ramplus_tl")),
-    MethodGroup("Blend models", "Two or more models of the same shape: a weighted mix of their weights.",
-                ("slerp", "linear", "nuslerp", "multislerp", "karcher", "nearswap", "arcee_fusion")),
-    MethodGroup("Stack layers", "Build a model from layers of others (slices), copied unchanged.", ("passthrough",)),
-)
 
 
 def parameter_label(spec: Any) -> str:
@@ -89,13 +65,10 @@ def recipe_words(text: str, method: Any, references: list[str]) -> str:
     return text
 
 
-def grouped_methods(names: list[str]) -> list[tuple[MethodGroup, list[str]]]:
-    """`names` in their groups (each group's recommended method first); names no group lists come last, in a
-    group of their own, so a new method is always offered."""
-    known = set(names)
-    groups = [(group, [n for n in group.methods if n in known]) for group in METHOD_GROUPS]
-    grouped = {n for _, members in groups for n in members}
-    rest = [n for n in names if n not in grouped]
-    if rest:
-        groups.append((MethodGroup("Other methods", "", tuple(rest)), rest))
-    return [(group, members) for group, members in groups if members]
+def grouped_methods(methods: dict[str, Any]) -> list[tuple[Any, list[str]]]:
+    """The names of `methods` (name → MergeMethod) under each method's group (a MethodGroup), the groups in the
+    order the window lists them and each group's recommended method first, the others in registry order."""
+    from guiapp.merging.methods.base import METHOD_GROUPS  # the methods are loaded: so are torch and the engine
+
+    return [(group, sorted(members, key=lambda name: name != group.recommended))
+            for group in METHOD_GROUPS if (members := [n for n, m in methods.items() if m.group == group])]

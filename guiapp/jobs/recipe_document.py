@@ -211,15 +211,6 @@ class RecipeDocument:
         self._change(document)
         return len(document["models"]) - 1
 
-    def remove_model(self, index: int) -> None:
-        """Remove the `index`-th model. Raises RecipeError when there is none."""
-        entries = self._document.get("models") or []
-        if not 0 <= index < len(entries):
-            raise RecipeError(f"There is no model number {index + 1} in the recipe.", key=("models", index))
-        document = copy.deepcopy(self._document)
-        del document["models"][index]
-        self._change(document)
-
     def apply_form(self, form: FormValues) -> None:
         """Make the recipe what the form shows, keeping the keys the form has no field for."""
         document: dict[str, Any] = {"merge_method": form.merge_method or self._document.get("merge_method")}
@@ -246,14 +237,6 @@ class RecipeDocument:
         self._change(document)
 
     # --- undo ---------------------------------------------------------------------------------------------------
-
-    @property
-    def can_undo(self) -> bool:
-        return bool(self._undo)
-
-    @property
-    def can_redo(self) -> bool:
-        return bool(self._redo)
 
     def undo(self) -> bool:
         """Go back one change; False when there is none."""

@@ -22,7 +22,7 @@ from typing import Any, ClassVar, Self
 
 from guiapp.errors import JobCancelled
 from guiapp.jobs import durations
-from guiapp.progress import CancelToken, Progress, ProgressEvent
+from guiapp.progress import CancelToken, PausePoint, Progress, ProgressEvent
 
 # What a job's boundary lets through instead of recording a failure: the user's Ctrl-C, an exit, a generator
 # closing, an asyncio cancellation.
@@ -144,8 +144,10 @@ class JobListeners:
     on_done: Callable[[JobResult], None] | None = None
 
 
-def run_job(job: Job, listeners: JobListeners | None = None, cancel: CancelToken | None = None) -> JobResult:
-    """Run `job` in the calling thread and return its result; never raises for a failure of the job itself."""
+def run_job(job: Job, listeners: JobListeners | None = None, cancel: CancelToken | None = None,
+            pause_at: PausePoint | None = None) -> JobResult:
+    """Run `job` in the calling thread (held once at `pause_at`, see PausePoint) and return its result; never raises
+    for a failure of the job itself."""
     listeners = listeners or JobListeners()
     log: list[str] = []
 
@@ -158,7 +160,7 @@ def run_job(job: Job, listeners: JobListeners | None = None, cancel: CancelToken
         if listeners.on_event:
             listeners.on_event(job, event)
 
-    progress = Progress(on_event=on_event, on_log=on_log, cancel=cancel)
+    progress = Progress(on_event=on_event, on_log=on_log, cancel=cancel, pause_at=pause_at)
     if listeners.on_start:
         listeners.on_start(job)
     started = time.time()
@@ -191,13 +193,15 @@ class JobRunner:
     """A queue of jobs run one at a time on a background thread.
 
     `submit` returns at once; `cancel(job_id)` asks a queued or running job to stop (a running job stops at its
-    next tensor or chunk). `shutdown()` cancels everything and waits for the worker.
+    next tensor or chunk). `shutdown()` cancels everything and waits for the worker. Jobs that start while
+    `pause_at` is set are held once at that point (see PausePoint).
     """
 
     def __init__(self) -> None:
         self._queue: queue.Queue[tuple[Job, JobListeners] | None] = queue.Queue()
         self._cancels: dict[int, CancelToken] = {}
         self._lock = threading.Lock()
+        self.pause_at: PausePoint | None = None
         self._thread = threading.Thread(target=self._work, name="mergesmith-jobs", daemon=True)
         self._thread.start()
 
@@ -226,7 +230,7 @@ class JobRunner:
             with self._lock:
                 token = self._cancels[job.id]
             try:
-                run_job(job, listeners, token)
+                run_job(job, listeners, token, self.pause_at)
             finally:
                 with self._lock:
                     self._cancels.pop(job.id, None)

@@ -73,19 +73,11 @@ def _merge(recipe: Recipe, spec: MergeSpec) -> Job:
 
     def work(progress):
         from guiapp.checkpoints.writing import DEFAULT_SHARD_BYTES
-        from guiapp.jobs.estimates import estimate_merge
         from guiapp.merging.merge import MergeSettings, run_merge  # torch loads with the job
-        from guiapp.system.probe import cached_probe
         from guiapp.system.threads import ThreadPolicy
 
         def check_fit(plan) -> None:
-            if plan.compute_as_recipe:
-                from guiapp.facts.dtypes import dtype_name
-                from guiapp.system.capabilities import require_compute
-
-                require_compute(cached_probe(), "merge", spec.device, dtype_name(plan.compute_dtype))
-            estimated.update(_check_fit(estimate_merge(plan, spec.device, output, cached_probe()), progress,
-                                        spec.force))
+            estimated.update(_check_fit(checked_merge_estimate(plan, spec.device, output), progress, spec.force))
 
         estimated: dict[str, Any] = {}
         settings = MergeSettings(output, device=spec.device, seed=spec.seed,
@@ -94,6 +86,24 @@ def _merge(recipe: Recipe, spec: MergeSpec) -> Job:
         return {**run_merge(recipe, settings, progress, before_start=check_fit).summary(), **estimated}
 
     return Job(title=f"Merge ({recipe.merge_method}) → {output.name}", kind=spec.kind, spec=spec.to_dict(), work=work)
+
+
+def checked_merge_estimate(plan, device: str, output: Path, *, startup_seconds: float = 0.0):
+    """The estimate of merging `plan` on `device` into `output` (a JobEstimate), after the checks of its settings a
+    merge makes before it starts, the same for a run and a dry run: raises DeviceError for a device this machine
+    does not have, or for a compute dtype the probe saw fail on it (`--compute-dtype recipe`), and OutputError /
+    DeviceError when the destination's drive or the GPU cannot be examined."""
+    from guiapp.compute.devices import resolve_device
+    from guiapp.facts.dtypes import dtype_name
+    from guiapp.jobs.estimates import estimate_merge
+    from guiapp.system.capabilities import require_compute
+    from guiapp.system.probe import cached_probe
+
+    resolve_device(device)
+    probe = cached_probe()
+    if plan.compute_as_recipe and probe is not None:  # without a probe of this machine, nothing was seen to fail
+        require_compute(probe, "merge", device, dtype_name(plan.compute_dtype))
+    return estimate_merge(plan, device, output, probe, startup_seconds=startup_seconds)
 
 
 @dataclass(frozen=True)

@@ -47,7 +47,7 @@ from guiapp.checkpoints.writing import PlannedTensor, ShardedWriter, StagedOutpu
 from guiapp.compute.devices import resolve_device, threads_restored, use_cpu_threads
 from guiapp.errors import IncompatibleModelsError, NonFiniteResultError, SettingsError
 from guiapp.facts.choices import EMBEDDING_POLICIES, SOLVERS, EmbeddingPolicy, Solver
-from guiapp.facts.dtypes import COMPUTE, dtype_name, writable_name
+from guiapp.facts.dtypes import COMPUTE, dtype_name
 from guiapp.hub.references import ModelRef
 from guiapp.lora.lowrank import RankRule, decompose, module_work, relative_error
 from guiapp.merging.compatibility import CompatibilityProblem, ModelFacts, compare_models
@@ -132,9 +132,8 @@ def extract_lora(settings: ExtractionSettings, progress: Progress | None = None)
     """
     progress = progress or Progress()
     started = time.monotonic()
-    include, exclude = _validate(settings)
+    include, exclude, compute, dtype = _validate(settings)
     device = resolve_device(settings.device)
-    compute = dtype_from_name(settings.compute_dtype)
     progress.start_stage("Checking the models")
     base_ref, model_ref = ModelRef.parse(settings.base), ModelRef.parse(settings.model)
     local_inputs = local_input_folders((base_ref, model_ref))
@@ -147,7 +146,7 @@ def extract_lora(settings: ExtractionSettings, progress: Progress | None = None)
                 base, tuned = base_reader.checkpoint, model_reader.checkpoint
                 task_type = task_type_for(base.config)
                 transposed = (base.config or {}).get("model_type") in _TRANSPOSED_LINEAR_MODELS
-                out_dtype = dtype_from_name(settings.dtype) if settings.dtype else _storage_dtype(tuned)
+                out_dtype = dtype or _storage_dtype(tuned)
                 found = _compare(
                     base_reader, model_reader, settings, include, exclude, task_type, transposed, device, compute,
                     out_dtype, progress,
@@ -188,7 +187,10 @@ def extract_lora(settings: ExtractionSettings, progress: Progress | None = None)
     }
 
 
-def _validate(settings: ExtractionSettings) -> tuple[BoundedPattern | None, BoundedPattern | None]:
+def _validate(settings: ExtractionSettings
+              ) -> tuple[BoundedPattern | None, BoundedPattern | None, torch.dtype, torch.dtype | None]:
+    """The settings checked: the include and exclude patterns, the compute dtype and the adapter's dtype (None: the
+    fine-tune's). Raises SettingsError naming the setting at fault."""
     settings.rule.validate()
     if settings.solver not in SOLVERS:
         raise SettingsError(f'"{settings.solver}" is not a solver.', hint="Use randomized (fast) or exact.",
@@ -198,13 +200,14 @@ def _validate(settings: ExtractionSettings) -> tuple[BoundedPattern | None, Boun
             f'"{settings.embeddings}" is not a way to handle embeddings.',
             hint="Use save (store changed embeddings whole), lora (decompose them) or skip.", key="embeddings",
         )
+    dtypes: dict[str, torch.dtype | None] = {}
     for setting, name in (("dtype", settings.dtype), ("compute_dtype", settings.compute_dtype)):
         try:
-            if name:
-                dtype_from_name(name)
+            dtypes[setting] = dtype_from_name(name) if name else None
         except ValueError as error:
             raise SettingsError(str(error), hint="Use bfloat16, float16 or float32.", key=setting) from None
-    if writable_name(settings.compute_dtype) not in COMPUTE:
+    compute = dtypes["compute_dtype"]
+    if dtype_name(compute) not in COMPUTE:
         raise SettingsError(
             f"Decompositions run in float32 or float64, not {settings.compute_dtype}.",
             hint="Half precision has no SVD kernels; the adapter can still be stored in bfloat16 (--dtype).",
@@ -212,7 +215,7 @@ def _validate(settings: ExtractionSettings) -> tuple[BoundedPattern | None, Boun
         )
     include, exclude = ((BoundedPattern(text, option, SettingsError) if text else None)
                         for option, text in (("--include", settings.include), ("--exclude", settings.exclude)))
-    return include, exclude
+    return include, exclude, compute, dtypes["dtype"]
 
 
 def pair_problem(base: ModelHeaders, tuned: ModelHeaders, base_label: str, model_label: str

@@ -46,7 +46,6 @@ from guiapp.merging.plan import (
     TensorTask,
     align_vocabulary,
     build_plan,
-    compute_in_recipe_dtype,
 )
 from guiapp.merging.recipe import Recipe
 from guiapp.progress import Progress
@@ -67,7 +66,7 @@ class MergeSettings:
     shard_bytes: int = DEFAULT_SHARD_BYTES
     overwrite: bool = False
     # "float32": compute in float32 (float64 for float64 inputs) and cast once; "recipe": in the recipe's dtype,
-    # as mergekit does (see plan.compute_in_recipe_dtype).
+    # as mergekit does (see plan.compute_dtype_of).
     compute_dtype: str = "float32"
     threads: ThreadPolicy = field(default_factory=ThreadPolicy)
 
@@ -92,8 +91,9 @@ class MergeOutcome:
         }
 
 
-def plan_merge(recipe: Recipe, progress: Progress | None = None) -> MergePlan:
-    """Read every model's headers (no weights) and validate the recipe against them.
+def plan_merge(recipe: Recipe, progress: Progress | None = None, compute_as_recipe: bool = False) -> MergePlan:
+    """Read every model's headers (no weights) and validate the recipe against them (`compute_as_recipe`: see
+    build_plan).
 
     Raises RecipeError / IncompatibleModelsError / CheckpointError / HubError subclasses for what is wrong.
     """
@@ -105,7 +105,8 @@ def plan_merge(recipe: Recipe, progress: Progress | None = None) -> MergePlan:
         headers[ref] = read_headers(ref)
         progress.step(str(ref))
     donor_folder = tokenizer_folder(recipe.tokenizer_donor())  # a donor that cannot be had is reported now
-    plan = build_modular_plan(recipe, headers) if recipe.modules else build_plan(recipe, headers)
+    plan = (build_modular_plan(recipe, headers, compute_as_recipe) if recipe.modules else
+            build_plan(recipe, headers, compute_as_recipe))
     settings = recipe.tokenizer
     if settings is not None and (settings.source == "union" or donor_folder or settings.pad_to_multiple_of):
         # The output's vocabulary size comes from tokenizers (small files, no weights): read them now, so the
@@ -143,9 +144,7 @@ def run_merge(
     device = resolve_device(settings.device)
     inputs = merge_inputs(recipe)
     with StagedOutput(settings.output, overwrite=settings.overwrite, inputs=inputs, kind="merge") as staged:
-        plan = plan_merge(recipe, progress)
-        if settings.compute_dtype == "recipe":
-            compute_in_recipe_dtype(plan)
+        plan = plan_merge(recipe, progress, compute_as_recipe=settings.compute_dtype == "recipe")
         if before_start is not None:
             before_start(plan)  # the estimate: it names every shortage (disk, RAM, VRAM) at once
         check_free_space(staged.path, plan.output_bytes + _DISK_MARGIN_BYTES)
@@ -572,3 +571,56 @@ def _non_finite_error(
         hint=hint,
         remedy=retry,
     )
+
+
+def working_set(plan: MergePlan) -> int:
+    """Peak private bytes this loop adds while merging `plan`: one piece's inputs (a whole tensor, or a block of
+    rows of a tensor it streams) in their buffers or converted to the compute dtype, the method's temporaries
+    (its declared `working_copies`) and the output cast, plus the next piece's inputs read ahead and the previous
+    piece's output being written. The decisions are the loop's own (`streams_in_blocks`, `merges_in_blocks`,
+    `merges_as_stored`)."""
+    compute_size = plan.compute_dtype.itemsize
+    copies = plan.method.working_copies
+
+    def whole_inputs(task, as_stored: bool) -> int:
+        """The inputs of a task read whole, as the merge holds them: each read into its own buffer and, for a
+        floating tensor not merged `as_stored`, converted to the compute dtype (the buffer read is then freed)."""
+        total = 0
+        for item in task.inputs:
+            info = plan.models[item.model].tensors[item.tensor]
+            converted = task.floating and not as_stored and (
+                info.dtype != plan.compute_dtype or item.rows is not None
+                or plan.read_dtype not in (None, plan.compute_dtype))
+            total += math.prod(task.shape) * compute_size if converted else info.nbytes
+        return total
+
+    def piece(task) -> tuple[int, int, int]:
+        """(inputs read, working bytes while it is computed, output written) of one piece of `task`."""
+        numel = math.prod(task.shape)
+        out_size = plan.out_tensor_dtype(task).itemsize
+        streamed = streams_in_blocks(plan, task)
+        # Inputs merged as stored are not converted, and the method's float32 copies stay a few cache-sized chunks.
+        as_stored = merges_as_stored(plan, task)
+        if not (streamed or merges_in_blocks(plan, task)):
+            method = 0 if task.copy or not task.floating or as_stored else \
+                int(copies.for_inputs(len(task.inputs)) * numel * compute_size)
+            return whole_inputs(task, as_stored), method + numel * out_size, numel * out_size
+        # Each input's block is converted to the compute dtype besides the method's own copies.
+        block = len(_row_blocks(task.shape)[0]) * math.prod(task.shape[1:])
+        block_working = 0 if as_stored else \
+            int((copies.for_inputs(len(task.inputs)) + len(task.inputs)) * block * compute_size)
+        if streamed:
+            stored = sum(plan.models[i.model].tensors[i.tensor].dtype.itemsize for i in task.inputs)
+            return block * stored, block_working + block * out_size, block * out_size
+        # Read whole (positional reads into private buffers), merged in blocks into the whole output.
+        return plan.task_input_bytes(task), block_working + numel * out_size, numel * out_size
+
+    pieces = [piece(task) for task in plan.tasks]
+    peak = 0
+    for index, (read, working, written) in enumerate(pieces):
+        streamed = streams_in_blocks(plan, plan.tasks[index])
+        # Read ahead: the next piece, of this tensor or the next; written behind: the previous one, likewise.
+        ahead = max(read if streamed else 0, pieces[index + 1][0] if index + 1 < len(pieces) else 0)
+        behind = max(written if streamed else 0, pieces[index - 1][2] if index > 0 else 0)
+        peak = max(peak, read + working + ahead + behind)
+    return peak

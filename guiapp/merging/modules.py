@@ -17,7 +17,7 @@ from guiapp.checkpoints.tensor_roles import split_layer_name
 from guiapp.errors import RecipeError
 from guiapp.facts.dtypes import dtype_name
 from guiapp.hub.references import ModelRef
-from guiapp.merging.plan import MergePlan, TensorInput, TensorTask, build_plan
+from guiapp.merging.plan import MergePlan, TensorInput, TensorTask, build_plan, compute_dtype_of
 from guiapp.merging.recipe import Recipe
 
 # Module name → the tensor-name prefixes of its tensors, and the config section holding its layer count.
@@ -37,9 +37,11 @@ def module_of(name: str, module: str) -> bool:
     return any(name.startswith(prefix) or bare.startswith(prefix) for prefix in prefixes)
 
 
-def build_modular_plan(recipe: Recipe, headers: dict[ModelRef, ModelHeaders]) -> MergePlan:
+def build_modular_plan(recipe: Recipe, headers: dict[ModelRef, ModelHeaders], compute_as_recipe: bool = False
+                       ) -> MergePlan:
     """Plan a recipe of several modules: each module's tensors merged as its own recipe says, the tensors of
-    no module copied from the base model (or the first model).
+    no module copied from the base model (or the first model); computed as `build_plan` says for the module of the
+    largest output.
 
     Raises RecipeError for a module that matches no tensor of its models, and whatever `build_plan` raises for
     a module (its messages name the module's tensors).
@@ -79,9 +81,10 @@ def build_modular_plan(recipe: Recipe, headers: dict[ModelRef, ModelHeaders]) ->
             tasks.append(TensorTask(tensor, info.shape, [TensorInput(config_model, tensor)], None, [], {}, copy=True,
                                     floating=info.dtype.is_floating_point))
     largest = max(sub_plans.values(), key=lambda p: p.output_bytes)
-    plan = MergePlan(recipe, largest.method, models, tasks, largest.read_dtype,
-                     max((p.compute_dtype for p in sub_plans.values()), key=lambda d: d.itemsize), largest.out_dtype,
-                     None, config_model, config_model, warnings)
+    exact = max((p.compute_dtype for p in sub_plans.values()), key=lambda d: d.itemsize)
+    compute_dtype = compute_dtype_of(largest.method, largest.read_dtype, models[config_model], exact, compute_as_recipe)
+    plan = MergePlan(recipe, largest.method, models, tasks, largest.read_dtype, compute_dtype, largest.out_dtype,
+                     None, config_model, config_model, warnings, compute_as_recipe=compute_as_recipe)
     plan.config = _output_config(copied.config, plan, sub_plans)
     return plan
 

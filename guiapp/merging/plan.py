@@ -84,7 +84,7 @@ class MergePlan:
     tokenizer_donor: ModelRef | None = None
     # The output tokenizer.json built by `align_vocabulary` (None: the tokenizer files are copied as they are).
     tokenizer_document: dict[str, Any] | None = None
-    # True when `compute_in_recipe_dtype` chose mergekit's arithmetic (the recipe's dtype) over float32.
+    # True when the merge was asked for mergekit's arithmetic (the recipe's dtype) over float32: see compute_dtype_of.
     compute_as_recipe: bool = False
 
     def out_tensor_dtype(self, task: TensorTask) -> torch.dtype:
@@ -121,9 +121,10 @@ class _SliceInputs:
         return end - start
 
 
-def build_plan(recipe: Recipe, headers: dict[ModelRef, ModelHeaders]) -> MergePlan:
+def build_plan(recipe: Recipe, headers: dict[ModelRef, ModelHeaders], compute_as_recipe: bool = False) -> MergePlan:
     """Validate `recipe` (one without `modules:`; guiapp.merging.modules plans those, a plan per module) against the
-    models' headers and plan every output tensor.
+    models' headers and plan every output tensor, computed in float32 (float64 for float64 inputs) or, with
+    `compute_as_recipe`, as mergekit computes (`compute_dtype_of`).
 
     `headers` must hold every model `recipe.model_refs()` names. Raises RecipeError for a problem in the
     recipe and IncompatibleModelsError when the models do not fit together; each message names the model,
@@ -169,8 +170,9 @@ def build_plan(recipe: Recipe, headers: dict[ModelRef, ModelHeaders]) -> MergePl
 
     read_dtype = dtype_from_name(recipe.dtype) if recipe.dtype else None
     input_dtypes = {models[i.model].tensors[i.tensor].dtype for t in tasks for i in t.inputs if t.floating}
-    compute_dtype = torch.float64 if torch.float64 in input_dtypes or read_dtype == torch.float64 else torch.float32
+    exact = torch.float64 if torch.float64 in input_dtypes or read_dtype == torch.float64 else torch.float32
     config_model = _config_model(recipe, index_of)
+    compute_dtype = compute_dtype_of(method, read_dtype, models[config_model], exact, compute_as_recipe)
     if recipe.out_dtype:
         out_dtype = dtype_from_name(recipe.out_dtype)
     elif read_dtype is not None:
@@ -179,7 +181,7 @@ def build_plan(recipe: Recipe, headers: dict[ModelRef, ModelHeaders]) -> MergePl
         out_dtype = _storage_dtype(models[config_model])
     config = _output_config(models, config_model, tasks, out_dtype, offset, tokenizer_model)
     return MergePlan(recipe, method, models, tasks, read_dtype, compute_dtype, out_dtype, config, config_model,
-                     tokenizer_model, warnings, recipe.tokenizer_donor())
+                     tokenizer_model, warnings, recipe.tokenizer_donor(), compute_as_recipe=compute_as_recipe)
 
 
 def _compatibility_warnings(recipe: Recipe, models: list[ModelHeaders], index_of: dict[ModelRef, int]) -> list[str]:
@@ -578,17 +580,16 @@ def align_vocabulary(plan: MergePlan, folders: list[Path], donor_folder: Path | 
     plan.tokenizer_document = document
 
 
-def compute_in_recipe_dtype(plan: MergePlan) -> None:
-    """Compute in the recipe's dtype, as mergekit 0.1.5 does: `dtype` when the recipe gives one, else the base
-    model's storage dtype (mergekit computes in the inputs' own dtype then); float32 (as planned) for the methods
-    mergekit computes in float32 whatever the dtype (`mergekit_float32`).
-
-    The default stays float32 arithmetic cast once at the end (docs/spec/merge-methods.md, "Precision"), which is the
-    more accurate; this choice exists to reproduce merges published with mergekit.
-    """
-    if not plan.method.mergekit_float32:
-        plan.compute_dtype = plan.read_dtype or _storage_dtype(plan.models[plan.config_model])
-    plan.compute_as_recipe = True
+def compute_dtype_of(method: MergeMethod, read_dtype: torch.dtype | None, config_model: ModelHeaders,
+                     exact: torch.dtype, as_recipe: bool) -> torch.dtype:
+    """The dtype a merge computes in: `exact` (float32 arithmetic cast once at the end, docs/spec/merge-methods.md,
+    "Precision": the more accurate), or with `as_recipe` the recipe's dtype, as mergekit 0.1.5 computes: `dtype`
+    when the recipe gives one (`read_dtype`), else the storage dtype of the model the config comes from (mergekit
+    computes in the inputs' own dtype then); `exact` still for the methods mergekit computes in float32 whatever the
+    dtype (`mergekit_float32`). The second exists to reproduce merges published with mergekit."""
+    if as_recipe and not method.mergekit_float32:
+        return read_dtype or _storage_dtype(config_model)
+    return exact
 
 
 def _config_model(recipe: Recipe, index_of: dict[ModelRef, int]) -> int:

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from guiapp.errors import CheckpointError
-from guiapp.inference.running import load_model, load_tokenizer, resolve_source
+from guiapp.inference.running import load_model, load_tokenizer, resolve_sources
 from guiapp.moe.config import Expert
 from guiapp.progress import Progress
 
@@ -72,7 +72,7 @@ def hidden_gates(experts: Sequence[Expert], base: str, dtype: torch.dtype, devic
                  progress: Progress) -> torch.Tensor:
     """[layers, experts, hidden] from the base model's layer inputs at the prompts' last tokens, computed in
     `dtype` on `device`. Raises what `load_model` raises (a model with code, no tokenizer, a missing device)."""
-    loaded = load_model(resolve_source(base, progress), dtype, device, progress)
+    loaded = load_model(resolve_sources([base], progress)[0], dtype, device, progress)
     progress.start_stage("Running the base model on the experts' prompts",
                          total=sum(1 + bool(e.negative_prompts) for e in experts))
 
@@ -89,7 +89,7 @@ def hidden_gates(experts: Sequence[Expert], base: str, dtype: torch.dtype, devic
 
 def gate_tokenizer(base: str, progress: Progress) -> Any:
     """The base model's tokenizer (see `load_tokenizer`)."""
-    return load_tokenizer(resolve_source(base, progress))[0]
+    return load_tokenizer(resolve_sources([base], progress)[0])[0]
 
 
 def _combine(experts: Sequence[Expert], vector: Callable[[Sequence[str]], torch.Tensor]) -> torch.Tensor:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from guiapp.errors import ON_CPU, DeviceError, Remedy
+from guiapp.errors import DeviceError, Remedy
 from guiapp.facts.dtypes import BY_NAME, COMPUTE, PROBED, RECOMMENDED_STORAGE
 from guiapp.system.probe import Check, ProbeResult
 from guiapp.system.units import format_bytes
@@ -157,20 +157,6 @@ def device_options(result: ProbeResult, job: str) -> list[DeviceOption]:
         reason = None if usable else options[0].reason
         entries.append(DeviceOption(device["id"], describe_device(device), usable, reason))
     return entries
-
-
-def require(result: ProbeResult, job: str, device: str, storage_dtype: str) -> Option:
-    """The `Option` for these settings, or DeviceError (with the reason and a retry on the CPU) if impossible."""
-    chosen = option(result, job, device, storage_dtype)
-    if chosen.possible:
-        return chosen
-    cpu = option(result, job, "cpu", storage_dtype)
-    raise DeviceError(
-        f"{_job_words(job).capitalize()} cannot store {storage_dtype} on {device}: {chosen.reason}.",
-        hint="Pick another device or output dtype; the dropdowns only offer combinations that work here."
-        + (" The CPU can do it." if cpu.possible and device != "cpu" else ""),
-        remedy=ON_CPU if cpu.possible and device != "cpu" else None,
-    )
 
 
 def require_compute(result: ProbeResult, job: str, device: str, compute_dtype: str) -> None:

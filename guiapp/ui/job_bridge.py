@@ -34,7 +34,7 @@ class JobBridge(QObject):
 
     def __init__(self, parent: QObject | None = None, *, keep_history: bool = True) -> None:
         super().__init__(parent)
-        self._runner = JobRunner()
+        self.runner = JobRunner()
         self._keep_history = keep_history
         self.records: list[JobRecord] = load_history() if keep_history else []
         self.latest: dict[str, ProgressEvent] = {}
@@ -57,7 +57,7 @@ class JobBridge(QObject):
                            created=time.time(), retry_of=retry_of)
         self.records.append(record)
         self._keys[job.id] = key
-        self._runner.submit(job, JobListeners(on_event=self._worker_event, on_log=self._worker_log,
+        self.runner.submit(job, JobListeners(on_event=self._worker_event, on_log=self._worker_log,
                                               on_start=lambda j: self._started.emit(j.id), on_done=self._worker_done))
         self._save()
         self.record_added.emit(key)
@@ -66,7 +66,7 @@ class JobBridge(QObject):
     def cancel(self, key: str) -> None:
         for job_id, known in self._keys.items():
             if known == key:
-                self._runner.cancel(job_id)
+                self.runner.cancel(job_id)
 
     def record(self, key: str) -> JobRecord | None:
         return next((r for r in self.records if r.key == key), None)
@@ -95,7 +95,7 @@ class JobBridge(QObject):
 
     def shutdown(self, timeout: float | None = 10.0) -> None:
         """Cancel every job and wait (up to `timeout` s) for the worker to stop."""
-        self._runner.shutdown(timeout)
+        self.runner.shutdown(timeout)
         # The worker's last signals (the cancelled job's end) are still queued: deliver them before saving.
         QCoreApplication.sendPostedEvents(self)
         self._save()

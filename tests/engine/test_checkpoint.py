@@ -9,9 +9,10 @@ import struct
 import pytest
 import torch
 
+from guiapp.checkpoints.output_guard import clean_leftovers
 from guiapp.checkpoints.reading import open_checkpoint
 from guiapp.checkpoints.samples import LlamaShape, write_llama
-from guiapp.checkpoints.writing import PlannedTensor, ShardedWriter, StagedOutput, clean_stale_staging, parse_size
+from guiapp.checkpoints.writing import PlannedTensor, ShardedWriter, StagedOutput, parse_size
 from guiapp.errors import CheckpointError, OutputError, UnsafeCheckpointError
 
 
@@ -146,7 +147,7 @@ def test_stale_staging_of_a_dead_process_is_removed(tmp_path):
     stale = tmp_path / ".model.mergesmith-partial-999999999-0123abcd"
     stale.mkdir()
     (stale / "model.safetensors").write_bytes(b"x")
-    assert clean_stale_staging(tmp_path) == [stale]
+    assert clean_leftovers(tmp_path) == [stale]
     assert not stale.exists()
 
 

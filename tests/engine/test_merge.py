@@ -361,7 +361,7 @@ def test_ctrl_c_in_the_cli_leaves_nothing(tmp_path):
     import os  # noqa: PLC0415
     import signal  # noqa: PLC0415
 
-    from guiapp.progress import PAUSE_VARIABLE  # noqa: PLC0415
+    from guiapp.cli.process import PAUSE_VARIABLE  # noqa: PLC0415
 
     model = write_llama(tmp_path / "model", LlamaShape(layers=2), dtype=torch.float32)
     recipe_file = tmp_path / "recipe.yml"

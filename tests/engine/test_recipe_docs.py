@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from guiapp.docs_recipes import DOCUMENT, with_generated_part
+from docs.recipes_reference import DOCUMENT, with_generated_part
 from guiapp.merging.merge import MergeSettings, run_merge
 from guiapp.merging.methods import METHODS
 from guiapp.merging.recipe import parse_recipe
@@ -24,9 +24,9 @@ def _examples() -> dict[str, str]:
 
 def test_the_method_reference_is_what_the_generator_writes():
     document = DOCUMENT.read_text(encoding="utf-8")
-    assert with_generated_part(document) == document, "run `python -m guiapp.docs_recipes`"
-    check = subprocess.run([sys.executable, "-m", "guiapp.docs_recipes", "--check"], capture_output=True, text=True,
-                           timeout=120)
+    assert with_generated_part(document) == document, "run `python docs/recipes_reference.py`"
+    check = subprocess.run([sys.executable, str(DOCUMENT.parent / "recipes_reference.py"), "--check"],
+                           capture_output=True, text=True, timeout=120)
     assert check.returncode == 0, check.stderr
 
 

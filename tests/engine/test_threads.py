@@ -30,7 +30,7 @@ def test_elementwise_work_always_gets_one_thread():
     (8, 0.0, None, 8),   # a quiet machine: every core
     (8, 2.2, None, 6),   # two cores taken by other programs
     (8, 2.6, None, 5),   # a core counts as taken from half busy
-    (2, 1.0, None, 1),   # the case: one busy process on a 2-core machine
+    (2, 1.0, None, 1),   # one busy process on a 2-core machine
     (2, 7.0, None, 1),   # never fewer than one
     (8, 0.0, 3, 3),      # the user's limit
     (4, 0.0, 16, 4),     # a limit above the cores changes nothing

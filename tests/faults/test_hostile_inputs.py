@@ -1,4 +1,4 @@
-"""Fault class "inputs", hostile files: hangs, blow-ups and crashes (issue 17), and legacy `.bin` files (issue 11).
+"""Fault class "inputs", hostile files: hangs, blow-ups and crashes, and legacy `.bin` files.
 
 Each case runs the real CLI (or the real job functions in a child process) on real files. A hang fails the case
 through the child's timeout, not by hanging the run; a blow-up fails it through an address-space limit

@@ -22,9 +22,9 @@ import torch
 from safetensors.torch import save_file
 
 from guiapp.checkpoints.samples import llama_config
+from guiapp.cli.process import PAUSE_VARIABLE
 from guiapp.merging.merge import plan_merge
 from guiapp.merging.recipe import parse_recipe
-from guiapp.progress import PAUSE_VARIABLE
 from tests.faults.conftest import SMALL
 from tests.faults.harness import cli_explanation, leftovers, looks_finished
 from tests.support.hub_server import make_hostile

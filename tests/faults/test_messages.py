@@ -2,7 +2,7 @@
 
 Two halves. A sweep of the source: every `raise SomeClass(...)` in guiapp/ raises a MergesmithError subclass
 (message and hint written for the user) or a class whose sites are internal checks, explained as Mergesmith's own
-bug with a report to send. Then the input classes of issue 17 through the real CLI.
+bug with a report to send. Then the hostile input classes through the real CLI.
 """
 
 from __future__ import annotations

@@ -20,7 +20,9 @@ import yaml
 from huggingface_hub import constants
 
 from guiapp.__main__ import main
-from guiapp.checkpoints.writing import StagedOutput, clean_stale_staging
+from guiapp.checkpoints.output_guard import clean_leftovers
+from guiapp.checkpoints.writing import StagedOutput
+from guiapp.cli.process import PAUSE_VARIABLE
 from guiapp.errors import OutputError
 from guiapp.jobs.fixes import REPLACE, RETRY_WITH
 from guiapp.jobs.runner import JobStatus, run_job
@@ -29,7 +31,6 @@ from guiapp.lora.extract import ExtractionSettings, extract_lora
 from guiapp.lora.lowrank import RankRule
 from guiapp.merging.merge import MergeSettings, run_merge
 from guiapp.merging.recipe import parse_recipe
-from guiapp.progress import PAUSE_VARIABLE
 from guiapp.system.explain import explain
 from tests.faults.harness import cli_explanation, fingerprint, leftovers, looks_finished
 from tests.ui.conftest import isolated_settings, make_window, wait_for_job, window  # noqa: F401
@@ -303,7 +304,7 @@ def test_leftovers_of_dead_processes_are_cleaned_at_the_next_start(kind, trio, t
 
 def test_a_leftover_of_a_running_job_is_kept(tmp_path):
     with StagedOutput(tmp_path / "out") as staged:
-        assert clean_stale_staging(tmp_path) == [] and staged.path.is_dir()
+        assert clean_leftovers(tmp_path) == [] and staged.path.is_dir()
         staged.discard()
 
 

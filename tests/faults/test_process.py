@@ -17,12 +17,13 @@ from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QApplication, QMessageBox
 
 from guiapp.checkpoints.samples import LlamaShape, write_llama
+from guiapp.cli.process import PAUSE_VARIABLE
 from guiapp.errors import JobCancelled
 from guiapp.jobs.history import load_history
 from guiapp.jobs.runner import JobListeners, JobStatus, run_job
 from guiapp.jobs.specs import merge_job
 from guiapp.merging.recipe import parse_recipe
-from guiapp.progress import PAUSE_VARIABLE, CancelToken
+from guiapp.progress import CancelToken
 from tests.faults.harness import fingerprint, leftovers, looks_finished
 from tests.ui.conftest import isolated_settings, make_window, window  # noqa: F401 - the window
 

@@ -139,7 +139,7 @@ def test_unreachable_hub(published, hub_env):
 
 
 def test_a_merge_of_hub_models_downloads_under_one_bar(published, samples, tmp_path):
-    """Issue 12.7: three Hub models (one of them sharded) fetched for one merge, served slowly, show ONE
+    """Three Hub models (one of them sharded) fetched for one merge, served slowly, show ONE
     Downloading stage whose fraction never goes backwards, whose counts never pass the totals fixed at its start
     (every file of every model), whose file line names the model, and whose time left is never 0 with bytes to
     go."""

@@ -1,4 +1,4 @@
-"""A dead Hub is reported at once, in words, as one the window can offer offline mode for (issue 12.10).
+"""A dead Hub is reported at once, in words, as one the window can offer offline mode for.
 
 huggingface_hub retries a failed listing with back-off (1 + 2 + 4 + 8 + 8 s: the window said "Searching…" for
 25 s). Against the test Hub, started and then stopped so nothing listens at its address, the interactive calls

@@ -1,4 +1,4 @@
-"""Honest time estimates (issue 12.5): ranges rather than false precision, start-up and fixed costs counted, and
+"""Honest time estimates: ranges rather than false precision, start-up and fixed costs counted, and
 this machine's finished jobs used for the next estimate of their kind and method. How close the estimates come
 to real jobs is measured by benchmarks/estimates.py, not here (it depends on the machine's speed and load)."""
 

@@ -1,5 +1,5 @@
-"""Default output names (issue 12.3): descriptive, unique in their folder, and an existing folder's first
-retry suggestion is a new name, never replacing it."""
+"""Default output names: short, unique in their folder, and an existing folder's first retry suggestion is a new
+name, never replacing it."""
 
 from __future__ import annotations
 
@@ -7,13 +7,7 @@ from pathlib import Path
 
 from guiapp.checkpoints.output_guard import MARKER, free_destination
 from guiapp.checkpoints.samples import LlamaShape, write_llama, write_llama_finetune
-from guiapp.jobs.naming import (
-    application_output_name,
-    default_output,
-    extraction_output_name,
-    input_name,
-    merge_output_name,
-)
+from guiapp.jobs.naming import default_output, input_name
 from guiapp.jobs.runner import JobStatus, run_job
 from guiapp.jobs.specs import extract_job, retry
 from guiapp.system.explain import explain
@@ -25,13 +19,6 @@ def test_names_say_what_the_output_holds():
     assert input_name("org/tiny-chat") == input_name("/models/tiny-chat/") == input_name("org/tiny-chat@v2") \
         == "tiny-chat"
     assert input_name("C:\\models\\tiny chat") == "tiny-chat" and input_name("///") == "model"
-    assert merge_output_name(["org/tiny-base", "org/tiny-chat", "/m/tiny-code"], "ties", base="org/tiny-base") \
-        == "tiny-chat+tiny-code-ties"
-    assert merge_output_name(["a", "b", "c", "d", "e"], "linear") == "a+b+c+2-more-linear"
-    assert merge_output_name([], "passthrough", base="org/tiny-base") == "tiny-base-passthrough"
-    assert extraction_output_name("org/tiny-chat", 32) == "tiny-chat-lora-r32"
-    assert extraction_output_name("org/tiny-chat") == "tiny-chat-lora"
-    assert application_output_name("org/tiny-base", "/a/tiny-chat-lora-r32") == "tiny-base+tiny-chat-lora-r32-applied"
 
 
 def test_names_are_made_unique_in_their_folder(tmp_path: Path):
@@ -50,7 +37,7 @@ def test_names_are_made_unique_in_their_folder(tmp_path: Path):
 def test_an_existing_output_is_first_offered_a_new_name(tmp_path: Path):
     base = write_llama(tmp_path / "tiny-base", TINY, seed=0)
     tune = write_llama_finetune(tmp_path / "tiny-chat", base, seed=1)
-    out = default_output(tmp_path, extraction_output_name(str(tune), 4))
+    out = default_output(tmp_path, "tiny-chat-lora-r4")
     job = extract_job(str(base), str(tune), out, rank_value=4)
     assert run_job(job).status is JobStatus.DONE and (out / MARKER).is_file()
     first = (out / "adapter_model.safetensors").read_bytes()

@@ -31,11 +31,8 @@ def test_adding_and_removing_models():
     assert document.add_model("org/a", {"weight": 1.0}) == 0
     assert document.add_model("org/b") == 1
     assert [row.model for row in document.models()] == ["org/a", "org/b"]
-    document.remove_model(0)
+    document.apply_form(FormValues("ties", "org/base", [FormModel("org/b")]))  # the form's row of org/a removed
     assert document.models() == [FormModel("org/b")]
-    with pytest.raises(RecipeError) as caught:
-        document.remove_model(5)
-    assert caught.value.key == ("models", 5)
 
 
 def test_changing_method_and_base_is_one_undo_step_each_and_no_change_is_none():

@@ -66,3 +66,20 @@ def test_a_failing_job_is_a_result_not_a_crash():
     runner.shutdown(5)
     assert outcome[0].status is JobStatus.FAILED
     assert isinstance(outcome[0].error, ValueError) and "broken on purpose" in outcome[0].traceback
+
+
+def test_a_job_is_held_only_where_its_runner_says_never_by_the_environment(tmp_path, monkeypatch):
+    from guiapp.cli.process import PAUSE_VARIABLE
+    from guiapp.jobs.runner import run_job
+    from guiapp.progress import PausePoint
+
+    monkeypatch.setenv(PAUSE_VARIABLE, f"Counting:1:{tmp_path / 'never-released'}")  # any user can set it
+    result = run_job(_counting_job("free", 3))
+    assert result.status is JobStatus.DONE and not any(line.startswith("Paused") for line in result.log)
+
+    release = tmp_path / "go"
+    holding = threading.Timer(0.3, release.touch)
+    holding.start()
+    held = run_job(_counting_job("held", 3), pause_at=PausePoint("Counting", 2, str(release)))
+    holding.join()
+    assert held.status is JobStatus.DONE and held.log == [f"Paused after step 2 of Counting until {release} exists."]

@@ -163,12 +163,11 @@ def test_input_count_rules_accept_valid_counts(name, n_non_base, has_base):
 
 
 def test_every_method_declares_its_working_copies_and_the_estimator_reads_them(tmp_path):
-    """Adding a method is one module: the estimator knows nothing per method name, only the declaration."""
+    """Adding a method is one declaration: the estimate knows nothing per method name, only the declaration."""
     from dataclasses import replace  # noqa: PLC0415
 
     from guiapp.checkpoints.samples import LlamaShape, write_llama, write_llama_finetune  # noqa: PLC0415
-    from guiapp.jobs.estimates import merge_working_set  # noqa: PLC0415
-    from guiapp.merging.merge import plan_merge  # noqa: PLC0415
+    from guiapp.merging.merge import plan_merge, working_set  # noqa: PLC0415
     from guiapp.merging.methods.base import WorkingCopies  # noqa: PLC0415
     from guiapp.merging.recipe import parse_recipe  # noqa: PLC0415
 
@@ -179,6 +178,6 @@ def test_every_method_declares_its_working_copies_and_the_estimator_reads_them(t
     plan = plan_merge(parse_recipe(
         f"merge_method: ties\nbase_model: {base}\nmodels:\n  - model: {tuned}\n    parameters: {{weight: 1.0}}\n"
     ))
-    declared = merge_working_set(plan)
+    declared = working_set(plan)
     plan.method = replace(plan.method, working_copies=WorkingCopies(40.0, 0.4))
-    assert merge_working_set(plan) > declared
+    assert working_set(plan) > declared

@@ -306,7 +306,7 @@ def test_reductions_accumulate_in_float64():
     a = torch.randn(3_000_000, generator=generator) + 0.25
     b = torch.randn(3_000_000, generator=generator)
     a64, b64 = a.numpy().astype(np.float64), b.numpy().astype(np.float64)
-    assert _reduce.dot(a, b) == pytest.approx(float(np.dot(a64, b64)), rel=1e-12)
+    assert _reduce.dots(a, [b])[0] == pytest.approx(float(np.dot(a64, b64)), rel=1e-12)
     assert _reduce.norm(a) == pytest.approx(math.sqrt(float(np.dot(a64, a64))), rel=1e-12)
     assert _reduce.sum_abs(a) == pytest.approx(float(np.abs(a64).sum()), rel=1e-12)
     assert _reduce.mean_square(b) == pytest.approx(float(np.mean(b64 * b64)), rel=1e-12)
@@ -350,7 +350,7 @@ def test_chunking_does_not_change_the_results(monkeypatch, chunk):
     assert _reduce.gram(cube, other) == pytest.approx(
         (float((cube * cube).sum()), float((other * other).sum()), float((cube * other).sum())), rel=1e-12
     )
-    assert _reduce.dot(cube, other) == pytest.approx(float((cube * other).sum()), rel=1e-12)
+    assert _reduce.dots(cube, [other])[0] == pytest.approx(float((cube * other).sum()), rel=1e-12)
     assert _reduce.dots(cube, [other, cube]) == pytest.approx(
         [float((cube * other).sum()), float((cube * cube).sum())], rel=1e-12
     )

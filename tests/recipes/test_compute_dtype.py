@@ -14,8 +14,17 @@ from guiapp.errors import DeviceError
 from guiapp.merging.merge import MergeSettings, run_merge
 from guiapp.merging.recipe import parse_recipe
 from guiapp.system.capabilities import JOB_OPERATIONS, require_compute
-from guiapp.system.probe import Check, ProbeResult, machine_fingerprint, probe_child_command, run_probe_child
+from guiapp.system.probe import (
+    Check,
+    ProbeResult,
+    cache_file,
+    machine_fingerprint,
+    probe_child_command,
+    run_probe_child,
+    store,
+)
 from tests.engine.helpers import load_folder
+from tests.support.filesystems import small_filesystem
 
 NAME = "model.layers.0.mlp.up_proj.weight"
 
@@ -45,7 +54,7 @@ def test_recipe_dtype_arithmetic_matches_a_bf16_computation(llama_pair, tmp_path
     assert "Computed in float32 and rounded once to bfloat16" in (default.output / "README.md").read_text()
 
 
-def test_cli_dry_run_reports_the_compute_dtype(llama_pair, tmp_path):
+def test_cli_dry_run_reports_the_compute_dtype_and_the_run_follows_it(llama_pair, tmp_path):
     base, one, _ = llama_pair
     recipe = tmp_path / "r.yml"
     recipe.write_text(f"merge_method: task_arithmetic\nbase_model: {base}\ndtype: bfloat16\n"
@@ -54,18 +63,57 @@ def test_cli_dry_run_reports_the_compute_dtype(llama_pair, tmp_path):
                           "--dry-run", "--compute-dtype", "recipe"], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr
     assert "computed in bfloat16" in run.stdout
+    # Without a probe of this machine nothing was seen to fail: the run goes ahead too.
+    run = subprocess.run([sys.executable, "-m", "guiapp", "merge", str(recipe), str(tmp_path / "out"),
+                          "--compute-dtype", "recipe"], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+
+
+def _without_bf16(probed: ProbeResult) -> ProbeResult:
+    """`probed` as if merges in bfloat16 had failed on this CPU."""
+    operation = JOB_OPERATIONS["merge"][0]
+    checks = [c for c in probed.checks if (c.dtype, c.operation) != ("bfloat16", operation)]
+    return dataclasses.replace(probed, checks=[*checks, Check("cpu", "bfloat16", operation, ok=False, error="boom")])
 
 
 def test_a_dtype_the_probe_saw_fail_is_refused_with_a_retry():
     probed: ProbeResult = run_probe_child(probe_child_command(), machine_fingerprint(), timeout=120)
     assert probed.problem is None, probed.problem
     require_compute(probed, "merge", "cpu", "bfloat16")  # this CPU computes merges in bf16
-    operation = JOB_OPERATIONS["merge"][0]
-    checks = [c for c in probed.checks if (c.dtype, c.operation) != ("bfloat16", operation)]
-    broken = dataclasses.replace(probed, checks=[*checks, Check("cpu", "bfloat16", operation, ok=False, error="boom")])
     with pytest.raises(DeviceError, match="cannot compute in bfloat16 on cpu") as caught:
-        require_compute(broken, "merge", "cpu", "bfloat16")
+        require_compute(_without_bf16(probed), "merge", "cpu", "bfloat16")
     assert caught.value.remedy.changes == {"compute_dtype": "float32"}
+
+
+@pytest.mark.parametrize(("settings", "refusal"), [
+    (["--compute-dtype", "recipe"], "cannot compute in bfloat16 on cpu"),
+    (["--device", "cuda:7"], "The device cuda:7 is not available"),
+])
+def test_a_dry_run_refuses_what_the_run_refuses(probed, llama_pair, tmp_path, monkeypatch, settings, refusal):
+    base, one, _ = llama_pair
+    monkeypatch.setenv("MERGESMITH_CACHE_DIR", str(tmp_path / "cache"))
+    store(_without_bf16(probed), cache_file(machine_fingerprint()))
+    recipe = tmp_path / "r.yml"
+    recipe.write_text(f"merge_method: task_arithmetic\nbase_model: {base}\ndtype: bfloat16\n"
+                      f"models:\n  - model: {one}\n    parameters: {{weight: 0.3}}\n")
+    for dry_run in ([], ["--dry-run"]):
+        run = subprocess.run([sys.executable, "-m", "guiapp", "merge", str(recipe), str(tmp_path / "out"), *settings,
+                              *dry_run], capture_output=True, text=True, timeout=300)
+        assert run.returncode == 1 and refusal in run.stderr, (dry_run, run.stderr)
+        assert "Traceback" not in run.stderr and not (tmp_path / "out").exists()
+
+
+def test_a_dry_run_refuses_an_output_that_will_not_fit_as_the_run_does(llama_pair, tmp_path):
+    base, one, _ = llama_pair
+    recipe = tmp_path / "r.yml"
+    recipe.write_text(f"merge_method: task_arithmetic\nbase_model: {base}\n"
+                      f"models:\n  - model: {one}\n    parameters: {{weight: 0.3}}\n")
+    with small_filesystem(tmp_path / "small", "64K") as small:
+        for dry_run in ([], ["--dry-run"]):
+            run = subprocess.run([sys.executable, "-m", "guiapp", "merge", str(recipe), str(small / "out"), *dry_run],
+                                 capture_output=True, text=True, timeout=300)
+            assert run.returncode == 1 and "This job will not fit: the output needs" in run.stderr, (dry_run, run.stderr)
+            assert "Nothing was written" not in run.stdout and not (small / "out").exists()
 
 
 @pytest.mark.parametrize("method", ["linear", "slerp"])

@@ -6,8 +6,7 @@ import dataclasses
 
 import pytest
 
-from guiapp.errors import DeviceError
-from guiapp.system.capabilities import JOB_OPERATIONS, device_options, dtype_options, option, require
+from guiapp.system.capabilities import JOB_OPERATIONS, device_options, dtype_options, option
 from guiapp.system.probe import Check, ProbeResult
 from tests.support.devices import absent_cuda_device
 
@@ -97,14 +96,12 @@ def test_device_dropdown_lists_the_cpu_with_its_memory(probed):
     assert entries[0].label.startswith("CPU: ") and "GB RAM" in entries[0].label
 
 
-def test_require_raises_a_device_error_offering_the_cpu(probed):
-    assert require(probed, "apply", "cpu", "float16").compute_dtype == "float32"
+def test_a_gpu_nothing_was_probed_on_is_no_option(probed):
+    assert option(probed, "apply", "cpu", "float16").compute_dtype == "float32"
     gpu = {"id": "cuda:0", "kind": "cuda", "name": "Test GPU", "memory_total": 2**33, "memory_free": 2**33}
     machine = dataclasses.replace(probed, devices=[*probed.devices, gpu])  # present, but nothing probed on it
-    with pytest.raises(DeviceError) as raised:
-        require(machine, "extract", "cuda:0", "bfloat16")
-    assert "cannot store bfloat16 on cuda:0" in raised.value.message
-    assert raised.value.remedy.changes == {"device": "cpu"}
+    chosen = option(machine, "extract", "cuda:0", "bfloat16")
+    assert not chosen.possible and "was not tested" in chosen.reason
 
 
 def test_unknown_names_are_programming_errors(probed):

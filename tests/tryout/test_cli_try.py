@@ -51,13 +51,13 @@ def test_unknown_architecture_is_explained_not_a_traceback(causal_fp32, try_prob
 def test_try_samples_with_the_temperature_and_top_p_given(causal_fp32, try_probe, capsys):
     import torch
 
-    from guiapp.inference.running import GenerationSettings, generate, load_model, resolve_source
+    from guiapp.inference.running import GenerationSettings, generate, load_model, resolve_sources
 
     code = main(["try", str(causal_fp32), "--prompt", "the cat sat", "--max-new-tokens", "6", "--sample", "--seed",
                  "5", "--temperature", "1.5", "--top-p", "0.5"])
     assert code == EXIT_OK
     settings = GenerationSettings(max_new_tokens=6, sample=True, seed=5, temperature=1.5, top_p=0.5)
-    expected = generate(load_model(resolve_source(str(causal_fp32)), torch.float32, "cpu"), "the cat sat", settings)
+    expected = generate(load_model(resolve_sources([str(causal_fp32)])[0], torch.float32, "cpu"), "the cat sat", settings)
     assert capsys.readouterr().out.split("===")[-1].strip() == expected.text.strip()
     assert main(["try", str(causal_fp32), "--prompt", "x", "--sample", "--top-p", "1.5"]) == EXIT_FAILED
     assert "Top-p must be above 0 and at most 1" in capsys.readouterr().err
@@ -118,9 +118,9 @@ def test_an_adapter_scale_that_is_not_a_finite_number_is_refused_first(scale, ca
 
 def test_a_family_the_app_download_does_not_carry_is_said_as_such(causal_fp32):
     """The bundle carries transformers' code for the common families only; the others fail to import by name."""
-    from guiapp.inference.running import _unsupported, resolve_source
+    from guiapp.inference.running import _unsupported, resolve_sources
 
-    source = resolve_source(str(causal_fp32))
+    source = resolve_sources([str(causal_fp32)])[0]
     missing = ModuleNotFoundError("No module named 'transformers.models.frobnicator'")
     error = _unsupported(source, {"architectures": ["FrobnicatorForCausalLM"]}, missing)
     assert "cannot be tried in this copy of Mergesmith" in error.message and "install Mergesmith with" in error.hint

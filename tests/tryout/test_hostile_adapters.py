@@ -89,7 +89,7 @@ def test_adapter_with_patterns_gives_what_peft_gives(causal_fp32, tmp_path):
     import torch
     import transformers
 
-    from guiapp.inference.running import load_model, resolve_source
+    from guiapp.inference.running import load_model, resolve_sources
 
     torch.manual_seed(5)
     base = transformers.AutoModelForCausalLM.from_pretrained(causal_fp32, dtype=torch.float32)
@@ -100,7 +100,7 @@ def test_adapter_with_patterns_gives_what_peft_gives(causal_fp32, tmp_path):
     ids = torch.tensor([[1, 7, 9, 11, 13]])
     direct = peft.PeftModel.from_pretrained(
         transformers.AutoModelForCausalLM.from_pretrained(causal_fp32, dtype=torch.float32), tmp_path / "adapter")
-    loaded = load_model(resolve_source(f"{causal_fp32}+{tmp_path / 'adapter'}"), torch.float32, "cpu")
+    loaded = load_model(resolve_sources([f"{causal_fp32}+{tmp_path / 'adapter'}"])[0], torch.float32, "cpu")
     with torch.inference_mode():
         expected, got = direct.eval()(input_ids=ids).logits, loaded.model(input_ids=ids).logits
         plain = transformers.AutoModelForCausalLM.from_pretrained(causal_fp32)(input_ids=ids).logits

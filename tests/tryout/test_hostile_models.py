@@ -82,10 +82,10 @@ def test_perplexity_of_a_text_in_pieces_equals_the_whole(causal_fp32):
     # Its tokenizer splits on whitespace, so pieces cut at line ends and spaces give the same tokens as the whole.
     import torch
 
-    from guiapp.inference.running import load_model, perplexity, resolve_source
+    from guiapp.inference.running import load_model, perplexity, resolve_sources
     from tests.tryout.models import SENTENCES
 
-    loaded = load_model(resolve_source(str(causal_fp32)), torch.float32, "cpu")
+    loaded = load_model(resolve_sources([str(causal_fp32)])[0], torch.float32, "cpu")
     text = "\n".join(SENTENCES * 6) + " " + "the cat sat on the mat " * 20
     whole = perplexity(loaded, text, window=16)
     pieces = perplexity(loaded, text, window=16, piece_characters=50)
@@ -96,9 +96,9 @@ def test_perplexity_of_a_text_in_pieces_equals_the_whole(causal_fp32):
 _PEAK_CHILD = """
 import resource, sys, torch
 from pathlib import Path
-from guiapp.inference.running import load_model, perplexity, resolve_source
+from guiapp.inference.running import load_model, perplexity, resolve_sources
 from tests.tryout.models import SENTENCES
-loaded = load_model(resolve_source(sys.argv[1]), torch.float32, "cpu")
+loaded = load_model(resolve_sources([sys.argv[1]])[0], torch.float32, "cpu")
 text = ("\\n".join(SENTENCES) + "\\n") * int(sys.argv[2])
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 result = perplexity(loaded, text)

@@ -212,14 +212,14 @@ def test_a_chat_template_that_fails_says_why(template, said, causal_fp32, try_pr
 
 def test_a_chat_template_that_never_ends_is_stopped(causal_fp32, try_probe, tmp_path):
     from guiapp.errors import CheckpointError
-    from guiapp.inference.running import load_model, render_chat_template, resolve_source
+    from guiapp.inference.running import load_model, render_chat_template, resolve_sources
     from guiapp.progress import Progress
 
     endless = ("{% for i in range(100000) %}{% for j in range(100000) %}{% for k in range(100000) %}"
                "{% endfor %}{% endfor %}{% endfor %}")
     import torch
 
-    loaded = load_model(resolve_source(str(_with_template(causal_fp32, tmp_path, endless))), torch.float32, "cpu")
+    loaded = load_model(resolve_sources([str(_with_template(causal_fp32, tmp_path, endless))])[0], torch.float32, "cpu")
     started = time.monotonic()
     with pytest.raises(CheckpointError, match="took longer than 3 seconds") as caught:
         render_chat_template(loaded, "the cat", Progress(), seconds=3)
@@ -230,10 +230,10 @@ def test_a_chat_template_that_never_ends_is_stopped(causal_fp32, try_probe, tmp_
 def test_a_chat_template_renders_as_transformers_renders_it(causal_fp32, try_probe):
     import torch
 
-    from guiapp.inference.running import load_model, render_chat_template, resolve_source
+    from guiapp.inference.running import load_model, render_chat_template, resolve_sources
     from guiapp.progress import Progress
 
-    loaded = load_model(resolve_source(str(causal_fp32)), torch.float32, "cpu")
+    loaded = load_model(resolve_sources([str(causal_fp32)])[0], torch.float32, "cpu")
     expected = loaded.tokenizer.apply_chat_template([{"role": "user", "content": "the cat"}], tokenize=False,
                                                     add_generation_prompt=True)
     assert render_chat_template(loaded, "the cat", Progress()) == expected

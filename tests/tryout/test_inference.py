@@ -20,7 +20,7 @@ from guiapp.inference.running import (
     load_model,
     perplexity,
     read_text_file,
-    resolve_source,
+    resolve_sources,
     sentence_pairs,
     similarities,
 )
@@ -57,7 +57,7 @@ def direct_generate(folder: Path, dtype: torch.dtype, settings: GenerationSettin
                                       GenerationSettings(max_new_tokens=12, sample=True, seed=7)],
                          ids=["greedy", "sampled"])
 def test_generation_gives_the_tokens_transformers_gives(causal_fp32, settings):
-    loaded = load_model(resolve_source(str(causal_fp32)), torch.float32, "cpu")
+    loaded = load_model(resolve_sources([str(causal_fp32)])[0], torch.float32, "cpu")
     pieces: list[str] = []
     result = generate(loaded, PROMPT, settings, on_text=pieces.append)
     assert result.token_ids == direct_generate(causal_fp32, torch.float32, settings)
@@ -66,7 +66,7 @@ def test_generation_gives_the_tokens_transformers_gives(causal_fp32, settings):
 
 
 def test_chat_template_wraps_the_prompt(causal_fp32):
-    loaded = load_model(resolve_source(str(causal_fp32)), torch.float32, "cpu")
+    loaded = load_model(resolve_sources([str(causal_fp32)])[0], torch.float32, "cpu")
     assert loaded.tokenizer.chat_template == CHAT_TEMPLATE
     from guiapp.inference.running import prompt_ids
 
@@ -75,7 +75,7 @@ def test_chat_template_wraps_the_prompt(causal_fp32):
 
 
 def test_perplexity_equals_an_independent_computation(causal_fp32):
-    loaded = load_model(resolve_source(str(causal_fp32)), torch.float32, "cpu")
+    loaded = load_model(resolve_sources([str(causal_fp32)])[0], torch.float32, "cpu")
     result = perplexity(loaded, TEXT)
     model = transformers.AutoModelForCausalLM.from_pretrained(causal_fp32, dtype=torch.float32)
     ids = transformers.AutoTokenizer.from_pretrained(causal_fp32)(TEXT, return_tensors="pt")["input_ids"]
@@ -86,7 +86,7 @@ def test_perplexity_equals_an_independent_computation(causal_fp32):
 
 
 def test_perplexity_in_windows_predicts_every_token_once(causal_fp32):
-    loaded = load_model(resolve_source(str(causal_fp32)), torch.float32, "cpu")
+    loaded = load_model(resolve_sources([str(causal_fp32)])[0], torch.float32, "cpu")
     whole = perplexity(loaded, TEXT)
     windowed = perplexity(loaded, TEXT, window=8)
     assert windowed.tokens == whole.tokens and windowed.windows == math.ceil(whole.tokens / 7)
@@ -104,25 +104,25 @@ def test_float16_model_on_the_cpu_produces_text(causal_fp16, try_probe):
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_bfloat16_base_with_lora_adapter_generates_on_the_cpu(causal_bf16, bf16_adapter, dtype):
-    loaded = load_model(resolve_source(f"{causal_bf16}+{bf16_adapter}"), dtype, "cpu")
+    loaded = load_model(resolve_sources([f"{causal_bf16}+{bf16_adapter}"])[0], dtype, "cpu")
     assert isinstance(loaded.model, peft.PeftModel)
     assert {p.dtype for p in loaded.model.parameters()} == {dtype}
     result = generate(loaded, PROMPT, GenerationSettings(max_new_tokens=8))
     assert result.text.strip()
-    plain = generate(load_model(resolve_source(str(causal_bf16)), dtype, "cpu"), PROMPT,
+    plain = generate(load_model(resolve_sources([str(causal_bf16)])[0], dtype, "cpu"), PROMPT,
                      GenerationSettings(max_new_tokens=8))
     assert result.token_ids != plain.token_ids or dtype == torch.bfloat16  # the adapter does something
 
 
 def test_adapter_in_float32_matches_peft_directly(causal_bf16, bf16_adapter):
     settings = GenerationSettings(max_new_tokens=10)
-    loaded = load_model(resolve_source(f"{causal_bf16}+{bf16_adapter}"), torch.float32, "cpu")
+    loaded = load_model(resolve_sources([f"{causal_bf16}+{bf16_adapter}"])[0], torch.float32, "cpu")
     assert generate(loaded, PROMPT, settings).token_ids == direct_generate(causal_bf16, torch.float32, settings,
                                                                            bf16_adapter)
 
 
 def test_encoder_is_compared_by_similarity(encoder):
-    loaded = load_model(resolve_source(str(encoder)), torch.float32, "cpu")
+    loaded = load_model(resolve_sources([str(encoder)])[0], torch.float32, "cpu")
     assert loaded.kind == ENCODER
     same, different = similarities(loaded, [(SENTENCES[0], SENTENCES[0]), (SENTENCES[0], SENTENCES[3])])
     assert same == pytest.approx(1.0, abs=1e-5) and -1 <= different < same
@@ -148,7 +148,7 @@ def test_unknown_architecture_is_explained(tmp_path, causal_fp32):
     config.update(model_type="frobnicator", architectures=["FrobnicatorForCausalLM"])
     (folder / "config.json").write_text(json.dumps(config))
     with pytest.raises(UnsupportedModelError, match="FrobnicatorForCausalLM.*transformers does not know"):
-        load_model(resolve_source(str(folder)), torch.float32, "cpu")
+        load_model(resolve_sources([str(folder)])[0], torch.float32, "cpu")
 
 
 def test_model_needing_its_own_code_is_refused_without_running_it(tmp_path, causal_fp32):
@@ -162,7 +162,7 @@ def test_model_needing_its_own_code_is_refused_without_running_it(tmp_path, caus
     (folder / "config.json").write_text(json.dumps(config))
     (folder / "modeling_custom.py").write_text(f"open({str(tmp_path / 'ran')!r}, 'w').write('x')\n")
     with pytest.raises(UnsupportedModelError, match="never runs code"):
-        load_model(resolve_source(str(folder)), torch.float32, "cpu")
+        load_model(resolve_sources([str(folder)])[0], torch.float32, "cpu")
     assert not (tmp_path / "ran").exists()
 
 
@@ -179,7 +179,7 @@ def test_cancel_stops_perplexity(causal_fp32, try_probe):
 
 
 def test_cancelled_progress_stops_generation_at_the_next_token(causal_fp32):
-    loaded = load_model(resolve_source(str(causal_fp32)), torch.float32, "cpu")
+    loaded = load_model(resolve_sources([str(causal_fp32)])[0], torch.float32, "cpu")
     token = CancelToken()
     pieces: list[str] = []
 

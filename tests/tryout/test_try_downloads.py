@@ -1,4 +1,4 @@
-"""Trying Hub models downloads them first, all under one Downloading bar (issue 12.7), then loads each."""
+"""Trying Hub models downloads them first, all under one Downloading bar, then loads each."""
 
 from __future__ import annotations
 

@@ -102,10 +102,10 @@ def test_a_cancelled_or_failed_job_has_a_plain_retry_that_runs_it_again(qtbot, w
 
 def test_a_cancelled_job_keeps_its_bar_where_it_stopped_in_the_warning_colour(qtbot, window, models, tmp_path,
                                                                              monkeypatch):
-    from guiapp.progress import PAUSE_VARIABLE  # noqa: PLC0415
+    from guiapp.progress import PausePoint  # noqa: PLC0415
     from guiapp.ui.theme import status_colour  # noqa: PLC0415
 
-    monkeypatch.setenv(PAUSE_VARIABLE, f"Merging:1:{tmp_path / 'never-released'}")
+    monkeypatch.setattr(window.state.jobs.runner, "pause_at", PausePoint("Merging", 1, str(tmp_path / "never-released")))
     window.merge.yaml_edit.setPlainText(yaml.safe_dump(_linear(models.medium_a, models.medium_b)))
     window.merge.output_edit.setText(str(tmp_path / "stopped"))
     key = window.merge.run()
@@ -116,7 +116,7 @@ def test_a_cancelled_job_keeps_its_bar_where_it_stopped_in_the_warning_colour(qt
     bar = window.jobs.bar
     assert bar.isVisible() and bar.value() < 1000 and bar.text().startswith("Cancelled at")
     assert bar.palette().highlight().color().name() == status_colour("warning")
-    monkeypatch.delenv(PAUSE_VARIABLE)
+    window.state.jobs.runner.pause_at = None
     _click(qtbot, window.jobs.explanation.buttons[RETRY])
     assert wait_for_job(qtbot, window, window.jobs.selected).status == "done"
 

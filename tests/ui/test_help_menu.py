@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from PySide6.QtWidgets import QTextBrowser
 
-from guiapp.docs_recipes import DOCUMENT
+from docs.recipes_reference import DOCUMENT
 
 
 def _help_action(window, text: str):

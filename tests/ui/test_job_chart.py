@@ -60,7 +60,7 @@ def test_the_charts_plots_are_made_while_the_window_is_idle_not_while_a_job_repo
                                                                                     probed):
     from guiapp.ui.widgets.charts import ChartHost
 
-    # Making a plot froze the window for 0.2 s when a job's first progress arrived (issue 15): every chart the
+    # Making a plot froze the window for 0.2 s when a job's first progress arrived: every chart the
     # window has gets its plot once the chart library has loaded, before any job.
     charts = window.findChildren(ChartHost)
     assert {type(c).__name__ for c in charts} >= {"ThroughputChart", "ModuleEnergyChart", "SpectrumChart"}

@@ -28,12 +28,12 @@ def _prepare(window, recipe, output):
     page.output_edit.setText(str(output))
 
 
-def _hold_after_first_tensor(monkeypatch, tmp_path) -> None:
+def _hold_after_first_tensor(window, monkeypatch, tmp_path) -> None:
     """Jobs started from here on stay after their first merged tensor until cancelled (the release file never
     appears), so a test acts on a running job however fast the machine is."""
-    from guiapp.progress import PAUSE_VARIABLE  # noqa: PLC0415
+    from guiapp.progress import PausePoint  # noqa: PLC0415
 
-    monkeypatch.setenv(PAUSE_VARIABLE, f"Merging:1:{tmp_path / 'never-released'}")
+    monkeypatch.setattr(window.state.jobs.runner, "pause_at", PausePoint("Merging", 1, str(tmp_path / "never-released")))
 
 
 def _held(record) -> bool:
@@ -68,7 +68,7 @@ def test_a_merge_runs_to_completion_with_moving_progress(qtbot, window, models, 
 
 
 def test_cancel_stops_the_job_at_its_next_step(qtbot, window, models, tmp_path, monkeypatch):
-    _hold_after_first_tensor(monkeypatch, tmp_path)
+    _hold_after_first_tensor(window, monkeypatch, tmp_path)
     _prepare(window, _medium_recipe(models, "della"), tmp_path / "cancelled")
     key = window.merge.run()
     record = window.state.jobs.record(key)
@@ -178,7 +178,7 @@ def test_history_survives_a_restart_without_secrets(qtbot, make_window, models, 
 
 
 def test_closing_with_a_running_job_asks_then_cancels(qtbot, window, models, tmp_path, monkeypatch):
-    _hold_after_first_tensor(monkeypatch, tmp_path)
+    _hold_after_first_tensor(window, monkeypatch, tmp_path)
     _prepare(window, _medium_recipe(models, "della"), tmp_path / "closing")
     key = window.merge.run()
     record = window.state.jobs.record(key)

@@ -1,4 +1,4 @@
-"""Journeys a new user takes, from a fresh profile, counted in user actions (issue 12): each click, key press or
+"""Journeys a new user takes, from a fresh profile, counted in user actions: each click, key press or
 typed word goes through `Actions`, which performs it with real QTest events and counts it. Waiting for the window
 is not an action.
 

@@ -80,7 +80,7 @@ def assert_no_leaks(window) -> None:
 
 def test_no_window_text_holds_an_internal_value_after_a_day_of_jobs(qtbot, make_window, models, causal_models,
                                                                       tmp_path, monkeypatch):
-    from guiapp.progress import PAUSE_VARIABLE
+    from guiapp.progress import PausePoint
 
     window = make_window()
     window.welcome.try_samples(tmp_path / "samples")
@@ -112,7 +112,7 @@ def test_no_window_text_holds_an_internal_value_after_a_day_of_jobs(qtbot, make_
     assert scoring and all(re.search(r"model [123] of 3", stage) for stage in scoring), scoring
     assert not any(stage.endswith("(1 of 1)") for stage in stages), stages
 
-    monkeypatch.setenv(PAUSE_VARIABLE, f"Merging:25:{tmp_path / 'never-released'}")
+    monkeypatch.setattr(window.state.jobs.runner, "pause_at", PausePoint("Merging", 25, str(tmp_path / "never-released")))
     window.merge.yaml_edit.setPlainText(yaml.safe_dump({"merge_method": "linear", "models": [
         {"model": str(models.medium_a), "parameters": {"weight": 0.5}},
         {"model": str(models.medium_b), "parameters": {"weight": 0.5}}]}))
@@ -121,7 +121,7 @@ def test_no_window_text_holds_an_internal_value_after_a_day_of_jobs(qtbot, make_
     qtbot.waitUntil(lambda: any(line.startswith("Paused after step 25") for line in stopped.log), timeout=60_000)
     qtbot.mouseClick(window.jobs.cancel_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: stopped.status == "cancelled", timeout=60_000)
-    monkeypatch.delenv(PAUSE_VARIABLE)
+    window.state.jobs.runner.pause_at = None
     stopped_at = window.jobs.bar.text()
     assert re.fullmatch(r"Cancelled at [1-9]\d?%", stopped_at), stopped_at
     (tmp_path / "taken").mkdir()

@@ -1,4 +1,4 @@
-"""Open output folder and Open on the Hub (issue 12.14): when no program opens the address, the window says so and
+"""Open output folder and Open on the Hub: when no program opens the address, the window says so and
 shows it in a selectable field with Copy; when one does, nothing else is shown."""
 
 from __future__ import annotations

@@ -6,8 +6,8 @@ from __future__ import annotations
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel, QWidget
 
-from guiapp.jobs.plain_words import METHOD_GROUPS, grouped_methods
-from guiapp.merging.methods.base import ParamKind, ParamSpec
+from guiapp.jobs.plain_words import grouped_methods
+from guiapp.merging.methods.base import METHOD_GROUPS, ParamKind, ParamSpec
 from guiapp.system.units import plural
 from guiapp.ui.widgets.param_form import ParamEditor, ParamForm
 
@@ -87,10 +87,17 @@ def test_a_gradient_is_a_choice_with_a_place_for_a_picture(qtbot, monkeypatch):
     assert editor.value() == [0.2, 0.5, 0.9] and editor.text.text() == "[0.2, 0.5, 0.9]"
 
 
-def test_grouped_methods_offer_an_unknown_method_too():
-    groups = grouped_methods(["linear", "ties", "brand_new"])
-    assert [(g.title, names) for g, names in groups] == [
-        ("Combine fine-tunes of one base", ["ties"]), ("Blend models", ["linear"]), ("Other methods", ["brand_new"])]
+def test_a_method_is_offered_in_the_group_its_declaration_names_the_recommended_one_first():
+    from dataclasses import replace
+
+    from guiapp.merging.methods import METHODS
+    from guiapp.merging.methods.base import STACK_LAYERS
+
+    brand_new = replace(METHODS["linear"], name="brand_new", group=STACK_LAYERS)
+    methods = {"linear": METHODS["linear"], "brand_new": brand_new, "ties": METHODS["ties"], "slerp": METHODS["slerp"]}
+    assert [(g.title, names) for g, names in grouped_methods(methods)] == [
+        ("Combine fine-tunes of one base", ["ties"]), ("Blend models", ["slerp", "linear"]),
+        ("Stack layers", ["brand_new"])]
 
 
 def test_plural():

@@ -1,4 +1,4 @@
-"""Issue 12.6: the form can express its own fix. A problem that names a recipe key has "Show me" on the action bar,
+"""The form can express its own fix. A problem that names a recipe key has "Show me" on the action bar,
 which focuses and highlights the control that fixes it; where the fix is clear, a one-click "Fix" button makes it
 and the recipe becomes valid (Run enabled). Fields the method does not use are disabled, the reason in their tip.
 

@@ -1,4 +1,4 @@
-"""Every status follows the state it describes (issue 12.8): the Start page's "press Run merge" goes once the
+"""Every status follows the state it describes: the Start page's "press Run merge" goes once the
 sample merge runs, and a gated model's problem on the Merge page goes once the user has signed in."""
 
 from __future__ import annotations

@@ -125,7 +125,7 @@ def test_temperature_and_top_p_reach_the_generation(qtbot, window, try_models):
     (the defaults stay as before); for greedy decoding the sampling controls are disabled with the reason."""
     import torch
 
-    from guiapp.inference.running import GenerationSettings, generate, load_model, resolve_source
+    from guiapp.inference.running import GenerationSettings, generate, load_model, resolve_sources
     from guiapp.inference.sampling import DEFAULT_TEMPERATURE, DEFAULT_TOP_P
 
     page = window.try_page
@@ -144,7 +144,7 @@ def test_temperature_and_top_p_reach_the_generation(qtbot, window, try_models):
     record = window.state.jobs.records[-1]
     assert (record.spec["temperature"], record.spec["top_p"]) == (1.6, 0.6)
     settings = GenerationSettings(max_new_tokens=12, sample=True, seed=3, temperature=1.6, top_p=0.6)
-    expected = generate(load_model(resolve_source(str(try_models[0])), torch.float32, "cpu"), "the cat sat on the",
+    expected = generate(load_model(resolve_sources([str(try_models[0])])[0], torch.float32, "cpu"), "the cat sat on the",
                         settings)
     assert record.summary["generations"][0]["tokens"] == expected.token_ids
 

@@ -1,4 +1,4 @@
-"""The mouse wheel scrolls the page and never changes a setting it passes over (issue 12.1).
+"""The mouse wheel scrolls the page and never changes a setting it passes over.
 
 Real wheel events (QTest.wheelEvent: a system wheel event at the widget's centre on the window, so Qt picks the
 widget under the pointer, gives wheel focus and propagates to the parents as it does for a mouse), on the real

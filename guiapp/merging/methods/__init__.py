@@ -1,43 +1,49 @@
-"""The registry of merge methods: one module per method, each defining `METHOD`.
+"""The registry of merge methods: each method's declaration (`METHOD`, or a row of the task-vector table), listed
+here once.
 
-Adding a method is adding a module and a line to `_MODULES`; the window and the recipe validator read the
-schema from here.
+Adding a method is declaring it and adding it to `METHODS`; the window and the recipe validator read the schema
+from here.
 """
 
 from __future__ import annotations
 
 import difflib
-import importlib
 
 from guiapp.errors import RecipeError
-from guiapp.merging.methods.base import MergeMethod
-
-_MODULES = (
-    "linear",
-    "task_arithmetic",
-    "ties",
-    "dare_ties",
-    "dare_linear",
-    "breadcrumbs",
-    "breadcrumbs_ties",
-    "della",
-    "della_linear",
-    "slerp",
-    "nuslerp",
-    "multislerp",
-    "karcher",
-    "model_stock",
-    "sce",
-    "ram",
-    "ramplus_tl",
-    "nearswap",
-    "arcee_fusion",
-    "passthrough",
+from guiapp.merging.methods import (
+    arcee_fusion,
+    karcher,
+    linear,
+    model_stock,
+    multislerp,
+    nearswap,
+    nuslerp,
+    passthrough,
+    ram,
+    ramplus_tl,
+    sce,
+    slerp,
 )
+from guiapp.merging.methods.base import MergeMethod
+from guiapp.merging.methods.task_vector_methods import TASK_VECTOR_METHODS
 
 METHODS: dict[str, MergeMethod] = {
     method.name: method
-    for method in (importlib.import_module(f"{__name__}.{module}").METHOD for module in _MODULES)
+    for method in (
+        linear.METHOD,
+        *TASK_VECTOR_METHODS.values(),
+        slerp.METHOD,
+        nuslerp.METHOD,
+        multislerp.METHOD,
+        karcher.METHOD,
+        model_stock.METHOD,
+        sce.METHOD,
+        ram.METHOD,
+        ramplus_tl.METHOD,
+        nearswap.METHOD,
+        arcee_fusion.METHOD,
+        passthrough.METHOD,
+    )
 }
 
 

@@ -6,6 +6,7 @@ import torch
 
 from guiapp.errors import IncompatibleModelsError
 from guiapp.merging.methods.base import (
+    COMBINE_FINE_TUNES,
     BaseRole,
     MergeContext,
     MergeMethod,
@@ -181,6 +182,7 @@ def ram_method(*, boosted: bool) -> MergeMethod:
         params=tuple(params),
         merge=lambda ctx: _merge(ctx, boosted=boosted),
         working_copies=WorkingCopies(0.0, 2.92) if boosted else WorkingCopies(0.0, 2.67),
+        group=COMBINE_FINE_TUNES,
         # RAM computes each entry from the inputs' entries there alone; RAM+ counts over the tensor's blocks first.
         elementwise=not boosted,
         survey=_overlap_survey if boosted else None,

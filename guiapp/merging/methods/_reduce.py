@@ -36,11 +36,6 @@ def sum_abs(x: torch.Tensor) -> float:
     return math.fsum(float(p) for p in partials)
 
 
-def dot(a: torch.Tensor, b: torch.Tensor) -> float:
-    """The dot product of `a` and `b` flattened (same number of entries)."""
-    return dots(a, [b])[0]
-
-
 def dots(a: torch.Tensor, others: list[torch.Tensor]) -> list[float]:
     """The dot products of `a` with each of `others` (flattened), converting each chunk of `a` only once."""
     buffer_a, buffer_other = _buffer(a), _buffer(a)

@@ -2,8 +2,8 @@
 
 Per tensor (docs/spec/merge-methods.md §2): δ_i = x_i − b, sparsified by density (optionally L1-rescaled), weighted,
 then mixed with or without sign consensus, optionally normalised, scaled by `lambda`, added to the base.
-Each method module only declares which sparsifier and consensus it uses and its defaults, via
-`task_vector_method`.
+Each method is a row of `task_vector_methods`: which sparsifier and consensus it uses and its defaults, made a
+method by `task_vector_method`.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from guiapp.errors import IncompatibleModelsError, RecipeError
 from guiapp.merging.methods import _reduce, _selection
 from guiapp.merging.methods._stored import merge_in_chunks
 from guiapp.merging.methods.base import (
+    COMBINE_FINE_TUNES,
     BaseRole,
     MergeContext,
     MergeMethod,
@@ -518,6 +519,7 @@ def task_vector_method(
         params=tuple(params),
         merge=lambda ctx: merge_task_vectors(ctx, sparsifier, consensus),
         working_copies=working_copies,
+        group=COMBINE_FINE_TUNES,
         merge_stored=merge_stored_plain if plain else None,
         elementwise=plain,
         survey=_ranked_survey(sparsifier, consensus) if sparsifier in (Sparsifier.MAGNITUDE, Sparsifier.OUTLIERS) else None,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from guiapp.merging.methods._input_rules import base_and_one_model
-from guiapp.merging.methods.base import BaseRole, LoneTensorPolicy, MergeContext, MergeMethod, WorkingCopies
+from guiapp.merging.methods.base import BLEND, BaseRole, LoneTensorPolicy, MergeContext, MergeMethod, WorkingCopies
 
 _SOFTMAX_EPS = 1e-8
 # Beyond this many entries the quartiles come from a sample of this size (drawn with replacement), as mergekit.
@@ -50,6 +50,7 @@ METHOD = MergeMethod(
     params=(),
     merge=merge,
     working_copies=WorkingCopies(0.0, 2.0),
+    group=BLEND,
     lone_tensor=LoneTensorPolicy.COPY_ONLY_COPY,
     check_inputs=base_and_one_model("Arcee Fusion"),
 )

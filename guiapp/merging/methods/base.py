@@ -1,8 +1,9 @@
 """What a merge method is: a name, a typed parameter schema, and a per-tensor function.
 
-A method module defines one `METHOD = MergeMethod(...)`. The window builds its forms from `params`, the recipe
-validator checks values against them, and the merge loop calls `merge(ctx)` once per output tensor with every
-input already in the compute dtype (float32, or float64) on the chosen device.
+A method is declared as one `MergeMethod(...)` (a module's `METHOD`, or a row of the task-vector table). The
+window builds its forms from `params` and offers it in its `group`, the recipe validator checks values against
+them, and the merge loop calls `merge(ctx)` once per output tensor with every input already in the compute dtype
+(float32, or float64) on the chosen device.
 """
 
 from __future__ import annotations
@@ -30,6 +31,24 @@ class BaseRole(str, Enum):
     REQUIRED = "required"  # task vectors are taken against it; a recipe without one is refused
     OPTIONAL = "optional"  # used when given (task vectors), otherwise the method works on the inputs alone
     INPUT = "input"  # no special role: an unlisted base is simply one more input (linear, karcher, passthrough)
+
+
+@dataclass(frozen=True)
+class MethodGroup:
+    """What a user wants to do with a method, as the window offers methods: each in its group, the group's
+    `recommended` method first and marked."""
+
+    title: str
+    when: str
+    recommended: str
+
+
+COMBINE_FINE_TUNES = MethodGroup("Combine fine-tunes of one base", "Several models fine-tuned from the same base "
+                                 "model: keep what each learnt.", "ties")
+BLEND = MethodGroup("Blend models", "Two or more models of the same shape: a weighted mix of their weights.", "slerp")
+STACK_LAYERS = MethodGroup("Stack layers", "Build a model from layers of others (slices), copied unchanged.",
+                           "passthrough")
+METHOD_GROUPS = (COMBINE_FINE_TUNES, BLEND, STACK_LAYERS)  # in the order the window lists them
 
 
 @dataclass(frozen=True)
@@ -199,7 +218,7 @@ class MergeMethod:
     rows that stay in the CPU's cache. A method with a `survey` can do the same after a look at the whole tensor:
     given a tensor's settings it returns a fresh TensorSurvey, or None when those settings need the whole tensor.
     `mergekit_float32` methods are computed in float32 by mergekit 0.1.5 whatever the recipe's dtype (rounded once
-    at the end), so `--compute-dtype recipe` keeps float32 for them.
+    at the end), so `--compute-dtype recipe` keeps float32 for them. `group` is where the window offers it.
     """
 
     name: str
@@ -210,6 +229,7 @@ class MergeMethod:
     params: tuple[ParamSpec, ...]
     merge: Callable[[MergeContext], torch.Tensor]
     working_copies: WorkingCopies
+    group: MethodGroup
     lone_tensor: LoneTensorPolicy = LoneTensorPolicy.MERGE_AVAILABLE
     check_inputs: Callable[[int, bool], str | None] = lambda n_non_base, has_base: None
     check_params: Callable[[list[dict[str, Any]], dict[str, Any], str], None] = lambda model_params, params, name: None

@@ -7,7 +7,7 @@ import math
 import torch
 
 from guiapp.merging.methods import _reduce
-from guiapp.merging.methods.base import BaseRole, MergeContext, MergeMethod, ParamKind, ParamSpec, WorkingCopies
+from guiapp.merging.methods.base import BLEND, BaseRole, MergeContext, MergeMethod, ParamKind, ParamSpec, WorkingCopies
 
 
 def karcher_mean(tensors: list[torch.Tensor], *, max_iter: int, tol: float) -> torch.Tensor:
@@ -82,4 +82,5 @@ METHOD = MergeMethod(
     ),
     merge=merge,
     working_copies=WorkingCopies(0.25, 1.0),
+    group=BLEND,
 )

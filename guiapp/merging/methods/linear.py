@@ -8,7 +8,7 @@ import torch
 
 from guiapp.errors import RecipeError
 from guiapp.merging.methods._stored import merge_in_chunks
-from guiapp.merging.methods.base import BaseRole, MergeContext, MergeMethod, ParamKind, ParamSpec, WorkingCopies
+from guiapp.merging.methods.base import BLEND, BaseRole, MergeContext, MergeMethod, ParamKind, ParamSpec, WorkingCopies
 
 
 def merge(ctx: MergeContext) -> torch.Tensor:
@@ -62,6 +62,7 @@ METHOD = MergeMethod(
     ),
     merge=merge,
     working_copies=WorkingCopies(1.0, 0.0),
+    group=BLEND,
     check_params=check_params,
     merge_stored=merge_stored,
     mergekit_float32=True,

@@ -7,6 +7,7 @@ import torch
 from guiapp.errors import IncompatibleModelsError
 from guiapp.merging.methods import _reduce
 from guiapp.merging.methods.base import (
+    COMBINE_FINE_TUNES,
     BaseRole,
     LoneTensorPolicy,
     MergeContext,
@@ -84,6 +85,7 @@ METHOD = MergeMethod(
     ),
     merge=merge,
     working_copies=WorkingCopies(0.0, 2.0),
+    group=COMBINE_FINE_TUNES,
     lone_tensor=LoneTensorPolicy.MODEL_STOCK,
     check_inputs=_check_inputs,
 )

@@ -8,7 +8,7 @@ import torch
 
 from guiapp.errors import IncompatibleModelsError, RecipeError
 from guiapp.merging.methods import _reduce
-from guiapp.merging.methods.base import BaseRole, MergeContext, MergeMethod, ParamKind, ParamSpec, WorkingCopies
+from guiapp.merging.methods.base import BLEND, BaseRole, MergeContext, MergeMethod, ParamKind, ParamSpec, WorkingCopies
 
 
 def multislerp(
@@ -96,5 +96,6 @@ METHOD = MergeMethod(
     ),
     merge=merge,
     working_copies=WorkingCopies(0.0, 1.42),
+    group=BLEND,
     check_inputs=_check_inputs,
 )

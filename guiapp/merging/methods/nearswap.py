@@ -7,6 +7,7 @@ import torch
 from guiapp.merging.methods._input_rules import base_and_one_model
 from guiapp.merging.methods._stored import merge_in_chunks
 from guiapp.merging.methods.base import (
+    BLEND,
     BaseRole,
     LoneTensorPolicy,
     MergeContext,
@@ -66,6 +67,7 @@ METHOD = MergeMethod(
     merge=merge,
     merge_stored=merge_stored,
     working_copies=WorkingCopies(0.0, 1.5),
+    group=BLEND,
     elementwise=True,
     lone_tensor=LoneTensorPolicy.COPY_IF_BASE,
     check_inputs=base_and_one_model("NearSwap"),

@@ -7,6 +7,7 @@ import torch
 from guiapp.errors import IncompatibleModelsError
 from guiapp.merging.methods import _reduce
 from guiapp.merging.methods.base import (
+    BLEND,
     BaseRole,
     LoneTensorPolicy,
     MergeContext,
@@ -91,6 +92,7 @@ METHOD = MergeMethod(
     ),
     merge=merge,
     working_copies=WorkingCopies(0.0, 2.0),
+    group=BLEND,
     lone_tensor=LoneTensorPolicy.COPY_ONLY_COPY,
     check_inputs=_check_inputs,
 )

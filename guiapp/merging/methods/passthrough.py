@@ -7,7 +7,15 @@ from typing import Any
 import torch
 
 from guiapp.errors import IncompatibleModelsError
-from guiapp.merging.methods.base import BaseRole, MergeContext, MergeMethod, ParamKind, ParamSpec, WorkingCopies
+from guiapp.merging.methods.base import (
+    STACK_LAYERS,
+    BaseRole,
+    MergeContext,
+    MergeMethod,
+    ParamKind,
+    ParamSpec,
+    WorkingCopies,
+)
 
 
 def merge(ctx: MergeContext) -> torch.Tensor:
@@ -48,6 +56,7 @@ METHOD = MergeMethod(
     ),
     merge=merge,
     working_copies=WorkingCopies(1.0, 0.0),
+    group=STACK_LAYERS,
     elementwise=True,
     check_inputs=_check_inputs,
     copies_input=_copies_input,

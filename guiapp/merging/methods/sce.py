@@ -12,6 +12,7 @@ from guiapp.merging.methods import _reduce
 from guiapp.merging.methods._selection import LargestK, top_k_indicator
 from guiapp.merging.methods._task_vectors import elect_signs, sum_in_order
 from guiapp.merging.methods.base import (
+    COMBINE_FINE_TUNES,
     BaseRole,
     MergeContext,
     MergeMethod,
@@ -256,5 +257,6 @@ METHOD = MergeMethod(
     ),
     merge=merge,
     working_copies=WorkingCopies(0.5, 1.84),
+    group=COMBINE_FINE_TUNES,
     survey=_selection_survey,
 )

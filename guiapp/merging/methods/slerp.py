@@ -9,6 +9,7 @@ import torch
 from guiapp.merging.methods import _reduce
 from guiapp.merging.methods._input_rules import base_and_one_model
 from guiapp.merging.methods.base import (
+    BLEND,
     BaseRole,
     LoneTensorPolicy,
     MergeContext,
@@ -61,6 +62,7 @@ METHOD = MergeMethod(
     merge=merge,
     mergekit_float32=True,
     working_copies=WorkingCopies(0.0, 0.85),
+    group=BLEND,
     lone_tensor=LoneTensorPolicy.COPY_ONLY_COPY,
     check_inputs=base_and_one_model("SLERP"),
 )

@@ -32,7 +32,7 @@ class MethodBox(QGroupBox):
         chosen = self.method_combo.currentData()
         self.method_combo.blockSignals(True)
         rows = QStandardItemModel(self.method_combo)
-        for group, names in grouped_methods(list(methods)):
+        for group, names in grouped_methods(methods):
             heading = QStandardItem(group.title)  # a heading: shown, never chosen
             heading.setFlags(Qt.ItemFlag.NoItemFlags)
             font = QFont(self.method_combo.font())
@@ -48,7 +48,7 @@ class MethodBox(QGroupBox):
                 rows.appendRow(item)
         self.method_combo.setModel(rows)
         if chosen is None or not self.select(chosen):
-            groups = grouped_methods(list(methods))
+            groups = grouped_methods(methods)
             if groups:
                 self.select(groups[0][0].recommended)
         self.method_combo.blockSignals(False)

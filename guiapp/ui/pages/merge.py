@@ -64,7 +64,6 @@ class MergePage(QWidget):
         self._extra_globals: dict[str, Any] = {}  # method-wide values the schema does not declare, kept as given
         self._syncing = False
         self._validator = LatestTask(VALIDATION_DELAY_MS, self)
-        self.last_validation: Any = None  # the newest guiapp.jobs.validation.MergeCheck
         # The problem blocking Run (its key and text: the check's first error, or the YAML view's own) and its
         # one-click fix: a guiapp.jobs.recipe_fixes.RecipeFix with the document that fix applies to, or a free
         # output folder when the chosen one is taken.
@@ -434,7 +433,6 @@ class MergePage(QWidget):
         """Show a `MergeCheck`: each problem next to the field its key names, then the verdict and the estimate."""
         from guiapp.jobs.validation import Severity  # loaded by the check that produced `result`
 
-        self.last_validation = result
         self.output.refresh_capabilities(self.state.probe, self.document.get("out_dtype"), result.output_sizes)
         labels = {"method": self.method_message, "base": self.base_message, "models": self.models_message,
                   "params": self.params_message, "slices": self.slices_message, "output": self.output_message}
