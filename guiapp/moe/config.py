@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from guiapp.errors import RecipeError
+from guiapp.facts.dtypes import is_writable_name, writable_name
 from guiapp.hub.references import ModelRef
 from guiapp.system.bounded import RECIPE_BYTES, check_value_size, parse_yaml_bounded, read_text_limited
 
@@ -24,7 +25,6 @@ GATE_MODES = ("hidden", "hidden_last", "cheap_embed", "random", "uniform_random"
 PROMPT_FREE_MODES = ("random", "uniform_random")
 TOP_LEVEL_KEYS = ("base_model", "experts", "gate_mode", "dtype", "experts_per_token", "shared_experts", "architecture")
 EXPERT_KEYS = ("source_model", "positive_prompts", "negative_prompts", "noise_scale", "residual_scale")
-DTYPES = ("float32", "float16", "bfloat16", "fp32", "fp16", "bf16")
 
 
 @dataclass(frozen=True)
@@ -102,7 +102,8 @@ def moe_config_from_dict(document: dict[str, Any]) -> MoeConfig:
         raise RecipeError(f"experts_per_token is {per_token} but there are only {len(experts)} experts.",
                           hint=f"Use at most {len(experts)}, or add experts.", key="experts_per_token")
     dtype = document.get("dtype")
-    if dtype is not None and dtype not in DTYPES:
+    # mergekit-moe writes the half types and float32 (with their short names: bf16, fp16, fp32), not float64.
+    if dtype is not None and not (isinstance(dtype, str) and is_writable_name(dtype) and writable_name(dtype) != "float64"):
         raise RecipeError(f"dtype {dtype!r} is not one Mergesmith writes.", hint="Use bfloat16, float16 or float32.",
                           key="dtype")
     architecture = document.get("architecture")

@@ -25,6 +25,8 @@ SAMPLES: dict[str, dict] = {
     "apply": {"base": "org/base", "adapter": "/models/adapter", "output": "/models/full", "scale": 0.5,
               "dtype": "float16", "device": "cuda:0", "overwrite": True, "max_shard_size": "1GB", "force": True,
               "threads": 1},
+    "moe": {"config_path": "/recipes/moe.yml", "output": "/models/moe", "document": None, "device": "cuda:0",
+            "seed": 5, "overwrite": True, "max_shard_size": "1GB", "force": True},
     "download": {"repo_id": "org/base", "revision": "main"},
     "try": {"references": ["org/a", "org/b"], "prompt": "Hello", "max_new_tokens": 9, "sample": True, "seed": 3,
             "temperature": 0.5, "top_p": 0.8, "long_prompt": "refuse", "device": "cuda:0", "dtype": "float32"},

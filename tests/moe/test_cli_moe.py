@@ -7,8 +7,8 @@ import json
 
 import torch
 
+from guiapp.__main__ import main
 from guiapp.checkpoints.samples import LlamaShape, write_llama
-from guiapp.cli import main
 from guiapp.jobs.specs import job_from_spec
 from tests.faults.harness import leftovers
 from tests.moe.helpers import expert, write_config

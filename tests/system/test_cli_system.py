@@ -38,7 +38,7 @@ def test_explain_admits_what_it_does_not_know_and_exits_one():
 
 
 def test_explain_never_imports_torch():
-    code = ("import sys; from guiapp.cli import main; code = main(['explain', 'CUDA out of memory']); "
+    code = ("import sys; from guiapp.__main__ import main; code = main(['explain', 'CUDA out of memory']); "
             "print('torch' in sys.modules, code, file=sys.stderr)")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert run.stderr.strip().splitlines()[-1] == "False 0"
