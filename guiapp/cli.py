@@ -188,6 +188,7 @@ def _build_parser() -> argparse.ArgumentParser:
     _add_merge_commands(commands)
     _add_lora_commands(commands)
     _add_try_commands(commands)
+    _add_lab_command(commands)
     _add_hub_commands(commands)
     _add_system_commands(commands)
     return parser
@@ -1016,6 +1017,42 @@ def _add_try_commands(commands: argparse._SubParsersAction) -> None:
     perplexity.add_argument("--dtype", default=None, help="Run in this dtype where the device can (default: the model's).")
     perplexity.add_argument("--json", action="store_true", help="Print one JSON object per model.")
     perplexity.set_defaults(handler=_run_perplexity)
+
+
+def _add_lab_command(commands: argparse._SubParsersAction) -> None:
+    lab_help = "Search a recipe's numbers for the merge with the lowest perplexity on your text."
+    lab = commands.add_parser("lab", help=lab_help, description=lab_help + " Writes OUT/best.yml (a recipe for "
+                              "`mergesmith merge`) and OUT/trials.jsonl; run again with the same OUT to continue.")
+    lab.add_argument("recipe", type=Path, help="The recipe to start from (.yml).")
+    lab.add_argument("--text", required=True, type=Path, help="A .txt file, or .jsonl with a \"text\" field.")
+    lab.add_argument("--trials", required=True, type=int, help="How many candidates to try after the recipe as given.")
+    lab.add_argument("--out", required=True, type=Path, help="The folder for the trials and best.yml.")
+    lab.add_argument("--seed", type=_seed, default=0, help="Seed of the search (default: 0).")
+    lab.add_argument("--tune", default=None, help="Comma-separated numbers to tune (default: all), e.g. "
+                     "`weight,t=0.2:0.8` or `models[0].weight`.")
+    lab.add_argument("--holdout", type=float, default=0.0, help="Keep this share of the text's end aside and report "
+                     "the perplexity on it too, e.g. 0.2.")
+    lab.add_argument("--window", type=int, default=512, help="Tokens per window (default: 512).")
+    lab.add_argument("--engine", choices=("local", "ray"), default="local", help="Run trials here, or on Ray.")
+    lab.add_argument("--ray-address", default=None, help="HOST:PORT of an existing Ray cluster (default: start one).")
+    lab.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N, mps or xpu (default: cpu).")
+    lab.add_argument("--json", action="store_true", help="Print the result as one JSON object.")
+    lab.set_defaults(handler=_run_lab)
+
+
+def _run_lab(args: argparse.Namespace) -> int:
+    import json
+
+    from guiapp.jobs.runner import Job
+    from guiapp.lab.search import LabSettings, run_lab
+
+    settings = LabSettings(args.recipe, args.text, args.trials, args.out, args.seed, args.engine, args.ray_address,
+                           args.holdout, args.tune, args.window, args.device)
+    job = Job(title="Merge lab", kind="lab", spec={}, work=lambda progress: run_lab(settings, progress).summary())
+    summary, code = _run_with_summary(job, args)
+    if code == EXIT_OK:
+        print(json.dumps(summary) if args.json else "\n".join(f"{key}: {value}" for key, value in summary.items()))
+    return code
 
 
 def _run_try(args: argparse.Namespace) -> int:

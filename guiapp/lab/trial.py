@@ -1,0 +1,182 @@
+"""One trial: a candidate recipe merged in memory, straight into a model that is built once, and scored on the
+user's text exactly as `mergesmith perplexity` scores it.
+
+The inputs are opened once; each trial runs the merge loop of `mergesmith merge` (the same plan, arithmetic, seed
+and casts) with every tensor handed to the model's own parameters instead of a shard file, then the perplexity of
+`guiapp.engine.inference` (its windows). Nothing of the model is written to disk, and memory holds one model plus
+the merge loop's few blocks, however many trials run.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from guiapp.engine.devices import resolve_device
+from guiapp.engine.inference import ModelSource, load_architecture, perplexity
+from guiapp.engine.merge import MergeSettings, merge_into, plan_merge, tokenizer_folder
+from guiapp.engine.model_card import write_merge_metadata
+from guiapp.engine.plan import align_vocabulary
+from guiapp.engine.recipe import recipe_from_dict
+from guiapp.engine.sources import ModelReader, open_readers
+from guiapp.errors import (
+    CheckpointError,
+    IncompatibleModelsError,
+    NonFiniteResultError,
+    RecipeError,
+    SettingsError,
+)
+from guiapp.hub.references import ModelRef
+from guiapp.progress import Progress
+
+# Below this many tokens two merges' perplexities differ by chance more than by merit.
+MIN_TOKENS = 32
+
+
+@dataclass(frozen=True)
+class TrialScore:
+    """A trial's perplexity on the tuned text (None when the trial failed, `error` saying why) and its time."""
+
+    perplexity: float | None
+    seconds: float
+    error: str | None = None
+
+
+def check_token_count(tokens: int, what: str, window: int) -> None:
+    """Raise SettingsError when a text of `tokens` tokens is too short to tell merges apart (under MIN_TOKENS)."""
+    if tokens < MIN_TOKENS:
+        raise SettingsError(
+            f"The {what} is too short for the lab: {tokens} tokens, and it needs at least {MIN_TOKENS} "
+            f"(one evaluation window holds up to {window}).",
+            why="On a few words, merges differ in perplexity by chance more than by how well they fit your text.",
+            hint="Give a text of a few paragraphs or more.", key="text")
+
+
+class Evaluator:
+    """Merges candidate recipes of one recipe's shape into one model in memory and scores them.
+
+    Building one opens the inputs and makes the model from the merged configuration (random weights until the
+    first trial). Raises what planning a merge raises (RecipeError, CheckpointError, HubError...) and
+    UnsupportedModelError for models that do not generate text.
+    """
+
+    def __init__(self, document: dict[str, Any], device: str = "cpu", window: int = 512, seed: int = 0,
+                 progress: Progress | None = None) -> None:
+        progress = progress or Progress()
+        recipe = recipe_from_dict(document)
+        if recipe.modules:
+            raise RecipeError("The lab tunes recipes of one module; this one merges several.",
+                              hint="Tune each module's recipe on its own.", key="modules")
+        plan = plan_merge(recipe, progress)
+        self._device = resolve_device(device)
+        self._window = window
+        self._settings = MergeSettings(output=Path("."), device=device, seed=seed)
+        self._shapes = {task.name: task.shape for task in plan.tasks}
+        self._readers: list[ModelReader] = open_readers([model.ref for model in plan.models], progress)
+        self._folder = Path(tempfile.mkdtemp(prefix="mergesmith-lab-"))
+        try:
+            self._donor = tokenizer_folder(plan.tokenizer_donor)
+            align_vocabulary(plan, self._folders, self._donor)
+            write_merge_metadata(self._folder, plan, self._folders, self._donor)
+            self.loaded = load_architecture(ModelSource(ModelRef.parse(str(self._folder)), self._folder),
+                                            plan.out_dtype, device)
+            self._parameters = self.loaded.model.state_dict()
+            self._weights = {name for name, _ in self.loaded.model.named_parameters()}
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def _folders(self) -> list[Path]:
+        return [reader.folder for reader in self._readers]
+
+    def load(self, document: dict[str, Any], progress: Progress | None = None) -> None:
+        """Merge `document` (this recipe with other numbers) into the model. Raises RecipeError for values the
+        method refuses, NonFiniteResultError, JobCancelled."""
+        progress = progress or Progress()
+        plan = plan_merge(recipe_from_dict(document), progress)
+        if {task.name: task.shape for task in plan.tasks} != self._shapes:
+            raise RecipeError("A candidate recipe makes a model of another shape than the recipe as given.",
+                              hint="Tune numbers only; layer ranges and models stay as the recipe has them.")
+        align_vocabulary(plan, self._folders, self._donor)
+        sink = _ModelSink(self._parameters, self._weights)
+        merge_into(plan, self._readers, sink, self._device, self._settings, progress)
+
+    def score(self, document: dict[str, Any], text: str, progress: Progress | None = None) -> TrialScore:
+        """The perplexity on `text` of the merge of `document`. A trial that cannot be scored (the method refuses
+        the values, the result is NaN, memory runs out) is returned with its error, not raised; JobCancelled is
+        raised."""
+        started = time.perf_counter()
+        try:
+            self.load(document, progress)
+            value = perplexity(self.loaded, text, self._window, progress).perplexity
+        except (RecipeError, NonFiniteResultError, IncompatibleModelsError) as error:
+            return TrialScore(None, time.perf_counter() - started, str(error))
+        except (torch.OutOfMemoryError, MemoryError):
+            return TrialScore(None, time.perf_counter() - started, "The merge ran out of memory.")
+        seconds = time.perf_counter() - started
+        if not math.isfinite(value):
+            return TrialScore(None, seconds, f"The merged model's perplexity came out as {value}: its predictions "
+                              "are broken (NaN or infinite) with these values.")
+        return TrialScore(value, seconds)
+
+    def token_count(self, text: str) -> int:
+        """How many tokens the model's tokenizer makes of `text`."""
+        return len(self.loaded.tokenizer(text)["input_ids"])
+
+    def check_text(self, text: str, what: str) -> None:
+        """Raise SettingsError when `text` is too short to tell merges apart (fewer than MIN_TOKENS tokens)."""
+        check_token_count(self.token_count(text), what, self._window)
+
+    def close(self) -> None:
+        """Close the inputs and remove the model's configuration folder (nothing else was written)."""
+        for reader in getattr(self, "_readers", []):
+            reader.close()
+        shutil.rmtree(self._folder, ignore_errors=True)
+
+
+class _ModelSink:
+    """The merge loop's output written into a model's parameters (rows of a tensor as they come)."""
+
+    def __init__(self, parameters: dict[str, torch.Tensor], weights: set[str]) -> None:
+        self._parameters = parameters
+        self._weights = weights  # the model's parameters (not its buffers), each tied group once
+        self._written: set[int] = set()
+
+    def write(self, name: str, tensor: torch.Tensor, row_start: int = 0) -> None:
+        """Copy `tensor` into the parameter `name` from row `row_start`. Raises CheckpointError for a tensor the
+        model does not have under that name."""
+        target = self._parameters.get(name)
+        if target is None:
+            raise CheckpointError(
+                f"The merged tensor {name} has no place in the model transformers builds from the configuration.",
+                why="The lab puts merged tensors straight into the model, by the names transformers gives them; "
+                "these models' files name their tensors otherwise.",
+                hint="Merge with `mergesmith merge` and compare the results with `mergesmith perplexity` instead.")
+        rows = tensor.shape[0] if tensor.dim() else 0
+        destination = target[row_start:row_start + rows] if rows and tensor.shape != target.shape else target
+        destination.copy_(tensor)
+        self._written.add(target.untyped_storage().data_ptr())
+
+    def close(self) -> None:
+        """Raise CheckpointError when a weight of the model got nothing from the merge (it would keep random
+        values and the perplexity would mean nothing)."""
+        missing = [name for name, tensor in self._parameters.items()
+                   if name in self._weights and tensor.untyped_storage().data_ptr() not in self._written]
+        if missing:
+            raise CheckpointError(
+                f"The merge gives no value to {len(missing)} of the model's weights (such as {missing[0]}).",
+                why="The lab puts merged tensors straight into the model, by the names transformers gives them.",
+                hint="Merge with `mergesmith merge` and compare the results with `mergesmith perplexity` instead.")
+
+    def abort(self) -> None:
+        """Nothing to undo: the next trial overwrites every weight."""
+
+
