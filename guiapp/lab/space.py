@@ -15,10 +15,10 @@ from typing import Any
 
 from guiapp.engine.methods import get_method
 from guiapp.engine.methods.base import ParamKind, ParamSpec
-from guiapp.errors import RecipeError, SettingsError
 from guiapp.engine.recipe import as_number
+from guiapp.errors import RecipeError, SettingsError
 
-Path_ = tuple[str | int, ...]
+KeyPlace = tuple[str | int, ...]
 
 
 @dataclass(frozen=True)
@@ -28,7 +28,7 @@ class Tunable:
 
     name: str
     parameter: str
-    path: Path_
+    path: KeyPlace
     start: float
     low: float
     high: float
@@ -93,9 +93,9 @@ def with_values(document: dict[str, Any], chosen: list[Tunable], values: dict[st
     return result
 
 
-def _parameter_scopes(document: Any, path: Path_ = ()) -> list[tuple[Path_, dict[str, Any]]]:
+def _parameter_scopes(document: Any, path: KeyPlace = ()) -> list[tuple[KeyPlace, dict[str, Any]]]:
     """Every `parameters:` mapping in the recipe (its own, each model's, slice's, source's and module's)."""
-    scopes: list[tuple[Path_, dict[str, Any]]] = []
+    scopes: list[tuple[KeyPlace, dict[str, Any]]] = []
     if isinstance(document, dict):
         for key, value in document.items():
             if key == "parameters" and isinstance(value, dict):
@@ -108,7 +108,7 @@ def _parameter_scopes(document: Any, path: Path_ = ()) -> list[tuple[Path_, dict
     return scopes
 
 
-def _numbers(scope_path: Path_, scope: dict[str, Any], specs: dict[str, ParamSpec]) -> list[Tunable]:
+def _numbers(scope_path: KeyPlace, scope: dict[str, Any], specs: dict[str, ParamSpec]) -> list[Tunable]:
     found = []
     owner = _owner_name(scope_path[:-1])
     for parameter, value in scope.items():
@@ -117,7 +117,7 @@ def _numbers(scope_path: Path_, scope: dict[str, Any], specs: dict[str, ParamSpe
     return found
 
 
-def _places(value: Any, path: Path_, name: str, spec: ParamSpec) -> list[Tunable]:
+def _places(value: Any, path: KeyPlace, name: str, spec: ParamSpec) -> list[Tunable]:
     """The tunable numbers in one parameter's value: a number, a gradient's points, filtered entries' values."""
     if isinstance(value, dict):
         label = value.get("filter") or "*"
@@ -161,7 +161,7 @@ def _with_range(tunable: Tunable, bounds: str, spec: ParamSpec) -> Tunable:
     return Tunable(tunable.name, tunable.parameter, tunable.path, tunable.start, float(low), float(high))
 
 
-def _owner_name(path: Path_) -> str:
+def _owner_name(path: KeyPlace) -> str:
     """`models[1].`, `slices[0].sources[1].`, or "" for the recipe's own parameters."""
     text = "".join(f"[{step}]" if isinstance(step, int) else f".{step}" for step in path).lstrip(".")
     return f"{text}." if text else ""
