@@ -113,13 +113,12 @@ def test_a_recipe_with_nothing_numeric_to_tune_is_refused(planted, tmp_path):
     assert not (tmp_path / "lab").exists()
 
 
-def test_a_text_too_short_to_tell_merges_apart_is_refused(planted, recipe, tmp_path, warm_cli):
+def test_a_text_too_short_to_tell_merges_apart_is_refused(planted, recipe, tmp_path):
     short = tmp_path / "short.txt"
     short.write_text("the cat sat on the mat\n")
-    done = warm_cli.run(["lab", str(recipe), "--text", str(short), "--trials", "3", "--out", str(tmp_path / "lab")],
-                        timeout=120)
-    assert done.returncode != 0
-    assert "too short for the lab" in done.stderr and "Traceback" not in done.stderr
+    with pytest.raises(SettingsError, match="too short for the lab: 7 tokens"):
+        run_lab(LabSettings(recipe, short, trials=3, out=tmp_path / "lab"))
+    assert not (tmp_path / "lab" / TRIALS_FILE).exists()
 
 
 def test_a_folder_holding_another_search_is_not_mixed_into(planted, recipe, tmp_path):
