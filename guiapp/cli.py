@@ -1027,6 +1027,8 @@ def _add_lab_command(commands: argparse._SubParsersAction) -> None:
     lab.add_argument("--text", required=True, type=Path, help="A .txt file, or .jsonl with a \"text\" field.")
     lab.add_argument("--trials", required=True, type=int, help="How many candidates to try after the recipe as given.")
     lab.add_argument("--out", required=True, type=Path, help="The folder for the trials and best.yml.")
+    lab.add_argument("--prompts", type=Path, default=None, help="A .jsonl file of {\"prompt\", \"answer\"} pairs: the "
+                     "search also lowers the perplexity of each answer after its prompt.")
     lab.add_argument("--seed", type=_seed, default=0, help="Seed of the search (default: 0).")
     lab.add_argument("--tune", default=None, help="Comma-separated numbers to tune (default: all), e.g. "
                      "`weight,t=0.2:0.8` or `models[0].weight`.")
@@ -1047,7 +1049,7 @@ def _run_lab(args: argparse.Namespace) -> int:
     from guiapp.lab.search import LabSettings, run_lab
 
     settings = LabSettings(args.recipe, args.text, args.trials, args.out, args.seed, args.engine, args.ray_address,
-                           args.holdout, args.tune, args.window, args.device)
+                           args.holdout, args.tune, args.window, args.device, args.prompts)
     job = Job(title="Merge lab", kind="lab", spec={}, work=lambda progress: run_lab(settings, progress).summary())
     summary, code = _run_with_summary(job, args)
     if code == EXIT_OK:

@@ -20,7 +20,7 @@ from types import TracebackType
 from typing import Any
 
 from guiapp.errors import ClusterError, MergesmithError, SettingsError
-from guiapp.lab.trial import Evaluator, TrialScore, check_token_count
+from guiapp.lab.trial import Evaluator, Material, TrialScore, check_token_count
 from guiapp.progress import Progress
 
 ENGINES = ("local", "ray")
@@ -43,13 +43,13 @@ class Engine:
         """Raise SettingsError when `text` is too short for the lab."""
         raise NotImplementedError
 
-    def score_each(self, requests: list[Request], text: str) -> Iterator[tuple[int, TrialScore]]:
+    def score_each(self, requests: list[Request], material: Material) -> Iterator[tuple[int, TrialScore]]:
         """Each request's (number, score) as it finishes. Raises JobCancelled between trials."""
         raise NotImplementedError
 
-    def score_all(self, requests: list[Request], text: str) -> list[TrialScore]:
+    def score_all(self, requests: list[Request], material: Material) -> list[TrialScore]:
         """The scores of `requests`, in their order."""
-        scores = dict(self.score_each(requests, text))
+        scores = dict(self.score_each(requests, material))
         return [scores[index] for index, _ in requests]
 
     def close(self) -> None:
@@ -90,10 +90,10 @@ class LocalEngine(Engine):
     def check_text(self, text: str, what: str) -> None:
         self._evaluator.check_text(text, what)
 
-    def score_each(self, requests: list[Request], text: str) -> Iterator[tuple[int, TrialScore]]:
+    def score_each(self, requests: list[Request], material: Material) -> Iterator[tuple[int, TrialScore]]:
         for index, document in requests:
             self._progress.check_cancelled()
-            yield index, self._evaluator.score(document, text, _quiet(self._progress))
+            yield index, self._evaluator.score(document, material, _quiet(self._progress))
 
     def close(self) -> None:
         self._evaluator.close()
@@ -162,10 +162,10 @@ class RayEngine(Engine):
         tokens = self._ray.get(_task(self._ray, _count_tokens, "mergesmith-lab-tokens").remote(self._config, text))
         check_token_count(tokens, what, self._window)
 
-    def score_each(self, requests: list[Request], text: str) -> Iterator[tuple[int, TrialScore]]:
+    def score_each(self, requests: list[Request], material: Material) -> Iterator[tuple[int, TrialScore]]:
         ray = self._ray
-        text_ref = ray.put(text)
-        pending = {_task(ray, _score, f"mergesmith-lab-trial-{index}").remote(self._config, document, text_ref): index
+        material_ref = ray.put(material)
+        pending = {_task(ray, _score, f"mergesmith-lab-trial-{index}").remote(self._config, document, material_ref): index
                    for index, document in requests}
         try:
             while pending:
@@ -247,8 +247,8 @@ def _worker_evaluator(config: dict[str, Any]) -> Evaluator:
     return _EVALUATORS[key]
 
 
-def _score(config: dict[str, Any], document: dict[str, Any], text: str) -> TrialScore:
-    return _worker_evaluator(config).score(document, text)
+def _score(config: dict[str, Any], document: dict[str, Any], material: Material) -> TrialScore:
+    return _worker_evaluator(config).score(document, material)
 
 
 def _count_tokens(config: dict[str, Any], text: str) -> int:

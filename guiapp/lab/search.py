@@ -14,7 +14,7 @@ The optimizer stays in this process; the engine (local or Ray) only merges and s
 from __future__ import annotations
 
 import hashlib
-import math
+import json
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,6 +27,7 @@ from guiapp.errors import SettingsError
 from guiapp.lab.engines import Engine, open_engine
 from guiapp.lab.space import Tunable, tunables, with_values
 from guiapp.lab.store import TrialRecord, TrialStore
+from guiapp.lab.trial import Material, PromptPair, read_prompt_pairs
 from guiapp.progress import Progress
 
 # The first generation's spread, in units of each range: wide enough to leave the start, narrow enough to keep near it.
@@ -48,6 +49,7 @@ class LabSettings:
     tune: str | None = None
     window: int = 512
     device: str = "cpu"
+    prompts: Path | None = None
 
 
 @dataclass
@@ -69,6 +71,9 @@ class LabRun:
             "best_values": self.best.values, "start_values": self.start.values, "best_trial": self.best.index,
             "trials": len(done), "failed_trials": sum(not r.succeeded for r in done), "engine": self.engine,
             "best_recipe": str(self.best_recipe),
+            **({"best_answer_perplexity": self.best.answer_perplexity,
+                "start_answer_perplexity": self.start.answer_perplexity}
+               if self.start.answer_perplexity is not None else {}),
             "tuned": {t.name: [t.low, t.high] for t in self.tunables},
             **({"held_out_best_perplexity": self.held_out.get("best"),
                 "held_out_start_perplexity": self.held_out.get("start")} if self.held_out else {}),
@@ -95,8 +100,10 @@ def run_lab(settings: LabSettings, progress: Progress | None = None,
     text, note = readable_text(read_text_file(settings.text), "text")
     if note:
         progress.log(note)
+    pairs = read_prompt_pairs(settings.prompts) if settings.prompts else ()
     tuned_text, held_text = split_text(text, settings.holdout)
-    store = TrialStore(settings.out, _search_identity(document, text, chosen, settings))
+    tuned = Material(tuned_text, pairs)
+    store = TrialStore(settings.out, _search_identity(document, text, pairs, chosen, settings))
     with open_engine(settings.engine, settings.ray_address, document, settings.device, settings.window,
                      settings.seed, progress) as engine:
         engine.check_text(tuned_text, "text" if not held_text else "tuned part of the text")
@@ -106,7 +113,7 @@ def run_lab(settings: LabSettings, progress: Progress | None = None,
         if 0 not in store.records:
             progress.start_stage("Scoring the recipe as given", total=1)
             _run_batch(engine, store, document, chosen, [(0, start_values, [t.to_unit(t.start) for t in chosen])],
-                       tuned_text, progress, on_trial)
+                       tuned, progress, on_trial)
         elif on_trial:
             on_trial(store.records[0])
         start = store.records[0]
@@ -114,14 +121,14 @@ def run_lab(settings: LabSettings, progress: Progress | None = None,
             raise SettingsError(f"The recipe as given cannot be scored: {start.error}",
                                 hint="Fix the recipe so that `mergesmith merge` and `mergesmith perplexity` work "
                                 "on it, then start the lab again in a new folder.", key="recipe")
-        _search(engine, store, document, chosen, settings, tuned_text, progress, on_trial)
+        _search(engine, store, document, chosen, settings, tuned, progress, on_trial)
         best = store.best()
         best_path = store.write_best(with_values(document, chosen, best.values))
         held_out = {}
         if held_text:
             progress.start_stage("Scoring on the held-out text", total=2)
             scores = engine.score_all([(0, with_values(document, chosen, start.values)),
-                                       (1, with_values(document, chosen, best.values))], held_text)
+                                       (1, with_values(document, chosen, best.values))], Material(held_text))
             held_out = {"start": scores[0].perplexity, "best": scores[1].perplexity}
     progress.log(f"Best perplexity {best.perplexity:.4f} (trial {best.index}); the recipe as given: "
                  f"{start.perplexity:.4f}. Recipe: {best_path}")
@@ -142,7 +149,7 @@ def split_text(text: str, holdout: float) -> tuple[str, str | None]:
 
 
 def _search(engine: Engine, store: TrialStore, document: dict[str, Any], chosen: list[Tunable],
-            settings: LabSettings, text: str, progress: Progress,
+            settings: LabSettings, material: Material, progress: Progress,
             on_trial: Callable[[TrialRecord], None] | None) -> None:
     with warnings.catch_warnings():  # cma warns on import that matplotlib (its plots) is missing
         warnings.simplefilter("ignore")
@@ -165,22 +172,23 @@ def _search(engine: Engine, store: TrialStore, document: dict[str, Any], chosen:
                                [float(u) for u in unit]))
             elif on_trial:
                 on_trial(record)
-        _run_batch(engine, store, document, chosen, wanted, text, progress, on_trial)
+        _run_batch(engine, store, document, chosen, wanted, material, progress, on_trial)
         if len(batch) == len(candidates):
             strategy.tell(candidates, [_objective(store, index + k) for k in range(len(batch))])
         index += len(batch)
 
 
 def _run_batch(engine: Engine, store: TrialStore, document: dict[str, Any], chosen: list[Tunable],
-               wanted: list[tuple[int, dict[str, float], list[float]]], text: str, progress: Progress,
+               wanted: list[tuple[int, dict[str, float], list[float]]], material: Material, progress: Progress,
                on_trial: Callable[[TrialRecord], None] | None) -> None:
     """Run the trials `wanted` (number, values, the optimizer's point) on the engine, recording each as it
     finishes."""
     points = {index: (values, unit) for index, values, unit in wanted}
     requests = [(index, with_values(document, chosen, values)) for index, values, _ in wanted]
-    for index, score in engine.score_each(requests, text):
+    for index, score in engine.score_each(requests, material):
         values, unit = points[index]
-        record = TrialRecord(index, values, unit, score.perplexity, score.seconds, score.error)
+        record = TrialRecord(index, values, unit, score.perplexity, score.seconds, score.error,
+                             score.answer_perplexity)
         store.append(record)
         best = store.best()
         if best is not None:
@@ -193,23 +201,25 @@ def _run_batch(engine: Engine, store: TrialStore, document: dict[str, Any], chos
 
 
 def _objective(store: TrialStore, index: int) -> float:
-    """The log-perplexity of trial `index`; a failed trial counts as worse than every trial that worked (one more
-    than the worst log-perplexity so far), so the search moves away from it."""
+    """The loss of trial `index` (TrialRecord.loss); a failed trial counts as worse than every trial that worked
+    (one more than the worst loss so far), so the search moves away from it."""
     record = store.records[index]
     if record.succeeded:
-        return math.log(record.perplexity)
-    worked = [math.log(r.perplexity) for r in store.records.values() if r.succeeded]
-    return max(worked) + 1.0
+        return record.loss
+    return max(r.loss for r in store.records.values() if r.succeeded) + 1.0
 
 
 def _same_point(recorded: list[float], asked: Any) -> bool:
     return len(recorded) == len(asked) and all(abs(a - b) < 1e-6 for a, b in zip(recorded, asked))
 
 
-def _search_identity(document: dict[str, Any], text: str, chosen: list[Tunable], settings: LabSettings) -> dict:
-    """What makes two runs the same search (kept in lab.json): recipe, text, tuned numbers and ranges, seed."""
+def _search_identity(document: dict[str, Any], text: str, pairs: tuple[PromptPair, ...], chosen: list[Tunable],
+                     settings: LabSettings) -> dict:
+    """What makes two runs the same search (kept in lab.json): recipe, text, prompts, tuned numbers and ranges,
+    seed."""
     return {
         "recipe": document, "text_sha256": hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest(),
+        "prompts_sha256": hashlib.sha256(json.dumps([[p.prompt, p.answer] for p in pairs]).encode()).hexdigest(),
         "tuned": {t.name: [t.low, t.high] for t in chosen}, "seed": settings.seed,
         "holdout": settings.holdout, "window": settings.window,
     }

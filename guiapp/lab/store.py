@@ -24,7 +24,8 @@ SEARCH_FILE = "lab.json"
 @dataclass(frozen=True)
 class TrialRecord:
     """One finished trial: its number (0 is the recipe as given), the values tried (and their place in the
-    optimizer's unit box), the perplexity (None when the trial failed, with `error` saying why) and its time."""
+    optimizer's unit box), the perplexity (None when the trial failed, with `error` saying why), with prompts
+    the perplexity of the expected answers, and its time."""
 
     index: int
     values: dict[str, float]
@@ -32,14 +33,24 @@ class TrialRecord:
     perplexity: float | None
     seconds: float
     error: str | None = None
+    answer_perplexity: float | None = None
 
     @property
     def succeeded(self) -> bool:
         return self.perplexity is not None and math.isfinite(self.perplexity)
 
+    @property
+    def loss(self) -> float:
+        """What the search lowers: the log-perplexity on the text, plus that of the answers when there are
+        prompts (infinite for a failed trial)."""
+        if not self.succeeded:
+            return math.inf
+        return math.log(self.perplexity) + (math.log(self.answer_perplexity) if self.answer_perplexity else 0.0)
+
     def as_json(self) -> dict[str, Any]:
         return {"trial": self.index, "values": self.values, "unit": self.unit, "perplexity": self.perplexity,
                 "seconds": round(self.seconds, 3), "status": "done" if self.succeeded else "failed",
+                **({"answer_perplexity": self.answer_perplexity} if self.answer_perplexity is not None else {}),
                 **({"error": self.error} if self.error else {})}
 
 
@@ -94,9 +105,9 @@ class TrialStore:
                               hint="Check that the disk has room and the folder is writable.") from None
 
     def best(self) -> TrialRecord | None:
-        """The successful trial with the lowest perplexity (the earliest of equals), or None."""
+        """The successful trial with the lowest loss (the earliest of equals), or None."""
         done = [r for r in self.records.values() if r.succeeded]
-        return min(done, key=lambda r: (r.perplexity, r.index)) if done else None
+        return min(done, key=lambda r: (r.loss, r.index)) if done else None
 
     def write_best(self, document: dict[str, Any]) -> Path:
         """Write `document` as best.yml (replacing the one before it whole, never half-written)."""
@@ -120,6 +131,7 @@ def _record(line: str) -> TrialRecord | None:
         return TrialRecord(int(data["trial"]), {str(k): float(v) for k, v in data["values"].items()},
                            [float(u) for u in data["unit"]],
                            None if data["perplexity"] is None else float(data["perplexity"]),
-                           float(data["seconds"]), data.get("error"))
+                           float(data["seconds"]), data.get("error"),
+                           None if data.get("answer_perplexity") is None else float(data["answer_perplexity"]))
     except (ValueError, KeyError, TypeError, AttributeError):
         return None

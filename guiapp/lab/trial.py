@@ -9,6 +9,7 @@ the merge loop's few blocks, however many trials run.
 
 from __future__ import annotations
 
+import json
 import math
 import shutil
 import tempfile
@@ -20,7 +21,7 @@ from typing import Any
 import torch
 
 from guiapp.engine.devices import resolve_device
-from guiapp.engine.inference import ModelSource, load_architecture, perplexity
+from guiapp.engine.inference import LoadedModel, ModelSource, load_architecture, perplexity
 from guiapp.engine.merge import MergeSettings, merge_into, plan_merge, tokenizer_folder
 from guiapp.engine.model_card import write_merge_metadata
 from guiapp.engine.plan import align_vocabulary
@@ -35,18 +36,83 @@ from guiapp.errors import (
 )
 from guiapp.hub.references import ModelRef
 from guiapp.progress import Progress
+from guiapp.system.bounded import read_text_limited
 
 # Below this many tokens two merges' perplexities differ by chance more than by merit.
 MIN_TOKENS = 32
+PROMPTS_BYTES = 16 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class PromptPair:
+    """A prompt and the answer the user expects to it."""
+
+    prompt: str
+    answer: str
+
+
+@dataclass(frozen=True)
+class Material:
+    """What a trial is scored on: the text, and the prompt/answer pairs when the user gives some."""
+
+    text: str
+    pairs: tuple[PromptPair, ...] = ()
 
 
 @dataclass(frozen=True)
 class TrialScore:
-    """A trial's perplexity on the tuned text (None when the trial failed, `error` saying why) and its time."""
+    """A trial's perplexity on the tuned text and, with prompts, of the expected answers given their prompts
+    (None when the trial failed, `error` saying why), and its time."""
 
     perplexity: float | None
     seconds: float
     error: str | None = None
+    answer_perplexity: float | None = None
+
+
+def read_prompt_pairs(path: Path) -> tuple[PromptPair, ...]:
+    """The pairs of a .jsonl file, one `{"prompt": ..., "answer": ...}` object a line (blank lines skipped).
+
+    Raises SettingsError for a file that cannot be read, a line that is not such an object, or no pair at all.
+    """
+    pairs = []
+    hint = 'Write one JSON object a line: {"prompt": "What is 2+2?", "answer": "4"}.'
+    for number, line in enumerate(read_text_limited(path, PROMPTS_BYTES, SettingsError, what="prompts file")
+                                  .splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise SettingsError(f"Line {number} of {path} is not JSON: {error.msg}.", hint=hint, key="prompts") from None
+        if not (isinstance(record, dict) and isinstance(record.get("prompt"), str)
+                and isinstance(record.get("answer"), str) and record["answer"].strip()):
+            raise SettingsError(f"Line {number} of {path} has no \"prompt\" and \"answer\" strings.", hint=hint,
+                                key="prompts")
+        pairs.append(PromptPair(record["prompt"], record["answer"]))
+    if not pairs:
+        raise SettingsError(f"{path} holds no prompt and answer.", hint=hint, key="prompts")
+    return tuple(pairs)
+
+
+def answer_perplexity(loaded: LoadedModel, pairs: tuple[PromptPair, ...], progress: Progress) -> float:
+    """exp(mean negative log-likelihood) of each answer's tokens following its prompt (the prompt's own tokens are
+    not scored), in float32; the start of a prompt is cut where prompt and answer exceed the model's context."""
+    total, count = 0.0, 0
+    limit = loaded.max_positions
+    for pair in pairs:
+        prompt = loaded.tokenizer(pair.prompt)["input_ids"]
+        answer = loaded.tokenizer(pair.answer, add_special_tokens=False)["input_ids"]
+        ids = (prompt + answer)[-limit:] if limit else prompt + answer
+        chunk = torch.tensor(ids, device=loaded.device)
+        with torch.inference_mode():
+            logits = loaded.model(input_ids=chunk[None]).logits[0, :-1].float()
+        scored = min(len(answer), len(ids) - 1)
+        log_probs = torch.log_softmax(logits[-scored:], dim=-1)
+        total -= log_probs.gather(1, chunk[-scored:, None]).sum().item()
+        count += scored
+        progress.check_cancelled()
+    return math.exp(total / count)
 
 
 def check_token_count(tokens: int, what: str, window: int) -> None:
@@ -109,23 +175,24 @@ class Evaluator:
         sink = _ModelSink(self._parameters, self._weights)
         merge_into(plan, self._readers, sink, self._device, self._settings, progress)
 
-    def score(self, document: dict[str, Any], text: str, progress: Progress | None = None) -> TrialScore:
-        """The perplexity on `text` of the merge of `document`. A trial that cannot be scored (the method refuses
+    def score(self, document: dict[str, Any], material: Material, progress: Progress | None = None) -> TrialScore:
+        """The perplexity on `material` of the merge of `document`. A trial that cannot be scored (the method refuses
         the values, the result is NaN, memory runs out) is returned with its error, not raised; JobCancelled is
         raised."""
         started = time.perf_counter()
         try:
             self.load(document, progress)
-            value = perplexity(self.loaded, text, self._window, progress).perplexity
+            value = perplexity(self.loaded, material.text, self._window, progress).perplexity
+            answers = answer_perplexity(self.loaded, material.pairs, progress or Progress()) if material.pairs else None
         except (RecipeError, NonFiniteResultError, IncompatibleModelsError) as error:
             return TrialScore(None, time.perf_counter() - started, str(error))
         except (torch.OutOfMemoryError, MemoryError):
             return TrialScore(None, time.perf_counter() - started, "The merge ran out of memory.")
         seconds = time.perf_counter() - started
-        if not math.isfinite(value):
+        if not all(math.isfinite(v) for v in (value, answers or 0.0)):
             return TrialScore(None, seconds, f"The merged model's perplexity came out as {value}: its predictions "
                               "are broken (NaN or infinite) with these values.")
-        return TrialScore(value, seconds)
+        return TrialScore(value, seconds, answer_perplexity=answers)
 
     def token_count(self, text: str) -> int:
         """How many tokens the model's tokenizer makes of `text`."""

@@ -125,3 +125,19 @@ def test_a_folder_holding_another_search_is_not_mixed_into(planted, recipe, tmp_
     run_lab(LabSettings(recipe, planted.mixed_text, trials=1, out=tmp_path / "lab"))
     with pytest.raises(SettingsError, match="another lab search"):
         run_lab(LabSettings(recipe, planted.mixed_text, trials=1, out=tmp_path / "lab", seed=5))
+
+
+def test_prompts_add_the_answers_perplexity_to_what_the_search_lowers(planted, recipe, tmp_path):
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text(json.dumps({"prompt": "a model merges", "answer": "two models into one model"}) + "\n\n"
+                       + json.dumps({"prompt": "the dog ran to", "answer": "the park"}) + "\n")
+    run = run_lab(LabSettings(recipe, planted.mixed_text, trials=4, out=tmp_path / "lab", prompts=prompts))
+    summary = run.summary()
+    assert summary["best_answer_perplexity"] > 1 and summary["start_answer_perplexity"] > 1
+    assert all(line["answer_perplexity"] > 1 for line in _lines(tmp_path / "lab"))
+    assert run.best.loss == min(record.loss for record in run.records)
+    assert run.best.loss == pytest.approx(math.log(run.best.perplexity) + math.log(run.best.answer_perplexity))
+
+    prompts.write_text('{"prompt": "a model merges"}\n')
+    with pytest.raises(SettingsError, match='Line 1 .* has no "prompt" and "answer" strings'):
+        run_lab(LabSettings(recipe, planted.mixed_text, trials=1, out=tmp_path / "other", prompts=prompts))
