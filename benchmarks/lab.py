@@ -74,15 +74,16 @@ _MERGE = textwrap.dedent("""
 """)
 
 _PERPLEXITY = textwrap.dedent("""
-    import json, resource, sys, time, torch
+    import json, resource, sys, time, torch, transformers
     from pathlib import Path
     from guiapp.engine.inference import load_model, perplexity, resolve_source
     folder = Path(sys.argv[1])
     started = time.perf_counter()
     loaded = load_model(resolve_source(str(folder / "merged")), torch.float32, "cpu")
+    loading = time.perf_counter() - started
     value = perplexity(loaded, (folder / "text.txt").read_text()).perplexity
     seconds = time.perf_counter() - started
-    print(json.dumps({"seconds": seconds, "perplexity": value,
+    print(json.dumps({"seconds": seconds, "loading": loading, "perplexity": value,
                       "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """)
 
@@ -134,7 +135,8 @@ def main() -> None:
         lab = _run(_LAB, str(big), str(args.trials))
         one_pass = merge["seconds"] + perplexity["seconds"]
         print(f"model of {size:.0f} MB (hidden {args.hidden}, {args.layers} layers), 2,000-token text:")
-        print(f"  merge {merge['seconds']:.2f} s + perplexity {perplexity['seconds']:.2f} s = {one_pass:.2f} s; "
+        print(f"  merge {merge['seconds']:.2f} s + perplexity {perplexity['seconds']:.2f} s (of which loading the "
+              f"model {perplexity['loading']:.2f} s) = {one_pass:.2f} s; "
               f"lab trial {lab['per_trial']:.2f} s: {lab['per_trial'] / one_pass:.2f}x "
               f"(goal within 2x: {'met' if lab['per_trial'] <= 2 * one_pass else 'MISSED'})")
         print(f"  start perplexity in the lab {lab['start']:.6f}, `perplexity` of the merged model "

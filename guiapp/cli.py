@@ -1045,13 +1045,12 @@ def _add_lab_command(commands: argparse._SubParsersAction) -> None:
 def _run_lab(args: argparse.Namespace) -> int:
     import json
 
-    from guiapp.jobs.runner import Job
-    from guiapp.lab.search import LabSettings, run_lab
+    from guiapp.jobs.lab import lab_job, lab_spec
+    from guiapp.lab.search import LabSettings
 
     settings = LabSettings(args.recipe, args.text, args.trials, args.out, args.seed, args.engine, args.ray_address,
                            args.holdout, args.tune, args.window, args.device, args.prompts)
-    job = Job(title="Merge lab", kind="lab", spec={}, work=lambda progress: run_lab(settings, progress).summary())
-    summary, code = _run_with_summary(job, args)
+    summary, code = _run_with_summary(lab_job(lab_spec(settings)), args)
     if code == EXIT_OK:
         print(json.dumps(summary) if args.json else "\n".join(f"{key}: {value}" for key, value in summary.items()))
     return code
