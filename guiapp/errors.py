@@ -229,7 +229,7 @@ class UploadRefusedError(HubError, PermissionError):
     title = "The model cannot be published"
 
 
-class ClusterError(MergesmithError, ConnectionError):
+class ClusterError(MergesmithError):
     """The merge lab cannot use the Ray cluster it was pointed at: nothing answers there, Ray is not installed, or
     the cluster lost the work it was given."""
 

@@ -10,6 +10,7 @@ named `mergesmith-lab-trial-N`; a task whose worker is lost is run again by Ray 
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -236,8 +237,6 @@ _EVALUATORS: dict[str, Evaluator] = {}
 
 
 def _worker_evaluator(config: dict[str, Any]) -> Evaluator:
-    import json  # noqa: PLC0415 - runs on a Ray worker
-
     key = json.dumps(config, sort_keys=True, default=str)
     if key not in _EVALUATORS:
         for evaluator in _EVALUATORS.values():
