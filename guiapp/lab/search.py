@@ -122,7 +122,7 @@ def run_lab(settings: LabSettings, progress: Progress | None = None,
                                 hint="Fix the recipe so that `mergesmith merge` and `mergesmith perplexity` work "
                                 "on it, then start the lab again in a new folder.", key="recipe")
         _search(engine, store, document, chosen, settings, tuned, progress, on_trial)
-        best = store.best()
+        best = store.best(up_to=settings.trials)  # a folder may hold more trials than this run asks for
         best_path = store.write_best(with_values(document, chosen, best.values))
         held_out = {}
         if held_text:
@@ -132,7 +132,8 @@ def run_lab(settings: LabSettings, progress: Progress | None = None,
             held_out = {"start": scores[0].perplexity, "best": scores[1].perplexity}
     progress.log(f"Best perplexity {best.perplexity:.4f} (trial {best.index}); the recipe as given: "
                  f"{start.perplexity:.4f}. Recipe: {best_path}")
-    return LabRun(chosen, sorted(store.records.values(), key=lambda r: r.index), start, best, best_path,
+    records = sorted((r for r in store.records.values() if r.index <= settings.trials), key=lambda r: r.index)
+    return LabRun(chosen, records, start, best, best_path,
                   engine.name, held_out)
 
 

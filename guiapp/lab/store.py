@@ -104,9 +104,10 @@ class TrialStore:
             raise OutputError(f"The lab cannot write {self.folder / TRIALS_FILE}: {error.strerror or error}.",
                               hint="Check that the disk has room and the folder is writable.") from None
 
-    def best(self) -> TrialRecord | None:
-        """The successful trial with the lowest loss (the earliest of equals), or None."""
-        done = [r for r in self.records.values() if r.succeeded]
+    def best(self, up_to: int | None = None) -> TrialRecord | None:
+        """The successful trial with the lowest loss (the earliest of equals), among the first `up_to` after the
+        start when given, or None."""
+        done = [r for r in self.records.values() if r.succeeded and (up_to is None or r.index <= up_to)]
         return min(done, key=lambda r: (r.loss, r.index)) if done else None
 
     def write_best(self, document: dict[str, Any]) -> Path:

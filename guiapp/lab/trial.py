@@ -103,6 +103,8 @@ def answer_perplexity(loaded: LoadedModel, pairs: tuple[PromptPair, ...], progre
     for pair in pairs:
         prompt = loaded.tokenizer(pair.prompt)["input_ids"]
         answer = loaded.tokenizer(pair.answer, add_special_tokens=False)["input_ids"]
+        if not answer:
+            continue
         ids = (prompt + answer)[-limit:] if limit else prompt + answer
         chunk = torch.tensor(ids, device=loaded.device)
         with torch.inference_mode():
@@ -112,6 +114,9 @@ def answer_perplexity(loaded: LoadedModel, pairs: tuple[PromptPair, ...], progre
         total -= log_probs.gather(1, chunk[-scored:, None]).sum().item()
         count += scored
         progress.check_cancelled()
+    if not count:
+        raise SettingsError("The answers in the prompts file make no tokens for this model's tokenizer.",
+                            hint="Write answers of at least one word.", key="prompts")
     return math.exp(total / count)
 
 

@@ -22,13 +22,22 @@ def test_a_search_from_the_merge_pages_recipe_ends_with_the_best_back_on_the_mer
     lab.start_button.click()
     assert "text file" in lab.status.text()  # nothing runs without a text
     lab.text_path.setText(str(planted.mixed_text))
-    lab.trials.setValue(8)
+    lab.trials.setValue(500)
     lab.folder.setText(str(tmp_path / "lab"))
     lab.start_button.click()
-    qtbot.waitUntil(lambda: lab.start_button.isEnabled(), timeout=180_000)
+    qtbot.waitUntil(lambda: len(lab.chart.trials) >= 3, timeout=120_000)
+    lab.cancel_button.click()
+    qtbot.waitUntil(lambda: lab.start_button.isEnabled(), timeout=60_000)
+    assert "Cancelled" in lab.status.text(), lab.status.text()
+    kept = (tmp_path / "lab" / "trials.jsonl").read_text().splitlines()
+    assert 3 <= len(kept) < 501
 
+    lab.trials.setValue(len(kept) + 4)  # the same folder: the search goes on from the trials kept
+    lab.start_button.click()
+    qtbot.waitUntil(lambda: lab.start_button.isEnabled(), timeout=180_000)
     assert "Best perplexity" in lab.status.text(), lab.status.text()
-    assert sorted(lab.chart.trials) == list(range(9))
+    assert sorted(lab.chart.trials) == list(range(len(kept) + 5))
+    assert (tmp_path / "lab" / "trials.jsonl").read_text().splitlines()[:len(kept)] == kept
     assert lab.best_table.rowCount() == 5
     best = float(lab.best_table.item(0, 1).text())
     assert best <= lab.chart.trials[0]

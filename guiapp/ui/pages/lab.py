@@ -139,7 +139,7 @@ class LabPage(QWidget):
         run_row.addWidget(QLabel("trials, on"))
         run_row.addWidget(self.where)
         run_row.addWidget(self.address, 1)
-        run_row.addStretch(0 if self.address.isVisible() else 1)
+        run_row.addStretch(1)
         form.addRow("Trials", run_row)
         self.folder = QLineEdit(str(Path.home() / "Mergesmith lab" / time.strftime("%Y-%m-%d %H%M")),
                                 accessibleName="Lab folder")
