@@ -23,6 +23,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QLineEdit,
     QPushButton,
+    QScrollArea,
     QSpinBox,
     QTableWidget,
     QTableWidgetItem,
@@ -166,7 +167,11 @@ class LabPage(QWidget):
         self.best_table.setMaximumHeight(200)
         self.status = WrappingLabel("Choose a text, then start the search.")
 
-        layout = QVBoxLayout(self)
+        content = QWidget()
+        scroll = QScrollArea(widgetResizable=True)  # the window's minimum size stays the other pages'
+        scroll.setWidget(content)
+        QVBoxLayout(self).addWidget(scroll)
+        layout = QVBoxLayout(content)
         layout.addWidget(form_box)
         layout.addLayout(buttons)
         layout.addWidget(self.chart)
