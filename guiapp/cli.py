@@ -1051,8 +1051,18 @@ def _run_lab(args: argparse.Namespace) -> int:
     settings = LabSettings(args.recipe, args.text, args.trials, args.out, args.seed, args.engine, args.ray_address,
                            args.holdout, args.tune, args.window, args.device, args.prompts)
     summary, code = _run_with_summary(lab_job(lab_spec(settings)), args)
-    if code == EXIT_OK:
-        print(json.dumps(summary) if args.json else "\n".join(f"{key}: {value}" for key, value in summary.items()))
+    if code == EXIT_OK and args.json:
+        print(json.dumps(summary))
+    elif code == EXIT_OK:
+        print(f"Best perplexity {summary['best_perplexity']:.4f} (trial {summary['best_trial']} of {summary['trials']}"
+              f"); the recipe as given: {summary['start_perplexity']:.4f}.")
+        print("Best values: " + ", ".join(f"{name} {value:g}" for name, value in summary["best_values"].items()))
+        if "held_out_best_perplexity" in summary:
+            print(f"On the held-out text: best {summary['held_out_best_perplexity']:.4f}, the recipe as given "
+                  f"{summary['held_out_start_perplexity']:.4f}.")
+        if summary["failed_trials"]:
+            print(f"{summary['failed_trials']} trials failed (their reasons are in trials.jsonl).")
+        print(f"Recipe: {summary['best_recipe']}")
     return code
 
 
