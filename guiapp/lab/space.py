@@ -136,8 +136,8 @@ def _places(value: Any, path: KeyPlace, name: str, spec: ParamSpec) -> list[Tuna
 
 
 def _range(spec: ParamSpec, value: float) -> tuple[float, float]:
-    """The schema's usual range; an open end is taken as 0 below and 1 above (or twice the recipe's value when it
-    lies beyond), within the hard limits."""
+    """The schema's usual range; an open end is taken as 0 below (or twice the recipe's value when that is lower)
+    and 1 above (or twice the recipe's value when that is higher), within the hard limits."""
     low, high = spec.span
     low = low if low is not None else min(0.0, 2 * value)
     high = high if high is not None else max(1.0, 2 * value)
