@@ -254,3 +254,10 @@ class UploadRefusedError(HubError, PermissionError):
     """An upload cannot start: not signed in, a token that cannot write, or a repo name that cannot be used."""
 
     title = "The model cannot be published"
+
+
+class ClusterError(MergesmithError):
+    """The merge lab cannot use the Ray cluster it was pointed at: nothing answers there, Ray is not installed, or
+    the cluster lost the work it was given."""
+
+    title = "The Ray cluster cannot be used"

@@ -12,6 +12,7 @@ import sys
 
 from guiapp import __version__
 from guiapp.cli.hub import add_hub_commands
+from guiapp.cli.lab import add_lab_command
 from guiapp.cli.lora import add_lora_commands
 from guiapp.cli.merge import add_merge_commands
 from guiapp.cli.moe import add_moe_command
@@ -45,6 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_merge_commands(commands)
     add_lora_commands(commands)
     add_moe_command(commands)
+    add_lab_command(commands)
     add_try_commands(commands)
     add_hub_commands(commands)
     add_system_commands(commands)

@@ -250,6 +250,29 @@ def load_model(source: ModelSource, dtype: torch.dtype, device: str, progress: P
     return LoadedModel(source, model, tokenizer, kind, dtype, target, tokenizer_folder, set_aside)
 
 
+def load_architecture(source: ModelSource, dtype: torch.dtype, device: str) -> LoadedModel:
+    """The causal model that `source`'s config.json describes, with its tokenizer, as `load_model` would give it
+    but with freshly initialised weights in place of stored ones (for weights that come from elsewhere: the lab
+    merges them into it in memory). Raises what `load_model` raises, and UnsupportedModelError for an encoder.
+    """
+    import transformers  # noqa: PLC0415 - transformers costs seconds to import; only jobs that run models need it
+
+    refuse_model_code(source.folder, source.label)
+    _check_regular_files(source.folder)
+    config = _read_config(source.folder)
+    if model_kind(config) != CAUSAL:
+        raise UnsupportedModelError(f"{source.label} is an encoder (like BERT): it has no perplexity to compare.",
+                                    hint="Merge lab searches need models that generate text.")
+    try:
+        settings = transformers.AutoConfig.from_pretrained(source.folder, trust_remote_code=False)
+        model = transformers.AutoModelForCausalLM.from_config(settings, dtype=dtype, trust_remote_code=False)
+    except (ValueError, KeyError, ModuleNotFoundError) as error:
+        raise _unsupported(source, config, error) from None
+    model = model.to(device=resolve_device(device), dtype=dtype).eval()
+    tokenizer, tokenizer_folder = load_tokenizer(source)
+    return LoadedModel(source, model, tokenizer, CAUSAL, dtype, resolve_device(device), tokenizer_folder)
+
+
 def refuse_model_code(folder: Path, label: str) -> None:
     """Raise UnsupportedModelError, saying where, when `folder` holds code meant to run with the model: an
     "auto_map" (classes defined by Python code) in its config, tokenizer or adapter settings, or .py files.

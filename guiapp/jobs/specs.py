@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from guiapp.jobs import summaries
+from guiapp.jobs.lab import LabSpec
 from guiapp.jobs.publish import PublishSpec
 from guiapp.jobs.runner import Job, JobSpec
 from guiapp.jobs.tryout import MAX_MODELS, PerplexitySpec, TrySpec
@@ -305,6 +306,7 @@ JOB_KINDS: dict[str, JobKind] = {kind.name: kind for kind in (
     JobKind("apply", "Apply LoRA", ApplySpec, True, True, summaries.apply_summary),
     JobKind("moe", "Assemble experts", MoeSpec, True, True, summaries.moe_summary),
     JobKind("download", "Download", DownloadSpec, False, True, summaries.saved_summary),
+    JobKind("lab", "Merge lab", LabSpec, False, False, summaries.lab_summary),
     JobKind("try", "Try", TrySpec, False, False, summaries.try_summary),
     JobKind("perplexity", "Perplexity", PerplexitySpec, False, False, summaries.perplexity_summary),
     JobKind("publish", "Publish", PublishSpec, False, False, summaries.publish_summary),

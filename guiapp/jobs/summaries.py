@@ -45,6 +45,12 @@ def moe_summary(summary: Mapping[str, Any]) -> str:
             f"{summary.get('architecture')} model with {summary.get('experts')} experts.")
 
 
+def lab_summary(summary: Mapping[str, Any]) -> str:
+    return (f"Best perplexity {summary.get('best_perplexity'):.3f} (the recipe as given: "
+            f"{summary.get('start_perplexity'):.3f}) after {summary.get('trials')} trials; the best recipe is "
+            f"{summary.get('best_recipe')}.")
+
+
 def try_summary(summary: Mapping[str, Any]) -> str:
     return "\n\n".join(f"{g['model']} ({g['dtype']}): {g['text'].strip()}" for g in summary["generations"])
 

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -192,7 +192,31 @@ def _merge_tensors(
     progress: Progress,
 ) -> list[dict[str, Any]]:
     planned = [PlannedTensor(t.name, t.shape, plan.out_tensor_dtype(t)) for t in plan.tasks]
-    writer = ShardedWriter(folder, planned, settings.shard_bytes)
+    return merge_into(plan, readers, ShardedWriter(folder, planned, settings.shard_bytes), device, settings, progress)
+
+
+class TensorSink(Protocol):
+    """Where the merge loop puts each output tensor, or block of its rows: `write` it (rows from `row_start`),
+    `close` once every tensor is written, `abort` when the merge stops before that."""
+
+    def write(self, name: str, tensor: torch.Tensor, row_start: int) -> None: ...
+
+    def close(self) -> None: ...
+
+    def abort(self) -> None: ...
+
+
+def merge_into(
+    plan: MergePlan,
+    readers: list[ModelReader],
+    writer: TensorSink,
+    device: torch.device,
+    settings: MergeSettings,
+    progress: Progress,
+) -> list[dict[str, Any]]:
+    """The merge loop: every tensor of `plan`, read from `readers`, merged and handed to `writer` (a shard file,
+    or the lab's model in memory). Returns each tensor's statistics. On any exception `writer.abort()` is called and
+    the exception goes on (NonFiniteResultError, IncompatibleModelsError, Cancelled...)."""
     progress.start_stage("Merging", total=len(plan.tasks), bytes_total=plan.input_bytes)
     stats: list[dict[str, Any]] = []
     pieces = _pieces(plan)

@@ -21,6 +21,7 @@ from PySide6.QtWidgets import (
 from guiapp.ui.pages.experts import ExpertsPage
 from guiapp.ui.pages.hardware import HardwarePage
 from guiapp.ui.pages.jobs import JobsPage
+from guiapp.ui.pages.lab import LabPage
 from guiapp.ui.pages.lora import LoraPage
 from guiapp.ui.pages.merge import MergePage
 from guiapp.ui.pages.models import ModelsPage
@@ -32,7 +33,7 @@ from guiapp.ui.welcome import WelcomePage
 from guiapp.ui.widgets.charts import prepare_charts
 
 PAGES = (("welcome", "Start"), ("models", "Models"), ("merge", "Merge"), ("lora", "LoRA"), ("experts", "Experts"),
-         ("try", "Try"), ("jobs", "Jobs"), ("hardware", "Hardware"), ("settings", "Settings"))
+         ("try", "Try"), ("lab", "Lab"), ("jobs", "Jobs"), ("hardware", "Hardware"), ("settings", "Settings"))
 SHUTDOWN_TIMEOUT_SECONDS = 15
 
 
@@ -48,12 +49,13 @@ class MainWindow(QMainWindow):
         self.lora = LoraPage(state)
         self.experts = ExpertsPage(state)
         self.try_page = TryPage(state)
+        self.lab = LabPage(state, self.merge)
         self.jobs = JobsPage(state)
         self.hardware = HardwarePage(state)
         self.settings = SettingsPage(state)
         self.pages = {"welcome": self.welcome, "models": self.models, "merge": self.merge, "lora": self.lora,
-                      "experts": self.experts, "try": self.try_page, "jobs": self.jobs, "hardware": self.hardware,
-                      "settings": self.settings}
+                      "experts": self.experts, "try": self.try_page, "lab": self.lab, "jobs": self.jobs,
+                      "hardware": self.hardware, "settings": self.settings}
 
         self.nav = QListWidget(accessibleName="Pages")
         self.nav.setFixedWidth(170)
@@ -87,6 +89,7 @@ class MainWindow(QMainWindow):
         for page in (self.merge, self.lora, self.experts):
             page.job_submitted.connect(self._job_submitted)
         self.jobs.retried.connect(self.jobs.select)
+        self.lab.use_recipe.connect(lambda document: (self.merge.apply_document(document), self.show_page("merge")))
         self.jobs.sign_in_requested.connect(self.show_sign_in)
         self.jobs.offline_requested.connect(self.settings.offline_check.setChecked)
         # Statuses follow what they describe: a sign-in or offline switch re-checks the forms (a gated model's

@@ -28,7 +28,7 @@ def test_first_run_welcome_tries_the_sample_models(qtbot, window, tmp_path):
 
 def test_keyboard_reaches_every_page_and_the_state_is_restored(qtbot, make_window):
     window = make_window()
-    pages = ("welcome", "models", "merge", "lora", "experts", "try", "jobs", "hardware", "settings")
+    pages = ("welcome", "models", "merge", "lora", "experts", "try", "lab", "jobs", "hardware", "settings")
     for number, page in enumerate(pages, start=1):
         qtbot.keySequence(window, QKeySequence(f"Ctrl+{number}"))
         assert window.current_page() == page

@@ -1,0 +1,56 @@
+"""The merge lab as a job (the CLI's `mergesmith lab` and the window's Lab page run it the same way)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+from guiapp.jobs.runner import Job, JobSpec
+
+
+@dataclass(frozen=True)
+class LabSpec(JobSpec):
+    """One search (see `guiapp.lab.search.LabSettings`, whose `out` is `output` here), paths as text."""
+
+    kind: ClassVar[str] = "lab"
+    recipe: str
+    text: str
+    trials: int
+    output: str
+    seed: int = 0
+    engine: str = "local"
+    ray_address: str | None = None
+    holdout: float = 0.0
+    tune: str | None = None
+    window: int = 512
+    device: str = "cpu"
+    prompts: str | None = None
+
+    def job(self, on_trial: Callable[[Any], None] | None = None) -> Job:
+        """A job running `guiapp.lab.search.run_lab`; `on_trial` hears each trial as it is recorded, on the job's
+        thread. The summary is `LabRun.summary()`."""
+
+        def work(progress) -> dict[str, Any]:
+            from guiapp.lab.search import LabSettings, run_lab
+
+            settings = LabSettings(
+                recipe=Path(self.recipe), text=Path(self.text), trials=self.trials, out=Path(self.output),
+                seed=self.seed, engine=self.engine, ray_address=self.ray_address, holdout=self.holdout,
+                tune=self.tune, window=self.window, device=self.device,
+                prompts=Path(self.prompts) if self.prompts else None)
+            return run_lab(settings, progress, on_trial).summary()
+
+        return Job(title=f"Merge lab: {self.trials} trials", kind=self.kind, spec=self.to_dict(), work=work)
+
+
+def lab_job(spec: Mapping[str, Any], on_trial: Callable[[Any], None] | None = None) -> Job:
+    """A lab job with the settings `spec` holds (LabSettings' fields; paths as paths or text)."""
+    return LabSpec.from_dict({key: str(value) if isinstance(value, Path) else value
+                              for key, value in spec.items()}).job(on_trial)
+
+
+def lab_spec(settings: Any) -> dict[str, Any]:
+    """The spec of a LabSettings (what the Jobs page keeps to run it again)."""
+    return {key: str(value) if isinstance(value, Path) else value for key, value in asdict(settings).items()}

@@ -1,0 +1,334 @@
+"""The Lab page: search the numbers of a recipe (the Merge page's, or a file's) for the merge with the lowest
+perplexity on the user's text, watch the trials come in on a chart, and take the best recipe back to Merge.
+
+The search runs as a job (guiapp.jobs.lab) in a folder of its own: cancelling keeps every finished trial, and
+starting again with the same folder and settings continues where it stopped.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import (
+    QComboBox,
+    QFileDialog,
+    QFormLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QLineEdit,
+    QPushButton,
+    QScrollArea,
+    QSpinBox,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from guiapp.ui.text import error_text
+from guiapp.ui.widgets.charts import ChartHost, pyqtgraph
+from guiapp.ui.widgets.wrapping_label import WrappingLabel
+
+CHART_HEIGHT = 200
+BEST_SHOWN = 5
+WHERE = (("This computer", "local"), ("Ray, started on this computer", "ray"), ("A Ray cluster at…", "cluster"))
+
+
+class LabChart(ChartHost):
+    """Perplexity per trial (dots; failed trials leave a gap), the best so far (a step line) and the recipe as
+    given (a dashed line)."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(CHART_HEIGHT, parent)
+        self.setAccessibleName("Perplexity per trial")
+        self.trials: dict[int, float | None] = {}
+
+    def configure(self) -> None:
+        self.plot.setLabel("bottom", "trial")
+        self.plot.setLabel("left", "perplexity")
+        self.dots = self.plot.plot([], [], pen=None, symbol="o", symbolSize=7)
+        self.best = self.plot.plot([], [], stepMode=None)
+        self.start_line: Any = None
+
+    def redraw(self) -> None:
+        pg = pyqtgraph()
+        done = sorted((i, p) for i, p in self.trials.items() if p is not None and math.isfinite(p))
+        self.dots.setData([i for i, _ in done], [p for _, p in done])
+        self.dots.setSymbolBrush(pg.mkBrush(self.series_colour(0)))
+        self.dots.setSymbolPen(pg.mkPen(self.series_colour(0)))
+        lowest, steps = math.inf, []
+        for index, value in done:
+            lowest = min(lowest, value)
+            steps.append((index, lowest))
+        self.best.setData([i for i, _ in steps], [v for _, v in steps])
+        self.best.setPen(pg.mkPen(self.series_colour(1), width=2))
+        if self.start_line is not None:
+            self.plot.removeItem(self.start_line)
+            self.start_line = None
+        start = self.trials.get(0)
+        if start is not None:
+            self.start_line = pg.InfiniteLine(start, angle=0, pen=pg.mkPen(self.text_colour(), width=1,
+                                                                           style=Qt.PenStyle.DashLine))
+            self.plot.addItem(self.start_line)
+
+    def add(self, index: int, value: float | None) -> None:
+        self.trials[index] = value
+        self.refresh()
+
+    def clear(self) -> None:
+        self.trials = {}
+        self.refresh()
+
+
+class LabPage(QWidget):
+    """The form (recipe, text, numbers to tune, trials, where), the race (chart, best candidates), Start/Cancel
+    and "Use this recipe"."""
+
+    use_recipe = Signal(dict)  # the best candidate's recipe, for the Merge page
+    _trial_heard = Signal(object)  # a TrialRecord, from the job's thread
+
+    def __init__(self, state, merge_page, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.state = state
+        self.merge_page = merge_page
+        self._key: str | None = None
+        self._document: dict[str, Any] | None = None
+        self._tunables: list[Any] = []
+        self._records: dict[int, Any] = {}
+
+        form_box = QGroupBox("What to search")
+        form = QFormLayout(form_box)
+        self.recipe_source = QComboBox(accessibleName="Recipe")
+        self.recipe_source.addItem("The Merge page's recipe")
+        self.recipe_source.addItem("A recipe file…")
+        self.recipe_source.activated.connect(self._recipe_chosen)
+        self.recipe_label = QLabel("")
+        recipe_row = QHBoxLayout()
+        recipe_row.addWidget(self.recipe_source)
+        recipe_row.addWidget(self.recipe_label, 1)
+        form.addRow("Recipe", recipe_row)
+        self.text_path = QLineEdit(placeholderText="A .txt file of the kind of text the merge should be good at",
+                                   accessibleName="Text file")
+        browse = QPushButton("Browse…")
+        browse.clicked.connect(self._browse_text)
+        text_row = QHBoxLayout()
+        text_row.addWidget(self.text_path, 1)
+        text_row.addWidget(browse)
+        form.addRow("Text", text_row)
+        self.parameters = QTableWidget(0, 4, accessibleName="Numbers to tune")
+        self.parameters.setHorizontalHeaderLabels(["Tune", "Number", "From", "To"])
+        self.parameters.horizontalHeader().setSectionResizeMode(1, QHeaderView.ResizeMode.Stretch)
+        self.parameters.verticalHeader().hide()
+        self.parameters.setMaximumHeight(110)
+        form.addRow("Numbers", self.parameters)
+        self.trials = QSpinBox(minimum=1, maximum=1000, value=20, accessibleName="Trials")
+        self.trials.setMaximumWidth(90)
+        self.where = QComboBox(accessibleName="Where to run")
+        for label, _ in WHERE:
+            self.where.addItem(label)
+        self.address = QLineEdit(placeholderText="HOST:6379", accessibleName="Ray address")
+        self.address.setVisible(False)
+        self.where.currentIndexChanged.connect(lambda i: self.address.setVisible(WHERE[i][1] == "cluster"))
+        run_row = QHBoxLayout()
+        run_row.addWidget(self.trials)
+        run_row.addWidget(QLabel("trials, on"))
+        run_row.addWidget(self.where)
+        run_row.addWidget(self.address, 1)
+        run_row.addStretch(1)
+        form.addRow("Trials", run_row)
+        self.folder = QLineEdit(str(Path.home() / "Mergesmith lab" / time.strftime("%Y-%m-%d %H%M")),
+                                accessibleName="Lab folder")
+        form.addRow("Folder", self.folder)
+
+        self.start_button = QPushButton("Start the search")
+        self.start_button.clicked.connect(self.start)
+        self.cancel_button = QPushButton("Cancel", enabled=False)
+        self.cancel_button.clicked.connect(self.cancel)
+        self.use_button = QPushButton("Use this recipe", enabled=False)
+        self.use_button.setToolTip("Load the best recipe found into the Merge page")
+        self.use_button.clicked.connect(self._use_best)
+        buttons = QHBoxLayout()
+        buttons.addWidget(self.start_button)
+        buttons.addWidget(self.cancel_button)
+        buttons.addStretch(1)
+        buttons.addWidget(self.use_button)
+
+        self.chart = LabChart()
+        self.best_table = QTableWidget(0, 3, accessibleName="Best candidates")
+        self.best_table.setHorizontalHeaderLabels(["Trial", "Perplexity", "Values"])
+        self.best_table.horizontalHeader().setSectionResizeMode(2, QHeaderView.ResizeMode.Stretch)
+        self.best_table.verticalHeader().hide()
+        self.best_table.setMaximumHeight(200)
+        self.status = WrappingLabel("Choose a text, then start the search.")
+
+        content = QWidget()
+        scroll = QScrollArea(widgetResizable=True)  # the window's minimum size stays the other pages'
+        scroll.setWidget(content)
+        QVBoxLayout(self).addWidget(scroll)
+        layout = QVBoxLayout(content)
+        layout.addWidget(form_box)
+        layout.addLayout(buttons)
+        layout.addWidget(self.chart)
+        layout.addWidget(QLabel("Dots: each trial's perplexity (lower is better). Line: the best so far. Dashed: the "
+                                "recipe as given."))
+        layout.addWidget(self.best_table)
+        layout.addWidget(self.status)
+        layout.addStretch(1)
+
+        self._trial_heard.connect(self._show_trial, Qt.ConnectionType.QueuedConnection)
+        state.jobs.record_changed.connect(self._job_changed)
+        state.jobs.progress.connect(self._job_progress)
+
+    # --- the form -------------------------------------------------------------------------------------------
+
+    def showEvent(self, event) -> None:  # noqa: N802 - Qt's name
+        if self.recipe_source.currentIndex() == 0 and self._key is None:
+            self.set_document(self.merge_page.form_document(), "from the Merge page")
+        super().showEvent(event)
+
+    def set_document(self, document: dict[str, Any], where: str) -> None:
+        """Search `document` (a recipe mapping): list its numbers with their ranges, or say why there are none."""
+        from guiapp.errors import MergesmithError
+        from guiapp.lab.space import tunables
+
+        self._document = document
+        try:
+            self._tunables = tunables(document)
+        except MergesmithError as error:
+            self._tunables = []
+            self.status.setText(error_text(error))
+        self.recipe_label.setText(f"{document.get('merge_method') or 'no method yet'}, {where}")
+        self.parameters.setRowCount(len(self._tunables))
+        for row, tunable in enumerate(self._tunables):
+            check = QTableWidgetItem()
+            check.setCheckState(Qt.CheckState.Checked)
+            self.parameters.setItem(row, 0, check)
+            self.parameters.setItem(row, 1, _fixed(f"{tunable.name} (now {tunable.start:g})"))
+            self.parameters.setItem(row, 2, QTableWidgetItem(f"{tunable.low:g}"))
+            self.parameters.setItem(row, 3, QTableWidgetItem(f"{tunable.high:g}"))
+
+    def _recipe_chosen(self, index: int) -> None:
+        if index == 0:
+            self.set_document(self.merge_page.form_document(), "from the Merge page")
+            return
+        name, _ = QFileDialog.getOpenFileName(self, "Recipe to search", "", "Recipes (*.yml *.yaml)")
+        if name:
+            from guiapp.errors import MergesmithError
+            from guiapp.merging.recipe import load_recipe
+
+            try:
+                self.set_document(load_recipe(Path(name)).document, Path(name).name)
+            except MergesmithError as error:
+                self.status.setText(error_text(error))
+
+    def _browse_text(self) -> None:
+        name, _ = QFileDialog.getOpenFileName(self, "Text to score merges on", "", "Text (*.txt *.jsonl)")
+        if name:
+            self.text_path.setText(name)
+
+    def _tune(self) -> str:
+        """The --tune text of the rows checked, each with the range its row shows."""
+        chosen = []
+        for row, tunable in enumerate(self._tunables):
+            if self.parameters.item(row, 0).checkState() == Qt.CheckState.Checked:
+                chosen.append(f"{tunable.name}={self.parameters.item(row, 2).text()}:"
+                              f"{self.parameters.item(row, 3).text()}")
+        return ",".join(chosen)
+
+    # --- running ----------------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Write the recipe into the lab folder and start the search job there (one already there continues)."""
+        from guiapp.jobs.lab import lab_job
+        from guiapp.merging.model_card import recipe_yaml
+
+        if not self._tunables:
+            self.status.setText("This recipe has no number to tune: give its models weights (or the method's "
+                                "other numbers) on the Merge page first.")
+            return
+        if not self.text_path.text().strip():
+            self.status.setText("Choose the text file the merge should be good at first.")
+            return
+        tune = self._tune()
+        if not tune:
+            self.status.setText("Tick at least one number to tune.")
+            return
+        folder = Path(self.folder.text().strip()).expanduser()
+        recipe = folder.with_name(folder.name + " recipe.yml")
+        try:
+            folder.parent.mkdir(parents=True, exist_ok=True)
+            recipe.write_text(recipe_yaml(self._document))
+        except OSError as error:
+            self.status.setText(f"The lab cannot write {recipe}: {error.strerror or error}.")
+            return
+        engine = WHERE[self.where.currentIndex()][1]
+        spec = {"recipe": str(recipe), "text": self.text_path.text().strip(), "trials": self.trials.value(),
+                "out": str(folder), "tune": tune, "engine": "local" if engine == "local" else "ray",
+                "ray_address": self.address.text().strip() or None if engine == "cluster" else None}
+        self._records = {}
+        self.chart.clear()
+        self.best_table.setRowCount(0)
+        self.use_button.setEnabled(False)
+        self._key = self.state.jobs.submit(lab_job(spec, on_trial=self._trial_heard.emit)).key
+        self.start_button.setEnabled(False)
+        self.cancel_button.setEnabled(True)
+        self.status.setText("Starting…")
+
+    def cancel(self) -> None:
+        if self._key is not None:
+            self.state.jobs.cancel(self._key)
+            self.status.setText("Cancelling: the trials finished so far are kept.")
+
+    def _show_trial(self, record) -> None:
+        self._records[record.index] = record
+        self.chart.add(record.index, record.perplexity)
+        done = sorted((r for r in self._records.values() if r.succeeded), key=lambda r: (r.loss, r.index))
+        self.best_table.setRowCount(min(BEST_SHOWN, len(done)))
+        for row, best in enumerate(done[:BEST_SHOWN]):
+            label = "start" if best.index == 0 else str(best.index)
+            values = ", ".join(f"{name} {value:g}" for name, value in best.values.items())
+            for column, text in enumerate((label, f"{best.perplexity:.3f}", values)):
+                self.best_table.setItem(row, column, _fixed(text))
+        self.use_button.setEnabled(bool(done))
+
+    def _job_progress(self, key: str, event) -> None:
+        if key == self._key:
+            counted = f" ({event.done} of {event.total})" if event.total else ""
+            self.status.setText(f"{event.stage}{counted}")
+
+    def _job_changed(self, key: str) -> None:
+        record = self.state.jobs.record(key)
+        if key != self._key or record is None or record.status in ("queued", "running"):
+            return
+        self._key = None
+        self.start_button.setEnabled(True)
+        self.cancel_button.setEnabled(False)
+        if record.status == "done":
+            summary = record.summary
+            self.status.setText(f"Best perplexity {summary['best_perplexity']:.3f} (the recipe as given: "
+                                f"{summary['start_perplexity']:.3f}). The best recipe is {summary['best_recipe']}.")
+        elif record.status == "cancelled":
+            self.status.setText("Cancelled. The trials so far are kept: start again with the same folder to go on.")
+        else:
+            explanation = record.explanation or {}
+            self.status.setText(explanation.get("what") or "The search stopped; the Jobs page says why.")
+
+    def _use_best(self) -> None:
+        from guiapp.lab.space import with_values
+
+        done = [r for r in self._records.values() if r.succeeded]
+        if done and self._document is not None:
+            best = min(done, key=lambda r: (r.loss, r.index))
+            self.use_recipe.emit(with_values(self._document, self._tunables, best.values))
+
+
+def _fixed(text: str) -> QTableWidgetItem:
+    item = QTableWidgetItem(text)
+    item.setFlags(item.flags() & ~Qt.ItemFlag.ItemIsEditable)
+    return item

@@ -1,0 +1,50 @@
+"""The Lab page driven as a new user would: the Merge page's recipe is there already, a text is chosen, the search
+runs with its chart and table filling in, and "Use this recipe" takes the best back to the Merge page."""
+
+from __future__ import annotations
+
+import yaml
+
+from tests.lab.conftest import planted  # noqa: F401 - the tiny fine-tunes and their mixed text
+
+
+def test_a_search_from_the_merge_pages_recipe_ends_with_the_best_back_on_the_merge_page(make_window, qtbot, planted,
+                                                                                          tmp_path, chart_shots):
+    window = make_window()
+    window.merge.apply_document({
+        "merge_method": "task_arithmetic", "base_model": str(planted.base), "dtype": "float32",
+        "models": [{"model": str(planted.animals), "parameters": {"weight": 0.5}},
+                   {"model": str(planted.computers), "parameters": {"weight": 0.5}}]})
+    window.show_page("lab")
+    lab = window.lab
+    assert lab.parameters.rowCount() == 2 and "models[0].weight" in lab.parameters.item(0, 1).text()
+
+    lab.start_button.click()
+    assert "text file" in lab.status.text()  # nothing runs without a text
+    lab.text_path.setText(str(planted.mixed_text))
+    lab.trials.setValue(500)
+    lab.folder.setText(str(tmp_path / "lab"))
+    lab.start_button.click()
+    qtbot.waitUntil(lambda: len(lab.chart.trials) >= 3, timeout=120_000)
+    lab.cancel_button.click()
+    qtbot.waitUntil(lambda: lab.start_button.isEnabled(), timeout=60_000)
+    assert "Cancelled" in lab.status.text(), lab.status.text()
+    kept = (tmp_path / "lab" / "trials.jsonl").read_text().splitlines()
+    assert 3 <= len(kept) < 501
+
+    lab.trials.setValue(len(kept) + 4)  # the same folder: the search goes on from the trials kept
+    lab.start_button.click()
+    qtbot.waitUntil(lambda: lab.start_button.isEnabled(), timeout=180_000)
+    assert "Best perplexity" in lab.status.text(), lab.status.text()
+    assert sorted(lab.chart.trials) == list(range(len(kept) + 5))
+    assert (tmp_path / "lab" / "trials.jsonl").read_text().splitlines()[:len(kept)] == kept
+    assert lab.best_table.rowCount() == 5
+    best = float(lab.best_table.item(0, 1).text())
+    assert best <= lab.chart.trials[0]
+    window.grab().save(str(chart_shots / "lab-page.png"))
+
+    lab.use_button.click()
+    assert window.stack.currentWidget() is window.merge
+    chosen = yaml.safe_load((tmp_path / "lab" / "best.yml").read_text())
+    assert [m["parameters"]["weight"] for m in window.merge.document["models"]] == \
+        [m["parameters"]["weight"] for m in chosen["models"]]
