@@ -1,0 +1,1 @@
+"""LoRA adapters beyond extract and apply: DoRA, resizing and combining adapters."""
