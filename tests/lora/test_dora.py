@@ -63,3 +63,19 @@ def test_a_recipe_applies_a_dora_adapter_on_the_fly(fp32_base, dora, tmp_path):
     run_merge(recipe(f"merge_method: passthrough\nmodels:\n  - model: {fp32_base}+{dora}\n"), MergeSettings(out))
     ours, peft_result = model_tensors(out), peft_merged(fp32_base, dora)
     assert max((ours[name] - peft_result[name]).abs().max().item() for name in ours) < 1e-5
+
+
+def test_gpt2_conv1d_dora_normalises_the_stored_columns_as_peft_does(tmp_path):
+    import transformers
+
+    config = transformers.GPT2Config(vocab_size=96, n_positions=32, n_embd=32, n_layer=1, n_head=4,
+                                     bos_token_id=0, eos_token_id=0)
+    torch.manual_seed(0)
+    transformers.GPT2LMHeadModel(config).save_pretrained(tmp_path / "base")
+    base = tmp_path / "base"
+    adapter = write_peft_adapter(base, tmp_path / "dora", seed=3, magnitude_noise=0.2, use_dora=True,
+                                 target_modules=["c_attn", "c_fc", "wte"], fan_in_fan_out=True)
+    out = tmp_path / "applied"
+    assert main(["apply-lora", "--base", str(base), "--adapter", str(adapter), "--out", str(out)]) == EXIT_OK
+    ours, peft_result = model_tensors(out), peft_merged(base, adapter)
+    assert max((ours[name] - peft_result[name]).abs().max().item() for name in ours) < 1e-5
