@@ -15,8 +15,10 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import torch
@@ -104,6 +106,11 @@ class LoraAdapter:
     @property
     def label(self) -> str:
         return str(self.folder)
+
+    @property
+    def tensors(self) -> Mapping[str, Any]:
+        """The adapter file's tensors by key, as stored (for reading only)."""
+        return MappingProxyType(self._tensors)
 
     @property
     def base_model(self) -> str | None:

@@ -115,6 +115,34 @@ def apply_job(base: str, adapter: str, out: Path, *, scale: float = 1.0, dtype: 
     return Job(title=f"Apply LoRA → {Path(out).name}", kind="apply", spec=spec, work=work)
 
 
+def resize_job(adapter: str, out: Path, *, rank: int | None = None, energy: float | None = None,
+               overwrite: bool = False) -> Job:
+    """A job that writes `adapter` resized to `rank` (or keeping `energy` of each module) at `out`."""
+    spec = {"adapter": adapter, "out": str(out), "rank": rank, "energy": energy, "overwrite": overwrite}
+
+    def work(progress):
+        from guiapp.lora.resize import ResizeSettings, resize_adapter  # torch
+
+        return resize_adapter(ResizeSettings(**{**spec, "out": Path(out)}), progress)
+
+    return Job(title=f"Resize LoRA → {Path(out).name}", kind="lora-resize", spec=spec, work=work)
+
+
+def combine_job(adapters: list[str], weights: list[float], method: str, out: Path, *, rank: int | None = None,
+                density: float | None = None, overwrite: bool = False) -> Job:
+    """A job that writes the `method` combination of `adapters` with `weights` at `out`."""
+    spec = {"adapters": list(adapters), "weights": list(weights), "method": method, "out": str(out), "rank": rank,
+            "density": density, "overwrite": overwrite}
+
+    def work(progress):
+        from guiapp.lora.combine import CombineSettings, combine_adapters  # torch
+
+        settings = CombineSettings(tuple(adapters), tuple(weights), method, Path(out), rank, density, overwrite)
+        return combine_adapters(settings, progress)
+
+    return Job(title=f"Combine LoRAs → {Path(out).name}", kind="lora-merge", spec=spec, work=work)
+
+
 def download_job(repo_id: str, revision: str | None = None) -> Job:
     """A job that downloads what a merge needs of `repo_id` into the Hugging Face cache."""
     spec = {"repo_id": repo_id, "revision": revision}
@@ -142,6 +170,10 @@ def job_from_spec(kind: str, spec: dict[str, Any]) -> Job:
         return extract_job(**{**spec, "out": Path(spec["out"])})
     if kind == "apply":
         return apply_job(**{**spec, "out": Path(spec["out"])})
+    if kind == "lora-resize":
+        return resize_job(**{**spec, "out": Path(spec["out"])})
+    if kind == "lora-merge":
+        return combine_job(**{**spec, "out": Path(spec["out"])})
     if kind == "download":
         return download_job(spec["repo_id"], spec.get("revision"))
     if kind in ("try", "perplexity", "publish"):

@@ -41,3 +41,31 @@ def peft_merged(base: Path, adapter: Path, dtype: torch.dtype = torch.float32) -
     model = transformers.AutoModelForCausalLM.from_pretrained(base, dtype=dtype)
     merged = peft.PeftModel.from_pretrained(model, adapter).merge_and_unload()
     return {name: tensor.detach() for name, tensor in merged.state_dict().items()}
+
+
+def peft_weighted(base: Path, adapters: list[Path], weights: list[float], method: str, **options):
+    """PEFT's own `add_weighted_adapter` over `adapters`: the PeftModel with the result active as "merged"."""
+    import peft
+    import transformers
+
+    model = transformers.AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+    wrapped = peft.PeftModel.from_pretrained(model, adapters[0], adapter_name="a0")
+    for index, adapter in enumerate(adapters[1:], start=1):
+        wrapped.load_adapter(adapter, adapter_name=f"a{index}")
+    names = [f"a{index}" for index in range(len(adapters))]
+    wrapped.add_weighted_adapter(names, weights, "merged", combination_type=method, **options)
+    wrapped.set_adapter("merged")
+    return wrapped
+
+
+def adapter_state(model, name: str) -> dict[str, torch.Tensor]:
+    """The tensors PEFT would save for adapter `name` of `model`, under the keys of adapter_model.safetensors."""
+    import peft
+
+    return {key: tensor.detach() for key, tensor in peft.get_peft_model_state_dict(model, adapter_name=name).items()}
+
+
+def logits(model, tokens: torch.Tensor) -> torch.Tensor:
+    model.eval()
+    with torch.no_grad():
+        return model(tokens).logits
