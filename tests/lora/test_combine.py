@@ -143,3 +143,12 @@ def test_json_report_names_each_modules_adapters(adapters, tmp_path, capsys):
     assert len(by_module["model.layers.0.self_attn.o_proj"]["adapters"]) == 1
     card = (out / "README.md").read_text()
     assert str(adapters["r4"]) in card and "cat method" in card
+
+
+def test_the_toolbox_jobs_are_rebuilt_from_their_spec(tmp_path):
+    from guiapp.jobs.specs import combine_job, job_from_spec, resize_job
+
+    for job in (resize_job("a", tmp_path / "o", energy=0.9),
+                combine_job(["a", "b"], [1.0, 0.5], "ties", tmp_path / "o", density=0.4)):
+        rebuilt = job_from_spec(job.kind, job.spec)
+        assert (rebuilt.kind, rebuilt.spec) == (job.kind, job.spec)
