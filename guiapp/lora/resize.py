@@ -81,7 +81,9 @@ def resize_adapter(settings: ResizeSettings, progress: Progress | None = None) -
     output = write_adapter(settings.out, tensors, config, _card(settings, summary, config), (REPORT, summary),
                            inputs=(adapter.folder,), overwrite=settings.overwrite, kind="lora-resize",
                            progress=progress)
-    return {"output": str(output), **summary}
+    # In the extraction summary's form too, so the window's chart of the change each module keeps shows it.
+    energies = [{"module": m["module"], "rank": m["rank"], "retained_energy": m["energy_kept"]} for m in modules]
+    return {"output": str(output), **summary, "module_energies": energies}
 
 
 def report_lines(summary: dict[str, Any]) -> list[str]:

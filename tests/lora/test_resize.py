@@ -81,6 +81,8 @@ def test_energy_keeps_the_fewest_directions_holding_that_fraction(base, rank8, t
         expected = int((fractions < 0.8 - 1e-9).sum()) + 1
         assert entry["rank"] == expected and entry["energy_kept"] >= 0.8 - 1e-6
         assert tensors[f"{PREFIX}{entry['module']}.lora_A.weight"].shape[0] == expected
+    assert [(m["module"], m["retained_energy"]) for m in summary["module_energies"]] == [
+        (m["module"], m["energy_kept"]) for m in summary["modules"]]  # what the extraction's chart reads
     ranks = {entry["rank"] for entry in summary["modules"]}
     assert len(ranks) > 1 and adapter_config(tmp_path / "out")["rank_pattern"]
 
