@@ -2,7 +2,8 @@
 
 For a LoRA module `W = W_base + s·(B·A)` with `s = lora_alpha / r` (rsLoRA: `lora_alpha / √r`), per module from
 `rank_pattern` / `alpha_pattern`, times the user's `--scale`; embedding LoRAs add `(B·A)ᵀ`; `lora_bias` adds
-`s·b` to the bias; `modules_to_save` tensors replace the base's. Deltas are computed in float32 from the stored
+`s·b` to the bias; `modules_to_save` tensors replace the base's; a DoRA module's `lora_magnitude_vector`
+renormalises the sum (guiapp/checkpoints/dora.py). Deltas are computed in float32 from the stored
 factors, so a bf16 or fp16 adapter never meets a half-precision matmul.
 
 A `model+adapter` reference is read through `LoraAdapter` (checkpoints.sources): it adds the deltas while
@@ -14,12 +15,15 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import torch
 
+from guiapp.checkpoints.dora import MAGNITUDE, dora_weight, output_features
 from guiapp.checkpoints.peft_format import (
     ADAPTER_WEIGHTS,
     EMBEDDING_A,
@@ -56,6 +60,7 @@ class LoraModule:
     scaling: float
     rank: int  # the configuration's rank and alpha for this module (rank_pattern / alpha_pattern resolved)
     alpha: float
+    magnitude_key: str | None = None  # DoRA's magnitude vector, when the module has one
 
 
 class LoraAdapter:
@@ -81,8 +86,8 @@ class LoraAdapter:
         """Open the adapter in `folder` (adapter_config.json + adapter_model.safetensors or .bin).
 
         Raises CheckpointError for a missing or damaged file, a configuration field PEFT never writes (see
-        `read_adapter_config`), a pattern past its time bound, an adapter of another kind (not LoRA, DoRA,
-        layer_replication) or another format (kohya / LyCORIS keys), and SettingsError for a scale that is not a
+        `read_adapter_config`), a pattern past its time bound, an adapter of another kind (not LoRA or DoRA,
+        or layer_replication) or another format (kohya / LyCORIS keys), and SettingsError for a scale that is not a
         finite number.
         """
         folder = Path(folder)
@@ -95,6 +100,11 @@ class LoraAdapter:
     @property
     def label(self) -> str:
         return str(self.folder)
+
+    @property
+    def tensors(self) -> Mapping[str, Any]:
+        """The adapter file's tensors by key, as stored (for reading only)."""
+        return MappingProxyType(self._tensors)
 
     @property
     def base_model(self) -> str | None:
@@ -126,6 +136,10 @@ class LoraAdapter:
                     f"the base's is {_shape(info.shape)}"
                 )
             base_bias = adapter_names.get(lora.module, lora.module) + ".bias"
+            if info is not None and lora.magnitude_key is not None and self._tensors[lora.magnitude_key].numel() != (
+                    features := output_features(info.shape, lora.transposed)):
+                problems.append(f"{lora.module}: the adapter's DoRA magnitudes are for "
+                                f"{self._tensors[lora.magnitude_key].numel()} features, the base's weight has {features}")
             if lora.bias_key is not None and base_bias not in base_tensors:
                 problems.append(f"{lora.module}: the adapter changes a bias the base model does not have")
         for name, key in self.replacements.items():
@@ -204,12 +218,21 @@ class LoraAdapter:
         if replacement is not None:
             return replacement
         delta = self.delta_for(tensor_name, tuple(tensor.shape), tensor.device)
-        return tensor if delta is None else tensor.to(torch.float32) + delta
+        return tensor if delta is None else self.added(tensor_name, tensor, delta)
+
+    def added(self, tensor_name: str, tensor: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
+        """The base's `tensor_name` with `delta_for`'s update in float32: their sum, or for a DoRA module's weight
+        the sum renormalised by the module's magnitudes. Never in place (`tensor` may be a memory map)."""
+        module, leaf = split_module(tensor_name)
+        lora = self.modules.get(self._module_names.get(module, module))
+        if lora is not None and lora.magnitude_key is not None and leaf == "weight":
+            return dora_weight(tensor, delta, self._tensors[lora.magnitude_key], lora.transposed)
+        return tensor.to(torch.float32) + delta
 
     def changes_nothing(self) -> bool:
         """True when every lora_B factor (and lora bias) is zero and nothing is saved whole: a no-op adapter."""
-        if self.replacements:
-            return False
+        if self.replacements or any(lora.magnitude_key for lora in self.modules.values()):
+            return False  # a DoRA magnitude changes the weight's scale even when B·A is zero
         return all(
             not bool(self._tensors[key].to(torch.float32).any())
             for lora in self.modules.values()
@@ -256,11 +279,6 @@ def _read_adapter_config(folder: Path) -> AdapterConfig:
     if config.peft_type != "LORA":
         raise CheckpointError(
             f"{folder} is a {config.peft_type or 'unknown'} adapter; Mergesmith applies LoRA adapters only.",
-            hint="Merge it with PEFT itself: PeftModel.from_pretrained(model, folder).merge_and_unload().",
-        )
-    if config.flag("use_dora"):
-        raise CheckpointError(
-            f"{folder} is a DoRA adapter (use_dora: true); Mergesmith applies plain LoRA adapters only.",
             hint="Merge it with PEFT itself: PeftModel.from_pretrained(model, folder).merge_and_unload().",
         )
     if config.document.get("layer_replication"):
@@ -320,15 +338,18 @@ def _lora_modules(config: AdapterConfig, keys: list[str], scale: float, folder: 
             if b_key not in keyset:
                 raise CheckpointError(f"{folder / ADAPTER_WEIGHTS} is incomplete: {key} has no matching {b_suffix}.")
             bias_key = key[: -len(a_suffix)] + LORA_B_BIAS
+            magnitude_key = key[: -len(a_suffix)] + MAGNITUDE
             rank, alpha = config.rank_for(module), config.alpha_for(module)
             scaling = alpha / (math.sqrt(rank) if rslora else rank)
             modules[module] = LoraModule(module, key, b_key, bias_key if bias_key in keyset else None,
-                                         embedding or transposed_weights, scaling * scale, rank, alpha)
+                                         embedding or transposed_weights, scaling * scale, rank, alpha,
+                                         magnitude_key if magnitude_key in keyset else None)
     return modules
 
 
 def _is_lora_key(key: str) -> bool:
-    return any(part in key for part in (".lora_A.", ".lora_B.", ".lora_embedding_A", ".lora_embedding_B"))
+    return any(part in key for part in (".lora_A.", ".lora_B.", ".lora_embedding_A", ".lora_embedding_B",
+                                        "." + MAGNITUDE))
 
 
 def _match_module_names(adapter_modules: list[str], base_tensors: dict[str, TensorInfo]) -> dict[str, str]:

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
 
-from guiapp.cli.options import add_threads_option, finite_number
+from guiapp.cli.options import add_threads_option, count_of, finite_number
 from guiapp.cli.process import EXIT_OK
 from guiapp.cli.terminal import run_in_terminal
 from guiapp.facts.choices import EMBEDDING_POLICIES, SOLVERS
@@ -163,3 +164,53 @@ def _print_extraction_summary(summary: dict) -> None:
             print(f"  {worst['module']:<48} rank {worst['rank']:<4} kept {worst['retained_energy']:.4f}  "
                   f"error {worst['relative_error']:.4f}")
     print("Per-module details: extraction_report.json in the adapter folder.")
+
+
+def add_lora_toolbox_commands(commands: argparse._SubParsersAction) -> None:
+    resize = commands.add_parser("lora-resize", help="Make a LoRA adapter smaller: each module's best lower-rank "
+                                 "approximation.")
+    resize.add_argument("adapter", help="The adapter: a folder or a Hub id.")
+    resize.add_argument("--out", required=True, type=Path, help="The adapter folder to create.")
+    size = resize.add_mutually_exclusive_group(required=True)
+    size.add_argument("--rank", type=count_of("rank"), help="Keep at most this rank in every module.")
+    size.add_argument("--energy", type=finite_number, help="Keep in each module the smallest rank that holds "
+                      "this fraction of its update's energy (e.g. 0.9).")
+    merge = commands.add_parser("lora-merge", help="Combine LoRA adapters into one, as PEFT's add_weighted_adapter.")
+    merge.add_argument("adapters", nargs="+", help="The adapters: folders or Hub ids.")
+    merge.add_argument("--weights", nargs="+", type=finite_number, required=True, help="One weight per adapter.")
+    merge.add_argument("--method", choices=("linear", "cat", "svd", "ties"), required=True,
+                       help="linear and ties: equal ranks, factors combined; cat: exact, ranks add up; svd: exact "
+                       "SVD of the summed update at --rank.")
+    merge.add_argument("--rank", type=count_of("rank"), help="svd only: the result's rank (default: the largest).")
+    merge.add_argument("--density", type=finite_number, help="ties only: the fraction of entries kept (0 to 1).")
+    merge.add_argument("--out", required=True, type=Path, help="The adapter folder to create.")
+    for command in (resize, merge):
+        command.add_argument("--overwrite", action="store_true", help="Replace OUT if it is an earlier output.")
+        command.add_argument("--json", action="store_true", help="Print the report as JSON.")
+    resize.set_defaults(handler=_run_lora_resize)
+    merge.set_defaults(handler=_run_lora_merge)
+
+
+def _run_lora_resize(args: argparse.Namespace) -> int:
+    from guiapp.jobs.specs import resize_job
+    from guiapp.lora.resize import report_lines
+
+    job = resize_job(args.adapter, args.out, rank=args.rank, energy=args.energy, overwrite=args.overwrite)
+    return _print_adapter_report(*run_with_summary(job, args), args.json, report_lines)
+
+
+def _run_lora_merge(args: argparse.Namespace) -> int:
+    from guiapp.jobs.specs import combine_job
+    from guiapp.lora.combine import report_lines
+
+    job = combine_job(args.adapters, args.weights, args.method, args.out, rank=args.rank, density=args.density,
+                      overwrite=args.overwrite)
+    return _print_adapter_report(*run_with_summary(job, args), args.json, report_lines)
+
+
+def _print_adapter_report(summary: dict, code: int, as_json: bool, lines: Callable[[dict], list[str]]) -> int:
+    if code == EXIT_OK:
+        import json
+
+        print(json.dumps(summary) if as_json else "\n".join([f"Adapter: {summary['output']}", *lines(summary)]))
+    return code

@@ -13,7 +13,7 @@ import sys
 from guiapp import __version__
 from guiapp.cli.hub import add_hub_commands
 from guiapp.cli.lab import add_lab_command
-from guiapp.cli.lora import add_lora_commands
+from guiapp.cli.lora import add_lora_commands, add_lora_toolbox_commands
 from guiapp.cli.merge import add_merge_commands
 from guiapp.cli.moe import add_moe_command
 from guiapp.cli.process import (
@@ -45,6 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(title="commands", metavar="COMMAND")
     add_merge_commands(commands)
     add_lora_commands(commands)
+    add_lora_toolbox_commands(commands)
     add_moe_command(commands)
     add_lab_command(commands)
     add_try_commands(commands)

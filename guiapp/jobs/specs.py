@@ -281,6 +281,63 @@ def moe_job(config_path: Path | None, out: Path, **settings: Any) -> Job:
     return MoeSpec(None if config_path is None else str(config_path), str(out), **settings).job()
 
 
+@dataclass(frozen=True)
+class ResizeSpec(JobSpec):
+    """`adapter` resized to `rank`, or to the fewest directions keeping `energy` of each module, at `output`."""
+
+    kind: ClassVar[str] = "lora-resize"
+    adapter: str
+    output: str
+    rank: int | None = None
+    energy: float | None = None
+    overwrite: bool = False
+
+    def job(self) -> Job:
+        return Job(title=f"Resize LoRA → {Path(self.output).name}", kind=self.kind, spec=self.to_dict(),
+                   work=self._work)
+
+    def _work(self, progress) -> dict[str, Any]:
+        from guiapp.lora.resize import ResizeSettings, resize_adapter  # torch
+
+        return resize_adapter(ResizeSettings(self.adapter, Path(self.output), self.rank, self.energy,
+                                             self.overwrite), progress)
+
+
+def resize_job(adapter: str, out: Path, **settings: Any) -> Job:
+    """A job that writes `adapter` resized (see `ResizeSpec`) at `out`."""
+    return ResizeSpec(adapter, str(out), **settings).job()
+
+
+@dataclass(frozen=True)
+class CombineSpec(JobSpec):
+    """The `method` combination of `adapters` with `weights` (PEFT's add_weighted_adapter) at `output`."""
+
+    kind: ClassVar[str] = "lora-merge"
+    adapters: list[str]
+    weights: list[float]
+    method: str
+    output: str
+    rank: int | None = None
+    density: float | None = None
+    overwrite: bool = False
+
+    def job(self) -> Job:
+        return Job(title=f"Combine LoRAs → {Path(self.output).name}", kind=self.kind, spec=self.to_dict(),
+                   work=self._work)
+
+    def _work(self, progress) -> dict[str, Any]:
+        from guiapp.lora.combine import CombineSettings, combine_adapters  # torch
+
+        settings = CombineSettings(tuple(self.adapters), tuple(self.weights), self.method, Path(self.output),
+                                   self.rank, self.density, self.overwrite)
+        return combine_adapters(settings, progress)
+
+
+def combine_job(adapters: list[str], weights: list[float], method: str, out: Path, **settings: Any) -> Job:
+    """A job that writes the `method` combination of `adapters` with `weights` (see `CombineSpec`) at `out`."""
+    return CombineSpec(list(adapters), list(weights), method, str(out), **settings).job()
+
+
 def download_job(repo_id: str, revision: str | None = None) -> Job:
     """A job that downloads what a merge needs of `repo_id` into the Hugging Face cache."""
     return DownloadSpec(repo_id, revision).job()
@@ -304,6 +361,8 @@ JOB_KINDS: dict[str, JobKind] = {kind.name: kind for kind in (
     JobKind("merge", "Merge", MergeSpec, True, True, summaries.merge_summary),
     JobKind("extract", "Extract LoRA", ExtractSpec, True, True, summaries.extraction_report),
     JobKind("apply", "Apply LoRA", ApplySpec, True, True, summaries.apply_summary),
+    JobKind("lora-resize", "Resize LoRA", ResizeSpec, True, True, summaries.saved_summary),
+    JobKind("lora-merge", "Combine LoRAs", CombineSpec, True, True, summaries.saved_summary),
     JobKind("moe", "Assemble experts", MoeSpec, True, True, summaries.moe_summary),
     JobKind("download", "Download", DownloadSpec, False, True, summaries.saved_summary),
     JobKind("lab", "Merge lab", LabSpec, False, False, summaries.lab_summary),

@@ -125,7 +125,7 @@ def _stream(
                 tensor = replacement
                 counts["replaced"] += 1
             elif delta is not None:
-                tensor = tensor.to(device, torch.float32) + delta  # never in place: `tensor` may be the memory map
+                tensor = adapter.added(planned.name, tensor.to(device), delta)
                 if not bool(torch.isfinite(tensor).all()):
                     raise NonFiniteResultError(
                         f"{planned.name} contains NaN or infinity after the adapter was applied.",
