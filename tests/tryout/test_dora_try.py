@@ -30,7 +30,7 @@ def test_an_fp16_dora_adapter_runs_in_fp16_on_the_cpu(fp16_base, fp16_dora):
     loaded = load_model(resolve_sources([f"{fp16_base}+{fp16_dora}"])[0], torch.float16, "cpu")
     assert {p.dtype for p in loaded.model.parameters()} == {torch.float16}
     result = generate(loaded, "the cat sat", GenerationSettings(max_new_tokens=4))
-    plain = generate(load_model(resolve_source(str(fp16_base)), torch.float16, "cpu"), "the cat sat",
+    plain = generate(load_model(resolve_sources([str(fp16_base)])[0], torch.float16, "cpu"), "the cat sat",
                      GenerationSettings(max_new_tokens=4))
     assert result.text.strip() and result.token_ids != plain.token_ids
 
