@@ -113,13 +113,17 @@ def test_a_token_override_that_cannot_be_had_names_its_token(vocabulary_pair, to
     assert caught.value.key == key, str(caught.value)
 
 
-# The one RecipeError that concerns no single key: a recipe that is not a mapping at all.
-_WHOLE_RECIPE = {"guiapp/merging/recipe.py": 1}
+# The packages that read, plan and run recipes (a recipe's mistakes are found there).
+ENGINE_PACKAGES = ("checkpoints", "compute", "merging", "lora", "inference", "moe", "lab")
+# The RecipeErrors that concern no single key: a recipe (or MoE configuration) that is not a mapping at all, and a
+# lab candidate whose model would take another shape than the recipe as given.
+_WHOLE_RECIPE = {"guiapp/merging/recipe.py": 1, "guiapp/moe/config.py": 1, "guiapp/lab/trial.py": 1}
 
 
 def test_no_recipe_error_in_the_engine_lacks_a_key():
     missing: dict[str, int] = {}
-    for path in sorted([*(ROOT / "guiapp/engine").rglob("*.py"), ROOT / "guiapp/hub/references.py"]):
+    engine = [path for package in ENGINE_PACKAGES for path in (ROOT / "guiapp" / package).rglob("*.py")]
+    for path in sorted([*engine, ROOT / "guiapp/hub/references.py"]):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "RecipeError" \
                     and not any(keyword.arg == "key" for keyword in node.keywords):
