@@ -188,6 +188,7 @@ def _build_parser() -> argparse.ArgumentParser:
     _add_merge_commands(commands)
     _add_lora_commands(commands)
     _add_try_commands(commands)
+    _add_gguf_command(commands)
     _add_hub_commands(commands)
     _add_system_commands(commands)
     return parser
@@ -1065,3 +1066,49 @@ def _run_perplexity(args: argparse.Namespace) -> int:
             print(f"{entry['model']}: encoder, mean cosine similarity {entry['mean_similarity']:.4f} over "
                   f"{len(entry['similarities'])} sentence pairs ({entry['dtype']})")
     return EXIT_OK
+
+
+# --- export to GGUF ------------------------------------------------------------------------------------------
+
+
+def _add_gguf_command(commands: argparse._SubParsersAction) -> None:
+    from guiapp.gguf.quantize import FILE_KINDS  # no torch
+
+    export = commands.add_parser("export-gguf", help="Write a model as one GGUF file for llama.cpp, LM Studio and "
+                                 "Ollama.")
+    export.add_argument("model", metavar="MODEL", help="A model folder, a Hub id, or BASE+ADAPTER.")
+    export.add_argument("out", type=Path, metavar="OUT.gguf", help="The file to create.")
+    export.add_argument("--type", required=True, choices=list(FILE_KINDS), type=str.lower,
+                        help="How the weights are stored: f32, f16, bf16, q8_0, q6_k, q5_k_m, q4_k_m or q4_0.")
+    export.add_argument("--dry-run", action="store_true", help="Print the plan, the size of each type and the "
+                        "time estimate; write nothing.")
+    export.add_argument("--check", action="store_true", help="Then compare the file's perplexity with the "
+                        "source model's.")
+    export.add_argument("--text", type=Path, default=None, help="For --check: a .txt file (default: a built-in "
+                        "text).")
+    export.add_argument("--json", action="store_true", help="Print the result as one JSON object.")
+    _add_threads_option(export)
+    export.set_defaults(handler=_run_export_gguf)
+
+
+def _run_export_gguf(args: argparse.Namespace) -> int:
+    import json
+
+    from guiapp.gguf.export import dry_run, format_dry_run, three_digits
+
+    if args.dry_run:
+        report = dry_run(args.model, args.out, args.type)
+        print(json.dumps(report) if args.json else format_dry_run(report))
+        return EXIT_OK
+    from guiapp.engine.inference import read_text_file
+    from guiapp.jobs.gguf_export import gguf_export_job
+
+    text = read_text_file(args.text) if args.text else None
+    job = gguf_export_job(args.model, args.out, args.type, check=args.check, text=text, threads=args.threads)
+    summary, code = _run_with_summary(job, args)
+    if code == EXIT_OK:
+        print(json.dumps(summary) if args.json else f"GGUF:    {summary['output']} ({three_digits(summary['bytes'])})")
+        if "check" in summary and not args.json:
+            print(f"Check:   {summary['check']['summary']}")
+    return code
+

@@ -42,19 +42,19 @@ class CheckResult:
                 f"{self.source_perplexity:.4g} from the source, over {self.tokens} tokens)")
 
 
-def gguf_weights(path: Path, source: Source) -> dict[str, torch.Tensor]:
-    """The file's tensors dequantized to float32 under the checkpoint's names, as the checkpoint held them.
+def gguf_weights(path: Path, source: Source, shapes: dict[str, tuple[int, ...]]) -> dict[str, torch.Tensor]:
+    """The file's tensors dequantized to float32, under the names (and as the values) of the checkpoint whose
+    tensor shapes are `shapes`.
 
-    Raises CheckpointError when the file cannot be read as GGUF or lacks a tensor the architecture needs.
+    Raises CheckpointError when the file cannot be read as GGUF or lacks one of the checkpoint's tensors.
     """
     try:
         reader = gguf.GGUFReader(path)
     except (OSError, ValueError) as error:
         raise CheckpointError(f"{path} cannot be read as a GGUF file: {error}.") from None
     in_file = {tensor.name: tensor for tensor in reader.tensors}
-    shapes = {tensor.name: tuple(int(d) for d in reversed(tensor.shape.tolist())) for tensor in reader.tensors}
     weights: dict[str, torch.Tensor] = {}
-    for planned in plan_tensors(source, _source_shapes(source, shapes), str(path)):
+    for planned in plan_tensors(source, shapes, str(path)):
         if planned.source is None:
             continue
         stored = in_file.get(planned.name)
@@ -65,40 +65,17 @@ def gguf_weights(path: Path, source: Source) -> dict[str, torch.Tensor]:
     return weights
 
 
-def _source_shapes(source: Source, shapes: dict[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:
-    """Checkpoint names with shapes, from the file's tensor names (the inverse of the name map)."""
-    names = gguf.get_tensor_name_map(source.family.arch, source.layers)
-    found: dict[str, tuple[int, ...]] = {}
-    for hf_name in _candidate_names(source):
-        target = names.get_name(hf_name, try_suffixes=(".weight", ".bias"))
-        if target in shapes:
-            found[hf_name] = shapes[target]
-    return found
-
-
-def _candidate_names(source: Source) -> list[str]:
-    """The checkpoint names a model of this architecture can hold."""
-    per_layer = ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "self_attn.qkv_proj",
-                 "self_attn.q_norm", "self_attn.k_norm", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj",
-                 "mlp.gate_up_proj", "input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm",
-                 "post_feedforward_layernorm"]
-    names = ["model.embed_tokens.weight", "model.norm.weight", "lm_head.weight"]
-    for layer in range(source.layers):
-        for part in per_layer:
-            names += [f"model.layers.{layer}.{part}.weight", f"model.layers.{layer}.{part}.bias"]
-    return names
-
-
 def check_export(model: str, path: Path, text: str = BUILT_IN_TEXT, progress: Progress | None = None) -> CheckResult:
     """Perplexity of `model` and of its GGUF file `path` on `text`, both in float32 on the CPU.
 
     Raises what `load_model` and `perplexity` raise, and CheckpointError for a file that does not fit the model.
     """
     progress = progress or Progress()
-    source = source_of(read_headers(ModelRef.parse(model)).config, model)
+    headers = read_headers(ModelRef.parse(model))
+    source = source_of(headers.config, model)
     loaded = load_model(resolve_source(model, progress), torch.float32, "cpu", progress)
     before = perplexity(loaded, text, progress=progress)
-    weights = gguf_weights(Path(path), source)
+    weights = gguf_weights(Path(path), source, {name: tuple(info.shape) for name, info in headers.tensors.items()})
     if hasattr(loaded.model, "merge_and_unload"):  # BASE+ADAPTER: the file holds the adapter applied
         loaded.model = loaded.model.merge_and_unload()
     target = loaded.model

@@ -300,3 +300,55 @@ def _blocks(tensor: PlannedTensor, reader: ModelReader):
         if tensor.transform is not None:
             block = tensor.transform(block, first)
         yield block, info.nbytes * (stop - first) // rows
+
+
+def three_digits(count: int) -> str:
+    """A size to three significant digits in decimal units: 97216 → "97.2 KB", 4370000000 → "4.37 GB"."""
+    value, unit = float(count), "B"
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if value < 999.5:
+            break
+        value /= 1000
+    return f"{value:.3g} {unit}"
+
+
+def dry_run(model: str, destination: Path | str, kind_name: str) -> dict:
+    """What `export-gguf --dry-run` reports, reading headers only (and the tokenizer of a local model): the
+    plan, the predicted size of every kind of file and the time estimate. Nothing is written or downloaded.
+
+    Raises what `plan_export` and `check_destination` raise.
+    """
+    ref = ModelRef.parse(model)
+    headers = read_headers(ref)
+    folder = ref.base.existing_folder()
+    plan = plan_export(headers, FILE_KINDS[kind_name.lower()], folder)
+    path = check_destination(destination, ref)
+    sizes = {name: plan_export(headers, kind, folder).file_bytes for name, kind in FILE_KINDS.items()}
+    config = plan.source.config
+    vocabulary = plan.vocabulary
+    return {
+        "model": str(ref), "output": str(path), "type": plan.kind.name, "architecture": plan.source.arch_name,
+        "tensors": len(plan.tensors), "tensor_types": plan.type_counts(), "reads_bytes": plan.read_bytes,
+        "context_length": config.get("max_position_embeddings"), "rope_theta": plan.source.rope().get("rope_theta"),
+        "tokenizer": f"{vocabulary.model} ({vocabulary.pre})" if vocabulary else "read after the download",
+        "predicted_bytes": plan.file_bytes, "sizes": sizes, "header_exact": vocabulary is not None,
+        "seconds": plan.seconds(ThreadPolicy().threads_for(WorkKind.DENSE)),
+    }
+
+
+def format_dry_run(report: dict) -> str:
+    """`dry_run`'s report as the lines the CLI prints."""
+    from guiapp.system.units import format_seconds  # noqa: PLC0415 - units is tiny; kept beside its one use
+
+    types = ", ".join(f"{count} {name}" for name, count in sorted(report["tensor_types"].items()))
+    lines = [f"Model:         {report['model']} ({report['architecture']}, {report['tensors']} tensors: {types})",
+             f"Output:        {report['output']} ({report['type']}, {three_digits(report['predicted_bytes'])})",
+             f"Settings:      context {report['context_length']}, rope theta {report['rope_theta']}, tokenizer "
+             f"{report['tokenizer']}",
+             "Sizes:         " + "\n               ".join(
+                 f"{name:<7} {three_digits(size):>9}  {FILE_KINDS[name].words}"
+                 for name, size in report["sizes"].items()),
+             f"Estimate:      {format_seconds(max(1.0, report['seconds']))} or less (reads "
+             f"{three_digits(report['reads_bytes'])})",
+             "Nothing was written (--dry-run)."]
+    return "\n".join(lines)

@@ -13,6 +13,7 @@ their post-processor.
 from __future__ import annotations
 
 import json
+import logging
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +32,8 @@ _GPT2_SPLIT = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+
 PRE_TOKENIZERS = {_LLAMA3_SPLIT: "llama-bpe", _QWEN2_SPLIT: "qwen2", _GPT2_SPLIT: "gpt-2"}
 _SPM_SPACE = "\u2581"
 _BYTE_TOKEN = re.compile(r"<0x[0-9A-Fa-f]{2}>")
+# gguf-py's vocabulary reader logs notes meant for llama.cpp's converter script, not for the user's terminal.
+logging.getLogger("gguf").setLevel(logging.ERROR)
 _LOOKS_SPECIAL = re.compile(r"<\|.*\|>|<｜.*｜>|<unused.*>|<pad>|<mask>")
 
 
