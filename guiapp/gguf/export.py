@@ -348,7 +348,7 @@ def format_dry_run(report: dict) -> str:
              "Sizes:         " + "\n               ".join(
                  f"{name:<7} {three_digits(size):>9}  {FILE_KINDS[name].words}"
                  for name, size in report["sizes"].items()),
-             f"Estimate:      {format_seconds(max(1.0, report['seconds']))} or less (reads "
-             f"{three_digits(report['reads_bytes'])})",
+             f"Estimate:      {'about ' if report['seconds'] >= 1 else ''}{format_seconds(report['seconds'])} "
+             f"(reads {three_digits(report['reads_bytes'])})",
              "Nothing was written (--dry-run)."]
     return "\n".join(lines)
