@@ -28,7 +28,6 @@ from guiapp.engine.output_guard import (
     check_output_location,
     clean_leftovers,
     done_with,
-    free_destination,
     mark_in_use,
     rename_noreplace,
     staging_name,
@@ -201,7 +200,9 @@ def check_destination(destination: Path | str, ref: ModelRef) -> Path:
     already, or the place is inside an input model, its adapter or the Hugging Face cache."""
     path = absolute_destination(destination)
     if os.path.lexists(path):
-        suggestion = free_destination(path.with_suffix("")).name + ".gguf"
+        number = 2
+        while os.path.lexists(path.with_name(suggestion := f"{path.stem}-{number}{path.suffix}")):
+            number += 1
         raise OutputError(f"{path} already exists.",
                           why="Mergesmith never writes over an existing file, so nothing there is lost.",
                           hint=f"Choose a new name, such as {suggestion}, or move the existing file away.",
