@@ -8,10 +8,12 @@ from guiapp.jobs.runner import Job
 
 
 def gguf_export_job(model: str, out: Path | str, kind: str, *, check: bool = False, text: str | None = None,
-                    threads: int | None = None) -> Job:
+                    threads: int | None = None, modelfile: bool = False) -> Job:
     """A job writing `model` as the GGUF file `out` of type `kind`; with `check`, then the perplexity of the file
-    (dequantized) beside the source's on `text` (the built-in text when None)."""
-    spec = {"model": model, "out": str(out), "kind": kind, "check": check, "threads": threads}
+    (dequantized) beside the source's on `text` (the built-in text when None); with `modelfile`, an Ollama
+    Modelfile beside the file."""
+    spec = {"model": model, "out": str(out), "kind": kind, "check": check, "threads": threads,
+            "modelfile": modelfile}
 
     def work(progress):
         from guiapp.gguf.export import export_gguf
@@ -20,6 +22,11 @@ def gguf_export_job(model: str, out: Path | str, kind: str, *, check: bool = Fal
         result = export_gguf(model, out, kind, progress, ThreadPolicy(limit=threads))
         summary = {"output": str(result.path), "bytes": result.bytes, "predicted_bytes": result.predicted_bytes,
                    "seconds": result.seconds, "tensor_types": result.type_counts, "type": kind}
+        if modelfile:
+            from guiapp.gguf.modelfile import modelfile_path, write_modelfile
+
+            written = write_modelfile(result.path)
+            summary["modelfile"] = str(written or modelfile_path(result.path))
         if check:
             from guiapp.gguf.check import BUILT_IN_TEXT, check_export
 

@@ -30,6 +30,7 @@ from PySide6.QtWidgets import (
 )
 
 from guiapp.jobs.fixes import CHOOSE_FOLDER, GO_ONLINE, SIGN_IN, USE_OFFLINE, FixAction
+from guiapp.ui.gguf_export_dialog import GgufExportButton
 from guiapp.ui.publish_dialog import PublishOutputButton
 from guiapp.ui.theme import set_heading, set_status_style, status_colour
 from guiapp.ui.widgets.explanation import ExplanationPanel
@@ -45,7 +46,7 @@ STATUS_STYLE = {"done": "good", "failed": "problem", "cancelled": "warning", "in
 # explanation says what happened): neither looks like a finished job's full bar.
 STOPPED_BAR = {"cancelled": "warning", "interrupted": "warning"}
 KIND_WORDS = {"merge": "Merge", "extract": "Extract LoRA", "apply": "Apply LoRA", "download": "Download",
-              "try": "Try", "perplexity": "Perplexity", "publish": "Publish"}
+              "try": "Try", "perplexity": "Perplexity", "publish": "Publish", "export-gguf": "Export GGUF"}
 
 
 class JobsPage(QWidget):
@@ -88,10 +89,12 @@ class JobsPage(QWidget):
         self.open_button = QPushButton("Open output folder")
         self.open_button.clicked.connect(self.open_output)
         self.publish_button = PublishOutputButton(state, self)
+        self.gguf_button = GgufExportButton(state, self)
         buttons = QHBoxLayout()
         buttons.addWidget(self.cancel_button)
         buttons.addWidget(self.open_button)
         buttons.addWidget(self.publish_button)
+        buttons.addWidget(self.gguf_button)
         buttons.addStretch()
         self.summary = WrappingLabel()
         self.summary.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
@@ -200,6 +203,7 @@ class JobsPage(QWidget):
         for widget in (self.bar, self.cancel_button, self.open_button, self.log):
             widget.setEnabled(has)
         self.publish_button.show_record(record)
+        self.gguf_button.show_record(record)
         self.job_chart.show_record(record)
         self.energy_chart.show_summary(record.summary if has and record.kind == "extract" else None)
         if not has:
