@@ -149,14 +149,32 @@ def _writer(path: Path | None, source: Source, kind: FileKind, tensors: list[Pla
 
 
 def _header_bytes(writer: gguf.GGUFWriter) -> int:
-    """The bytes the header, metadata and tensor table take in the file, padded as the format asks."""
+    """The bytes the header, metadata and tensor table take in the file, padded as the format asks (counted from
+    the format's layout rather than packed: a vocabulary's hundreds of thousands of strings pack slowly)."""
     size = 4 + 4 + 8 + 8
     for key, value in writer.kv_data[0].items():
-        size += len(writer._pack_val(key, gguf.GGUFValueType.STRING, add_vtype=False))
-        size += len(writer._pack_val(value.value, value.type, add_vtype=True, sub_type=value.sub_type))
+        size += 8 + len(key.encode()) + 4 + _value_bytes(value.value, value.type, value.sub_type)
     for name, info in writer.tensors[0].items():
         size += 8 + len(name.encode()) + 4 + 8 * len(info.shape) + 4 + 8
     return _padded(size)
+
+
+_SCALAR_BYTES = {gguf.GGUFValueType.UINT8: 1, gguf.GGUFValueType.INT8: 1, gguf.GGUFValueType.BOOL: 1,
+                 gguf.GGUFValueType.UINT16: 2, gguf.GGUFValueType.INT16: 2, gguf.GGUFValueType.UINT32: 4,
+                 gguf.GGUFValueType.INT32: 4, gguf.GGUFValueType.FLOAT32: 4, gguf.GGUFValueType.UINT64: 8,
+                 gguf.GGUFValueType.INT64: 8, gguf.GGUFValueType.FLOAT64: 8}
+
+
+def _value_bytes(value, kind: gguf.GGUFValueType, sub_kind: gguf.GGUFValueType | None) -> int:
+    """The bytes of one metadata value after its type tag (GGUF v3: strings and arrays carry 64-bit lengths)."""
+    if kind == gguf.GGUFValueType.STRING:
+        return 8 + len(value.encode() if isinstance(value, str) else value)
+    if kind == gguf.GGUFValueType.ARRAY:
+        sub_kind = sub_kind or gguf.GGUFValueType.get_type(value[0])
+        if sub_kind == gguf.GGUFValueType.STRING:
+            return 4 + 8 + sum(8 + len(item.encode() if isinstance(item, str) else item) for item in value)
+        return 4 + 8 + len(value) * _SCALAR_BYTES[sub_kind]
+    return _SCALAR_BYTES[kind]
 
 
 @dataclass

@@ -197,3 +197,14 @@ def test_the_predicted_size_is_the_files_size(kind, tiny_models, exported):
     folder = tiny_models["llama"]
     predicted = predicted_sizes(read_headers(ModelRef.parse(str(folder))), folder)[kind]
     assert predicted == exported("llama", kind).stat().st_size
+
+
+@pytest.mark.parametrize("architecture", ARCHITECTURES)
+def test_the_predicted_size_holds_for_every_tokenizer_layout(architecture, tiny_models, exported):
+    from guiapp.engine.sources import read_headers
+    from guiapp.gguf.export import predicted_sizes
+    from guiapp.hub.references import ModelRef
+
+    folder = tiny_models[architecture]
+    predicted = predicted_sizes(read_headers(ModelRef.parse(str(folder))), folder)["q8_0"]
+    assert predicted == exported(architecture, "q8_0").stat().st_size
