@@ -323,12 +323,11 @@ def _blocks(tensor: PlannedTensor, reader: ModelReader):
 
 def three_digits(count: int) -> str:
     """A size to three significant digits in decimal units: 97216 → "97.2 KB", 4370000000 → "4.37 GB"."""
-    value, unit = float(count), "B"
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if value < 999.5:
-            break
+    value, units = float(count), ["B", "KB", "MB", "GB", "TB"]
+    while value >= 999.5 and len(units) > 1:
         value /= 1000
-    return f"{value:.3g} {unit}"
+        units.pop(0)
+    return f"{value:.3g} {units[0]}"
 
 
 def dry_run(model: str, destination: Path | str, kind_name: str) -> dict:
