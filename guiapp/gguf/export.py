@@ -61,6 +61,7 @@ class ExportPlan:
     """What an export will write: every tensor with its stored type, and the predicted file size."""
 
     label: str
+    name: str  # general.name: the model's folder or repo name
     source: Source
     kind: FileKind
     tensors: list[PlannedTensor]
@@ -105,11 +106,11 @@ def plan_export(headers: ModelHeaders, kind: FileKind, folder: Path | None) -> E
     types = [tensor_type(kind, t.name, t.shape, source.layers, tied) for t in tensors]
     rows = _embedding_rows(tensors)
     vocabulary = read_vocabulary(folder, rows, label) if folder is not None else None
-    writer = _writer(None, source, kind, tensors, types, vocabulary, label)
+    writer = _writer(None, source, kind, tensors, types, vocabulary, headers.ref.short_name)
     header = _header_bytes(writer) if vocabulary is not None else \
         _header_bytes(writer) + rows * _METADATA_BYTES_PER_TOKEN
     read_bytes = sum(headers.tensors[t.source].nbytes for t in tensors if t.source is not None)
-    return ExportPlan(label, source, kind, tensors, types, header, read_bytes, vocabulary)
+    return ExportPlan(label, headers.ref.short_name, source, kind, tensors, types, header, read_bytes, vocabulary)
 
 
 def predicted_sizes(headers: ModelHeaders, folder: Path | None) -> dict[str, int]:
@@ -271,7 +272,7 @@ def _write_staged(path: Path, plan: ExportPlan, reader: ModelReader, progress: P
 
 def _write_file(partial: Path, plan: ExportPlan, reader: ModelReader, progress: Progress,
                 threads: ThreadPolicy) -> None:
-    writer = _writer(partial, plan.source, plan.kind, plan.tensors, plan.types, plan.vocabulary, plan.label)
+    writer = _writer(partial, plan.source, plan.kind, plan.tensors, plan.types, plan.vocabulary, plan.name)
     try:
         writer.write_header_to_file()
         writer.write_kv_data_to_file()

@@ -31,6 +31,7 @@ _GPT2_SPLIT = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+
 # The splitting regexes of byte-level BPE tokenizers and the names llama.cpp knows them by.
 PRE_TOKENIZERS = {_LLAMA3_SPLIT: "llama-bpe", _QWEN2_SPLIT: "qwen2", _GPT2_SPLIT: "gpt-2"}
 _SPM_SPACE = "\u2581"
+_NEVER_MERGED = "\u4e00 \u4e00"
 _BYTE_TOKEN = re.compile(r"<0x[0-9A-Fa-f]{2}>")
 # gguf-py's vocabulary reader logs notes meant for llama.cpp's converter script, not for the user's terminal.
 logging.getLogger("gguf").setLevel(logging.ERROR)
@@ -123,7 +124,9 @@ def _bpe_tables(document: dict[str, Any], by_id: dict[int, str], added: dict[int
         else:
             tokens.append(text)
             types.append(gguf.TokenType.NORMAL)
-    merges = [_merge_text(merge) for merge in document["model"].get("merges") or []]
+    # llama.cpp refuses a BPE file without merges, and gguf-py cannot write an empty list: a tokenizer that has
+    # none (single bytes only) gets one between two characters byte-level text never holds, which never applies.
+    merges = [_merge_text(merge) for merge in document["model"].get("merges") or []] or [_NEVER_MERGED]
     return Vocabulary("gpt2", pre_tokenizer_name(document, label), tokens, [int(t) for t in types], None, merges)
 
 

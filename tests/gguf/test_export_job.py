@@ -147,3 +147,14 @@ def test_the_check_compares_the_files_perplexity_with_the_sources(tiny_models, e
     assert abs(close.change_percent) < 0.5
     assert abs(coarse.change_percent) > abs(close.change_percent)
     assert close.summary().startswith(f"{close.change_percent:+.2f} % perplexity")
+
+
+def test_the_demo_merge_exports_with_the_merges_llama_cpp_requires(tmp_path):
+    from guiapp.engine.samples import LlamaShape, write_byte_tokenizer, write_llama
+
+    folder = write_llama(tmp_path / "merged", LlamaShape(), seed=0)
+    write_byte_tokenizer(folder)
+    export_gguf(str(folder), tmp_path / "merged.gguf", "q8_0")
+    fields = {name: field.contents() for name, field in gguf.GGUFReader(tmp_path / "merged.gguf").fields.items()}
+    assert fields["tokenizer.ggml.pre"] == "gpt-2" and len(fields["tokenizer.ggml.merges"]) == 1
+    assert fields["general.name"] == "merged"
