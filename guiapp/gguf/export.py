@@ -52,8 +52,8 @@ _SECONDS_PER_ELEMENT = {gguf.GGMLQuantizationType.Q4_K: 9e-8, gguf.GGMLQuantizat
                         gguf.GGMLQuantizationType.Q4_0: 4e-9}
 _CONVERT_SECONDS_PER_ELEMENT = 2e-9
 _DISK_BYTES_PER_SECOND = 400e6
-# Metadata bytes per token when the tokenizer is not here to count (a Hub model before its download).
-_METADATA_BYTES_PER_TOKEN = 40
+# Metadata bytes per token when the tokenizer is not here to count (a Hub model before its download):
+_METADATA_BYTES_PER_TOKEN = 32  # a token (~15), its type (4) and a merge (~15)
 
 
 @dataclass

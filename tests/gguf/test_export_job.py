@@ -17,6 +17,7 @@ from guiapp.errors import JobCancelled, OutputError, UnsupportedModelError
 from guiapp.gguf.export import export_gguf
 from guiapp.progress import CancelToken, Progress
 from tests.gguf import models
+from tests.support.fixtures import hub_env, hub_server  # noqa: F401 - the test Hub
 
 
 def _leftovers(folder):
@@ -158,3 +159,14 @@ def test_the_demo_merge_exports_with_the_merges_llama_cpp_requires(tmp_path):
     fields = {name: field.contents() for name, field in gguf.GGUFReader(tmp_path / "merged.gguf").fields.items()}
     assert fields["tokenizer.ggml.pre"] == "gpt-2" and len(fields["tokenizer.ggml.merges"]) == 1
     assert fields["general.name"] == "merged"
+
+
+def test_a_hub_model_is_planned_from_its_headers_then_downloaded_and_exported(hub_env, tiny_models, tmp_path):
+    from guiapp.gguf.export import dry_run
+
+    hub_env.server.add_model("someone/tiny-qwen", tiny_models["qwen2"])
+    report = dry_run("someone/tiny-qwen", tmp_path / "tiny.gguf", "q8_0")
+    assert report["architecture"] == "qwen2" and not report["header_exact"]
+    assert not any(hub_env.cache_dir.rglob("*.safetensors"))  # the plan downloaded nothing
+    result = export_gguf("someone/tiny-qwen", tmp_path / "tiny.gguf", "q8_0")
+    assert abs(result.bytes / report["predicted_bytes"] - 1) < 0.05
