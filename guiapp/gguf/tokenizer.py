@@ -187,10 +187,10 @@ def _spm_tables(document: dict[str, Any], by_id: dict[int, str], added: dict[int
 def _spm_type(text: str, token_id: int, added: dict[int, dict], unknown: str | None) -> gguf.TokenType:
     if text == unknown:
         return gguf.TokenType.UNKNOWN
+    if _BYTE_TOKEN.fullmatch(text):  # llama.cpp's byte fallback finds them by this type, added or not
+        return gguf.TokenType.BYTE
     if token_id in added:
         return gguf.TokenType.CONTROL if added[token_id].get("special") else gguf.TokenType.USER_DEFINED
-    if _BYTE_TOKEN.fullmatch(text):
-        return gguf.TokenType.BYTE
     return gguf.TokenType.NORMAL
 
 

@@ -154,7 +154,8 @@ def test_the_tokenizer_tables_round_trip(architecture, model, pre, add_bos, tiny
     types = fields["tokenizer.ggml.token_type"]
     unknown = document["model"].get("unk_token")
     for entry in document["added_tokens"]:
-        want = gguf.TokenType.UNKNOWN if entry["content"] == unknown else gguf.TokenType.CONTROL
+        want = gguf.TokenType.UNKNOWN if entry["content"] == unknown else \
+            gguf.TokenType.BYTE if entry["content"].startswith("<0x") else gguf.TokenType.CONTROL
         assert types[entry["id"]] == want
     tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
     assert fields["tokenizer.ggml.bos_token_id"] == tokenizer.bos_token_id
