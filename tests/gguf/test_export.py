@@ -44,7 +44,7 @@ def _shapes(folder) -> dict[str, tuple[int, ...]]:
 
 
 @pytest.mark.parametrize("architecture", ARCHITECTURES)
-@pytest.mark.parametrize("kind", ["f16", "bf16", "q8_0", "q4_k_m"])
+@pytest.mark.parametrize("kind", ["f16", "q8_0", "q4_k_m", pytest.param("bf16", marks=pytest.mark.slow)])
 def test_metadata_names_shapes_and_values_read_back(architecture, kind, tiny_models, exported):
     folder = tiny_models[architecture]
     config = json.loads((folder / "config.json").read_text())
@@ -74,7 +74,7 @@ def test_metadata_names_shapes_and_values_read_back(architecture, kind, tiny_mod
 
 
 @pytest.mark.parametrize("architecture", ARCHITECTURES)
-@pytest.mark.parametrize("kind", ["f32", "f16", "q8_0", "q4_k_m"])
+@pytest.mark.parametrize("kind", ["f32", "q4_k_m", *(pytest.param(k, marks=pytest.mark.slow) for k in ("f16", "q8_0"))])
 def test_logits_of_the_model_rebuilt_from_the_file_match_the_source(architecture, kind, tiny_models, exported):
     folder = tiny_models[architecture]
     config = json.loads((folder / "config.json").read_text())
