@@ -1107,7 +1107,7 @@ def _run_export_gguf(args: argparse.Namespace) -> int:
     job = gguf_export_job(args.model, args.out, args.type, check=args.check, text=text, threads=args.threads)
     summary, code = _run_with_summary(job, args)
     if code == EXIT_OK:
-        print(json.dumps(summary) if args.json else f"GGUF:    {summary['output']} ({three_digits(summary['bytes'])})")
+        print(json.dumps(summary) if args.json else f"GGUF:    {summary['file']} ({three_digits(summary['bytes'])})")
         if "check" in summary and not args.json:
             print(f"Check:   {summary['check']['summary']}")
     return code

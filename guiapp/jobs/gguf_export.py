@@ -20,7 +20,8 @@ def gguf_export_job(model: str, out: Path | str, kind: str, *, check: bool = Fal
         from guiapp.system.threads import ThreadPolicy
 
         result = export_gguf(model, out, kind, progress, ThreadPolicy(limit=threads))
-        summary = {"output": str(result.path), "bytes": result.bytes, "predicted_bytes": result.predicted_bytes,
+        # "output" is the folder (the Jobs page opens it); "file" the GGUF file itself.
+        summary = {"output": str(result.path.parent), "file": str(result.path), "bytes": result.bytes, "predicted_bytes": result.predicted_bytes,
                    "seconds": result.seconds, "tensor_types": result.type_counts, "type": kind}
         if modelfile:
             from guiapp.gguf.modelfile import modelfile_path, write_modelfile

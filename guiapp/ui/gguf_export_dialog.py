@@ -160,7 +160,7 @@ def finished_text(summary: dict) -> str:
     """Where the file is, how to open it in LM Studio and Ollama, and the check's result."""
     from guiapp.gguf.export import three_digits
 
-    path = Path(summary["output"])
+    path = Path(summary["file"])
     lines = [f"Done: {path} ({three_digits(summary['bytes'])}).",
              f"LM Studio: My Models › Import, or copy the file into LM Studio's models folder "
              f"(lms import \"{path}\").",
