@@ -22,6 +22,7 @@ import gguf
 import numpy as np
 import torch
 
+from guiapp.engine.devices import threads_restored, use_cpu_threads
 from guiapp.engine.output_guard import (
     DestinationLock,
     absolute_destination,
@@ -207,7 +208,10 @@ def export_gguf(model: str, destination: Path | str, kind_name: str, progress: P
     try:
         plan = plan_export(headers, kind, reader.folder)
         _check_free_space(path.parent, plan.file_bytes)
-        written = _write_staged(path, plan, reader, progress, threads)
+        with threads_restored():
+            # Conversions to float32 are elementwise (one thread); quantization takes the threads of `encode`.
+            use_cpu_threads(threads.threads_for(WorkKind.ELEMENTWISE))
+            written = _write_staged(path, plan, reader, progress, threads)
     finally:
         reader.close()
     progress.log(f"Wrote {path} ({written} bytes, predicted {plan.file_bytes}).")
