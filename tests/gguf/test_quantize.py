@@ -81,3 +81,9 @@ def test_a_tied_embedding_is_quantized_as_the_output():
     ("q8_0", 80, Q.F16)])
 def test_rows_not_divisible_by_the_block_fall_back(kind, columns, expected):
     assert tensor_type(FILE_KINDS[kind], "blk.3.attn_q.weight", (64, columns), 8, tied=False) == expected
+
+
+@pytest.mark.parametrize("qtype", [Q.Q4_K, Q.Q6_K, Q.Q5_0])
+def test_blocks_made_on_several_threads_are_those_made_on_one(qtype):
+    rows = torch.randn(37, 256, generator=torch.Generator().manual_seed(3))
+    assert np.array_equal(encode(rows, qtype, 1), encode(rows, qtype, 3))
