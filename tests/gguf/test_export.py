@@ -209,3 +209,20 @@ def test_the_predicted_size_holds_for_every_tokenizer_layout(architecture, tiny_
     folder = tiny_models[architecture]
     predicted = predicted_sizes(read_headers(ModelRef.parse(str(folder))), folder)["q8_0"]
     assert predicted == exported(architecture, "q8_0").stat().st_size
+
+
+@pytest.mark.parametrize("architecture", ARCHITECTURES)
+def test_a_second_gguf_reader_finds_the_file_valid_and_decodes_it_alike(architecture, exported):
+    """libgguf's own reader and native dequantizer (C++, not gguf-py) agree with gguf-py on every tensor."""
+    import libgguf
+    from libgguf.inspect import validate_gguf
+
+    path = exported(architecture, "q4_k_m")
+    assert validate_gguf(path).issues == ()
+    for tensor in gguf.GGUFReader(path).tensors:
+        if tensor.tensor_type in (gguf.GGMLQuantizationType.F32, gguf.GGMLQuantizationType.F16):
+            continue
+        theirs = libgguf.dequantize_rows(np.array(tensor.data), libgguf.GGMLQuantizationType(int(tensor.tensor_type)),
+                                         n_per_row=int(tensor.shape[0]))
+        ours = gguf.quants.dequantize(np.array(tensor.data), tensor.tensor_type)
+        assert np.array_equal(theirs.reshape(ours.shape), ours), tensor.name
