@@ -15,7 +15,7 @@ import errno
 import os
 import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import gguf
@@ -84,6 +84,16 @@ class ExportPlan:
             work += elements * (_CONVERT_SECONDS_PER_ELEMENT + _SECONDS_PER_ELEMENT.get(qtype, 0.0) / threads)
         return work + (self.read_bytes + self.file_bytes) / _DISK_BYTES_PER_SECOND
 
+    def as_kind(self, kind: FileKind) -> ExportPlan:
+        """The same plan written as `kind` (the header's size does not depend on the kind)."""
+        tied = not any(t.name == "output.weight" for t in self.tensors)
+        types = [tensor_type(kind, t.name, t.shape, self.source.layers, tied) for t in self.tensors]
+        return replace(self, kind=kind, types=types)
+
+    def sizes(self) -> dict[str, int]:
+        """The predicted file size of every kind of file for this model, by kind name."""
+        return {name: self.as_kind(kind).file_bytes for name, kind in FILE_KINDS.items()}
+
     def type_counts(self) -> dict[str, int]:
         """How many tensors get each stored type ("Q4_K": 98, ...)."""
         counts: dict[str, int] = {}
@@ -105,7 +115,7 @@ def plan_export(headers: ModelHeaders, kind: FileKind, folder: Path | None) -> E
     tensors = plan_tensors(source, shapes, label)
     tied = not any(t.name == "output.weight" for t in tensors)
     types = [tensor_type(kind, t.name, t.shape, source.layers, tied) for t in tensors]
-    rows = _embedding_rows(tensors)
+    rows = next(t.shape[0] for t in tensors if t.name == "token_embd.weight")
     vocabulary = read_vocabulary(folder, rows, label) if folder is not None else None
     writer = _writer(None, source, kind, tensors, types, vocabulary, headers.ref.short_name)
     header = _header_bytes(writer) if vocabulary is not None else \
@@ -115,12 +125,8 @@ def plan_export(headers: ModelHeaders, kind: FileKind, folder: Path | None) -> E
 
 
 def predicted_sizes(headers: ModelHeaders, folder: Path | None) -> dict[str, int]:
-    """The predicted file size of every kind of file for this model, by kind name."""
-    return {name: plan_export(headers, kind, folder).file_bytes for name, kind in FILE_KINDS.items()}
-
-
-def _embedding_rows(tensors: list[PlannedTensor]) -> int:
-    return next(t.shape[0] for t in tensors if t.name == "token_embd.weight")
+    """The predicted file size of every kind of file for this model, by kind name (see `plan_export`)."""
+    return plan_export(headers, FILE_KINDS["f16"], folder).sizes()
 
 
 def _elements(shape: tuple[int, ...]) -> int:
@@ -346,7 +352,7 @@ def dry_run(model: str, destination: Path | str, kind_name: str) -> dict:
     folder = ref.base.existing_folder()
     plan = plan_export(headers, FILE_KINDS[kind_name.lower()], folder)
     path = check_destination(destination, ref)
-    sizes = {name: plan_export(headers, kind, folder).file_bytes for name, kind in FILE_KINDS.items()}
+    sizes = plan.sizes()
     config = plan.source.config
     vocabulary = plan.vocabulary
     return {
