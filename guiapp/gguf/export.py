@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from guiapp.engine.devices import threads_restored, use_cpu_threads
+from guiapp.engine.output import check_free_space
 from guiapp.engine.output_guard import (
     DestinationLock,
     absolute_destination,
@@ -198,9 +199,10 @@ def export_gguf(model: str, destination: Path | str, kind_name: str, progress: P
                 threads: ThreadPolicy | None = None) -> ExportResult:
     """Write `model` (a folder, a Hub id or BASE+ADAPTER) as the GGUF file `destination`, of kind `kind_name`.
 
-    `kind_name` is one of FILE_KINDS (callers check it). Raises UnsupportedModelError / CheckpointError before writing anything when the model cannot be exported,
-    OutputError when the destination exists or is inside an input, InsufficientResourcesError when the disk fills
-    up, JobCancelled when cancelled (no file is left behind in any of these cases).
+    `kind_name` is one of FILE_KINDS (callers check it). Raises UnsupportedModelError / CheckpointError before
+    writing anything when the model cannot be exported, OutputError when the destination exists or is inside an
+    input, InsufficientResourcesError when the disk is or becomes too full, JobCancelled when cancelled (no file
+    is left behind in any of these cases).
     """
     progress = progress or Progress()
     threads = threads or ThreadPolicy()
@@ -213,7 +215,7 @@ def export_gguf(model: str, destination: Path | str, kind_name: str, progress: P
     reader = open_reader(ref, progress)
     try:
         plan = plan_export(headers, kind, reader.folder)
-        _check_free_space(path.parent, plan.file_bytes)
+        check_free_space(path.parent, plan.file_bytes)
         with threads_restored():
             # Conversions to float32 are elementwise (one thread); quantization takes the threads of `encode`.
             use_cpu_threads(threads.threads_for(WorkKind.ELEMENTWISE))
@@ -240,12 +242,6 @@ def check_destination(destination: Path | str, ref: ModelRef) -> Path:
                                     ref.adapter.existing_folder("adapter") if ref.adapter else None) if folder]
     check_output_location(path, inputs, replace=False)
     return path
-
-
-def _check_free_space(folder: Path, needed: int) -> None:
-    from guiapp.engine.output import check_free_space  # noqa: PLC0415 - output imports torch-heavy writers
-
-    check_free_space(folder, needed)
 
 
 def _write_staged(path: Path, plan: ExportPlan, reader: ModelReader, progress: Progress,

@@ -144,6 +144,10 @@ def job_from_spec(kind: str, spec: dict[str, Any]) -> Job:
         return apply_job(**{**spec, "out": Path(spec["out"])})
     if kind == "download":
         return download_job(spec["repo_id"], spec.get("revision"))
+    if kind == "export-gguf":
+        from guiapp.jobs.gguf_export import gguf_export_job
+
+        return gguf_export_job(**spec)
     if kind in ("try", "perplexity", "publish"):
         from guiapp.jobs.publish import publish_job
         from guiapp.jobs.tryout import perplexity_job, try_job

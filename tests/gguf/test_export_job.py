@@ -170,3 +170,17 @@ def test_a_hub_model_is_planned_from_its_headers_then_downloaded_and_exported(hu
     assert not any(hub_env.cache_dir.rglob("*.safetensors"))  # the plan downloaded nothing
     result = export_gguf("someone/tiny-qwen", tmp_path / "tiny.gguf", "q8_0")
     assert abs(result.bytes / report["predicted_bytes"] - 1) < 0.05
+
+
+def test_retrying_an_export_under_the_suggested_name_rebuilds_the_job(tiny_models, tmp_path):
+    from guiapp.jobs.gguf_export import gguf_export_job
+    from guiapp.jobs.runner import run_job
+    from guiapp.jobs.specs import retry
+
+    (tmp_path / "model.gguf").write_bytes(b"mine")
+    job = gguf_export_job(str(tiny_models["qwen2"]), tmp_path / "model.gguf", "q8_0")
+    failed = run_job(job)
+    assert isinstance(failed.error, OutputError)
+    again = run_job(retry(job.kind, job.spec, failed.error.retry_with))
+    assert again.error is None and again.summary["file"] == str(tmp_path / "model-2.gguf")
+    assert (tmp_path / "model.gguf").read_bytes() == b"mine"
