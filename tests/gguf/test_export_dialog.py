@@ -64,3 +64,14 @@ def test_the_jobs_page_button_follows_finished_merges_and_applies(qtbot, state, 
     assert not button.isEnabled() and button.isHidden()
     button.show_record(SimpleNamespace(kind="apply", status="done", output=str(Path(folder) / "gone")))
     assert not button.isEnabled()
+
+
+def test_a_model_that_cannot_be_exported_is_explained_and_export_stays_off(qtbot, state, tmp_path):
+    from guiapp.engine.samples import write_bert
+    from guiapp.ui.gguf_export_dialog import GgufExportDialog
+
+    dialog = GgufExportDialog(state, write_bert(tmp_path / "encoder"))
+    qtbot.addWidget(dialog)
+    qtbot.waitUntil(lambda: dialog.status.text() != "Working out the sizes…", timeout=60_000)
+    assert "BertModel" in dialog.status.text() and "cannot export" in dialog.status.text()
+    assert not dialog.export.isEnabled()
