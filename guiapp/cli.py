@@ -1072,13 +1072,13 @@ def _run_perplexity(args: argparse.Namespace) -> int:
 
 
 def _add_gguf_command(commands: argparse._SubParsersAction) -> None:
-    from guiapp.gguf.quantize import FILE_KINDS  # no torch
+    from guiapp.gguf.kinds import KIND_WORDS  # plain data: no gguf, NumPy or torch
 
     export = commands.add_parser("export-gguf", help="Write a model as one GGUF file for llama.cpp, LM Studio and "
                                  "Ollama.")
     export.add_argument("model", metavar="MODEL", help="A model folder, a Hub id, or BASE+ADAPTER.")
     export.add_argument("out", type=Path, metavar="OUT.gguf", help="The file to create.")
-    export.add_argument("--type", required=True, choices=list(FILE_KINDS), type=str.lower,
+    export.add_argument("--type", required=True, choices=list(KIND_WORDS), type=str.lower,
                         help="How the weights are stored: f32, f16, bf16, q8_0, q6_k, q5_k_m, q4_k_m or q4_0.")
     export.add_argument("--dry-run", action="store_true", help="Print the plan, the size of each type and the "
                         "time estimate; write nothing.")
@@ -1094,7 +1094,8 @@ def _add_gguf_command(commands: argparse._SubParsersAction) -> None:
 def _run_export_gguf(args: argparse.Namespace) -> int:
     import json
 
-    from guiapp.gguf.export import dry_run, format_dry_run, three_digits
+    from guiapp.gguf.export import dry_run, format_dry_run
+    from guiapp.gguf.kinds import three_digits
 
     if args.dry_run:
         report = dry_run(args.model, args.out, args.type)

@@ -38,6 +38,7 @@ from guiapp.engine.plan import ModelHeaders
 from guiapp.engine.sources import ModelReader, open_reader, read_headers
 from guiapp.errors import InsufficientResourcesError, OutputError
 from guiapp.gguf.architectures import PlannedTensor, Source, plan_tensors, source_of, write_metadata
+from guiapp.gguf.kinds import three_digits
 from guiapp.gguf.quantize import FILE_KINDS, FileKind, encode, stored_bytes, tensor_type
 from guiapp.gguf.tokenizer import Vocabulary, read_vocabulary, write_vocabulary
 from guiapp.hub.references import ModelRef
@@ -326,15 +327,6 @@ def _blocks(tensor: PlannedTensor, reader: ModelReader):
         if tensor.transform is not None:
             block = tensor.transform(block, first)
         yield block, info.nbytes * (stop - first) // rows
-
-
-def three_digits(count: int) -> str:
-    """A size to three significant digits in decimal units: 97216 → "97.2 KB", 4370000000 → "4.37 GB"."""
-    value, units = float(count), ["B", "KB", "MB", "GB", "TB"]
-    while value >= 999.5 and len(units) > 1:
-        value /= 1000
-        units.pop(0)
-    return f"{value:.3g} {units[0]}"
 
 
 def dry_run(model: str, destination: Path | str, kind_name: str) -> dict:

@@ -21,6 +21,8 @@ import libgguf
 import numpy as np
 import torch
 
+from guiapp.gguf.kinds import KIND_WORDS
+
 Q = gguf.GGMLQuantizationType
 
 
@@ -34,26 +36,15 @@ class FileKind:
     words: str
 
 
-FILE_KINDS: dict[str, FileKind] = {kind.name: kind for kind in (
-    FileKind("f32", gguf.LlamaFileType.ALL_F32, Q.F32, "full precision, the largest; for converting further"),
-    FileKind("f16", gguf.LlamaFileType.MOSTLY_F16, Q.F16, "as good as the original; twice the size of Q8_0"),
-    FileKind("bf16", gguf.LlamaFileType.MOSTLY_BF16, Q.BF16, "as good as the original; twice the size of Q8_0"),
-    FileKind("q8_0", gguf.LlamaFileType.MOSTLY_Q8_0, Q.Q8_0, "practically as good as the original"),
-    FileKind("q6_k", gguf.LlamaFileType.MOSTLY_Q6_K, Q.Q6_K, "very close to the original"),
-    FileKind("q5_k_m", gguf.LlamaFileType.MOSTLY_Q5_K_M, Q.Q5_K, "close to the original; a good balance"),
-    FileKind("q4_k_m", gguf.LlamaFileType.MOSTLY_Q4_K_M, Q.Q4_K,
-             "runs on most laptops; a little less accurate"),
-    FileKind("q4_0", gguf.LlamaFileType.MOSTLY_Q4_0, Q.Q4_0, "small and simple; less accurate than Q4_K_M"),
-)}
+_TYPES = {"f32": (gguf.LlamaFileType.ALL_F32, Q.F32), "f16": (gguf.LlamaFileType.MOSTLY_F16, Q.F16),
+          "bf16": (gguf.LlamaFileType.MOSTLY_BF16, Q.BF16), "q8_0": (gguf.LlamaFileType.MOSTLY_Q8_0, Q.Q8_0),
+          "q6_k": (gguf.LlamaFileType.MOSTLY_Q6_K, Q.Q6_K), "q5_k_m": (gguf.LlamaFileType.MOSTLY_Q5_K_M, Q.Q5_K),
+          "q4_k_m": (gguf.LlamaFileType.MOSTLY_Q4_K_M, Q.Q4_K), "q4_0": (gguf.LlamaFileType.MOSTLY_Q4_0, Q.Q4_0)}
+FILE_KINDS: dict[str, FileKind] = {name: FileKind(name, *_TYPES[name], words) for name, words in KIND_WORDS.items()}
 
 # llama.cpp's fallbacks for rows that are not a multiple of a K-quant's 256 values.
 _FALLBACK = {Q.Q4_K: Q.Q5_0, Q.Q5_K: Q.Q5_1, Q.Q6_K: Q.Q8_0}
 _K_MIXES = (gguf.LlamaFileType.MOSTLY_Q4_K_M, gguf.LlamaFileType.MOSTLY_Q5_K_M)
-
-
-def file_kind(name: str) -> FileKind:
-    """The file kind called `name` (any case). Raises KeyError for an unknown one."""
-    return FILE_KINDS[name.lower()]
 
 
 def quantizable(name: str, shape: tuple[int, ...]) -> bool:

@@ -21,7 +21,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from guiapp.gguf.quantize import FILE_KINDS
+from guiapp.gguf.kinds import KIND_WORDS, three_digits
 from guiapp.jobs.gguf_export import gguf_export_job
 from guiapp.ui.background import call_in_background
 from guiapp.ui.text import error_text
@@ -86,10 +86,8 @@ class GgufExportDialog(QDialog):
         return self.kinds.checkedButton().objectName()
 
     def _kind_text(self, name: str) -> str:
-        from guiapp.gguf.export import three_digits  # torch-free, but loads gguf: on first use
-
         size = f" — {three_digits(self._sizes[name])}" if name in self._sizes else ""
-        return f"{name.upper()}{size}: {FILE_KINDS[name].words}"
+        return f"{name.upper()}{size}: {KIND_WORDS[name]}"
 
     def _default_output(self, kind: str) -> Path:
         return self.folder.parent / f"{self.folder.name}-{kind.upper()}.gguf"
@@ -158,8 +156,6 @@ class GgufExportDialog(QDialog):
 
 def finished_text(summary: dict) -> str:
     """Where the file is, how to open it in LM Studio and Ollama, and the check's result."""
-    from guiapp.gguf.export import three_digits
-
     path = Path(summary["file"])
     lines = [f"Done: {path} ({three_digits(summary['bytes'])}).",
              f"LM Studio: My Models › Import, or copy the file into LM Studio's models folder "
