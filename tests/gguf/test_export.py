@@ -226,3 +226,14 @@ def test_a_second_gguf_reader_finds_the_file_valid_and_decodes_it_alike(architec
                                          n_per_row=int(tensor.shape[0]))
         ours = gguf.quants.dequantize(np.array(tensor.data), tensor.tensor_type)
         assert np.array_equal(theirs.reshape(ours.shape), ours), tensor.name
+
+
+def test_gemma_settings_llama_cpp_reads(exported):
+    gemma2, _ = _fields(exported("gemma2", "q8_0"))
+    assert gemma2["gemma2.attn_logit_softcapping"] == 50.0 and gemma2["gemma2.final_logit_softcapping"] == 30.0
+    assert gemma2["gemma2.attention.sliding_window"] == 128 and gemma2["gemma2.attention.key_length"] == 16
+    gemma3, _ = _fields(exported("gemma3", "q8_0"))
+    # transformers 5 keeps Gemma 3's two rope thetas per layer type: global layers 1e6, sliding ones 1e4.
+    assert gemma3["gemma3.rope.freq_base"] == 1_000_000.0 and gemma3["gemma3.rope.freq_base_swa"] == 10_000.0
+    phi3, _ = _fields(exported("phi3", "q8_0"))
+    assert phi3["phi3.rope.dimension_count"] == 16 and phi3["phi3.rope.scaling.original_context_length"] == 256
