@@ -237,3 +237,18 @@ def test_gemma_settings_llama_cpp_reads(exported):
     assert gemma3["gemma3.rope.freq_base"] == 1_000_000.0 and gemma3["gemma3.rope.freq_base_swa"] == 10_000.0
     phi3, _ = _fields(exported("phi3", "q8_0"))
     assert phi3["phi3.rope.dimension_count"] == 16 and phi3["phi3.rope.scaling.original_context_length"] == 256
+
+
+def test_llama_3_1_rope_scaling_becomes_the_factors_transformers_applies():
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    scaling = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+               "original_max_position_embeddings": 8192, "rope_theta": 500000.0}
+    config = transformers.LlamaConfig(hidden_size=2048, num_attention_heads=16, num_hidden_layers=2,
+                                      max_position_embeddings=131072, rope_parameters=scaling)
+    config.architectures = ["LlamaForCausalLM"]
+    source = source_of(config.to_dict(), "llama-3.1")
+    (planned,) = [t for t in plan_tensors(source, {}, "llama-3.1") if t.name == "rope_freqs.weight"]
+    scaled, _ = ROPE_INIT_FUNCTIONS["llama3"](config)
+    plain = 1.0 / (500000.0 ** (torch.arange(0, 128, 2, dtype=torch.float32) / 128))
+    assert torch.allclose(planned.values, plain / scaled, rtol=1e-4)
