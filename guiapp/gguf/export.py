@@ -15,6 +15,8 @@ import errno
 import os
 import shutil
 import time
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -279,54 +281,96 @@ def _write_staged(path: Path, plan: ExportPlan, reader: ModelReader, progress: P
 
 def _write_file(partial: Path, plan: ExportPlan, reader: ModelReader, progress: Progress,
                 threads: ThreadPolicy) -> None:
+    """Header first, then the tensors' blocks: the next block is read and converted on one thread and the last
+    one written on another while the current one is quantized, so at most three blocks are held."""
     writer = _writer(partial, plan.source, plan.kind, plan.tensors, plan.types, plan.vocabulary, plan.name)
     try:
         writer.write_header_to_file()
         writer.write_kv_data_to_file()
         writer.write_ti_data_to_file()
         stream = writer.fout[0]
+        writer.write_padding(stream, stream.tell())  # every tensor's data then starts and ends aligned
         progress.start_stage("Exporting to GGUF", total=len(plan.tensors), bytes_total=plan.read_bytes)
-        for tensor, qtype in zip(plan.tensors, plan.types, strict=True):
-            writer.write_padding(stream, stream.tell())
-            written = 0
-            for block, nbytes in _blocks(tensor, reader):
+        written = [0] * len(plan.tensors)
+        with ThreadPoolExecutor(1, "mergesmith-read", initializer=use_cpu_threads, initargs=(1,)) as reads, \
+                ThreadPoolExecutor(1, "mergesmith-write") as writes:
+            pending: Future | None = None
+            for index, block, nbytes, last in _read_ahead(_all_blocks(plan, reader), reads):
+                tensor, qtype = plan.tensors[index], plan.types[index]
                 data = encode(block, qtype, threads.threads_for(WorkKind.DENSE))
-                stream.write(data.tobytes() if not data.flags.c_contiguous else memoryview(data))
-                written += data.nbytes
-                progress.step(tensor.name, units=0, nbytes=nbytes)
-            if written != stored_bytes(tensor.shape, qtype):
-                raise RuntimeError(f"internal error: {tensor.name} took {written} bytes, planned "
-                                   f"{stored_bytes(tensor.shape, qtype)}")
-            writer.write_padding(stream, written)
-            progress.step(tensor.name)
+                written[index] += data.nbytes
+                padding = b""
+                if last:
+                    planned = stored_bytes(tensor.shape, qtype)
+                    if written[index] != planned:
+                        raise RuntimeError(f"internal error: {tensor.name} took {written[index]} bytes, planned "
+                                           f"{planned}")
+                    padding = bytes(_padded(planned) - planned)
+                if pending is not None:
+                    pending.result()
+                pending = writes.submit(_write_parts, stream, data, padding)
+                progress.step(tensor.name, units=1 if last else 0, nbytes=nbytes)
+            if pending is not None:
+                pending.result()
         stream.flush()
         os.fsync(stream.fileno())
     finally:
         writer.close()
 
 
-def _blocks(tensor: PlannedTensor, reader: ModelReader):
-    """The rows of `tensor` in float32 blocks, changed as planned, each with the bytes read for it."""
-    if tensor.values is not None:
-        yield tensor.values.to(torch.float32), 0
-        return
-    info = reader.checkpoint.tensors[tensor.source]
+def _write_parts(stream, data: np.ndarray, padding: bytes) -> None:
+    stream.write(memoryview(np.ascontiguousarray(data)))
+    if padding:
+        stream.write(padding)
+
+
+def _read_ahead(items: Iterator, pool: ThreadPoolExecutor) -> Iterator:
+    """The items of `items`, each next one made on `pool` while the caller works on the current one."""
+    end = object()
+    pending = pool.submit(next, items, end)
+    while (item := pending.result()) is not end:
+        pending = pool.submit(next, items, end)
+        yield item
+
+
+def _all_blocks(plan: ExportPlan, reader: ModelReader) -> Iterator[tuple[int, torch.Tensor, int, bool]]:
+    """(tensor index, float32 block of its rows, bytes read for it, whether it is the tensor's last block)."""
+    for index, tensor in enumerate(plan.tensors):
+        blocks = list(_block_rows(tensor, reader))
+        whole = reader.read(tensor.source) if tensor.source and (reader.adapter is not None or len(blocks) == 1) \
+            else None
+        for number, (first, stop) in enumerate(blocks):
+            block, nbytes = _read_block(tensor, reader, first, stop, whole)
+            yield index, block, nbytes, number == len(blocks) - 1
+
+
+def _block_rows(tensor: PlannedTensor, reader: ModelReader) -> Iterator[tuple[int, int]]:
+    """The (first, stop) rows of each block of `tensor`: about BLOCK_BYTES of float32, whole heads for q/k."""
     rows = tensor.shape[0] if len(tensor.shape) > 1 else 1
     row_bytes = _elements(tensor.shape[1:]) * 4 if len(tensor.shape) > 1 else 0
     step = max(1, BLOCK_BYTES // row_bytes) if row_bytes else rows
     step = max(tensor.row_multiple, step // tensor.row_multiple * tensor.row_multiple)
-    whole = reader.adapter is not None or len(tensor.shape) < 2 or step >= rows
-    whole_tensor = reader.read(tensor.source) if whole else None
+    if tensor.values is not None or reader.adapter is not None:  # computed, or changed whole by the adapter
+        step = rows
     for first in range(0, rows, step):
-        stop = min(rows, first + step)
-        if whole_tensor is not None:
-            block = whole_tensor if len(tensor.shape) < 2 else whole_tensor[first:stop]
-        else:
-            block = reader.read_rows(tensor.source, range(first, stop))
-        block = block.to(torch.float32)
-        if tensor.transform is not None:
-            block = tensor.transform(block, first)
-        yield block, info.nbytes * (stop - first) // rows
+        yield first, min(rows, first + step)
+
+
+def _read_block(tensor: PlannedTensor, reader: ModelReader, first: int, stop: int,
+                whole: torch.Tensor | None) -> tuple[torch.Tensor, int]:
+    """Rows first..stop of `tensor` in float32, changed as planned, and the bytes read for them."""
+    if tensor.values is not None:
+        return tensor.values.to(torch.float32), 0
+    info = reader.checkpoint.tensors[tensor.source]
+    if whole is not None:
+        block = whole if len(tensor.shape) < 2 else whole[first:stop]
+    else:
+        block = reader.read_rows(tensor.source, range(first, stop))
+    block = block.to(torch.float32)
+    if tensor.transform is not None:
+        block = tensor.transform(block, first)
+    rows = tensor.shape[0] if len(tensor.shape) > 1 else 1
+    return block, info.nbytes * (stop - first) // rows
 
 
 def dry_run(model: str, destination: Path | str, kind_name: str) -> dict:
