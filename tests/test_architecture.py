@@ -21,7 +21,7 @@ PACKAGE = ROOT / "guiapp"
 # hub, engine and jobs and may use system's helpers (its log lines are scrubbed of secrets by system.scrub).
 LAYERS = {"__main__": 6, "ui": 6, "cli": 5, "jobs": 4,
           # The capabilities, each a package: a job's engine room. Higher ones use lower ones' parts.
-          "moe": 3.6, "lab": 3.55, "inference": 3.5, "lora": 3.4, "merging": 3.3, "checkpoints": 3.2, "compute": 3.1,
+          "moe": 3.6, "gguf": 3.6, "lab": 3.55, "inference": 3.5, "lora": 3.4, "merging": 3.3, "checkpoints": 3.2, "compute": 3.1,
           "hub": 2, "progress": 1.5, "system": 1, "errors": 0, "__init__": 0, "facts": -1}
 QT = ("PySide6", "shiboken6", "qasync", "pyqtgraph")  # pyqtgraph draws with Qt: the window's charts only
 

@@ -11,6 +11,7 @@ import signal
 import sys
 
 from guiapp import __version__
+from guiapp.cli.gguf import add_gguf_command
 from guiapp.cli.hub import add_hub_commands
 from guiapp.cli.lab import add_lab_command
 from guiapp.cli.lora import add_lora_commands, add_lora_toolbox_commands
@@ -48,6 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_lora_toolbox_commands(commands)
     add_moe_command(commands)
     add_lab_command(commands)
+    add_gguf_command(commands)
     add_try_commands(commands)
     add_hub_commands(commands)
     add_system_commands(commands)

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from guiapp.jobs import summaries
+from guiapp.jobs.gguf_export import GgufExportSpec
 from guiapp.jobs.lab import LabSpec
 from guiapp.jobs.publish import PublishSpec
 from guiapp.jobs.runner import Job, JobSpec
@@ -365,6 +366,7 @@ JOB_KINDS: dict[str, JobKind] = {kind.name: kind for kind in (
     JobKind("lora-merge", "Combine LoRAs", CombineSpec, True, True, summaries.saved_summary),
     JobKind("moe", "Assemble experts", MoeSpec, True, True, summaries.moe_summary),
     JobKind("download", "Download", DownloadSpec, False, True, summaries.saved_summary),
+    JobKind("export-gguf", "Export GGUF", GgufExportSpec, False, True, summaries.gguf_summary),
     JobKind("lab", "Merge lab", LabSpec, False, False, summaries.lab_summary),
     JobKind("try", "Try", TrySpec, False, False, summaries.try_summary),
     JobKind("perplexity", "Perplexity", PerplexitySpec, False, False, summaries.perplexity_summary),

@@ -45,6 +45,12 @@ def moe_summary(summary: Mapping[str, Any]) -> str:
             f"{summary.get('architecture')} model with {summary.get('experts')} experts.")
 
 
+def gguf_summary(summary: Mapping[str, Any]) -> str:
+    text = f"Wrote {summary.get('file')} ({format_bytes(summary.get('bytes', 0))})."
+    check = summary.get("check")
+    return text + (f"\n{check['summary']}" if check else "")
+
+
 def lab_summary(summary: Mapping[str, Any]) -> str:
     return (f"Best perplexity {summary.get('best_perplexity'):.3f} (the recipe as given: "
             f"{summary.get('start_perplexity'):.3f}) after {summary.get('trials')} trials; the best recipe is "

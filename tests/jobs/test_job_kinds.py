@@ -31,6 +31,8 @@ SAMPLES: dict[str, dict] = {
                     "overwrite": True},
     "lora-merge": {"adapters": ["/adapters/a", "/adapters/b"], "weights": [1.0, 0.5], "method": "svd",
                    "output": "/adapters/both", "rank": 16, "density": None, "overwrite": True},
+    "export-gguf": {"model": "/models/merged", "output": "/models/merged.gguf", "gguf_type": "q4_k_m", "check": True,
+                    "text": "Some words.", "threads": 2, "modelfile": True},
     "download": {"repo_id": "org/base", "revision": "main"},
     "lab": {"recipe": "/recipes/r.yml", "text": "/texts/t.txt", "trials": 12, "output": "/labs/one", "seed": 4,
             "engine": "ray", "ray_address": "10.0.0.2:6379", "holdout": 0.2, "tune": "weight", "window": 128,

@@ -7,6 +7,10 @@ the suggested settings, Choose another folder…, Sign in…, Use offline mode, 
 
 from __future__ import annotations
 
+from guiapp.jobs.runner import JobStatus
+from guiapp.jobs.specs import job_kind
+from guiapp.ui.job_list_model import JobListModel, KEY_ROLE, STATUS_WORDS
+
 import math
 import time
 from pathlib import Path
@@ -28,9 +32,7 @@ from PySide6.QtWidgets import (
 )
 
 from guiapp.jobs.fixes import CHOOSE_FOLDER, GO_ONLINE, SIGN_IN, USE_OFFLINE, FixAction
-from guiapp.jobs.runner import JobStatus
-from guiapp.jobs.specs import job_kind
-from guiapp.ui.job_list_model import KEY_ROLE, STATUS_WORDS, JobListModel
+from guiapp.ui.gguf_export_dialog import GgufExportButton
 from guiapp.ui.publish_dialog import PublishOutputButton
 from guiapp.ui.theme import set_heading, set_status_style, status_colour
 from guiapp.ui.widgets.explanation import ExplanationPanel
@@ -88,10 +90,12 @@ class JobsPage(QWidget):
         self.open_button = QPushButton("Open output folder")
         self.open_button.clicked.connect(self.open_output)
         self.publish_button = PublishOutputButton(state, self)
+        self.gguf_button = GgufExportButton(state, self)
         buttons = QHBoxLayout()
         buttons.addWidget(self.cancel_button)
         buttons.addWidget(self.open_button)
         buttons.addWidget(self.publish_button)
+        buttons.addWidget(self.gguf_button)
         buttons.addStretch()
         self.summary = WrappingLabel()
         self.summary.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
@@ -170,6 +174,7 @@ class JobsPage(QWidget):
         for widget in (self.bar, self.cancel_button, self.open_button, self.log):
             widget.setEnabled(has)
         self.publish_button.show_record(record)
+        self.gguf_button.show_record(record)
         self.job_chart.show_record(record)
         self.energy_chart.show_summary(record.summary if has else None)  # hidden without per-module energies
         if not has:

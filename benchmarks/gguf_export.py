@@ -1,0 +1,115 @@
+"""GGUF export speed and memory against the disk floor, measured in one run.
+
+    python benchmarks/gguf_export.py [--size-gb 0.5] [--types q8_0,f16,q4_k_m] [--repeat 2]
+
+Builds a Llama-shaped bf16 checkpoint (hidden 2048, vocabulary 32000, as many layers as the size asks), then
+for each type prints the wall time of `mergesmith export-gguf` (a process of its own), its peak private
+(anonymous) memory, the file's size against the dry run's prediction, and the ratio of the time to the floor:
+reading every tensor with safetensors and writing a file of the GGUF's size, measured on the same files in the
+same run. Floor and export run --repeat times, alternating, and the fastest of each counts.
+
+Targets (2 CPU cores): q8_0 and f16 within 1.5× the floor, q4_k_m within 3×; the file within 5 % of the
+prediction; peak private memory flat in the model's size (a few blocks of rows).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from merge import run_measured  # noqa: E402 - the benchmarks folder's shared measuring helper
+
+ROOT = Path(__file__).resolve().parent.parent
+
+_FLOOR = textwrap.dedent("""
+    import sys, time
+    from pathlib import Path
+    from safetensors import safe_open
+    folder, output, size = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
+    start = time.perf_counter()
+    with open(output, "wb") as stream:
+        written = 0
+        for file in sorted(folder.glob("*.safetensors")):
+            with safe_open(file, framework="pt") as handle:
+                for name in handle.keys():
+                    data = handle.get_tensor(name).clone()  # copied out of the memory map: really read
+                    part = min(size - written, data.numel() * data.element_size())
+                    stream.write(data.view(-1).view(__import__("torch").uint8)[:part].numpy().tobytes())
+                    written += part
+        stream.write(bytes(size - written))
+    print(time.perf_counter() - start)
+""")
+
+
+def build_model(folder: Path, size_gb: float) -> Path:
+    import torch
+
+    from guiapp.checkpoints.samples import (
+        LlamaShape,
+        llama_config,
+        llama_tensors,
+        write_byte_tokenizer,
+        write_checkpoint,
+    )
+
+    per_layer = 2 * (2 * 2048 * 2048 + 2 * 2048 * 512 + 3 * 2048 * 5632)  # bf16 bytes
+    outer = 2 * 2 * 32000 * 2048
+    layers = max(1, round((size_gb * 1e9 - outer) / per_layer))
+    shape = LlamaShape(hidden=2048, intermediate=5632, layers=layers, heads=16, kv_heads=4, vocab=32000)
+    tensors = {n: t.to(torch.bfloat16) for n, t in llama_tensors(shape, torch.Generator().manual_seed(0)).items()}
+    model = write_checkpoint(folder / "model", tensors, llama_config(shape, torch.bfloat16), shards=2)
+    write_byte_tokenizer(model)
+    return model
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--size-gb", type=float, default=0.5)
+    parser.add_argument("--types", default="q8_0,f16,q4_k_m")
+    parser.add_argument("--repeat", type=int, default=2)
+    args = parser.parse_args()
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    with tempfile.TemporaryDirectory(prefix="gguf-bench-") as scratch:
+        folder = Path(scratch)
+        model = build_model(folder, args.size_gb)
+        source_bytes = sum(f.stat().st_size for f in model.glob("*.safetensors"))
+        print(f"Model: {source_bytes / 1e9:.2f} GB bf16, Llama-shaped; {os.cpu_count()} CPUs\n")
+        print(f"{'type':<8} {'export s':>9} {'floor s':>8} {'ratio':>6} {'target':>6} {'peak MB':>8} "
+              f"{'file MB':>8} {'predicted':>9}")
+        for kind in args.types.split(","):
+            out = folder / f"model-{kind}.gguf"
+            dry = subprocess.run([sys.executable, "-m", "guiapp", "export-gguf", str(model), str(out), "--type", kind,
+                                  "--dry-run", "--json"], capture_output=True, text=True, env=env, check=True)
+            predicted = json.loads(dry.stdout)["predicted_bytes"]
+            exports, floors, peak = [], [], 0
+            for _ in range(args.repeat):
+                out.unlink(missing_ok=True)
+                seconds, memory, _ = run_measured(
+                    [sys.executable, "-c", f"import os, sys, time; sys.path.insert(0, {str(ROOT)!r}); "
+                     "from guiapp.cli import main; t = time.perf_counter(); "
+                     f"code = main(['export-gguf', {str(model)!r}, {str(out)!r}, '--type', {kind!r}]); "
+                     "print(time.perf_counter() - t); sys.exit(code)"])
+                exports.append(seconds)
+                peak = max(peak, memory)
+                floor_file = folder / "floor.bin"
+                floor_seconds, _, _ = run_measured([sys.executable, "-c", _FLOOR, str(model), str(floor_file),
+                                                    str(out.stat().st_size)])
+                floor_file.unlink()
+                floors.append(floor_seconds)
+            size = out.stat().st_size
+            ratio = min(exports) / min(floors)
+            target = 3.0 if kind.startswith("q4_k") or kind.startswith("q5_k") or kind == "q6_k" else 1.5
+            print(f"{kind:<8} {min(exports):>9.2f} {min(floors):>8.2f} {ratio:>6.2f} {target:>6.1f} "
+                  f"{peak / 1e6:>8.0f} {size / 1e6:>8.1f} {size / predicted:>9.4f}")
+            out.unlink()
+
+
+if __name__ == "__main__":
+    main()

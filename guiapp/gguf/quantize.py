@@ -1,0 +1,109 @@
+"""The types a GGUF file can be written in, which tensor gets which type, and the quantizers.
+
+File types and their mixes follow llama.cpp's `llama_tensor_get_type`: in Q4_K_M and Q5_K_M the output layer,
+and the value projections and down projections of about a third of the layers (the first and last eighth and
+every third between), get Q6_K; a tensor whose rows are not a multiple of the type's block falls back to a type
+whose block fits (Q4_K to Q5_0, Q5_K to Q5_1, Q6_K to Q8_0, else F16), as llama.cpp does. One-dimensional
+tensors (norms, biases) stay float32.
+
+The blocks are made by llama.cpp's reference code: `libgguf` (native, releases the GIL, so blocks of rows are
+quantized on several threads) for the quantized types; torch rounds float32 to f16 and bf16. Sources are
+turned into float32 by torch, so a bf16 source never becomes a NumPy array of a type NumPy does not have.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import gguf
+import libgguf
+import numpy as np
+import torch
+
+from guiapp.gguf.kinds import KIND_WORDS
+
+Q = gguf.GGMLQuantizationType
+
+
+@dataclass(frozen=True)
+class FileKind:
+    """One choice of `--type`: llama.cpp's file type number, the type most tensors get, and plain words."""
+
+    name: str
+    file_type: gguf.LlamaFileType
+    default: gguf.GGMLQuantizationType
+    words: str
+
+
+_TYPES = {"f32": (gguf.LlamaFileType.ALL_F32, Q.F32), "f16": (gguf.LlamaFileType.MOSTLY_F16, Q.F16),
+          "bf16": (gguf.LlamaFileType.MOSTLY_BF16, Q.BF16), "q8_0": (gguf.LlamaFileType.MOSTLY_Q8_0, Q.Q8_0),
+          "q6_k": (gguf.LlamaFileType.MOSTLY_Q6_K, Q.Q6_K), "q5_k_m": (gguf.LlamaFileType.MOSTLY_Q5_K_M, Q.Q5_K),
+          "q4_k_m": (gguf.LlamaFileType.MOSTLY_Q4_K_M, Q.Q4_K), "q4_0": (gguf.LlamaFileType.MOSTLY_Q4_0, Q.Q4_0)}
+FILE_KINDS: dict[str, FileKind] = {name: FileKind(name, *_TYPES[name], words) for name, words in KIND_WORDS.items()}
+
+# llama.cpp's fallbacks for rows that are not a multiple of a K-quant's 256 values.
+_FALLBACK = {Q.Q4_K: Q.Q5_0, Q.Q5_K: Q.Q5_1, Q.Q6_K: Q.Q8_0}
+_K_MIXES = (gguf.LlamaFileType.MOSTLY_Q4_K_M, gguf.LlamaFileType.MOSTLY_Q5_K_M)
+
+
+def quantizable(name: str, shape: tuple[int, ...]) -> bool:
+    """Whether llama.cpp would quantize the tensor: matrices named *.weight, never norms."""
+    return len(shape) >= 2 and name.endswith("weight") and "_norm.weight" not in name
+
+
+def _more_bits(layer: int, layers: int) -> bool:
+    """llama.cpp's `use_more_bits`: the first and last eighth of the layers, and every third layer between."""
+    return layer < layers // 8 or layer >= 7 * layers // 8 or (layer - layers // 8) % 3 == 2
+
+
+def tensor_type(kind: FileKind, name: str, shape: tuple[int, ...], layers: int, tied: bool) -> gguf.GGMLQuantizationType:
+    """The type tensor `name` (shape in Hugging Face's order, rows last-but-one) is written in, for a model of
+    `layers` layers whose output layer is the token embedding when `tied`."""
+    if not quantizable(name, shape):
+        return Q.F32
+    chosen = kind.default
+    if chosen in (Q.F32, Q.F16, Q.BF16):
+        return chosen
+    columns = shape[-1]
+    output = name == "output.weight" or (tied and name == "token_embd.weight")
+    layer = int(name.split(".")[1]) if name.startswith("blk.") else -1
+    if output:
+        chosen = Q.Q8_0 if columns % gguf.GGML_QUANT_SIZES[chosen][0] else (chosen if chosen == Q.Q8_0 else Q.Q6_K)
+    elif kind.file_type in _K_MIXES and (".attn_v." in name or ".attn_qkv." in name or ".ffn_down" in name):
+        # llama.cpp counts a fused qkv as a value projection (its own qkv rule is never reached).
+        chosen = Q.Q6_K if _more_bits(layer, layers) else chosen
+    if columns % gguf.GGML_QUANT_SIZES[chosen][0]:
+        chosen = _FALLBACK.get(chosen, Q.F16)
+        if columns % gguf.GGML_QUANT_SIZES[chosen][0]:
+            chosen = Q.F16
+    return chosen
+
+
+def stored_bytes(shape: tuple[int, ...], qtype: gguf.GGMLQuantizationType) -> int:
+    """Bytes of a tensor of `shape` stored as `qtype`."""
+    block, size = gguf.GGML_QUANT_SIZES[qtype]
+    elements = 1
+    for dimension in shape:
+        elements *= dimension
+    return elements // block * size
+
+
+def encode(rows: torch.Tensor, qtype: gguf.GGMLQuantizationType, threads: int = 1) -> np.ndarray:
+    """`rows` (float32, on the CPU) stored as `qtype`: the bytes of the file, as a flat uint8 array.
+
+    Quantized types are made on up to `threads` threads, each a block of the rows.
+    """
+    if qtype == Q.F32:
+        return rows.contiguous().numpy().reshape(-1).view(np.uint8)
+    if qtype in (Q.F16, Q.BF16):
+        dtype = torch.float16 if qtype == Q.F16 else torch.bfloat16
+        return rows.to(dtype).contiguous().view(torch.int16).numpy().reshape(-1).view(np.uint8)
+    matrix = rows.reshape(-1, rows.shape[-1]).contiguous().numpy()
+    native = libgguf.GGMLQuantizationType(int(qtype))
+    parts = np.array_split(matrix, min(threads, matrix.shape[0])) if threads > 1 else [matrix]
+    if len(parts) == 1:
+        return libgguf.quantize_rows(matrix, native).reshape(-1)
+    with ThreadPoolExecutor(len(parts)) as pool:
+        done = list(pool.map(lambda part: libgguf.quantize_rows(part, native), parts))
+    return np.concatenate([part.reshape(-1) for part in done])
