@@ -40,7 +40,7 @@ def _run_export_gguf(args: argparse.Namespace) -> int:
         report = dry_run(args.model, args.out, args.type)
         print(json.dumps(report) if args.json else format_dry_run(report))
         return EXIT_OK
-    from guiapp.engine.inference import read_text_file
+    from guiapp.inference.running import read_text_file
     from guiapp.jobs.gguf_export import gguf_export_job
 
     text = read_text_file(args.text) if args.text else None

@@ -14,7 +14,7 @@ from guiapp.checkpoints.sources import read_headers
 from guiapp.errors import CheckpointError
 from guiapp.gguf.architectures import Source, plan_tensors, restore, source_of
 from guiapp.hub.references import ModelRef
-from guiapp.inference.running import load_model, perplexity, resolve_source
+from guiapp.inference.running import load_model, perplexity, resolve_sources
 from guiapp.progress import Progress
 
 # A short built-in text, plain and varied, for when the user gives none.
@@ -73,7 +73,7 @@ def check_export(model: str, path: Path, text: str = BUILT_IN_TEXT, progress: Pr
     progress = progress or Progress()
     headers = read_headers(ModelRef.parse(model))
     source = source_of(headers.config, model)
-    loaded = load_model(resolve_source(model, progress), torch.float32, "cpu", progress)
+    loaded = load_model(resolve_sources([model], progress)[0], torch.float32, "cpu", progress)
     before = perplexity(loaded, text, progress=progress)
     weights = gguf_weights(Path(path), source, {name: tuple(info.shape) for name, info in headers.tensors.items()})
     if hasattr(loaded.model, "merge_and_unload"):  # BASE+ADAPTER: the file holds the adapter applied

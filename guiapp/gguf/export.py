@@ -31,6 +31,7 @@ from guiapp.checkpoints.output_guard import (
     clean_leftovers,
     done_with,
     mark_in_use,
+    new_folder_remedy,
     rename_noreplace,
     staging_name,
 )
@@ -240,7 +241,7 @@ def check_destination(destination: Path | str, ref: ModelRef) -> Path:
         raise OutputError(f"{path} already exists.",
                           why="Mergesmith never writes over an existing file, so nothing there is lost.",
                           hint=f"Choose a new name, such as {suggestion}, or move the existing file away.",
-                          retry_with={"output": str(path.with_name(suggestion))})
+                          remedy=new_folder_remedy(path.with_name(suggestion)))
     inputs = [folder for folder in (ref.base.existing_folder(),
                                     ref.adapter.existing_folder("adapter") if ref.adapter else None) if folder]
     check_output_location(path, inputs, replace=False)

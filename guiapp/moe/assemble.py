@@ -21,7 +21,14 @@ import torch
 from guiapp.checkpoints.reading import dtype_from_name
 from guiapp.checkpoints.sources import ModelHeaders, ModelReader, open_readers, read_headers
 from guiapp.checkpoints.writing import PlannedTensor, ShardedWriter, StagedOutput, check_free_space, parse_size
-from guiapp.errors import CheckpointError, DeviceError, IncompatibleModelsError, NonFiniteResultError, SettingsError
+from guiapp.errors import (
+    ON_CPU,
+    CheckpointError,
+    DeviceError,
+    IncompatibleModelsError,
+    NonFiniteResultError,
+    SettingsError,
+)
 from guiapp.hub.merge_files import TOKENIZER_FILES
 from guiapp.hub.references import ModelRef
 from guiapp.merging.compatibility import ModelFacts, compare_models
@@ -331,5 +338,5 @@ def _gate_dtype(config: MoeConfig, device: str, probe_result: Any) -> torch.dtyp
     if not chosen.possible:
         raise DeviceError(f"The base model cannot run on {device} to compute the gates: {chosen.reason}.",
                           hint="Use --device cpu, or gate_mode: cheap_embed, which runs no model.",
-                          retry_with={"device": "cpu"} if device != "cpu" else None)
+                          remedy=ON_CPU if device != "cpu" else None)
     return getattr(torch, chosen.compute_dtype)

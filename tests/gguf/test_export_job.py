@@ -181,6 +181,6 @@ def test_retrying_an_export_under_the_suggested_name_rebuilds_the_job(tiny_model
     job = gguf_export_job(str(tiny_models["qwen2"]), tmp_path / "model.gguf", "q8_0")
     failed = run_job(job)
     assert isinstance(failed.error, OutputError)
-    again = run_job(retry(job.kind, job.spec, failed.error.retry_with))
+    again = run_job(retry(job.kind, job.spec, failed.error.remedy.changes))
     assert again.error is None and again.summary["file"] == str(tmp_path / "model-2.gguf")
     assert (tmp_path / "model.gguf").read_bytes() == b"mine"

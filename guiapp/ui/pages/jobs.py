@@ -7,10 +7,6 @@ the suggested settings, Choose another folder…, Sign in…, Use offline mode, 
 
 from __future__ import annotations
 
-from guiapp.jobs.runner import JobStatus
-from guiapp.jobs.specs import job_kind
-from guiapp.ui.job_list_model import JobListModel, KEY_ROLE, STATUS_WORDS
-
 import math
 import time
 from pathlib import Path
@@ -32,7 +28,10 @@ from PySide6.QtWidgets import (
 )
 
 from guiapp.jobs.fixes import CHOOSE_FOLDER, GO_ONLINE, SIGN_IN, USE_OFFLINE, FixAction
+from guiapp.jobs.runner import JobStatus
+from guiapp.jobs.specs import job_kind
 from guiapp.ui.gguf_export_dialog import GgufExportButton
+from guiapp.ui.job_list_model import KEY_ROLE, STATUS_WORDS, JobListModel
 from guiapp.ui.publish_dialog import PublishOutputButton
 from guiapp.ui.theme import set_heading, set_status_style, status_colour
 from guiapp.ui.widgets.explanation import ExplanationPanel
