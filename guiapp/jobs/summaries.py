@@ -45,6 +45,18 @@ def moe_summary(summary: Mapping[str, Any]) -> str:
             f"{summary.get('architecture')} model with {summary.get('experts')} experts.")
 
 
+def resize_summary(summary: Mapping[str, Any]) -> str:
+    totals = summary.get("totals") or {}
+    return (f"Wrote {summary.get('output')}: {totals.get('modules')} modules, mean rank {totals.get('mean_rank_before')}"
+            f" → {totals.get('mean_rank')}; each module keeps {totals.get('mean_energy_kept', 0):.0%} of its change "
+            f"on average, {totals.get('lowest_energy_kept', 0):.0%} at least.")
+
+
+def combine_summary(summary: Mapping[str, Any]) -> str:
+    return (f"Wrote {summary.get('output')}: {len(summary.get('adapters') or [])} adapters combined ({summary.get('method')}"
+            f"), rank {summary.get('rank')}." + "".join(f"\nNote: {w}" for w in summary.get("warnings") or []))
+
+
 def gguf_summary(summary: Mapping[str, Any]) -> str:
     text = f"Wrote {summary.get('file')} ({format_bytes(summary.get('bytes', 0))})."
     check = summary.get("check")

@@ -271,6 +271,25 @@ def check_adapter(base: str, adapter: str, device: str, output: str, replace: bo
     return check
 
 
+def check_adapters(adapters: list[str], output: str, replace: bool = False) -> PairCheck:
+    """Whether every folder or Hub id in `adapters` is a LoRA adapter Mergesmith reads (the first problem keyed
+    "adapters"), and whether a new adapter may be written at `output` (`replace` as for check_pair): the check before
+    resizing one adapter or combining several. Never raises."""
+    from guiapp.checkpoints.adapters import open_adapter  # loads torch: only when checking
+    from guiapp.hub.references import ModelRef
+
+    opened = []
+    for reference in adapters:
+        try:
+            opened.append(open_adapter(ModelRef.parse(reference)))
+        except Exception as error:
+            return PairCheck(problems=[problem_from(error, "adapters")])
+    check = PairCheck(compatible=True, matrices=sum(len(lora.modules) for lora in opened))
+    if output:
+        check.problems.extend(output_problems(expanded(output), tuple(lora.folder for lora in opened), replace))
+    return check
+
+
 def _output_sizes(plan: Any, out_dtype: str | None) -> dict[str | None, int]:
     """The output's size in bytes stored in each dtype a recipe can name (tensors that are not floating point keep
     their own dtype), and under None the size as the recipe stores it when it names no out_dtype."""

@@ -75,7 +75,10 @@ class FormTab(QWidget):
             edit.setText(str(Path(folder) / name))
 
     def refresh_capabilities(self) -> None:
-        """Fill the device and dtype dropdowns from the capability probe (its answer may have just arrived)."""
+        """Fill the device and dtype dropdowns from the capability probe (its answer may have just arrived); a tab
+        without them (no JOB: it runs nothing on a device) has none to fill."""
+        if not self.JOB:
+            return
         probe = self.state.probe
         self.device.set_choices(device_choices(probe, self.JOB))
         self.dtype.set_choices(dtype_choices(probe, self.JOB, self.device.value() or "cpu", self.DTYPES,

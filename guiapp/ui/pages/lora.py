@@ -1,4 +1,5 @@
-"""The LoRA page: Extract LoRA (fine-tune − base → adapter) and Apply LoRA (base + adapter → full model), a tab each.
+"""The LoRA page: Extract LoRA (fine-tune − base → adapter), Apply LoRA (base + adapter → full model), Resize LoRA
+(a smaller adapter) and Combine LoRAs (several adapters → one), a tab each.
 
 Both forms take their device and dtype dropdowns from the probe, check the models from their headers on a worker
 thread (debounced) and show the estimate before Run. Each tab's action bar (below its scroll area, always in sight)
@@ -12,7 +13,9 @@ from PySide6.QtGui import QShowEvent
 from PySide6.QtWidgets import QTabWidget, QVBoxLayout, QWidget
 
 from guiapp.ui.lora.apply_tab import ApplyTab
+from guiapp.ui.lora.combine_tab import CombineTab
 from guiapp.ui.lora.extract_tab import ExtractTab
+from guiapp.ui.lora.resize_tab import ResizeTab
 
 
 class LoraPage(QWidget):
@@ -22,8 +25,10 @@ class LoraPage(QWidget):
         super().__init__(parent)
         self.state = state
         self.extract, self.apply = ExtractTab(state), ApplyTab(state)
+        self.resize_tab, self.combine = ResizeTab(state), CombineTab(state)
         self.tabs = QTabWidget()
-        for tab, title in ((self.extract, "Extract LoRA"), (self.apply, "Apply LoRA")):
+        for tab, title in ((self.extract, "Extract LoRA"), (self.apply, "Apply LoRA"), (self.resize_tab, "Resize"),
+                           (self.combine, "Combine")):
             self.tabs.addTab(tab, title)
             tab.job_submitted.connect(self.job_submitted)
         layout = QVBoxLayout(self)
@@ -40,23 +45,23 @@ class LoraPage(QWidget):
         self.extract.set_models(model, base)
 
     def save_form(self) -> None:
-        """Keep both forms for the next start (never the Replace choices, which are made each time)."""
+        """Keep every form for the next start (never the Replace choices, which are made each time)."""
         from guiapp.jobs.form_memory import remember_form
 
-        remember_form("lora", {**self.extract.form_values(), **self.apply.form_values()})
+        remember_form("lora", {key: value for tab in self._tabs() for key, value in tab.form_values().items()})
 
     def _restore_form(self) -> None:
         from guiapp.jobs.form_memory import remembered_form
 
         form = remembered_form("lora")
-        self.extract.restore(form)
-        self.apply.restore(form)
+        for tab in self._tabs():
+            tab.restore(form)
 
     def recheck(self) -> None:
-        """Check both forms again (what they depend on outside the page changed: a sign-in, offline mode, a job's
+        """Check every form again (what they depend on outside the page changed: a sign-in, offline mode, a job's
         end, the library)."""
-        self.extract.changed()
-        self.apply.changed()
+        for tab in self._tabs():
+            tab.changed()
 
     def showEvent(self, event: QShowEvent) -> None:  # noqa: N802 - Qt's name
         """A folder may have appeared or gone while another page (or program) was in front: check again."""
@@ -64,5 +69,8 @@ class LoraPage(QWidget):
         self.recheck()
 
     def _refresh_capabilities(self) -> None:
-        self.extract.refresh_capabilities()
-        self.apply.refresh_capabilities()
+        for tab in self._tabs():
+            tab.refresh_capabilities()
+
+    def _tabs(self) -> tuple:
+        return self.extract, self.apply, self.resize_tab, self.combine
