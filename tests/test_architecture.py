@@ -17,8 +17,8 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "guiapp"
 # Higher imports lower, never the reverse. errors is shared by every layer, so it sits below all; progress serves
 # hub, engine and jobs and may use system's helpers (its log lines are scrubbed of secrets by system.scrub).
-LAYERS = {"__main__": 6, "ui": 6, "cli": 5, "docs_recipes": 5, "jobs": 4, "engine": 3, "hub": 2, "progress": 1.5,
-          "system": 1, "errors": 0, "__init__": 0}
+LAYERS = {"__main__": 6, "ui": 6, "cli": 5, "docs_recipes": 5, "jobs": 4, "engine": 3, "checkpoints": 3, "hub": 2,
+          "progress": 1.5, "system": 1, "errors": 0, "__init__": 0}
 QT = ("PySide6", "shiboken6", "qasync", "pyqtgraph")  # pyqtgraph draws with Qt: the window's charts only
 # Imports that go up on purpose, each with its reason; anything else going up fails the test.
 UPWARD_BY_DESIGN = {

@@ -1,0 +1,1 @@
+"""Capability packages for reading and writing checkpoints."""
