@@ -33,6 +33,7 @@ from typing import Any
 
 import torch
 
+from guiapp.checkpoints.quantized.loading import dequantized_model
 from guiapp.engine.devices import resolve_device
 from guiapp.engine.sampling import DEFAULT_TEMPERATURE, DEFAULT_TOP_P, LONG_PROMPT_CHOICES, REFUSE, TRUNCATE
 from guiapp.engine.text_windows import PIECE_CHARACTERS, token_pieces, windows
@@ -240,7 +241,9 @@ def load_model(source: ModelSource, dtype: torch.dtype, device: str, progress: P
     kind = model_kind(config)
     auto = transformers.AutoModelForCausalLM if kind == CAUSAL else transformers.AutoModel
     try:
-        model = auto.from_pretrained(source.folder, dtype=dtype, trust_remote_code=False)
+        model = dequantized_model(auto, source.folder, dtype)
+        if model is None:
+            model = auto.from_pretrained(source.folder, dtype=dtype, trust_remote_code=False)
     except (ValueError, KeyError, ModuleNotFoundError) as error:
         raise _unsupported(source, config, error) from None
     if source.adapter_folder is not None:

@@ -373,6 +373,7 @@ def _write_model_files(base_folder: Path, out: Path, out_dtype: torch.dtype | No
     config_path = base_folder / "config.json"
     if config_path.exists():
         config = read_model_config(config_path)
+        config.pop("quantization_config", None)  # a quantized base was read dequantized: the output is not quantized
         if out_dtype is not None:
             config["torch_dtype"] = dtype_name(out_dtype)
             if "dtype" in config:
