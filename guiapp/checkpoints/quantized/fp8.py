@@ -71,14 +71,16 @@ def scaled(stored: Mapping[str, Stored], weight: str, scale: str, label: str, dt
                      f"shape {list(shape)}{need}")
 
     def rebuild(tensors: list[torch.Tensor]) -> torch.Tensor:
-        return tensors[0].float() * expand(tensors[1].float().reshape(scale_shape), shape)
+        return tensors[0].float() * expand(tensors[1].float().reshape(scale_shape), shape, blocks)
 
     return Dequantized(shape, dtype, (weight, scale), rebuild)
 
 
-def expand(scale: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
-    """`scale` (one value per block along each dimension, or 1 to broadcast) stretched to `shape`."""
+def expand(scale: torch.Tensor, shape: tuple[int, ...], blocks: tuple[int, ...] | None = None) -> torch.Tensor:
+    """`scale` (one value per block along each dimension, or 1 to broadcast) stretched to `shape`; the blocks are
+    `blocks` in size (the last one ragged), or equal parts when not given."""
     for dim, (size, count) in enumerate(zip(shape, scale.shape, strict=True)):
         if count not in (1, size):
-            scale = scale.repeat_interleave(-(-size // count), dim=dim).narrow(dim, 0, size)
+            block = blocks[dim] if blocks else -(-size // count)
+            scale = scale.repeat_interleave(block, dim=dim).narrow(dim, 0, size)
     return scale
