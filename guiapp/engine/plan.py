@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from guiapp.checkpoints.quantized.registry import Quantization
 from guiapp.engine.checkpoint import TensorInfo, dtype_from_name, dtype_name
 from guiapp.engine.compatibility import ModelFacts, compare_models
 from guiapp.engine.layers import (
@@ -45,6 +46,8 @@ class ModelHeaders:
     config: dict[str, Any] | None
     # The tensors a `model+adapter` reference's adapter changes, with the dtype they have once it is applied.
     applied: dict[str, torch.dtype] = field(default_factory=dict)
+    # How a quantized model's weights were stored (its `tensors` are the dequantized ones); None for the others.
+    quantization: Quantization | None = None
 
     @property
     def label(self) -> str:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import torch
 
+from guiapp.checkpoints.quantized.registry import Quantization, quantized_layout
 from guiapp.engine.checkpoint import Checkpoint, TensorInfo, open_checkpoint, tensor_info
 from guiapp.engine.plan import ModelHeaders
 from guiapp.errors import CheckpointError
@@ -31,21 +32,32 @@ def read_headers(ref: ModelRef) -> ModelHeaders:
         from guiapp.hub.resolve import read_model_metadata  # noqa: PLC0415 - huggingface_hub loads for Hub models only
 
         metadata = read_model_metadata(ref)  # cached per commit
-        tensors = {name: tensor_info(record, str(ref)) for name, record in metadata.tensors.items()}
-        headers = ModelHeaders(ref, tensors, metadata.config)
+        stored = {name: tensor_info(record, str(ref)) for name, record in metadata.tensors.items()}
+        headers = ModelHeaders(ref, *_dequantized(stored, metadata.config, str(ref)))
     else:
-        tensors, config = cached_headers(("folder", folder, _folder_version(folder)),
-                                         lambda: _read_folder(folder))
-        headers = ModelHeaders(ref, tensors, config)
+        tensors, config, quantization = cached_headers(("folder", folder, _folder_version(folder)),
+                                                       lambda: _read_folder(folder))
+        headers = ModelHeaders(ref, tensors, config, quantization=quantization)
     if ref.adapter:
         adapter = _open_adapter(ref, headers.tensors)
         headers.applied = {name: dtype for name in headers.tensors if (dtype := adapter.applied_dtype(name))}
     return headers
 
 
-def _read_folder(folder: Path) -> tuple[dict[str, TensorInfo], dict | None]:
+def _read_folder(folder: Path) -> tuple[dict[str, TensorInfo], dict | None, Quantization | None]:
     with open_checkpoint(folder) as checkpoint:
-        return checkpoint.tensors, checkpoint.config
+        quantization = checkpoint.quantized.facts(checkpoint.stored) if checkpoint.quantized else None
+        return checkpoint.tensors, checkpoint.config, quantization
+
+
+def _dequantized(stored: dict[str, TensorInfo], config: dict | None, label: str) -> tuple:
+    """(tensors, config, quantization) of a model known by its headers alone: a quantized one's dequantized
+    weights, its config without the quantization settings. Raises as `quantized_layout` (read=None)."""
+    layout = quantized_layout(stored, config, label, None)
+    if layout is None:
+        return stored, config, None
+    config = {key: value for key, value in (config or {}).items() if key != "quantization_config"}
+    return layout.logical(stored), config, layout.facts(stored)
 
 
 def _folder_version(folder: Path) -> tuple:

@@ -65,7 +65,8 @@ def _four_bit(stored: Mapping[str, Stored], weight: str, state_name: str, label:
               read: ReadStored | None) -> tuple[Dequantized, tuple[str, ...]]:
     """One 4-bit weight: its settings read from the quant_state tensor and checked against its parts."""
     if read is None:
-        raise refuse(label, weight, "keeps its shape in a quant_state tensor, which needs the downloaded files")
+        raise refuse(label, weight, "keeps its real shape in its quant_state tensor, which is read from the "
+                     "downloaded files (download the model first: `mergesmith hub download`)")
     packed = need(stored, weight, label, weight, "packed data")
     state = _read_state(read(state_name), label, weight)
     shape, blocksize = tuple(int(d) for d in state["shape"]), int(state["blocksize"])
