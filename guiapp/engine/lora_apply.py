@@ -20,6 +20,8 @@ from typing import Any
 
 import torch
 
+from guiapp.checkpoints.quantized.notes import dequantized_from
+from guiapp.checkpoints.quantized.registry import Quantization
 from guiapp.engine.checkpoint import TensorInfo, dtype_from_name, dtype_name, load_pickle_weights
 from guiapp.engine.devices import resolve_device, threads_restored, use_cpu_threads
 from guiapp.engine.model_card import copy_companion_files
@@ -322,7 +324,7 @@ def apply_lora(settings: ApplySettings, progress: Progress | None = None) -> dic
             writer = ShardedWriter(staged.path, plan, shard_bytes)
             with threads_restored():
                 counts = _stream(reader, adapter, plan, writer, device, settings.threads, progress)
-            _write_model_files(reader.folder, staged.path, out_dtype, settings)
+            _write_model_files(reader.folder, staged.path, out_dtype, settings, base_headers.quantization)
         finally:
             reader.close()
         output = staged.commit(progress)
@@ -369,7 +371,8 @@ def _stream(
     return counts
 
 
-def _write_model_files(base_folder: Path, out: Path, out_dtype: torch.dtype | None, settings: ApplySettings) -> None:
+def _write_model_files(base_folder: Path, out: Path, out_dtype: torch.dtype | None, settings: ApplySettings,
+                       quantization: Quantization | None) -> None:
     config_path = base_folder / "config.json"
     if config_path.exists():
         config = read_model_config(config_path)
@@ -384,8 +387,8 @@ def _write_model_files(base_folder: Path, out: Path, out_dtype: torch.dtype | No
     (out / "README.md").write_text(
         "---\nlibrary_name: transformers\ntags:\n- mergesmith\n- lora-applied\n---\n\n"
         f"# {Path(settings.out).name}\n\n"  # `out` is the staging folder: the card is titled with the result's name
-        f"The base model {settings.base} with the LoRA adapter {settings.adapter} applied{scale} "
-        "by Mergesmith.\n"
+        f"The base model {settings.base}{dequantized_from(quantization)} with the LoRA adapter {settings.adapter} "
+        f"applied{scale} by Mergesmith.\n"
     )
 
 
