@@ -278,3 +278,18 @@ def test_an_unknown_quant_method_is_named(llama_base, tmp_path):
                             {"quant_method": "hqq", "nbits": 4})
     with pytest.raises(UnknownQuantizationError, match='quantized with "hqq", which Mergesmith cannot read yet'):
         open_checkpoint(folder)
+
+
+@pytest.mark.parametrize(("settings", "title"), [
+    ({"quant_method": "hqq"}, "This model's quantization cannot be read yet"),
+    ({"quant_method": "fp8", "weight_block_size": [128, 128]}, "A quantized model's files do not fit together"),
+])
+def test_the_refusals_are_explained_by_the_catalogue(llama_base, tmp_path, settings, title):
+    from guiapp.system.explain import explain
+
+    folder = quantized_copy(llama_base, tmp_path / "q", _fp8_blocks(32), settings)
+    with pytest.raises((UnknownQuantizationError, QuantizedCheckpointError)) as caught:
+        open_checkpoint(folder)
+    explanation = explain(caught.value)
+    assert explanation.recognised and explanation.title == title
+    assert explain(str(caught.value)).title == title  # pasted text is recognised too
