@@ -151,9 +151,10 @@ class Checkpoint:
 
     def read_rows(self, name: str, rows: range) -> torch.Tensor:
         """The rows `rows` (consecutive) of the tensor `name` as stored, on the CPU; from a safetensors file only
-        their bytes are read (a quantized weight is dequantized whole). Raises CheckpointError as `read` does."""
+        their bytes are read (a quantized weight is dequantized whole, once for its run of row reads). Raises
+        CheckpointError as `read` does."""
         if self.quantized is not None and name in self.quantized.tensors:
-            return self.read(name)[rows.start : rows.stop].clone()
+            return self.quantized.read_rows(name, rows, self._read_stored)
         info = self.tensors[name]
         if info.file.endswith(".safetensors"):
             return self._files[info.file].read_rows(name, info.data_offsets, info.dtype, info.shape, rows)

@@ -293,3 +293,11 @@ def test_the_refusals_are_explained_by_the_catalogue(llama_base, tmp_path, setti
     explanation = explain(caught.value)
     assert explanation.recognised and explanation.title == title
     assert explain(str(caught.value)).title == title  # pasted text is recognised too
+
+
+def test_a_plain_model_whose_tensor_names_end_like_side_tensors_is_not_taken_for_a_quantized_one(tmp_path):
+    save_file({"encoder.conv_blocks": torch.ones(2, 3), "encoder.norm.weight": torch.ones(3)},
+              tmp_path / "model.safetensors")
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "custom"}))
+    with open_checkpoint(tmp_path) as checkpoint:
+        assert checkpoint.quantized is None and set(checkpoint.tensors) == {"encoder.conv_blocks", "encoder.norm.weight"}

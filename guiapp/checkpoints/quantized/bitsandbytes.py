@@ -125,13 +125,15 @@ def dequantize_blockwise(codes: torch.Tensor, code_book: torch.Tensor, absmax: t
 
 def dequantize_4bit(packed: torch.Tensor, absmax: torch.Tensor, code_book: torch.Tensor, count: int,
                     blocksize: int) -> torch.Tensor:
-    """`count` values from packed 4-bit codes (high nibble first) with one absmax per block, in float32."""
-    packed = packed.reshape(-1)
-    codes = torch.stack((packed >> 4, packed & 0x0F), dim=1).reshape(-1)[:count].long()
-    values = code_book.float()[codes]
+    """`count` values from packed 4-bit codes (high nibble first) with one absmax per block, in float32: one lookup
+    per byte in a table of the 256 value pairs, then each block scaled in place."""
+    byte = torch.arange(256)
+    pairs = torch.stack((code_book.float()[byte >> 4], code_book.float()[byte & 0x0F]), dim=1)
+    values = pairs.index_select(0, packed.reshape(-1).int()).reshape(-1)
     blocks = -(-count // blocksize)
-    padded = torch.nn.functional.pad(values, (0, blocks * blocksize - count))
-    return (padded.view(blocks, blocksize) * absmax.float().reshape(blocks, 1)).reshape(-1)[:count]
+    if values.numel() != blocks * blocksize:
+        values = torch.nn.functional.pad(values[:count], (0, blocks * blocksize - count))
+    return values.view(blocks, blocksize).mul_(absmax.float().reshape(blocks, 1)).reshape(-1)[:count]
 
 
 def _eight_bit(stored: Mapping[str, Stored], module: str, label: str, dtype: torch.dtype) -> Dequantized:

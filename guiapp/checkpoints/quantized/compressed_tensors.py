@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from guiapp.checkpoints.quantized.fp8 import FLOAT8, expand, scaled
+from guiapp.checkpoints.quantized.fp8 import FLOAT8, apply_in_place, scaled
 from guiapp.checkpoints.quantized.gptq import unpack
 from guiapp.checkpoints.quantized.registry import (
     Dequantized,
@@ -88,11 +88,11 @@ def _packed(stored: Mapping[str, Stored], module: str, bits: set[int], label: st
     offset = 1 << (width - 1)
 
     def rebuild(t: list[torch.Tensor]) -> torch.Tensor:
-        values = unpack(t[0], width, 1)[:, : shape[1]] - offset
+        values = (unpack(t[0], width, 1)[:, : shape[1]] - offset).float()
         if len(t) > 2:
             zeros = t[2] if t[2].dtype != torch.int32 else unpack(t[2], width, 0)[: scale_shape[0]] - offset
-            values = values - expand(zeros.float().reshape(_matrix(scale_shape)), shape)
-        return values.float() * expand(t[1].float().reshape(_matrix(scale_shape)), shape)
+            apply_in_place(values, zeros.float().reshape(_matrix(scale_shape)), torch.Tensor.sub_)
+        return apply_in_place(values, t[1].float().reshape(_matrix(scale_shape)), torch.Tensor.mul_)
 
     return Dequantized(shape, dtype, parts, rebuild)
 
@@ -120,7 +120,7 @@ def _integers(stored: Mapping[str, Stored], weight: str, label: str, dtype: torc
     shape, scale_shape = base.shape, tuple(stored[f"{weight}_scale"].shape)
 
     def rebuild(t: list[torch.Tensor]) -> torch.Tensor:
-        zeros = expand(t[2].float().reshape(_matrix(scale_shape)), shape)
-        return (t[0].float() - zeros) * expand(t[1].float().reshape(_matrix(scale_shape)), shape)
+        values = apply_in_place(t[0].float(), t[2].float().reshape(_matrix(scale_shape)), torch.Tensor.sub_)
+        return apply_in_place(values, t[1].float().reshape(_matrix(scale_shape)), torch.Tensor.mul_)
 
     return Dequantized(shape, dtype, base.parts + (zero,), rebuild)

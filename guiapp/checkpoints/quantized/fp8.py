@@ -9,7 +9,7 @@ kernels (every CPU) reads it all the same. `input_scale` (for activations at inf
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -71,7 +71,7 @@ def scaled(stored: Mapping[str, Stored], weight: str, scale: str, label: str, dt
                      f"shape {list(shape)}{need}")
 
     def rebuild(tensors: list[torch.Tensor]) -> torch.Tensor:
-        return tensors[0].float() * expand(tensors[1].float().reshape(scale_shape), shape, blocks)
+        return apply_in_place(tensors[0].float(), tensors[1].float().reshape(scale_shape), torch.Tensor.mul_, blocks)
 
     return Dequantized(shape, dtype, (weight, scale), rebuild)
 
@@ -84,3 +84,19 @@ def expand(scale: torch.Tensor, shape: tuple[int, ...], blocks: tuple[int, ...] 
             block = blocks[dim] if blocks else -(-size // count)
             scale = scale.repeat_interleave(block, dim=dim).narrow(dim, 0, size)
     return scale
+
+
+def apply_in_place(weight: torch.Tensor, scale: torch.Tensor, operation: Callable[[torch.Tensor, torch.Tensor], Any],
+                   blocks: tuple[int, ...] | None = None) -> torch.Tensor:
+    """`operation` (torch.Tensor.mul_, sub_) of `weight` by `scale` stretched over it as `expand` does, in place:
+    the leading dimensions' scales are stretched (they are small), the last one is applied by viewing the weight
+    as groups when they divide it, so no weight-sized scale is made. Returns `weight`."""
+    shape = tuple(weight.shape)
+    scale = expand(scale, shape[:-1] + scale.shape[-1:], blocks)
+    size, count = shape[-1], scale.shape[-1]
+    block = blocks[-1] if blocks else -(-size // count)
+    if count in (1, size) or size != count * block:
+        operation(weight, expand(scale, shape, blocks))
+    else:
+        operation(weight.view(*shape[:-1], count, block), scale.unsqueeze(-1))
+    return weight

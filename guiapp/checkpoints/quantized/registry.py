@@ -9,8 +9,9 @@ found here, when the model is opened, so a job refuses it before writing anythin
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import torch
@@ -52,12 +53,23 @@ class QuantizedLayout:
     description: str
     tensors: dict[str, Dequantized]
     hidden: frozenset[str]
+    # The weight row reads last dequantized (name, tensor): a merge reads a tensor a block of rows at a time, and
+    # packed data is laid out in blocks and groups, not rows, so each weight is dequantized once per run of reads.
+    _last: list[tuple[str, torch.Tensor]] = field(default_factory=list, compare=False, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, compare=False, repr=False)
 
     def read(self, name: str, read_stored: ReadStored) -> torch.Tensor:
         """The weight `name` dequantized, on the CPU. Raises CheckpointError as `read_stored` does."""
         entry = self.tensors[name]
         weight = entry.rebuild([read_stored(part) for part in entry.parts])
         return weight.reshape(entry.shape).to(entry.dtype)
+
+    def read_rows(self, name: str, rows: range, read_stored: ReadStored) -> torch.Tensor:
+        """The rows `rows` of the weight `name` dequantized (a copy). Raises CheckpointError as `read_stored` does."""
+        with self._lock:
+            if not self._last or self._last[0][0] != name:
+                self._last[:] = [(name, self.read(name, read_stored))]
+            return self._last[0][1][rows.start : rows.stop].clone()
 
     def logical(self, stored: Mapping[str, Any]) -> dict[str, Any]:
         """The model's tensors as a job sees them: `stored` (TensorInfo records) without the hidden ones, each
@@ -167,7 +179,10 @@ def _sniff(stored: Mapping[str, Stored]) -> str | None:
     names = stored.keys()
     for suffix, method in ((".absmax", "bitsandbytes"), (".SCB", "bitsandbytes"), ("_blocks", "mxfp4"),
                            (".weight_scale_inv", "fp8"), (".weight_packed", "compressed-tensors"), (".qweight", "gptq")):
-        if any(name.endswith(suffix) for name in names):
+        # MXFP4 blocks come with their scales; a plain tensor may end in "_blocks" too
+        partner = {"_blocks": "_scales"}.get(suffix)
+        if any(name.endswith(suffix) and (partner is None or name.removesuffix(suffix) + partner in names)
+               for name in names):
             return method
     return None
 
