@@ -151,11 +151,14 @@ class Checkpoint:
 
     def read_rows(self, name: str, rows: range) -> torch.Tensor:
         """The rows `rows` (consecutive) of the tensor `name` as stored, on the CPU; from a safetensors file only
-        their bytes are read (a quantized weight is dequantized whole, once for its run of row reads). Raises
-        CheckpointError as `read` does."""
+        their bytes are read (of a quantized weight, the parts those rows are made from). Raises CheckpointError as
+        `read` does."""
         if self.quantized is not None and name in self.quantized.tensors:
-            return self.quantized.read_rows(name, rows, self._read_stored)
-        info = self.tensors[name]
+            return self.quantized.read_rows(name, rows, self._read_stored, self._read_stored_rows)
+        return self._read_stored_rows(name, rows)
+
+    def _read_stored_rows(self, name: str, rows: range) -> torch.Tensor:
+        info = self.stored[name]
         if info.file.endswith(".safetensors"):
             return self._files[info.file].read_rows(name, info.data_offsets, info.dtype, info.shape, rows)
         return self._pickled_tensor(name)[rows.start : rows.stop].clone()

@@ -44,6 +44,7 @@ def test_an_8bit_model_reads_as_bitsandbytes_dequantizes_it(llama_base, tmp_path
         weight = checkpoint.read(f"{module}.weight")
         assert weight.dtype == torch.bfloat16  # the model's own dtype, from its config
         torch.testing.assert_close(weight, expected.to(weight.dtype), rtol=0, atol=0)
+        assert checkpoint.read_rows(f"{module}.weight", range(5, 9)).equal(weight[5:9])
 
 
 @pytest.mark.parametrize(("drop", "said"), [(".absmax", "absmax"), (".nested_absmax", "nested_absmax"),

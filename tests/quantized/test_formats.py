@@ -18,9 +18,14 @@ NAME = "model.layers.0.mlp.down_proj.weight"  # [64, 128]: hidden x intermediate
 
 
 def _read(folder, name=NAME):
+    """The weight `name` read whole, and its header; its rows read in runs that cross block edges are checked to
+    be the same rows."""
     with open_checkpoint(folder) as checkpoint:
         assert not any(n.endswith(("_scale", "_scale_inv", "qweight", "_packed", "_blocks")) for n in checkpoint.tensors)
-        return checkpoint.read(name), checkpoint.tensors[name]
+        weight = checkpoint.read(name)
+        for rows in (range(0, 5), range(30, 50), range(47, 64), range(64, 64)):
+            assert checkpoint.read_rows(name, rows).equal(weight[rows.start:rows.stop]), rows
+        return weight, checkpoint.tensors[name]
 
 
 # --- FP8 -------------------------------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ from guiapp.checkpoints.quantized.registry import (
     Dequantized,
     QuantizedLayout,
     ReadStored,
+    ReadStoredRows,
     Stored,
     expect_shape,
     need,
@@ -97,7 +98,20 @@ def _four_bit(stored: Mapping[str, Stored], weight: str, state_name: str, label:
             absmax = dequantize_blockwise(tensors[1], tensors[4], tensors[3], nested_size) + offset
         return dequantize_4bit(tensors[0], absmax, tensors[2], count, blocksize)
 
-    return Dequantized(shape, dtype, parts, rebuild), parts + (state_name,)
+    def rows(read: ReadStored, read_rows: ReadStoredRows, wanted: range) -> torch.Tensor:
+        """Rows of a matrix whose rows hold whole blocks: their bytes and their blocks' absmax alone."""
+        begin, end = wanted.start * shape[1] // blocksize, wanted.stop * shape[1] // blocksize
+        packed = read_rows(weight, range(wanted.start * shape[1] // 2, wanted.stop * shape[1] // 2))
+        absmax = read_rows(parts[1], range(begin, end)).float()
+        if nested and end > begin:
+            first = begin // nested_size
+            scales = read_rows(parts[3], range(first, (end - 1) // nested_size + 1))
+            index = torch.arange(begin, end) // nested_size - first
+            absmax = read(parts[4]).float()[absmax.long()] * scales.float()[index] + offset
+        return dequantize_4bit(packed, absmax, read(parts[2]), (end - begin) * blocksize, blocksize)
+
+    whole_blocks = len(shape) == 2 and shape[1] % blocksize == 0 and blocksize % 2 == 0
+    return Dequantized(shape, dtype, parts, rebuild, rows if whole_blocks else None), parts + (state_name,)
 
 
 def _read_state(raw: torch.Tensor, label: str, weight: str) -> dict[str, Any]:
@@ -148,4 +162,7 @@ def _eight_bit(stored: Mapping[str, Stored], module: str, label: str, dtype: tor
     def rebuild(tensors: list[torch.Tensor]) -> torch.Tensor:
         return tensors[0].float() * (tensors[1].float() / 127.0).unsqueeze(1)
 
-    return Dequantized(tuple(info.shape), dtype, (weight, f"{module}.SCB"), rebuild)
+    def rows(read: ReadStored, read_rows: ReadStoredRows, wanted: range) -> torch.Tensor:
+        return rebuild([read_rows(weight, wanted), read_rows(f"{module}.SCB", wanted)])
+
+    return Dequantized(tuple(info.shape), dtype, (weight, f"{module}.SCB"), rebuild, rows)

@@ -18,6 +18,7 @@ from guiapp.checkpoints.quantized.registry import (
     Dequantized,
     QuantizedLayout,
     ReadStored,
+    ReadStoredRows,
     Stored,
     refuse,
     settings_dtype,
@@ -73,7 +74,18 @@ def scaled(stored: Mapping[str, Stored], weight: str, scale: str, label: str, dt
     def rebuild(tensors: list[torch.Tensor]) -> torch.Tensor:
         return apply_in_place(tensors[0].float(), tensors[1].float().reshape(scale_shape), torch.Tensor.mul_, blocks)
 
-    return Dequantized(shape, dtype, (weight, scale), rebuild)
+    def rows(read: ReadStored, read_rows: ReadStoredRows, wanted: range) -> torch.Tensor:
+        """Rows of a matrix: their codes, and the scales of their rows (or row blocks) alone."""
+        codes = read_rows(weight, wanted).float()
+        if scale_shape[0] == 1 or not wanted:
+            return apply_in_place(codes, read(scale).float().reshape(scale_shape), torch.Tensor.mul_, blocks)
+        block = blocks[0] if blocks else -(-shape[0] // scale_shape[0])
+        first = wanted.start // block
+        stored = read_rows(scale, range(first, (wanted.stop - 1) // block + 1)).float().reshape(-1, scale_shape[1])
+        per_row = stored[torch.arange(wanted.start, wanted.stop) // block - first]
+        return apply_in_place(codes, per_row, torch.Tensor.mul_, (1, blocks[1]) if blocks else None)
+
+    return Dequantized(shape, dtype, (weight, scale), rebuild, rows if len(shape) == 2 else None)
 
 
 def expand(scale: torch.Tensor, shape: tuple[int, ...], blocks: tuple[int, ...] | None = None) -> torch.Tensor:

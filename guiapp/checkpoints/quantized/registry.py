@@ -28,17 +28,22 @@ class Stored(Protocol):
 
 
 ReadStored = Callable[[str], torch.Tensor]
+ReadStoredRows = Callable[[str, range], torch.Tensor]
+# The rows of a weight rebuilt from only the stored rows they are made of: (read_stored, read_stored_rows, rows).
+RowsRebuild = Callable[[ReadStored, ReadStoredRows, range], torch.Tensor]
 
 
 @dataclass(frozen=True)
 class Dequantized:
     """One logical weight: its real shape and dtype, the stored tensors it is made from (the packed one first),
-    and the function that rebuilds it from those tensors (read in `parts` order)."""
+    and the function that rebuilds it from those tensors (read in `parts` order); `rows`, where the layout allows,
+    rebuilds some of its rows from the stored rows they come from alone."""
 
     shape: tuple[int, ...]
     dtype: torch.dtype
     parts: tuple[str, ...]
     rebuild: Callable[[list[torch.Tensor]], torch.Tensor]
+    rows: RowsRebuild | None = None
 
 
 @dataclass(frozen=True)
@@ -53,8 +58,8 @@ class QuantizedLayout:
     description: str
     tensors: dict[str, Dequantized]
     hidden: frozenset[str]
-    # The weight row reads last dequantized (name, tensor): a merge reads a tensor a block of rows at a time, and
-    # packed data is laid out in blocks and groups, not rows, so each weight is dequantized once per run of reads.
+    # The weight last dequantized whole for row reads (name, tensor): a merge reads a tensor a block of rows at a
+    # time; a weight whose rows cannot be rebuilt alone (transposed packings) is dequantized once per run of reads.
     _last: list[tuple[str, torch.Tensor]] = field(default_factory=list, compare=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, compare=False, repr=False)
 
@@ -64,8 +69,11 @@ class QuantizedLayout:
         weight = entry.rebuild([read_stored(part) for part in entry.parts])
         return weight.reshape(entry.shape).to(entry.dtype)
 
-    def read_rows(self, name: str, rows: range, read_stored: ReadStored) -> torch.Tensor:
-        """The rows `rows` of the weight `name` dequantized (a copy). Raises CheckpointError as `read_stored` does."""
+    def read_rows(self, name: str, rows: range, read_stored: ReadStored, read_stored_rows: ReadStoredRows) -> torch.Tensor:
+        """The rows `rows` of the weight `name` dequantized (a copy). Raises CheckpointError as the readers do."""
+        entry = self.tensors[name]
+        if entry.rows is not None:
+            return entry.rows(read_stored, read_stored_rows, rows).reshape(len(rows), *entry.shape[1:]).to(entry.dtype)
         with self._lock:
             if not self._last or self._last[0][0] != name:
                 self._last[:] = [(name, self.read(name, read_stored))]
