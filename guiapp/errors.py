@@ -110,7 +110,7 @@ class QuantizedCheckpointError(CheckpointError):
 
 
 class UnknownQuantizationError(CheckpointError):
-    """A model is quantized with a method (its config's quant_method) that Mergesmith has no dequantizer for."""
+    """A model is quantized with a method (named in its config.json) that Mergesmith has no dequantizer for."""
 
     title = "This model's quantization cannot be read yet"
 

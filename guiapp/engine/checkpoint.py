@@ -124,11 +124,15 @@ class Checkpoint:
     def dequantize_on_read(self) -> None:
         """Present a quantized model as its dequantized weights (`tensors`, `read`), the quantization settings
         left out of `config`. Raises UnknownQuantizationError / QuantizedCheckpointError (see `quantized_layout`)."""
-        self.quantized = quantized_layout(self.stored, self.config, str(self.folder), self._read_stored)
+        try:
+            config = self.config
+        except CheckpointError:  # reported where the config is used; the side tensors alone still tell the format
+            config = None
+        self.quantized = quantized_layout(self.stored, config, str(self.folder), self._read_stored)
         if self.quantized is not None:
             self.tensors = self.quantized.logical(self.stored)
-            if self.config is not None:
-                self.config.pop("quantization_config", None)
+            if config is not None:
+                config.pop("quantization_config", None)
 
     @property
     def total_bytes(self) -> int:

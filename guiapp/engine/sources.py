@@ -33,7 +33,8 @@ def read_headers(ref: ModelRef) -> ModelHeaders:
 
         metadata = read_model_metadata(ref)  # cached per commit
         stored = {name: tensor_info(record, str(ref)) for name, record in metadata.tensors.items()}
-        headers = ModelHeaders(ref, *_dequantized(stored, metadata.config, str(ref)))
+        tensors, config, quantization = _dequantized(stored, metadata.config, str(ref))
+        headers = ModelHeaders(ref, tensors, config, quantization=quantization)
     else:
         tensors, config, quantization = cached_headers(("folder", folder, _folder_version(folder)),
                                                        lambda: _read_folder(folder))
