@@ -20,6 +20,13 @@ alternating, and prints the busy/quiet ratio (goal ≤ 1.5×), the cores each me
 the busy/quiet ratio of one thread's fixed work run beside each merge (the host's part: how much slower a core
 computes while the other is busy), and mergekit under the same load for --mergekit-methods (from
 recipe_parity.py's venv, or --mergekit).
+
+    python benchmarks/merge.py --quantized [--size-gb 1.0] [--methods linear,task_arithmetic]
+
+merges the same models as bitsandbytes 4-bit (nf4, double quantized, quantized by bitsandbytes itself) and as FP8
+(e4m3, 128x128 block scales) copies, dequantized as they are read, beside the bf16 merge, alternating, and prints
+each quantized merge's time and peak private memory over the bf16 merge's. Goal: ≤ 1.3× the time, memory within
+10 % (the dequantizers work tensor by tensor).
 """
 
 from __future__ import annotations
@@ -72,6 +79,7 @@ RECIPES = {
     "passthrough": "merge_method: passthrough\nslices:\n  - sources:\n      - model: {one}\n        layer_range: [0, {half}]\n"
                    "  - sources:\n      - model: {two}\n        layer_range: [{half}, {layers}]\n" + _BF16,
 }
+QUANTIZED_TIME_GOAL, QUANTIZED_MEMORY_GOAL = 1.3, 1.1
 TARGETS = {"linear": 2.0, "task_arithmetic": 2.0, "ties": 6.0, "slerp": 6.0}
 OTHER_TARGET = 6.0  # the methods without a target of their own (--methods all)
 BUSY_GOAL = 1.5  # busy time over quiet time
@@ -208,6 +216,92 @@ def models_in(folder: Path, size_gb: float) -> tuple[Path, Path, Path]:
     return base, one, two
 
 
+def _quantize_bnb4(name: str, weight):
+    import bitsandbytes.functional as F
+
+    packed, state = F.quantize_4bit(weight, quant_type="nf4", compress_statistics=True, blocksize=64)
+    return {name: packed, **{f"{name}.{key}": value for key, value in state.as_dict(packed=True).items()}}
+
+
+def _quantize_fp8(name: str, weight, block: int = 128):
+    import torch
+
+    rows, cols = -(-weight.shape[0] // block), -(-weight.shape[1] // block)
+    padded = torch.nn.functional.pad(weight.float(), (0, cols * block - weight.shape[1], 0, rows * block - weight.shape[0]))
+    tiles = padded.view(rows, block, cols, block)
+    scale = tiles.abs().amax(dim=(1, 3)).clamp_min(1e-12) / torch.finfo(torch.float8_e4m3fn).max
+    codes = (tiles / scale[:, None, :, None]).view(rows * block, cols * block)[: weight.shape[0], : weight.shape[1]]
+    return {name: codes.to(torch.float8_e4m3fn), f"{name}_scale_inv": scale}
+
+
+QUANTIZERS = {
+    "bnb4": (_quantize_bnb4, {"quant_method": "bitsandbytes", "load_in_4bit": True, "bnb_4bit_quant_type": "nf4",
+                              "bnb_4bit_use_double_quant": True, "bnb_4bit_compute_dtype": "bfloat16"}),
+    "fp8": (_quantize_fp8, {"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128, 128]}),
+}
+
+
+def quantized_copy(source: Path, target: Path, kind: str) -> Path:
+    """`source` (a sharded bf16 model) with its linear weights quantized as `kind` (QUANTIZERS), shard by shard."""
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    quantize, settings = QUANTIZERS[kind]
+    target.mkdir(parents=True)
+    weight_map = {}
+    for file in sorted(source.glob("*.safetensors")):
+        stored = {}
+        with safe_open(file, framework="pt") as handle:
+            for name in handle.keys():
+                tensor = handle.get_tensor(name)
+                stored.update(quantize(name, tensor) if name.endswith("_proj.weight") else {name: tensor})
+        save_file({n: t.contiguous() for n, t in stored.items()}, target / file.name, metadata={"format": "pt"})
+        weight_map.update(dict.fromkeys(stored, file.name))
+    (target / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    config = json.loads((source / "config.json").read_text())
+    (target / "config.json").write_text(json.dumps({**config, "quantization_config": settings}))
+    return target
+
+
+def quantized_table(folder: Path, size_gb: float, methods: list[str], repeat: int) -> list[dict]:
+    """Each method on the bf16 models and on their 4-bit and FP8 copies, runs alternating; the fastest run of each
+    and the largest peak count."""
+    models = models_in(folder, size_gb)
+    copies = {"bf16": models}
+    for kind in QUANTIZERS:
+        if not (folder / f"{kind}-complete").exists():
+            print(f"  quantizing the three models as {kind} …", flush=True)
+            for model in models:
+                shutil.rmtree(folder / f"{kind}-{model.name}", ignore_errors=True)
+                quantized_copy(model, folder / f"{kind}-{model.name}", kind)
+            (folder / f"{kind}-complete").write_text("done\n")
+        copies[kind] = tuple(folder / f"{kind}-{model.name}" for model in models)
+    rows = []
+    for method in methods:
+        runs: dict[str, list[tuple[float, int]]] = {kind: [] for kind in copies}
+        for _ in range(repeat):
+            for kind, (base, one, two) in copies.items():
+                recipe = folder / f"{method}-{kind}.yml"
+                recipe.write_text(recipe_text(method, base, one, two))
+                shutil.rmtree(folder / "out", ignore_errors=True)
+                seconds, peak, _ = run_measured([sys.executable, "-c", _OURS, str(recipe), str(folder / "out")])
+                runs[kind].append((seconds, peak))
+        bf16_time, bf16_peak = min(s for s, _ in runs["bf16"]), max(p for _, p in runs["bf16"])
+        for kind in QUANTIZERS:
+            seconds, peak = min(s for s, _ in runs[kind]), max(p for _, p in runs[kind])
+            row = {"method": method, "input": kind, "seconds": round(seconds, 2), "bf16_seconds": round(bf16_time, 2),
+                   "time_ratio": round(seconds / bf16_time, 2), "peak_private_mb": round(peak / 1e6),
+                   "bf16_peak_private_mb": round(bf16_peak / 1e6), "memory_ratio": round(peak / bf16_peak, 2)}
+            verdict = ("ok" if row["time_ratio"] <= QUANTIZED_TIME_GOAL and row["memory_ratio"] <= QUANTIZED_MEMORY_GOAL
+                       else "MISSED")
+            print(f"  {method:<16} {kind:<5} {seconds:7.2f} s vs bf16 {bf16_time:6.2f} s = {row['time_ratio']:.2f}× "
+                  f"(≤ {QUANTIZED_TIME_GOAL})  peak private {peak / 1e6:6.0f} MB vs {bf16_peak / 1e6:6.0f} MB = "
+                  f"{row['memory_ratio']:.2f}× (≤ {QUANTIZED_MEMORY_GOAL})  {verdict}", flush=True)
+            rows.append(row)
+    shutil.rmtree(folder / "out", ignore_errors=True)
+    return rows
+
+
 def recipe_text(method: str, base: Path, one: Path, two: Path) -> str:
     layers = json.loads((base / "config.json").read_text())["num_hidden_layers"]
     return RECIPES[method].format(base=base, one=one, two=two, layers=layers, half=layers // 2)
@@ -338,12 +432,23 @@ def main() -> None:
                         help="path of mergekit-yaml (e.g. from another virtual environment); default: on PATH")
     parser.add_argument("--busy", action="store_true",
                         help="measure each method quiet and under a competing CPU load, with mergekit if installed")
+    parser.add_argument("--quantized", action="store_true",
+                        help="merge 4-bit and FP8 copies of the models beside the bf16 ones (needs bitsandbytes)")
     parser.add_argument("--mergekit-timeout", type=float, default=300,
                         help="seconds after which a mergekit run is stopped and shown as '> N s' (--busy)")
     args = parser.parse_args()
     sizes = args.size_gb or [1.0]
     mergekit = args.mergekit or (str(mergekit_tool("mergekit-yaml") or "") or None)
     work = Path(args.workdir or tempfile.mkdtemp(prefix="mergesmith-bench-"))
+    if args.quantized:
+        folder = work / f"{sizes[0]:g}GB"
+        folder.mkdir(parents=True, exist_ok=True)
+        print(f"Quantized-input benchmark in {folder} ({load_average()})", flush=True)
+        rows = quantized_table(folder, sizes[0], (args.methods or "linear,task_arithmetic").split(","), args.repeat)
+        print(json.dumps(rows, indent=2))
+        if args.workdir is None:
+            shutil.rmtree(work, ignore_errors=True)
+        return
     if args.busy:
         methods = list(RECIPES) if args.methods == "all" else (args.methods or "linear,ties").split(",")
         folder = work / f"{sizes[0]:g}GB"

@@ -129,6 +129,19 @@ class UnsafeCheckpointError(CheckpointError):
     title = "A model file contains code"
 
 
+class QuantizedCheckpointError(CheckpointError):
+    """A quantized model's tensors disagree with its quantization settings: a scale, zero point or packed part is
+    missing, or its shape does not fit the weight it belongs to. Found when the model is opened, before any output."""
+
+    title = "A quantized model's files do not fit together"
+
+
+class UnknownQuantizationError(CheckpointError):
+    """A model is quantized with a method (named in its config.json) that Mergesmith has no dequantizer for."""
+
+    title = "This model's quantization cannot be read yet"
+
+
 class IncompatibleModelsError(MergesmithError):
     """The models cannot be combined: different shapes, vocabularies, architectures or missing tensors."""
 

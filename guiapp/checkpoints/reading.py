@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from guiapp.checkpoints.quantized.registry import QuantizedLayout, quantized_layout
 from guiapp.checkpoints.weight_file import SafetensorsFile, changed_file_error, file_identity
 from guiapp.errors import CheckpointError, UnsafeCheckpointError
 from guiapp.facts.dtypes import BY_CODE, writable_name
@@ -95,6 +96,9 @@ class Checkpoint:
     def __init__(self, folder: Path, tensors: dict[str, TensorInfo], files: dict[str, SafetensorsFile] | None = None):
         self.folder = folder
         self.tensors = tensors
+        # The tensors as the files hold them; `tensors` differs for a quantized model (its dequantized weights).
+        self.stored = tensors
+        self.quantized: QuantizedLayout | None = None
         self._files = files or {}
         self._pickled: dict[str, tuple[dict[str, torch.Tensor], tuple[int, int]]] = {}
 
@@ -105,6 +109,19 @@ class Checkpoint:
         path = self.folder / CONFIG_FILE
         return read_model_config(path) if path.exists() else None
 
+    def dequantize_on_read(self) -> None:
+        """Present a quantized model as its dequantized weights (`tensors`, `read`), the quantization settings
+        left out of `config`. Raises UnknownQuantizationError / QuantizedCheckpointError (see `quantized_layout`)."""
+        try:
+            config = self.config
+        except CheckpointError:  # reported where the config is used; the side tensors alone still tell the format
+            config = None
+        self.quantized = quantized_layout(self.stored, config, str(self.folder), self._read_stored)
+        if self.quantized is not None:
+            self.tensors = self.quantized.logical(self.stored)
+            if config is not None:
+                config.pop("quantization_config", None)
+
     @property
     def total_bytes(self) -> int:
         return sum(info.nbytes for info in self.tensors.values())
@@ -114,15 +131,26 @@ class Checkpoint:
 
         Raises CheckpointError when its file was changed or cut short by another program since it was opened.
         """
-        info = self.tensors[name]
+        if self.quantized is not None and name in self.quantized.tensors:
+            return self.quantized.read(name, self._read_stored)
+        return self._read_stored(name)
+
+    def _read_stored(self, name: str) -> torch.Tensor:
+        info = self.stored[name]
         if info.file.endswith(".safetensors"):
             return self._files[info.file].read(name, info.data_offsets, info.dtype, info.shape)
         return self._pickled_tensor(name).clone()
 
     def read_rows(self, name: str, rows: range) -> torch.Tensor:
         """The rows `rows` (consecutive) of the tensor `name` as stored, on the CPU; from a safetensors file only
-        their bytes are read. Raises CheckpointError as `read` does."""
-        info = self.tensors[name]
+        their bytes are read (of a quantized weight, the parts those rows are made from). Raises CheckpointError as
+        `read` does."""
+        if self.quantized is not None and name in self.quantized.tensors:
+            return self.quantized.read_rows(name, rows, self._read_stored, self._read_stored_rows)
+        return self._read_stored_rows(name, rows)
+
+    def _read_stored_rows(self, name: str, rows: range) -> torch.Tensor:
+        info = self.stored[name]
         if info.file.endswith(".safetensors"):
             return self._files[info.file].read_rows(name, info.data_offsets, info.dtype, info.shape, rows)
         return self._pickled_tensor(name)[rows.start : rows.stop].clone()
@@ -130,13 +158,15 @@ class Checkpoint:
     def warm(self, name: str, scratch: memoryview, stop: Callable[[], bool]) -> None:
         """Bring the bytes of tensor `name` into the system's page cache (`SafetensorsFile.warm`); a pickle, which
         is loaded whole once, is left alone. Never raises for an unreadable file: the real read reports it."""
-        info = self.tensors[name]
-        if info.file.endswith(".safetensors"):
-            self._files[info.file].warm(info.data_offsets, scratch, stop)
+        entry = self.quantized.tensors.get(name) if self.quantized is not None else None
+        for part in entry.parts if entry is not None else (name,):
+            info = self.stored[part]
+            if info.file.endswith(".safetensors"):
+                self._files[info.file].warm(info.data_offsets, scratch, stop)
 
     def _pickled_tensor(self, name: str) -> torch.Tensor:
         """The tensor `name` of a pickle, loaded whole once per file. Raises CheckpointError when the file changed."""
-        info = self.tensors[name]
+        info = self.stored[name]
         path = self.folder / info.file
         if info.file not in self._pickled:
             self._pickled[info.file] = (load_pickle_weights(path), file_identity(path))
@@ -208,7 +238,13 @@ def open_checkpoint(folder: Path) -> Checkpoint:
         for handle in opened.values():
             handle.close()
         raise
-    return Checkpoint(folder, tensors, opened)
+    checkpoint = Checkpoint(folder, tensors, opened)
+    try:
+        checkpoint.dequantize_on_read()
+    except BaseException:
+        checkpoint.close()
+        raise
+    return checkpoint
 
 
 def _weight_files(folder: Path) -> list[str]:

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from guiapp.checkpoints.adapters import LoraAdapter, open_adapter
+from guiapp.checkpoints.quantized.registry import Quantization, quantized_layout
 from guiapp.checkpoints.reading import Checkpoint, TensorInfo, open_checkpoint, tensor_info
 from guiapp.errors import CheckpointError
 from guiapp.hub.header_cache import cached_headers, folder_version
@@ -31,6 +32,8 @@ class ModelHeaders:
     config: dict[str, Any] | None
     # The tensors a `model+adapter` reference's adapter changes, with the dtype they have once it is applied.
     applied: dict[str, torch.dtype] = field(default_factory=dict)
+    # How a quantized model's weights were stored (its `tensors` are the dequantized ones); None for the others.
+    quantization: Quantization | None = None
 
     @property
     def label(self) -> str:
@@ -51,21 +54,33 @@ def read_headers(ref: ModelRef) -> ModelHeaders:
         from guiapp.hub.resolve import read_model_metadata  # noqa: PLC0415 - huggingface_hub loads for Hub models only
 
         metadata = read_model_metadata(ref)  # cached per commit
-        tensors = {name: tensor_info(record, str(ref)) for name, record in metadata.tensors.items()}
-        headers = ModelHeaders(ref, tensors, metadata.config)
+        stored = {name: tensor_info(record, str(ref)) for name, record in metadata.tensors.items()}
+        tensors, config, quantization = _dequantized(stored, metadata.config, str(ref))
+        headers = ModelHeaders(ref, tensors, config, quantization=quantization)
     else:
-        tensors, config = cached_headers(("folder", folder, _folder_version(folder)),
-                                         lambda: _read_folder(folder))
-        headers = ModelHeaders(ref, tensors, config)
+        tensors, config, quantization = cached_headers(("folder", folder, _folder_version(folder)),
+                                                       lambda: _read_folder(folder))
+        headers = ModelHeaders(ref, tensors, config, quantization=quantization)
     if ref.adapter:
         adapter = _open_adapter(ref, headers.tensors)
         headers.applied = {name: dtype for name in headers.tensors if (dtype := adapter.applied_dtype(name))}
     return headers
 
 
-def _read_folder(folder: Path) -> tuple[dict[str, TensorInfo], dict | None]:
+def _read_folder(folder: Path) -> tuple[dict[str, TensorInfo], dict | None, Quantization | None]:
     with open_checkpoint(folder) as checkpoint:
-        return checkpoint.tensors, checkpoint.config
+        quantization = checkpoint.quantized.facts(checkpoint.stored) if checkpoint.quantized else None
+        return checkpoint.tensors, checkpoint.config, quantization
+
+
+def _dequantized(stored: dict[str, TensorInfo], config: dict | None, label: str) -> tuple:
+    """(tensors, config, quantization) of a model known by its headers alone: a quantized one's dequantized
+    weights, its config without the quantization settings. Raises as `quantized_layout` (read=None)."""
+    layout = quantized_layout(stored, config, label, None)
+    if layout is None:
+        return stored, config, None
+    config = {key: value for key, value in (config or {}).items() if key != "quantization_config"}
+    return layout.logical(stored), config, layout.facts(stored)
 
 
 def _folder_version(folder: Path) -> tuple:

@@ -105,8 +105,11 @@ def _parameter_count(count: int) -> str:
 def _run_hub_info(args: argparse.Namespace) -> int:
     import json
 
+    from guiapp.checkpoints.quantized.naming import settings_summary
+    from guiapp.errors import CheckpointError
     from guiapp.hub.details import model_details, remote_tensors
     from guiapp.hub.references import ModelRef
+    from guiapp.hub.resolve import read_model_metadata
     from guiapp.system.units import format_bytes, plural
 
     _hub_setup(args)
@@ -116,8 +119,12 @@ def _run_hub_info(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     details = model_details(ref.hub_id, ref.revision)
     tensors = remote_tensors(ref.hub_id, details.commit) if args.tensors else {}
+    try:
+        quantization = settings_summary(read_model_metadata(ModelRef.parse(f"{details.repo_id}@{details.commit}")).config)
+    except CheckpointError:  # no config.json or no safetensors: the rest of the details stand
+        quantization = None
     if args.json:
-        data = details.to_json()
+        data = {**details.to_json(), "quantization": quantization}
         if args.tensors:
             data["tensors"] = {
                 t.name: {"shape": list(t.shape), "dtype": t.dtype, "file": t.file} for t in tensors.values()
@@ -131,6 +138,8 @@ def _run_hub_info(args: argparse.Namespace) -> int:
     _print_shown(f"Licence:       {details.licence or 'not stated'}{gated}")
     _print_shown(f"Base model:    {', '.join(details.base_models) or '-'}")
     _print_shown(f"Parameters:    {by_dtype or 'unknown (no safetensors)'}")
+    if quantization:
+        _print_shown(f"Quantized:     {quantization}")
     _print_shown(f"Download:      {format_bytes(details.download_size)} needed for merging "
                  f"(repo: {format_bytes(details.repo_size)}, {plural(len(details.files), 'file')})")
     _print_shown(f"Popularity:    {details.downloads} downloads, {details.likes} likes")

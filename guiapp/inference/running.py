@@ -33,6 +33,7 @@ from typing import Any
 
 import torch
 
+from guiapp.checkpoints.quantized.loading import dequantized_model
 from guiapp.compute.devices import resolve_device
 from guiapp.errors import CheckpointError, MergesmithError, Remedy, SettingsError, UnsupportedModelError
 from guiapp.facts.dtypes import dtype_name
@@ -236,7 +237,9 @@ def load_model(source: ModelSource, dtype: torch.dtype, device: str, progress: P
     kind = model_kind(config)
     auto = transformers.AutoModelForCausalLM if kind == CAUSAL else transformers.AutoModel
     try:
-        model = auto.from_pretrained(source.folder, dtype=dtype, trust_remote_code=False)
+        model = dequantized_model(auto, source.folder, dtype)
+        if model is None:
+            model = auto.from_pretrained(source.folder, dtype=dtype, trust_remote_code=False)
     except (ValueError, KeyError, ModuleNotFoundError) as error:
         raise _unsupported(source, config, error) from None
     if source.adapter_folder is not None:

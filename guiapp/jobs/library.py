@@ -195,6 +195,9 @@ class UseFit:
     largest_tensor: int | None
     ram_total: int
     ram_available: int
+    # "4-bit (nf4), dequantized to bfloat16 on read: …" for a quantized model (its working memory counts the
+    # dequantized tensors); None for the others or when unknown.
+    quantization: str | None = None
 
     @property
     def disk_level(self) -> FitLevel:
@@ -267,12 +270,12 @@ def use_fit(details: ModelDetails) -> UseFit | None:
         space, ram = disk(cache_folder()), memory()
     except Exception:  # no badge rather than no details
         return None
-    largest = _largest_tensor_bytes(f"{details.repo_id}@{details.commit}" if details.commit else details.repo_id)
+    largest, quantization = header_facts(f"{details.repo_id}@{details.commit}" if details.commit else details.repo_id)
     downloaded = any(model.repo_id == details.repo_id and any(r.commit == details.commit for r in model.revisions)
                      and _weight_files(model.revisions[0].folder) for model in _cached_models())
     return UseFit(details.download_size, downloaded, space.free, space.path,
                   None if largest is None else WORKING_COPIES * largest + PROCESS_BYTES, largest, ram.total,
-                  ram.available)
+                  ram.available, quantization)
 
 
 def downloads_fit(sizes: Iterable[int]) -> list[FitLevel | None]:
@@ -295,17 +298,19 @@ def _verdict(ram_bytes: int, disk_bytes: int, disk_free: int, disk_path: Path, r
                        space=Disk(path=disk_path, free=disk_free, total=disk_free)).level
 
 
-def _largest_tensor_bytes(reference: str) -> int | None:
-    """The largest tensor of `reference`'s model in float32 bytes, from its headers; None when they cannot be
-    read (no safetensors, offline)."""
+def header_facts(reference: str) -> tuple[int | None, str | None]:
+    """The largest tensor of `reference`'s model in float32 bytes (dequantized, for a quantized model) and what
+    its quantization is (`Quantization.summary`), from its headers; None for what cannot be read (no
+    safetensors, offline)."""
     from guiapp.checkpoints.sources import read_headers  # the engine loads torch
     from guiapp.hub.references import ModelRef
 
     try:
-        tensors = read_headers(ModelRef.parse(reference)).tensors.values()
+        headers = read_headers(ModelRef.parse(reference))
     except Exception:  # the details still show; the memory is "unknown"
-        return None
-    return max((math.prod(t.shape) * 4 for t in tensors), default=0)
+        return None, None
+    quantization = headers.quantization.summary() if headers.quantization else None
+    return max((math.prod(t.shape) * 4 for t in headers.tensors.values()), default=0), quantization
 
 
 def _cached_models() -> list[CachedModel]:

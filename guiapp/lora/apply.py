@@ -15,6 +15,8 @@ from typing import Any
 import torch
 
 from guiapp.checkpoints.adapters import LoraAdapter, apply_inputs, open_adapter
+from guiapp.checkpoints.quantized.notes import dequantized_from
+from guiapp.checkpoints.quantized.registry import Quantization
 from guiapp.checkpoints.reading import dtype_from_name
 from guiapp.checkpoints.sources import ModelReader, open_reader, read_headers
 from guiapp.checkpoints.writing import PlannedTensor, ShardedWriter, StagedOutput, check_free_space, parse_size
@@ -94,7 +96,7 @@ def apply_lora(settings: ApplySettings, progress: Progress | None = None) -> dic
             writer = ShardedWriter(staged.path, plan, shard_bytes)
             with threads_restored():
                 counts = _stream(reader, adapter, plan, writer, device, settings.threads, progress)
-            _write_model_files(reader.folder, staged.path, out_dtype, settings)
+            _write_model_files(reader.folder, staged.path, out_dtype, settings, base_headers.quantization)
         finally:
             reader.close()
         output = staged.commit(progress)
@@ -141,10 +143,12 @@ def _stream(
     return counts
 
 
-def _write_model_files(base_folder: Path, out: Path, out_dtype: torch.dtype | None, settings: ApplySettings) -> None:
+def _write_model_files(base_folder: Path, out: Path, out_dtype: torch.dtype | None, settings: ApplySettings,
+                       quantization: Quantization | None) -> None:
     config_path = base_folder / "config.json"
     if config_path.exists():
         config = read_model_config(config_path)
+        config.pop("quantization_config", None)  # a quantized base was read dequantized: the output is not quantized
         if out_dtype is not None:
             config["torch_dtype"] = dtype_name(out_dtype)
             if "dtype" in config:
@@ -155,8 +159,8 @@ def _write_model_files(base_folder: Path, out: Path, out_dtype: torch.dtype | No
     (out / "README.md").write_text(
         "---\nlibrary_name: transformers\ntags:\n- mergesmith\n- lora-applied\n---\n\n"
         f"# {Path(settings.out).name}\n\n"  # `out` is the staging folder: the card is titled with the result's name
-        f"The base model {settings.base} with the LoRA adapter {settings.adapter} applied{scale} "
-        "by Mergesmith.\n"
+        f"The base model {settings.base}{dequantized_from(quantization)} with the LoRA adapter {settings.adapter} "
+        f"applied{scale} by Mergesmith.\n"
     )
 
 

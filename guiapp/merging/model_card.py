@@ -9,6 +9,7 @@ from pathlib import Path
 import yaml
 
 from guiapp import __version__
+from guiapp.checkpoints.quantized.notes import dequantized_from
 from guiapp.facts.dtypes import dtype_name
 from guiapp.merging.plan import MergePlan
 from guiapp.merging.tokenizers import (
@@ -83,7 +84,7 @@ def merge_card(plan: MergePlan) -> str:
     ]
     for model in plan.models:
         role = " (base)" if base is not None and model.ref == base else ""
-        lines.append(f"- {model.label}{role}")
+        lines.append(f"- {model.label}{role}{dequantized_from(model.quantization)}")
     lines += ["", "## Precision", "", _precision_line(plan)]
     lines += ["", "## Recipe", "", "```yaml", recipe_yaml(plan.recipe.document).rstrip(), "```", ""]
     return "\n".join(lines)

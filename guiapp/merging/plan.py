@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from guiapp.checkpoints.quantized.notes import task_vector_warning
 from guiapp.checkpoints.reading import TensorInfo, dtype_from_name
 from guiapp.checkpoints.sources import ModelHeaders
 from guiapp.checkpoints.tensor_roles import (
@@ -139,6 +140,8 @@ def build_plan(recipe: Recipe, headers: dict[ModelRef, ModelHeaders], compute_as
         models.append(headers[ref])
 
     warnings += _compatibility_warnings(recipe, models, index_of)
+    base = recipe.base_model if method.base_role is not BaseRole.INPUT else None
+    warnings += task_vector_warning([(m.label, m.quantization) for m in models if m.quantization], base and str(base))
     layers = [_layers_by_index(model) for model in models]
     slices = _normalise_slices(recipe, method, models, index_of, layers)
     warnings += _unused_parameter_warnings(recipe, method)

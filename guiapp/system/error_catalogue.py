@@ -492,6 +492,32 @@ CATALOGUE: tuple[Entry, ...] = (
         types=_types("ModelConfigError"),
     ),
     Entry(
+        key="quantized_parts_disagree",
+        title="A quantized model's files do not fit together",
+        what="A quantized model's packed weights, scales or zero points are missing or have shapes that do not fit "
+        "the weight they belong to or its quantization settings.",
+        why="A quantized weight is rebuilt from its packed numbers and their scales (block by block, group by group, "
+        "as the settings in config.json say). A missing part or a wrong block or group size cannot be guessed "
+        "around: the result would be a silently wrong model, so the model is refused when it is opened, before "
+        "anything is written.",
+        fix="Download the model again (a shard may be missing or cut short). If it stays like this, the quantized "
+        "upload itself is broken: use another quantized copy, or the unquantized original its card names.",
+        pattern=_patterns(r"is quantized, but tensor \"(?P<tensor>[^\"]{1,300})\""),
+        types=_types("QuantizedCheckpointError"),
+    ),
+    Entry(
+        key="unknown_quantization",
+        title="This model's quantization cannot be read yet",
+        what="The model is quantized with a method Mergesmith has no dequantizer for.",
+        why="Each quantization method packs weights its own way. Mergesmith reads bitsandbytes (4- and 8-bit), FP8, "
+        "compressed-tensors, GPTQ, AWQ and MXFP4 checkpoints as their full-precision weights; other methods "
+        "(HQQ, EETQ, AQLM, GGUF inside safetensors…) it cannot rebuild.",
+        fix="Use the model's unquantized original (its model card usually names it), or a copy quantized with one "
+        "of the methods above.",
+        pattern=_patterns(r'is quantized with "(?P<method>[^"]{1,100})", which Mergesmith cannot read yet'),
+        types=_types("UnknownQuantizationError"),
+    ),
+    Entry(
         key="unsafe_pickle",
         title="A model file contains code",
         what="A PyTorch .bin checkpoint was refused: it holds Python objects beyond plain tensors.",

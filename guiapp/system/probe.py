@@ -31,6 +31,7 @@ CACHE_DIR_VARIABLE = "MERGESMITH_CACHE_DIR"
 DEFAULT_TIMEOUT_SECONDS = 120.0
 RESULT_FORMAT = 1  # bump when the stored layout changes, so old cache files are ignored
 
+PACKED = "packed"  # the dtype of the dequantizer checks: they start from packed codes, not from one float dtype
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ import psutil
 import torch
 
 from guiapp.facts.dtypes import COMPUTE, PROBED
-from guiapp.system.probe import cpuinfo_field
+from guiapp.system.probe import PACKED, cpuinfo_field
 from guiapp.system.resources import svd_flop_count
 
 DTYPES: dict[str, torch.dtype] = {name: getattr(torch, name) for name in PROBED}
@@ -85,6 +85,35 @@ OPERATIONS: dict[str, Operation] = {
 }
 # Conversions to NumPy and files happen on the host whatever the compute device, so they are checked on CPU only.
 HOST_OPERATIONS = ("numpy", "safetensors")
+
+# The torch steps each quantized format's dequantizer (guiapp/checkpoints/quantized) is made of, on stored data of
+# that format's kinds (packed uint8 / int32 codes, float8, power-of-two exponents), ending in float32. Recorded
+# as checks in the dtype PACKED, operation "dequantize <format>".
+
+
+def _lookup_nibbles(packed: torch.Tensor) -> torch.Tensor:
+    codes = torch.stack((packed >> 4, packed & 0x0F), dim=-1).reshape(-1).long()
+    return torch.linspace(-1, 1, 16, device=packed.device)[codes]
+
+
+def _unpack_int32(packed: torch.Tensor) -> torch.Tensor:
+    shifts = torch.arange(0, 32, 4, dtype=torch.int32, device=packed.device)
+    return ((packed.unsqueeze(-1) >> shifts) & 0x0F).flatten(-2)
+
+
+DEQUANTIZERS: dict[str, Callable[[str], torch.Tensor]] = {
+    "bitsandbytes 4-bit": lambda d: _lookup_nibbles(torch.arange(256, dtype=torch.uint8, device=d)).view(-1, 64)
+    * torch.rand(8, 1, device=d),
+    "bitsandbytes 8-bit": lambda d: torch.arange(-64, 64, dtype=torch.int8, device=d).view(8, 16).float()
+    * (torch.rand(8, device=d) / 127).unsqueeze(1),
+    "fp8": lambda d: torch.randn(SIDE, SIDE, device=d).to(torch.float8_e4m3fn).float()
+    * torch.rand(2, 2, device=d).repeat_interleave(SIDE // 2, 0).repeat_interleave(SIDE // 2, 1),
+    "gptq / awq / compressed-tensors": lambda d: (
+        _unpack_int32(torch.randint(-2**31, 2**31 - 1, (SIDE, 8), dtype=torch.int32, device=d))
+        - 8).float()[:, torch.arange(SIDE, device=d).view(-1, 8)[:, [0, 4, 1, 5, 2, 6, 3, 7]].reshape(-1)],
+    "mxfp4": lambda d: torch.ldexp(_lookup_nibbles(torch.arange(256, dtype=torch.uint8, device=d)).view(-1, 32),
+                                   (torch.arange(16, dtype=torch.uint8, device=d).int() - 8).unsqueeze(-1).float()),
+}
 
 
 class Recorder:
@@ -216,6 +245,13 @@ def _probe_device(recorder: Recorder, device: str, dtypes: list[str], operations
                 error=None if error is None else _describe_error(error),
                 seconds=round(time.perf_counter() - started, 6),
             )
+    for name, dequantize in DEQUANTIZERS.items():
+        recorder.write("start", step=f"{device} dequantize {name}")
+        started = time.perf_counter()
+        error = _attempt(lambda _, run=dequantize: run(device), torch.empty(0), device)
+        recorder.write("check", device=device, dtype=PACKED, operation=f"dequantize {name}", ok=error is None,
+                       error=None if error is None else _describe_error(error),
+                       seconds=round(time.perf_counter() - started, 6))
     if timing:
         _measure_speeds(recorder, device, dtypes)
 

@@ -6,7 +6,7 @@ import time
 
 from guiapp.facts.dtypes import PROBED, short_name
 from guiapp.system.capabilities import JOB_OPERATIONS, describe_device, device_verdict, dtype_options
-from guiapp.system.probe import ProbeResult
+from guiapp.system.probe import PACKED, ProbeResult
 from guiapp.system.units import format_bytes
 
 OPERATION_COLUMN = 20
@@ -54,7 +54,8 @@ def _device_details(device: dict) -> str:
 
 
 def _matrix(result: ProbeResult, device: str) -> list[str]:
-    operations = list(dict.fromkeys(check.operation for check in result.checks if check.device == device))
+    operations = list(dict.fromkeys(check.operation for check in result.checks
+                                    if check.device == device and check.dtype != PACKED))
     header = "".join(short_name(dtype).ljust(DTYPE_COLUMN) for dtype in PROBED)
     lines = [f"Operations on {device} (ok works, -- fails, ? not tested)",
              f"  {'':<{OPERATION_COLUMN}}{header}".rstrip()]
@@ -68,7 +69,21 @@ def _matrix(result: ProbeResult, device: str) -> list[str]:
     if failures:
         lines += ["", f"Failures on {device}"]
         lines += [f"  {check.operation} in {check.dtype}: {(check.error or '').splitlines()[0]}" for check in failures]
-    return lines
+    return lines + ["", dequantizers_line(result, device)]
+
+
+def dequantizers_line(result: ProbeResult, device: str) -> str:
+    """Which quantized formats' dequantizers run on `device` ("Quantized models read on cpu: … (float8 upcast to
+    float32 first)"), from the probe's "dequantize …" checks."""
+    checks = [check for check in result.checks if check.device == device and check.dtype == PACKED]
+    if not checks:
+        return f"Quantized models read on {device}: not tested (run `mergesmith probe --refresh`)"
+    works = [c.operation.removeprefix("dequantize ") for c in checks if c.ok]
+    fails = [c.operation.removeprefix("dequantize ") for c in checks if not c.ok]
+    upcast = "" if all(c.ok for c in result.checks if c.device == device and c.dtype.startswith("float8")) \
+        else " (float8 has no arithmetic here: it is upcast to float32 first)"
+    return (f"Quantized models read on {device}: {', '.join(works) or 'none'}{upcast}"
+            + (f"; not: {', '.join(fails)}" if fails else ""))
 
 
 def _speeds(result: ProbeResult, device: str) -> list[str]:

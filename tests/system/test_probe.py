@@ -192,3 +192,15 @@ def test_a_damaged_or_foreign_cache_file_is_ignored(tmp_path):
 
 def test_result_survives_a_json_round_trip(probed):
     assert ProbeResult.from_json(json.loads(json.dumps(probed.to_json()))) == probed
+
+
+def test_the_dequantizers_of_every_quantized_format_run_on_the_cpu_and_the_report_says_so(probed):
+    from guiapp.system.report import format_probe_report
+
+    checks = {check.operation: check for check in probed.checks if check.device == "cpu" and check.dtype == "packed"}
+    assert set(checks) == {"dequantize bitsandbytes 4-bit", "dequantize bitsandbytes 8-bit", "dequantize fp8",
+                           "dequantize gptq / awq / compressed-tensors", "dequantize mxfp4"}
+    assert all(check.ok for check in checks.values())
+    report = format_probe_report(probed, verbose=True)
+    assert ("Quantized models read on cpu: bitsandbytes 4-bit, bitsandbytes 8-bit, fp8, gptq / awq / "
+            "compressed-tensors, mxfp4 (float8 has no arithmetic here: it is upcast to float32 first)") in report

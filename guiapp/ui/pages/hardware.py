@@ -149,6 +149,8 @@ class HardwarePage(QWidget):
 
     def _show_device(self) -> None:
         from guiapp.system.capabilities import JOB_OPERATIONS, check_words, dtype_options
+        from guiapp.system.probe import PACKED
+        from guiapp.system.report import dequantizers_line
 
         result, device = self.state.probe, self.device_combo.currentData()
         if result is None or device is None:
@@ -168,7 +170,8 @@ class HardwarePage(QWidget):
                 self.jobs_table.setItem(row, column, item)
         rows_height = sum(self.jobs_table.rowHeight(r) for r in range(self.jobs_table.rowCount()))
         self.jobs_table.setFixedHeight(rows_height + self.jobs_table.horizontalHeader().height() + 4)
-        operations = list(dict.fromkeys(c.operation for c in result.checks if c.device == device))
+        operations = list(dict.fromkeys(c.operation for c in result.checks if c.device == device and c.dtype != PACKED))
+        self.matrix.setToolTip(dequantizers_line(result, device))
         self.matrix.setColumnCount(len(PROBED))
         self.matrix.setHorizontalHeaderLabels(list(PROBED))
         self.matrix.setRowCount(len(operations))

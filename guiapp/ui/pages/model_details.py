@@ -122,7 +122,7 @@ class ModelDetailsPane(QWidget):
             ("Popularity", f"{details.downloads:,} downloads, {details.likes:,} likes"),
             ("Updated", details.last_modified.strftime("%Y-%m-%d") if details.last_modified else "—"),
             ("Tags", ", ".join(t for t in details.tags if ":" not in t)[:200] or "—"),
-        ]
+        ] + ([("Quantized", fit.quantization)] if fit is not None and fit.quantization else [])
         self.detail_facts.setText("<table>" + "".join(f"<tr><td><b>{k}</b>&nbsp;&nbsp;</td><td>{html_escape(v)}</td></tr>"
                                                       for k, v in facts) + "</table>")
         self.detail_files.clear()

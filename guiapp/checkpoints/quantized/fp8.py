@@ -1,0 +1,114 @@
+"""FP8 checkpoints: float8 (e4m3 / e5m2) weights with a scale.
+
+Two layouts: `weight_scale` multiplies the weight per tensor (one value) or per output channel (`[out]` or
+`[out, 1]`); `weight_scale_inv` (DeepSeek-V3, `weight_block_size` [128, 128] in the settings) multiplies each
+128x128 block by its own value. Float8 is upcast to float32 before any arithmetic, so a device without float8
+kernels (every CPU) reads it all the same. `input_scale` (for activations at inference) is left out.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+
+from guiapp.checkpoints.quantized.registry import (
+    Dequantized,
+    QuantizedLayout,
+    ReadStored,
+    ReadStoredRows,
+    Stored,
+    refuse,
+    settings_dtype,
+)
+
+FLOAT8 = tuple(getattr(torch, name) for name in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz")
+               if hasattr(torch, name))
+SCALE_SUFFIXES = ("_scale_inv", "_scale")
+ACTIVATION_SCALES = (".input_scale", ".output_scale", ".k_scale", ".v_scale")
+
+
+def plan(stored: Mapping[str, Stored], settings: Mapping[str, Any], config: Mapping[str, Any], label: str,
+         read: ReadStored | None) -> QuantizedLayout:
+    """The layout of an FP8 checkpoint. Raises QuantizedCheckpointError naming a float8 weight without a scale,
+    or a scale whose shape does not fit the weight (or the block size the settings give)."""
+    block = settings.get("weight_block_size")
+    dtype = settings_dtype(config)
+    tensors: dict[str, Dequantized] = {}
+    for name, info in stored.items():
+        if info.dtype not in FLOAT8:
+            continue
+        scale = next((name + suffix for suffix in SCALE_SUFFIXES if name + suffix in stored), None)
+        if scale is None:
+            raise refuse(label, name, 'is stored in float8 but has no scale (expected a tensor '
+                         f'"{name}_scale_inv" or "{name}_scale")')
+        blocks = tuple(block) if scale.endswith("_scale_inv") and block else None
+        tensors[name] = scaled(stored, name, scale, label, dtype, blocks)
+    if not tensors:
+        raise refuse(label, next(iter(stored), "(none)"), "says FP8, but no tensor is stored in float8")
+    kinds = sorted({str(stored[name].dtype).removeprefix("torch.float8_") for name in tensors})
+    blocked = f", {block[0]}x{block[1]} blocks" if block else ""
+    hidden = {part for entry in tensors.values() for part in entry.parts}
+    hidden |= {name for name in stored if name.endswith(ACTIVATION_SCALES)}
+    return QuantizedLayout("fp8", f"FP8 ({', '.join(kinds)}{blocked})", tensors, frozenset(hidden))
+
+
+def scaled(stored: Mapping[str, Stored], weight: str, scale: str, label: str, dtype: torch.dtype,
+           blocks: tuple[int, ...] | None = None) -> Dequantized:
+    """A weight times its scale (one value, one per row, or one per block; `blocks` fixes the block size).
+    Raises QuantizedCheckpointError when the scale's shape does not tile the weight's."""
+    shape, scale_shape = tuple(stored[weight].shape), tuple(stored[scale].shape)
+    if math.prod(scale_shape) == 1:
+        scale_shape = (1,) * len(shape)
+    elif len(scale_shape) == len(shape) - 1:
+        scale_shape = scale_shape + (1,)
+    wanted = tuple(-(-size // size_block) for size, size_block in zip(shape, blocks, strict=False)) if blocks else None
+    if len(scale_shape) != len(shape) or (wanted is not None and scale_shape != wanted) or \
+            any(s != 1 and -(-size // -(-size // s)) != s for size, s in zip(shape, scale_shape, strict=True)):
+        need = f" where blocks of {'x'.join(map(str, blocks))} need {list(wanted)}" if wanted else ""
+        raise refuse(label, weight, f'has "{scale}" of shape {list(stored[scale].shape)}, which does not tile its '
+                     f"shape {list(shape)}{need}")
+
+    def rebuild(tensors: list[torch.Tensor]) -> torch.Tensor:
+        return apply_in_place(tensors[0].float(), tensors[1].float().reshape(scale_shape), torch.Tensor.mul_, blocks)
+
+    def rows(read: ReadStored, read_rows: ReadStoredRows, wanted: range) -> torch.Tensor:
+        """Rows of a matrix: their codes, and the scales of their rows (or row blocks) alone."""
+        codes = read_rows(weight, wanted).float()
+        if scale_shape[0] == 1 or not wanted:
+            return apply_in_place(codes, read(scale).float().reshape(scale_shape), torch.Tensor.mul_, blocks)
+        block = blocks[0] if blocks else -(-shape[0] // scale_shape[0])
+        first = wanted.start // block
+        stored = read_rows(scale, range(first, (wanted.stop - 1) // block + 1)).float().reshape(-1, scale_shape[1])
+        per_row = stored[torch.arange(wanted.start, wanted.stop) // block - first]
+        return apply_in_place(codes, per_row, torch.Tensor.mul_, (1, blocks[1]) if blocks else None)
+
+    return Dequantized(shape, dtype, (weight, scale), rebuild, rows if len(shape) == 2 else None)
+
+
+def expand(scale: torch.Tensor, shape: tuple[int, ...], blocks: tuple[int, ...] | None = None) -> torch.Tensor:
+    """`scale` (one value per block along each dimension, or 1 to broadcast) stretched to `shape`; the blocks are
+    `blocks` in size (the last one ragged), or equal parts when not given."""
+    for dim, (size, count) in enumerate(zip(shape, scale.shape, strict=True)):
+        if count not in (1, size):
+            block = blocks[dim] if blocks else -(-size // count)
+            scale = scale.repeat_interleave(block, dim=dim).narrow(dim, 0, size)
+    return scale
+
+
+def apply_in_place(weight: torch.Tensor, scale: torch.Tensor, operation: Callable[[torch.Tensor, torch.Tensor], Any],
+                   blocks: tuple[int, ...] | None = None) -> torch.Tensor:
+    """`operation` (torch.Tensor.mul_, sub_) of `weight` by `scale` stretched over it as `expand` does, in place:
+    the leading dimensions' scales are stretched (they are small), the last one is applied by viewing the weight
+    as groups when they divide it, so no weight-sized scale is made. Returns `weight`."""
+    shape = tuple(weight.shape)
+    scale = expand(scale, shape[:-1] + scale.shape[-1:], blocks)
+    size, count = shape[-1], scale.shape[-1]
+    block = blocks[-1] if blocks else -(-size // count)
+    if count in (1, size) or size != count * block:
+        operation(weight, expand(scale, shape, blocks))
+    else:
+        operation(weight.view(*shape[:-1], count, block), scale.unsqueeze(-1))
+    return weight
