@@ -93,7 +93,7 @@ def main() -> None:
                 out.unlink(missing_ok=True)
                 seconds, memory, _ = run_measured(
                     [sys.executable, "-c", f"import os, sys, time; sys.path.insert(0, {str(ROOT)!r}); "
-                     "from guiapp.cli import main; t = time.perf_counter(); "
+                     "from guiapp.__main__ import main; t = time.perf_counter(); "
                      f"code = main(['export-gguf', {str(model)!r}, {str(out)!r}, '--type', {kind!r}]); "
                      "print(time.perf_counter() - t); sys.exit(code)"])
                 exports.append(seconds)

@@ -19,7 +19,8 @@ from typing import Any
 
 import torch
 
-from guiapp.checkpoints.quantized.registry import QuantizedLayout, quantized_layout
+from guiapp.checkpoints.quantized.layout import QuantizedLayout
+from guiapp.checkpoints.quantized.registry import quantized_layout
 from guiapp.checkpoints.weight_file import SafetensorsFile, changed_file_error, file_identity
 from guiapp.errors import CheckpointError, UnsafeCheckpointError
 from guiapp.facts.dtypes import BY_CODE, writable_name

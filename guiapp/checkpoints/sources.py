@@ -15,7 +15,8 @@ from typing import Any
 import torch
 
 from guiapp.checkpoints.adapters import LoraAdapter, open_adapter
-from guiapp.checkpoints.quantized.registry import Quantization, quantized_layout
+from guiapp.checkpoints.quantized.layout import Quantization
+from guiapp.checkpoints.quantized.registry import quantized_layout
 from guiapp.checkpoints.reading import Checkpoint, TensorInfo, open_checkpoint, tensor_info
 from guiapp.errors import CheckpointError
 from guiapp.hub.header_cache import cached_headers, folder_version

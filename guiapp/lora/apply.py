@@ -15,8 +15,8 @@ from typing import Any
 import torch
 
 from guiapp.checkpoints.adapters import LoraAdapter, apply_inputs, open_adapter
+from guiapp.checkpoints.quantized.layout import Quantization
 from guiapp.checkpoints.quantized.notes import dequantized_from
-from guiapp.checkpoints.quantized.registry import Quantization
 from guiapp.checkpoints.reading import dtype_from_name
 from guiapp.checkpoints.sources import ModelReader, open_reader, read_headers
 from guiapp.checkpoints.writing import PlannedTensor, ShardedWriter, StagedOutput, check_free_space, parse_size

@@ -15,7 +15,7 @@ from tests.quantized.helpers import bnb_4bit, bnb_4bit_settings, quantized_copy
 from tests.quantized.test_formats import _fp8_blocks
 from tests.support.fixtures import hub_env, hub_server  # noqa: F401 - the test Hub
 
-RUNNER = ("import json, sys\nfrom guiapp.cli import main\ncode = main(sys.argv[1:])\n"
+RUNNER = ("import json, sys\nfrom guiapp.__main__ import main\ncode = main(sys.argv[1:])\n"
           "print('@@' + json.dumps({'code': code, 'torch': 'torch' in sys.modules}), file=sys.stderr)\n")
 
 

@@ -16,7 +16,7 @@ import torch
 
 from guiapp.checkpoints.quantized.fp8 import FLOAT8, apply_in_place, scaled
 from guiapp.checkpoints.quantized.gptq import unpack
-from guiapp.checkpoints.quantized.registry import (
+from guiapp.checkpoints.quantized.layout import (
     Dequantized,
     QuantizedLayout,
     ReadStored,

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from guiapp.checkpoints.quantized.registry import (
+from guiapp.checkpoints.quantized.layout import (
     Dequantized,
     QuantizedLayout,
     ReadStored,
@@ -24,8 +24,9 @@ from guiapp.checkpoints.quantized.registry import (
     settings_dtype,
 )
 
-FLOAT8 = tuple(getattr(torch, name) for name in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz")
-               if hasattr(torch, name))
+# The float8 weight formats this torch has (e4m3/e5m2 and their fnuz variants); e8m0 holds only scale exponents.
+FLOAT8 = tuple(dtype for name in dir(torch) if name.startswith(("float8_e4m3", "float8_e5m2"))
+               and isinstance(dtype := getattr(torch, name), torch.dtype))
 SCALE_SUFFIXES = ("_scale_inv", "_scale")
 ACTIVATION_SCALES = (".input_scale", ".output_scale", ".k_scale", ".v_scale")
 

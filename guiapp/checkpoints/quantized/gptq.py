@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from guiapp.checkpoints.quantized.registry import (
+from guiapp.checkpoints.quantized.layout import (
     Dequantized,
     QuantizedLayout,
     ReadStored,

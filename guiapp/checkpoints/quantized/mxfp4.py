@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from guiapp.checkpoints.quantized.registry import (
+from guiapp.checkpoints.quantized.layout import (
     Dequantized,
     QuantizedLayout,
     ReadStored,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from guiapp.checkpoints.quantized.registry import Quantization
+from guiapp.checkpoints.quantized.layout import Quantization
 
 
 def dequantized_from(quantization: Quantization | None) -> str:
