@@ -36,7 +36,7 @@ from PySide6.QtWidgets import (
 )
 
 from guiapp.facts.dtypes import WRITABLE
-from guiapp.hub.references import ModelRef
+from guiapp.jobs.recipe_fixes import short_name
 from guiapp.jobs.tryout import (
     DEFAULT_TEMPERATURE,
     DEFAULT_TOP_P,
@@ -45,6 +45,8 @@ from guiapp.jobs.tryout import (
     estimate_try_time,
     models_to_try,
     perplexity_job,
+    publishable_folder,
+    read_sample_text,
     try_job,
 )
 from guiapp.ui.background import LatestTask, call_in_background, run_blocking
@@ -104,7 +106,7 @@ class ModelColumn(QGroupBox):
     """One model's output: its name, what it runs in, and the text as it streams in."""
 
     def __init__(self, reference: str, parent: QWidget | None = None) -> None:
-        super().__init__(ModelRef.parse(reference).short_name, parent)
+        super().__init__(short_name(reference), parent)
         self.setToolTip(reference)
         self.status = WrappingLabel("Waiting…")
         self.output = QPlainTextEdit(readOnly=True)
@@ -360,19 +362,12 @@ class TryPage(QWidget):
         references = self.references()
         if not references:
             return None
-        ref = ModelRef.parse(references[-1])
-        folder = (ref.adapter or ref).folder
-        return folder if folder is not None and folder.is_dir() else None
+        return publishable_folder(references[-1])
 
     def load_text_file(self, path: Path) -> None:
         """Read a .txt or .jsonl file into the text box (off the UI thread); a problem is shown in the status."""
-        def read() -> str:
-            from guiapp.inference.running import read_text_file  # imports torch: off the UI thread
-
-            return read_text_file(path)
-
         self.status.setText(f"Reading {path.name}…")
-        call_in_background(read, self._text_loaded,
+        call_in_background(lambda: read_sample_text(path), self._text_loaded,  # imports torch: off the UI thread
                            lambda error: self.status.setText(error_text(error)))
 
     # --- internals ------------------------------------------------------------------------------------------
@@ -488,8 +483,8 @@ class TryPage(QWidget):
                 if entry.get("untrained"):
                     item.setToolTip(sentence(entry["untrained"]) + ".")
                 self.table.setItem(row, column, item)
-            bars.append((ModelRef.parse(entry["model"]).short_name, value))
-        notes = [f"{ModelRef.parse(entry['model']).short_name} is {entry['untrained']}." for entry in results
+            bars.append((short_name(entry["model"]), value))
+        notes = [f"{short_name(entry['model'])} is {entry['untrained']}." for entry in results
                  if entry.get("untrained")]
         self.perplexity_note.setText("\n".join(notes))
         self.perplexity_note.setVisible(bool(notes))
