@@ -94,6 +94,20 @@ def test_qt_is_imported_only_under_guiapp_ui():
     assert outside == []
 
 
+# "The window renders, the layers below decide": widgets reach the engine and the Hub only through guiapp.jobs, and
+# read or write no YAML themselves. Facts (guiapp.facts) and the system layer's helpers stay allowed.
+BELOW_THE_JOBS = ("guiapp.hub", "guiapp.merging", "guiapp.lora", "guiapp.inference", "guiapp.checkpoints",
+                  "guiapp.compute")
+
+
+def test_the_window_reaches_the_engine_and_the_hub_only_through_the_jobs():
+    """Lazy imports included: an import inside a function still puts the engine's decision in the widget."""
+    reaching = [_where(i) for i in IMPORTS if i.importer.startswith("guiapp.ui")
+                and (i.imported.split(".")[0] == "yaml"
+                     or any(i.imported == layer or i.imported.startswith(layer + ".") for layer in BELOW_THE_JOBS))]
+    assert reaching == []
+
+
 def test_the_hub_package_never_imports_torch():
     torch = [_where(i) for i in IMPORTS if i.importer.startswith("guiapp.hub")
              and (i.imported.split(".")[0] == "torch" or i.imported == "safetensors.torch")]

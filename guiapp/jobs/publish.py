@@ -1,13 +1,20 @@
-"""The publish job: upload a model folder to the Hub with its reviewed card (see guiapp.hub.upload)."""
+"""Publishing a model folder: what the Publish dialog shows before (the licence, warnings about the inputs'
+licences, the model card, whether the Hub would accept the upload) and the publish job that uploads the folder
+with its reviewed card (see guiapp.hub.upload and guiapp.hub.publish_card).
+
+The Hub modules are imported inside each function so that opening the dialog waits for no Hub client."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from guiapp.jobs.runner import Job, JobSpec
 from guiapp.progress import Progress
+
+if TYPE_CHECKING:
+    from guiapp.hub.upload import UploadPlan
 
 
 @dataclass(frozen=True)
@@ -41,3 +48,56 @@ class PublishSpec(JobSpec):
 def publish_job(folder: Path, repo_id: str, **settings: Any) -> Job:
     """A job that checks, then uploads `folder` to `repo_id` (see `PublishSpec`)."""
     return PublishSpec(str(folder), repo_id, **settings).job()
+
+
+def licence_choices() -> list[str]:
+    """The licences the dialog offers first (the user may type another). Never raises."""
+    from guiapp.hub.publish_card import LICENCES
+
+    return list(LICENCES)
+
+
+@dataclass(frozen=True)
+class PublishStart:
+    """What the dialog fills in once it has asked: the signed-in `user` (None: nobody), the `licence` the inputs
+    share ("other" when they differ or state none) and `warnings` about publishing a model made from them."""
+
+    user: str | None
+    licence: str
+    warnings: list[str]
+
+
+def prepare_publish(folder: Path) -> PublishStart:
+    """Ask the Hub who is signed in and what licences the models `folder` was made from carry (their Hub pages).
+    Raises InvalidTokenError, OfflineError, HubUnreachableError or ConnectionLostError when the Hub cannot say."""
+    from guiapp.hub.publish_card import base_models, input_licences, licence_warnings, preset_licence
+    from guiapp.hub.tokens import signed_in_user
+
+    user = signed_in_user()
+    inputs = input_licences(base_models(Path(folder)))
+    return PublishStart(user, preset_licence(inputs), licence_warnings(inputs))
+
+
+def model_card(folder: Path, repo_id: str, licence: str) -> str:
+    """The README.md to publish with `folder` as `repo_id` under `licence`, for the user to review: the folder's
+    own card kept, with the licence, base models and tags set; a folder without a card gets a new one."""
+    from guiapp.hub.publish_card import publish_card
+
+    return publish_card(Path(folder), repo_id, licence)
+
+
+def card_with_licence(card: str, licence: str) -> str:
+    """`card` with only its licence line changed to `licence` (the user's other edits stay). Never raises."""
+    from guiapp.hub.publish_card import with_licence
+
+    return with_licence(card, licence)
+
+
+def check_publish(folder: Path, repo_id: str, private: bool) -> UploadPlan:
+    """What publishing `folder` to `repo_id` would upload and where, asking the Hub (read requests only); a folder
+    that does not look like a model is allowed here, its `not_a_model` saying why, for the user to confirm.
+    Raises UploadRefusedError (not signed in, a token that may not write there, a bad or foreign name, a
+    credential in a file), OutputError (no files), InvalidTokenError, OfflineError, ConnectionLostError."""
+    from guiapp.hub.upload import check_upload
+
+    return check_upload(Path(folder), repo_id, private, any_folder=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar
 
 from guiapp.errors import ON_CPU, DeviceError, SettingsError
@@ -333,3 +334,22 @@ def perplexity_job(references: list[str], text: str, *, shelf: ModelShelf | None
                    **settings: Any) -> Job:
     """A Perplexity job with `settings` (see `PerplexitySpec`)."""
     return PerplexitySpec(list(references), text, **settings).job(shelf, probe_result)
+
+
+def read_sample_text(path: Path) -> str:
+    """The text to measure perplexity on, from a .txt file or the "text" fields of a .jsonl file. Raises
+    SettingsError for a file that is missing, too large, not UTF-8 or a .jsonl line without a "text" string.
+    Imports torch: call it off the UI thread."""
+    from guiapp.inference.running import read_text_file
+
+    return read_text_file(path)
+
+
+def publishable_folder(reference: str) -> Path | None:
+    """The folder on this computer that publishing `reference` would share: its adapter's when it has one, else
+    its own; None for a Hub model or a folder that is gone. Raises RecipeError for a reference that is not one."""
+    from guiapp.hub.references import ModelRef
+
+    ref = ModelRef.parse(reference)
+    folder = (ref.adapter or ref).folder
+    return folder if folder is not None and folder.is_dir() else None

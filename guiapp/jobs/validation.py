@@ -198,15 +198,18 @@ def unusual_values(document: dict[str, Any], method: Any) -> list[Problem]:
 
 
 def check_pair(base: str, model: str, device: str, output: str, probe: Any, replace: bool = False, *,
-               rule: Any = None, solver: str = "randomized", embeddings: str = "save") -> PairCheck:
+               rank_mode: str = "fixed", rank_value: float = 32, max_rank: int | None = None,
+               solver: str = "randomized", embeddings: str = "save") -> PairCheck:
     """Whether `model` is a fine-tune of `base` (the one compatibility check, from their headers), whether the
     adapter may be written at `output` (`replace`: the user allows replacing an earlier output there) and what
-    extracting it by `rule` (a RankRule; None: rank 32), `solver` and `embeddings` costs. Never raises."""
+    extracting it costs with the rank rule (`rank_mode`, `rank_value`, `max_rank`, as the extract job takes
+    them), `solver` and `embeddings`. Never raises."""
     from guiapp.checkpoints.sources import read_headers
     from guiapp.checkpoints.writing import local_input_folders
     from guiapp.hub.references import ModelRef
     from guiapp.jobs.estimates import estimate_extraction
     from guiapp.lora.extract import pair_problem  # loads torch: only when checking
+    from guiapp.lora.lowrank import RankRule
 
     try:
         base_ref = ModelRef.parse(base)
@@ -227,7 +230,8 @@ def check_pair(base: str, model: str, device: str, output: str, probe: Any, repl
     if output:
         check.problems.extend(output_problems(expanded(output), local_input_folders((base_ref, model_ref)), replace))
     try:
-        rank = rule.cap((1 << 30, 1 << 30)) if rule is not None and rule.mode == "fixed" else 32
+        rule = RankRule(rank_mode, rank_value, max_rank)
+        rank = rule.cap((1 << 30, 1 << 30)) if rule.mode == "fixed" else 32
         estimate = estimate_extraction(base_headers, model_headers, device, expanded(output), probe, rank=rank,
                                        solver=solver, embeddings=embeddings, rule=rule)
     except Exception:  # an output drive that cannot be examined is reported when the job starts

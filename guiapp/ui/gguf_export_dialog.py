@@ -23,6 +23,7 @@ from PySide6.QtWidgets import (
 
 from guiapp.gguf.kinds import KIND_WORDS, three_digits
 from guiapp.jobs.gguf_export import gguf_export_job
+from guiapp.jobs.runner import JobStatus
 from guiapp.ui.background import call_in_background
 from guiapp.ui.text import error_text
 from guiapp.ui.widgets.wrapping_label import WrappingLabel
@@ -139,15 +140,15 @@ class GgufExportDialog(QDialog):
 
     def _job_changed(self, key: str) -> None:
         record = self.state.jobs.record(key)
-        if key != self._key or record is None or record.status in ("queued", "running"):
+        if key != self._key or record is None or record.status.active:
             return
         self._key = None
         self.close_button.setText("Close")
         self.export.setEnabled(True)
-        if record.status == "done":
+        if record.status == JobStatus.DONE:
             self.progress.setValue(1000)
             self.status.setText(finished_text(record.summary))
-        elif record.status == "cancelled":
+        elif record.status == JobStatus.CANCELLED:
             self.status.setText("Cancelled. No file was left behind.")
         else:
             explanation = record.explanation or {}
@@ -181,7 +182,7 @@ class GgufExportButton(QPushButton):
     def show_record(self, record) -> None:
         """Follow the selected job's record (None: no job selected)."""
         exportable = record is not None and record.kind in ("merge", "apply")
-        folder = Path(record.output) if exportable and record.status == "done" and record.output else None
+        folder = Path(record.output) if exportable and record.status == JobStatus.DONE and record.output else None
         self.folder = folder if folder is not None and folder.is_dir() else None
         self.setVisible(exportable)
         self.setEnabled(self.folder is not None)

@@ -25,7 +25,15 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from guiapp.jobs.publish import publish_job
+from guiapp.jobs.publish import (
+    PublishStart,
+    card_with_licence,
+    check_publish,
+    licence_choices,
+    model_card,
+    prepare_publish,
+    publish_job,
+)
 from guiapp.jobs.runner import JobStatus
 from guiapp.jobs.specs import job_kind
 from guiapp.ui.background import LatestCall, call_in_background
@@ -37,8 +45,6 @@ from guiapp.ui.widgets.wrapping_label import WrappingLabel
 class PublishDialog(QDialog):
     def __init__(self, state, folder: Path, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        from guiapp.hub.publish_card import LICENCES  # plain Python, no network
-
         self.state = state
         self.folder = Path(folder)
         self._key: str | None = None
@@ -51,7 +57,7 @@ class PublishDialog(QDialog):
         self.repo = QLineEdit(self.folder.name, placeholderText="your-user-name/model-name")
         self.private = QCheckBox("Private: only you (and your organisation) can see it", checked=True)
         self.licence = QComboBox(editable=True)
-        self.licence.addItems(list(LICENCES))
+        self.licence.addItems(licence_choices())
         self.check_status = WrappingLabel("Checking…")
         self.warnings = WrappingLabel("")
         set_status_style(self.warnings, "warning")
@@ -90,28 +96,16 @@ class PublishDialog(QDialog):
         self.licence.currentTextChanged.connect(self._licence_changed)
         state.jobs.progress.connect(self._job_progress)
         state.jobs.record_changed.connect(self._job_changed)
-        call_in_background(self._prepare, self._prepared, self._prepare_failed)
+        call_in_background(lambda: prepare_publish(self.folder), self._prepared, self._prepare_failed)
 
     # --- checks and card ----------------------------------------------------------------------------------
 
-    def _prepare(self) -> tuple[str | None, list, str]:
-        from guiapp.hub.publish_card import base_models, input_licences
-        from guiapp.hub.tokens import signed_in_user
-
-        user = signed_in_user()
-        inputs = input_licences(base_models(self.folder))
-        return user, inputs, self.folder.name
-
-    def _prepared(self, answer: tuple) -> None:
-        from guiapp.hub.publish_card import licence_warnings, preset_licence
-
-        user, inputs, name = answer
-        if user and "/" not in self.repo.text():
-            self.repo.setText(f"{user}/{name}")
-        self.licence.setCurrentText(preset_licence(inputs))
-        warnings = licence_warnings(inputs)
-        self.warnings.setText("\n".join(f"⚠ {w}" for w in warnings))
-        self.warnings.setVisible(bool(warnings))
+    def _prepared(self, start: PublishStart) -> None:
+        if start.user and "/" not in self.repo.text():
+            self.repo.setText(f"{start.user}/{self.folder.name}")
+        self.licence.setCurrentText(start.licence)
+        self.warnings.setText("\n".join(f"⚠ {w}" for w in start.warnings))
+        self.warnings.setVisible(bool(start.warnings))
         self._fill_card()
         self.check()
 
@@ -121,10 +115,8 @@ class PublishDialog(QDialog):
 
     def _licence_changed(self, _: str) -> None:
         """Only the card's licence line follows the licence: the user's edits to the card stay."""
-        from guiapp.hub.publish_card import with_licence
-
         edited = self._card_edited()
-        self.card.setPlainText(with_licence(self.card.toPlainText(), self._chosen_licence()))
+        self.card.setPlainText(card_with_licence(self.card.toPlainText(), self._chosen_licence()))
         if not edited:
             self._generated_card = self.card.toPlainText()
 
@@ -136,22 +128,18 @@ class PublishDialog(QDialog):
 
     def _fill_card(self) -> None:
         """Write the card from the folder, unless the user has edited it (their text is never replaced)."""
-        from guiapp.hub.publish_card import publish_card
-
         if self._card_edited():
             return
-        self._generated_card = publish_card(self.folder, self.repo.text().strip() or self.folder.name,
-                                            self._chosen_licence())
+        self._generated_card = model_card(self.folder, self.repo.text().strip() or self.folder.name,
+                                          self._chosen_licence())
         self.card.setPlainText(self._generated_card)
 
     def check(self) -> None:
         """Ask the Hub (in the background) whether this repo name can be published to now."""
-        from guiapp.hub.upload import check_upload
-
         repo, folder, private = self.repo.text().strip(), self.folder, self.private.isChecked()
         self._show_check("Checking…", "", ready=False)
         # Any folder is checked; one that does not look like a model is published only when the user confirms.
-        self._checker.request(lambda: check_upload(folder, repo, private, any_folder=True), self._checked,
+        self._checker.request(lambda: check_publish(folder, repo, private), self._checked,
                               lambda error: self._show_check(error_text(error), "problem", ready=False))
 
     def _checked(self, plan) -> None:

@@ -116,9 +116,9 @@ class AppState(QObject):
 
 
 def _load_methods() -> dict[str, Any]:
-    import guiapp.merging.merge  # noqa: F401, PLC0415 - warms the engine so the first validation is quick
-    from guiapp.merging.methods import METHODS  # imports torch: never on the UI thread
+    from guiapp.jobs.merge_choices import load_merge_methods  # imports torch: never on the UI thread
     from guiapp.ui.widgets.charts import pyqtgraph
 
+    methods = load_merge_methods()
     pyqtgraph()  # and the chart library: imported by the first chart (a job's), it froze the window 0.3–0.5 s
-    return dict(METHODS)
+    return methods

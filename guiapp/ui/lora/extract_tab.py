@@ -284,16 +284,11 @@ class ExtractTab(FormTab):
         self.show_checking()
         device, out, probe = self.device.value() or "cpu", self.out.text().strip(), self.state.probe
         replace = self.overwrite.isChecked()
-        options = {"rule": self._rank_rule(), "solver": self.solver.currentData(),
+        mode = self.rank_mode.currentData()
+        options = {"rank_mode": mode, "rank_value": rank_value(mode, self.rank_value.value()),
+                   "max_rank": self.max_rank.value() or None, "solver": self.solver.currentData(),
                    "embeddings": self.embeddings.currentData()}
         self._checker.request(lambda: self._check_pair(base, model, device, out, probe, replace, options))
-
-    def _rank_rule(self) -> Any:
-        """The rank rule the form describes (the estimate depends on it)."""
-        from guiapp.lora.lowrank import RankRule  # loaded by the time a pair is checked
-
-        mode = self.rank_mode.currentData()
-        return RankRule(mode, rank_value(mode, self.rank_value.value()), self.max_rank.value() or None)
 
     async def _check_pair(self, base: str, model: str, device: str, out: str, probe: Any, replace: bool,
                           options: dict[str, Any]) -> None:

@@ -18,8 +18,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from guiapp.jobs.merge_choices import chat_template_names
 from guiapp.jobs.recipe_document import parse_slices
-from guiapp.merging.chat_template_names import BUILT_IN_CHAT_TEMPLATES
+from guiapp.jobs.recipe_text import slices_text
 from guiapp.ui.merge.slices_editor import SlicesTable, table_rows
 from guiapp.ui.widgets.wrapping_label import WrappingLabel
 
@@ -79,7 +80,7 @@ class AdvancedBox(QWidget):
         self.chat_template_combo = QComboBox(accessibleName="Chat template")
         self.chat_template_combo.addItem("Not set: keep the base model's", "")
         self.chat_template_combo.addItem("Auto: the one most of the models use", "auto")
-        for name in BUILT_IN_CHAT_TEMPLATES:
+        for name in chat_template_names():
             self.chat_template_combo.addItem(name, name)
         self.chat_template_combo.setToolTip("The chat template written into the result's tokenizer settings "
                                             "(recipe key: chat_template). A template of your own goes in the YAML.")
@@ -134,7 +135,7 @@ class AdvancedBox(QWidget):
     def show_values(self, slices: Any, tokenizer_source: str, chat_template: str = "") -> None:
         """Show a recipe's slices (opening the section when there are some), tokenizer source and chat template,
         without reporting them as edits."""
-        self.slices_edit.setPlainText(_slices_yaml(slices))
+        self.slices_edit.setPlainText(slices_text(slices))
         if slices:
             self.advanced_button.setChecked(True)
         for widget in (self.tokenizer_combo, self.tokenizer_model, self.chat_template_combo):
@@ -173,7 +174,7 @@ class AdvancedBox(QWidget):
     def _slices_table_edited(self, slices: Any) -> None:
         self._writing_slices = True
         try:
-            self.slices_edit.setPlainText(_slices_yaml(slices))
+            self.slices_edit.setPlainText(slices_text(slices))
         finally:
             self._writing_slices = False
 
@@ -208,9 +209,3 @@ class AdvancedBox(QWidget):
         self.advanced.setVisible(shown)
         self.advanced_button.setArrowType(Qt.ArrowType.DownArrow if shown else Qt.ArrowType.RightArrow)
 
-
-def _slices_yaml(slices: Any) -> str:
-    """The `slices:` value as the YAML box shows it (layer ranges on one line, as mergekit's examples write them)."""
-    import yaml
-
-    return yaml.safe_dump(slices, sort_keys=False, default_flow_style=None).strip() if slices else ""

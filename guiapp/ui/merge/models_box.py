@@ -65,6 +65,23 @@ class ModelsBox(QGroupBox):
         self.add_model_button.setEnabled(not uses_slices)
         self.table.setToolTip("This recipe uses slices (Advanced): the models come from there." if uses_slices else "")
 
+    def show_models(self, method: Any, rows: list[tuple[str, dict[str, Any], dict[str, Any]]]) -> None:
+        """Give the table `method`'s columns and a row per (reference, parameter values, undeclared ones kept)."""
+        self.table.set_method(method)
+        for reference, values, extra in rows:
+            self.table.add_row(reference, values, extra)
+
+    def mark_unused_fields(self, method: Any) -> None:
+        """Disable what `method` (None: none chosen yet) ignores, saying why: a base listed among the models keeps
+        its own values only with a method that merges it as one more input."""
+        if method is None:
+            return
+        ignores_base_values = method.base_role.value != "input"
+        self.table.mark_unused_base_values(
+            self.base_picker.text() if ignores_base_values else None,
+            f"Not used: {method.title} measures the other models' changes against the base model, so the base's "
+            "own values here are ignored. Set them on the other models.")
+
     def show_verdict(self, result: Any) -> None:
         """The compatibility verdict of a `MergeCheck`, or the hint to add models when `result` is None."""
         if result is None:

@@ -127,7 +127,7 @@ class HardwarePage(QWidget):
 
     def _show_memory(self) -> None:
         def facts() -> str:
-            from guiapp.hub.connection import HubConnection
+            from guiapp.jobs.account import model_cache_folder
             from guiapp.system.resources import disk, memory
             from guiapp.system.units import format_bytes
 
@@ -139,8 +139,7 @@ class HardwarePage(QWidget):
                     lines.append(f"VRAM on {device['id']}: {free}{format_bytes(device['memory_total'])}.")
             if len(lines) == 1:
                 lines.append("VRAM: no GPU found by this PyTorch build.")
-            cache = HubConnection.current().cache_dir
-            space = disk(cache)
+            space = disk(model_cache_folder())
             lines.append(f"Disk: {format_bytes(space.free)} free of {format_bytes(space.total)} at {space.path} "
                          "(the model cache).")
             return "\n".join(lines)

@@ -31,6 +31,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from guiapp.jobs.runner import JobStatus
 from guiapp.ui.text import error_text
 from guiapp.ui.widgets.charts import ChartHost, pyqtgraph
 from guiapp.ui.widgets.wrapping_label import WrappingLabel
@@ -304,16 +305,16 @@ class LabPage(QWidget):
 
     def _job_changed(self, key: str) -> None:
         record = self.state.jobs.record(key)
-        if key != self._key or record is None or record.status in ("queued", "running"):
+        if key != self._key or record is None or record.status.active:
             return
         self._key = None
         self.start_button.setEnabled(True)
         self.cancel_button.setEnabled(False)
-        if record.status == "done":
+        if record.status == JobStatus.DONE:
             summary = record.summary
             self.status.setText(f"Best perplexity {summary['best_perplexity']:.3f} (the recipe as given: "
                                 f"{summary['start_perplexity']:.3f}). The best recipe is {summary['best_recipe']}.")
-        elif record.status == "cancelled":
+        elif record.status == JobStatus.CANCELLED:
             self.status.setText("Cancelled. The trials so far are kept: start again with the same folder to go on.")
         else:
             explanation = record.explanation or {}

@@ -16,8 +16,6 @@ from typing import Any
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QShowEvent
 from PySide6.QtWidgets import (
-    QGroupBox,
-    QLabel,
     QScrollArea,
     QSplitter,
     QStackedWidget,
@@ -25,32 +23,21 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from guiapp.jobs.fixes import window_text
 from guiapp.jobs.recipe_document import FormValues, RecipeDocument
-from guiapp.jobs.recipe_fixes import fix_for
-from guiapp.jobs.validation import check_merge, free_output
 from guiapp.system.paths import expanded
-from guiapp.ui.background import LatestTask, run_blocking
 from guiapp.ui.merge.advanced_box import AdvancedBox
 from guiapp.ui.merge.messages import show_message
 from guiapp.ui.merge.method_box import MethodBox
 from guiapp.ui.merge.models_box import ModelsBox
 from guiapp.ui.merge.output_box import OutputBox, default_output_folder
-from guiapp.ui.merge.problem_control import control_for, point_at
+from guiapp.ui.merge.params_box import ParamsBox
+from guiapp.ui.merge.recipe_check import RecipeCheck
 from guiapp.ui.merge.recipe_panel import RecipePanel
 from guiapp.ui.merge.run_box import RunBox
 from guiapp.ui.text import error_text
 from guiapp.ui.theme import set_status_style
 from guiapp.ui.widgets import layer_chart
-from guiapp.ui.widgets.param_form import ParamForm
 from guiapp.ui.widgets.wrapping_label import WrappingLabel
-
-VALIDATION_DELAY_MS = 500
-
-
-# Which message label shows a problem, by the first part of its key (anything else goes next to the models).
-FIELD_OF_KEY = {"merge_method": "method", "base_model": "base", "models": "models", "parameters": "params",
-                "slices": "slices", "modules": "slices", "output": "output", "out_dtype": "output", "dtype": "output"}
 
 
 class MergePage(QWidget):
@@ -63,14 +50,8 @@ class MergePage(QWidget):
         self.recipe = RecipeDocument()  # the page's state: what the YAML view shows and the form edits
         self._extra_globals: dict[str, Any] = {}  # method-wide values the schema does not declare, kept as given
         self._syncing = False
-        self._validator = LatestTask(VALIDATION_DELAY_MS, self)
-        # The problem blocking Run (its key and text: the check's first error, or the YAML view's own) and its
-        # one-click fix: a guiapp.jobs.recipe_fixes.RecipeFix with the document that fix applies to, or a free
-        # output folder when the chosen one is taken.
-        self._problem: tuple[Any, str] | None = None
-        self._fix: Any = None
-        self._fix_document: dict[str, Any] = {}
-        self._free_output: str | None = None
+        self.checker = RecipeCheck(self)  # the check of the recipe, each problem shown next to its field
+        self._validator = self.checker.validator
         layer_chart.install()  # a list across the layers is drawn under its editor, its points draggable
 
         self.stack = QStackedWidget()
@@ -108,14 +89,10 @@ class MergePage(QWidget):
         self.models_message, self.compatibility = box.models_message, box.compatibility
         column.addWidget(box)
 
-        params_box = QGroupBox("Method parameters")
-        params_layout = QVBoxLayout(params_box)
-        self.param_form = ParamForm()
+        self.params_box = ParamsBox()
+        self.param_form, self.params_message = self.params_box.param_form, self.params_box.params_message
         self.param_form.changed.connect(self._form_changed)
-        self.params_message = WrappingLabel(visible=False)
-        params_layout.addWidget(self.param_form)
-        params_layout.addWidget(self.params_message)
-        column.addWidget(params_box)
+        column.addWidget(self.params_box)
 
         self.advanced = AdvancedBox()
         self.advanced.changed.connect(self._form_changed)
@@ -134,8 +111,8 @@ class MergePage(QWidget):
 
         self.run_box = RunBox()
         self.run_box.run_button.clicked.connect(self.run)
-        self.run_box.action_bar.show_button.clicked.connect(self.show_problem)
-        self.run_box.action_bar.fix_button.clicked.connect(self.fix_problem)
+        self.run_box.action_bar.show_button.clicked.connect(self.checker.show_problem)
+        self.run_box.action_bar.fix_button.clicked.connect(self.checker.fix_problem)
         self.estimate, self.fit_label = self.run_box.estimate, self.run_box.fit_label
         self.run_button, self.run_message = self.run_box.run_button, self.run_box.run_message
         column.addWidget(self.run_box)
@@ -209,13 +186,10 @@ class MergePage(QWidget):
         self.models_box.set_base_role(method.base_role.value)
         if self._syncing:
             return
-        rows = self.table.entries()
-        globals_ = self.param_form.values()
-        self.table.set_method(method)
-        self.param_form.set_specs(method.global_params)
-        self.param_form.set_values({k: v for k, v in globals_.items() if method.param(k)})
-        for ref, values, extra in rows:
-            self.table.add_row(ref, {k: v for k, v in values.items() if v is not None}, extra)
+        rows = [(ref, {k: v for k, v in values.items() if v is not None}, extra)
+                for ref, values, extra in self.table.entries()]
+        self.models_box.show_models(method, rows)
+        self.params_box.show_values(method, {k: v for k, v in self.param_form.values().items() if method.param(k)})
         self._form_changed()
 
     def add_model(self, ref: str) -> None:
@@ -299,18 +273,6 @@ class MergePage(QWidget):
         ))
         return self.document
 
-    def _mark_unused_fields(self) -> None:
-        """Disable what the method ignores, saying why: a base listed among the models keeps its own values only
-        with a method that merges it as one more input."""
-        method = self._method()
-        if method is None:
-            return
-        ignores_base_values = method.base_role.value != "input"
-        self.table.mark_unused_base_values(
-            self.base_picker.text() if ignores_base_values else None,
-            f"Not used: {method.title} measures the other models' changes against the base model, so the base's "
-            "own values here are ignored. Set them on the other models.")
-
     def _slices_edited(self, uses_slices: bool) -> None:
         self.models_box.use_slices(uses_slices)
         self._form_changed()
@@ -321,31 +283,11 @@ class MergePage(QWidget):
         self.form_document()
         self._show_yaml()
         self._update_dtype_note()
-        self._mark_unused_fields()
+        self.models_box.mark_unused_fields(self._method())
         self._schedule_validation()
 
     def _show_yaml(self) -> None:
         self.recipe_panel.show_text(self.recipe.yaml())
-
-    def _block_on_yaml_problem(self, error: Any) -> None:
-        """The YAML view holds a recipe that cannot be read: Run waits for it (it would run the last valid one),
-        with "Show me" at the key's line and a fix when there is one."""
-        self._validator.cancel()
-        can_show, fix = self._offer_fix(getattr(error, "key", None) or (), error.message,
-                                        RecipeDocument.written_mapping(self.recipe_panel.text()))
-        self.run_box.action_bar.set_blocked(error_text(error), can_show, fix)
-
-    def _offer_fix(self, key: Any, message: str, document: dict[str, Any] | None,
-                   error: BaseException | None = None) -> tuple[bool, str | None]:
-        """Remember the problem blocking Run and its one-click fix on `document` (None: no fix), or the free folder
-        `error` suggests for a taken output; returns whether a control can be shown for it and the fix's label."""
-        self._problem = (key, message)
-        free = free_output(error, self.output_edit.text().strip())
-        self._free_output = free[0] if free else None
-        self._fix = fix_for(key, document, self._method()) if document is not None else None
-        self._fix_document = document or {}
-        label = free[1] if free else self._fix.label if self._fix else None
-        return bool(key) and control_for(self, key, message) is not None, label
 
     # --- document → form -------------------------------------------------------------------------------------
 
@@ -356,7 +298,7 @@ class MergePage(QWidget):
             warnings = self.recipe.parse_yaml(self.recipe_panel.text())
         except MergesmithError as error:
             show_message(self.yaml_message, error_text(error), "problem")
-            self._block_on_yaml_problem(error)
+            self.checker.block_on_yaml_problem(error)
             return
         show_message(self.yaml_message, "\n".join(warnings) or None, "warning")
         self.apply_document(self.document, from_yaml=True)
@@ -375,12 +317,9 @@ class MergePage(QWidget):
                          f'Unknown merge method "{view.method_name}": choose one from the list.', "problem")
             self._method_changed()  # summary, paper and base label for the shown method
             self.base_picker.set_text(view.base_model, notify=False)
-            self.table.set_method(method)
-            self.param_form.set_specs(method.global_params)
-            self.param_form.set_values(view.parameters)
+            self.models_box.show_models(method, [(row.reference, row.parameters, row.other) for row in view.rows])
+            self.params_box.show_values(method, view.parameters)
             self._extra_globals = view.other_parameters
-            for row in view.rows:
-                self.table.add_row(row.reference, row.parameters, row.other)
             self.advanced.show_values(view.slices, view.tokenizer_source, view.chat_template)
             self.table.setEnabled(not view.slices)
             if not self.dtype_combo.select(view.dtype) and view.dtype:
@@ -388,7 +327,7 @@ class MergePage(QWidget):
         finally:
             self._syncing = False
         self._update_dtype_note()
-        self._mark_unused_fields()
+        self.models_box.mark_unused_fields(self._method())
         if not from_yaml:
             self._show_yaml()
         self._schedule_validation()
@@ -406,82 +345,7 @@ class MergePage(QWidget):
         self.recheck()
 
     def _schedule_validation(self) -> None:
-        if not self.methods:
-            return
-        self._problem, self._fix, self._free_output = None, None, None
-        method = self._method()
-        self.run_box.describe_job(method.title if method else "", len(self.document.get("models") or []),
-                                  self.output_edit.text().strip())
-        if not self.recipe.has_inputs():
-            self._validator.cancel()
-            for label in (self.base_message, self.models_message, self.params_message, self.output_message):
-                show_message(label, None)
-            self.models_box.show_verdict(None)
-            self.run_box.show_waiting("The estimate appears once the models are chosen.")
-            return
-        self.run_box.show_checking()
-        document = self.recipe.copy()
-        device = self.device_combo.value() or "cpu"
-        output = self.output_edit.text().strip()
-        probe, replace = self.state.probe, self.overwrite_check.isChecked()
-        self._validator.request(lambda: self._check(document, device, output, probe, replace))
-
-    async def _check(self, document: dict[str, Any], device: str, output: str, probe: Any, replace: bool) -> None:
-        self._show_validation(await run_blocking(check_merge, document, device, output, probe, replace))
-
-    def _show_validation(self, result: Any) -> None:
-        """Show a `MergeCheck`: each problem next to the field its key names, then the verdict and the estimate."""
-        from guiapp.jobs.validation import Severity  # loaded by the check that produced `result`
-
-        self.output.refresh_capabilities(self.state.probe, self.document.get("out_dtype"), result.output_sizes)
-        labels = {"method": self.method_message, "base": self.base_message, "models": self.models_message,
-                  "params": self.params_message, "slices": self.slices_message, "output": self.output_message}
-        shown: dict[QLabel, list[str]] = {label: [] for label in labels.values() if label is not self.method_message}
-        worst: dict[QLabel, str] = {}
-        for problem in result.problems:
-            label = labels[FIELD_OF_KEY.get(str(problem.key[0]) if problem.key else "", "models")]
-            shown.setdefault(label, []).append(problem.text)  # in the form's words once joined
-            if problem.severity is Severity.ERROR or label not in worst:
-                worst[label] = "problem" if problem.severity is Severity.ERROR else "warning"
-        for label, texts in shown.items():
-            show_message(label, self._words("\n".join(texts)) or None, worst.get(label, "problem"))
-        self.models_box.show_verdict(result)
-        problem = result.errors[0] if result.errors else None
-        can_show, fix = self._offer_fix(problem.key, problem.message, self.recipe.copy(), problem.error) \
-            if problem else (False, None)
-        self.run_box.show_check(result, can_show, fix, self._words(problem.text) if problem else "")
-        if result.compatible:  # the headers were read (a recipe error keeps the layers known so far)
-            layer_chart.set_layer_count(result.layers)
-
-    def _words(self, text: str) -> str:
-        """A check's `text` as the window says it: the form's labels and the models' short names, no flag."""
-        from guiapp.jobs.plain_words import recipe_words
-
-        document = self.document
-        references = [document.get("base_model"), document.get("tokenizer_source")]
-        references += [entry.get("model") if isinstance(entry, dict) else entry
-                       for entry in document.get("models") or []]
-        output = self.output_edit.text().strip()  # its whole path is in the field above: the name is enough
-        references += [output, str(expanded(output))] if output else []
-        return window_text(recipe_words(text, self._method(), [str(r) for r in references if r]))
-
-    def show_problem(self) -> bool:
-        """Focus and outline the control that fixes the problem blocking Run; False when there is none."""
-        return self._problem is not None and point_at(self, *self._problem)
-
-    def fix_problem(self) -> None:
-        """Make the offered one-click fix (one undo step), show the control it changed, and check again."""
-        if self._problem is not None and self._free_output:
-            key = self._problem[0]
-            self.output_edit.setText(self._free_output)  # checks again, which forgets the problem and its fix
-            point_at(self, key, "")
-            return
-        if self._fix is None or self._problem is None:
-            return
-        key, fixed = self._problem[0], RecipeDocument(self._fix_document)
-        self._fix.apply(fixed)
-        self.apply_document(fixed.data)  # checks again, which forgets the problem and its fix
-        point_at(self, key, "")
+        self.checker.schedule()
 
     def run(self) -> str | None:
         """Submit the merge the form describes; returns the job's record key (None when it cannot start)."""

@@ -21,6 +21,7 @@ from PySide6.QtWidgets import (
 )
 
 from guiapp.facts.hub import hub_endpoint
+from guiapp.jobs import account as hub_account
 from guiapp.system.paths import home_dir
 from guiapp.ui.background import call_in_background
 from guiapp.ui.text import error_text
@@ -44,10 +45,8 @@ def apply_saved_settings() -> None:
 
 def apply_offline_setting() -> None:
     """Hand the saved offline choice to the one place that decides; without one, the environment decides."""
-    from guiapp.hub.connection import set_offline
-
     settings = QSettings()
-    set_offline(settings.value(OFFLINE_KEY, type=bool) if settings.contains(OFFLINE_KEY) else None)
+    hub_account.choose_offline(settings.value(OFFLINE_KEY, type=bool) if settings.contains(OFFLINE_KEY) else None)
 
 
 class SettingsPage(QWidget):
@@ -144,18 +143,8 @@ class SettingsPage(QWidget):
         return row
 
     def refresh_account(self) -> None:
-        def who() -> tuple[str, bool]:
-            from guiapp.hub.tokens import signed_in_user, token_source
-
-            source = token_source()
-            if source is None:
-                return "Not signed in. Public models work without an account.", False
-            user = signed_in_user()
-            if source == "HF_TOKEN":  # the environment's token: signing out cannot remove it
-                return f"Signed in as {user} (set in this computer's environment)", False
-            return f"Signed in as {user}", True
-
-        call_in_background(who, lambda answer: self._show_account(answer[0], can_sign_out=answer[1]),
+        call_in_background(hub_account.current_account,
+                           lambda answer: self._show_account(answer.words, can_sign_out=answer.can_sign_out),
                            # a token is there but failed (rejected, offline): signing out stays possible
                            lambda e: self._show_account(getattr(e, "message", str(e)), True, can_sign_out=True))
 
@@ -167,14 +156,13 @@ class SettingsPage(QWidget):
             self.sign_out_button.setEnabled(can_sign_out)
 
     def sign_in(self) -> None:
-        from guiapp.hub.tokens import sign_in
-
         token = self.token_edit.text().strip()
         if not token:
             self._show_account("Paste an access token first.", True)
             return
         self.account.setText("Signing in…")
-        call_in_background(lambda: sign_in(token), self._signed_in, lambda e: self._show_account(error_text(e), True))
+        call_in_background(lambda: hub_account.sign_in(token), self._signed_in,
+                           lambda e: self._show_account(error_text(e), True))
 
     def _signed_in(self, user: str) -> None:
         self.token_edit.clear()  # only once accepted: a refused token stays to be corrected
@@ -182,16 +170,13 @@ class SettingsPage(QWidget):
         self.signed_in.emit()
 
     def sign_out(self) -> None:
-        from guiapp.hub.tokens import sign_out
-
-        call_in_background(sign_out, lambda _: self.refresh_account(), lambda e: self._show_account(error_text(e), True))
+        call_in_background(hub_account.sign_out, lambda _: self.refresh_account(),
+                           lambda e: self._show_account(error_text(e), True))
 
     def set_offline(self, offline: bool) -> None:
         """Make the app offline or online now; a choice equal to what the environment says is not kept, so the
         environment decides again from then on."""
-        from guiapp.hub.connection import environment_offline_variable
-
-        if offline == (environment_offline_variable() is not None):
+        if offline == hub_account.environment_asks_offline():
             QSettings().remove(OFFLINE_KEY)
         else:
             QSettings().setValue(OFFLINE_KEY, offline)
@@ -200,9 +185,7 @@ class SettingsPage(QWidget):
 
     def _show_offline(self) -> None:
         """The tick box shows the offline mode in force, the line under it where that comes from."""
-        from guiapp.hub.connection import offline_state
-
-        state = offline_state()
+        state = hub_account.offline_status()
         self.offline_check.blockSignals(True)
         self.offline_check.setChecked(state.offline)
         self.offline_check.blockSignals(False)
@@ -221,6 +204,4 @@ def _hub_address() -> str:
 
 
 def _current_cache() -> str:
-    from huggingface_hub import constants
-
-    return constants.HF_HUB_CACHE
+    return str(hub_account.model_cache_folder())

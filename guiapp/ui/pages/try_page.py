@@ -12,115 +12,40 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QRectF, Qt, Signal
-from PySide6.QtGui import QColor, QPainter, QPalette
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
-    QAbstractItemView,
-    QComboBox,
     QDoubleSpinBox,
-    QFileDialog,
-    QGridLayout,
-    QGroupBox,
     QHBoxLayout,
-    QHeaderView,
     QLabel,
-    QPlainTextEdit,
     QPushButton,
     QScrollArea,
-    QSpinBox,
-    QTableWidget,
-    QTableWidgetItem,
     QTabWidget,
     QVBoxLayout,
     QWidget,
 )
 
 from guiapp.facts.dtypes import WRITABLE
-from guiapp.hub.references import ModelRef
 from guiapp.jobs.runner import JobStatus
 from guiapp.jobs.specs import job_kind, models_to_try
 from guiapp.jobs.tryout import (
-    DEFAULT_TEMPERATURE,
-    DEFAULT_TOP_P,
-    MAX_MODELS,
     ModelShelf,
     estimate_try_time,
     perplexity_job,
+    publishable_folder,
+    read_sample_text,
     try_job,
 )
 from guiapp.ui.background import LatestTask, call_in_background, run_blocking
-from guiapp.ui.text import error_text, sentence
-from guiapp.ui.theme import set_status_style
-from guiapp.ui.widgets.model_picker import ModelPicker
-from guiapp.ui.widgets.options import OptionCombo, device_choices, dtype_choices
+from guiapp.ui.text import error_text
+from guiapp.ui.tryout.generate_tab import GenerateTab, ModelColumn
+from guiapp.ui.tryout.models_box import TryModelsBox
+from guiapp.ui.tryout.perplexity_tab import PerplexityTab
+from guiapp.ui.widgets.options import device_choices, dtype_choices
 from guiapp.ui.widgets.wrapping_label import WrappingLabel
 
 # A text to score longer than this (a whole file opened) is not kept for the next start: the models and the
 # prompt are, and the file can be opened again.
 REMEMBERED_TEXT_CHARS = 16_000
-
-
-class BarChart(QWidget):
-    """Horizontal bars, one per model, labelled with the value: drawn with QPainter (no chart library)."""
-
-    def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.values: list[tuple[str, float]] = []
-        self.caption = ""
-        self.setMinimumHeight(120)
-
-    def set_values(self, values: list[tuple[str, float]], caption: str) -> None:
-        self.values, self.caption = values, caption
-        self.setMinimumHeight(40 + 34 * len(values))
-        self.update()
-
-    def paintEvent(self, event) -> None:  # noqa: N802 - Qt's name
-        painter = QPainter(self)
-        painter.setRenderHint(QPainter.RenderHint.Antialiasing)
-        palette = self.palette()
-        painter.setPen(palette.color(QPalette.ColorRole.WindowText))
-        metrics = painter.fontMetrics()
-        painter.drawText(QRectF(0, 0, self.width(), 22), Qt.AlignmentFlag.AlignLeft, self.caption)
-        if not self.values:
-            return
-        label_width = min(self.width() // 3, max(metrics.horizontalAdvance(label) for label, _ in self.values) + 16)
-        value_width = metrics.horizontalAdvance("00000.000") + 12
-        bar_space = max(10, self.width() - label_width - value_width)
-        largest = max(value for _, value in self.values) or 1.0
-        bar_colour = palette.color(QPalette.ColorRole.Highlight)
-        for row, (label, value) in enumerate(self.values):
-            top = 28 + row * 34
-            shown = metrics.elidedText(label, Qt.TextElideMode.ElideLeft, label_width - 8)
-            painter.drawText(QRectF(0, top, label_width - 8, 24), Qt.AlignmentFlag.AlignRight
-                             | Qt.AlignmentFlag.AlignVCenter, shown)
-            width = max(2.0, bar_space * value / largest)
-            painter.fillRect(QRectF(label_width, top + 2, width, 20), QColor(bar_colour))
-            painter.drawText(QRectF(label_width + width + 6, top, value_width, 24), Qt.AlignmentFlag.AlignVCenter,
-                             f"{value:.3f}")
-        painter.end()
-
-
-class ModelColumn(QGroupBox):
-    """One model's output: its name, what it runs in, and the text as it streams in."""
-
-    def __init__(self, reference: str, parent: QWidget | None = None) -> None:
-        super().__init__(ModelRef.parse(reference).short_name, parent)
-        self.setToolTip(reference)
-        self.status = WrappingLabel("Waiting…")
-        self.output = QPlainTextEdit(readOnly=True)
-        self.output.setAccessibleName(f"Output of {reference}")
-        layout = QVBoxLayout(self)
-        layout.addWidget(self.status)
-        layout.addWidget(self.output, 1)
-
-    def append(self, text: str) -> None:
-        cursor = self.output.textCursor()
-        cursor.movePosition(cursor.MoveOperation.End)
-        cursor.insertText(text)
-        self.output.setTextCursor(cursor)
-
-    def text(self) -> str:
-        return self.output.toPlainText()
 
 
 class TryPage(QWidget):
@@ -134,33 +59,29 @@ class TryPage(QWidget):
         self._shelf = ModelShelf()
         self._key: str | None = None
         self._mode = ""
-        self.columns: list[ModelColumn] = []
 
-        models_box = QGroupBox("Models to compare (one to four: a folder, a Hub id, or BASE+ADAPTER)")
-        grid = QGridLayout(models_box)
-        self.pickers = [ModelPicker() for _ in range(MAX_MODELS)]
-        for index, picker in enumerate(self.pickers):
-            grid.addWidget(QLabel(f"{index + 1}."), index // 2, (index % 2) * 2)
-            grid.addWidget(picker, index // 2, (index % 2) * 2 + 1)
-        self.device = OptionCombo()
-        self.dtype = OptionCombo()
+        self.models_box = models_box = TryModelsBox()
+        self.pickers, self.device, self.dtype = models_box.pickers, models_box.device, models_box.dtype
+        self.publish_button = models_box.publish_button
         self.device.choice_changed.connect(lambda _: self._refresh_capabilities())
-        settings_row = QHBoxLayout()
-        settings_row.addWidget(QLabel("Device"))
-        settings_row.addWidget(self.device, 1)  # the spare room: a device's name is long ("CPU: …, 25.3 GB RAM")
-        settings_row.addWidget(QLabel("Dtype"))
-        settings_row.addWidget(self.dtype)
-        self.publish_button = QPushButton("Publish the last model…")
-        self.publish_button.setToolTip("Publish the last model of the list (a folder on this computer; for "
-                                       "BASE+ADAPTER, the adapter) to the Hugging Face Hub")
         self.publish_button.clicked.connect(self.open_publish)
-        settings_row.addWidget(self.publish_button)
-        grid.addLayout(settings_row, 2, 0, 1, 4)
 
+        self.generate_tab = generate = GenerateTab()
+        generate.generate_button.clicked.connect(self.generate)
+        self.prompt, self.decoding, self.seed = generate.prompt, generate.decoding, generate.seed
+        self.temperature, self.top_p, self.max_new_tokens = generate.temperature, generate.top_p, \
+            generate.max_new_tokens
+        self.generate_button, self.generate_estimate = generate.generate_button, generate.generate_estimate
+        self.perplexity_tab = scoring = PerplexityTab()
+        scoring.perplexity_button.clicked.connect(self.compute_perplexity)
+        scoring.file_chosen.connect(self.load_text_file)
+        self.text, self.window_tokens, self.open_text = scoring.text, scoring.window_tokens, scoring.open_text
+        self.perplexity_button, self.perplexity_estimate = scoring.perplexity_button, scoring.perplexity_estimate
+        self.table, self.chart, self.perplexity_note = scoring.table, scoring.chart, scoring.perplexity_note
         self.tabs = QTabWidget()
-        for build, title in ((self._build_generate, "Generate"), (self._build_perplexity, "Perplexity")):
+        for tab, title in ((generate, "Generate"), (scoring, "Perplexity")):
             scroll = QScrollArea(widgetResizable=True)  # the window's minimum size stays the other pages'
-            scroll.setWidget(build())
+            scroll.setWidget(tab)
             self.tabs.addTab(scroll, title)
         self.status = WrappingLabel("")
         self.stop = QPushButton("Stop", enabled=False)
@@ -174,14 +95,13 @@ class TryPage(QWidget):
         layout.addWidget(self.tabs, 1)
         layout.addLayout(status_row)
 
-        self._text_arrived.connect(self._append_text, Qt.ConnectionType.QueuedConnection)
+        self._text_arrived.connect(generate.append_text, Qt.ConnectionType.QueuedConnection)
         state.probe_ready.connect(lambda _: self._refresh_capabilities())
         state.jobs.record_changed.connect(self._job_changed)
         state.jobs.progress.connect(self._job_progress)
         for picker in self.pickers:
             picker.use_library(state.library)
             picker.changed.connect(lambda _: self._models_changed())
-        self._scored: list[str] = []  # the models the perplexity table is about
         self._hint: tuple[str, str] | None = None  # the action whose missing input the status names, and its text
         for edit in (self.prompt, self.text):
             edit.textChanged.connect(self._update_hint)
@@ -194,101 +114,18 @@ class TryPage(QWidget):
         self._refresh_capabilities()
         self._restore_form()
 
-    # --- building -------------------------------------------------------------------------------------------
-
-    def _build_generate(self) -> QWidget:
-        page = QWidget()
-        column = QVBoxLayout(page)
-        self.prompt = QPlainTextEdit(placeholderText="Write a prompt; each model answers it in its own column.")
-        self.prompt.setMaximumHeight(90)
-        column.addWidget(self.prompt)
-        row = QHBoxLayout()
-        self.decoding = QComboBox()
-        self.decoding.addItem("Greedy (the likeliest token)", False)
-        self.decoding.addItem("Sampled", True)
-        self.seed = QSpinBox(minimum=0, maximum=2**31 - 1, value=0, prefix="Seed ")
-        self.temperature = QDoubleSpinBox(minimum=0.05, maximum=2.0, singleStep=0.05, decimals=2,
-                                          value=DEFAULT_TEMPERATURE, prefix="Temperature ")
-        self.top_p = QDoubleSpinBox(minimum=0.05, maximum=1.0, singleStep=0.05, decimals=2, value=DEFAULT_TOP_P,
-                                    prefix="Top-p ")
-        self.decoding.currentIndexChanged.connect(self._decoding_changed)
-        self._decoding_changed()
-        self.max_new_tokens = QSpinBox(minimum=1, maximum=8192, value=128, suffix=" new tokens at most")
-        self.generate_button = QPushButton("Generate")
-        self.generate_button.clicked.connect(self.generate)
-        for widget in (self.decoding, self.seed, self.temperature, self.top_p, self.max_new_tokens):
-            row.addWidget(widget)
-        row.addStretch(1)
-        self.generate_estimate = QLabel("", accessibleName="Generate estimate")
-        row.addWidget(self.generate_estimate)
-        row.addWidget(self.generate_button)
-        column.addLayout(row)
-        self.columns_area = QHBoxLayout()
-        column.addLayout(self.columns_area, 1)
-        return page
-
-    def _decoding_changed(self) -> None:
-        """Seed, temperature and top-p matter only when sampling: disabled, with the reason, for greedy."""
-        sampled = bool(self.decoding.currentData())
-        why = "" if sampled else " (used only when Sampled is chosen)"
-        tips = ((self.seed, "Starts the random draws: the same seed gives the same text"),
-                (self.temperature, "Lower picks likelier words, higher more varied ones"),
-                (self.top_p, "Draw only from the likeliest words that together make up this share of the chances"))
-        for widget, tip in tips:
-            widget.setEnabled(sampled)
-            widget.setToolTip(tip + why + ".")
-
-    def _build_perplexity(self) -> QWidget:
-        page = QWidget()
-        column = QVBoxLayout(page)
-        self.text = QPlainTextEdit(placeholderText="Paste text to score, or open a .txt or .jsonl file. Encoders "
-                                   "(BERT-like) are compared on sentence pairs instead: one pair per line, "
-                                   "separated by a tab.")
-        self.text.setMaximumHeight(110)
-        column.addWidget(self.text)
-        row = QHBoxLayout()
-        self.open_text = QPushButton("Open file…")
-        self.open_text.clicked.connect(self._choose_text_file)
-        self.window_tokens = QSpinBox(minimum=16, maximum=32768, value=512, suffix=" tokens per window")
-        self.perplexity_button = QPushButton("Compute")
-        self.perplexity_button.clicked.connect(self.compute_perplexity)
-        row.addWidget(self.open_text)
-        row.addWidget(self.window_tokens)
-        row.addStretch(1)
-        self.perplexity_estimate = QLabel("", accessibleName="Perplexity estimate")
-        row.addWidget(self.perplexity_estimate)
-        row.addWidget(self.perplexity_button)
-        column.addLayout(row)
-        self.table = QTableWidget(0, 4)
-        self.table.setHorizontalHeaderLabels(["Model", "Perplexity", "Tokens", "Ran in"])
-        header = self.table.horizontalHeader()
-        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-        header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
-        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
-        self.chart = BarChart()
-        # Why a sample model scores about its vocabulary size, next to the score.
-        self.perplexity_note = WrappingLabel(visible=False)
-        set_status_style(self.perplexity_note, "warning")
-        column.addWidget(self.table)
-        column.addWidget(self.perplexity_note)
-        column.addWidget(self.chart)
-        column.addStretch(1)
-        self._fit_table()
-        return page
-
-    def _fit_table(self) -> None:
-        """The table as tall as its rows (the chart goes right under it, not below empty space)."""
-        rows = sum(self.table.rowHeight(row) for row in range(self.table.rowCount()))
-        self.table.setFixedHeight(self.table.horizontalHeader().height() + rows + 4)
+    @property
+    def columns(self) -> list[ModelColumn]:
+        """The Generate tab's columns, one per model of the last run."""
+        return self.generate_tab.columns
 
     # --- what the user does ---------------------------------------------------------------------------------
 
     def references(self) -> list[str]:
-        return [picker.text() for picker in self.pickers if picker.text()]
+        return self.models_box.references()
 
     def set_models(self, references: list[str]) -> None:
-        for picker, reference in zip(self.pickers, [*references, *[""] * MAX_MODELS]):
-            picker.set_text(reference, notify=False)
+        self.models_box.set_references(references)
         self._models_changed()
         self._estimate_changed()
 
@@ -296,10 +133,8 @@ class TryPage(QWidget):
         references = self.references()
         if not self._can_start("generate"):
             return
-        self._show_columns(references)
-        job = try_job(references, self.prompt.toPlainText(), max_new_tokens=self.max_new_tokens.value(),
-                      sample=bool(self.decoding.currentData()), seed=self.seed.value(),
-                      temperature=self.temperature.value(), top_p=self.top_p.value(),
+        self.generate_tab.show_columns(references)
+        job = try_job(references, self.prompt.toPlainText(), **self.generate_tab.sampling(),
                       device=self.device.value() or "cpu", dtype=self.dtype.value(),
                       on_output=self._text_arrived.emit, shelf=self._shelf, probe_result=self.state.probe)
         self._start(job, "generate")
@@ -308,9 +143,7 @@ class TryPage(QWidget):
         references = self.references()
         if not self._can_start("perplexity"):
             return
-        self.table.setRowCount(0)
-        self._fit_table()
-        self.chart.set_values([], "")
+        self.perplexity_tab.clear_results()
         job = perplexity_job(references, self.text.toPlainText(), window=self.window_tokens.value(),
                              device=self.device.value() or "cpu", dtype=self.dtype.value(), shelf=self._shelf,
                              probe_result=self.state.probe)
@@ -360,19 +193,12 @@ class TryPage(QWidget):
         references = self.references()
         if not references:
             return None
-        ref = ModelRef.parse(references[-1])
-        folder = (ref.adapter or ref).folder
-        return folder if folder is not None and folder.is_dir() else None
+        return publishable_folder(references[-1])
 
     def load_text_file(self, path: Path) -> None:
         """Read a .txt or .jsonl file into the text box (off the UI thread); a problem is shown in the status."""
-        def read() -> str:
-            from guiapp.inference.running import read_text_file  # imports torch: off the UI thread
-
-            return read_text_file(path)
-
         self.status.setText(f"Reading {path.name}…")
-        call_in_background(read, self._text_loaded,
+        call_in_background(lambda: read_sample_text(path), self._text_loaded,  # imports torch: off the UI thread
                            lambda error: self.status.setText(error_text(error)))
 
     # --- internals ------------------------------------------------------------------------------------------
@@ -423,19 +249,6 @@ class TryPage(QWidget):
         self.perplexity_button.setEnabled(False)
         self.status.setText("Starting…")
 
-    def _show_columns(self, references: list[str]) -> None:
-        for column in self.columns:
-            self.columns_area.removeWidget(column)
-            column.deleteLater()
-        self.columns = [ModelColumn(reference) for reference in references]
-        for column in self.columns:
-            self.columns_area.addWidget(column, 1)
-
-    def _append_text(self, index: int, text: str) -> None:
-        if index < len(self.columns):
-            self.columns[index].status.setText("Generating…")
-            self.columns[index].append(text)
-
     def _job_progress(self, key: str, event) -> None:
         if key != self._key:
             return
@@ -467,41 +280,9 @@ class TryPage(QWidget):
                                 "The run failed; the Jobs page has the details.")
 
     def _show_results(self, summary: dict[str, Any]) -> None:
-        for column, generation in zip(self.columns, summary.get("generations", [])):
-            empty = "" if generation["text"].strip() else " (only special tokens: nothing to show)"
-            untrained = f" — {sentence(generation['untrained'])}." if generation.get("untrained") else ""
-            column.status.setText(f"{len(generation['tokens'])} tokens, ran in {generation['dtype']}{empty}"
-                                  f"{untrained}")
-        results = summary.get("results")
-        if results is None:
-            return
-        self._scored = [entry["model"] for entry in results]
-        self.table.setRowCount(len(results))
-        bars = []
-        for row, entry in enumerate(results):
-            if entry["perplexity"] is not None:
-                value, count = entry["perplexity"], str(entry["tokens"])
-            else:
-                value, count = entry["mean_similarity"], f"{len(entry['similarities'])} pairs (similarity)"
-            for column, text in enumerate((entry["model"], f"{value:.3f}", count, entry["dtype"])):
-                item = QTableWidgetItem(text)
-                if entry.get("untrained"):
-                    item.setToolTip(sentence(entry["untrained"]) + ".")
-                self.table.setItem(row, column, item)
-            bars.append((ModelRef.parse(entry["model"]).short_name, value))
-        notes = [f"{ModelRef.parse(entry['model']).short_name} is {entry['untrained']}." for entry in results
-                 if entry.get("untrained")]
-        self.perplexity_note.setText("\n".join(notes))
-        self.perplexity_note.setVisible(bool(notes))
-        self._fit_table()
-        causal = all(entry["perplexity"] is not None for entry in results)
-        self.chart.set_values(bars, "Perplexity (lower is better)" if causal else
-                              "Perplexity, or mean cosine similarity for encoders")
-
-    def _choose_text_file(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self, "Text to score", "", "Text (*.txt *.jsonl);;All files (*)")
-        if path:
-            self.load_text_file(Path(path))
+        self.generate_tab.show_generations(summary.get("generations", []))
+        if summary.get("results") is not None:
+            self.perplexity_tab.show_results(summary["results"])
 
     def _text_loaded(self, text: str) -> None:
         self.text.setPlainText(text)
@@ -510,11 +291,7 @@ class TryPage(QWidget):
     def _models_changed(self) -> None:
         """Results about other models than those chosen now go: a table of stale scores would mislead."""
         self._update_hint()
-        if self._scored and self._scored != self.references():
-            self._scored = []
-            self.table.setRowCount(0)
-            self._fit_table()
-            self.chart.set_values([], "")
+        self.perplexity_tab.keep_results_for(self.references())
 
     def save_form(self) -> None:
         """Keep the models, the prompt and the settings (and a short text to score) for the next start."""

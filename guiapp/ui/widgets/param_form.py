@@ -37,12 +37,12 @@ from PySide6.QtWidgets import (
 from guiapp.jobs.layer_gradients import gradient_in_words
 from guiapp.jobs.plain_words import parameter_label, parameter_tooltip
 from guiapp.jobs.recipe_fixes import suggested_value
+from guiapp.jobs.recipe_text import value_from_text, value_text
 from guiapp.ui.theme import set_status_style
 
 SLIDER_STEPS = 1000
 SAME_FOR_ALL_LAYERS, CHANGES_ACROSS_LAYERS = "All layers", "Per layer"
 UNBOUNDED = 1e6
-ONE_LINE = 1 << 30  # YAML line width for the one-line list box (PyYAML wraps at 80 columns otherwise)
 
 
 class ParamEditor(QWidget):
@@ -159,10 +159,8 @@ class ParamEditor(QWidget):
             if self.check is not None:
                 self.check.setChecked(bool(shown))
             elif isinstance(shown, (list, dict)):
-                import yaml  # lists only appear once recipes are loaded
-
                 self._choose_layers(True)
-                self.text.setText(yaml.safe_dump(shown, default_flow_style=True, sort_keys=False, width=ONE_LINE).strip())
+                self.text.setText(value_text(shown))
                 self._show_list_as(shown)
                 self.gradient_changed.emit(shown)
             else:
@@ -191,24 +189,15 @@ class ParamEditor(QWidget):
     def set_gradient(self, values: list[Any]) -> None:
         """Make the value the list `values` (numbers: a gradient from the first layer to the last; or
         `{filter, value}` entries), as the user's change (a chart calls it when a point is dragged)."""
-        import yaml
-
         self._choose_layers(True)
-        self.text.setText(yaml.safe_dump(values, default_flow_style=True, sort_keys=False, width=ONE_LINE).strip())
+        self.text.setText(value_text(values))
         self._text_edited(self.text.text())
         self._show_list_as(values)
 
     # --- internals ------------------------------------------------------------------------------------------
 
     def _parsed_text(self) -> Any:
-        from guiapp.errors import MergesmithError, RecipeError
-        from guiapp.system.bounded import parse_yaml_bounded
-
-        try:
-            value = parse_yaml_bounded(self.text.text() or "null", "The value", RecipeError)
-        except MergesmithError:
-            return self.text.text()  # plan_merge reports the bad value next to the models
-        return value
+        return value_from_text(self.text.text())
 
     def _user_changed(self, *_: Any) -> None:
         if not self._updating:

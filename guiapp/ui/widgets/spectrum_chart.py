@@ -2,7 +2,7 @@
 sample of modules (click the curve to choose that rank); after extracting, each module's retained energy with
 the worst ones highlighted.
 
-The preview reads real tensors and decomposes them (`guiapp.lora.spectrum.preview_spectra`) on a worker thread
+The preview reads real tensors and decomposes them (`guiapp.jobs.rank_preview.sample_ranks`) on a worker thread
 through `run_blocking`; only the newest request's answer is shown, and choosing other models clears it.
 """
 
@@ -37,7 +37,7 @@ class SpectrumChart(ChartHost):
         super().__init__(CHART_HEIGHT, parent)
         self.setAccessibleName("Share of the change kept, by rank")
         self.setToolTip("Each thin line is one module, the thick line their average. Click to choose that rank.")
-        self.spectra: list[Any] = []  # guiapp.lora.spectrum.ModuleSpectrum
+        self.spectra: list[Any] = []  # the ModuleSpectrum of each sampled module (guiapp.jobs.rank_preview)
         self.rank: int | None = None
 
     def show_spectra(self, spectra: list[Any]) -> None:
@@ -179,27 +179,26 @@ class RankPreview(QWidget):
 
     async def _preview(self, base: str, model: str, stop: threading.Event) -> None:
         from guiapp.errors import MergesmithError
-        from guiapp.lora.spectrum import PREVIEW_MAX_RANK, preview_spectra
+        from guiapp.jobs.rank_preview import KEPT_SHARE, sample_ranks
 
         def reached(done: int, total: int) -> None:
             if not stop.is_set():
                 self.module_reached.emit(done, total)
 
         try:
-            spectra = await run_blocking(preview_spectra, base, model, None, PREVIEW_MAX_RANK, stop.is_set, reached)
+            sample = await run_blocking(sample_ranks, base, model, stop.is_set, reached)
         except MergesmithError as error:
             self._finished()
             self.status.setText(error_text(error))
             set_status_style(self.status, "problem")
             return
         self._finished()
-        self.chart.show_spectra(spectra)
+        self.chart.show_spectra(sample.spectra)
         self.chart.setVisible(True)
-        fits = [s.rank_for(0.9) for s in spectra]
-        known = [r for r in fits if r is not None]
-        typical = sorted(known)[len(known) // 2] if known else None
-        self.status.setText(f"{len(spectra)} modules sampled across the layers. "
-                            + (f"Rank {typical} keeps 90 % of the change for half of them. " if typical else "")
+        typical = sample.typical_rank
+        self.status.setText(f"{len(sample.spectra)} modules sampled across the layers. "
+                            + (f"Rank {typical} keeps {KEPT_SHARE * 100:.0f} % of the change for half of them. "
+                               if typical else "")
                             + "Click the curve to choose a rank.")
         set_status_style(self.status, None)
 
