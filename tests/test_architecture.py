@@ -97,7 +97,7 @@ def test_qt_is_imported_only_under_guiapp_ui():
 # "The window renders, the layers below decide": widgets reach the engine and the Hub only through guiapp.jobs, and
 # read or write no YAML themselves. Facts (guiapp.facts) and the system layer's helpers stay allowed.
 BELOW_THE_JOBS = ("guiapp.hub", "guiapp.merging", "guiapp.lora", "guiapp.inference", "guiapp.checkpoints",
-                  "guiapp.compute")
+                  "guiapp.compute", "guiapp.moe", "guiapp.lab", "guiapp.gguf")
 
 
 def test_the_window_reaches_the_engine_and_the_hub_only_through_the_jobs():

@@ -11,7 +11,7 @@ from guiapp.cli.process import EXIT_OK
 
 
 def add_gguf_command(commands: argparse._SubParsersAction) -> None:
-    from guiapp.gguf.kinds import KIND_WORDS  # plain data: no gguf, NumPy or torch
+    from guiapp.facts.gguf_types import KIND_WORDS  # plain data: no gguf, NumPy or torch
 
     export = commands.add_parser("export-gguf", help="Write a model as one GGUF file for llama.cpp, LM Studio and "
                                  "Ollama.")
@@ -34,7 +34,7 @@ def _run_export_gguf(args: argparse.Namespace) -> int:
     import json
 
     from guiapp.gguf.export import dry_run, format_dry_run
-    from guiapp.gguf.kinds import three_digits
+    from guiapp.system.units import three_digits
 
     if args.dry_run:
         report = dry_run(args.model, args.out, args.type)

@@ -40,12 +40,12 @@ from guiapp.checkpoints.writing import check_free_space
 from guiapp.compute.devices import threads_restored, use_cpu_threads
 from guiapp.errors import InsufficientResourcesError, OutputError
 from guiapp.gguf.architectures import PlannedTensor, Source, plan_tensors, source_of, write_metadata
-from guiapp.gguf.kinds import three_digits
 from guiapp.gguf.quantize import FILE_KINDS, FileKind, encode, stored_bytes, tensor_type
 from guiapp.gguf.tokenizer import Vocabulary, read_vocabulary, write_vocabulary
 from guiapp.hub.references import ModelRef
 from guiapp.progress import Progress
 from guiapp.system.threads import ThreadPolicy, WorkKind
+from guiapp.system.units import three_digits
 
 # Rows are read, converted and quantized in blocks of about this many float32 bytes (16 MB: peak private memory
 # 400-510 MB whatever the model's size, and faster than 32 MB blocks in benchmarks/gguf_export.py).

@@ -21,7 +21,7 @@ import libgguf
 import numpy as np
 import torch
 
-from guiapp.gguf.kinds import KIND_WORDS
+from guiapp.facts.gguf_types import KIND_WORDS
 
 Q = gguf.GGMLQuantizationType
 

@@ -55,3 +55,14 @@ class GgufExportSpec(JobSpec):
 def gguf_export_job(model: str, out: Path | str, gguf_type: str, **settings: Any) -> Job:
     """A job writing `model` as the GGUF file `out` of type `gguf_type` (see `GgufExportSpec`)."""
     return GgufExportSpec(model, str(out), gguf_type, **settings).job()
+
+
+def predicted_gguf_sizes(folder: Path) -> dict[str, int]:
+    """The size in bytes of the GGUF file of each type for the model in `folder`, from its headers (and tokenizer).
+    Raises CheckpointError for a folder that is not a model it can read, UnsupportedModelError for an architecture
+    GGUF export cannot map."""
+    from guiapp.checkpoints.sources import read_headers
+    from guiapp.gguf.export import predicted_sizes
+    from guiapp.hub.references import ModelRef
+
+    return predicted_sizes(read_headers(ModelRef.parse(str(folder))), Path(folder))

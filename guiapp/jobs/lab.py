@@ -54,3 +54,33 @@ def lab_job(spec: Mapping[str, Any], on_trial: Callable[[Any], None] | None = No
 def lab_spec(settings: Any) -> dict[str, Any]:
     """The spec of a LabSettings (what the Jobs page keeps to run it again)."""
     return {key: str(value) if isinstance(value, Path) else value for key, value in asdict(settings).items()}
+
+
+def lab_tunables(document: dict[str, Any]) -> list[Any]:
+    """The numbers of the recipe `document` the lab can tune, each with its range (guiapp.lab.space.Tunable).
+    Raises RecipeError / SettingsError for a recipe that is not valid or has nothing to tune."""
+    from guiapp.lab.space import tunables
+
+    return tunables(document)
+
+
+def recipe_with_values(document: dict[str, Any], tunables: list[Any], values: Mapping[str, float]) -> dict[str, Any]:
+    """`document` with the tuned numbers set to `values` (a trial's), as a recipe the Merge page can load."""
+    from guiapp.lab.space import with_values
+
+    return with_values(document, tunables, values)
+
+
+def recipe_document(path: Path) -> dict[str, Any]:
+    """The recipe mapping in the YAML file `path`. Raises RecipeError for a file that is not a valid recipe."""
+    from guiapp.merging.recipe import load_recipe
+
+    return load_recipe(Path(path)).document
+
+
+def write_recipe(document: dict[str, Any], path: Path) -> None:
+    """Write the recipe `document` as YAML at `path` (its folder made first). Raises OSError when it cannot."""
+    from guiapp.merging.model_card import recipe_yaml
+
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(recipe_yaml(document))

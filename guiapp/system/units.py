@@ -72,3 +72,12 @@ def plural(count: int, noun: str, plural_noun: str | None = None) -> str:
     """The count with its noun in the right number: (1, "model") → "1 model", (3, "model") → "3 models",
     (2, "match", "matches") → "2 matches"."""
     return f"{count} {noun if count == 1 else plural_noun or noun + 's'}"
+
+
+def three_digits(count: int) -> str:
+    """A size to three significant digits in decimal units: 97216 → "97.2 KB", 4370000000 → "4.37 GB"."""
+    value, units = float(count), ["B", "KB", "MB", "GB", "TB"]
+    while value >= 999.5 and len(units) > 1:
+        value /= 1000
+        units.pop(0)
+    return f"{value:.3g} {units[0]}"

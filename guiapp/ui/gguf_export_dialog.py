@@ -21,9 +21,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from guiapp.gguf.kinds import KIND_WORDS, three_digits
+from guiapp.facts.gguf_types import KIND_WORDS
 from guiapp.jobs.gguf_export import gguf_export_job
 from guiapp.jobs.runner import JobStatus
+from guiapp.system.units import three_digits
 from guiapp.ui.background import call_in_background
 from guiapp.ui.text import error_text
 from guiapp.ui.widgets.wrapping_label import WrappingLabel
@@ -101,11 +102,9 @@ class GgufExportDialog(QDialog):
             self.output.setText(str(self._default_output(self.chosen_kind())))
 
     def _predict(self) -> dict[str, int]:
-        from guiapp.checkpoints.sources import read_headers
-        from guiapp.gguf.export import predicted_sizes
-        from guiapp.hub.references import ModelRef
+        from guiapp.jobs.gguf_export import predicted_gguf_sizes
 
-        return predicted_sizes(read_headers(ModelRef.parse(str(self.folder))), self.folder)
+        return predicted_gguf_sizes(self.folder)
 
     def _predicted(self, sizes: dict[str, int]) -> None:
         self._sizes = sizes

@@ -196,11 +196,11 @@ class LabPage(QWidget):
     def set_document(self, document: dict[str, Any], where: str) -> None:
         """Search `document` (a recipe mapping): list its numbers with their ranges, or say why there are none."""
         from guiapp.errors import MergesmithError
-        from guiapp.lab.space import tunables
+        from guiapp.jobs.lab import lab_tunables
 
         self._document = document
         try:
-            self._tunables = tunables(document)
+            self._tunables = lab_tunables(document)
         except MergesmithError as error:
             self._tunables = []
             self.status.setText(error_text(error))
@@ -221,10 +221,10 @@ class LabPage(QWidget):
         name, _ = QFileDialog.getOpenFileName(self, "Recipe to search", "", "Recipes (*.yml *.yaml)")
         if name:
             from guiapp.errors import MergesmithError
-            from guiapp.merging.recipe import load_recipe
+            from guiapp.jobs.lab import recipe_document
 
             try:
-                self.set_document(load_recipe(Path(name)).document, Path(name).name)
+                self.set_document(recipe_document(Path(name)), Path(name).name)
             except MergesmithError as error:
                 self.status.setText(error_text(error))
 
@@ -246,8 +246,7 @@ class LabPage(QWidget):
 
     def start(self) -> None:
         """Write the recipe into the lab folder and start the search job there (one already there continues)."""
-        from guiapp.jobs.lab import lab_job
-        from guiapp.merging.model_card import recipe_yaml
+        from guiapp.jobs.lab import lab_job, write_recipe
 
         if not self._tunables:
             self.status.setText("This recipe has no number to tune: give its models weights (or the method's "
@@ -263,8 +262,7 @@ class LabPage(QWidget):
         folder = Path(self.folder.text().strip()).expanduser()
         recipe = folder.with_name(folder.name + " recipe.yml")
         try:
-            folder.parent.mkdir(parents=True, exist_ok=True)
-            recipe.write_text(recipe_yaml(self._document))
+            write_recipe(self._document, recipe)
         except OSError as error:
             self.status.setText(f"The lab cannot write {recipe}: {error.strerror or error}.")
             return
@@ -321,12 +319,12 @@ class LabPage(QWidget):
             self.status.setText(explanation.get("what") or "The search stopped; the Jobs page says why.")
 
     def _use_best(self) -> None:
-        from guiapp.lab.space import with_values
+        from guiapp.jobs.lab import recipe_with_values
 
         done = [r for r in self._records.values() if r.succeeded]
         if done and self._document is not None:
             best = min(done, key=lambda r: (r.loss, r.index))
-            self.use_recipe.emit(with_values(self._document, self._tunables, best.values))
+            self.use_recipe.emit(recipe_with_values(self._document, self._tunables, best.values))
 
 
 def _fixed(text: str) -> QTableWidgetItem:

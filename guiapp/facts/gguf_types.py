@@ -1,5 +1,5 @@
-"""The GGUF file types offered, in plain words, and how sizes are shown: plain data, so the command line's help
-and the window can name them without loading gguf, NumPy or torch."""
+"""The GGUF file types offered, in plain words: plain data, so the command line's help and the window can name them
+without loading gguf, NumPy or torch."""
 
 from __future__ import annotations
 
@@ -14,12 +14,3 @@ KIND_WORDS = {
     "q4_k_m": "runs on most laptops; a little less accurate",
     "q4_0": "small and simple; less accurate than Q4_K_M",
 }
-
-
-def three_digits(count: int) -> str:
-    """A size to three significant digits in decimal units: 97216 → "97.2 KB", 4370000000 → "4.37 GB"."""
-    value, units = float(count), ["B", "KB", "MB", "GB", "TB"]
-    while value >= 999.5 and len(units) > 1:
-        value /= 1000
-        units.pop(0)
-    return f"{value:.3g} {units[0]}"
