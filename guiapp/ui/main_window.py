@@ -124,8 +124,8 @@ class MainWindow(QMainWindow):
         go = self.menuBar().addMenu("&Go")
         self._action(go, "&Find models", QKeySequence.StandardKey.Find,
                      lambda: (self.show_page("models"), self.models.focus_search()))
-        for number, (key, label) in enumerate(PAGES, start=1):
-            self._action(go, label, QKeySequence(f"Ctrl+{number}"), lambda _=False, k=key: self.show_page(k))
+        for number, (key, label) in enumerate(PAGES, start=1):  # Ctrl+1 … Ctrl+9, then Ctrl+0 for the tenth
+            self._action(go, label, QKeySequence(f"Ctrl+{number % 10}"), lambda _=False, k=key: self.show_page(k))
         help_menu = self.menuBar().addMenu("&Help")
         self._action(help_menu, "&Getting started", QKeySequence.StandardKey.HelpContents,
                      lambda: self.show_help("Getting started", "getting-started.md"))

@@ -86,8 +86,8 @@ class FormTab(QWidget):
 
     def number_out_of_range(self) -> tuple[str, QDoubleSpinBox, float] | None:
         """The number of this form outside its range: what to say, its box and the nearest allowed value; None when
-        every number is within."""
-        raise NotImplementedError
+        every number is within (a form says which of its numbers have ranges)."""
+        return None
 
     def forget_check(self) -> None:
         """The models are being checked again: the last check no longer says whether Run may start."""
