@@ -129,7 +129,9 @@ def check_publish(folder: Path, repo_id: str, private: bool) -> UploadPlan:
     """What publishing `folder` to `repo_id` would upload and where, asking the Hub (read requests only); a folder
     that does not look like a model is allowed here, its `not_a_model` saying why, for the user to confirm.
     Raises UploadRefusedError (not signed in, a token that may not write there, a bad or foreign name, a
-    credential in a file), OutputError (no files), InvalidTokenError, OfflineError, ConnectionLostError."""
+    credential in a file), OutputError (no files), InvalidTokenError, OfflineError, ConnectionLostError, and
+    CheckpointError for a GGUF file whose metadata cannot be read (its card could not say what it holds)."""
     from guiapp.hub.upload import check_upload
 
+    source_models(Path(folder))
     return check_upload(Path(folder), repo_id, private, any_folder=True)

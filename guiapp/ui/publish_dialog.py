@@ -25,6 +25,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from guiapp.errors import MergesmithError
 from guiapp.jobs.publish import (
     PublishStart,
     card_with_licence,
@@ -132,8 +133,11 @@ class PublishDialog(QDialog):
         """Write the card from the folder, unless the user has edited it (their text is never replaced)."""
         if self._card_edited():
             return
-        self._generated_card = model_card(self.folder, self.repo.text().strip() or self._name,
-                                          self._chosen_licence())
+        try:
+            self._generated_card = model_card(self.folder, self.repo.text().strip() or self._name,
+                                              self._chosen_licence())
+        except MergesmithError:  # a GGUF file that cannot be read: the check shows why, and Publish stays off
+            self._generated_card = ""
         self.card.setPlainText(self._generated_card)
 
     def check(self) -> None:

@@ -187,3 +187,19 @@ def test_the_jobs_page_button_publishes_an_exports_file(qtbot, state, uploads, t
     (tmp_path / "merged-Q8_0.gguf").unlink()
     button.show_record(record)  # the file is gone: nothing to publish
     assert not button.isEnabled()
+
+
+def test_a_damaged_gguf_file_is_explained_and_publish_stays_off(qtbot, state, uploads, tmp_path):
+    from guiapp.ui.publish_dialog import PublishDialog
+
+    whole = _foreign_gguf(tmp_path / "whole.gguf").read_bytes()
+    damaged = tmp_path / "damaged-Q8_0.gguf"
+    damaged.write_bytes(whole[:60])  # cut inside the metadata
+    dialog = PublishDialog(state, damaged)
+    qtbot.addWidget(dialog)
+    qtbot.waitUntil(lambda: "could not be read as a GGUF file" in dialog.check_status.text(), timeout=30_000)
+    assert not dialog.publish.isEnabled() and dialog.card.toPlainText() == ""
+    dialog.repo.setText(f"{TEST_USER}/another-name")  # checked again: still refused
+    qtbot.waitUntil(lambda: not dialog.check_status.text().startswith("Checking"), timeout=30_000)
+    assert "could not be read as a GGUF file" in dialog.check_status.text()
+    assert not dialog.publish.isEnabled() and uploads.created == []
