@@ -203,3 +203,12 @@ def test_a_damaged_gguf_file_is_explained_and_publish_stays_off(qtbot, state, up
     qtbot.waitUntil(lambda: not dialog.check_status.text().startswith("Checking"), timeout=30_000)
     assert "could not be read as a GGUF file" in dialog.check_status.text()
     assert not dialog.publish.isEnabled() and uploads.created == []
+
+
+def test_a_base_with_its_adapter_is_recorded_as_made_from_both(tmp_path):
+    from guiapp.gguf.provenance import MadeFrom, made_from
+    from guiapp.hub.references import ModelRef
+
+    assert made_from(ModelRef.parse("org/base+org/adapter"), None) == MadeFrom(None, ["org/base", "org/adapter"])
+    assert made_from(ModelRef.parse(f"org/base+{tmp_path}"), None) == MadeFrom(None, ["org/base"])
+    assert made_from(ModelRef.parse("org/base@v2"), None) == MadeFrom("org/base", [])
