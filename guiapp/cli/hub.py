@@ -54,8 +54,10 @@ def add_hub_commands(commands: argparse._SubParsersAction) -> None:
     remove.set_defaults(handler=_run_hub_rm)
 
     upload = hub_commands.add_parser(
-        "upload", help="Publish a model folder to the Hub (private unless --public), with a model card.")
-    upload.add_argument("folder", type=Path, help="The model or adapter folder to publish.")
+        "upload", help="Publish a model folder or a GGUF file to the Hub (private unless --public), with a model "
+        "card.")
+    upload.add_argument("folder", type=Path, metavar="FOLDER|FILE.gguf",
+                        help="The model or adapter folder to publish, or a GGUF file (or a folder of them).")
     upload.add_argument("repo", help="The repo to publish to: your-user-name/model-name (a bare name goes under "
                         "your user name).")
     visibility = upload.add_mutually_exclusive_group()
@@ -245,22 +247,17 @@ def _run_hub_rm(args: argparse.Namespace) -> int:
 
 
 def _run_hub_upload(args: argparse.Namespace) -> int:
-    from guiapp.hub.publish_card import (
-        base_models,
-        input_licences,
-        licence_warnings,
-        preset_licence,
-        publish_card,
-    )
+    from guiapp.hub.publish_card import input_licences, licence_warnings, preset_licence
     from guiapp.hub.upload import check_upload, upload_folder
+    from guiapp.jobs.publish import model_card, source_models
     from guiapp.progress import Progress
 
     _hub_setup(args)
     plan = check_upload(args.folder, args.repo, private=not args.public, any_folder=args.force)
-    inputs = input_licences(base_models(args.folder))
+    inputs = input_licences(source_models(args.folder))
     for warning in licence_warnings(inputs):
         print(f"Warning: {warning}", file=sys.stderr)
-    card = publish_card(args.folder, plan.repo_id, args.licence or preset_licence(inputs))
+    card = model_card(args.folder, plan.repo_id, args.licence or preset_licence(inputs))
     printer = TerminalProgress()
     url = upload_folder(plan, Progress(on_event=lambda event: printer.on_event(None, event)), card=card)
     printer.finish()

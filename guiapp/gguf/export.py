@@ -24,6 +24,7 @@ import gguf
 import numpy as np
 import torch
 
+from guiapp import __version__
 from guiapp.checkpoints.output_guard import (
     DestinationLock,
     absolute_destination,
@@ -40,6 +41,7 @@ from guiapp.checkpoints.writing import check_free_space
 from guiapp.compute.devices import threads_restored, use_cpu_threads
 from guiapp.errors import InsufficientResourcesError, OutputError
 from guiapp.gguf.architectures import PlannedTensor, Source, plan_tensors, source_of, write_metadata
+from guiapp.gguf.provenance import MadeFrom, made_from, write_made_from
 from guiapp.gguf.quantize import FILE_KINDS, FileKind, encode, stored_bytes, tensor_type
 from guiapp.gguf.tokenizer import Vocabulary, read_vocabulary, write_vocabulary
 from guiapp.hub.references import ModelRef
@@ -75,6 +77,7 @@ class ExportPlan:
     header_bytes: int  # exact when `vocabulary` was read, estimated otherwise
     read_bytes: int
     vocabulary: Vocabulary | None
+    made_from: MadeFrom  # recorded in the file for its model card
 
     @property
     def file_bytes(self) -> int:
@@ -122,11 +125,13 @@ def plan_export(headers: ModelHeaders, kind: FileKind, folder: Path | None) -> E
     types = [tensor_type(kind, t.name, t.shape, source.layers, tied) for t in tensors]
     rows = next(t.shape[0] for t in tensors if t.name == "token_embd.weight")
     vocabulary = read_vocabulary(folder, rows, label) if folder is not None else None
-    writer = _writer(None, source, kind, tensors, types, vocabulary, headers.ref.short_name)
+    record = made_from(headers.ref, folder)
+    writer = _writer(None, source, kind, tensors, types, vocabulary, headers.ref.short_name, record)
     header = _header_bytes(writer) if vocabulary is not None else \
         _header_bytes(writer) + rows * _METADATA_BYTES_PER_TOKEN
     read_bytes = sum(headers.tensors[t.source].nbytes for t in tensors if t.source is not None)
-    return ExportPlan(label, headers.ref.short_name, source, kind, tensors, types, header, read_bytes, vocabulary)
+    return ExportPlan(label, headers.ref.short_name, source, kind, tensors, types, header, read_bytes, vocabulary,
+                      record)
 
 
 def predicted_sizes(headers: ModelHeaders, folder: Path | None) -> dict[str, int]:
@@ -146,10 +151,12 @@ def _padded(size: int) -> int:
 
 
 def _writer(path: Path | None, source: Source, kind: FileKind, tensors: list[PlannedTensor],
-            types: list[gguf.GGMLQuantizationType], vocabulary: Vocabulary | None, name: str) -> gguf.GGUFWriter:
+            types: list[gguf.GGMLQuantizationType], vocabulary: Vocabulary | None, name: str,
+            record: MadeFrom) -> gguf.GGUFWriter:
     """A GGUF writer holding the file's metadata and tensor table (nothing written yet)."""
     writer = gguf.GGUFWriter(path, source.arch_name)
     write_metadata(writer, source, name)
+    write_made_from(writer, record, __version__)
     writer.add_file_type(int(kind.file_type))
     writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
     if vocabulary is not None:
@@ -284,7 +291,8 @@ def _write_file(partial: Path, plan: ExportPlan, reader: ModelReader, progress: 
                 threads: ThreadPolicy) -> None:
     """Header first, then the tensors' blocks: the next block is read and converted on one thread and the last
     one written on another while the current one is quantized, so at most three blocks are held."""
-    writer = _writer(partial, plan.source, plan.kind, plan.tensors, plan.types, plan.vocabulary, plan.name)
+    writer = _writer(partial, plan.source, plan.kind, plan.tensors, plan.types, plan.vocabulary, plan.name,
+                     plan.made_from)
     try:
         writer.write_header_to_file()
         writer.write_kv_data_to_file()

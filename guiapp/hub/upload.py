@@ -1,4 +1,4 @@
-"""Publishing a model folder to the Hub: checked before anything is sent, uploaded file by file, resumable.
+"""Publishing a model folder (or one GGUF file) to the Hub: checked before anything is sent, uploaded file by file, resumable.
 
 `check_upload` finds every refusal before a byte leaves (not signed in, a read-only token, an invalid name, a
 name owned by someone else); `upload_folder` then creates the repo (always private first, so a failed first
@@ -48,7 +48,8 @@ _OWN_STATE = ".mergesmith"
 
 @dataclass(frozen=True)
 class UploadPlan:
-    """What will be uploaded where: `files` are (path in repo, local path, size); `exists` when the repo is there
+    """What will be uploaded where: `folder` is the folder or the GGUF file published, `files` are (path in repo,
+    local path, size); `exists` when the repo is there
     already (owned by `user`, so uploading adds a commit to it). `not_a_model` says what the folder lacks to be a
     model or an adapter (None when it is one): it is only publishable when the user asked for it anyway."""
 
@@ -66,12 +67,13 @@ class UploadPlan:
 
 
 def check_upload(folder: Path, repo_id: str, private: bool = True, *, any_folder: bool = False) -> UploadPlan:
-    """Check everything an upload of `folder` to `repo_id` needs, sending nothing but read requests.
+    """Check everything an upload of `folder` (or of one .gguf file) to `repo_id` needs, sending nothing but read
+    requests.
 
     A bare name ("merged") goes under the signed-in user's name. Raises UploadRefusedError (a credential in a
     file, a folder that is not a model unless `any_folder`, not signed in, a token that may not write there, an
     invalid name or one shaped like a secret, someone else's namespace, a public repo when `private`),
-    OutputError for a folder without files, InvalidTokenError / OfflineError / ConnectionLostError from the Hub.
+    OutputError for a folder without files or a file that is not GGUF, InvalidTokenError / OfflineError / ConnectionLostError from the Hub.
     """
     from huggingface_hub import get_token
 
@@ -329,8 +331,12 @@ def _ours_behind(error: BaseException) -> MergesmithError | None:
 
 
 def _files_of(folder: Path) -> list[tuple[str, Path, int]]:
+    if folder.is_file() and folder.suffix.lower() == ".gguf":  # a GGUF file holds a whole model
+        return [(folder.name, folder, folder.stat().st_size)]
     if not folder.is_dir():
-        raise OutputError(f"{folder} is not a folder.", hint="Choose the model folder to publish.")
+        raise OutputError(f"{folder} is not a folder or a GGUF file.",
+                          why="A model is published as its folder; only a GGUF file holds a whole model alone.",
+                          hint="Choose the model folder to publish, or a .gguf file.")
     files = []
     for path in sorted(folder.rglob("*")):
         relative = path.relative_to(folder)

@@ -1,4 +1,4 @@
-"""Publishing a model folder: what the Publish dialog shows before (the licence, warnings about the inputs'
+"""Publishing a model folder or a GGUF file: what the Publish dialog shows before (the licence, warnings about the inputs'
 licences, the model card, whether the Hub would accept the upload) and the publish job that uploads the folder
 with its reviewed card (see guiapp.hub.upload and guiapp.hub.publish_card).
 
@@ -68,22 +68,54 @@ class PublishStart:
 
 
 def prepare_publish(folder: Path) -> PublishStart:
-    """Ask the Hub who is signed in and what licences the models `folder` was made from carry (their Hub pages).
-    Raises InvalidTokenError, OfflineError, HubUnreachableError or ConnectionLostError when the Hub cannot say."""
-    from guiapp.hub.publish_card import base_models, input_licences, licence_warnings, preset_licence
+    """Ask the Hub who is signed in and what licences the models `folder` (or a GGUF file) was made from carry
+    (their Hub pages). Raises InvalidTokenError, OfflineError, HubUnreachableError or ConnectionLostError when the
+    Hub cannot say, CheckpointError for a GGUF file that cannot be read."""
+    from guiapp.hub.publish_card import input_licences, licence_warnings, preset_licence
     from guiapp.hub.tokens import signed_in_user
 
     user = signed_in_user()
-    inputs = input_licences(base_models(Path(folder)))
+    inputs = input_licences(source_models(Path(folder)))
     return PublishStart(user, preset_licence(inputs), licence_warnings(inputs))
 
 
+def source_models(folder: Path) -> list[str]:
+    """The Hub models publishing `folder` names as made from: a GGUF file's source (from its metadata), a
+    merge's inputs, an adapter's base. Raises CheckpointError for a GGUF file that cannot be read."""
+    from guiapp.gguf.card import gguf_base_models, gguf_files
+    from guiapp.hub.publish_card import base_models
+
+    files = gguf_files(Path(folder))
+    return gguf_base_models(files) if files else base_models(Path(folder))
+
+
 def model_card(folder: Path, repo_id: str, licence: str) -> str:
-    """The README.md to publish with `folder` as `repo_id` under `licence`, for the user to review: the folder's
-    own card kept, with the licence, base models and tags set; a folder without a card gets a new one."""
+    """The README.md to publish with `folder` as `repo_id` under `licence`, for the user to review: for GGUF
+    files, how they were made and how to run them; else the folder's own card kept, with the licence, base
+    models and tags set (a folder without a card gets a new one). Raises CheckpointError for a GGUF file that
+    cannot be read."""
+    from guiapp.gguf.card import gguf_card, gguf_files
     from guiapp.hub.publish_card import publish_card
 
-    return publish_card(Path(folder), repo_id, licence)
+    files = gguf_files(Path(folder))
+    return gguf_card(files, repo_id, licence) if files else publish_card(Path(folder), repo_id, licence)
+
+
+def suggested_repo_name(path: Path) -> str:
+    """The repo name the Publish dialog proposes for `path`: a folder's name; for a GGUF file, its model's name
+    without the type and with "-GGUF", as GGUF repos on the Hub are named ("merged-Q4_K_M.gguf" → "merged-GGUF").
+    Never raises."""
+    from guiapp.facts.gguf_types import KIND_WORDS
+
+    path = Path(path)
+    if path.suffix.lower() != ".gguf":
+        return path.name
+    stem = path.stem
+    for kind in KIND_WORDS:
+        if stem.lower().endswith(("-" + kind, "." + kind, "_" + kind)):
+            stem = stem[: -len(kind) - 1]
+            break
+    return f"{stem or path.stem}-GGUF"
 
 
 def card_with_licence(card: str, licence: str) -> str:
@@ -97,7 +129,9 @@ def check_publish(folder: Path, repo_id: str, private: bool) -> UploadPlan:
     """What publishing `folder` to `repo_id` would upload and where, asking the Hub (read requests only); a folder
     that does not look like a model is allowed here, its `not_a_model` saying why, for the user to confirm.
     Raises UploadRefusedError (not signed in, a token that may not write there, a bad or foreign name, a
-    credential in a file), OutputError (no files), InvalidTokenError, OfflineError, ConnectionLostError."""
+    credential in a file), OutputError (no files), InvalidTokenError, OfflineError, ConnectionLostError, and
+    CheckpointError for a GGUF file whose metadata cannot be read (its card could not say what it holds)."""
     from guiapp.hub.upload import check_upload
 
+    source_models(Path(folder))
     return check_upload(Path(folder), repo_id, private, any_folder=True)

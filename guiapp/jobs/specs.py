@@ -16,7 +16,7 @@ from guiapp.jobs import summaries
 from guiapp.jobs.gguf_export import GgufExportSpec
 from guiapp.jobs.lab import LabSpec
 from guiapp.jobs.publish import PublishSpec
-from guiapp.jobs.runner import Job, JobSpec
+from guiapp.jobs.runner import Job, JobSpec, JobStatus
 from guiapp.jobs.tryout import MAX_MODELS, PerplexitySpec, TrySpec
 from guiapp.merging.recipe import Recipe, recipe_from_dict
 
@@ -348,7 +348,8 @@ def download_job(repo_id: str, revision: str | None = None) -> Job:
 class JobKind:
     """One kind of job: its name (a record's `kind`), what the Jobs list calls it, its settings class, whether its
     output is a model or adapter folder (listed in the library, offered to Try and to Publish), whether its end
-    changes what is on disk, and how a finished job's summary is worded."""
+    changes what is on disk, and how a finished job's summary is worded. `publishes_file`: its result is one file
+    (the summary's "file", a GGUF file) that Publish offers to upload."""
 
     name: str
     words: str
@@ -356,6 +357,7 @@ class JobKind:
     makes_model: bool
     changes_disk: bool
     summary: Callable[[Mapping[str, Any]], str]
+    publishes_file: bool = False
 
 
 JOB_KINDS: dict[str, JobKind] = {kind.name: kind for kind in (
@@ -366,7 +368,7 @@ JOB_KINDS: dict[str, JobKind] = {kind.name: kind for kind in (
     JobKind("lora-merge", "Combine LoRAs", CombineSpec, True, True, summaries.combine_summary),
     JobKind("moe", "Assemble experts", MoeSpec, True, True, summaries.moe_summary),
     JobKind("download", "Download", DownloadSpec, False, True, summaries.saved_summary),
-    JobKind("export-gguf", "Export GGUF", GgufExportSpec, False, True, summaries.gguf_summary),
+    JobKind("export-gguf", "Export GGUF", GgufExportSpec, False, True, summaries.gguf_summary, publishes_file=True),
     JobKind("lab", "Merge lab", LabSpec, False, False, summaries.lab_summary),
     JobKind("try", "Try", TrySpec, False, False, summaries.try_summary),
     JobKind("perplexity", "Perplexity", PerplexitySpec, False, False, summaries.perplexity_summary),
@@ -378,6 +380,19 @@ def job_kind(kind: str) -> JobKind:
     """The registry's row for `kind`. A kind this version does not know (a history written by a newer one) gets a
     row that makes nothing, is called by its name and words its summary plainly, so its record still shows."""
     return JOB_KINDS.get(kind) or JobKind(kind, kind, None, False, False, summaries.saved_summary)
+
+
+def published_path(record) -> Path | None:
+    """What Publish uploads for the job `record` (a JobRecord): a model-making job's output folder, an export's
+    file; None while the job has not finished, or when its result is gone from the disk. Never raises."""
+    row = job_kind(record.kind)
+    if record.status != JobStatus.DONE:
+        return None
+    if row.publishes_file:
+        file = record.summary.get("file")
+        return Path(file) if isinstance(file, str) and Path(file).is_file() else None
+    folder = Path(record.output) if row.makes_model and record.output else None
+    return folder if folder is not None and folder.is_dir() else None
 
 
 def spec_of(kind: str, spec: Mapping[str, Any]) -> JobSpec:

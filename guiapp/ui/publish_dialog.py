@@ -1,4 +1,4 @@
-"""The Publish dialog: a repo name, private by default, a licence preset from the inputs, the card to review.
+"""The Publish dialog for a model folder or a GGUF file: a repo name, private by default, a licence preset from the inputs, the card to review.
 
 Everything the Hub would refuse is checked (in the background) before Publish is enabled: sign-in, a token
 that can write, the name, whose namespace it is. The upload runs as a job on the runner, with its progress here
@@ -25,6 +25,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from guiapp.errors import MergesmithError
 from guiapp.jobs.publish import (
     PublishStart,
     card_with_licence,
@@ -33,9 +34,10 @@ from guiapp.jobs.publish import (
     model_card,
     prepare_publish,
     publish_job,
+    suggested_repo_name,
 )
 from guiapp.jobs.runner import JobStatus
-from guiapp.jobs.specs import job_kind
+from guiapp.jobs.specs import job_kind, published_path
 from guiapp.ui.background import LatestCall, call_in_background
 from guiapp.ui.text import error_text
 from guiapp.ui.theme import set_status_style
@@ -54,7 +56,8 @@ class PublishDialog(QDialog):
         self._generated_card = ""  # the card as Mergesmith last wrote it; any other text is the user's
         self.setWindowTitle(f"Publish {self.folder.name}")
         self.resize(820, 720)
-        self.repo = QLineEdit(self.folder.name, placeholderText="your-user-name/model-name")
+        self._name = suggested_repo_name(self.folder)
+        self.repo = QLineEdit(self._name, placeholderText="your-user-name/model-name")
         self.private = QCheckBox("Private: only you (and your organisation) can see it", checked=True)
         self.licence = QComboBox(editable=True)
         self.licence.addItems(licence_choices())
@@ -73,7 +76,7 @@ class PublishDialog(QDialog):
         self.cancel.clicked.connect(self._cancel_or_close)
 
         form = QFormLayout()
-        form.addRow("Folder", WrappingLabel(str(self.folder)))
+        form.addRow("File" if self.folder.is_file() else "Folder", WrappingLabel(str(self.folder)))
         form.addRow("Repo", self.repo)
         form.addRow("", self.private)
         form.addRow("Licence", self.licence)
@@ -102,7 +105,7 @@ class PublishDialog(QDialog):
 
     def _prepared(self, start: PublishStart) -> None:
         if start.user and "/" not in self.repo.text():
-            self.repo.setText(f"{start.user}/{self.folder.name}")
+            self.repo.setText(f"{start.user}/{self._name}")
         self.licence.setCurrentText(start.licence)
         self.warnings.setText("\n".join(f"⚠ {w}" for w in start.warnings))
         self.warnings.setVisible(bool(start.warnings))
@@ -130,8 +133,11 @@ class PublishDialog(QDialog):
         """Write the card from the folder, unless the user has edited it (their text is never replaced)."""
         if self._card_edited():
             return
-        self._generated_card = model_card(self.folder, self.repo.text().strip() or self.folder.name,
-                                          self._chosen_licence())
+        try:
+            self._generated_card = model_card(self.folder, self.repo.text().strip() or self._name,
+                                              self._chosen_licence())
+        except MergesmithError:  # a GGUF file that cannot be read: the check shows why, and Publish stays off
+            self._generated_card = ""
         self.card.setPlainText(self._generated_card)
 
     def check(self) -> None:
@@ -226,8 +232,9 @@ class PublishDialog(QDialog):
 
 
 class PublishOutputButton(QPushButton):
-    """"Publish…" for the Jobs page's selected job: shown for merges, extractions and applies, enabled once the
-    job has finished and its output folder is there, and opening the Publish dialog on that folder."""
+    """"Publish…" for the Jobs page's selected job: shown for jobs that make a model or an adapter and for GGUF
+    exports, enabled once the job has finished and its folder (or file) is there, and opening the Publish dialog
+    on it."""
 
     def __init__(self, state, parent: QWidget | None = None) -> None:
         super().__init__("Publish…", parent)
@@ -239,14 +246,14 @@ class PublishOutputButton(QPushButton):
 
     def show_record(self, record) -> None:
         """Follow the selected job's record (None: no job selected)."""
-        publishable = record is not None and job_kind(record.kind).makes_model
-        folder = Path(record.output) if publishable and record.status == JobStatus.DONE and record.output else None
-        self.folder = folder if folder is not None and folder.is_dir() else None
+        kind = job_kind(record.kind) if record is not None else None
+        publishable = kind is not None and (kind.makes_model or kind.publishes_file)
+        self.folder = published_path(record) if publishable else None
         self.setVisible(publishable)
         self.setEnabled(self.folder is not None)
         self.setToolTip(f"Share {self.folder} on the Hugging Face Hub, with a model card you review first."
                         if self.folder else "A job's output can be published once the job has finished and its "
-                        "folder is still there.")
+                        "folder or file is still there.")
 
     def open_dialog(self) -> PublishDialog | None:
         """Open the Publish dialog on the job's output; returns it (None when there is nothing to publish)."""
