@@ -8,6 +8,8 @@
    of its output (each timed inside its own process, imports excluded; goal: a trial within 2x), and the peak
    resident memory of the lab's process against the peaks of the merge's and the perplexity's processes (goal:
    within 1.5x of their sum), and the lab's resident memory after its first and its last trial (flat).
+3. The merge step of a trial on that model (the candidate merged into the model in memory, no scoring), with the
+   inputs kept in memory (the lab's way) against read from disk at every trial, and what keeping them costs.
 Each part runs in a fresh process so that its peak (ru_maxrss) is its own.
 """
 
@@ -76,10 +78,10 @@ _MERGE = textwrap.dedent("""
 _PERPLEXITY = textwrap.dedent("""
     import json, resource, sys, time, torch, transformers
     from pathlib import Path
-    from guiapp.inference.running import load_model, perplexity, resolve_source
+    from guiapp.inference.running import load_model, perplexity, resolve_sources
     folder = Path(sys.argv[1])
     started = time.perf_counter()
-    loaded = load_model(resolve_source(str(folder / "merged")), torch.float32, "cpu")
+    loaded = load_model(resolve_sources([str(folder / "merged")])[0], torch.float32, "cpu")
     loading = time.perf_counter() - started
     value = perplexity(loaded, (folder / "text.txt").read_text()).perplexity
     seconds = time.perf_counter() - started
@@ -102,6 +104,25 @@ _LAB = textwrap.dedent("""
     seconds = [r.seconds for r in run.records if r.index > 0]
     print(json.dumps({"per_trial": sum(seconds) / len(seconds), "wall": wall, "start": run.start.perplexity,
                       "rss_first_mb": resident[1], "rss_last_mb": resident[max(resident)],
+                      "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+""")
+
+
+_MERGE_STEP = textwrap.dedent("""
+    import json, resource, sys, time, yaml
+    from pathlib import Path
+    from guiapp.lab.trial import Evaluator
+    folder, keep = Path(sys.argv[1]), sys.argv[2] == "keep"
+    document = yaml.safe_load((folder / "recipe.yml").read_text())
+    evaluator = Evaluator(document, **({} if keep else {"keep_bytes": 0}))
+    seconds = []
+    for weight in (0.5, 0.3, 0.6, 0.4, 0.7, 0.2):
+        document["models"][0]["parameters"]["weight"] = weight
+        started = time.perf_counter()
+        evaluator.load(document)
+        seconds.append(time.perf_counter() - started)
+    print(json.dumps({"first": seconds[0], "later": sum(seconds[1:]) / len(seconds[1:]),
+                      "kept_mb": evaluator._inputs.kept_bytes / 2**20,
                       "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """)
 
@@ -148,6 +169,13 @@ def main() -> None:
               "the perplexity's alone")
         print(f"  lab resident after trial 1 {lab['rss_first_mb']:.0f} MB, after the last "
               f"{lab['rss_last_mb']:.0f} MB (flat: {lab['rss_last_mb'] / lab['rss_first_mb']:.2f}x)")
+        kept, read = _run(_MERGE_STEP, str(big), "keep"), _run(_MERGE_STEP, str(big), "read")
+        print(f"  a trial's merge step, inputs kept: {kept['later']:.3f} s (the first, reading them: "
+              f"{kept['first']:.3f} s); read from disk every trial: {read['later']:.3f} s: "
+              f"{read['later'] / kept['later']:.2f}x faster kept")
+        print(f"  keeping the inputs holds {kept['kept_mb']:.0f} MB ({kept['kept_mb'] / size:.2f}x one model's "
+              f"{size:.0f} MB); peak of the merge step {kept['peak_mb']:.0f} MB kept, {read['peak_mb']:.0f} MB "
+              "read every trial")
 
 
 if __name__ == "__main__":

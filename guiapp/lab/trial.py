@@ -1,10 +1,11 @@
 """One trial: a candidate recipe merged in memory, straight into a model that is built once, and scored on the
 user's text exactly as `mergesmith perplexity` scores it.
 
-The inputs are opened once; each trial runs the merge loop of `mergesmith merge` (the same plan, arithmetic, seed
-and casts) with every tensor handed to the model's own parameters instead of a shard file, then the perplexity of
-`guiapp.inference.running` (its windows). Nothing of the model is written to disk, and memory holds one model plus
-the merge loop's few blocks, however many trials run.
+The inputs are opened once and what the merge loop reads of them is kept in memory within a budget
+(guiapp.lab.kept): each trial runs the merge loop of `mergesmith merge` (the same plan, arithmetic, seed and casts)
+on the kept tensors, with every result handed to the model's own parameters instead of a shard file, then the
+perplexity of `guiapp.inference.running` (its windows). Nothing of the model is written to disk, and memory holds
+one model, the kept inputs and the merge loop's few blocks, however many trials run.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 
 import torch
 
-from guiapp.checkpoints.sources import ModelReader, open_readers
+from guiapp.checkpoints.sources import open_readers
 from guiapp.compute.devices import resolve_device
 from guiapp.errors import (
     CheckpointError,
@@ -31,6 +32,7 @@ from guiapp.errors import (
 )
 from guiapp.hub.references import ModelRef
 from guiapp.inference.running import LoadedModel, ModelSource, load_architecture, perplexity
+from guiapp.lab.kept import KeptReaders, default_budget
 from guiapp.merging.merge import MergeSettings, merge_into, plan_merge, tokenizer_folder
 from guiapp.merging.model_card import write_merge_metadata
 from guiapp.merging.plan import align_vocabulary
@@ -134,12 +136,13 @@ class Evaluator:
     """Merges candidate recipes of one recipe's shape into one model in memory and scores them.
 
     Building one opens the inputs and makes the model from the merged configuration (random weights until the
-    first trial). Raises what planning a merge raises (RecipeError, CheckpointError, HubError...) and
+    first trial). The inputs' tensors are kept in memory up to `keep_bytes` (None: `default_budget()`, 0: read
+    from disk at every trial). Raises what planning a merge raises (RecipeError, CheckpointError, HubError...) and
     UnsupportedModelError for models that do not generate text.
     """
 
     def __init__(self, document: dict[str, Any], device: str = "cpu", window: int = 512, seed: int = 0,
-                 progress: Progress | None = None) -> None:
+                 progress: Progress | None = None, keep_bytes: int | None = None) -> None:
         progress = progress or Progress()
         recipe = recipe_from_dict(document)
         if recipe.modules:
@@ -150,7 +153,8 @@ class Evaluator:
         self._window = window
         self._settings = MergeSettings(output=Path("."), device=device, seed=seed)
         self._shapes = {task.name: task.shape for task in plan.tasks}
-        self._readers: list[ModelReader] = open_readers([model.ref for model in plan.models], progress)
+        self._inputs = KeptReaders(open_readers([model.ref for model in plan.models], progress),
+                                   default_budget() if keep_bytes is None else keep_bytes)
         self._folder = Path(tempfile.mkdtemp(prefix="mergesmith-lab-"))
         try:
             self._donor = tokenizer_folder(plan.tokenizer_donor)
@@ -166,7 +170,7 @@ class Evaluator:
 
     @property
     def _folders(self) -> list[Path]:
-        return [reader.folder for reader in self._readers]
+        return [reader.folder for reader in self._inputs.readers]
 
     def load(self, document: dict[str, Any], progress: Progress | None = None) -> None:
         """Merge `document` (this recipe with other numbers) into the model. Raises RecipeError for values the
@@ -178,7 +182,7 @@ class Evaluator:
                               hint="Tune numbers only; layer ranges and models stay as the recipe has them.")
         align_vocabulary(plan, self._folders, self._donor)
         sink = _ModelSink(self._parameters, self._weights)
-        merge_into(plan, self._readers, sink, self._device, self._settings, progress)
+        merge_into(plan, self._inputs.readers, sink, self._device, self._settings, progress)
 
     def score(self, document: dict[str, Any], material: Material, progress: Progress | None = None) -> TrialScore:
         """The perplexity on `material` of the merge of `document`. A trial that cannot be scored (the method refuses
@@ -208,9 +212,10 @@ class Evaluator:
         check_token_count(self.token_count(text), what, self._window)
 
     def close(self) -> None:
-        """Close the inputs and remove the model's configuration folder (nothing else was written)."""
-        for reader in getattr(self, "_readers", []):
-            reader.close()
+        """Let go of the kept inputs, close them and remove the model's configuration folder (nothing else was
+        written)."""
+        if hasattr(self, "_inputs"):
+            self._inputs.close()
         shutil.rmtree(self._folder, ignore_errors=True)
 
 

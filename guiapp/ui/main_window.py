@@ -90,6 +90,7 @@ class MainWindow(QMainWindow):
             page.job_submitted.connect(self._job_submitted)
         self.jobs.retried.connect(self.jobs.select)
         self.lab.use_recipe.connect(lambda document: (self.merge.apply_document(document), self.show_page("merge")))
+        self.lab.try_models.connect(lambda folders: (self.try_page.set_models(folders), self.show_page("try")))
         self.jobs.sign_in_requested.connect(self.show_sign_in)
         self.jobs.offline_requested.connect(self.settings.offline_check.setChecked)
         # Statuses follow what they describe: a sign-in or offline switch re-checks the forms (a gated model's

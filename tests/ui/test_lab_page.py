@@ -1,14 +1,17 @@
 """The Lab page driven as a new user would: the Merge page's recipe is there already, a text is chosen, the search
-runs with its chart and table filling in, and "Use this recipe" takes the best back to the Merge page."""
+runs with its chart and table filling in, "Use this recipe" takes the best back to the Merge page, and "Try it" puts
+the best beside the recipe as given on the Try page, merged into the lab's folder once."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import yaml
 
 from tests.lab.conftest import planted  # noqa: F401 - the tiny fine-tunes and their mixed text
 
 
-def test_a_search_from_the_merge_pages_recipe_ends_with_the_best_back_on_the_merge_page(make_window, qtbot, planted,
+def test_a_search_from_the_merge_pages_recipe_ends_with_the_best_on_the_merge_and_try_pages(make_window, qtbot, planted,
                                                                                           tmp_path, chart_shots):
     window = make_window()
     window.merge.apply_document({
@@ -48,3 +51,26 @@ def test_a_search_from_the_merge_pages_recipe_ends_with_the_best_back_on_the_mer
     chosen = yaml.safe_load((tmp_path / "lab" / "best.yml").read_text())
     assert [m["parameters"]["weight"] for m in window.merge.document["models"]] == \
         [m["parameters"]["weight"] for m in chosen["models"]]
+
+    window.show_page("lab")
+    assert lab.try_button.isEnabled()
+    lab.try_button.click()
+    window.grab().save(str(chart_shots / "lab-try-merging.png"))
+    assert not lab.try_button.isEnabled()  # the two merges run as jobs, listed on the Jobs page
+    merges = [r for r in window.state.jobs.records if r.kind == "merge"]
+    assert [Path(r.spec["output"]).name for r in merges] == ["start-model", "best-model"]
+    qtbot.waitUntil(lambda: window.stack.currentWidget() is window.try_page, timeout=120_000)
+    folders = [str(tmp_path / "lab" / "start-model"), str(tmp_path / "lab" / "best-model")]
+    assert window.try_page.references() == folders
+    merged = [yaml.safe_load((Path(folder) / "mergesmith_recipe.yml").read_text()) for folder in folders]
+    assert [m["parameters"]["weight"] for m in merged[1]["models"]] == \
+        [m["parameters"]["weight"] for m in chosen["models"]]
+    assert [m["parameters"]["weight"] for m in merged[0]["models"]] == [0.5, 0.5]
+    window.grab().save(str(chart_shots / "lab-try.png"))
+
+    window.try_page.set_models([])
+    window.show_page("lab")
+    lab.try_button.click()  # the same two recipes: the folders are reused, nothing is merged again
+    assert window.stack.currentWidget() is window.try_page
+    assert window.try_page.references() == folders
+    assert len([r for r in window.state.jobs.records if r.kind == "merge"]) == 2

@@ -1,8 +1,10 @@
 """The Lab page: search the numbers of a recipe (the Merge page's, or a file's) for the merge with the lowest
-perplexity on the user's text, watch the trials come in on a chart, and take the best recipe back to Merge.
+perplexity on the user's text, watch the trials come in on a chart, take the best recipe back to Merge, or try it
+beside the recipe as given on the Try page.
 
 The search runs as a job (guiapp.jobs.lab) in a folder of its own: cancelling keeps every finished trial, and
-starting again with the same folder and settings continues where it stopped.
+starting again with the same folder and settings continues where it stopped. "Try it" merges the two recipes into
+folders of the lab's (jobs on the Jobs page; a folder already holding that recipe's merge is reused).
 """
 
 from __future__ import annotations
@@ -88,10 +90,11 @@ class LabChart(ChartHost):
 
 
 class LabPage(QWidget):
-    """The form (recipe, text, numbers to tune, trials, where), the race (chart, best candidates), Start/Cancel
-    and "Use this recipe"."""
+    """The form (recipe, text, numbers to tune, trials, where), the race (chart, best candidates), Start/Cancel,
+    "Use this recipe" and "Try it"."""
 
     use_recipe = Signal(dict)  # the best candidate's recipe, for the Merge page
+    try_models = Signal(list)  # the folders of the recipe as given and of the best candidate, for the Try page
     _trial_heard = Signal(object)  # a TrialRecord, from the job's thread
 
     def __init__(self, state, merge_page, parent: QWidget | None = None) -> None:
@@ -102,6 +105,11 @@ class LabPage(QWidget):
         self._document: dict[str, Any] | None = None
         self._tunables: list[Any] = []
         self._records: dict[int, Any] = {}
+        self._lab_folder: Path | None = None  # the folder of the search the chart shows
+        # The recipe and numbers of that search: the form may show another recipe since (the Merge page's, changed).
+        self._searched: tuple[dict[str, Any], list[Any]] | None = None
+        self._try_keys: set[str] = set()  # the merges "Try it" waits for
+        self._try_folders: list[str] = []
 
         form_box = QGroupBox("What to search")
         form = QFormLayout(form_box)
@@ -154,11 +162,16 @@ class LabPage(QWidget):
         self.use_button = QPushButton("Use this recipe", enabled=False)
         self.use_button.setToolTip("Load the best recipe found into the Merge page")
         self.use_button.clicked.connect(self._use_best)
+        self.try_button = QPushButton("Try it", enabled=False)
+        self.try_button.setToolTip("Merge the best recipe and the recipe as given into the lab's folder and compare "
+                                   "them on the Try page")
+        self.try_button.clicked.connect(self.try_best)
         buttons = QHBoxLayout()
         buttons.addWidget(self.start_button)
         buttons.addWidget(self.cancel_button)
         buttons.addStretch(1)
         buttons.addWidget(self.use_button)
+        buttons.addWidget(self.try_button)
 
         self.chart = LabChart()
         self.best_table = QTableWidget(0, 3, accessibleName="Best candidates")
@@ -271,9 +284,12 @@ class LabPage(QWidget):
                 "out": str(folder), "tune": tune, "engine": "local" if engine == "local" else "ray",
                 "ray_address": self.address.text().strip() or None if engine == "cluster" else None}
         self._records = {}
+        self._lab_folder = folder
+        self._searched = (self._document, list(self._tunables))
         self.chart.clear()
         self.best_table.setRowCount(0)
         self.use_button.setEnabled(False)
+        self.try_button.setEnabled(False)
         self._key = self.state.jobs.submit(lab_job(spec, on_trial=self._trial_heard.emit)).key
         self.start_button.setEnabled(False)
         self.cancel_button.setEnabled(True)
@@ -303,11 +319,17 @@ class LabPage(QWidget):
 
     def _job_changed(self, key: str) -> None:
         record = self.state.jobs.record(key)
-        if key != self._key or record is None or record.status.active:
+        if record is None or record.status.active:
+            return
+        if key in self._try_keys:
+            self._try_merge_ended(key, record)
+            return
+        if key != self._key:
             return
         self._key = None
         self.start_button.setEnabled(True)
         self.cancel_button.setEnabled(False)
+        self.try_button.setEnabled(self._best() is not None)
         if record.status == JobStatus.DONE:
             summary = record.summary
             self.status.setText(f"Best perplexity {summary['best_perplexity']:.3f} (the recipe as given: "
@@ -318,13 +340,60 @@ class LabPage(QWidget):
             explanation = record.explanation or {}
             self.status.setText(explanation.get("what") or "The search stopped; the Jobs page says why.")
 
-    def _use_best(self) -> None:
+    def _best(self) -> dict[str, Any] | None:
+        """The recipe of the best trial so far, None before any trial succeeded."""
         from guiapp.jobs.lab import recipe_with_values
 
         done = [r for r in self._records.values() if r.succeeded]
-        if done and self._document is not None:
-            best = min(done, key=lambda r: (r.loss, r.index))
-            self.use_recipe.emit(recipe_with_values(self._document, self._tunables, best.values))
+        if not done or self._searched is None:
+            return None
+        best = min(done, key=lambda r: (r.loss, r.index))
+        return recipe_with_values(*self._searched, best.values)
+
+    def _use_best(self) -> None:
+        best = self._best()
+        if best is not None:
+            self.use_recipe.emit(best)
+
+    def try_best(self) -> None:
+        """Merge the recipe as given and the best one into the lab's folder (reusing merges already there), then
+        hand both to the Try page."""
+        from guiapp.errors import MergesmithError
+        from guiapp.jobs.lab_try import try_merges
+
+        best = self._best()
+        if best is None or self._lab_folder is None or self._key is not None:
+            return
+        try:
+            merges = try_merges(self._searched[0], best, self._lab_folder)
+        except MergesmithError as error:
+            self.status.setText(error_text(error))
+            return
+        self._try_folders = [str(merge.folder) for merge in merges]
+        self._try_keys = {self.state.jobs.submit(merge.job).key for merge in merges if merge.job is not None}
+        if not self._try_keys:
+            self.try_models.emit(self._try_folders)
+            return
+        self.try_button.setEnabled(False)
+        self.start_button.setEnabled(False)
+        self.status.setText(f"Merging {'both recipes' if len(self._try_keys) > 1 else 'the best recipe'} into "
+                            f"{self._lab_folder} to try them (the Jobs page shows the progress)…")
+
+    def _try_merge_ended(self, key: str, record) -> None:
+        self._try_keys.discard(key)
+        if record.status != JobStatus.DONE:
+            for other in self._try_keys:
+                self.state.jobs.cancel(other)
+            self._try_keys.clear()
+            explanation = record.explanation or {}
+            self.status.setText(" ".join(filter(None, (explanation.get("what"), explanation.get("fix")))) or
+                                "A merge to try stopped; the Jobs page says why.")
+        elif not self._try_keys:
+            self.status.setText("Both models are on the Try page: the recipe as given first, the best one second.")
+            self.try_models.emit(self._try_folders)
+        if not self._try_keys:
+            self.try_button.setEnabled(True)
+            self.start_button.setEnabled(True)
 
 
 def _fixed(text: str) -> QTableWidgetItem:
