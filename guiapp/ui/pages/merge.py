@@ -157,11 +157,13 @@ class MergePage(QWidget):
             self._method_changed()
 
     def _engine_failed(self, error: BaseException) -> None:
+        """The engine could not be loaded: nothing can be checked or merged, so the reason takes the form's place."""
         from guiapp.system.explain import explain
 
         explanation = explain(error)
         self.loading.setText(f"The merge engine could not be loaded.\n\n{explanation.what}\n\n{explanation.fix}")
         set_status_style(self.loading, "problem")
+        self.stack.setCurrentWidget(self.loading)
 
     def _refresh_capabilities(self) -> None:
         self.output.refresh_capabilities(self.state.probe, self.document.get("out_dtype"))
