@@ -3,8 +3,8 @@ and a per-tensor function.
 
 A method's module attaches its merge function to its declaration (`MergeMethod.implementing`, a module's `METHOD`,
 or a row of the task-vector table). The window builds its forms from the declarations' `params` without waiting
-for torch, the recipe validator checks values against them, and the merge loop calls `merge(ctx)` once per output tensor with every input already in the compute dtype
-(float32, or float64) on the chosen device.
+for torch, the recipe validator checks values against them, and the merge loop calls `merge(ctx)` once per output
+tensor with every input already in the compute dtype (float32, or float64) on the chosen device.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""The Merge page: a form built from the merge methods' declarations (at once, before torch has loaded), a live mergekit-compatible YAML view, validation
-next to the fields it concerns, the estimate and the compatibility verdict, and Run.
+"""The Merge page: a form built from the merge methods' declarations (at once, before torch has loaded), a live
+mergekit-compatible YAML view, validation next to the fields it concerns (once the engine has loaded), the
+estimate and the compatibility verdict, and Run.
 
 The recipe document (`guiapp.jobs.recipe_document.RecipeDocument`: a plain mapping, exactly what the YAML shows,
 with undo; no Qt) is the page's state. The form writes into it and the YAML view shows it; editing the YAML
