@@ -80,7 +80,7 @@ def recipe_document(path: Path) -> dict[str, Any]:
 
 def write_recipe(document: dict[str, Any], path: Path) -> None:
     """Write the recipe `document` as YAML at `path` (its folder made first). Raises OSError when it cannot."""
-    from guiapp.merging.model_card import recipe_yaml
+    from guiapp.merging.recipe import recipe_yaml
 
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     Path(path).write_text(recipe_yaml(document))

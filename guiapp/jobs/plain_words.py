@@ -68,7 +68,7 @@ def recipe_words(text: str, method: Any, references: list[str]) -> str:
 def grouped_methods(methods: dict[str, Any]) -> list[tuple[Any, list[str]]]:
     """The names of `methods` (name → MergeMethod) under each method's group (a MethodGroup), the groups in the
     order the window lists them and each group's recommended method first, the others in registry order."""
-    from guiapp.merging.methods.base import METHOD_GROUPS  # the methods are loaded: so are torch and the engine
+    from guiapp.merging.method_schema import METHOD_GROUPS
 
     return [(group, sorted(members, key=lambda name: name != group.recommended))
             for group in METHOD_GROUPS if (members := [n for n, m in methods.items() if m.group == group])]

@@ -93,7 +93,7 @@ class RecipeDocument:
 
     def yaml(self) -> str:
         """The document as the YAML view shows it and a merged model's card stores it (keys in its order)."""
-        from guiapp.merging.model_card import recipe_yaml  # loads torch: only once methods are loaded
+        from guiapp.merging.recipe import recipe_yaml
 
         return recipe_yaml(self._document)
 
@@ -140,7 +140,7 @@ class RecipeDocument:
 
     def to_recipe(self) -> Recipe:
         """The document as a Recipe a job can run (a copy: later edits do not change it). Raises RecipeError."""
-        from guiapp.merging.recipe import recipe_from_dict  # the engine is loaded by then
+        from guiapp.merging.recipe import recipe_from_dict
 
         return recipe_from_dict(self.copy())
 
@@ -159,7 +159,7 @@ class RecipeDocument:
 
         Raises RecipeError, naming the key at fault, and leaves the document as it was, when it is not.
         """
-        from guiapp.merging.recipe import parse_recipe  # the engine is loaded by the time one edits
+        from guiapp.merging.recipe import parse_recipe
 
         recipe = parse_recipe(text, label=label)
         self._change(copy.deepcopy(recipe.document))

@@ -260,7 +260,7 @@ class MoeSpec(JobSpec):
 
     def _work(self, progress) -> dict[str, Any]:
         from guiapp.jobs.estimates import estimate_moe
-        from guiapp.merging.model_card import recipe_yaml
+        from guiapp.merging.recipe import recipe_yaml
         from guiapp.moe.assemble import MoeSettings, assemble_moe, plan_moe
         from guiapp.moe.config import load_moe_config, moe_config_from_dict
         from guiapp.system.probe import cached_probe

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from guiapp.errors import RecipeError, SettingsError
+from guiapp.merging.method_schema import ParamKind, ParamSpec
 from guiapp.merging.methods import get_method
-from guiapp.merging.methods.base import ParamKind, ParamSpec
 from guiapp.merging.recipe import as_number
 
 KeyPlace = tuple[str | int, ...]

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from guiapp.errors import OutputError, SettingsError
-from guiapp.merging.model_card import recipe_yaml
+from guiapp.merging.recipe import recipe_yaml
 
 TRIALS_FILE = "trials.jsonl"
 BEST_FILE = "best.yml"

@@ -12,6 +12,7 @@ from guiapp import __version__
 from guiapp.checkpoints.quantized.notes import dequantized_from
 from guiapp.facts.dtypes import dtype_name
 from guiapp.merging.plan import MergePlan
+from guiapp.merging.recipe import recipe_yaml
 from guiapp.merging.tokenizers import (
     chat_template_text,
     write_chat_template,
@@ -54,10 +55,6 @@ def copy_companion_files(folder: Path, tokenizer_folder: Path, config_folder: Pa
         for name in names:
             if (source / name).is_file():
                 shutil.copyfile(source / name, folder / name)
-
-
-def recipe_yaml(document: dict) -> str:
-    return yaml.safe_dump(document, sort_keys=False, allow_unicode=True)
 
 
 def merge_card(plan: MergePlan) -> str:

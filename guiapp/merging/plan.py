@@ -30,8 +30,9 @@ from guiapp.errors import BASE_TOKENIZER, IncompatibleModelsError, RecipeError
 from guiapp.facts.dtypes import dtype_name
 from guiapp.hub.references import ModelRef
 from guiapp.merging.compatibility import ModelFacts, compare_models
+from guiapp.merging.method_schema import BaseRole, ParamKind, ParamSpec
 from guiapp.merging.methods import METHODS, get_method
-from guiapp.merging.methods.base import BaseRole, LoneTensorPolicy, MergeMethod, ParamKind, ParamSpec
+from guiapp.merging.methods.base import LoneTensorPolicy, MergeMethod
 from guiapp.merging.recipe import Recipe, Source, as_number, is_missing, layer_position, lookup
 from guiapp.merging.tokenizers import VocabularyAlignment
 from guiapp.system.bounded import describe_value

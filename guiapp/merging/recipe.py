@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from guiapp.errors import KeyPath, RecipeError
 from guiapp.facts.dtypes import is_writable_name, writable_name
 from guiapp.hub.references import ModelRef
@@ -126,6 +128,12 @@ class Recipe:
         """The model named by `tokenizer_source` when it is not one of the merged models (only its tokenizer is used)."""
         ref = self.tokenizer.model if self.tokenizer else None
         return None if ref is None or ref in self.model_refs() else ref
+
+
+def recipe_yaml(document: dict[str, Any]) -> str:
+    """A recipe `document` as YAML, keys in its order (what the Merge page shows and a merged model's card
+    stores). Raises yaml.representer.RepresenterError for a value YAML cannot write."""
+    return yaml.safe_dump(document, sort_keys=False, allow_unicode=True)
 
 
 def load_recipe(path: Path) -> Recipe:

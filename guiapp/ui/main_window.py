@@ -76,7 +76,8 @@ class MainWindow(QMainWindow):
         layout.addWidget(self.stack, 1)
         self.setCentralWidget(central)
         self._build_menus()
-        self.statusBar().showMessage("Loading PyTorch and the merge methods in the background…")
+        self.statusBar().showMessage(
+            "Loading the merge engine (PyTorch) in the background: recipes are checked once it is there…")
 
         self.welcome.go_to.connect(self._start_on)
         self.welcome.search_typed.connect(self._search_from_start)

@@ -1,9 +1,11 @@
 """What every page shares: the job bridge, the live model library, and the slow things loaded after the window is
 shown.
 
-The method registry imports torch (seconds) and the capability probe may run a child process the first time,
-so both load on a worker thread once the window is visible; pages show "Loading…" until `methods_ready` and
-`probe_ready` arrive (or read `methods` / `probe` when they are already there).
+The merge methods' declarations (`declarations`: names, groups, parameters) are torch-free and read at once, so
+the Merge page is ready for input as soon as the window shows. The methods themselves (their merge functions: the
+engine) import torch (seconds) and the capability probe may run a child process the first time, so both load on
+a worker thread once the window is visible; what needs them (a recipe's check, the estimate) waits for
+`methods_ready` and `probe_ready` (or reads `methods` / `probe` when they are already there).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Any
 
 from PySide6.QtCore import QObject, Signal
 
+from guiapp.jobs.merge_choices import merge_method_declarations
 from guiapp.jobs.runner import JobStatus
 from guiapp.jobs.specs import job_kind
 from guiapp.ui.background import call_in_background
@@ -21,7 +24,7 @@ from guiapp.ui.library_model import LibraryModel
 
 
 class AppState(QObject):
-    methods_ready = Signal(object)  # dict name -> MergeMethod
+    methods_ready = Signal(object)  # dict name -> MergeMethod: the engine is loaded
     probe_ready = Signal(object)  # ProbeResult
     methods_failed = Signal(object)  # the exception: the engine (torch) could not be loaded
     probe_failed = Signal(object)  # the exception
@@ -40,6 +43,7 @@ class AppState(QObject):
         self.jobs.record_changed.connect(self._job_changed)
         self.library.refreshed.connect(self.checks_outdated)
         self.library.refresh()
+        self.declarations: dict[str, Any] = merge_method_declarations()  # name -> MethodDeclaration
         self.methods: dict[str, Any] | None = None
         self.probe: Any = None
         self.probing = False

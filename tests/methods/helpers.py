@@ -7,8 +7,9 @@ from typing import Any
 
 import torch
 
+from guiapp.merging.method_schema import BaseRole
 from guiapp.merging.methods import get_method
-from guiapp.merging.methods.base import BaseRole, MergeContext
+from guiapp.merging.methods.base import MergeContext
 
 
 def context(

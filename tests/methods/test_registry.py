@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
+import subprocess
+import sys
+
 import pytest
 
 from guiapp.errors import RecipeError
+from guiapp.merging.method_declarations import DECLARATIONS
+from guiapp.merging.method_schema import BaseRole, MethodDeclaration, ParamKind
 from guiapp.merging.methods import METHODS, get_method
-from guiapp.merging.methods.base import BaseRole, LoneTensorPolicy, ParamKind
+from guiapp.merging.methods.base import LoneTensorPolicy
 
 ALL_METHODS = {
     "linear", "task_arithmetic", "ties", "dare_ties", "dare_linear", "breadcrumbs", "breadcrumbs_ties", "della",
@@ -18,6 +24,19 @@ ALL_METHODS = {
 def test_registry_holds_exactly_the_twenty_methods():
     assert set(METHODS) == ALL_METHODS
     assert all(method.name == name for name, method in METHODS.items())
+
+
+def test_each_method_is_its_declaration_with_a_merge_function_and_the_declarations_need_no_torch():
+    # The window builds the Merge page from the declarations while torch loads: they must be the methods' own.
+    assert list(DECLARATIONS) == list(METHODS)
+    for name, declaration in DECLARATIONS.items():
+        declared = {f.name: getattr(METHODS[name], f.name) for f in dataclasses.fields(MethodDeclaration)}
+        assert MethodDeclaration(**declared) == declaration, name
+    loaded = subprocess.run(
+        [sys.executable, "-c", "import sys; import guiapp.merging.method_declarations; "
+         "print(sorted(m for m in ('torch', 'numpy', 'guiapp.merging.methods') if m in sys.modules))"],
+        capture_output=True, text=True, check=True)
+    assert loaded.stdout.split() == ["[]"], loaded.stdout + loaded.stderr
 
 
 def test_unknown_method_suggests_the_closest_name():

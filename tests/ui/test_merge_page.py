@@ -203,3 +203,17 @@ def test_output_dtypes_show_the_outputs_size_and_the_recommendation(qtbot, windo
     assert labels()["bfloat16"] == f"bfloat16 — {format_bytes(2 * elements)} (recommended)"
     assert labels()["float32"] == f"float32 — {format_bytes(4 * elements)}"
     assert labels()["float16"].startswith(f"float16 — {format_bytes(2 * elements)}")
+
+
+def test_the_form_is_there_before_the_engine_and_gives_way_to_the_reason_when_it_cannot_load(qtbot):
+    from guiapp.ui.app import create_window
+
+    _, window = create_window([])  # the engine is not loading: the form comes from the declarations alone
+    qtbot.addWidget(window)
+    window.show()
+    page = window.merge
+    assert page.stack.currentWidget() is not page.loading
+    assert page.method_combo.findData("della") >= 0 and not page.run_button.isEnabled()
+    window.state.methods_failed.emit(ImportError("No module named 'torch'"))  # as the background loader reports it
+    assert page.stack.currentWidget() is page.loading
+    assert "The merge engine could not be loaded." in page.loading.text()

@@ -7,7 +7,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel, QWidget
 
 from guiapp.jobs.plain_words import grouped_methods
-from guiapp.merging.methods.base import METHOD_GROUPS, ParamKind, ParamSpec
+from guiapp.merging.method_schema import METHOD_GROUPS, ParamKind, ParamSpec
 from guiapp.system.units import plural
 from guiapp.ui.widgets.param_form import ParamEditor, ParamForm
 
@@ -90,8 +90,8 @@ def test_a_gradient_is_a_choice_with_a_place_for_a_picture(qtbot, monkeypatch):
 def test_a_method_is_offered_in_the_group_its_declaration_names_the_recommended_one_first():
     from dataclasses import replace
 
+    from guiapp.merging.method_schema import STACK_LAYERS
     from guiapp.merging.methods import METHODS
-    from guiapp.merging.methods.base import STACK_LAYERS
 
     brand_new = replace(METHODS["linear"], name="brand_new", group=STACK_LAYERS)
     methods = {"linear": METHODS["linear"], "brand_new": brand_new, "ties": METHODS["ties"], "slerp": METHODS["slerp"]}

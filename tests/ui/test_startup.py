@@ -31,6 +31,32 @@ def test_showing_the_window_does_not_import_torch(tmp_path):
     assert done.stdout.split() == ["visible", "-"], done.stdout
 
 
+MERGE_PAGE_BEFORE_TORCH = """
+import sys
+from guiapp.ui.app import create_window
+app, window = create_window([])
+window.show()
+app.processEvents()
+page = window.merge
+page.method_box.select("della")
+page.add_model("org/a")
+page.add_model("org/b")
+app.processEvents()
+heavy = sorted(name for name in ("torch", "numpy", "safetensors", "guiapp.merging.methods") if name in sys.modules)
+print(page.stack.currentWidget() is not page.loading, page.method_combo.currentData(),
+      ",".join(sorted(page.param_form.editors)), "density" in page.recipe.yaml(), page.run_button.isEnabled(),
+      ",".join(heavy) or "-")
+"""
+
+
+def test_the_merge_page_is_ready_for_input_before_torch_has_loaded(tmp_path):
+    # Built from the methods' declarations: choosing a method, its parameters and models needs no merge engine;
+    # only the check (and so Run) waits for it.
+    done = _run_offscreen(MERGE_PAGE_BEFORE_TORCH, tmp_path, timeout=60)
+    assert done.stdout.split() == ["True", "della", "int8_mask,lambda,normalize,rescale", "True", "False", "-"], \
+        done.stdout
+
+
 def test_self_test_exits_zero(tmp_path):
     env = {**os.environ, "HOME": str(tmp_path)}  # nothing may land in the real home either
     env.pop("QT_QPA_PLATFORM", None)  # --self-test must choose offscreen by itself without a display

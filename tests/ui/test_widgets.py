@@ -8,7 +8,7 @@ import threading
 import pytest
 from PySide6.QtCore import Qt, QThread
 
-from guiapp.merging.methods.base import ParamKind, ParamSpec
+from guiapp.merging.method_schema import ParamKind, ParamSpec
 from guiapp.ui import background
 from guiapp.ui.background import LatestCall, call_in_background
 from guiapp.ui.widgets.options import Choice, OptionCombo

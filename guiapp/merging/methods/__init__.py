@@ -1,8 +1,8 @@
-"""The registry of merge methods: each method's declaration (`METHOD`, or a row of the task-vector table), listed
-here once.
+"""The registry of merge methods: each declaration of guiapp.merging.method_declarations with its merge function
+attached (a module's `METHOD`, or a row of the task-vector table).
 
-Adding a method is declaring it and adding it to `METHODS`; the window and the recipe validator read the schema
-from here.
+Adding a method is declaring it there and attaching its implementation here; the recipe validator and the merge
+read the methods from here, the window (before torch has loaded) and the docs read the declarations.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 
 from guiapp.errors import RecipeError
+from guiapp.merging.method_declarations import DECLARATIONS
 from guiapp.merging.methods import (
     arcee_fusion,
     karcher,
@@ -27,7 +28,7 @@ from guiapp.merging.methods import (
 from guiapp.merging.methods.base import MergeMethod
 from guiapp.merging.methods.task_vector_methods import TASK_VECTOR_METHODS
 
-METHODS: dict[str, MergeMethod] = {
+_IMPLEMENTED: dict[str, MergeMethod] = {
     method.name: method
     for method in (
         linear.METHOD,
@@ -45,6 +46,8 @@ METHODS: dict[str, MergeMethod] = {
         passthrough.METHOD,
     )
 }
+# In the declarations' order (the window's): a declaration without its merge function fails here, at import.
+METHODS: dict[str, MergeMethod] = {name: _IMPLEMENTED[name] for name in DECLARATIONS}
 
 
 def get_method(name: str) -> MergeMethod:

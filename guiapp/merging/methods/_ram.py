@@ -5,17 +5,8 @@ from __future__ import annotations
 import torch
 
 from guiapp.errors import IncompatibleModelsError
-from guiapp.merging.methods.base import (
-    COMBINE_FINE_TUNES,
-    BaseRole,
-    MergeContext,
-    MergeMethod,
-    ParamKind,
-    ParamSpec,
-    TensorSettings,
-    TensorSurvey,
-    WorkingCopies,
-)
+from guiapp.merging.method_declarations import RAM, RAMPLUS_TL
+from guiapp.merging.methods.base import MergeContext, MergeMethod, TensorSettings, TensorSurvey, WorkingCopies
 
 
 def _activity(
@@ -145,44 +136,12 @@ def _overlap_survey(settings: TensorSettings) -> TensorSurvey | None:
     return _OverlapSurvey(settings)
 
 
-_EPSILON = ParamSpec(
-    # RAM+ divides by counts floored at epsilon: at 0 a row without unique changes would give 0 / 0.
-    "epsilon", ParamKind.FLOAT, default=1e-5, minimum=0.0, usual=(0.0, 1.0),
-    unusual="changes smaller than it count as no change", label="Counts as changed above (ε)",
-    help="A change larger than this counts as the model having changed that weight.",
-)
-
-
 def ram_method(*, boosted: bool) -> MergeMethod:
     """RAM (boosted=False) or RAM+ tensor-local (boosted=True, with r and alpha)."""
-    params = [_EPSILON]
-    if boosted:
-        params += [
-            ParamSpec(
-                "r", ParamKind.FLOAT, default=0.1, usual=(0.0, 10.0),
-                unusual="a model's unique changes are boosted (or, below 0, shrunk) that much",
-                help="How much a model's unique changes are boosted for the changes it shares.",
-            ),
-            ParamSpec(
-                "alpha", ParamKind.FLOAT, default=0.2, usual=(0.0, 10.0),
-                unusual="the boost is capped there",
-                help="Cap on the shared-to-unique ratio used for the boost.",
-            ),
-        ]
-    return MergeMethod(
-        name="ramplus_tl" if boosted else "ram",
-        title="RAM+ (tensor-local)" if boosted else "RAM (reinforced agent merging)",
-        summary=(
-            "Like RAM, and boosts each model's unique changes by how much it also shares with the others."
-            if boosted
-            else "Keeps each model's unique changes as they are and averages changes several models made."
-        ),
-        paper="https://arxiv.org/abs/2601.13572",
-        base_role=BaseRole.REQUIRED,
-        params=tuple(params),
+    return MergeMethod.implementing(
+        RAMPLUS_TL if boosted else RAM,
         merge=lambda ctx: _merge(ctx, boosted=boosted),
         working_copies=WorkingCopies(0.0, 2.92) if boosted else WorkingCopies(0.0, 2.67),
-        group=COMBINE_FINE_TUNES,
         # RAM computes each entry from the inputs' entries there alone; RAM+ counts over the tensor's blocks first.
         elementwise=not boosted,
         survey=_overlap_survey if boosted else None,

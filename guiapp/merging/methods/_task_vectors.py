@@ -9,21 +9,18 @@ method by `task_vector_method`.
 from __future__ import annotations
 
 from collections.abc import Callable
-from enum import Enum
 from typing import Any
 
 import torch
 
 from guiapp.errors import IncompatibleModelsError, RecipeError
+from guiapp.merging.method_declarations import Sparsifier
+from guiapp.merging.method_schema import MethodDeclaration
 from guiapp.merging.methods import _reduce, _selection
 from guiapp.merging.methods._stored import merge_in_chunks
 from guiapp.merging.methods.base import (
-    COMBINE_FINE_TUNES,
-    BaseRole,
     MergeContext,
     MergeMethod,
-    ParamKind,
-    ParamSpec,
     TensorSettings,
     TensorSurvey,
     WorkingCopies,
@@ -34,13 +31,6 @@ from guiapp.merging.methods.base import (
 _RESCALE_EPS = 1e-7
 _DIVISOR_EPS = 1e-8
 _ONE = torch.tensor(1.0)
-
-
-class Sparsifier(str, Enum):
-    MAGNITUDE = "magnitude"  # TIES: keep the largest |δ|
-    RANDOM = "random"  # DARE: keep each entry with probability d
-    OUTLIERS = "outliers"  # Breadcrumbs: drop the largest gamma·N and the smallest, keep d·N in between
-    DELLA = "della"  # DELLA: keep with a probability that grows with the entry's rank in its row
 
 
 class _Ranking:
@@ -445,81 +435,14 @@ def _ranked_survey(sparsifier: Sparsifier, consensus: bool) -> Callable[[TensorS
 
 
 def task_vector_method(
-    *,
-    name: str,
-    title: str,
-    summary: str,
-    paper: str,
-    sparsifier: Sparsifier | None,
-    consensus: bool,
-    normalize: bool,
-    rescale: bool,
-    working_copies: WorkingCopies,
+    declaration: MethodDeclaration, *, sparsifier: Sparsifier | None, consensus: bool, working_copies: WorkingCopies
 ) -> MergeMethod:
-    """Declare one task-vector method: its schema (docs/spec/merge-methods.md §2's table) and its merge function."""
-    params = [
-        ParamSpec(
-            "weight", ParamKind.FLOAT, required=True, per_model=True,
-            help="How strongly this model's changes count (negative subtracts them).",
-        ),
-    ]
-    if sparsifier is not None:
-        params.append(
-            ParamSpec(
-                # Below 0 mergekit's DARE fails and its breadcrumbs keeps a garbled selection.
-                "density", ParamKind.FLOAT, default=1.0, per_model=True, minimum=0.0, usual=(0.0, 1.0),
-                unusual="a density above 1 keeps every change, as 1 does",
-                help="Fraction of this model's changes to keep (1 keeps all).",
-            )
-        )
-    if sparsifier is Sparsifier.OUTLIERS:
-        params.append(
-            ParamSpec(
-                "gamma", ParamKind.FLOAT, default=0.01, per_model=True, minimum=0.0, usual=(0.0, 1.0),
-                unusual="at most 1 − density of the largest changes can be dropped",
-                help="Fraction of the largest changes dropped as outliers.",
-            )
-        )
-    if sparsifier is Sparsifier.DELLA:
-        params.append(
-            ParamSpec(
-                # Below 0 the keep probability would fall with the size of a change: the method's ranking turned around.
-                # Above 0.5 only a density of 0 or 1 (which ignore it) passes the check of density ± epsilon.
-                "epsilon", ParamKind.FLOAT, default=0.15, per_model=True, minimum=0.0, usual=(0.0, 0.5),
-                unusual="it is used only with a density of 0 or 1, which ignore it",
-                help="How far the keep probability moves with rank, from density − epsilon (smallest changes) to density + "
-                "epsilon (largest); both must stay between 0 and 1: density − epsilon > 0 and density + epsilon < 1.",
-            )
-        )
-    if sparsifier is not None:
-        params.append(
-            ParamSpec(
-                "rescale", ParamKind.BOOL, default=rescale,
-                help="Scale the kept changes up so their total size (L1) matches the unpruned changes.",
-            )
-        )
-    params += [
-        ParamSpec(
-            "normalize", ParamKind.BOOL, default=normalize,
-            help="Divide the combined changes by the sum of the weights that contributed.",
-        ),
-        ParamSpec("lambda", ParamKind.FLOAT, default=1.0, help="Multiplies the combined changes before adding them."),
-        ParamSpec(
-            "int8_mask", ParamKind.BOOL, default=False,
-            help="Accepted for mergekit recipes; only saves memory there, no effect on the result.",
-        ),
-    ]
+    """Attach to one task-vector method's declaration its merge function (docs/spec/merge-methods.md §2)."""
     plain = sparsifier is None and not consensus
-    return MergeMethod(
-        name=name,
-        title=title,
-        summary=summary,
-        paper=paper,
-        base_role=BaseRole.REQUIRED,
-        params=tuple(params),
+    return MergeMethod.implementing(
+        declaration,
         merge=lambda ctx: merge_task_vectors(ctx, sparsifier, consensus),
         working_copies=working_copies,
-        group=COMBINE_FINE_TUNES,
         merge_stored=merge_stored_plain if plain else None,
         elementwise=plain,
         survey=_ranked_survey(sparsifier, consensus) if sparsifier in (Sparsifier.MAGNITUDE, Sparsifier.OUTLIERS) else None,

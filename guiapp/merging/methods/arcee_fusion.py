@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import torch
 
+from guiapp.merging.method_declarations import ARCEE_FUSION
 from guiapp.merging.methods._input_rules import base_and_one_model
-from guiapp.merging.methods.base import BLEND, BaseRole, LoneTensorPolicy, MergeContext, MergeMethod, WorkingCopies
+from guiapp.merging.methods.base import LoneTensorPolicy, MergeContext, MergeMethod, WorkingCopies
 
 _SOFTMAX_EPS = 1e-8
 # Beyond this many entries the quartiles come from a sample of this size (drawn with replacement), as mergekit.
@@ -41,16 +42,10 @@ def merge(ctx: MergeContext) -> torch.Tensor:
     return torch.where(scores >= threshold(scores, ctx.generator), other, base)
 
 
-METHOD = MergeMethod(
-    name="arcee_fusion",
-    title="Arcee Fusion",
-    summary="Takes the other model's changes only where they change the base's behaviour most, keeps the rest.",
-    paper="https://github.com/arcee-ai/mergekit/blob/main/docs/merge_methods.md",
-    base_role=BaseRole.REQUIRED,
-    params=(),
+METHOD = MergeMethod.implementing(
+    ARCEE_FUSION,
     merge=merge,
     working_copies=WorkingCopies(0.0, 2.0),
-    group=BLEND,
     lone_tensor=LoneTensorPolicy.COPY_ONLY_COPY,
     check_inputs=base_and_one_model("Arcee Fusion"),
 )

@@ -1,54 +1,24 @@
-"""What a merge method is: a name, a typed parameter schema, and a per-tensor function.
+"""What a merge method is: its declaration (guiapp.merging.method_declarations: name, words, typed parameters)
+and a per-tensor function.
 
-A method is declared as one `MergeMethod(...)` (a module's `METHOD`, or a row of the task-vector table). The
-window builds its forms from `params` and offers it in its `group`, the recipe validator checks values against
-them, and the merge loop calls `merge(ctx)` once per output tensor with every input already in the compute dtype
-(float32, or float64) on the chosen device.
+A method's module attaches its merge function to its declaration (`MergeMethod.implementing`, a module's `METHOD`,
+or a row of the task-vector table). The window builds its forms from the declarations' `params` without waiting
+for torch, the recipe validator checks values against them, and the merge loop calls `merge(ctx)` once per output
+tensor with every input already in the compute dtype (float32, or float64) on the chosen device.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from enum import Enum
 from typing import Any
 
 import torch
 
 from guiapp.compute.parallel import RunEach, one_at_a_time
-
-
-class ParamKind(str, Enum):
-    FLOAT = "float"
-    INT = "int"
-    BOOL = "bool"
-
-
-class BaseRole(str, Enum):
-    """How a method treats `base_model`."""
-
-    REQUIRED = "required"  # task vectors are taken against it; a recipe without one is refused
-    OPTIONAL = "optional"  # used when given (task vectors), otherwise the method works on the inputs alone
-    INPUT = "input"  # no special role: an unlisted base is simply one more input (linear, karcher, passthrough)
-
-
-@dataclass(frozen=True)
-class MethodGroup:
-    """What a user wants to do with a method, as the window offers methods: each in its group, the group's
-    `recommended` method first and marked."""
-
-    title: str
-    when: str
-    recommended: str
-
-
-COMBINE_FINE_TUNES = MethodGroup("Combine fine-tunes of one base", "Several models fine-tuned from the same base "
-                                 "model: keep what each learnt.", "ties")
-BLEND = MethodGroup("Blend models", "Two or more models of the same shape: a weighted mix of their weights.", "slerp")
-STACK_LAYERS = MethodGroup("Stack layers", "Build a model from layers of others (slices), copied unchanged.",
-                           "passthrough")
-METHOD_GROUPS = (COMBINE_FINE_TUNES, BLEND, STACK_LAYERS)  # in the order the window lists them
+from guiapp.merging.method_schema import MethodDeclaration
 
 
 @dataclass(frozen=True)
@@ -74,39 +44,6 @@ class LoneTensorPolicy(str, Enum):
     COPY_ONLY_COPY = "copy_only_copy"  # one copy: take it as is (slerp, nuslerp, arcee_fusion)
     COPY_IF_BASE = "copy_if_base"  # one copy: take it only if it is the base's, else fail (nearswap)
     MODEL_STOCK = "model_stock"  # lone base copied; fewer than 3 inputs: tensor left out
-
-
-@dataclass(frozen=True)
-class ParamSpec:
-    """One parameter a method declares.
-
-    `default=None` with `required=True` means the recipe must give it. `per_model` parameters are looked up
-    under each model first (weight, density…); the others are method-wide (t, normalize, lambda…). `label` is the
-    window's words for it where the words for its key (guiapp.jobs.plain_words) would mislead in this method;
-    `suggested` the value the window offers for a required parameter that the range alone does not suggest.
-
-    `minimum`/`maximum` refuse only what mergekit fails on or computes garbage from; `usual` is the range published
-    recipes keep to: a value outside it is merged as mergekit merges it, with a warning that says `unusual` (what
-    such a value does).
-    """
-
-    name: str
-    kind: ParamKind
-    default: Any = None
-    required: bool = False
-    per_model: bool = False
-    minimum: float | None = None
-    maximum: float | None = None
-    help: str = ""
-    label: str = ""
-    suggested: float | None = None
-    usual: tuple[float, float] | None = None
-    unusual: str = ""
-
-    @property
-    def span(self) -> tuple[float | None, float | None]:
-        """Where a value usually lies: the `usual` range, else the hard limits (an end may be open: None)."""
-        return self.usual if self.usual is not None else (self.minimum, self.maximum)
 
 
 def row_halves(block: torch.Tensor) -> list[slice]:
@@ -201,9 +138,9 @@ class TensorSettings:
     dtype: torch.dtype
 
 
-@dataclass(frozen=True)
-class MergeMethod:
-    """A merge method: schema plus the per-tensor function.
+@dataclass(frozen=True, kw_only=True)
+class MergeMethod(MethodDeclaration):
+    """A merge method: its declaration plus the per-tensor function.
 
     `check_inputs(n_non_base, has_base)` returns None when the method can merge that many inputs, else a
     message for the user; it runs at validation time, before any tensor is read. `check_params(model_params,
@@ -218,18 +155,11 @@ class MergeMethod:
     rows that stay in the CPU's cache. A method with a `survey` can do the same after a look at the whole tensor:
     given a tensor's settings it returns a fresh TensorSurvey, or None when those settings need the whole tensor.
     `mergekit_float32` methods are computed in float32 by mergekit 0.1.5 whatever the recipe's dtype (rounded once
-    at the end), so `--compute-dtype recipe` keeps float32 for them. `group` is where the window offers it.
+    at the end), so `--compute-dtype recipe` keeps float32 for them.
     """
 
-    name: str
-    title: str
-    summary: str
-    paper: str | None
-    base_role: BaseRole
-    params: tuple[ParamSpec, ...]
     merge: Callable[[MergeContext], torch.Tensor]
     working_copies: WorkingCopies
-    group: MethodGroup
     lone_tensor: LoneTensorPolicy = LoneTensorPolicy.MERGE_AVAILABLE
     check_inputs: Callable[[int, bool], str | None] = lambda n_non_base, has_base: None
     check_params: Callable[[list[dict[str, Any]], dict[str, Any], str], None] = lambda model_params, params, name: None
@@ -239,13 +169,9 @@ class MergeMethod:
     survey: Callable[[TensorSettings], TensorSurvey | None] | None = None
     mergekit_float32: bool = False
 
-    def param(self, name: str) -> ParamSpec | None:
-        return next((p for p in self.params if p.name == name), None)
-
-    @property
-    def per_model_params(self) -> tuple[ParamSpec, ...]:
-        return tuple(p for p in self.params if p.per_model)
-
-    @property
-    def global_params(self) -> tuple[ParamSpec, ...]:
-        return tuple(p for p in self.params if not p.per_model)
+    @classmethod
+    def implementing(cls, declaration: MethodDeclaration, **implementation: Any) -> MergeMethod:
+        """The method `declaration` declares, merged by `implementation` (this class's own fields). Raises
+        TypeError when a field the class needs is missing."""
+        declared = {spec.name: getattr(declaration, spec.name) for spec in fields(MethodDeclaration)}
+        return cls(**declared, **implementation)

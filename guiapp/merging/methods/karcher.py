@@ -6,8 +6,9 @@ import math
 
 import torch
 
+from guiapp.merging.method_declarations import KARCHER
 from guiapp.merging.methods import _reduce
-from guiapp.merging.methods.base import BLEND, BaseRole, MergeContext, MergeMethod, ParamKind, ParamSpec, WorkingCopies
+from guiapp.merging.methods.base import MergeContext, MergeMethod, WorkingCopies
 
 
 def karcher_mean(tensors: list[torch.Tensor], *, max_iter: int, tol: float) -> torch.Tensor:
@@ -61,26 +62,8 @@ def merge(ctx: MergeContext) -> torch.Tensor:
     return karcher_mean(ctx.tensors, max_iter=int(ctx.params["max_iter"]), tol=float(ctx.params["tol"]))
 
 
-METHOD = MergeMethod(
-    name="karcher",
-    title="Karcher mean",
-    summary="Finds the geodesic average of all the models' weights on the sphere, every model counting equally.",
-    paper="https://en.wikipedia.org/wiki/Karcher_mean",
-    base_role=BaseRole.INPUT,
-    params=(
-        ParamSpec(
-            "max_iter", ParamKind.INT, default=10, usual=(1, 1000),
-            unusual="many steps may make the merge take long; 0 or fewer refine nothing (the plain average's direction)",
-            help="Most refinement steps per tensor.",
-        ),
-        ParamSpec(
-            # Below 0 every all-zero tensor would count, divided by its norm of 0.
-            "tol", ParamKind.FLOAT, default=1e-5, minimum=0.0, usual=(0.0, 1.0),
-            unusual="tensors whose size is below it come out as zeros",
-            help="Stop refining when a step is shorter than this.",
-        ),
-    ),
+METHOD = MergeMethod.implementing(
+    KARCHER,
     merge=merge,
     working_copies=WorkingCopies(0.25, 1.0),
-    group=BLEND,
 )

@@ -7,8 +7,9 @@ from typing import Any
 import torch
 
 from guiapp.errors import RecipeError
+from guiapp.merging.method_declarations import LINEAR
 from guiapp.merging.methods._stored import merge_in_chunks
-from guiapp.merging.methods.base import BLEND, BaseRole, MergeContext, MergeMethod, ParamKind, ParamSpec, WorkingCopies
+from guiapp.merging.methods.base import MergeContext, MergeMethod, WorkingCopies
 
 
 def merge(ctx: MergeContext) -> torch.Tensor:
@@ -50,19 +51,10 @@ def check_params(model_params: list[dict[str, Any]], params: dict[str, Any], ten
         )
 
 
-METHOD = MergeMethod(
-    name="linear",
-    title="Linear (weighted average)",
-    summary="Averages the models' weights, each scaled by its weight.",
-    paper="https://arxiv.org/abs/2203.05482",
-    base_role=BaseRole.INPUT,
-    params=(
-        ParamSpec("weight", ParamKind.FLOAT, required=True, per_model=True, help="How much this model counts."),
-        ParamSpec("normalize", ParamKind.BOOL, default=True, help="Divide by the sum of the weights."),
-    ),
+METHOD = MergeMethod.implementing(
+    LINEAR,
     merge=merge,
     working_copies=WorkingCopies(1.0, 0.0),
-    group=BLEND,
     check_params=check_params,
     merge_stored=merge_stored,
     mergekit_float32=True,

@@ -5,17 +5,9 @@ from __future__ import annotations
 import torch
 
 from guiapp.errors import IncompatibleModelsError
+from guiapp.merging.method_declarations import MODEL_STOCK
 from guiapp.merging.methods import _reduce
-from guiapp.merging.methods.base import (
-    COMBINE_FINE_TUNES,
-    BaseRole,
-    LoneTensorPolicy,
-    MergeContext,
-    MergeMethod,
-    ParamKind,
-    ParamSpec,
-    WorkingCopies,
-)
+from guiapp.merging.methods.base import LoneTensorPolicy, MergeContext, MergeMethod, WorkingCopies
 
 _NORM_PRODUCT_CLAMP = 1e-6
 _DENOMINATOR_EPS = 1e-6
@@ -71,21 +63,10 @@ def _check_inputs(n_non_base: int, has_base: bool) -> str | None:
     )
 
 
-METHOD = MergeMethod(
-    name="model_stock",
-    title="Model Stock",
-    summary="Moves from the base toward the models' average, further the more their changes agree.",
-    paper="https://arxiv.org/abs/2403.19522",
-    base_role=BaseRole.REQUIRED,
-    params=(
-        ParamSpec(
-            "filter_wise", ParamKind.BOOL, default=False,
-            help="Measure agreement per row (output filter) instead of per tensor.",
-        ),
-    ),
+METHOD = MergeMethod.implementing(
+    MODEL_STOCK,
     merge=merge,
     working_copies=WorkingCopies(0.0, 2.0),
-    group=COMBINE_FINE_TUNES,
     lone_tensor=LoneTensorPolicy.MODEL_STOCK,
     check_inputs=_check_inputs,
 )

@@ -7,8 +7,9 @@ import math
 import torch
 
 from guiapp.errors import IncompatibleModelsError, RecipeError
+from guiapp.merging.method_declarations import MULTISLERP
 from guiapp.merging.methods import _reduce
-from guiapp.merging.methods.base import BLEND, BaseRole, MergeContext, MergeMethod, ParamKind, ParamSpec, WorkingCopies
+from guiapp.merging.methods.base import MergeContext, MergeMethod, WorkingCopies
 
 
 def multislerp(
@@ -76,26 +77,9 @@ def _check_inputs(n_non_base: int, has_base: bool) -> str | None:
     return None if n_non_base >= 1 else "Multi-SLERP needs at least one model besides the base"
 
 
-METHOD = MergeMethod(
-    name="multislerp",
-    title="Multi-SLERP (spherical interpolation of many models)",
-    summary="Averages any number of models on the sphere by weight, keeping the weights' typical scale.",
-    paper="https://goddard.blog/posts/multislerp-wow-what-a-cool-idea",
-    base_role=BaseRole.OPTIONAL,
-    params=(
-        ParamSpec("weight", ParamKind.FLOAT, required=True, per_model=True, help="How much this model counts."),
-        ParamSpec(
-            "normalize_weights", ParamKind.BOOL, default=True, help="Divide the weights by their sum first."
-        ),
-        ParamSpec(
-            # Below 0 it could cancel a norm it is added to: a division by zero.
-            "eps", ParamKind.FLOAT, default=1e-8, minimum=0.0, usual=(0.0, 1e-2),
-            unusual="it shrinks the merged directions noticeably",
-            help="Small constant that keeps divisions by tiny norms finite.",
-        ),
-    ),
+METHOD = MergeMethod.implementing(
+    MULTISLERP,
     merge=merge,
     working_copies=WorkingCopies(0.0, 1.42),
-    group=BLEND,
     check_inputs=_check_inputs,
 )

@@ -4,18 +4,10 @@ from __future__ import annotations
 
 import torch
 
+from guiapp.merging.method_declarations import NEARSWAP
 from guiapp.merging.methods._input_rules import base_and_one_model
 from guiapp.merging.methods._stored import merge_in_chunks
-from guiapp.merging.methods.base import (
-    BLEND,
-    BaseRole,
-    LoneTensorPolicy,
-    MergeContext,
-    MergeMethod,
-    ParamKind,
-    ParamSpec,
-    WorkingCopies,
-)
+from guiapp.merging.methods.base import LoneTensorPolicy, MergeContext, MergeMethod, WorkingCopies
 
 _DISTANCE_FLOOR = 1e-6
 
@@ -50,24 +42,11 @@ def merge_stored(ctx: MergeContext) -> torch.Tensor:
     return merge_in_chunks(ctx.tensors, merge_chunk)
 
 
-METHOD = MergeMethod(
-    name="nearswap",
-    title="NearSwap",
-    summary="Takes the other model's weights where they are close to the base, keeps the base where they differ.",
-    paper="https://huggingface.co/alchemonaut/QuartetAnemoi-70B-t0.0001",
-    base_role=BaseRole.REQUIRED,
-    params=(
-        ParamSpec(
-            "t", ParamKind.FLOAT, required=True, usual=(0.0, 1.0), label="Swap in differences up to (t)",
-            unusual="below 0 nothing is swapped in (the base is kept); above 1 nearly everything is",
-            suggested=0.0001,  # the threshold of the method's reference model (QuartetAnemoi-70B-t0.0001)
-            help="Closeness threshold: differences up to t are swapped in fully, larger ones in proportion.",
-        ),
-    ),
+METHOD = MergeMethod.implementing(
+    NEARSWAP,
     merge=merge,
     merge_stored=merge_stored,
     working_copies=WorkingCopies(0.0, 1.5),
-    group=BLEND,
     elementwise=True,
     lone_tensor=LoneTensorPolicy.COPY_IF_BASE,
     check_inputs=base_and_one_model("NearSwap"),

@@ -5,17 +5,9 @@ from __future__ import annotations
 import torch
 
 from guiapp.errors import IncompatibleModelsError
+from guiapp.merging.method_declarations import NUSLERP
 from guiapp.merging.methods import _reduce
-from guiapp.merging.methods.base import (
-    BLEND,
-    BaseRole,
-    LoneTensorPolicy,
-    MergeContext,
-    MergeMethod,
-    ParamKind,
-    ParamSpec,
-    WorkingCopies,
-)
+from guiapp.merging.methods.base import LoneTensorPolicy, MergeContext, MergeMethod, WorkingCopies
 
 _NORM_CLAMP = 1e-7
 # Vectors count as parallel (plain interpolation) only when sin²θ = 1 − cos²θ is at float64 rounding level.
@@ -70,29 +62,10 @@ def _check_inputs(n_non_base: int, has_base: bool) -> str | None:
     )
 
 
-METHOD = MergeMethod(
-    name="nuslerp",
-    title="NuSLERP (weighted spherical interpolation)",
-    summary="Blends two models by weight along the arc between them, per tensor, row or column.",
-    paper="https://github.com/arcee-ai/mergekit/blob/main/docs/merge_methods.md",
-    base_role=BaseRole.OPTIONAL,
-    params=(
-        ParamSpec(
-            "weight", ParamKind.FLOAT, required=True, per_model=True,
-            help="This model's share: t = second weight / (sum of both).",
-        ),
-        ParamSpec(
-            "nuslerp_flatten", ParamKind.BOOL, default=True,
-            help="Treat each tensor as one vector; off: interpolate each row (or column) separately.",
-        ),
-        ParamSpec(
-            "nuslerp_row_wise", ParamKind.BOOL, default=False,
-            help="When not flattened: interpolate column vectors instead of row vectors (mergekit's naming).",
-        ),
-    ),
+METHOD = MergeMethod.implementing(
+    NUSLERP,
     merge=merge,
     working_copies=WorkingCopies(0.0, 2.0),
-    group=BLEND,
     lone_tensor=LoneTensorPolicy.COPY_ONLY_COPY,
     check_inputs=_check_inputs,
 )

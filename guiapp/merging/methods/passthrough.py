@@ -7,15 +7,8 @@ from typing import Any
 import torch
 
 from guiapp.errors import IncompatibleModelsError
-from guiapp.merging.methods.base import (
-    STACK_LAYERS,
-    BaseRole,
-    MergeContext,
-    MergeMethod,
-    ParamKind,
-    ParamSpec,
-    WorkingCopies,
-)
+from guiapp.merging.method_declarations import PASSTHROUGH
+from guiapp.merging.methods.base import MergeContext, MergeMethod, WorkingCopies
 
 
 def merge(ctx: MergeContext) -> torch.Tensor:
@@ -45,18 +38,10 @@ def _check_inputs(n_non_base: int, has_base: bool) -> str | None:
     )
 
 
-METHOD = MergeMethod(
-    name="passthrough",
-    title="Passthrough (copy, stack layers)",
-    summary="Copies tensors unchanged; with slices, stacks layers from different models (a frankenmerge).",
-    paper=None,
-    base_role=BaseRole.INPUT,
-    params=(
-        ParamSpec("scale", ParamKind.FLOAT, default=1.0, per_model=True, help="Multiplies this model's tensors."),
-    ),
+METHOD = MergeMethod.implementing(
+    PASSTHROUGH,
     merge=merge,
     working_copies=WorkingCopies(1.0, 0.0),
-    group=STACK_LAYERS,
     elementwise=True,
     check_inputs=_check_inputs,
     copies_input=_copies_input,

@@ -8,16 +8,13 @@ import math
 import torch
 
 from guiapp.errors import IncompatibleModelsError
+from guiapp.merging.method_declarations import SCE
 from guiapp.merging.methods import _reduce
 from guiapp.merging.methods._selection import LargestK, top_k_indicator
 from guiapp.merging.methods._task_vectors import elect_signs, sum_in_order
 from guiapp.merging.methods.base import (
-    COMBINE_FINE_TUNES,
-    BaseRole,
     MergeContext,
     MergeMethod,
-    ParamKind,
-    ParamSpec,
     TensorSettings,
     TensorSurvey,
     WorkingCopies,
@@ -238,25 +235,9 @@ def merge(ctx: MergeContext) -> torch.Tensor:
     return sce(base, [ctx.tensors[i] for i in inputs], select_topk=float(ctx.params["select_topk"]))
 
 
-METHOD = MergeMethod(
-    name="sce",
-    title="SCE (select, calculate, erase)",
-    summary="Keeps the changes the models disagree on most, weights models by change size, drops sign conflicts.",
-    paper="https://arxiv.org/abs/2408.07990",
-    base_role=BaseRole.REQUIRED,
-    params=(
-        ParamSpec(
-            "select_topk", ParamKind.FLOAT, default=1.0, usual=(0.0, 1.0),
-            unusual="above 1 every position is kept, as at 1; below 0 none, as at 0",
-            help="Fraction of positions kept, those where the models differ most (1 keeps all).",
-        ),
-        ParamSpec(
-            "int8_mask", ParamKind.BOOL, default=False,
-            help="Accepted for mergekit recipes; only saves memory there, no effect on the result.",
-        ),
-    ),
+METHOD = MergeMethod.implementing(
+    SCE,
     merge=merge,
     working_copies=WorkingCopies(0.5, 1.84),
-    group=COMBINE_FINE_TUNES,
     survey=_selection_survey,
 )

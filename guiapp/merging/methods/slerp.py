@@ -6,18 +6,10 @@ import math
 
 import torch
 
+from guiapp.merging.method_declarations import SLERP
 from guiapp.merging.methods import _reduce
 from guiapp.merging.methods._input_rules import base_and_one_model
-from guiapp.merging.methods.base import (
-    BLEND,
-    BaseRole,
-    LoneTensorPolicy,
-    MergeContext,
-    MergeMethod,
-    ParamKind,
-    ParamSpec,
-    WorkingCopies,
-)
+from guiapp.merging.methods.base import LoneTensorPolicy, MergeContext, MergeMethod, WorkingCopies
 
 # Above this cosine the angle is too small for sin θ to divide by safely; plain interpolation is as good.
 _PARALLEL_DOT = 0.9995
@@ -46,23 +38,11 @@ def merge(ctx: MergeContext) -> torch.Tensor:
     return slerp(float(ctx.params["t"]), ctx.tensors[ctx.base_index], ctx.tensors[other])
 
 
-METHOD = MergeMethod(
-    name="slerp",
-    title="SLERP (spherical interpolation)",
-    summary="Blends the base with one other model along the arc between them, keeping the weights' scale.",
-    paper="https://en.wikipedia.org/wiki/Slerp",
-    base_role=BaseRole.REQUIRED,
-    params=(
-        ParamSpec(
-            "t", ParamKind.FLOAT, required=True, usual=(0.0, 1.0),
-            unusual="the result lies beyond the two models, along the arc through them",
-            help="Position along the arc: 0 gives the base model, 1 the other model.",
-        ),
-    ),
+METHOD = MergeMethod.implementing(
+    SLERP,
     merge=merge,
     mergekit_float32=True,
     working_copies=WorkingCopies(0.0, 0.85),
-    group=BLEND,
     lone_tensor=LoneTensorPolicy.COPY_ONLY_COPY,
     check_inputs=base_and_one_model("SLERP"),
 )

@@ -59,6 +59,9 @@ class RecipeCheck(QObject):
             page.run_box.show_waiting("The estimate appears once the models are chosen.")
             return
         page.run_box.show_checking()
+        if page.state.methods is None:  # the engine (torch) is loading: checked once it is there
+            self.validator.cancel()
+            return
         document = page.recipe.copy()
         device = page.device_combo.value() or "cpu"
         output = page.output_edit.text().strip()

@@ -1,5 +1,6 @@
-"""The Merge page: a form built from the method registry, a live mergekit-compatible YAML view, validation
-next to the fields it concerns, the estimate and the compatibility verdict, and Run.
+"""The Merge page: a form built from the merge methods' declarations (at once, before torch has loaded), a live
+mergekit-compatible YAML view, validation next to the fields it concerns (once the engine has loaded), the
+estimate and the compatibility verdict, and Run.
 
 The recipe document (`guiapp.jobs.recipe_document.RecipeDocument`: a plain mapping, exactly what the YAML shows,
 with undo; no Qt) is the page's state. The form writes into it and the YAML view shows it; editing the YAML
@@ -55,19 +56,18 @@ class MergePage(QWidget):
         layer_chart.install()  # a list across the layers is drawn under its editor, its points draggable
 
         self.stack = QStackedWidget()
-        self.loading = WrappingLabel("Loading the merge methods…", alignment=Qt.AlignmentFlag.AlignCenter)
+        self.loading = WrappingLabel("", alignment=Qt.AlignmentFlag.AlignCenter)  # why the engine failed to load
         self.stack.addWidget(self.loading)
         self.stack.addWidget(self._build_editor())
         layout = QVBoxLayout(self)
         layout.addWidget(self.stack)
         for picker in (self.base_picker, self.add_model_picker):
             picker.use_library(state.library)
-        state.methods_ready.connect(self.set_methods)
+        state.methods_ready.connect(lambda _: self.recheck())  # the check waits for the engine
         state.methods_failed.connect(self._engine_failed)
         state.probe_ready.connect(lambda _: self._refresh_capabilities())
         state.checks_outdated.connect(self.recheck)
-        if state.methods is not None:
-            self.set_methods(state.methods)
+        self.set_methods(state.declarations)
 
     # --- building --------------------------------------------------------------------------------------------
 
@@ -143,6 +143,7 @@ class MergePage(QWidget):
     # --- methods and capabilities --------------------------------------------------------------------------
 
     def set_methods(self, methods: dict[str, Any]) -> None:
+        """Offer `methods` (name → MethodDeclaration) and show the form, with the recipe of the last session."""
         self.methods = methods
         self.method_box.set_methods(methods)
         self._refresh_capabilities()
@@ -157,11 +158,13 @@ class MergePage(QWidget):
             self._method_changed()
 
     def _engine_failed(self, error: BaseException) -> None:
+        """The engine could not be loaded: nothing can be checked or merged, so the reason takes the form's place."""
         from guiapp.system.explain import explain
 
         explanation = explain(error)
         self.loading.setText(f"The merge engine could not be loaded.\n\n{explanation.what}\n\n{explanation.fix}")
         set_status_style(self.loading, "problem")
+        self.stack.setCurrentWidget(self.loading)
 
     def _refresh_capabilities(self) -> None:
         self.output.refresh_capabilities(self.state.probe, self.document.get("out_dtype"))
