@@ -9,12 +9,11 @@ from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QCheckBox, QDoubleSpinBox, QFormLayout, QGroupBox, QVBoxLayout, QWidget
 
 from guiapp.facts.dtypes import WRITABLE
-from guiapp.jobs.fixes import window_text
 from guiapp.jobs.validation import PairCheck, check_adapter
 from guiapp.system.paths import expanded
 from guiapp.system.units import plural
 from guiapp.ui.background import LatestTask, run_blocking
-from guiapp.ui.lora.form_tab import FormTab, model_problems, out_of_range
+from guiapp.ui.lora.form_tab import FormTab, out_of_range
 from guiapp.ui.text import sentence
 from guiapp.ui.theme import set_status_style
 from guiapp.ui.widgets.model_picker import ModelPicker
@@ -134,12 +133,8 @@ class ApplyTab(FormTab):
     def _show_check(self, check: PairCheck) -> None:
         from guiapp.system.units import format_bytes
 
-        problems = model_problems(check)
-        if problems:
-            self.check.setText(window_text("\n".join(problem.text for problem in problems)))
-            set_status_style(self.check, "problem")
+        if self.show_input_problems(check):
             self.estimate.setText("The estimate appears once the adapter fits the base model.")
-            self.bar.set_blocked(problems[0].text)
             return
         self.show_output_check(check)
         self._describe(time=str(check.time) if check.time is not None else "")

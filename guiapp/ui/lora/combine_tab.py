@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QCheckBox,
@@ -23,14 +23,12 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from guiapp.jobs.fixes import window_text
-from guiapp.jobs.runner import JobStatus
 from guiapp.jobs.summaries import combine_summary
 from guiapp.jobs.validation import PairCheck, check_adapters
 from guiapp.system.paths import expanded
 from guiapp.system.units import plural
 from guiapp.ui.background import LatestTask, run_blocking
-from guiapp.ui.lora.form_tab import FormTab, model_problems, out_of_range
+from guiapp.ui.lora.form_tab import ReportingTab, out_of_range
 from guiapp.ui.theme import set_status_style
 from guiapp.ui.widgets.model_picker import ModelPicker
 from guiapp.ui.widgets.param_form import UNBOUNDED, mark_range
@@ -46,17 +44,13 @@ DENSITY_RANGE = (0.01, 1.0)
 DENSITY_TIP = "The share of each factor's entries ties keeps, e.g. 0.5."
 
 
-class CombineTab(FormTab):
-    job_submitted = Signal(str)
-
+class CombineTab(ReportingTab):
     def __init__(self, state, parent: QWidget | None = None) -> None:
-        super().__init__(state, "Combine LoRAs", parent)
-        self._job_key: str | None = None
+        super().__init__(state, "Combine LoRAs", "combination", combine_summary, parent)
         self.scroll.setWidget(self._build())
         self.run_button.clicked.connect(self.run)
         self._checker = LatestTask(500, self)
         self.picker.use_library(state.library)
-        state.jobs.record_changed.connect(self._job_changed)
         self.density.valueChanged.connect(lambda _: self._density_changed())
 
     def _build(self) -> QWidget:
@@ -108,8 +102,6 @@ class CombineTab(FormTab):
         self.overwrite.toggled.connect(self.changed)
         form.addRow("", self.overwrite)
         column.addWidget(output)
-        self.report = WrappingLabel()
-        self.report.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         column.addWidget(self.report)
         column.addStretch()
         self._method_changed()
@@ -184,11 +176,7 @@ class CombineTab(FormTab):
         self._show_check(await run_blocking(check_adapters, adapters, out, replace))
 
     def _show_check(self, check: PairCheck) -> None:
-        problems = model_problems(check)
-        if problems:
-            self.check.setText(window_text("\n".join(problem.text for problem in problems)))
-            set_status_style(self.check, "problem")
-            self.bar.set_blocked(problems[0].text)
+        if self.show_input_problems(check):
             return
         self.check.setText(f"✓ LoRA adapters of {plural(check.matrices, 'module')} in all.")
         set_status_style(self.check, "good")
@@ -209,23 +197,7 @@ class CombineTab(FormTab):
                           rank=(self.rank.value() or None) if method == "svd" else None,
                           density=self.density.value() if method == "ties" else None,
                           overwrite=self.overwrite.isChecked())
-        record = self.state.jobs.submit(job)
-        self._job_key = record.key
-        self.report.setText("Running… (progress on the Jobs page)")
-        set_status_style(self.report, "muted")
-        self.job_submitted.emit(record.key)
-        return record.key
-
-    def _job_changed(self, key: str) -> None:
-        if key != self._job_key:
-            return
-        record = self.state.jobs.record(key)
-        if record.status == JobStatus.DONE:
-            self.report.setText(combine_summary(record.summary))
-            set_status_style(self.report, None)
-        elif record.status in (JobStatus.FAILED, JobStatus.CANCELLED):
-            self.report.setText(f"The combination {record.status}: the Jobs page says why.")
-            set_status_style(self.report, "problem")
+        return self.submit(job)
 
     def form_values(self) -> dict[str, Any]:
         """What the form remembers for the next start."""

@@ -11,7 +11,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -28,14 +28,12 @@ from PySide6.QtWidgets import (
 )
 
 from guiapp.facts.dtypes import ADAPTER_WRITABLE
-from guiapp.jobs.fixes import window_text
-from guiapp.jobs.runner import JobStatus
 from guiapp.jobs.summaries import extraction_report
 from guiapp.jobs.validation import PairCheck, check_pair
 from guiapp.system.paths import expanded
 from guiapp.system.units import plural
 from guiapp.ui.background import LatestTask, run_blocking
-from guiapp.ui.lora.form_tab import FormTab, model_problems, out_of_range
+from guiapp.ui.lora.form_tab import ReportingTab, out_of_range
 from guiapp.ui.text import error_text, sentence
 from guiapp.ui.theme import set_status_style
 from guiapp.ui.widgets.model_picker import ModelPicker
@@ -56,20 +54,17 @@ RANK_MODES = {  # mode: (label, minimum, maximum, step, decimals, default, help)
 }
 
 
-class ExtractTab(FormTab):
+class ExtractTab(ReportingTab):
     JOB = "extract"
     DTYPES = ADAPTER_WRITABLE
     DEFAULT_DTYPE = "Same as the fine-tune"
-    job_submitted = Signal(str)
 
     def __init__(self, state, parent: QWidget | None = None) -> None:
-        super().__init__(state, "Extract LoRA", parent)
-        self._job_key: str | None = None
+        super().__init__(state, "Extract LoRA", "extraction", extraction_report, parent)
         self._report_pair: tuple[str, str] | None = None  # the (base, fine-tune) the shown report is about
         self.scroll.setWidget(self._build())
         self.run_button.clicked.connect(self.run)
         self._checker = LatestTask(500, self)
-        state.jobs.record_changed.connect(self._job_changed)
         state.jobs.record_added.connect(self._follow_retry)
         for picker in (self.base, self.model):
             picker.use_library(state.library)
@@ -90,8 +85,6 @@ class ExtractTab(FormTab):
         column.addWidget(self._build_modules())
         column.addWidget(self._build_output())
         self.estimate = WrappingLabel(ESTIMATE_HINT)
-        self.report = WrappingLabel()
-        self.report.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         column.addWidget(self.estimate)
         column.addWidget(self.report)
         self.report_chart = ModuleEnergyChart()
@@ -297,12 +290,8 @@ class ExtractTab(FormTab):
     def _show_check(self, check: PairCheck) -> None:
         from guiapp.system.units import format_bytes
 
-        problems = model_problems(check)
-        if problems:
-            self.check.setText(window_text("\n".join(problem.text for problem in problems)))
-            set_status_style(self.check, "problem")
+        if self.show_input_problems(check):
             self.estimate.setText("The estimate appears once both models can be read.")
-            self.bar.set_blocked(problems[0].text)
             return
         self.show_output_check(check)
         self._describe(time=str(check.time) if check.time is not None else "")
@@ -336,14 +325,9 @@ class ExtractTab(FormTab):
             embeddings=self.embeddings.currentData(), dtype=self.dtype.value(),
             device=self.device.value() or "cpu", overwrite=self.overwrite.isChecked(),
         )
-        record = self.state.jobs.submit(job)
-        self._job_key = record.key
         self._report_pair = (self.base.text(), self.model.text())
-        self.report.setText("Running… (progress on the Jobs page)")
         self.report_chart.show_summary(None)
-        set_status_style(self.report, "muted")
-        self.job_submitted.emit(record.key)
-        return record.key
+        return self.submit(job)
 
     def _follow_retry(self, key: str) -> None:
         """A retry of the extraction the report follows is that extraction now: its end is what the report says."""
@@ -353,19 +337,11 @@ class ExtractTab(FormTab):
             self.report.setText("Running again… (progress on the Jobs page)")
             set_status_style(self.report, "muted")
 
-    def _job_changed(self, key: str) -> None:
-        if key != self._job_key:
-            return
-        record = self.state.jobs.record(key)
-        if record.status == JobStatus.DONE:
-            report = extraction_report(record.summary)
-            self.report.setText(report)
-            self.report_chart.show_summary(record.summary)
-            set_status_style(self.report, "warning" if "Warning" in report else None)
-            QTimer.singleShot(0, lambda: self.scroll.ensureWidgetVisible(self.report))  # once laid out
-        elif record.status in (JobStatus.FAILED, JobStatus.CANCELLED):
-            self.report.setText(f"The extraction {record.status}: the Jobs page says why.")
-            set_status_style(self.report, "problem")
+    def show_result(self, summary: dict) -> None:
+        report = extraction_report(summary)
+        self.report.setText(report)
+        self.report_chart.show_summary(summary)
+        set_status_style(self.report, "warning" if "Warning" in report else None)
 
     def form_values(self) -> dict[str, Any]:
         """What the form remembers for the next start, by the keys form memory has always used."""

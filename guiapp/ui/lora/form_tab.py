@@ -6,10 +6,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import (
     QDoubleSpinBox,
     QFileDialog,
     QHBoxLayout,
+    QLabel,
     QLineEdit,
     QPushButton,
     QScrollArea,
@@ -17,13 +19,17 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from guiapp.jobs.fixes import window_text
 from guiapp.jobs.plain_words import recipe_words
+from guiapp.jobs.runner import JobStatus
 from guiapp.jobs.validation import PairCheck, Problem, free_output
 from guiapp.system.paths import expanded
 from guiapp.ui.merge.output_box import default_output_folder
+from guiapp.ui.theme import set_status_style
 from guiapp.ui.widgets.action_bar import ActionBar
 from guiapp.ui.widgets.options import OptionCombo, device_choices, dtype_choices
 from guiapp.ui.widgets.param_form import nearest_allowed
+from guiapp.ui.widgets.wrapping_label import WrappingLabel
 
 OUTPUT_KEY = ("output",)  # the key of a check's problems with the output folder
 
@@ -53,6 +59,7 @@ class FormTab(QWidget):
         self.out: QLineEdit
         self.device: OptionCombo
         self.dtype: OptionCombo
+        self.check: QLabel  # what the check of the inputs found, next to them
         self._fix: Callable[[], None] | None = None  # what the bar's fix button does
         self._last_check: PairCheck | None = None  # None while there is none, or it found a problem with the models
         self.bar.fix_button.clicked.connect(lambda _=False: self._fix and self._fix())
@@ -88,6 +95,17 @@ class FormTab(QWidget):
         """The number of this form outside its range: what to say, its box and the nearest allowed value; None when
         every number is within (a form says which of its numbers have ranges)."""
         return None
+
+    def show_input_problems(self, check: PairCheck) -> bool:
+        """Show the check's problems with the inputs next to them and block Run on the first; False when there are
+        none (the caller then shows what it found)."""
+        problems = _model_problems(check)
+        if not problems:
+            return False
+        self.check.setText(window_text("\n".join(problem.text for problem in problems)))
+        set_status_style(self.check, "problem")
+        self.bar.set_blocked(problems[0].text)
+        return True
 
     def forget_check(self) -> None:
         """The models are being checked again: the last check no longer says whether Run may start."""
@@ -140,6 +158,47 @@ def out_of_range(label: str, box: QDoubleSpinBox, low: float, high: float) -> tu
     return f"{label} is {number:g}; it must be between {low:g} and {high:g}.", box, nearest_allowed(number, low, high)
 
 
-def model_problems(check: PairCheck) -> list[Problem]:
+def _model_problems(check: PairCheck) -> list[Problem]:
     """The check's errors about the models (said next to them); the output folder's are the bar's."""
     return [problem for problem in check.errors if problem.key != OUTPUT_KEY]
+
+
+class ReportingTab(FormTab):
+    """A tab whose job's result is reported under its form (`report`), until the tab starts another."""
+
+    job_submitted = Signal(str)
+
+    def __init__(self, state, action: str, what: str, words: Callable[[dict], str],
+                 parent: QWidget | None = None) -> None:
+        super().__init__(state, action, parent)
+        self._what = what  # the job in words, for "The resize failed: …"
+        self._words = words  # a finished job's summary in words
+        self._job_key: str | None = None
+        self.report = WrappingLabel()
+        self.report.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        state.jobs.record_changed.connect(self._job_changed)
+
+    def submit(self, job) -> str:
+        """Run `job` (its progress on the Jobs page) and report on it here; its key."""
+        record = self.state.jobs.submit(job)
+        self._job_key = record.key
+        self.report.setText("Running… (progress on the Jobs page)")
+        set_status_style(self.report, "muted")
+        self.job_submitted.emit(record.key)
+        return record.key
+
+    def show_result(self, summary: dict) -> None:
+        """Show a finished job's summary in `report` (a tab with a chart shows it there too)."""
+        self.report.setText(self._words(summary))
+        set_status_style(self.report, None)
+
+    def _job_changed(self, key: str) -> None:
+        if key != self._job_key:
+            return
+        record = self.state.jobs.record(key)
+        if record.status == JobStatus.DONE:
+            self.show_result(record.summary)
+            QTimer.singleShot(0, lambda: self.scroll.ensureWidgetVisible(self.report))  # once laid out
+        elif record.status in (JobStatus.FAILED, JobStatus.CANCELLED):
+            self.report.setText(f"The {self._what} {record.status}: the Jobs page says why.")
+            set_status_style(self.report, "problem")

@@ -6,17 +6,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QCheckBox, QComboBox, QDoubleSpinBox, QFormLayout, QGroupBox, QVBoxLayout, QWidget
 
-from guiapp.jobs.fixes import window_text
-from guiapp.jobs.runner import JobStatus
 from guiapp.jobs.summaries import resize_summary
 from guiapp.jobs.validation import PairCheck, check_adapters
 from guiapp.system.paths import expanded
 from guiapp.system.units import plural
 from guiapp.ui.background import LatestTask, run_blocking
-from guiapp.ui.lora.form_tab import FormTab, model_problems, out_of_range
+from guiapp.ui.lora.form_tab import ReportingTab, out_of_range
 from guiapp.ui.theme import set_status_style
 from guiapp.ui.widgets.model_picker import ModelPicker
 from guiapp.ui.widgets.param_form import UNBOUNDED, mark_range
@@ -30,17 +28,13 @@ SIZE_MODES = {  # mode: (label, minimum, maximum, step, decimals, default, help)
 }
 
 
-class ResizeTab(FormTab):
-    job_submitted = Signal(str)
-
+class ResizeTab(ReportingTab):
     def __init__(self, state, parent: QWidget | None = None) -> None:
-        super().__init__(state, "Resize LoRA", parent)
-        self._job_key: str | None = None
+        super().__init__(state, "Resize LoRA", "resize", resize_summary, parent)
         self.scroll.setWidget(self._build())
         self.run_button.clicked.connect(self.run)
         self._checker = LatestTask(500, self)
         self.adapter.use_library(state.library)
-        state.jobs.record_changed.connect(self._job_changed)
         self.value.valueChanged.connect(lambda _: self._value_changed())
 
     def _build(self) -> QWidget:
@@ -77,8 +71,6 @@ class ResizeTab(FormTab):
         self.overwrite.toggled.connect(self.changed)
         form.addRow("", self.overwrite)
         column.addWidget(output)
-        self.report = WrappingLabel()
-        self.report.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         column.addWidget(self.report)
         self.report_chart = ModuleEnergyChart()
         column.addWidget(self.report_chart)
@@ -129,11 +121,7 @@ class ResizeTab(FormTab):
         self._show_check(await run_blocking(check_adapters, [adapter], out, replace))
 
     def _show_check(self, check: PairCheck) -> None:
-        problems = model_problems(check)
-        if problems:
-            self.check.setText(window_text("\n".join(problem.text for problem in problems)))
-            set_status_style(self.check, "problem")
-            self.bar.set_blocked(problems[0].text)
+        if self.show_input_problems(check):
             return
         self.check.setText(f"✓ A LoRA adapter of {plural(check.matrices, 'module')}.")
         set_status_style(self.check, "good")
@@ -153,26 +141,12 @@ class ResizeTab(FormTab):
         job = resize_job(self.adapter.text(), expanded(self.out.text().strip()),
                          rank=int(self.value.value()) if by_rank else None,
                          energy=None if by_rank else self.value.value(), overwrite=self.overwrite.isChecked())
-        record = self.state.jobs.submit(job)
-        self._job_key = record.key
-        self.report.setText("Running… (progress on the Jobs page)")
-        set_status_style(self.report, "muted")
         self.report_chart.show_summary(None)
-        self.job_submitted.emit(record.key)
-        return record.key
+        return self.submit(job)
 
-    def _job_changed(self, key: str) -> None:
-        if key != self._job_key:
-            return
-        record = self.state.jobs.record(key)
-        if record.status == JobStatus.DONE:
-            self.report.setText(resize_summary(record.summary))
-            set_status_style(self.report, None)
-            self.report_chart.show_summary(record.summary)
-            QTimer.singleShot(0, lambda: self.scroll.ensureWidgetVisible(self.report))  # once laid out
-        elif record.status in (JobStatus.FAILED, JobStatus.CANCELLED):
-            self.report.setText(f"The resize {record.status}: the Jobs page says why.")
-            set_status_style(self.report, "problem")
+    def show_result(self, summary: dict) -> None:
+        super().show_result(summary)
+        self.report_chart.show_summary(summary)
 
     def form_values(self) -> dict[str, Any]:
         """What the form remembers for the next start."""
