@@ -15,6 +15,7 @@ import os
 import shutil
 import socket
 import tempfile
+from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
@@ -35,25 +36,25 @@ _SOURCE_ROOT = str(Path(__file__).resolve().parents[2])
 Request = tuple[int, dict[str, Any]]
 
 
-class Engine:
+class Engine(ABC):
     """Runs trials: scores candidate recipes (of one recipe's shape) on a text."""
 
     name = ""
 
+    @abstractmethod
     def check_text(self, text: str, what: str) -> None:
         """Raise SettingsError when `text` is too short for the lab."""
-        raise NotImplementedError
 
+    @abstractmethod
     def score_each(self, requests: list[Request], material: Material) -> Iterator[tuple[int, TrialScore]]:
         """Each request's (number, score) as it finishes. Raises JobCancelled between trials."""
-        raise NotImplementedError
 
     def score_all(self, requests: list[Request], material: Material) -> list[TrialScore]:
         """The scores of `requests`, in their order."""
         scores = dict(self.score_each(requests, material))
         return [scores[index] for index, _ in requests]
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - an engine that holds nothing has nothing to release
         """Release what the engine holds (models, a Ray it started)."""
 
     def __enter__(self) -> Engine:
@@ -96,7 +97,7 @@ class LocalEngine(Engine):
             self._progress.check_cancelled()
             yield index, self._evaluator.score(document, material, _quiet(self._progress))
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - an engine that holds nothing has nothing to release
         self._evaluator.close()
 
 
@@ -196,7 +197,7 @@ class RayEngine(Engine):
             return TrialScore(None, 0.0, f"Ray lost the worker running this trial {TASK_RETRIES + 1} times "
                               f"({type(error).__name__}); a worker may be running out of memory.")
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - an engine that holds nothing has nothing to release
         try:
             self._ray.shutdown()  # a cluster joined by address is only left; one started here is stopped
         finally:
