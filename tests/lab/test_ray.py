@@ -4,6 +4,8 @@ answer. Ray takes 4-20 s to start here, so the case that starts one is slow."""
 from __future__ import annotations
 
 import json
+import threading
+import time
 
 import psutil
 import pytest
@@ -28,20 +30,31 @@ def test_trials_on_a_local_ray_match_the_local_engine_and_leave_nothing_running(
     monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
     text = tmp_path / "long.txt"
     text.write_text(planted.mixed_text.read_text() * 12)  # trials long enough to be caught running
-    killed = []
+    killed: list[int] = []
+    searching = threading.Event()
 
-    def kill_a_running_trial(record):
-        if record.index >= 1 and not killed:
+    def kill_a_running_trial() -> None:
+        """Watch for a worker running a trial and kill the first one seen (a worker lost mid-trial: Ray runs the
+        trial again). Watching all along, not after each recorded trial: on a busy machine a trial may start and end
+        between two records."""
+        while searching.is_set() and not killed:
             for process in psutil.process_iter(["name", "cmdline"]):
-                if " ".join(process.info["cmdline"] or [process.info["name"] or ""]).startswith(
-                        "ray::mergesmith-lab-trial-"):
-                    process.kill()  # a worker lost mid-trial: Ray runs the trial again
+                title = " ".join(process.info["cmdline"] or [process.info["name"] or ""])
+                if title.startswith("ray::mergesmith-lab-trial-") and not title.startswith("ray::mergesmith-lab-trial-0"):
+                    process.kill()
                     killed.append(process.pid)
                     break
+            time.sleep(0.02)
 
     before = _ray_processes()
-    on_ray = run_lab(LabSettings(recipe, text, trials=8, out=tmp_path / "ray", engine="ray"),
-                     on_trial=kill_a_running_trial)
+    searching.set()
+    watcher = threading.Thread(target=kill_a_running_trial, daemon=True)
+    watcher.start()
+    try:
+        on_ray = run_lab(LabSettings(recipe, text, trials=8, out=tmp_path / "ray", engine="ray"))
+    finally:
+        searching.clear()
+        watcher.join()
     here = run_lab(LabSettings(recipe, text, trials=8, out=tmp_path / "local"))
 
     assert on_ray.engine == "ray" and killed
