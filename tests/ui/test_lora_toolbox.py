@@ -68,6 +68,8 @@ def test_combine_stacks_two_adapters_into_one_of_their_summed_rank(qtbot, window
         _type(qtbot, tab.picker, str(adapter))
         qtbot.mouseClick(tab.add_button, Qt.MouseButton.LeftButton)
     assert tab.adapters() == [str(first), str(second)]
+    tab.method.setCurrentIndex(tab.method.findData("cat"))
+    assert tab.bar.summary.text().startswith("2 adapters stacked")  # in words, not PEFT's "cat"
     tab.table.cellWidget(1, 1).setValue(0.5)
     tab.method.setCurrentIndex(tab.method.findData("cat"))
     tab.out.setText(str(tmp_path / "both"))

@@ -34,11 +34,11 @@ from guiapp.ui.widgets.model_picker import ModelPicker
 from guiapp.ui.widgets.param_form import UNBOUNDED, mark_range
 from guiapp.ui.widgets.wrapping_label import WrappingLabel
 
-METHODS = {  # PEFT's combination type: what it does, in the user's words
-    "linear": "Blend their factors (adapters of the same rank)",
-    "cat": "Stack them: exactly their weighted sum (the ranks add up)",
-    "svd": "Sum them exactly, then keep the best rank (slower)",
-    "ties": "Keep each factor's strongest entries, resolving sign conflicts (same rank)",
+METHODS = {  # PEFT's combination type: what it does, and in a word for the summary line, in the user's words
+    "linear": ("Blend their factors (adapters of the same rank)", "blended"),
+    "cat": ("Stack them: exactly their weighted sum (the ranks add up)", "stacked"),
+    "svd": ("Sum them exactly, then keep the best rank (slower)", "summed, best rank kept"),
+    "ties": ("Keep each factor's strongest entries, resolving sign conflicts (same rank)", "strongest entries kept"),
 }
 DENSITY_RANGE = (0.01, 1.0)
 DENSITY_TIP = "The share of each factor's entries ties keeps, e.g. 0.5."
@@ -82,7 +82,7 @@ class CombineTab(ReportingTab):
         how = QGroupBox("How")
         form = QFormLayout(how)
         self.method = QComboBox(accessibleName="Combination")
-        for method, words in METHODS.items():
+        for method, (words, _) in METHODS.items():
             self.method.addItem(words, method)
         self.rank = QSpinBox(accessibleName="Rank", minimum=0, maximum=65536)
         self.rank.setSpecialValueText("the largest of the adapters'")
@@ -153,7 +153,7 @@ class CombineTab(ReportingTab):
 
     def _describe(self, *_: Any) -> None:
         count = self.table.rowCount()
-        self.bar.set_summary(f"{plural(count, 'adapter')} · {self.method.currentData()}"
+        self.bar.set_summary(f"{plural(count, 'adapter')} {METHODS[self.method.currentData()][1]}"
                              + (f" into {Path(self.out.text().strip()).name}" if self.out.text().strip() else ""))
 
     def changed(self, *_: Any) -> None:
