@@ -36,12 +36,12 @@ def add_lab_command(commands: argparse._SubParsersAction) -> None:
 def _run_lab(args: argparse.Namespace) -> int:
     import json
 
-    from guiapp.jobs.lab import lab_job, lab_spec
-    from guiapp.lab.search import LabSettings
+    from guiapp.jobs.lab import LabSpec
 
-    settings = LabSettings(args.recipe, args.text, args.trials, args.out, args.seed, args.engine, args.ray_address,
-                           args.holdout, args.tune, args.window, args.device, args.prompts)
-    summary, code = run_with_summary(lab_job(lab_spec(settings)), args)
+    spec = LabSpec(str(args.recipe), str(args.text), args.trials, str(args.out), args.seed, args.engine,
+                   args.ray_address, args.holdout, args.tune, args.window, args.device,
+                   str(args.prompts) if args.prompts else None)
+    summary, code = run_with_summary(spec.job(), args)
     if code == EXIT_OK and args.json:
         print(json.dumps(summary))
     elif code == EXIT_OK:

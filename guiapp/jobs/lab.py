@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -49,11 +49,6 @@ def lab_job(spec: Mapping[str, Any], on_trial: Callable[[Any], None] | None = No
     """A lab job with the settings `spec` holds (LabSettings' fields; paths as paths or text)."""
     return LabSpec.from_dict({key: str(value) if isinstance(value, Path) else value
                               for key, value in spec.items()}).job(on_trial)
-
-
-def lab_spec(settings: Any) -> dict[str, Any]:
-    """The spec of a LabSettings (what the Jobs page keeps to run it again)."""
-    return {key: str(value) if isinstance(value, Path) else value for key, value in asdict(settings).items()}
 
 
 def lab_tunables(document: dict[str, Any]) -> list[Any]:

@@ -281,7 +281,7 @@ class LabPage(QWidget):
             return
         engine = WHERE[self.where.currentIndex()][1]
         spec = {"recipe": str(recipe), "text": self.text_path.text().strip(), "trials": self.trials.value(),
-                "out": str(folder), "tune": tune, "engine": "local" if engine == "local" else "ray",
+                "output": str(folder), "tune": tune, "engine": "local" if engine == "local" else "ray",
                 "ray_address": self.address.text().strip() or None if engine == "cluster" else None}
         self._records = {}
         self._lab_folder = folder
