@@ -94,3 +94,23 @@ def test_ties_blocks_run_on_a_density_out_of_range_with_its_fix(qtbot, window, a
     assert not tab.run_button.isEnabled() and "Density is 1.5" in tab.bar.status.text()
     qtbot.mouseClick(tab.bar.fix_button, Qt.MouseButton.LeftButton)
     assert tab.density.value() == 1
+
+
+def test_the_wheel_passing_over_a_weight_or_the_rank_changes_nothing(qtbot, window, adapters):
+    from tests.ui.test_wheel_guard import wheel
+
+    _, first, second = adapters
+    window.show_page("lora")
+    tab = window.lora.combine
+    window.lora.tabs.setCurrentWidget(tab)
+    for adapter in (first, second):
+        tab.add_adapter(str(adapter))
+    window.nav.setFocus()
+    weight = tab.table.cellWidget(0, 1)
+    wheel(weight, 3)
+    assert weight.value() == 1.0
+    resize = window.lora.resize_tab
+    window.lora.tabs.setCurrentWidget(resize)
+    window.nav.setFocus()
+    wheel(resize.value, 3)
+    assert resize.value.value() == 8
