@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from guiapp.cli.lora import run_with_summary
 from guiapp.cli.options import add_threads_option
 from guiapp.cli.process import EXIT_OK
+from guiapp.cli.terminal import run_with_summary
 
 
 def add_gguf_command(commands: argparse._SubParsersAction) -> None:

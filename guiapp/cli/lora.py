@@ -8,7 +8,7 @@ from pathlib import Path
 
 from guiapp.cli.options import add_threads_option, count_of, finite_number
 from guiapp.cli.process import EXIT_OK
-from guiapp.cli.terminal import run_in_terminal
+from guiapp.cli.terminal import run_with_summary
 from guiapp.facts.choices import EMBEDDING_POLICIES, SOLVERS
 from guiapp.facts.dtypes import COMPUTE
 
@@ -135,20 +135,6 @@ def _print_lora_plan(args: argparse.Namespace, rank: int | None = None, rule: tu
     print("Estimate:      " + estimate.summary().replace("\n", "\n               "))
     print("Nothing was written (--dry-run).")
     return EXIT_OK
-
-
-def run_with_summary(job, args: argparse.Namespace) -> tuple[dict, int]:
-    """Run `job` with terminal progress; returns the summary its work returned (empty on failure) and the exit
-    code."""
-    summary: dict = {}
-    work = job.work
-
-    def keep_summary(progress):
-        summary.update(work(progress))
-        return summary
-
-    job.work = keep_summary
-    return summary, run_in_terminal(job, args)
 
 
 def _print_extraction_summary(summary: dict) -> None:

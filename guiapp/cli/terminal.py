@@ -114,6 +114,20 @@ def run_in_terminal(job, args: argparse.Namespace | None = None) -> int:
     return EXIT_FAILED
 
 
+def run_with_summary(job, args: argparse.Namespace) -> tuple[dict, int]:
+    """Run `job` with terminal progress; returns the summary its work returned (empty on failure) and the exit
+    code."""
+    summary: dict = {}
+    work = job.work
+
+    def keep_summary(progress):
+        summary.update(work(progress))
+        return summary
+
+    job.work = keep_summary
+    return summary, run_in_terminal(job, args)
+
+
 def _pause_point():
     """The PausePoint PAUSE_VARIABLE sets, or None when it is unset or not "<stage>:<step>:<file>"."""
     from guiapp.progress import PausePoint

@@ -6,10 +6,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from guiapp.cli.lora import run_with_summary
 from guiapp.cli.options import seed_value
 from guiapp.cli.process import EXIT_FAILED, EXIT_OK
-from guiapp.cli.terminal import print_explanation
+from guiapp.cli.terminal import print_explanation, run_with_summary
 
 
 def add_try_commands(commands: argparse._SubParsersAction) -> None:
