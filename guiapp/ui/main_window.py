@@ -30,7 +30,7 @@ from guiapp.ui.pages.try_page import TryPage
 from guiapp.ui.state import AppState
 from guiapp.ui.text import error_text
 from guiapp.ui.welcome import WelcomePage
-from guiapp.ui.widgets.charts import prepare_charts
+from guiapp.ui.widgets.charts import load_chart_library
 
 PAGES = (("welcome", "Start"), ("models", "Models"), ("merge", "Merge"), ("lora", "LoRA"), ("experts", "Experts"),
          ("try", "Try"), ("lab", "Lab"), ("jobs", "Jobs"), ("hardware", "Hardware"), ("settings", "Settings"))
@@ -102,7 +102,7 @@ class MainWindow(QMainWindow):
         state.jobs.record_changed.connect(lambda _: self._update_jobs_label())
         state.jobs.record_added.connect(lambda _: self._update_jobs_label())
         state.methods_ready.connect(lambda _: self.statusBar().showMessage("Ready.", 5000))
-        state.methods_ready.connect(lambda _: prepare_charts(self))  # the chart library is loaded with them
+        state.methods_ready.connect(lambda _: load_chart_library(self))  # after torch: both load NumPy
         state.methods_failed.connect(lambda e: self.statusBar().showMessage(
             f"The merge engine could not be loaded: {error_text(e)}"))
         self._restore()

@@ -2,8 +2,13 @@
 created ahead of need while the window is idle (`prepare_charts`) or else the first time the chart is shown.
 
 Why pyqtgraph: it is pure Python over Qt, so it works with the PySide6-Essentials wheel Mergesmith ships (QtCharts
-lives in the large PySide6-Addons wheel), and it redraws live data (a job's throughput) cheaply. It loads NumPy, so
-it is imported on a worker thread after the first window shows, never on the way to it.
+lives in the large PySide6-Addons wheel), and it redraws live data (a job's throughput) cheaply.
+
+Loading it costs the UI thread about 0.2 s, most of it PySide6 creating every class of QtCore, QtGui and QtWidgets
+that pyqtgraph reads on import. It must happen on the UI thread (on a worker, while the window ran, it crashed the
+process), so `load_chart_library` does it after the window shows, in steps of a few milliseconds: the classes a few
+dozen at a time, then the import itself (about 0.08 s, once); the plain modules it needs are imported earlier
+on a worker thread (`import_what_charts_need`).
 
 Making a plot costs the UI thread about 40 ms and drawing one for the first time more; done when a job's first
 progress arrives, that froze the window for 0.2 s. So the window makes its charts' plots once the library is
@@ -13,6 +18,7 @@ its data changes.
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 from PySide6.QtCore import QEvent, QPointF, QSize, QTimer
@@ -29,11 +35,50 @@ _HIGHLIGHT = ("#b3261e", "#ff8a80")  # what needs attention (the status "problem
 
 
 def pyqtgraph() -> Any:
-    """The pyqtgraph module, configured for the window (imported on first use: it loads NumPy)."""
-    import pyqtgraph as pg  # loads NumPy; only once a chart is shown
+    """The pyqtgraph module, configured for the window (imported on first use if `load_chart_library` has not
+    loaded it yet). UI thread only."""
+    import pyqtgraph as pg
 
     pg.setConfigOptions(antialias=True)
     return pg
+
+
+# What pyqtgraph 0.14 imports besides itself and Qt: plain Python, safe on any thread; numpy.typing alone compiles
+# 0.1 s of regular expressions. Imported with the engine, so that only pyqtgraph's own modules load on the UI thread.
+_PLAIN_MODULES_CHARTS_NEED = ("numpy.typing", "xml.etree.ElementTree", "pydoc", "cProfile")
+
+
+def import_what_charts_need() -> None:
+    """Import the Qt-free modules the chart library needs (any thread; the library itself: `load_chart_library`)."""
+    for name in _PLAIN_MODULES_CHARTS_NEED:
+        importlib.import_module(name)
+
+
+_CLASSES_PER_STEP = 25  # about 15 ms of PySide6 creating classes, at worst, on this machine
+
+
+def load_chart_library(window: QWidget) -> None:
+    """Import the chart library on the UI thread in short steps, one per turn of the event loop, then make the
+    plots of `window`'s charts (`prepare_charts`); stops by itself if the window goes."""
+    import PySide6.QtCore
+    import PySide6.QtGui
+    import PySide6.QtWidgets
+
+    modules = (PySide6.QtCore, PySide6.QtGui, PySide6.QtWidgets)
+    batches = [(module, names[i:i + _CLASSES_PER_STEP]) for module in modules
+               for names in [dir(module)] for i in range(0, len(names), _CLASSES_PER_STEP)]
+
+    def next_step() -> None:
+        if batches:
+            module, names = batches.pop(0)
+            for name in names:
+                getattr(module, name)
+            QTimer.singleShot(0, window, next_step)
+        else:
+            pyqtgraph()
+            prepare_charts(window)
+
+    QTimer.singleShot(0, window, next_step)
 
 
 class ChartHost(QWidget):
@@ -138,7 +183,7 @@ class ChartHost(QWidget):
 
 def prepare_charts(window: QWidget) -> None:
     """Make the plots of `window`'s charts now, one per turn of the event loop, so that none is made while a job
-    reports progress. Call once the chart library is loaded; stops by itself if the window goes."""
+    reports progress; stops by itself if the window goes."""
 
     def next_chart() -> None:
         # Looked up again each turn: pages delete and make charts (a method's parameter editors) in between.
