@@ -10,6 +10,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
+from guiapp.checkpoints.quantized.fp8 import FLOAT8, as_float32
 from guiapp.checkpoints.reading import open_checkpoint
 from guiapp.errors import QuantizedCheckpointError, UnknownQuantizationError
 from tests.quantized.helpers import quantized_copy
@@ -306,3 +307,13 @@ def test_a_plain_model_whose_tensor_names_end_like_side_tensors_is_not_taken_for
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "custom"}))
     with open_checkpoint(tmp_path) as checkpoint:
         assert checkpoint.quantized is None and set(checkpoint.tensors) == {"encoder.conv_blocks", "encoder.norm.weight"}
+
+
+@pytest.mark.parametrize("dtype", FLOAT8, ids=str)
+def test_float8_codes_read_as_the_same_float32_bits_as_torch_converts_them(dtype):
+    # Every one of the 256 codes (NaNs, infinities, subnormals, negative zero included), in a matrix read through
+    # a transposed (non-contiguous) view as the row readers may hand it.
+    codes = torch.arange(256, dtype=torch.uint8).view(dtype).reshape(16, 16).t()
+    converted = as_float32(codes)
+    assert converted.dtype == torch.float32 and converted.shape == codes.shape
+    assert torch.equal(converted.view(torch.int32), codes.float().view(torch.int32))
