@@ -23,6 +23,7 @@ from guiapp.checkpoints.quantized.layout import (
     ReadStoredRows,
     Stored,
     expect_shape,
+    look_up,
     need,
     refuse,
     settings_dtype,
@@ -133,7 +134,7 @@ def _read_state(raw: torch.Tensor, label: str, weight: str) -> dict[str, Any]:
 def dequantize_blockwise(codes: torch.Tensor, code_book: torch.Tensor, absmax: torch.Tensor,
                          blocksize: int) -> torch.Tensor:
     """8-bit blockwise values: code_book[code] times the absmax of the code's block, in float32."""
-    values = code_book.float()[codes.long()]
+    values = look_up(code_book.float(), codes).reshape(codes.shape)
     return (values.reshape(-1) * absmax.float().repeat_interleave(blocksize)[: values.numel()]).reshape(codes.shape)
 
 
@@ -143,7 +144,7 @@ def dequantize_4bit(packed: torch.Tensor, absmax: torch.Tensor, code_book: torch
     per byte in a table of the 256 value pairs, then each block scaled in place."""
     byte = torch.arange(256)
     pairs = torch.stack((code_book.float()[byte >> 4], code_book.float()[byte & 0x0F]), dim=1)
-    values = pairs.index_select(0, packed.reshape(-1).int()).reshape(-1)
+    values = look_up(pairs, packed)
     blocks = -(-count // blocksize)
     if values.numel() != blocks * blocksize:
         values = torch.nn.functional.pad(values[:count], (0, blocks * blocksize - count))

@@ -13,7 +13,6 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import numpy as np
 import torch
 
 from guiapp.checkpoints.quantized.layout import (
@@ -22,6 +21,7 @@ from guiapp.checkpoints.quantized.layout import (
     ReadStored,
     ReadStoredRows,
     Stored,
+    look_up,
     refuse,
     settings_dtype,
 )
@@ -64,12 +64,12 @@ def as_float32(codes: torch.Tensor) -> torch.Tensor:
     merge of an FP8 model twice as slow as of its bf16 copy."""
     if codes.dtype not in FLOAT8 or codes.device.type != "cpu":
         return codes.float()
-    return torch.from_numpy(_float8_values(codes.dtype)[codes.contiguous().view(torch.uint8).numpy()])
+    return look_up(_float8_values(codes.dtype), codes.contiguous().view(torch.uint8)).reshape(codes.shape)
 
 
 @functools.cache
-def _float8_values(dtype: torch.dtype) -> np.ndarray:
-    return torch.arange(256, dtype=torch.uint8).view(dtype).float().numpy()
+def _float8_values(dtype: torch.dtype) -> torch.Tensor:
+    return torch.arange(256, dtype=torch.uint8).view(dtype).float()
 
 
 def scaled(stored: Mapping[str, Stored], weight: str, scale: str, label: str, dtype: torch.dtype,
