@@ -108,6 +108,27 @@ def test_the_window_reaches_the_engine_and_the_hub_only_through_the_jobs():
     assert reaching == []
 
 
+# A window class a person can hold in mind: past this many lines a page does several things, and its parts go into
+# collaborators named for what they do (a box of widgets, a helper, a decision below the window in guiapp/jobs).
+LONGEST_WINDOW_CLASS = 300
+
+
+def window_classes_over(limit: int) -> list[str]:
+    """Every class under guiapp/ui longer than `limit` lines (from its `class` line to its last), with its length."""
+    found = []
+    for path in sorted((PACKAGE / "ui").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if isinstance(node, ast.ClassDef) and (lines := node.end_lineno - node.lineno + 1) > limit:
+                found.append(f"{path.relative_to(ROOT)}: {node.name} has {lines} lines")
+    return found
+
+
+def test_no_window_class_is_longer_than_a_person_can_hold_in_mind():
+    too_long = window_classes_over(LONGEST_WINDOW_CLASS)
+    assert too_long == [], "\n".join(too_long)
+    assert window_classes_over(50), "the rule sees no class at all"
+
+
 def test_the_hub_package_never_imports_torch():
     torch = [_where(i) for i in IMPORTS if i.importer.startswith("guiapp.hub")
              and (i.imported.split(".")[0] == "torch" or i.imported == "safetensors.torch")]
