@@ -1,8 +1,8 @@
 """The house rules, checked on every test run: ruff passes with pyproject.toml's configuration, and the import graph
 keeps the layers (ui → cli → jobs → the capability packages → hub → system, dependencies pointing down
-only), Qt inside guiapp/ui, torch outside guiapp/hub, and no import cycles between modules. The shared facts
-(guiapp/facts) sit below every layer, import only the standard library, and are the only place a dtype table is
-written down."""
+only), Qt inside guiapp/ui, torch outside guiapp/hub, no import cycles between modules, and no window class over
+300 lines. The shared facts (guiapp/facts) sit below every layer, import only the standard library, and are the
+only place a dtype table is written down."""
 
 from __future__ import annotations
 
