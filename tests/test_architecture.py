@@ -1,8 +1,8 @@
 """The house rules, checked on every test run: ruff passes with pyproject.toml's configuration, and the import graph
 keeps the layers (ui → cli → jobs → the capability packages → hub → system, dependencies pointing down
-only), Qt inside guiapp/ui, torch outside guiapp/hub, and no import cycles between modules. The shared facts
-(guiapp/facts) sit below every layer, import only the standard library, and are the only place a dtype table is
-written down."""
+only), Qt inside guiapp/ui, torch outside guiapp/hub, no import cycles between modules, and no window class over
+300 lines. The shared facts (guiapp/facts) sit below every layer, import only the standard library, and are the
+only place a dtype table is written down."""
 
 from __future__ import annotations
 
@@ -106,6 +106,27 @@ def test_the_window_reaches_the_engine_and_the_hub_only_through_the_jobs():
                 and (i.imported.split(".")[0] == "yaml"
                      or any(i.imported == layer or i.imported.startswith(layer + ".") for layer in BELOW_THE_JOBS))]
     assert reaching == []
+
+
+# A window class a person can hold in mind: past this many lines a page does several things, and its parts go into
+# collaborators named for what they do (a box of widgets, a helper, a decision below the window in guiapp/jobs).
+LONGEST_WINDOW_CLASS = 300
+
+
+def window_classes_over(limit: int) -> list[str]:
+    """Every class under guiapp/ui longer than `limit` lines (from its `class` line to its last), with its length."""
+    found = []
+    for path in sorted((PACKAGE / "ui").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if isinstance(node, ast.ClassDef) and (lines := node.end_lineno - node.lineno + 1) > limit:
+                found.append(f"{path.relative_to(ROOT)}: {node.name} has {lines} lines")
+    return found
+
+
+def test_no_window_class_is_longer_than_a_person_can_hold_in_mind():
+    too_long = window_classes_over(LONGEST_WINDOW_CLASS)
+    assert too_long == [], "\n".join(too_long)
+    assert window_classes_over(50), "the rule sees no class at all"
 
 
 def test_the_hub_package_never_imports_torch():

@@ -20,13 +20,13 @@ def test_a_search_from_the_merge_pages_recipe_ends_with_the_best_on_the_merge_an
                    {"model": str(planted.computers), "parameters": {"weight": 0.5}}]})
     window.show_page("lab")
     lab = window.lab
-    assert lab.parameters.rowCount() == 2 and "models[0].weight" in lab.parameters.item(0, 1).text()
+    assert lab.form.parameters.rowCount() == 2 and "models[0].weight" in lab.form.parameters.item(0, 1).text()
 
     lab.start_button.click()
     assert "text file" in lab.status.text()  # nothing runs without a text
-    lab.text_path.setText(str(planted.mixed_text))
-    lab.trials.setValue(500)
-    lab.folder.setText(str(tmp_path / "lab"))
+    lab.form.text_path.setText(str(planted.mixed_text))
+    lab.form.trials.setValue(500)
+    lab.form.folder.setText(str(tmp_path / "lab"))
     lab.start_button.click()
     qtbot.waitUntil(lambda: len(lab.chart.trials) >= 3, timeout=120_000)
     lab.cancel_button.click()
@@ -35,7 +35,7 @@ def test_a_search_from_the_merge_pages_recipe_ends_with_the_best_on_the_merge_an
     kept = (tmp_path / "lab" / "trials.jsonl").read_text().splitlines()
     assert 3 <= len(kept) < 501
 
-    lab.trials.setValue(len(kept) + 4)  # the same folder: the search goes on from the trials kept
+    lab.form.trials.setValue(len(kept) + 4)  # the same folder: the search goes on from the trials kept
     lab.start_button.click()
     qtbot.waitUntil(lambda: lab.start_button.isEnabled(), timeout=180_000)
     assert "Best perplexity" in lab.status.text(), lab.status.text()
@@ -74,3 +74,17 @@ def test_a_search_from_the_merge_pages_recipe_ends_with_the_best_on_the_merge_an
     assert window.stack.currentWidget() is window.try_page
     assert window.try_page.references() == folders
     assert len([r for r in window.state.jobs.records if r.kind == "merge"]) == 2
+
+
+def test_a_recipe_with_no_number_to_tune_says_why_and_starts_nothing(make_window, planted, tmp_path):
+    window = make_window()
+    window.merge.apply_document({"merge_method": "task_arithmetic", "base_model": str(planted.base)})
+    window.show_page("lab")
+    lab = window.lab
+    assert lab.form.parameters.rowCount() == 0
+    assert "no number for the lab to tune" in lab.status.text(), lab.status.text()  # said as the page shows
+
+    lab.form.text_path.setText(str(planted.mixed_text))
+    lab.form.folder.setText(str(tmp_path / "lab"))
+    lab.start_button.click()
+    assert "no number to tune" in lab.status.text() and window.state.jobs.records == []

@@ -14,20 +14,20 @@ from tests.ui.conftest import wait_for_job
 def test_ticking_module_names_limits_the_extraction(qtbot, window, models, tmp_path):
     page = window.lora
     window.show_page("lora")
-    assert not page.extract.include.isVisible()  # regular expressions are not the first thing a user meets
+    assert not page.extract.modules.include.isVisible()  # regular expressions are not the first thing a user meets
     page.extract.base.set_text(str(models.base))
     page.extract.model.set_text(str(models.tune_a))
-    qtbot.mouseClick(page.extract.modules_toggle, Qt.MouseButton.LeftButton)
-    assert page.extract.include.isVisible()
-    qtbot.waitUntil(lambda: page.extract.module_list.count() > 0, timeout=20_000)
-    kinds = [page.extract.module_list.item(row).data(Qt.ItemDataRole.UserRole) for row in range(page.extract.module_list.count())]
+    qtbot.mouseClick(page.extract.modules.modules_toggle, Qt.MouseButton.LeftButton)
+    assert page.extract.modules.include.isVisible()
+    qtbot.waitUntil(lambda: page.extract.modules.module_list.count() > 0, timeout=20_000)
+    kinds = [page.extract.modules.module_list.item(row).data(Qt.ItemDataRole.UserRole) for row in range(page.extract.modules.module_list.count())]
     assert {"q_proj", "v_proj", "down_proj"} <= set(kinds)
-    assert "2 matrices" in page.extract.module_list.item(kinds.index("q_proj")).text()  # one per layer
-    page.extract.module_list.setFocus()
+    assert "2 matrices" in page.extract.modules.module_list.item(kinds.index("q_proj")).text()  # one per layer
+    page.extract.modules.module_list.setFocus()
     for kind in ("q_proj", "v_proj"):
-        page.extract.module_list.setCurrentRow(kinds.index(kind))
-        qtbot.keyClick(page.extract.module_list, Qt.Key.Key_Space)
-    pattern = page.extract.include.text()
+        page.extract.modules.module_list.setCurrentRow(kinds.index(kind))
+        qtbot.keyClick(page.extract.modules.module_list, Qt.Key.Key_Space)
+    pattern = page.extract.modules.include.text()
     assert re.search(pattern, "model.layers.1.self_attn.q_proj") and not re.search(pattern, "model.layers.1.mlp.up_proj")
     page.extract.out.setText(str(tmp_path / "only-attention"))
     record = window.state.jobs.record(page.extract.run())

@@ -137,11 +137,11 @@ def test_the_estimates_and_the_module_list_follow_the_models_chosen(qtbot, windo
     page.extract.base.set_text(str(models.base))
     page.extract.model.set_text(str(models.tune_a))
     qtbot.waitUntil(lambda: page.extract.estimate.text().startswith("Reads"), timeout=20_000)
-    qtbot.waitUntil(lambda: page.extract.module_list.count() > 0, timeout=20_000)
+    qtbot.waitUntil(lambda: page.extract.modules.module_list.count() > 0, timeout=20_000)
     page.extract.model.set_text("")
     assert page.extract.estimate.text() == "Choose both models to see the estimate."  # not the old pair's
     page.extract.base.set_text("")
-    assert page.extract.module_list.count() == 0 and page.extract.module_status.text().startswith("Choose the base model")
+    assert page.extract.modules.module_list.count() == 0 and page.extract.modules.module_status.text().startswith("Choose the base model")
 
     page.tabs.setCurrentIndex(1)
     page.apply.base.set_text(str(models.base))

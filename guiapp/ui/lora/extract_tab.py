@@ -18,11 +18,7 @@ from PySide6.QtWidgets import (
     QDoubleSpinBox,
     QFormLayout,
     QGroupBox,
-    QLineEdit,
-    QListWidget,
-    QListWidgetItem,
     QSpinBox,
-    QToolButton,
     QVBoxLayout,
     QWidget,
 )
@@ -34,7 +30,8 @@ from guiapp.system.paths import expanded
 from guiapp.system.units import plural
 from guiapp.ui.background import LatestTask, run_blocking
 from guiapp.ui.lora.form_tab import ReportingTab, out_of_range
-from guiapp.ui.text import error_text, sentence
+from guiapp.ui.lora.modules_box import ModulesBox
+from guiapp.ui.text import sentence
 from guiapp.ui.theme import set_status_style
 from guiapp.ui.widgets.model_picker import ModelPicker
 from guiapp.ui.widgets.options import OptionCombo
@@ -42,9 +39,8 @@ from guiapp.ui.widgets.param_form import UNBOUNDED, mark_range
 from guiapp.ui.widgets.spectrum_chart import ModuleEnergyChart, RankPreview
 from guiapp.ui.widgets.wrapping_label import WrappingLabel
 
-# What the estimate and module lines say until the models they describe are chosen.
+# What the estimate line says until the models it describes are chosen.
 ESTIMATE_HINT = "Choose both models to see the estimate."
-MODULES_HINT = "Choose the base model to list its modules. With none ticked, every changed module is extracted."
 RANK_MODES = {  # mode: (label, minimum, maximum, step, decimals, default, help)
     "fixed": ("Fixed rank", 1, 4096, 1, 0, 32, "The same rank for every module."),
     "energy": ("Keep energy", 0.01, 1.0, 0.01, 3, 0.9, "Per module, the smallest rank keeping this fraction of "
@@ -70,7 +66,7 @@ class ExtractTab(ReportingTab):
             picker.use_library(state.library)
         # The estimate depends on how the matrices are decomposed: a change of these checks the pair again.
         for signal in (self.rank_mode.currentIndexChanged, self.rank_value.valueChanged, self.max_rank.valueChanged,
-                       self.solver.currentIndexChanged, self.embeddings.currentIndexChanged):
+                       self.solver.currentIndexChanged, self.modules.embeddings.currentIndexChanged):
             signal.connect(self.changed)
         self.rank_value.valueChanged.connect(lambda _: self._rank_value_changed())
         self.overwrite.toggled.connect(self.changed)
@@ -82,7 +78,8 @@ class ExtractTab(ReportingTab):
                                        "base model, compressed."))
         column.addWidget(self._build_models())
         column.addWidget(self._build_rank())
-        column.addWidget(self._build_modules())
+        self.modules = ModulesBox()
+        column.addWidget(self.modules)
         column.addWidget(self._build_output())
         self.estimate = WrappingLabel(ESTIMATE_HINT)
         column.addWidget(self.estimate)
@@ -133,36 +130,6 @@ class ExtractTab(ReportingTab):
         self._rank_mode_changed()
         return rank
 
-    def _build_modules(self) -> QGroupBox:
-        modules = QGroupBox("Modules")
-        form = QFormLayout(modules)
-        self.embeddings = QComboBox(accessibleName="Embeddings")
-        self.embeddings.addItem("Save them whole (safest)", "save")
-        self.embeddings.addItem("Decompose them too (smaller)", "lora")
-        self.embeddings.addItem("Leave them out (reported)", "skip")
-        form.addRow("Embeddings and output head", self.embeddings)
-        self.modules_toggle = QToolButton(text="Advanced: choose which modules", checkable=True,
-                                          arrowType=Qt.ArrowType.RightArrow)
-        self.modules_toggle.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
-        self.modules_toggle.toggled.connect(self._show_module_choice)
-        form.addRow(self.modules_toggle)
-        self.modules_advanced = QWidget(visible=False)
-        advanced = QFormLayout(self.modules_advanced)
-        advanced.setContentsMargins(0, 0, 0, 0)
-        self.module_list = QListWidget(accessibleName="Module kinds")
-        self.module_list.setMaximumHeight(150)
-        self.module_list.itemChanged.connect(lambda _: self._module_kinds_chosen())
-        self.module_status = WrappingLabel(MODULES_HINT)
-        self.include = QLineEdit(placeholderText="all modules (a regular expression, e.g. self_attn)")
-        self.exclude = QLineEdit(placeholderText="none (a regular expression, e.g. lm_head)")
-        advanced.addRow("Only these modules", self.module_list)
-        advanced.addRow("", self.module_status)
-        advanced.addRow("Only modules matching", self.include)
-        advanced.addRow("Leave out modules matching", self.exclude)
-        form.addRow(self.modules_advanced)
-        self._module_lister = LatestTask(300, self)
-        return modules
-
     def _build_output(self) -> QGroupBox:
         output = QGroupBox("Output")
         form = QFormLayout(output)
@@ -203,38 +170,6 @@ class ExtractTab(ReportingTab):
         if base:
             self.base.set_text(base)
 
-    def _show_module_choice(self, shown: bool) -> None:
-        self.modules_toggle.setArrowType(Qt.ArrowType.DownArrow if shown else Qt.ArrowType.RightArrow)
-        self.modules_advanced.setVisible(shown)
-
-    async def _list_modules(self, base: str) -> None:
-        from guiapp.jobs.library import module_kinds
-
-        try:
-            kinds = await run_blocking(module_kinds, base)
-        except Exception as error:  # the pair check says what is wrong with the base
-            self.module_list.clear()
-            self.module_status.setText(f"The base model's modules could not be listed: {error_text(error)}")
-            return
-        self.module_list.blockSignals(True)
-        self.module_list.clear()
-        for kind, count in kinds:
-            item = QListWidgetItem(f"{kind}  ({plural(count, 'matrix', 'matrices')})")
-            item.setData(Qt.ItemDataRole.UserRole, kind)
-            item.setFlags(item.flags() | Qt.ItemFlag.ItemIsUserCheckable)
-            item.setCheckState(Qt.CheckState.Unchecked)
-            self.module_list.addItem(item)
-        self.module_list.blockSignals(False)
-        self.module_status.setText("Tick the kinds of modules to extract; with none ticked, every changed module "
-                                   "is extracted.")
-
-    def _module_kinds_chosen(self) -> None:
-        from guiapp.jobs.library import modules_pattern
-
-        items = (self.module_list.item(row) for row in range(self.module_list.count()))
-        self.include.setText(modules_pattern(item.data(Qt.ItemDataRole.UserRole) for item in items
-                                             if item.checkState() == Qt.CheckState.Checked))
-
     def _describe(self, *_: Any, time: str = "") -> None:
         """The extraction's summary line: the rank, the fine-tune, the adapter folder's name, the time."""
         mode = self.rank_mode.currentData()
@@ -259,12 +194,7 @@ class ExtractTab(ReportingTab):
             self.report.clear()
             self.report_chart.show_summary(None)
         self.rank_preview.set_pair(base, model)
-        if base:
-            self._module_lister.request(lambda: self._list_modules(base))
-        else:  # the kinds listed were another base's
-            self._module_lister.cancel()
-            self.module_list.clear()
-            self.module_status.setText(MODULES_HINT)
+        self.modules.list_modules_of(base)
         if not (base and model):
             self._checker.cancel()  # a check still running for the models no longer chosen is dropped
             self.check.clear()
@@ -280,7 +210,7 @@ class ExtractTab(ReportingTab):
         mode = self.rank_mode.currentData()
         options = {"rank_mode": mode, "rank_value": rank_value(mode, self.rank_value.value()),
                    "max_rank": self.max_rank.value() or None, "solver": self.solver.currentData(),
-                   "embeddings": self.embeddings.currentData()}
+                   "embeddings": self.modules.embeddings.currentData()}
         self._checker.request(lambda: self._check_pair(base, model, device, out, probe, replace, options))
 
     async def _check_pair(self, base: str, model: str, device: str, out: str, probe: Any, replace: bool,
@@ -321,8 +251,8 @@ class ExtractTab(ReportingTab):
             self.base.text(), self.model.text(), expanded(self.out.text().strip()),
             rank_mode=mode, rank_value=rank_value(mode, self.rank_value.value()),
             max_rank=self.max_rank.value() or None, solver=self.solver.currentData(),
-            include=self.include.text().strip() or None, exclude=self.exclude.text().strip() or None,
-            embeddings=self.embeddings.currentData(), dtype=self.dtype.value(),
+            include=self.modules.include.text().strip() or None, exclude=self.modules.exclude.text().strip() or None,
+            embeddings=self.modules.embeddings.currentData(), dtype=self.dtype.value(),
             device=self.device.value() or "cpu", overwrite=self.overwrite.isChecked(),
         )
         self._report_pair = (self.base.text(), self.model.text())
@@ -347,23 +277,25 @@ class ExtractTab(ReportingTab):
         """What the form remembers for the next start, by the keys form memory has always used."""
         return {"x_base": self.base.text(), "x_model": self.model.text(), "rank_mode": self.rank_mode.currentData(),
                 "rank_value": self.rank_value.value(), "max_rank": self.max_rank.value(),
-                "solver": self.solver.currentData(), "include": self.include.text(), "exclude": self.exclude.text(),
-                "embeddings": self.embeddings.currentData(), "x_out": self.out.text()}
+                "solver": self.solver.currentData(), "include": self.modules.include.text(),
+                "exclude": self.modules.exclude.text(), "embeddings": self.modules.embeddings.currentData(),
+                "x_out": self.out.text()}
 
     def restore(self, form: dict[str, Any]) -> None:
         """Fill the form from what `form_values` remembered (keys missing or of the wrong type are left alone)."""
-        for combo, key in ((self.rank_mode, "rank_mode"), (self.solver, "solver"), (self.embeddings, "embeddings")):
+        for combo, key in ((self.rank_mode, "rank_mode"), (self.solver, "solver"),
+                           (self.modules.embeddings, "embeddings")):
             if (index := combo.findData(form.get(key))) >= 0:
                 combo.setCurrentIndex(index)  # the rank mode first: choosing it resets the rank value
         for spin, key in ((self.rank_value, "rank_value"), (self.max_rank, "max_rank")):
             if isinstance(form.get(key), int | float):
                 spin.setValue(form[key])
-        texts = {"x_base": self.base.set_text, "x_model": self.model.set_text, "include": self.include.setText,
-                 "exclude": self.exclude.setText, "x_out": self.out.setText}
+        texts = {"x_base": self.base.set_text, "x_model": self.model.set_text, "include": self.modules.include.setText,
+                 "exclude": self.modules.exclude.setText, "x_out": self.out.setText}
         for key, set_text in texts.items():
             if isinstance(form.get(key), str) and form[key]:
                 set_text(form[key])
-        self.modules_toggle.setChecked(bool(self.include.text() or self.exclude.text()))  # never hidden when set
+        self.modules.show_choice_when_set()
 
 
 def rank_value(mode: str, value: float) -> float:

@@ -10,37 +10,29 @@ folders of the lab's (jobs on the Jobs page; a folder already holding that recip
 from __future__ import annotations
 
 import math
-import time
 from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
-    QComboBox,
-    QFileDialog,
-    QFormLayout,
-    QGroupBox,
     QHBoxLayout,
     QHeaderView,
     QLabel,
-    QLineEdit,
     QPushButton,
     QScrollArea,
-    QSpinBox,
     QTableWidget,
-    QTableWidgetItem,
     QVBoxLayout,
     QWidget,
 )
 
 from guiapp.jobs.runner import JobStatus
+from guiapp.ui.lab.search_form import SearchForm, read_only_cell
 from guiapp.ui.text import error_text
 from guiapp.ui.widgets.charts import ChartHost, pyqtgraph
 from guiapp.ui.widgets.wrapping_label import WrappingLabel
 
 CHART_HEIGHT = 200
 BEST_SHOWN = 5
-WHERE = (("This computer", "local"), ("Ray, started on this computer", "ray"), ("A Ray cluster at…", "cluster"))
 
 
 class LabChart(ChartHost):
@@ -100,10 +92,7 @@ class LabPage(QWidget):
     def __init__(self, state, merge_page, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.state = state
-        self.merge_page = merge_page
         self._key: str | None = None
-        self._document: dict[str, Any] | None = None
-        self._tunables: list[Any] = []
         self._records: dict[int, Any] = {}
         self._lab_folder: Path | None = None  # the folder of the search the chart shows
         # The recipe and numbers of that search: the form may show another recipe since (the Merge page's, changed).
@@ -111,49 +100,7 @@ class LabPage(QWidget):
         self._try_keys: set[str] = set()  # the merges "Try it" waits for
         self._try_folders: list[str] = []
 
-        form_box = QGroupBox("What to search")
-        form = QFormLayout(form_box)
-        self.recipe_source = QComboBox(accessibleName="Recipe")
-        self.recipe_source.addItem("The Merge page's recipe")
-        self.recipe_source.addItem("A recipe file…")
-        self.recipe_source.activated.connect(self._recipe_chosen)
-        self.recipe_label = QLabel("")
-        recipe_row = QHBoxLayout()
-        recipe_row.addWidget(self.recipe_source)
-        recipe_row.addWidget(self.recipe_label, 1)
-        form.addRow("Recipe", recipe_row)
-        self.text_path = QLineEdit(placeholderText="A .txt file of the kind of text the merge should be good at",
-                                   accessibleName="Text file")
-        browse = QPushButton("Browse…")
-        browse.clicked.connect(self._browse_text)
-        text_row = QHBoxLayout()
-        text_row.addWidget(self.text_path, 1)
-        text_row.addWidget(browse)
-        form.addRow("Text", text_row)
-        self.parameters = QTableWidget(0, 4, accessibleName="Numbers to tune")
-        self.parameters.setHorizontalHeaderLabels(["Tune", "Number", "From", "To"])
-        self.parameters.horizontalHeader().setSectionResizeMode(1, QHeaderView.ResizeMode.Stretch)
-        self.parameters.verticalHeader().hide()
-        self.parameters.setMaximumHeight(110)
-        form.addRow("Numbers", self.parameters)
-        self.trials = QSpinBox(minimum=1, maximum=1000, value=20, accessibleName="Trials")
-        self.trials.setMaximumWidth(90)
-        self.where = QComboBox(accessibleName="Where to run")
-        for label, _ in WHERE:
-            self.where.addItem(label)
-        self.address = QLineEdit(placeholderText="HOST:6379", accessibleName="Ray address")
-        self.address.setVisible(False)
-        self.where.currentIndexChanged.connect(lambda i: self.address.setVisible(WHERE[i][1] == "cluster"))
-        run_row = QHBoxLayout()
-        run_row.addWidget(self.trials)
-        run_row.addWidget(QLabel("trials, on"))
-        run_row.addWidget(self.where)
-        run_row.addWidget(self.address, 1)
-        run_row.addStretch(1)
-        form.addRow("Trials", run_row)
-        self.folder = QLineEdit(str(Path.home() / "Mergesmith lab" / time.strftime("%Y-%m-%d %H%M")),
-                                accessibleName="Lab folder")
-        form.addRow("Folder", self.folder)
+        self.form = SearchForm(merge_page.form_document)  # what to search: the Merge page's recipe, or a file's
 
         self.start_button = QPushButton("Start the search")
         self.start_button.clicked.connect(self.start)
@@ -180,13 +127,14 @@ class LabPage(QWidget):
         self.best_table.verticalHeader().hide()
         self.best_table.setMaximumHeight(200)
         self.status = WrappingLabel("Choose a text, then start the search.")
+        self.form.problem.connect(self.status.setText)
 
         content = QWidget()
         scroll = QScrollArea(widgetResizable=True)  # the window's minimum size stays the other pages'
         scroll.setWidget(content)
         QVBoxLayout(self).addWidget(scroll)
         layout = QVBoxLayout(content)
-        layout.addWidget(form_box)
+        layout.addWidget(self.form)
         layout.addLayout(buttons)
         layout.addWidget(self.chart)
         layout.addWidget(QLabel("Dots: each trial's perplexity (lower is better). Line: the best so far. Dashed: the "
@@ -199,61 +147,10 @@ class LabPage(QWidget):
         state.jobs.record_changed.connect(self._job_changed)
         state.jobs.progress.connect(self._job_progress)
 
-    # --- the form -------------------------------------------------------------------------------------------
-
     def showEvent(self, event) -> None:  # noqa: N802 - Qt's name
-        if self.recipe_source.currentIndex() == 0 and self._key is None:
-            self.set_document(self.merge_page.form_document(), "from the Merge page")
+        if self.form.follows_merge_page() and self._key is None:
+            self.form.use_merge_recipe()
         super().showEvent(event)
-
-    def set_document(self, document: dict[str, Any], where: str) -> None:
-        """Search `document` (a recipe mapping): list its numbers with their ranges, or say why there are none."""
-        from guiapp.errors import MergesmithError
-        from guiapp.jobs.lab import lab_tunables
-
-        self._document = document
-        try:
-            self._tunables = lab_tunables(document)
-        except MergesmithError as error:
-            self._tunables = []
-            self.status.setText(error_text(error))
-        self.recipe_label.setText(f"{document.get('merge_method') or 'no method yet'}, {where}")
-        self.parameters.setRowCount(len(self._tunables))
-        for row, tunable in enumerate(self._tunables):
-            check = QTableWidgetItem()
-            check.setCheckState(Qt.CheckState.Checked)
-            self.parameters.setItem(row, 0, check)
-            self.parameters.setItem(row, 1, _fixed(f"{tunable.name} (now {tunable.start:g})"))
-            self.parameters.setItem(row, 2, QTableWidgetItem(f"{tunable.low:g}"))
-            self.parameters.setItem(row, 3, QTableWidgetItem(f"{tunable.high:g}"))
-
-    def _recipe_chosen(self, index: int) -> None:
-        if index == 0:
-            self.set_document(self.merge_page.form_document(), "from the Merge page")
-            return
-        name, _ = QFileDialog.getOpenFileName(self, "Recipe to search", "", "Recipes (*.yml *.yaml)")
-        if name:
-            from guiapp.errors import MergesmithError
-            from guiapp.jobs.lab import recipe_document
-
-            try:
-                self.set_document(recipe_document(Path(name)), Path(name).name)
-            except MergesmithError as error:
-                self.status.setText(error_text(error))
-
-    def _browse_text(self) -> None:
-        name, _ = QFileDialog.getOpenFileName(self, "Text to score merges on", "", "Text (*.txt *.jsonl)")
-        if name:
-            self.text_path.setText(name)
-
-    def _tune(self) -> str:
-        """The --tune text of the rows checked, each with the range its row shows."""
-        chosen = []
-        for row, tunable in enumerate(self._tunables):
-            if self.parameters.item(row, 0).checkState() == Qt.CheckState.Checked:
-                chosen.append(f"{tunable.name}={self.parameters.item(row, 2).text()}:"
-                              f"{self.parameters.item(row, 3).text()}")
-        return ",".join(chosen)
 
     # --- running ----------------------------------------------------------------------------------------------
 
@@ -261,31 +158,29 @@ class LabPage(QWidget):
         """Write the recipe into the lab folder and start the search job there (one already there continues)."""
         from guiapp.jobs.lab import lab_job, write_recipe
 
-        if not self._tunables:
+        form = self.form
+        if not form.tunables:
             self.status.setText("This recipe has no number to tune: give its models weights (or the method's "
                                 "other numbers) on the Merge page first.")
             return
-        if not self.text_path.text().strip():
+        if not form.text_path.text().strip():
             self.status.setText("Choose the text file the merge should be good at first.")
             return
-        tune = self._tune()
+        tune = form.tune()
         if not tune:
             self.status.setText("Tick at least one number to tune.")
             return
-        folder = Path(self.folder.text().strip()).expanduser()
+        folder = form.lab_folder()
         recipe = folder.with_name(folder.name + " recipe.yml")
         try:
-            write_recipe(self._document, recipe)
+            write_recipe(form.document, recipe)
         except OSError as error:
             self.status.setText(f"The lab cannot write {recipe}: {error.strerror or error}.")
             return
-        engine = WHERE[self.where.currentIndex()][1]
-        spec = {"recipe": str(recipe), "text": self.text_path.text().strip(), "trials": self.trials.value(),
-                "output": str(folder), "tune": tune, "engine": "local" if engine == "local" else "ray",
-                "ray_address": self.address.text().strip() or None if engine == "cluster" else None}
+        spec = form.spec(recipe, tune)
         self._records = {}
         self._lab_folder = folder
-        self._searched = (self._document, list(self._tunables))
+        self._searched = (form.document, list(form.tunables))
         self.chart.clear()
         self.best_table.setRowCount(0)
         self.use_button.setEnabled(False)
@@ -309,7 +204,7 @@ class LabPage(QWidget):
             label = "start" if best.index == 0 else str(best.index)
             values = ", ".join(f"{name} {value:g}" for name, value in best.values.items())
             for column, text in enumerate((label, f"{best.perplexity:.3f}", values)):
-                self.best_table.setItem(row, column, _fixed(text))
+                self.best_table.setItem(row, column, read_only_cell(text))
         self.use_button.setEnabled(bool(done))
 
     def _job_progress(self, key: str, event) -> None:
@@ -394,9 +289,3 @@ class LabPage(QWidget):
         if not self._try_keys:
             self.try_button.setEnabled(True)
             self.start_button.setEnabled(True)
-
-
-def _fixed(text: str) -> QTableWidgetItem:
-    item = QTableWidgetItem(text)
-    item.setFlags(item.flags() & ~Qt.ItemFlag.ItemIsEditable)
-    return item

@@ -4,10 +4,10 @@ estimate and the compatibility verdict, and Run.
 
 The recipe document (`guiapp.jobs.recipe_document.RecipeDocument`: a plain mapping, exactly what the YAML shows,
 with undo; no Qt) is the page's state. The form writes into it and the YAML view shows it; editing the YAML
-replaces it and the form follows. Keys the form has no widget for
-(dtype, chat_template…) are kept as they are. The check (`guiapp.jobs.validation.check_merge`, headers only)
-runs on a worker thread, debounced, and only the newest answer is shown: each problem next to the field its key
-names.
+replaces it and the form follows (`guiapp.ui.merge.form_sync.FormSync` keeps them in step). Keys the form has no
+widget for (dtype, chat_template…) are kept as they are. The check (`guiapp.jobs.validation.check_merge`, headers
+only) runs on a worker thread, debounced, and only the newest answer is shown: each problem next to the field its
+key names.
 """
 
 from __future__ import annotations
@@ -24,9 +24,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from guiapp.jobs.recipe_document import FormValues, RecipeDocument
+from guiapp.jobs.recipe_document import RecipeDocument
 from guiapp.system.paths import expanded
 from guiapp.ui.merge.advanced_box import AdvancedBox
+from guiapp.ui.merge.form_sync import FormSync
 from guiapp.ui.merge.messages import show_message
 from guiapp.ui.merge.method_box import MethodBox
 from guiapp.ui.merge.models_box import ModelsBox
@@ -35,7 +36,6 @@ from guiapp.ui.merge.params_box import ParamsBox
 from guiapp.ui.merge.recipe_check import RecipeCheck
 from guiapp.ui.merge.recipe_panel import RecipePanel
 from guiapp.ui.merge.run_box import RunBox
-from guiapp.ui.text import error_text
 from guiapp.ui.theme import set_status_style
 from guiapp.ui.widgets import layer_chart
 from guiapp.ui.widgets.wrapping_label import WrappingLabel
@@ -49,8 +49,7 @@ class MergePage(QWidget):
         self.state = state
         self.methods: dict[str, Any] = {}
         self.recipe = RecipeDocument()  # the page's state: what the YAML view shows and the form edits
-        self._extra_globals: dict[str, Any] = {}  # method-wide values the schema does not declare, kept as given
-        self._syncing = False
+        self.sync = FormSync(self)  # the form and the recipe kept showing one recipe
         self.checker = RecipeCheck(self)  # the check of the recipe, each problem shown next to its field
         self._validator = self.checker.validator
         layer_chart.install()  # a list across the layers is drawn under its editor, its points draggable
@@ -76,12 +75,12 @@ class MergePage(QWidget):
         column = QVBoxLayout(form)
 
         self.method_box = MethodBox()
-        self.method_box.method_combo.currentIndexChanged.connect(self._method_changed)
+        self.method_box.method_combo.currentIndexChanged.connect(self.sync.method_changed)
         self.method_combo, self.method_message = self.method_box.method_combo, self.method_box.method_message
         column.addWidget(self.method_box)
 
         self.models_box = ModelsBox()
-        self.models_box.changed.connect(self._form_changed)
+        self.models_box.changed.connect(self.sync.form_changed)
         self.models_box.add_requested.connect(self.add_model)
         box = self.models_box
         self.base_picker, self.base_message, self.table = box.base_picker, box.base_message, box.table
@@ -91,19 +90,19 @@ class MergePage(QWidget):
 
         self.params_box = ParamsBox()
         self.param_form, self.params_message = self.params_box.param_form, self.params_box.params_message
-        self.param_form.changed.connect(self._form_changed)
+        self.param_form.changed.connect(self.sync.form_changed)
         column.addWidget(self.params_box)
 
         self.advanced = AdvancedBox()
-        self.advanced.changed.connect(self._form_changed)
-        self.advanced.slices_changed.connect(self._slices_edited)
+        self.advanced.changed.connect(self.sync.form_changed)
+        self.advanced.slices_changed.connect(self.sync.slices_edited)
         self.slices_edit, self.slices_message = self.advanced.slices_edit, self.advanced.slices_message
         column.addWidget(self.advanced)
 
         self.output = OutputBox()
         self.output.device_changed.connect(self._device_changed)
-        self.output.dtype_changed.connect(self._form_changed)
-        self.output.folder_changed.connect(self._schedule_validation)
+        self.output.dtype_changed.connect(self.sync.form_changed)
+        self.output.folder_changed.connect(self.checker.schedule)
         self.device_combo, self.dtype_combo = self.output.device_combo, self.output.dtype_combo
         self.output_edit, self.overwrite_check = self.output.output_edit, self.output.overwrite_check
         self.output_message, self.dtype_note = self.output.output_message, self.output.dtype_note
@@ -122,7 +121,7 @@ class MergePage(QWidget):
         scroll.setWidget(form)
 
         self.recipe_panel = RecipePanel()
-        self.recipe_panel.edited.connect(self._yaml_edited)
+        self.recipe_panel.edited.connect(self.sync.yaml_edited)
         self.yaml_edit, self.yaml_message = self.recipe_panel.yaml_edit, self.recipe_panel.yaml_message
         self.import_recipe, self.export_recipe = self.recipe_panel.import_recipe, self.recipe_panel.export_recipe
 
@@ -155,7 +154,7 @@ class MergePage(QWidget):
         if self.document:
             self.apply_document(self.document)
         else:
-            self._method_changed()
+            self.sync.method_changed()
 
     def _engine_failed(self, error: BaseException) -> None:
         """The engine could not be loaded: nothing can be checked or merged, so the reason takes the form's place."""
@@ -171,36 +170,16 @@ class MergePage(QWidget):
 
     def _device_changed(self) -> None:
         self._refresh_capabilities()
-        self._form_changed()
+        self.sync.form_changed()
 
-    def _update_dtype_note(self) -> None:
-        self.output.show_dtype_note(self.state.probe, self.document.get("out_dtype"))
-
-    # --- form → document --------------------------------------------------------------------------------------
-
-    def _method(self) -> Any:
-        return self.method_box.method()
-
-    def _method_changed(self) -> None:
-        method = self._method()
-        if method is None:
-            return
-        self.method_box.describe(method)
-        self.models_box.set_base_role(method.base_role.value)
-        if self._syncing:
-            return
-        rows = [(ref, {k: v for k, v in values.items() if v is not None}, extra)
-                for ref, values, extra in self.table.entries()]
-        self.models_box.show_models(method, rows)
-        self.params_box.show_values(method, {k: v for k, v in self.param_form.values().items() if method.param(k)})
-        self._form_changed()
+    # --- the recipe -------------------------------------------------------------------------------------------
 
     def add_model(self, ref: str) -> None:
         """Add `ref` to the models table with the method's default per-model values shown and written."""
-        if self._method() is None:
+        if self.method_box.method() is None:
             return
         self.table.add_row(ref, {}, explicit_defaults=True)
-        self._form_changed()
+        self.sync.form_changed()
 
     def load_sample(self, document: dict[str, Any], output: str) -> bool:
         """Show the sample recipe, writing into `output` (a free folder: Replace stays the user's own choice);
@@ -235,7 +214,7 @@ class MergePage(QWidget):
 
     def new_merge(self) -> None:
         """Start an empty recipe with the chosen method; `undo()` brings the previous one back."""
-        method = self._method()
+        method = self.method_box.method()
         self.recipe_panel.flush()
         self.overwrite_check.setChecked(False)
         self.apply_document({"merge_method": method.name} if method else {})
@@ -261,94 +240,23 @@ class MergePage(QWidget):
 
     def form_document(self) -> dict[str, Any]:
         """Make the recipe what the form shows (keys the form does not edit are kept) and return it."""
-        method = self._method()
-        wanted = self.document.get("out_dtype")
-        self.recipe.apply_form(FormValues(
-            merge_method=method.name if method else None,
-            base_model=self.base_picker.text(),
-            models=self.table.rows(),
-            parameters={**self._extra_globals, **self.param_form.values()},
-            slices=self.advanced.slices(),
-            out_dtype=self.dtype_combo.value(),
-            keep_out_dtype=bool(wanted) and not self.dtype_combo.is_enabled_choice(wanted),
-            tokenizer_source=self.advanced.tokenizer_source(),
-            chat_template=self.advanced.chat_template(),
-        ))
-        return self.document
+        return self.sync.form_document()
 
-    def _slices_edited(self, uses_slices: bool) -> None:
-        self.models_box.use_slices(uses_slices)
-        self._form_changed()
-
-    def _form_changed(self, *_: Any) -> None:
-        if self._syncing or not self.methods:
-            return
-        self.form_document()
-        self._show_yaml()
-        self._update_dtype_note()
-        self.models_box.mark_unused_fields(self._method())
-        self._schedule_validation()
-
-    def _show_yaml(self) -> None:
-        self.recipe_panel.show_text(self.recipe.yaml())
-
-    # --- document → form -------------------------------------------------------------------------------------
-
-    def _yaml_edited(self) -> None:
-        from guiapp.errors import MergesmithError
-
-        try:
-            warnings = self.recipe.parse_yaml(self.recipe_panel.text())
-        except MergesmithError as error:
-            show_message(self.yaml_message, error_text(error), "problem")
-            self.checker.block_on_yaml_problem(error)
-            return
-        show_message(self.yaml_message, "\n".join(warnings) or None, "warning")
-        self.apply_document(self.document, from_yaml=True)
-
-    def apply_document(self, document: dict[str, Any], from_yaml: bool = False) -> None:
-        """Show `document` in the form (and, unless it came from there, in the YAML view)."""
-        self.recipe.replace(document)
-        if not self.methods:
-            return
-        self._syncing = True
-        try:
-            known = self.method_box.select(document.get("merge_method"))
-            method = self._method()
-            view = self.recipe.form_view(method)
-            show_message(self.method_message, None if known else
-                         f'Unknown merge method "{view.method_name}": choose one from the list.', "problem")
-            self._method_changed()  # summary, paper and base label for the shown method
-            self.base_picker.set_text(view.base_model, notify=False)
-            self.models_box.show_models(method, [(row.reference, row.parameters, row.other) for row in view.rows])
-            self.params_box.show_values(method, view.parameters)
-            self._extra_globals = view.other_parameters
-            self.advanced.show_values(view.slices, view.tokenizer_source, view.chat_template)
-            self.table.setEnabled(not view.slices)
-            if not self.dtype_combo.select(view.dtype) and view.dtype:
-                self.dtype_combo.select(None)
-        finally:
-            self._syncing = False
-        self._update_dtype_note()
-        self.models_box.mark_unused_fields(self._method())
-        if not from_yaml:
-            self._show_yaml()
-        self._schedule_validation()
+    def apply_document(self, document: dict[str, Any]) -> None:
+        """Show `document` in the form and in the YAML view."""
+        self.sync.apply_document(document)
 
     # --- validation ------------------------------------------------------------------------------------------
 
     def recheck(self) -> None:
         """Check the recipe again (what it depends on outside the form changed: a sign-in, offline mode, a job's
         end, the library)."""
-        self._schedule_validation()
+        self.checker.schedule()
 
     def showEvent(self, event: QShowEvent) -> None:  # noqa: N802 - Qt's name
         """A folder may have appeared or gone while another page (or program) was in front: check again."""
         super().showEvent(event)
         self.recheck()
-
-    def _schedule_validation(self) -> None:
-        self.checker.schedule()
 
     def run(self) -> str | None:
         """Submit the merge the form describes; returns the job's record key (None when it cannot start)."""

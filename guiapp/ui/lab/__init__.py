@@ -1,0 +1,1 @@
+"""The Lab page's parts: the form of what to search."""
