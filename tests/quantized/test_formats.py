@@ -10,7 +10,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from guiapp.checkpoints.quantized.fp8 import FLOAT8, as_float32
+from guiapp.checkpoints.quantized.fp8 import FLOAT8, decoded
 from guiapp.checkpoints.reading import open_checkpoint
 from guiapp.errors import QuantizedCheckpointError, UnknownQuantizationError
 from tests.quantized.helpers import quantized_copy
@@ -309,11 +309,16 @@ def test_a_plain_model_whose_tensor_names_end_like_side_tensors_is_not_taken_for
         assert checkpoint.quantized is None and set(checkpoint.tensors) == {"encoder.conv_blocks", "encoder.norm.weight"}
 
 
+@pytest.mark.parametrize("target", [torch.bfloat16, torch.float16, torch.float32], ids=str)
 @pytest.mark.parametrize("dtype", FLOAT8, ids=str)
-def test_float8_codes_read_as_the_same_float32_bits_as_torch_converts_them(dtype):
+def test_float8_codes_scaled_in_the_model_dtype_give_the_bits_of_scaling_in_float32(dtype, target):
     # Every one of the 256 codes (NaNs, infinities, subnormals, negative zero included), in a matrix read through
-    # a transposed (non-contiguous) view as the row readers may hand it.
+    # a transposed (non-contiguous) view as the row readers may hand it, decoded straight into the model's dtype
+    # and scaled there in place: the same bits as decoding to float32, scaling, and converting.
     codes = torch.arange(256, dtype=torch.uint8).view(dtype).reshape(16, 16).t()
-    converted = as_float32(codes)
-    assert converted.dtype == torch.float32 and converted.shape == codes.shape
-    assert torch.equal(converted.view(torch.int32), codes.float().view(torch.int32))
+    scale = torch.rand(16, 1, generator=torch.Generator().manual_seed(0)) * 3
+    values = decoded(codes, target)
+    assert values.shape == codes.shape
+    expected = (codes.float() * scale).to(target)
+    assert torch.equal(values.mul_(scale).to(target).reshape(-1).view(torch.uint8),
+                       expected.reshape(-1).view(torch.uint8))

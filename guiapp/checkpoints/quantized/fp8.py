@@ -58,18 +58,21 @@ def plan(stored: Mapping[str, Stored], settings: Mapping[str, Any], config: Mapp
     return QuantizedLayout("fp8", f"FP8 ({', '.join(kinds)}{blocked})", tensors, frozenset(hidden))
 
 
-def as_float32(codes: torch.Tensor) -> torch.Tensor:
-    """`codes` (float8 or any other dtype) as float32, exactly as torch converts them. Float8 on the CPU is looked
-    up in a table of its 256 values: torch converts it element by element, about 2.5 times slower, which made a
-    merge of an FP8 model twice as slow as of its bf16 copy."""
+def decoded(codes: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """`codes` (float8, or any other dtype) as values of `dtype` where every float8 value is exact in it (float16,
+    bfloat16, float32), else as float32. Scaling them in place then rounds once, as scaling in float32 and
+    converting would: the same bits. Float8 on the CPU is looked up in a table of its 256 values: torch converts it
+    element by element, and a float32 copy made and converted again cost as much again, which made a merge of an
+    FP8 model twice as slow as of its bf16 copy."""
     if codes.dtype not in FLOAT8 or codes.device.type != "cpu":
         return codes.float()
-    return look_up(_float8_values(codes.dtype), codes.contiguous().view(torch.uint8)).reshape(codes.shape)
+    exact_in = dtype if dtype in (torch.float16, torch.bfloat16) else torch.float32
+    return look_up(_float8_values(codes.dtype, exact_in), codes.contiguous().view(torch.uint8)).reshape(codes.shape)
 
 
 @functools.cache
-def _float8_values(dtype: torch.dtype) -> torch.Tensor:
-    return torch.arange(256, dtype=torch.uint8).view(dtype).float()
+def _float8_values(dtype: torch.dtype, exact_in: torch.dtype) -> torch.Tensor:
+    return torch.arange(256, dtype=torch.uint8).view(dtype).to(exact_in)
 
 
 def scaled(stored: Mapping[str, Stored], weight: str, scale: str, label: str, dtype: torch.dtype,
@@ -89,12 +92,12 @@ def scaled(stored: Mapping[str, Stored], weight: str, scale: str, label: str, dt
                      f"shape {list(shape)}{need}")
 
     def rebuild(tensors: list[torch.Tensor]) -> torch.Tensor:
-        return apply_in_place(as_float32(tensors[0]), tensors[1].float().reshape(scale_shape), torch.Tensor.mul_,
+        return apply_in_place(decoded(tensors[0], dtype), tensors[1].float().reshape(scale_shape), torch.Tensor.mul_,
                               blocks)
 
     def rows(read: ReadStored, read_rows: ReadStoredRows, wanted: range) -> torch.Tensor:
         """Rows of a matrix: their codes, and the scales of their rows (or row blocks) alone."""
-        codes = as_float32(read_rows(weight, wanted))
+        codes = decoded(read_rows(weight, wanted), dtype)
         if scale_shape[0] == 1 or not wanted:
             return apply_in_place(codes, read(scale).float().reshape(scale_shape), torch.Tensor.mul_, blocks)
         block = blocks[0] if blocks else -(-shape[0] // scale_shape[0])

@@ -115,13 +115,15 @@ class Quantization:
 
 def look_up(table: torch.Tensor, codes: torch.Tensor) -> torch.Tensor:
     """`table[codes]` for byte codes (uint8): one row of `table` per code, flattened (a table of value pairs gives
-    two values per code). On the CPU through NumPy, which indexes with the bytes as they are; torch widens them to
-    int32 first, 2.5 times slower, which made dequantizing the larger part of a quantized model's merge."""
+    two values per code), in the table's dtype. On the CPU through NumPy, which indexes with the bytes as they are
+    and copies each row as one item; torch widens the codes to int32 first, 2.5 times slower, which made
+    dequantizing the larger part of a quantized model's merge."""
     if codes.device.type != "cpu" or table.device.type != "cpu":
         return table.index_select(0, codes.reshape(-1).int().to(table.device)).reshape(-1)
-    rows = table.contiguous().numpy()
-    items = rows.view(np.dtype(f"V{rows.itemsize * (rows.shape[1] if rows.ndim == 2 else 1)}")).reshape(-1)
-    return torch.from_numpy(items[codes.reshape(-1).contiguous().numpy()].view(rows.dtype))
+    row_bytes = table.contiguous().view(torch.uint8).reshape(table.shape[0], -1).numpy()  # any dtype, bf16 too
+    items = row_bytes.view(np.dtype((np.void, row_bytes.shape[1]))).reshape(-1)
+    found = items[codes.reshape(-1).contiguous().numpy()]
+    return torch.from_numpy(found.view(np.uint8)).view(table.dtype)
 
 
 def _nbytes(info: Stored) -> int:
