@@ -10,6 +10,11 @@ same run. Floor and export run --repeat times, alternating, and the fastest of e
 
 Targets (2 CPU cores): q8_0 and f16 within 1.5× the floor, q4_k_m within 3×; the file within 5 % of the
 prediction; peak private memory flat in the model's size (a few blocks of rows).
+
+The quantizer's own cost is printed beside them: llama.cpp's reference quantization (the code llama.cpp's
+`llama-quantize` runs, through libgguf) of every tensor as the export types it, on both cores, the tensors already
+in memory as float32 — a floor no exporter using llama.cpp's quantizers can go under on this machine — and the
+export's time over the disk floor plus that.
 """
 
 from __future__ import annotations
@@ -48,6 +53,23 @@ _FLOOR = textwrap.dedent("""
 """)
 
 
+_QUANTIZER_ALONE = textwrap.dedent("""
+    import os, sys, time
+    from pathlib import Path
+    from safetensors import safe_open
+    from guiapp.gguf.quantize import FILE_KINDS, encode, tensor_type
+    folder, kind, layers = Path(sys.argv[1]), FILE_KINDS[sys.argv[2]], int(sys.argv[3])
+    tensors = {}
+    for file in sorted(folder.glob("*.safetensors")):
+        with safe_open(file, framework="pt") as handle:
+            tensors.update({name: handle.get_tensor(name).float() for name in handle.keys()})
+    start = time.perf_counter()
+    for name, tensor in tensors.items():
+        encode(tensor, tensor_type(kind, name, tuple(tensor.shape), layers, False), threads=os.cpu_count() or 1)
+    print(time.perf_counter() - start)
+""")
+
+
 def build_model(folder: Path, size_gb: float) -> Path:
     import torch
 
@@ -66,7 +88,7 @@ def build_model(folder: Path, size_gb: float) -> Path:
     tensors = {n: t.to(torch.bfloat16) for n, t in llama_tensors(shape, torch.Generator().manual_seed(0)).items()}
     model = write_checkpoint(folder / "model", tensors, llama_config(shape, torch.bfloat16), shards=2)
     write_byte_tokenizer(model)
-    return model
+    return model, layers
 
 
 def main() -> None:
@@ -78,11 +100,11 @@ def main() -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     with tempfile.TemporaryDirectory(prefix="gguf-bench-") as scratch:
         folder = Path(scratch)
-        model = build_model(folder, args.size_gb)
+        model, layers = build_model(folder, args.size_gb)
         source_bytes = sum(f.stat().st_size for f in model.glob("*.safetensors"))
         print(f"Model: {source_bytes / 1e9:.2f} GB bf16, Llama-shaped; {os.cpu_count()} CPUs\n")
-        print(f"{'type':<8} {'export s':>9} {'floor s':>8} {'ratio':>6} {'target':>6} {'peak MB':>8} "
-              f"{'file MB':>8} {'predicted':>9}")
+        print(f"{'type':<8} {'export s':>9} {'floor s':>8} {'ratio':>6} {'target':>6} {'quantize s':>10} "
+              f"{'ratio to floor+quantize':>23} {'peak MB':>8} {'file MB':>8} {'predicted':>9}")
         for kind in args.types.split(","):
             out = folder / f"model-{kind}.gguf"
             dry = subprocess.run([sys.executable, "-m", "guiapp", "export-gguf", str(model), str(out), "--type", kind,
@@ -104,10 +126,13 @@ def main() -> None:
                 floor_file.unlink()
                 floors.append(floor_seconds)
             size = out.stat().st_size
+            quantize = float(subprocess.run([sys.executable, "-c", _QUANTIZER_ALONE, str(model), kind, str(layers)],
+                                            capture_output=True, text=True, env=env, check=True).stdout)
             ratio = min(exports) / min(floors)
             target = 3.0 if kind.startswith("q4_k") or kind.startswith("q5_k") or kind == "q6_k" else 1.5
-            print(f"{kind:<8} {min(exports):>9.2f} {min(floors):>8.2f} {ratio:>6.2f} {target:>6.1f} "
-                  f"{peak / 1e6:>8.0f} {size / 1e6:>8.1f} {size / predicted:>9.4f}")
+            print(f"{kind:<8} {min(exports):>9.2f} {min(floors):>8.2f} {ratio:>6.2f} {target:>6.1f} {quantize:>10.2f} "
+                  f"{min(exports) / (min(floors) + quantize):>23.2f} {peak / 1e6:>8.0f} {size / 1e6:>8.1f} "
+                  f"{size / predicted:>9.4f}")
             out.unlink()
 
 
