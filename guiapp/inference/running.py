@@ -244,7 +244,7 @@ def load_model(source: ModelSource, dtype: torch.dtype, device: str, progress: P
         raise _unsupported(source, config, error) from None
     if source.adapter_folder is not None:
         model = _attach_adapter(model, source)
-    model = model.to(device=target, dtype=dtype).eval()
+    model = _in_dtype(model, target, dtype).eval()
     _check_one_dtype(model, dtype, source)
     tokenizer, tokenizer_folder = load_tokenizer(source)
     set_aside = set_aside_unstreamable(model) if kind == CAUSAL else ()
@@ -271,7 +271,7 @@ def load_architecture(source: ModelSource, dtype: torch.dtype, device: str) -> L
         model = transformers.AutoModelForCausalLM.from_config(settings, dtype=dtype, trust_remote_code=False)
     except (ValueError, KeyError, ModuleNotFoundError) as error:
         raise _unsupported(source, config, error) from None
-    model = model.to(device=resolve_device(device), dtype=dtype).eval()
+    model = _in_dtype(model, resolve_device(device), dtype).eval()
     tokenizer, tokenizer_folder = load_tokenizer(source)
     return LoadedModel(source, model, tokenizer, CAUSAL, dtype, resolve_device(device), tokenizer_folder)
 
@@ -362,6 +362,18 @@ def _attach_adapter(model: Any, source: ModelSource) -> Any:
             f"The adapter {source.adapter_folder} does not fit {source.ref.base}: {str(error).splitlines()[0]}",
             hint="Use the base model the adapter was trained on (adapter_config.json names it).",
         ) from None
+
+
+def _in_dtype(model: Any, device: torch.device, dtype: torch.dtype) -> Any:
+    """`model` on `device` with its weights (an adapter's too) in `dtype`, and its float32 buffers kept float32 as
+    transformers loads them: rotary frequencies rounded to bfloat16 moved every position's angle, so a bf16 run
+    differed from transformers' own from the second layer on."""
+    kept = {name: buffer for name, buffer in model.named_buffers() if buffer.dtype == torch.float32}
+    model = model.to(device=device, dtype=dtype)
+    for name, buffer in kept.items():
+        owner, _, leaf = name.rpartition(".")
+        setattr(model.get_submodule(owner), leaf, buffer.to(device))
+    return model
 
 
 def _check_one_dtype(model: Any, dtype: torch.dtype, source: ModelSource) -> None:

@@ -65,6 +65,16 @@ def test_generation_gives_the_tokens_transformers_gives(causal_fp32, settings):
     assert "".join(pieces).strip() == result.text.strip() and len(pieces) > 1  # streamed in pieces
 
 
+def test_a_bfloat16_model_gives_the_logits_transformers_gives(causal_bf16):
+    # Its rotary frequencies stay float32, as transformers keeps them: rounded to bfloat16 with the weights, they
+    # moved every position's angle and the logits differed from the second layer on.
+    loaded = load_model(resolve_sources([str(causal_bf16)])[0], torch.bfloat16, "cpu")
+    direct = transformers.AutoModelForCausalLM.from_pretrained(causal_bf16, dtype=torch.bfloat16).eval()
+    ids = loaded.tokenizer(TEXT, return_tensors="pt")["input_ids"][:, :64]
+    with torch.no_grad():
+        assert torch.equal(loaded.model(ids).logits, direct(ids).logits)
+
+
 def test_chat_template_wraps_the_prompt(causal_fp32):
     loaded = load_model(resolve_sources([str(causal_fp32)])[0], torch.float32, "cpu")
     assert loaded.tokenizer.chat_template == CHAT_TEMPLATE
