@@ -11,7 +11,6 @@ a worker thread once the window is visible; what needs them (a recipe's check, t
 from __future__ import annotations
 
 import gc
-
 from pathlib import Path
 from typing import Any
 
