@@ -200,3 +200,16 @@ def test_files_already_downloaded_count_as_done_but_not_as_speed(published):
     assert events[-1].bytes_done == events[-1].bytes_total and events[-1].done == events[-1].total == 3
     assert all(e.rate is None and e.eta is None for e in events)
     assert all(e.item.endswith("already downloaded") for e in events if e.item)
+
+
+def test_a_model_that_cannot_be_checked_says_why_in_the_window_words(published):
+    """The recipe check shows why a model cannot be read: the Hub error's words reach the window's own."""
+    from guiapp.facts.wording import for_window
+    from guiapp.hub.references import ModelRef
+    from guiapp.merging.compatibility import check_compatibility
+
+    report = check_compatibility([ModelRef.parse("org/base"), ModelRef.parse("org/gated")])
+    problem = report.first("unreadable")
+    assert problem is not None and "`hf auth login`" in problem.message
+    shown = for_window(problem.message)
+    assert "org/gated cannot be checked" in shown and "(Sign in…)" in shown and "hf auth" not in shown
