@@ -143,9 +143,10 @@ def say(template: str, **values: Any) -> Said:
             cli.append(str(value))
             window.append(for_window(value))
             continue
-        value = values.get(name, spec or None)
-        if isinstance(value, str) and "{" in value:
-            value = say(value, **values)  # a nested field: "{aside:{dtype}}"
+        if name in values:
+            value = values[name]  # a value is never read as a template: a path may hold braces
+        else:  # written after the colon, with fields of its own ("{aside:{dtype}}")
+            value = say(spec, **values) if "{" in spec else spec or None
         cli.append(term.for_cli(None if value is None else str(value)))
         window.append(term.for_window(None if value is None else for_window(value)))
     return Said("".join(cli), "".join(window))

@@ -19,6 +19,9 @@ from guiapp.facts.wording import SETTINGS, Said, each, for_window, join, say
     ("{model} needs the Hub{aside:{offline_variable}}.", {"model": "org/a"},
      "org/a needs the Hub (HF_HUB_OFFLINE).", "org/a needs the Hub."),
     ("A {{literal}} brace", {}, "A {literal} brace", "A {literal} brace"),
+    ("Apply it: {apply_lora}.", {"apply_lora": "/m/{x}"}, "Apply it: `mergesmith apply-lora --base BASE --adapter "
+     "/m/{x} --out FOLDER`.", "Apply it: the Apply LoRA page."),
+    ("{path} is damaged{aside:{dtype}}", {"path": "/m/{dtype}"}, "/m/{dtype} is damaged (--dtype)", "/m/{dtype} is damaged"),
 ])
 def test_a_template_is_said_for_the_command_line_and_for_the_window(template, values, cli, window):
     said = say(template, **values)
