@@ -10,7 +10,8 @@ audience-dependent parts as named fields of `TERMS`:
     say("… in bfloat16{aside:{dtype}}.")  # "… in bfloat16 (--dtype)." / "… in bfloat16."
 
 A field's value is written after its colon or given as a keyword (`say("Use {rank} or less.", rank=8)`); a field
-that names no term is a plain value given as a keyword (`say("{model} is gated.", model=name)`). The result, a
+that names no term is a plain value given as a keyword (`say("{model} is gated.", model=name)`; a `Said` value
+keeps its window words). `{cli_only:…}` and `{window_only:…}` hold words only one audience reads. The result, a
 `Said`, is the command line's text (it is a `str`, so every command-line path prints it unchanged) and carries
 the window's (`for_window`). Nothing is rewritten afterwards: no pattern reads finished prose.
 """
