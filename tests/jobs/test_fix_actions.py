@@ -129,11 +129,6 @@ def test_one_error_says_what_to_do_to_each_audience(make, cli_words, window_word
     assert not CLI_WORDS.search(explanation["window"].get("what", explanation["what"]))
 
 
-def test_a_cache_folder_name_is_not_taken_for_a_flag():
-    text = "/home/u/.cache/huggingface/hub/models--org--name is damaged."
-    assert not CLI_WORDS.search(text)
-
-
 def test_a_suggested_new_name_taken_since_the_failure_is_replaced_by_a_free_one(tmp_path):
     taken = tmp_path / "big-ties"
     taken.mkdir()
