@@ -29,7 +29,7 @@ class Remedy:
     its new value, `label` the words that complete "Retry …" on the window's button ("on the CPU").
 
     The CLI shows it as the flag of the command that ran and the window as a button, both from one table
-    (`guiapp.jobs.remedies.REMEDY_SETTINGS`).
+    (`guiapp.facts.wording.SETTINGS`, offered by `guiapp.jobs.remedies`).
     """
 
     setting: str

@@ -7,6 +7,7 @@ only place a dtype table is written down."""
 from __future__ import annotations
 
 import ast
+import re
 import shutil
 import subprocess
 import sys
@@ -297,3 +298,95 @@ def test_every_import_inside_a_function_says_why():
               for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
               if line.rstrip().endswith("# noqa: PLC0415")]
     assert silent == [], f"imports inside functions without a reason: {silent}"
+
+
+# What only the command line understands: a flag, huggingface_hub's variables, a command of Mergesmith's or the
+# Hub's CLI. ("models--org--name", a cache folder's name, is no flag.)
+CLI_WORDS = re.compile(r"(?<![\w/.-])--[a-z]|\bHF_[A-Z]|HTTPS_PROXY|`(?:hf|mergesmith) ")
+ADVICE_KEYWORDS = ("hint", "why", "what", "fix")
+
+
+def _advice_written_as_plain_text() -> list[str]:
+    """Advice (an error's message, hint or why; an explanation's what, why or fix) written as plain text with
+    command-line words in it: the window could only show it by rewriting it. The command-line package and the
+    window's own words are not advice to both audiences."""
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path.is_relative_to(PACKAGE / "cli") or path.is_relative_to(PACKAGE / "ui"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            texts: list[ast.AST] = []
+            if isinstance(node, ast.Call):
+                texts += [keyword.value for keyword in node.keywords if keyword.arg in ADVICE_KEYWORDS]
+                name = ast.unparse(node.func)
+                if name.endswith("Error") and node.args:
+                    texts.append(node.args[0])
+            elif isinstance(node, ast.Dict):
+                texts += [value for key, value in zip(node.keys, node.values)
+                          if isinstance(key, ast.Constant) and key.value in ADVICE_KEYWORDS]
+            for text in texts:
+                written = _literal_text(text)
+                if CLI_WORDS.search(written):
+                    found.append(f"{path.relative_to(ROOT)}:{text.lineno}: {written[:90]}")
+    return found
+
+
+def _literal_text(node: ast.AST) -> str:
+    """The literal parts of a string expression (a constant, an f-string, a concatenation); "" for anything else,
+    a `say` call included (its template is judged by the sweep over every template)."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.JoinedStr):
+        return "".join(_literal_text(value) for value in node.values)
+    if isinstance(node, ast.BinOp):
+        return _literal_text(node.left) + _literal_text(node.right)
+    if isinstance(node, ast.IfExp):
+        return _literal_text(node.body) + _literal_text(node.orelse)
+    return ""
+
+
+def _say_templates() -> list[tuple[str, ast.Call]]:
+    """Every `say(…)` of the package: (where, the call)."""
+    calls = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path == FACTS / "wording.py":  # where `say` renders a nested field
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if isinstance(node, ast.Call) and ast.unparse(node.func) == "say":
+                calls.append((f"{path.relative_to(ROOT)}:{node.lineno}", node))
+    return calls
+
+
+def test_no_module_rewrites_advice_for_the_window():
+    """Advice is written once with its command-line parts named (guiapp.facts.wording), never written for the
+    command line and rewritten with patterns for the window."""
+    import guiapp.jobs.fixes as fixes
+
+    assert not hasattr(fixes, "window_text") and not hasattr(fixes, "_WINDOW_WORDS")
+    assert _advice_written_as_plain_text() == []
+
+
+def test_every_text_with_terms_says_no_command_line_words_in_the_window():
+    """A sweep over every `say` template of the package (each field given a stand-in value), every term of the
+    table and every catalogue entry: the window's rendering has no flag, variable or command."""
+    from guiapp.facts.wording import TERMS, for_window, say
+    from guiapp.system.error_catalogue import CATALOGUE
+
+    templates = _say_templates()
+    assert len(templates) > 30, "the sweep finds the templates"
+    leaks = []
+    for where, call in templates:
+        template = call.args[0] if call.args else None
+        assert isinstance(template, ast.Constant) and isinstance(template.value, str), \
+            f"{where}: a template is a literal, its values keywords (so that this sweep sees it)"
+        values = {keyword.arg: "X" for keyword in call.keywords if keyword.arg}
+        shown = for_window(say(template.value, **values))
+        if CLI_WORDS.search(shown):
+            leaks.append(f"{where}: {shown}")
+    for name, term in TERMS.items():
+        if CLI_WORDS.search(term.for_window()) or CLI_WORDS.search(term.for_window("X")):
+            leaks.append(f"the term {name}: {term.for_window('X')}")
+    for entry in CATALOGUE:
+        leaks += [f"{entry.key}: {for_window(text)}" for text in (entry.what, entry.why, entry.fix)
+                  if CLI_WORDS.search(for_window(text))]
+    assert leaks == []

@@ -38,6 +38,7 @@ from guiapp.checkpoints.peft_format import (
 )
 from guiapp.checkpoints.reading import TensorInfo, load_pickle_weights
 from guiapp.errors import CheckpointError, IncompatibleModelsError, SettingsError
+from guiapp.facts.wording import say
 from guiapp.hub.adapter_config import AdapterConfig, read_adapter_config
 from guiapp.hub.references import ModelRef
 from guiapp.progress import Progress
@@ -92,7 +93,7 @@ class LoraAdapter:
         """
         folder = Path(folder)
         if not math.isfinite(scale):
-            raise SettingsError(f"The scale must be a number (got {scale}).", hint="Example: --scale 0.5", key="scale")
+            raise SettingsError(f"The scale must be a number (got {scale}).", hint=say("Example: {scale:0.5}"), key="scale")
         config = _read_adapter_config(folder)
         tensors = _read_adapter_tensors(folder)
         return cls(folder, config, tensors, scale)

@@ -37,6 +37,7 @@ import psutil
 
 from guiapp import __version__
 from guiapp.errors import OutputError, Remedy
+from guiapp.facts.wording import say
 from guiapp.system.bounded import describe_value
 from guiapp.system.paths import expanded, resolved
 from guiapp.system.units import format_bytes
@@ -219,8 +220,8 @@ def check_output_location(destination: Path | str, inputs: Iterable[Path], *, re
         raise OutputError(
             f"{path} already exists ({what}).",
             why="Mergesmith never writes over an existing folder unless asked to, so nothing there is lost.",
-            hint=f"Use a new name ({new_name.name}), or allow replacing the existing folder with --overwrite (the "
-            "old folder is replaced only once the new output is complete).",
+            hint=say("Use a new name ({name}), or {replace_existing} (the old folder is replaced only once the new "
+                 "output is complete).", name=new_name.name),
             remedy=new_folder_remedy(new_name),  # the safe suggestion comes first
             replace_with=REPLACE_OUTPUT,  # deleting the old output is a separate, explicit choice
         )

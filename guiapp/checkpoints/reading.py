@@ -24,6 +24,7 @@ from guiapp.checkpoints.quantized.registry import quantized_layout
 from guiapp.checkpoints.weight_file import SafetensorsFile, changed_file_error, file_identity
 from guiapp.errors import CheckpointError, UnsafeCheckpointError
 from guiapp.facts.dtypes import BY_CODE, writable_name
+from guiapp.facts.wording import say
 from guiapp.hub.headers import (
     REDOWNLOAD_HINT,
     TensorRecord,
@@ -280,8 +281,8 @@ def _weight_files(folder: Path) -> list[str]:
         raise CheckpointError(
             f"{folder} is a LoRA adapter, not a full model: its weights change a base model's rather than "
             "replace them.",
-            hint=f"Apply it to its base model: `mergesmith apply-lora --base BASE --adapter {folder} --out FOLDER`. "
-            f"In a merge recipe, write the model as BASE+{folder} (the base, a plus sign, the adapter).",
+            hint=say("Apply it to its base model: {apply_lora}. In a merge recipe, write the model as BASE+{folder} (the "
+                 "base, a plus sign, the adapter).", apply_lora=folder, folder=folder),
         )
     raise CheckpointError(
         f"No model weights in {folder} (no .safetensors or pytorch_model*.bin files).",

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from guiapp.errors import ModelNotFoundError
+from guiapp.facts.wording import say
 from guiapp.hub.connection import HubConnection
 
 if TYPE_CHECKING:
@@ -104,7 +105,7 @@ def plan_deletion(
     repo = next((r for r in (info.repos if info else ()) if r.repo_type == "model" and r.repo_id == repo_id), None)
     if repo is None:
         raise ModelNotFoundError(
-            f"{repo_id} is not in the download cache.", hint="`mergesmith hub cache` lists the downloaded models."
+            f"{repo_id} is not in the download cache.", hint=say("{cache_list} lists the downloaded models.")
         )
     known = {r.commit_hash for r in repo.revisions}
     chosen = tuple(commits) if commits else tuple(sorted(known))

@@ -23,6 +23,7 @@ from huggingface_hub import constants
 
 from guiapp.errors import HubUnreachableError, OfflineError
 from guiapp.facts.hub import hub_endpoint
+from guiapp.facts.wording import say
 from guiapp.hub.server_checks import check_hub_answers
 from guiapp.system.scrub import scrub_log_records
 
@@ -90,8 +91,8 @@ def require_online(action: str) -> None:
         cli = f"unset {state.variable}" if state.variable else "leave out --offline"
         raise OfflineError(
             f"{action} needs the Hugging Face Hub, and Mergesmith is working offline.",
-            hint=f"Go online to use the Hub: untick Work offline in Settings (the CLI's way: {cli}). "
-            "Local folders and models already downloaded keep working offline.",
+            hint=say("Go online to use the Hub: untick Work offline in Settings{aside:the CLI's way: {cli_way}}. "
+                     "Local folders and models already downloaded keep working offline.", cli_way=cli),
         )
 
 

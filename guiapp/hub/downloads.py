@@ -16,6 +16,7 @@ from huggingface_hub import constants
 from huggingface_hub.utils import tqdm as hub_progress_bar
 
 from guiapp.errors import CheckpointError, InsufficientResourcesError
+from guiapp.facts.wording import say
 from guiapp.hub.connection import HubConnection, require_online
 from guiapp.hub.details import RepoFile, model_details
 from guiapp.hub.failures import hub_errors
@@ -169,7 +170,7 @@ def _check_free_space(plans: Sequence[DownloadPlan], cache_dir: Path) -> None:
         raise InsufficientResourcesError(
             f"Downloading {names} needs {format_bytes(missing)}, but the disk holding the "
             f"Hugging Face cache ({cache_dir}) has only {format_bytes(free)} free.",
-            hint="Free some space (Models › Downloaded lists what can be deleted), or set HF_HOME to a bigger disk.",
+            hint=say("Free some space (Models › Downloaded lists what can be deleted), or {bigger_cache}."),
         )
 
 

@@ -23,9 +23,10 @@ from guiapp.errors import (
     RevisionNotFoundError,
     UploadFailedError,
 )
+from guiapp.facts.wording import each, say
 from guiapp.hub.connection import HubConnection
 from guiapp.system.bounded import describe_value
-from guiapp.system.error_catalogue import catalogue_entry
+from guiapp.system.error_catalogue import catalogue_entry, on_hub_in_use
 
 # Matched by class name so the mapping holds whichever HTTP library huggingface_hub uses (requests, httpx, httpx2).
 _UNREACHABLE = {"ConnectError", "ConnectionError", "ConnectTimeout", "NameResolutionError"}
@@ -34,6 +35,8 @@ _REDIRECT_LOOP = {"TooManyRedirects"}
 _NOT_A_WEB_ADDRESS = {"UnsupportedProtocol", "InvalidSchema", "MissingSchema"}  # httpx's, then requests' names
 # What huggingface_hub raises when an answer's JSON is not what it expects (a date it cannot parse, a string
 # where a list belongs, a body that is not JSON at all): inside a block of Hub calls, the answer is at fault.
+# The answers whose words the catalogue has (HTTP status → the error raised, the catalogue's entry).
+_CATALOGUED = {401: (InvalidTokenError, "invalid_token"), 429: (RateLimitedError, "rate_limited")}
 _UNREADABLE_ANSWER = (ValueError, TypeError, KeyError, AttributeError, IndexError, OverflowError, RecursionError)
 
 
@@ -64,10 +67,8 @@ def translate(
     if isinstance(error, hf.GatedRepoError):
         status = _status(error)
         if status == 401:
-            hint = (
-                f"Open {page}, accept the licence there, then sign in with an access token "
-                "(Mergesmith's Hub sign-in, or `hf auth login`)."
-            )
+            hint = say("Open {page}, accept the licence there, then sign in with an access token "
+                       "{sign_in_at:Mergesmith's Hub sign-in}.", page=page)
         else:
             hint = f"Open {page} and accept the licence with the account of your token; access can take a while."
         return GatedModelError(
@@ -90,8 +91,9 @@ def translate(
         )
     if isinstance(error, hf.OfflineModeIsEnabled):
         return OfflineError(
-            f"{model} is needed from the Hub, but huggingface_hub is in offline mode (HF_HUB_OFFLINE).",
-            hint="Unset HF_HUB_OFFLINE to go online, or use a model that is already downloaded.",
+            say("{model} is needed from the Hub, but huggingface_hub is in offline mode{aside:{offline_variable}}.",
+                model=model),
+            hint=say("{go_online}, or use a model that is already downloaded."),
         )
     if isinstance(error, hf.LocalEntryNotFoundError):
         if _caused_by(error, _UNREACHABLE) or _caused_by_type(error, hf.OfflineModeIsEnabled):
@@ -128,17 +130,9 @@ def translate(
                 hint=f"Check that your access token may write to {model} ({connection.shown_endpoint}"
                 "/settings/tokens), then publish again; the files already sent are not sent again.",
             )
-        if status == 429:
-            words = catalogue_entry("rate_limited")
-            return RateLimitedError(
-                f"{words.what.removesuffix('.')} while {'uploading to' if uploading else 'reading'} {model}.",
-                why=words.why, hint=words.fix,
-            )
-        if status == 401:
-            return InvalidTokenError(
-                "The Hub did not accept the access token.",
-                hint=f"Sign in again with a valid token ({connection.shown_endpoint}/settings/tokens).",
-            )
+        if status in _CATALOGUED:
+            kind, key = _CATALOGUED[status]
+            return _in_catalogue_words(kind, key, f"while {'uploading to' if uploading else 'reading'} {model}")
         if status is not None and status >= 500:
             return HubError(
                 f"The Hub answered with a server error (HTTP {status}) while reading {model}.",
@@ -165,7 +159,7 @@ def translate(
             f"({type(error).__name__}: {_first_line(error)}).",
             why="Its fields are not of the kinds the Hugging Face Hub sends (for example a date that is not a date, "
             "or text where a list belongs).",
-            hint="Try again later. If HF_ENDPOINT points to a mirror, check that it is up to date and trustworthy.",
+            hint=say("Try again later. If {mirror}, check that it is up to date and trustworthy."),
         )
     return error
 
@@ -180,8 +174,8 @@ def _redirected(error: BaseException, model: str, endpoint: str) -> HubResponseE
             + (f" (last to {address})" if address else "") + " and never answered: its redirects go round in a loop.",
             why="A server whose redirects lead back to where they started is misconfigured, often a mirror or a "
             "proxy set up wrongly.",
-            hint="Try again later. If HF_ENDPOINT points to a mirror, tell whoever runs it, or unset HF_ENDPOINT to "
-            "use huggingface.co.",
+            hint=say("Try again later. If {mirror}, tell whoever runs it, or unset {hub_address} to use "
+                     "huggingface.co."),
         )
     return HubResponseError(
         f"The Hub at {endpoint} redirected the request for {model} to "
@@ -189,8 +183,7 @@ def _redirected(error: BaseException, model: str, endpoint: str) -> HubResponseE
         + " a web address (http or https); Mergesmith does not follow it.",
         why="A Hub never sends a client to a file on this computer or another protocol; a server that does is "
         "misconfigured or hostile.",
-        hint="If HF_ENDPOINT points to a mirror, check that it is trustworthy, or unset HF_ENDPOINT to use "
-        "huggingface.co.",
+        hint=say("If {mirror}, check that it is trustworthy, or unset {hub_address} to use huggingface.co."),
     )
 
 
@@ -209,6 +202,14 @@ def _requested_address(error: BaseException) -> str | None:
         if quoted:
             return quoted.group(1)
     return None
+
+
+def _in_catalogue_words(kind: type[HubError], key: str, where: str) -> HubError:
+    """A `kind` error in the words of the catalogue's entry `key` (the one wording of that failure, whether the
+    Hub client met it or it was pasted), saying `where` it happened and naming the Hub in use."""
+    words = catalogue_entry(key)
+    return kind(each(words.what, lambda what: f"{what.removesuffix('.')} {where}."), why=each(words.why, on_hub_in_use),
+                hint=each(words.fix, on_hub_in_use))
 
 
 def _unreachable(model: str, endpoint: str) -> HubUnreachableError:

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 
 from guiapp.errors import HubResponseError
 from guiapp.facts.hub import hub_endpoint
+from guiapp.facts.wording import join, say
 from guiapp.system.bounded import describe_value
 
 if TYPE_CHECKING:
@@ -49,8 +50,9 @@ _COMMIT = re.compile(r"[0-9a-fA-F]{40}")
 _CLOSED_RANGE = re.compile(r"bytes=(\d{1,18})-(\d{1,18})")
 _WHY = ("Values the server sends become file and folder names in the Hugging Face cache; a value like this one "
         "could place a file outside the cache, for example where Python would run it at its next start.")
-_HINT = ("Check that HF_ENDPOINT (if set) points to the Hub or a mirror you trust; unset it to use huggingface.co. "
-         "Nothing was written.")
+_CHECK_THE_HUB = say("Check that {hub_address}{aside:if set} points to the Hub or a mirror you trust; unset it to "
+                     "use huggingface.co.")
+_HINT = join(_CHECK_THE_HUB, "Nothing was written.")
 
 _install_lock = threading.Lock()
 _installed = False
@@ -151,7 +153,7 @@ def _token_only_to_the_hub(request: httpx2.Request) -> None:
             "Mergesmith refused: nothing was sent there.",
             why="An access token lets whoever holds it act as you on the Hub; the Hub never asks to send it to "
             "another address.",
-            hint=_HINT.replace("Nothing was written.", "Then try again."),
+            hint=join(_CHECK_THE_HUB, "Then try again."),
         )
 
 
@@ -238,7 +240,7 @@ class _BoundedBody:
                     except zlib.error:
                         raise HubResponseError(
                             f"The Hub at {self._endpoint} sent a compressed answer that cannot be decompressed.",
-                            hint="Try again later; if it persists, check HF_ENDPOINT.",
+                            hint=say("Try again later; if it persists, check {hub_address}."),
                         ) from None
                     pending = decompressor.unconsumed_tail
                 total += len(out)
@@ -257,7 +259,7 @@ class _BoundedBody:
             f"The Hub at {self._endpoint} sent an answer larger than {self._limit // (1024 * 1024)} MiB once "
             "decompressed, more than any real Hub answer; Mergesmith stopped reading it.",
             why="Reading an answer of unbounded size could use all the memory of this machine.",
-            hint=_HINT.replace(" Nothing was written.", ""),
+            hint=_CHECK_THE_HUB,
         )
 
 

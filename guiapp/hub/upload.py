@@ -24,6 +24,7 @@ from guiapp.errors import (
     OutputError,
     UploadRefusedError,
 )
+from guiapp.facts.wording import say
 from guiapp.hub.connection import HubConnection, require_online
 from guiapp.hub.failures import hub_errors
 from guiapp.hub.references import is_hub_id
@@ -91,13 +92,13 @@ def check_upload(folder: Path, repo_id: str, private: bool = True, *, any_folder
         raise UploadRefusedError(f"{folder} does not look like a model or an adapter: {not_a_model}.",
                                  why="Publishing a folder chosen by mistake (a home folder, say) would share "
                                  "private files.",
-                                 hint="Choose the folder a job wrote. To publish this folder anyway, add --force "
-                                 "(`mergesmith hub upload FOLDER REPO --force`).")
+                                 hint=say("Choose the folder a job wrote.{cli_only: To publish this folder anyway, "
+                                          "add {force} (`mergesmith hub upload FOLDER REPO --force`).}"))
     _refuse_credentials(files)
     require_online("Publishing to the Hub")
     if get_token() is None:
         raise UploadRefusedError("You are not signed in to the Hub, so nothing can be published.",
-                            hint="Sign in with an access token that can write (Hub › Sign in, or `hf auth login`).")
+                            hint=say("Sign in with an access token that can write {sign_in_at:Hub › Sign in}."))
     api = HubConnection.current().api()
     with hub_errors(repo_id):
         identity = api.whoami()
@@ -120,8 +121,8 @@ def check_upload(folder: Path, repo_id: str, private: bool = True, *, any_folder
     if visibility == "public" and private:
         raise UploadRefusedError(
             f"{repo_id} is public already: uploading to it publishes these files to everyone, not privately.",
-            hint="To publish to it anyway, add --public (in the window: clear 'Private'); to keep the files "
-            "private, choose another repo name.")
+            hint=say("To publish to it anyway, {cli_only:add {public} (in the window: clear 'Private')}"
+                     "{window_only:clear 'Private'}; to keep the files private, choose another repo name."))
     return UploadPlan(folder, repo_id, private, user, files, visibility is not None, not_a_model)
 
 
@@ -268,7 +269,7 @@ def _check_upload_mode(operation, size: int, repo_id: str) -> None:
             f"({format_bytes(size)}) inline in the commit instead of through large-file storage, which the Hub "
             f"does for files above {format_bytes(INLINE_FILE_BYTES)}. Nothing was committed to {repo_id}.",
             why="Sending it inline would hold the whole file in memory, encoded.",
-            hint="Try again later; if HF_ENDPOINT points to a mirror, check that it is up to date and trustworthy.")
+            hint=say("Try again later; if {mirror}, check that it is up to date and trustworthy."))
 
 
 @contextmanager

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from guiapp.errors import OutputError
+from guiapp.facts.wording import say
 from guiapp.merging.recipe import Recipe, recipe_from_dict
 from guiapp.system.paths import home_dir
 
@@ -39,7 +40,7 @@ def prepare_demo(folder: Path) -> Recipe:
         if not (model / "config.json").is_file() and (model.is_file() or model.is_dir() and any(model.iterdir())):
             raise OutputError(
                 f"{model} already exists and is not a sample model, so the demo does not write there.",
-                hint="Choose another folder for the demo (--out), or move that folder away.",
+                hint=say("Choose another folder for the demo{aside:{output}}, or move that folder away."),
             )
     if not (base / "config.json").is_file():
         write_llama(base, dtype=torch.bfloat16, seed=0)

@@ -3,8 +3,8 @@
 An `Explanation` (`guiapp.system.explain`) says what to do in words that also serve the command line (flags,
 `hf auth login`, environment variables). The window turns it into `FixAction`s (Retry, Retry with a new name,
 Replace <folder>, Choose another folder…, Sign in…, Open the model's page, Use offline mode) from ONE table,
-`ACTIONS_OF_KIND`, and rewrites its text with `window_text` so that no flag or variable reaches a label. Nothing
-here imports Qt: the table is tested without a window.
+`ACTIONS_OF_KIND`; its text has the window's own words already (`guiapp.facts.wording`). Nothing here imports
+Qt: the table is tested without a window.
 """
 
 from __future__ import annotations
@@ -136,55 +136,3 @@ def model_page_url(explanation: Mapping[str, Any]) -> str:
             return found.group()
     return ""
 
-
-# CLI wording -> window wording, applied in order to every text the explanation panel shows.
-_WINDOW_WORDS: tuple[tuple[re.Pattern[str], str], ...] = tuple((re.compile(pattern), words) for pattern, words in (
-    (r"\s*\((?:The CLI's|the CLI's) [^)]*\)", ""),
-    (r"\s*\((?:or run |or )?`hf auth login`\)", ""),
-    (r"\(Settings, or `hf auth login`\)", "(Sign in…)"),
-    (r"\(Mergesmith's Hub sign-in, or `hf auth login`\)", "(Sign in…)"),
-    (r"\(Hub › Sign in, or `hf auth login`\)", "(Sign in…)"),
-    (r",? or `hf auth login`", ""),
-    (r"`hf auth login`", "Sign in…"),
-    (r"\s*\(unset HF_HUB_OFFLINE\)", ""),
-    (r",? e\.g\. `pip install[^`]*`", ""),
-    (r"\s*\(and unset HF_HUB_OFFLINE\)", ""),
-    (r"Unset HF_HUB_OFFLINE to go online", "Go online"),
-    (r"HF_HUB_OFFLINE=1 \(or Mergesmith's offline setting\)", "Offline mode"),
-    (r"\s*\(HF_HUB_OFFLINE\)", ""),
-    (r"HF_HUB_OFFLINE", "offline mode"),
-    (r"set HF_HOME to a bigger disk", "choose a Hugging Face cache folder on a bigger disk in Settings"),
-    (r"\s*\(and HTTPS_PROXY if you need a proxy\)", ""),
-    (r"If HF_ENDPOINT points to a mirror, check that it is up to date and trustworthy\.",
-     "If you use a mirror of the Hub, check that it is up to date and trustworthy."),
-    (r"check HF_ENDPOINT", "check the Hub address"),
-    (r"HF_ENDPOINT(?: \(if set\))?", "the Hub address"),
-    (r"HF_HOME|HF_HUB_CACHE", "the Hugging Face cache folder"),
-    (r"HF_TOKEN", "the access token"),
-    (r"\s*\(--dtype\)", ""),
-    (r"\s*\(--out\)", ""),
-    (r"\s*\(--embeddings save\)", ""),
-    (r"\s*\(--embeddings skip\)", ""),
-    (r"--include ?/ ?--exclude|--include/--exclude", "the module filters"),
-    (r"use --embeddings save", "save the embeddings whole"),
-    (r"Example: --scale 0\.5", "Example: a strength of 0.5"),
-    (r"Lower --scale", "Lower the strength"),
-    (r"Use fixed \(--rank\), energy or threshold", "Use fixed rank, keep energy or threshold"),
-    (r"Example: --rank (\d+)", r"Example: a rank of \1"),
-    (r"Example: --energy ([\d.]+)", r"Example: keep energy \1"),
-    (r"Example: --threshold ([\d.]+)", r"Example: a threshold of \1"),
-    (r"Example: --max-rank (\d+)", r"Example: a maximum rank of \1"),
-    (r"allow replacing the existing folder with --overwrite", "allow replacing the existing folder"),
-    (r"--overwrite", "Replace"),
-    (r"`mergesmith apply-lora[^`]*`", "the Apply LoRA page"),
-))
-# A flag stands after a space, "(" or "`" ("models--org--name", a cache folder's name, is no flag).
-_LEFTOVER_FLAG = re.compile(r"\s*\(?`?(?<![\w/.-])--[a-z][\w-]*`?\)?")
-
-
-def window_text(text: str) -> str:
-    """`text` as the window shows it: command-line flags, `hf auth login` and environment variables replaced by
-    what to do in the window (a flag no rule knows is left out rather than shown)."""
-    for pattern, words in _WINDOW_WORDS:
-        text = pattern.sub(words, text)
-    return _LEFTOVER_FLAG.sub("", text)

@@ -17,6 +17,7 @@ from typing import Any
 
 from guiapp.errors import KeyPath, key_path
 from guiapp.facts.dtypes import BY_NAME, WRITABLE
+from guiapp.facts.wording import join
 from guiapp.system.paths import expanded, home_dir
 
 
@@ -40,8 +41,8 @@ class Problem:
 
     @property
     def text(self) -> str:
-        """The message and hint as one line of text."""
-        return self.message + (f" {self.hint}" if self.hint else "")
+        """The message and hint as one line of text (for both audiences: `guiapp.facts.wording`)."""
+        return join(self.message, self.hint)
 
 
 def problem_from(error: BaseException, default_key: str | KeyPath = ()) -> Problem:

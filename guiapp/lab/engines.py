@@ -22,6 +22,7 @@ from types import TracebackType
 from typing import Any
 
 from guiapp.errors import ClusterError, MergesmithError, SettingsError
+from guiapp.facts.wording import say
 from guiapp.lab.trial import Evaluator, Material, TrialScore, check_token_count
 from guiapp.progress import Progress
 
@@ -71,11 +72,13 @@ def open_engine(name: str, address: str | None, document: dict[str, Any], device
     address without the Ray engine, ClusterError when Ray is missing or the address does not answer, and what
     building the evaluator raises (RecipeError, CheckpointError...) for the local engine."""
     if name not in ENGINES:
-        raise SettingsError(f'"{name}" is not a lab engine.', hint="Use --engine local or --engine ray.", key="engine")
+        raise SettingsError(f'"{name}" is not a lab engine.', hint=say("Use {engine:local} or {engine:ray}."),
+                            key="engine")
     if name == "local":
         if address:
-            raise SettingsError("A Ray address is given, but the trials would run here (--engine local).",
-                                hint="Add --engine ray to run them on that cluster.", key="ray_address")
+            raise SettingsError(say("A Ray address is given, but the trials would run here{aside:{engine:local}}."),
+                                hint=say("{cli_only:Add {engine:ray}}{window_only:Choose “A Ray cluster at…”} to run "
+                                         "them on that cluster."), key="ray_address")
         return LocalEngine(document, device, window, seed, progress)
     return RayEngine(document, device, window, seed, address, progress)
 
@@ -112,7 +115,7 @@ class RayEngine(Engine):
             import ray  # noqa: PLC0415 - an optional extra (mergesmith[cluster]), loaded for --engine ray only
         except ImportError:
             raise ClusterError("Ray is not installed, so the lab cannot run its trials on Ray.",
-                               hint="Install it with `pip install 'mergesmith[cluster]'`, or use --engine local.") from None
+                               hint=say("Install it with `pip install 'mergesmith[cluster]'`, or use {engine:local}.")) from None
         self._ray = ray
         self._progress = progress
         self._config = {"document": document, "device": device, "window": window, "seed": seed}
@@ -149,10 +152,11 @@ class RayEngine(Engine):
             socket.create_connection((host, int(port)), timeout=CONNECT_SECONDS).close()
         except OSError as error:
             raise ClusterError(
-                f"Nothing answers at the Ray address {address} ({error.strerror or error}): check that the cluster "
-                "is running (`ray status` on its head node), that this is its head's address and port (6379 "
-                "unless it was started with another --port), and that no firewall stands between.",
-                hint="Or run the trials here with --engine local.") from None
+                say("Nothing answers at the Ray address {address} ({reason}): check that the cluster is running "
+                    "(`ray status` on its head node), that this is its head's address and port (6379 unless it was "
+                    "started with another {port}), and that no firewall stands between.",
+                    address=address, reason=error.strerror or error),
+                hint=say("Or run the trials here with {engine:local}.")) from None
         try:
             self._ray.init(address=address, logging_level="ERROR", log_to_driver=False)
         except (ConnectionError, RuntimeError) as error:

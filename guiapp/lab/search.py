@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from guiapp.errors import SettingsError
+from guiapp.facts.wording import say
 from guiapp.inference.running import read_text_file, readable_text
 from guiapp.lab.engines import Engine, open_engine
 from guiapp.lab.space import Tunable, tunables, with_values
@@ -119,8 +120,8 @@ def run_lab(settings: LabSettings, progress: Progress | None = None,
         start = store.records[0]
         if not start.succeeded:
             raise SettingsError(f"The recipe as given cannot be scored: {start.error}",
-                                hint="Fix the recipe so that `mergesmith merge` and `mergesmith perplexity` work "
-                                "on it, then start the lab again in a new folder.", key="recipe")
+                                hint=say("Fix the recipe so that {merge_and_perplexity} work on it, then start the lab "
+                                         "again in a new folder."), key="recipe")
         _search(engine, store, document, chosen, settings, tuned, progress, on_trial)
         best = store.best(up_to=settings.trials)  # a folder may hold more trials than this run asks for
         best_path = store.write_best(with_values(document, chosen, best.values))

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from guiapp.errors import OutputError, SettingsError
+from guiapp.facts.wording import say
 from guiapp.merging.recipe import recipe_yaml
 
 TRIALS_FILE = "trials.jsonl"
@@ -66,7 +67,7 @@ class TrialStore:
             folder.mkdir(parents=True, exist_ok=True)
         except OSError as error:
             raise OutputError(f"The lab cannot make its folder {folder}: {error.strerror or error}.",
-                              hint="Choose a folder you can write to with --out.") from None
+                              hint=say("Choose a folder you can write to{cli_only: with {output}}.")) from None
         described = folder / SEARCH_FILE
         if described.is_file():
             try:
@@ -77,11 +78,12 @@ class TrialStore:
                 raise SettingsError(
                     f"{folder} holds another lab search (a different recipe, text, numbers to tune or seed).",
                     why="Running again in the same folder continues its search; the trials there were made for "
-                    "another question.", hint="Give --out a new folder, or run with the same settings to continue.",
+                    "another question.", hint=say("{cli_only:Give {output}}{window_only:Choose} a new folder, or run with the same settings to "
+                    "continue."),
                     key="out")
         elif any(folder.iterdir()):
             raise SettingsError(f"{folder} is not empty and holds no lab search.",
-                                hint="Give --out a new or empty folder.", key="out")
+                                hint=say("{cli_only:Give {output}}{window_only:Choose} a new or empty folder."), key="out")
         else:
             self._write_whole(described, json.dumps(search, indent=2) + "\n")
         self.records: dict[int, TrialRecord] = {}

@@ -30,6 +30,7 @@ from guiapp.errors import (
     RecipeError,
     SettingsError,
 )
+from guiapp.facts.wording import say
 from guiapp.hub.references import ModelRef
 from guiapp.inference.running import LoadedModel, ModelSource, load_architecture, perplexity
 from guiapp.lab.kept import KeptReaders, default_budget
@@ -236,7 +237,7 @@ class _ModelSink:
                 f"The merged tensor {name} has no place in the model transformers builds from the configuration.",
                 why="The lab puts merged tensors straight into the model, by the names transformers gives them; "
                 "these models' files name their tensors otherwise.",
-                hint="Merge with `mergesmith merge` and compare the results with `mergesmith perplexity` instead.")
+                hint=say("{merge_and_compare} instead."))
         rows = tensor.shape[0] if tensor.dim() else 0
         destination = target[row_start:row_start + rows] if rows and tensor.shape != target.shape else target
         destination.copy_(tensor)
@@ -251,7 +252,7 @@ class _ModelSink:
             raise CheckpointError(
                 f"The merge gives no value to {len(missing)} of the model's weights (such as {missing[0]}).",
                 why="The lab puts merged tensors straight into the model, by the names transformers gives them.",
-                hint="Merge with `mergesmith merge` and compare the results with `mergesmith perplexity` instead.")
+                hint=say("{merge_and_compare} instead."))
 
     def abort(self) -> None:
         """Nothing to undo: the next trial overwrites every weight."""

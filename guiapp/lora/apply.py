@@ -23,6 +23,7 @@ from guiapp.checkpoints.writing import PlannedTensor, ShardedWriter, StagedOutpu
 from guiapp.compute.devices import resolve_device, threads_restored, use_cpu_threads
 from guiapp.errors import IncompatibleModelsError, NonFiniteResultError, SettingsError
 from guiapp.facts.dtypes import dtype_name
+from guiapp.facts.wording import say
 from guiapp.hub.model_config import read_model_config
 from guiapp.hub.references import ModelRef
 from guiapp.merging.model_card import copy_companion_files
@@ -131,7 +132,7 @@ def _stream(
                 if not bool(torch.isfinite(tensor).all()):
                     raise NonFiniteResultError(
                         f"{planned.name} contains NaN or infinity after the adapter was applied.",
-                        hint="Lower --scale, or check the adapter: its weights may be damaged.",
+                        hint=say("Lower {scale}, or check the adapter: its weights may be damaged."),
                     )
                 counts["changed"] += 1
             writer.write(planned.name, tensor.to(planned.dtype))

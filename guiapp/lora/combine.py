@@ -26,6 +26,7 @@ import torch
 
 from guiapp.checkpoints.adapters import LoraAdapter, LoraModule, open_adapter
 from guiapp.errors import CheckpointError, IncompatibleModelsError, SettingsError
+from guiapp.facts.wording import say
 from guiapp.hub.references import ModelRef
 from guiapp.lora.adapter_output import adapter_card, write_adapter
 from guiapp.progress import Progress
@@ -50,24 +51,27 @@ class CombineSettings:
     def __post_init__(self) -> None:
         """Raises SettingsError (keyed by the setting) for settings PEFT would refuse or ignore."""
         if not self.adapters:
-            raise SettingsError("Name the adapters to combine.", hint="Example: lora-merge A B --weights 1 1 …",
+            raise SettingsError("Name the adapters to combine.", hint=say("{cli_only:Example: lora-merge A B {weights:1 1} …}"
+                                                                               "{window_only:Add the adapters to combine.}"),
                                 key="adapters")
         if len(self.weights) != len(self.adapters) or not all(math.isfinite(w) for w in self.weights):
             raise SettingsError(f"Give one weight (a number) per adapter: {len(self.adapters)} adapters, "
-                                f"{len(self.weights)} weights.", hint="Example: --weights 1 0.5", key="weights")
+                                f"{len(self.weights)} weights.", hint=say("Example: {weights:1 0.5}"), key="weights")
         if self.method not in METHODS:
             raise SettingsError(f'"{self.method}" is not a way to combine adapters.',
                                 hint="Use linear, cat, svd or ties.", key="method")
         if self.rank is not None and (self.method != "svd" or self.rank < 1):
-            raise SettingsError("--rank sets the rank of an svd combination (a whole number of at least 1); "
-                                f"{self.method} decides the rank itself.", hint="Use --method svd --rank R.",
+            raise SettingsError(say("{cli_only:{rank} sets the rank of}{window_only:A rank is set only for} an svd "
+                                    "combination (a whole number of at least 1); {combination} decides the rank "
+                                    "itself.", combination=self.method), hint=say("Use {svd_rank:R}."),
                                 key="rank")
         if self.method == "ties" and not (self.density is not None and 0 < self.density <= 1):
             raise SettingsError("ties needs the fraction of each factor's entries to keep, above 0 and at most 1 "
-                                f"(got {self.density}).", hint="Example: --density 0.5", key="density")
+                                f"(got {self.density}).", hint=say("Example: {density:0.5}"), key="density")
         if self.method != "ties" and self.density is not None:
-            raise SettingsError(f"--density is used by ties only, not by {self.method}.",
-                                hint="Leave --density out, or use --method ties.", key="density")
+            raise SettingsError(say("{cli_only:{density}}{window_only:The density} is used by ties only, not by "
+                                    "{combination}.", combination=self.method),
+                                hint=say("Leave {density} out, or use {method:ties}."), key="density")
 
 
 def combine_adapters(settings: CombineSettings, progress: Progress | None = None) -> dict[str, Any]:
@@ -140,7 +144,8 @@ def _new_rank(adapters: list[LoraAdapter], method: str, asked: int | None) -> in
                 f"{method} combines adapters of the same rank only, and these differ ({listed}).",
                 why=f"{method} adds the adapters' lora_A and lora_B factors entry by entry, which needs equal shapes "
                 f"({_PEFT_MERGE} refuses this too).",
-                hint="Use --method cat (exact) or --method svd, or resize the adapters to one rank (lora-resize).")
+                hint=say("Use {method:cat} (exact) or {method:svd}, or resize the adapters to one rank"
+                         "{aside:lora-resize}."))
         return ranks[0]
     if method == "cat":
         return sum(ranks)
@@ -177,7 +182,7 @@ def _combine(name: str, method: str, pairs: list[tuple[torch.Tensor, torch.Tenso
             raise IncompatibleModelsError(
                 f"{method} needs every adapter to give {name} the same rank; here they are "
                 f"{', '.join(str(a.shape[0]) for a in a_list)}.",
-                hint="Use --method cat or svd, or resize the adapters to one rank (lora-resize).")
+                hint=say("Use {method:cat} or svd, or resize the adapters to one rank{aside:lora-resize}."))
         a_weights = [math.copysign(math.sqrt(abs(s)), s) if s != 0 else 0.0 for s in scaled]
         b_weights = [math.sqrt(abs(s)) for s in scaled]
         if method == "linear":
@@ -227,7 +232,7 @@ def _svd(name: str, a_list: list[torch.Tensor], b_list: list[torch.Tensor], weig
     if new_rank > min(delta.shape):
         raise IncompatibleModelsError(
             f"{name} is a {_shape(tuple(delta.shape))} update, which holds at most {min(delta.shape)} directions: "
-            f"rank {new_rank} does not fit.", hint=f"Use --rank {min(delta.shape)} or less.")
+            f"rank {new_rank} does not fit.", hint=say("Use {rank} or less.", rank=min(delta.shape)))
     u, s, vh = torch.linalg.svd(delta, full_matrices=False)
     a, b = vh[:new_rank], u[:, :new_rank] * s[:new_rank]
     return a.reshape(new_rank, *a_list[0].shape[1:]), b.reshape(b_list[0].shape[0], new_rank, *b_list[0].shape[2:])

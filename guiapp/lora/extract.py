@@ -48,6 +48,7 @@ from guiapp.compute.devices import resolve_device, threads_restored, use_cpu_thr
 from guiapp.errors import IncompatibleModelsError, NonFiniteResultError, SettingsError
 from guiapp.facts.choices import EMBEDDING_POLICIES, SOLVERS, EmbeddingPolicy, Solver
 from guiapp.facts.dtypes import COMPUTE, dtype_name
+from guiapp.facts.wording import say
 from guiapp.hub.references import ModelRef
 from guiapp.lora.lowrank import RankRule, decompose, module_work, relative_error
 from guiapp.merging.compatibility import CompatibilityProblem, ModelFacts, compare_models
@@ -210,7 +211,7 @@ def _validate(settings: ExtractionSettings
     if dtype_name(compute) not in COMPUTE:
         raise SettingsError(
             f"Decompositions run in float32 or float64, not {settings.compute_dtype}.",
-            hint="Half precision has no SVD kernels; the adapter can still be stored in bfloat16 (--dtype).",
+            hint=say("Half precision has no SVD kernels; the adapter can still be stored in bfloat16{aside:{dtype}}."),
             key="compute_dtype",
         )
     include, exclude = ((BoundedPattern(text, option, SettingsError) if text else None)
@@ -419,7 +420,7 @@ def _refuse_empty(found: _Found, base_label: str, model_label: str) -> None:
     raise SettingsError(
         f"Every changed module was left out by the settings ({', '.join(left_out[:3])}"
         + (f" and {len(left_out) - 3} more" if len(left_out) > 3 else "") + "), so the adapter would change nothing.",
-        hint="Widen --include / --exclude, or use --embeddings save if only the embeddings changed.",
+        hint=say("Widen {module_filters}, or {save_embeddings} if only the embeddings changed."),
     )
 
 

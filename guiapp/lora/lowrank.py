@@ -29,6 +29,7 @@ import torch
 from guiapp.errors import SettingsError
 from guiapp.facts.choices import RANK_MODES, SOLVERS, RankMode, Solver
 from guiapp.facts.dtypes import COMPUTE, compute_for, dtype_name
+from guiapp.facts.wording import say
 
 POWER_ITERATIONS = 3
 FIRST_SKETCH_RANK = 32
@@ -51,26 +52,26 @@ class RankRule:
     def validate(self) -> None:
         """Raise SettingsError naming the setting (its `key`) when the rule cannot be used."""
         if self.mode not in RANK_MODES:
-            raise SettingsError(f'"{self.mode}" is not a rank mode.', hint="Use fixed (--rank), energy or threshold.",
+            raise SettingsError(f'"{self.mode}" is not a rank mode.', hint=say("Use {rank_modes}."),
                                 key="rank_mode")
         if self.mode == "fixed" and (self.value != int(self.value) or self.value < 1):
             raise SettingsError(
-                f"The rank must be a whole number of at least 1 (got {self.value}).", hint="Example: --rank 32",
+                f"The rank must be a whole number of at least 1 (got {self.value}).", hint=say("Example: {rank:32}"),
                 key="rank",
             )
         if self.mode == "energy" and not 0 < self.value <= 1:
             raise SettingsError(
                 f"The energy to keep must be a fraction between 0 and 1 (got {self.value}).",
-                hint="Example: --energy 0.9 keeps 90 % of each update's energy.", key="rank",
+                hint=say("Example: {energy:0.9} keeps 90 % of each update's energy."), key="rank",
             )
         if self.mode == "threshold" and not 0 < self.value < 1:
             raise SettingsError(
                 f"The threshold must be a fraction between 0 and 1 of the largest singular value (got {self.value}).",
-                hint="Example: --threshold 0.05 keeps directions at least 5 % as strong as the strongest.", key="rank",
+                hint=say("Example: {threshold:0.05} keeps directions at least 5 % as strong as the strongest."), key="rank",
             )
         if self.max_rank is not None and self.max_rank < 1:
             raise SettingsError(
-                f"The maximum rank must be at least 1 (got {self.max_rank}).", hint="Example: --max-rank 128",
+                f"The maximum rank must be at least 1 (got {self.max_rank}).", hint=say("Example: {max_rank:128}"),
                 key="max_rank",
             )
 

@@ -19,6 +19,7 @@ import torch
 
 from guiapp.checkpoints.adapters import LoraAdapter, open_adapter
 from guiapp.errors import CheckpointError, SettingsError
+from guiapp.facts.wording import say
 from guiapp.hub.references import ModelRef
 from guiapp.lora.adapter_output import adapter_card, write_adapter
 from guiapp.lora.lowrank import RankRule, compute_dtype_for, decompose
@@ -41,7 +42,7 @@ class ResizeSettings:
         """The rank rule; raises SettingsError (keyed "rank") unless exactly one valid choice is given."""
         if (self.rank is None) == (self.energy is None):
             raise SettingsError("Say how small the adapter should become: a rank or an energy to keep, not both.",
-                                hint="Example: --rank 16, or --energy 0.9 to keep 90 % of each module's update.",
+                                hint=say("Example: {rank:16}, or {energy:0.9} to keep 90 % of each module's update."),
                                 key="rank")
         rule = RankRule("fixed", self.rank) if self.rank is not None else RankRule("energy", self.energy)
         rule.validate()
@@ -104,7 +105,7 @@ def _check_resizable(adapter: LoraAdapter, rule: RankRule) -> None:
     if rule.mode == "fixed" and rule.value >= largest:
         raise SettingsError(
             f"The adapter's ranks are at most {largest}, so rank {int(rule.value)} would keep everything: resizing "
-            "only makes an adapter smaller.", hint=f"Give a rank below {largest}, or --energy.", key="rank")
+            "only makes an adapter smaller.", hint=say("Give a rank below {largest}, or {energy}.", largest=largest), key="rank")
 
 
 def _resized_config(adapter: LoraAdapter, ranks: dict[str, int]) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from typing import Any
 
 from guiapp.checkpoints.tensor_roles import TensorRole, architecture_of, tensor_place
 from guiapp.errors import MergesmithError
+from guiapp.facts.wording import join, say
 from guiapp.hub.references import ModelRef
 from guiapp.system.units import plural
 
@@ -81,10 +82,9 @@ def check_compatibility(references: Sequence[ModelRef], *, offline: bool = False
         try:
             metadata = read_model_metadata(reference, offline=offline)
         except MergesmithError as error:
-            hint = f" {error.hint}" if error.hint else ""
-            problems.append(
-                CompatibilityProblem(str(reference), "unreadable", f"{reference} cannot be checked: {error}{hint}")
-            )
+            problems.append(CompatibilityProblem(str(reference), "unreadable", join(
+                say("{reference} cannot be checked: {problem}", reference=reference, problem=error.message),
+                error.hint)))
             continue
         readable.append(ModelFacts.of(str(reference), metadata.tensors, metadata.config))
     if readable:

@@ -29,6 +29,7 @@ from guiapp.errors import (
     NonFiniteResultError,
     SettingsError,
 )
+from guiapp.facts.wording import say
 from guiapp.hub.merge_files import TOKENIZER_FILES
 from guiapp.hub.references import ModelRef
 from guiapp.merging.compatibility import ModelFacts, compare_models
@@ -337,6 +338,6 @@ def _gate_dtype(config: MoeConfig, device: str, probe_result: Any) -> torch.dtyp
     chosen = inference_option(probe_result or probe(), device, HIDDEN_GATE_DTYPE)
     if not chosen.possible:
         raise DeviceError(f"The base model cannot run on {device} to compute the gates: {chosen.reason}.",
-                          hint="Use --device cpu, or gate_mode: cheap_embed, which runs no model.",
+                          hint=say("Use {device:cpu}, or gate_mode: cheap_embed, which runs no model."),
                           remedy=ON_CPU if device != "cpu" else None)
     return getattr(torch, chosen.compute_dtype)

@@ -20,6 +20,7 @@ from typing import Any
 from guiapp.errors import BASE_TOKENIZER, ON_CPU, Remedy
 from guiapp.facts.dtypes import HALF_TORCH_WORDS, TORCH_WORD, torch_word_name
 from guiapp.facts.hub import PUBLIC_HUB, hub_endpoint
+from guiapp.facts.wording import say
 from guiapp.system.units import format_bytes
 
 # Optional refinement: given the regex match (None when a class name matched) and the job's context, returns
@@ -259,9 +260,9 @@ def _refine_gated(match: re.Match[str] | None, context: Mapping[str, Any]) -> di
         return {}
     return {
         "what": f"The model {repo} is gated: its files can only be read after you accept its licence.",
-        "fix": f"Open {hub_endpoint()}/{repo} while logged in, accept the licence (some need the authors' "
-        "approval, which can take a while), then give Mergesmith a Hugging Face access token (Settings, or "
-        "`hf auth login`) and try again.",
+        "fix": say("Open {page} while logged in, accept the licence (some need the authors' approval, which can "
+                   "take a while), then give Mergesmith a Hugging Face access token {sign_in_at:Settings} and try "
+                   "again.", page=f"{hub_endpoint()}/{repo}"),
     }
 
 
@@ -305,8 +306,8 @@ CATALOGUE: tuple[Entry, ...] = (
         what="A float16 model was computed on the CPU, and this torch build has no float16 kernel for it.",
         why="float16 models are made for GPUs. torch before 2.2 has no float16 matrix multiplication on the CPU "
         "(PEFT's DoRA initialisation meets this too), and where it exists it is very slow.",
-        fix="Compute in float32 on the CPU (Mergesmith always does) or run on a GPU; to run the model itself on "
-        "the CPU, load it in float32 or bfloat16. `mergesmith probe` shows what this machine supports.",
+        fix=say("Compute in float32 on the CPU (Mergesmith always does) or run on a GPU; to run the model itself "
+                "on the CPU, load it in float32 or bfloat16. {probe_command} shows what this machine supports."),
         pattern=re.compile(r"\"(?P<kernel>addmm_impl_cpu_|addmm_cpu\w*|mm_cpu\w*|bmm_cpu\w*|baddbmm\w*|\w*_cpu\w*"
                            r"|LayerNormKernelImpl)\" not implemented for 'Half'"),
         remedy=Remedy("dtype", "float32", "in float32"),
@@ -395,9 +396,9 @@ CATALOGUE: tuple[Entry, ...] = (
         what="A GPU was chosen, but the installed torch was built without support for it.",
         why="torch comes in separate builds for CPU, NVIDIA (CUDA), AMD (ROCm), Apple (MPS) and Intel (XPU); "
         "the CPU-only build cannot use any GPU, and a GPU build needs a matching driver.",
-        fix="Run on the CPU, or install the torch build for your GPU (see https://pytorch.org/get-started, e.g. "
-        "`pip install torch --index-url https://download.pytorch.org/whl/cu124`) and restart Mergesmith; its "
-        "device list only offers devices it found.",
+        fix=say("Run on the CPU, or install the torch build for your GPU (see https://pytorch.org/get-started"
+                "{cli_only:, e.g. `pip install torch --index-url https://download.pytorch.org/whl/cu124`}) and restart "
+                "Mergesmith; its device list only offers devices it found."),
         pattern=_patterns(
             r"Torch not compiled with (?P<backend>CUDA|XPU|ROCm|MPS) enabled",
             r"Found no NVIDIA driver on your system",
@@ -556,8 +557,8 @@ CATALOGUE: tuple[Entry, ...] = (
         what="The model is gated: its files can only be read after you accept its licence.",
         why="Its authors require each user to accept the licence (and sometimes to be approved) on the Hub, and "
         "the Hub only serves the files to an account that has, identified by an access token.",
-        fix="Open the model's page on huggingface.co while logged in, accept the licence, then give Mergesmith a "
-        "Hugging Face access token (Settings, or `hf auth login`) and try again.",
+        fix=say("Open the model's page on huggingface.co while logged in, accept the licence, then give Mergesmith "
+                "a Hugging Face access token {sign_in_at:Settings} and try again."),
         pattern=_patterns(r"Cannot access gated repo", r"You are trying to access a gated repo",
                           r"awaiting a review from the repo authors"),
         types=_types("GatedRepoError"),
@@ -569,8 +570,8 @@ CATALOGUE: tuple[Entry, ...] = (
         what="The Hub did not accept the access token (or none was given where one is needed).",
         why="The token is mistyped, expired or revoked, or it is a fine-grained token without read access to "
         "this repository.",
-        fix="Create a token with read access at https://huggingface.co/settings/tokens and enter it in "
-        "Mergesmith's settings (or run `hf auth login`).",
+        fix=say("Create a token with read access at https://huggingface.co/settings/tokens and enter it in "
+                "Mergesmith's settings{aside:or run {hf_login}}."),
         pattern=_patterns(r"Invalid credentials in Authorization header", r"Invalid user token",
                           r"Token is required \(`token=True`\), but no token found"),
         types=_types("LocalTokenNotFoundError"),
@@ -626,9 +627,9 @@ CATALOGUE: tuple[Entry, ...] = (
         key="offline_mode",
         title="Offline",
         what="Something needed the Hub while offline mode is on.",
-        why="HF_HUB_OFFLINE=1 (or Mergesmith's offline setting) forbids all network access.",
-        fix="Use models that are already downloaded or in local folders, or turn offline mode off (unset "
-        "HF_HUB_OFFLINE) and try again.",
+        why=say("{offline_setting} forbids all network access."),
+        fix=say("Use models that are already downloaded or in local folders, or turn offline mode off"
+                "{aside:unset {offline_variable}} and try again."),
         pattern=_patterns(r"offline mode is enabled", r"HF_HUB_OFFLINE"),
         types=_types("OfflineModeIsEnabled"),
     ),
@@ -681,8 +682,8 @@ CATALOGUE: tuple[Entry, ...] = (
         what="The connection to huggingface.co failed.",
         why="There is no network, a proxy or firewall blocks it, DNS does not resolve, or the connection timed "
         "out.",
-        fix="Check the internet connection (and HTTPS_PROXY if you need a proxy), then try again. Downloaded "
-        "models and local folders keep working offline.",
+        fix=say("Check the internet connection{aside:and HTTPS_PROXY if you need a proxy}, then try again. "
+                "Downloaded models and local folders keep working offline."),
         pattern=_patterns(r"Name or service not known", r"Temporary failure in name resolution",
                           r"nodename nor servname provided", r"getaddrinfo failed",
                           r"Failed to establish a new connection", r"Max retries exceeded with url",

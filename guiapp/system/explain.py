@@ -13,11 +13,12 @@ import re
 import textwrap
 import traceback
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from guiapp.errors import MergesmithError, Remedy
+from guiapp.facts.wording import each, for_window
 from guiapp.system.error_catalogue import CATALOGUE, Entry, on_hub_in_use
 from guiapp.system.scrub import shown
 
@@ -41,6 +42,9 @@ class Explanation:
     "invalid_token"): the catalogue entry's key, the class name of a Mergesmith error, or "" when unrecognised.
     `remedy` is the setting change that fixes it (a `guiapp.errors.Remedy`), `replace_with` the one that replaces
     an existing output: a separate, explicit choice. Saved as dicts in the job history (`asdict`).
+
+    what, why and fix are the command line's words; `window` holds the window's where they differ
+    (`guiapp.facts.wording`), kept beside them so that the job history shows each audience its own.
     """
 
     title: str
@@ -52,12 +56,19 @@ class Explanation:
     recognised: bool = True
     kind: str = ""
     replace_with: Remedy | None = None
+    window: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         # Whatever built it, an explanation shown or saved carries no token or password, nor a server's escape
         # sequences (guiapp.system.scrub).
         for name in ("title", "what", "why", "fix", "raw"):
-            object.__setattr__(self, name, shown(getattr(self, name)))
+            object.__setattr__(self, name, each(getattr(self, name), shown))
+        window = dict(self.window)
+        for name in ("what", "why", "fix"):
+            text = getattr(self, name)
+            if for_window(text) != text:
+                window[name] = for_window(text)
+        object.__setattr__(self, "window", window)
 
     def render_text(self, width: int = RENDER_WIDTH, details: bool = True,
                     retry: Callable[[Remedy], str | None] | None = None) -> str:
@@ -176,9 +187,9 @@ def _from_entry(entry: Entry, match: re.Match[str] | None, context: dict[str, An
     remedy = refined.get("remedy", entry.remedy)
     return Explanation(
         title=entry.title,
-        what=_with_context(on_hub_in_use(refined.get("what", entry.what)), context),
-        why=on_hub_in_use(refined.get("why", entry.why)),
-        fix=on_hub_in_use(refined.get("fix", entry.fix)),
+        what=_with_context(each(refined.get("what", entry.what), on_hub_in_use), context),
+        why=each(refined.get("why", entry.why), on_hub_in_use),
+        fix=each(refined.get("fix", entry.fix), on_hub_in_use),
         remedy=remedy,
         raw=raw,
         kind=entry.key,
@@ -238,6 +249,10 @@ def _clues_from_text(text: str) -> list[tuple[set[str], str]]:
 
 def _with_context(what: str, context: Mapping[str, Any]) -> str:
     """Append the job's context ("model X, tensor Y") to a sentence, leaving out what it already names."""
+    return each(what, lambda sentence: _with_details(sentence, context))
+
+
+def _with_details(what: str, context: Mapping[str, Any]) -> str:
     details = [f"{words} {context[key]}" for key, words in CONTEXT_WORDS
                if context.get(key) and not _names(what, str(context[key]))]
     if not details:

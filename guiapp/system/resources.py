@@ -15,6 +15,7 @@ from typing import NamedTuple
 import psutil
 
 from guiapp.errors import ON_CPU, DeviceError, InsufficientResourcesError, OutputError
+from guiapp.facts.wording import say
 from guiapp.system.paths import expanded
 from guiapp.system.units import format_bytes, roughly
 
@@ -173,7 +174,7 @@ class Fit:
         hint = "; ".join(self.remedies)
         return InsufficientResourcesError(
             "\n".join([f"This job will not fit: {self.reason}.", *self._numbers()]),
-            hint=f"{hint[0].upper()}{hint[1:]}. (The CLI's --force starts it anyway.)",
+            hint=say("{advice}.{aside:The CLI's {force} starts it anyway.}", advice=f"{hint[0].upper()}{hint[1:]}"),
             remedy=ON_CPU if self.retry_on_cpu else None,
         )
 

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
+from guiapp.facts.wording import for_window, join
+
 
 def error_text(error: BaseException) -> str:
     """A Mergesmith error's message and hint ("what happened. What to do."), or a foreign error's text, in the
     window's words (no command-line flag or environment variable to change)."""
-    from guiapp.jobs.fixes import window_text
-
     message = getattr(error, "message", None) or str(error) or type(error).__name__
-    hint = getattr(error, "hint", None)
-    return window_text(message + (f" {hint}" if hint else ""))
+    return for_window(join(message, getattr(error, "hint", None)))
 
 
 def html_escape(text: str) -> str:

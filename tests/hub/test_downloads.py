@@ -116,6 +116,25 @@ def test_a_wrong_token_is_reported_as_such(published, monkeypatch):
     assert "token" in caught.value.hint
 
 
+def test_a_rejected_token_reads_the_same_from_the_hub_as_pasted(published, monkeypatch):
+    """One wording per failure: the Hub client's 401 and a pasted 401 both take the catalogue's, in the window
+    too."""
+    from dataclasses import asdict
+
+    from guiapp.system.explain import explain
+
+    monkeypatch.setenv("HF_TOKEN", "hf_expired")
+    with pytest.raises(InvalidTokenError) as caught:
+        download_model("org/base")
+    live = explain(caught.value)
+    pasted = explain("huggingface_hub.errors.HfHubHTTPError: 401 Client Error: Unauthorized for url: "
+                     "https://x/api/models/org/base (Invalid credentials in Authorization header)")
+    assert pasted.kind == "invalid_token"
+    assert (live.title, live.why, live.fix) == (pasted.title, pasted.why, pasted.fix)
+    assert asdict(live)["window"].get("fix") == asdict(pasted)["window"].get("fix")
+    assert live.what.startswith(pasted.what.removesuffix(".")) and "org/base" in live.what
+
+
 def test_free_space_is_checked_before_any_transfer(published, monkeypatch):
     usage = namedtuple("usage", "total used free")
     monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(10**9, 10**9 - 1000, 1000))
@@ -181,3 +200,16 @@ def test_files_already_downloaded_count_as_done_but_not_as_speed(published):
     assert events[-1].bytes_done == events[-1].bytes_total and events[-1].done == events[-1].total == 3
     assert all(e.rate is None and e.eta is None for e in events)
     assert all(e.item.endswith("already downloaded") for e in events if e.item)
+
+
+def test_a_model_that_cannot_be_checked_says_why_in_the_window_words(published):
+    """The recipe check shows why a model cannot be read: the Hub error's words reach the window's own."""
+    from guiapp.facts.wording import for_window
+    from guiapp.hub.references import ModelRef
+    from guiapp.merging.compatibility import check_compatibility
+
+    report = check_compatibility([ModelRef.parse("org/base"), ModelRef.parse("org/gated")])
+    problem = report.first("unreadable")
+    assert problem is not None and "`hf auth login`" in problem.message
+    shown = for_window(problem.message)
+    assert "org/gated cannot be checked" in shown and "(Sign in…)" in shown and "hf auth" not in shown

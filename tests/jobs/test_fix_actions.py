@@ -17,6 +17,7 @@ from guiapp.errors import (
     Remedy,
     SettingsError,
 )
+from guiapp.facts.wording import for_window
 from guiapp.jobs.fixes import (
     CHOOSE_FOLDER,
     OPEN_MODEL_PAGE,
@@ -26,7 +27,6 @@ from guiapp.jobs.fixes import (
     SIGN_IN,
     USE_OFFLINE,
     fix_actions,
-    window_text,
 )
 from guiapp.system.error_catalogue import CATALOGUE
 from guiapp.system.explain import explain
@@ -87,28 +87,46 @@ def test_a_suggestion_saved_by_the_previous_version_is_still_offered():
 @pytest.mark.parametrize("entry", CATALOGUE, ids=lambda entry: entry.key)
 def test_no_catalogue_explanation_shows_a_flag_or_variable_in_the_window(entry):
     for text in (entry.what, entry.why, entry.fix):
-        shown = window_text(text)
+        shown = for_window(text)
         assert not CLI_WORDS.search(shown), shown
 
 
-@pytest.mark.parametrize("hint", [
-    "Free some space (Models › Downloaded lists what can be deleted), or set HF_HOME to a bigger disk.",
-    "Widen --include / --exclude, or use --embeddings save if only the embeddings changed.",
-    "Half precision has no SVD kernels; the adapter can still be stored in bfloat16 (--dtype).",
-    "Example: --rank 32", "Lower --scale, or check the adapter: its weights may be damaged.",
-    "It needs more memory than is free. (The CLI's --force starts it anyway.)",
-    "Unset HF_HUB_OFFLINE to go online, or use a model that is already downloaded.",
-    "Choose another folder for the demo (--out), or move that folder away.",
+def _offline_error():
+    from huggingface_hub import errors as hf
+
+    from guiapp.hub.failures import translate
+
+    return translate(hf.OfflineModeIsEnabled("offline"), "org/model")
+
+
+def _rank_error():
+    from guiapp.lora.lowrank import RankRule
+
+    with pytest.raises(SettingsError) as caught:
+        RankRule("fixed", 0).validate()
+    return caught.value
+
+
+def _scale_error():
+    from guiapp.checkpoints.adapters import LoraAdapter
+
+    with pytest.raises(SettingsError) as caught:
+        LoraAdapter.open("/nowhere", scale=float("nan"))
+    return caught.value
+
+
+@pytest.mark.parametrize("make, cli_words, window_words", [
+    (_offline_error, "Unset HF_HUB_OFFLINE to go online", "Go online, or use a model that is already downloaded."),
+    (_rank_error, "Example: --rank 32", "Example: a rank of 32"),
+    (_scale_error, "Example: --scale 0.5", "Example: a strength of 0.5"),
 ])
-def test_cli_worded_hints_read_as_window_actions(hint):
-    shown = window_text(hint)
-    assert not CLI_WORDS.search(shown), shown
-    assert shown.strip()
-
-
-def test_a_cache_folder_name_is_not_taken_for_a_flag():
-    text = "/home/u/.cache/huggingface/hub/models--org--name is damaged."
-    assert window_text(text) == text
+def test_one_error_says_what_to_do_to_each_audience(make, cli_words, window_words):
+    """The same explanation: the command line's flag or variable, the window's own words (kept for the history)."""
+    explanation = asdict(explain(make()))
+    assert cli_words in explanation["fix"]
+    shown = explanation["window"]["fix"]
+    assert shown == window_words and not CLI_WORDS.search(shown)
+    assert not CLI_WORDS.search(explanation["window"].get("what", explanation["what"]))
 
 
 def test_a_suggested_new_name_taken_since_the_failure_is_replaced_by_a_free_one(tmp_path):

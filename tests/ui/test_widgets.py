@@ -235,3 +235,24 @@ def test_the_slider_of_a_tiny_parameter_moves_by_powers_of_ten(qtbot, editor):
     assert threshold.slider.value() == SLIDER_STEPS * 3 // 4
     type_number(qtbot, threshold, "0")  # below the slider's span: the box keeps it, the slider rests at its start
     assert threshold.value() == 0 and threshold.slider.value() == 0
+
+
+def test_an_explanation_read_back_from_the_history_shows_the_window_words(qtbot):
+    """The job history keeps an explanation as JSON: the window's words travel with it, so the panel shows them
+    without rewriting the command line's."""
+    import json
+    from dataclasses import asdict
+
+    from huggingface_hub import errors as hf
+
+    from guiapp.hub.failures import translate
+    from guiapp.system.explain import explain
+    from guiapp.ui.widgets.explanation import ExplanationPanel
+
+    saved = json.loads(json.dumps(asdict(explain(translate(hf.OfflineModeIsEnabled("offline"), "org/model")))))
+    assert "HF_HUB_OFFLINE" in saved["fix"] + saved["what"]
+    panel = ExplanationPanel()
+    qtbot.addWidget(panel)
+    panel.show_explanation(saved)
+    shown = panel.what.text() + panel.fix.text()
+    assert "Go online, or use a model that is already downloaded." in shown and "HF_HUB_OFFLINE" not in shown

@@ -19,7 +19,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from guiapp.jobs.fixes import window_text
+from guiapp.facts.wording import for_window
 from guiapp.jobs.plain_words import recipe_words
 from guiapp.jobs.runner import JobStatus
 from guiapp.jobs.validation import PairCheck, Problem, free_output
@@ -102,7 +102,7 @@ class FormTab(QWidget):
         problems = _model_problems(check)
         if not problems:
             return False
-        self.check.setText(window_text("\n".join(problem.text for problem in problems)))
+        self.check.setText("\n".join(for_window(problem.text) for problem in problems))
         set_status_style(self.check, "problem")
         self.bar.set_blocked(problems[0].text)
         return True
@@ -124,7 +124,7 @@ class FormTab(QWidget):
         if problem is None:
             self.bar.set_ready()
         else:  # the folder's whole path is in its field: the name is enough
-            self.bar.set_blocked(recipe_words(problem.text, None, [chosen, str(expanded(chosen))] if chosen else []),
+            self.bar.set_blocked(recipe_words(for_window(problem.text), None, [chosen, str(expanded(chosen))] if chosen else []),
                                  fix=free[1] if free else None)
 
     def show_checking(self) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 from PySide6.QtCore import QObject
 from PySide6.QtWidgets import QLabel
 
-from guiapp.jobs.fixes import window_text
+from guiapp.facts.wording import for_window
 from guiapp.jobs.recipe_document import RecipeDocument
 from guiapp.jobs.recipe_fixes import fix_for
 from guiapp.jobs.validation import check_merge, free_output
@@ -106,7 +106,7 @@ class RecipeCheck(QObject):
                        for entry in document.get("models") or []]
         output = self.page.output_edit.text().strip()  # its whole path is in the field above: the name is enough
         references += [output, str(expanded(output))] if output else []
-        return window_text(recipe_words(text, self.page.method_box.method(), [str(r) for r in references if r]))
+        return recipe_words(for_window(text), self.page.method_box.method(), [str(r) for r in references if r])
 
     def block_on_yaml_problem(self, error: Any) -> None:
         """The YAML view holds a recipe that cannot be read: Run waits for it (it would run the last valid one),

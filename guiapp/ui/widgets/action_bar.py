@@ -12,7 +12,7 @@ from __future__ import annotations
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QSizePolicy, QVBoxLayout, QWidget
 
-from guiapp.jobs.fixes import window_text
+from guiapp.facts.wording import for_window
 from guiapp.ui.theme import set_primary, set_status_style
 
 MIN_FIX_WIDTH = 200  # pixels of the fix button's text however narrow the bar
@@ -96,7 +96,7 @@ class ActionBar(QFrame):
     def set_blocked(self, problem: str, can_show: bool = False, fix: str | None = None) -> None:
         """The job cannot run as set up: the button is disabled and "Fix: <problem>" says why; `can_show` offers
         "Show me", `fix` (the fix in words) a button that makes it."""
-        self._show(False, f"Fix: {window_text(problem)}", "problem")
+        self._show(False, f"Fix: {for_window(problem)}", "problem")
         self.show_button.setVisible(can_show)
         # At most a third of the bar, so the problem itself stays readable beside it (the tooltip has it all).
         shown = self.fix_button.fontMetrics().elidedText(fix or "", Qt.TextElideMode.ElideRight,

@@ -1,7 +1,7 @@
 """A failure shown in the user's terms: title, what happened, why, what to do, the fixes as buttons, and Details.
 
-It shows an `Explanation` (or the dict form the jobs history keeps) in the window's words
-(`guiapp.jobs.fixes.window_text`: no command-line flag or environment variable) with the buttons
+It shows an `Explanation` (or the dict form the jobs history keeps) in the window's words (its `window` part,
+`guiapp.facts.wording`: no command-line flag or environment variable) with the buttons
 `guiapp.jobs.fixes.fix_actions` lists for it: Retry, Retry with the suggested settings, Choose another folder…,
 Sign in…, Open the model's page, Use offline mode, and Replace <folder>, which asks first, naming what it deletes.
 The raw error and traceback stay behind the Details toggle.
@@ -24,7 +24,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from guiapp.jobs.fixes import OPEN_MODEL_PAGE, REPLACE, RETRY, RETRY_WITH, FixAction, fix_actions, window_text
+from guiapp.jobs.fixes import OPEN_MODEL_PAGE, REPLACE, RETRY, RETRY_WITH, FixAction, fix_actions
 from guiapp.jobs.runner import JobStatus
 from guiapp.ui.text import html_escape
 from guiapp.ui.theme import set_heading, set_primary, set_status_style
@@ -87,19 +87,23 @@ class ExplanationPanel(QFrame):
         if not data and not self.actions:
             self.setVisible(False)
             return
-        self.title.setText(window_text(data.get("title", "")) if data else "The job was stopped")
+        self.title.setText(data.get("title", "") if data else "The job was stopped")
         set_status_style(self.title, "problem" if data else "warning")
-        self._show_part(self.what, "What happened", data.get("what", "") if data else STOPPED_WORDS.get(
-            status, "It was cancelled before it finished; nothing half-written was left behind."))
-        self._show_part(self.why, "Why", data.get("why", ""))
-        self._show_part(self.fix, "What to do", data.get("fix", ""))
+        # The window's words where they differ from the command line's (an explanation saved by an earlier
+        # version has none).
+        window = data.get("window") or {}
+        self._show_part(self.what, "What happened", window.get("what", data.get("what", "")) if data else
+                        STOPPED_WORDS.get(status, "It was cancelled before it finished; nothing half-written was left "
+                                          "behind."))
+        self._show_part(self.why, "Why", window.get("why", data.get("why", "")))
+        self._show_part(self.fix, "What to do", window.get("fix", data.get("fix", "")))
         self.details.setPlainText(data.get("raw", ""))
         self.details_button.setVisible(bool(data.get("raw")))
         self.details_button.setChecked(False)
         self.setVisible(True)
 
     def _show_part(self, label: QLabel, heading: str, text: str) -> None:
-        label.setText(f"<b>{heading}:</b> {html_escape(window_text(text))}")
+        label.setText(f"<b>{heading}:</b> {html_escape(text)}")
         label.setVisible(bool(text))
 
     def _show_buttons(self) -> None:
