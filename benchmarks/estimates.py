@@ -172,7 +172,7 @@ def _timed(arguments: list[str], events: Path | None = None) -> tuple[float, lis
 
 def _child(arguments: list[str]) -> int:
     """`mergesmith ARGUMENTS` in this process, each progress event also written to the file the parent named
-    (time since start, stage, fraction, ETA)."""
+    (time since start, stage, fraction, ETA, units done of total, item)."""
     from guiapp import progress  # noqa: PLC0415
     from guiapp.__main__ import main as mergesmith  # noqa: PLC0415
 
@@ -182,15 +182,16 @@ def _child(arguments: list[str]) -> int:
         started = time.monotonic()
         original = progress.Progress.__init__
 
-        def recording(self, on_event=None, on_log=None, cancel=None) -> None:
+        def recording(self, on_event=None, on_log=None, cancel=None, pause_at=None) -> None:
             def both(event) -> None:
                 sink.write(json.dumps({"at": time.monotonic() - started, "stage": event.stage,
-                                       "fraction": event.fraction, "eta": event.eta}) + "\n")
+                                       "fraction": event.fraction, "eta": event.eta, "done": event.done,
+                                       "total": event.total, "item": event.item}) + "\n")
                 sink.flush()
                 if on_event is not None:
                     on_event(event)
 
-            original(self, both, on_log, cancel)
+            original(self, both, on_log, cancel, pause_at)
 
         progress.Progress.__init__ = recording
     return mergesmith(arguments)
