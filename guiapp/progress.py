@@ -252,12 +252,12 @@ class TimeLeft:
             recent.popleft()
 
     def seconds_left(self, work_left: float) -> float | None:
-        """Seconds to do `work_left` more units at the rate measured lately; None before any work was measured
-        (0 when none is left)."""
-        if work_left <= 0:
-            return 0.0
+        """Seconds to do `work_left` more units at the rate measured lately: None before any work was measured
+        (even with none left: work found done already says nothing of the time), else 0 when none is left."""
         if not self._recent:
             return None
+        if work_left <= 0:
+            return 0.0
         since, then = self._start if len(self._recent) == 1 else self._recent[0]
         now, measured = self._recent[-1]
         return work_left * (now - since) / (measured - then) if now > since else None
