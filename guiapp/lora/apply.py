@@ -146,9 +146,9 @@ def _stream(
 
 
 # An updated tensor's extra cost, in bytes of a tensor copied as it is, per entry: the float32 update B·A, the
-# base in float32, their sum checked and cast back (2–2.5 times a bfloat16 copy's time in benchmarks/estimates.py;
-# the product itself is small at LoRA ranks).
-_UPDATE_WORK_PER_ELEMENT = 3
+# base in float32, their sum checked and cast back (2.3–3.4 times a bfloat16 copy's time per byte in
+# benchmarks/estimates.py; the product itself is small at LoRA ranks).
+_UPDATE_WORK_PER_ELEMENT = 4
 
 
 def _tensor_work(adapter: LoraAdapter, planned: PlannedTensor) -> int:
