@@ -16,8 +16,9 @@ the fixed cost against the estimate's, which is what a reference rate would be m
 
 The time left: each job's process records its progress events (a listener added in the child, see `_child`); at
 the first event of the job's main stage past 20 % of it, the ETA shown then against the time from then to the
-stage's last event. The rank preview runs in this process (as in the window: torch loaded, the files just read
-by the jobs) and is compared with the extraction's time in its process from its first progress event to its last
+stage's last event; "cores" says how many cores the job got before that point and after it (a time left that
+missed because other programs took the cores halfway shows as a drop). The rank preview runs in this process (as
+in the window: torch loaded, the files just read by the jobs) and is compared with the extraction's time in its process from its first progress event to its last
 (reading, decomposing and writing, without the process's start-up), as in the window.
 """
 
@@ -63,7 +64,7 @@ def main() -> int:
 
     ratios, etas, previews = [], [], []
     print(f"{'job':<22} {'input':>9} {'estimate':>18} {'est. s':>7} {'actual s':>8} {'ratio':>6} {'busy':>5} "
-          f"{'work':>5} {'ETA@20%':>7}  basis")
+          f"{'work':>5} {'ETA@20%':>7} {'cores':>9}  basis")
     root.mkdir(parents=True, exist_ok=True)
     text = root / "text.txt"
     text.write_text((Path(__file__).parent.parent / "docs" / "window.md").read_text(encoding="utf-8")[:3000])
@@ -99,13 +100,15 @@ def main() -> int:
             ratio = estimate.seconds / actual
             ratios.append(ratio)
             eta = _eta_at_a_fifth(events)
+            cores = _cores_around_a_fifth(events)
             if eta is not None:
                 etas.append(eta)
             fixed = startup + JOB_OVERHEAD_SECONDS * busy  # as the estimate counts it
             work = (actual - fixed) / max(1e-9, estimate.seconds - fixed)
             print(f"{size + ' ' + name:<22} {input_bytes / 1e6:>6.0f} MB {str(estimate):>18} "
                   f"{estimate.seconds:>7.1f} {actual:>8.1f} {ratio:>6.2f} {busy:>5.1f} {work:>5.2f} "
-                  f"{'' if eta is None else f'{eta:.2f}':>7}  {estimate.basis} (start-up {startup:.1f} s)", flush=True)
+                  f"{'' if eta is None else f'{eta:.2f}':>7} {cores:>9}  {estimate.basis} (start-up {startup:.1f} s)",
+                  flush=True)
             if name == "extract":
                 # The job as the window runs it: from its first progress event to its last, without start-up.
                 extraction_work = events[-1]["at"] - events[0]["at"] if len(events) > 1 else actual - startup
@@ -141,6 +144,23 @@ def _eta_at_a_fifth(events: list[dict]) -> float | None:
     return None
 
 
+def _cores_around_a_fifth(events: list[dict]) -> str:
+    """The cores the job's process used on average (CPU seconds per second) in its main stage before the point
+    where its time left is read, and after it ("1.6→0.8"): a time left that missed because other programs took the
+    cores from the job halfway shows as a drop. Empty when the stage has no such point."""
+    stage = [e for e in events if e["stage"].startswith(MAIN_STAGES)]
+    if not stage:
+        return ""
+    stage = [e for e in stage if e["stage"] == stage[0]["stage"]]
+    point = next((e for e in stage if e["fraction"] >= 0.2 and e["eta"] is not None and stage[-1]["at"] > e["at"]),
+                 None)
+    if point is None or point["at"] <= stage[0]["at"]:
+        return ""
+    before = (point["cpu"] - stage[0]["cpu"]) / (point["at"] - stage[0]["at"])
+    after = (stage[-1]["cpu"] - point["cpu"]) / (stage[-1]["at"] - point["at"])
+    return f"{before:.1f}→{after:.1f}"
+
+
 def _preview_seconds(base: Path, tune: Path) -> float:
     """The rank preview of the pair as the window runs it, in this process."""
     from guiapp.lora.spectrum import preview_spectra  # noqa: PLC0415
@@ -172,7 +192,7 @@ def _timed(arguments: list[str], events: Path | None = None) -> tuple[float, lis
 
 def _child(arguments: list[str]) -> int:
     """`mergesmith ARGUMENTS` in this process, each progress event also written to the file the parent named
-    (time since start, stage, fraction, ETA)."""
+    (time since start, CPU seconds of the process, stage, fraction, ETA, units done of total, item)."""
     from guiapp import progress  # noqa: PLC0415
     from guiapp.__main__ import main as mergesmith  # noqa: PLC0415
 
@@ -182,15 +202,17 @@ def _child(arguments: list[str]) -> int:
         started = time.monotonic()
         original = progress.Progress.__init__
 
-        def recording(self, on_event=None, on_log=None, cancel=None) -> None:
+        def recording(self, on_event=None, on_log=None, cancel=None, pause_at=None) -> None:
             def both(event) -> None:
-                sink.write(json.dumps({"at": time.monotonic() - started, "stage": event.stage,
-                                       "fraction": event.fraction, "eta": event.eta}) + "\n")
+                sink.write(json.dumps({"at": time.monotonic() - started, "cpu": time.process_time(),
+                                       "stage": event.stage,
+                                       "fraction": event.fraction, "eta": event.eta, "done": event.done,
+                                       "total": event.total, "item": event.item}) + "\n")
                 sink.flush()
                 if on_event is not None:
                     on_event(event)
 
-            original(self, both, on_log, cancel)
+            original(self, both, on_log, cancel, pause_at)
 
         progress.Progress.__init__ = recording
     return mergesmith(arguments)

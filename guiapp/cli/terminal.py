@@ -88,9 +88,9 @@ class TerminalProgress:
 
 def _counted(event) -> str:
     """"3 of 21, 40% of the bytes": the count, and the share done, saying what it measures when that is the bytes
-    (a few large tensors make the two differ)."""
+    (a few large tensors make the two differ; the bar itself may follow the stage's work, see ProgressEvent)."""
     if event.bytes_total > 0:
-        return f"{event.done} of {event.total}, {event.fraction:.0%} of the bytes"
+        return f"{event.done} of {event.total}, {event.bytes_done / event.bytes_total:.0%} of the bytes"
     return f"{event.done} of {event.total} ({event.fraction:.0%})"
 
 

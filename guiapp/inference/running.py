@@ -655,8 +655,9 @@ def generate(
     if loaded.set_aside:
         progress.log(f"{loaded.label}: its generation_config.json asks for {', '.join(loaded.set_aside)}, which "
                      "Try cannot stream; it writes one answer, token by token, without it.")
-    progress.start_stage(f"Generating: {loaded.source.ref.short_name}", total=new_tokens)
-    streamer = _StreamToListener(loaded, progress, on_text)
+    works = token_works(loaded, input_ids.shape[-1], new_tokens)
+    progress.start_stage(f"Generating: {loaded.source.ref.short_name}", total=new_tokens, work_total=sum(works))
+    streamer = _StreamToListener(loaded, progress, on_text, works)
     tokenizer = loaded.tokenizer
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     if settings.sample:
@@ -674,7 +675,8 @@ def generate(
 class _StreamToListener:
     """transformers' TextStreamer, but handing text to a listener and counting tokens (which checks cancel)."""
 
-    def __init__(self, loaded: LoadedModel, progress: Progress, on_text: TextListener | None) -> None:
+    def __init__(self, loaded: LoadedModel, progress: Progress, on_text: TextListener | None,
+                 works: list[float]) -> None:
         import transformers  # noqa: PLC0415 - seconds to load; only Try jobs need it
 
         listener = on_text or (lambda text: None)
@@ -687,18 +689,44 @@ class _StreamToListener:
         self._streamer = Streamer(loaded.tokenizer, skip_prompt=True, skip_special_tokens=True)
         self._loaded = loaded
         self._progress = progress
+        self._works = works  # each new token's cost, in order
         self._prompt_seen = False
+        self._tokens = 0
 
     def put(self, value: torch.Tensor) -> None:
         with _tokenizer_in_use(self._loaded.label, self._loaded.tokenizer_file, "turning tokens into text"):
             self._streamer.put(value)
         if self._prompt_seen:
-            self._progress.step("token")
+            work = self._works[self._tokens] if self._tokens < len(self._works) else 0.0
+            self._tokens += 1
+            self._progress.step("token", work=work)
         self._prompt_seen = True
 
     def end(self) -> None:
         with _tokenizer_in_use(self._loaded.label, self._loaded.tokenizer_file, "turning tokens into text"):
             self._streamer.end()
+
+
+# transformers' own work for each generated token (its loop, sampling, the cache's bookkeeping): about 3 ms, the
+# time of reading 16M parameters (jobs/estimates.py's reference rates: 3 ms a token, 0.19 ns a parameter).
+_STEP_PARAMETERS = 16_000_000
+
+
+def token_works(loaded: LoadedModel, prompt_tokens: int, new_tokens: int) -> list[float]:
+    """What each of `new_tokens` tokens generated after a prompt of `prompt_tokens` costs, in parameters read: the
+    model's weights, run once a token, and transformers' step, the same for every token; and per token of context
+    so far, each layer's cached keys and values (read, and copied as the cache grows) and the attention over them,
+    so that later tokens of a long text cost more. Never raises (a configuration that does not say its layers
+    counts only the weights)."""
+    config = loaded.model.config
+    layers = getattr(config, "num_hidden_layers", None) or getattr(config, "n_layer", None) or 0
+    hidden = getattr(config, "hidden_size", None) or getattr(config, "n_embd", None) or 0
+    heads = getattr(config, "num_attention_heads", None) or getattr(config, "n_head", None) or 1
+    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    head_dim = getattr(config, "head_dim", None) or hidden // max(1, heads)
+    per_context = layers * (4 * kv_heads * head_dim + 2 * hidden)
+    fixed = sum(p.numel() for p in loaded.model.parameters()) + _STEP_PARAMETERS
+    return [float(fixed + per_context * (prompt_tokens + index)) for index in range(new_tokens)]
 
 
 def perplexity(
@@ -721,6 +749,8 @@ def perplexity(
     window = max(2, min(window, loaded.max_positions or window))
     progress.start_stage(f"Perplexity: {loaded.source.ref.short_name}", total=len(text))
     total_nll, predicted, count = 0.0, 0, 0
+    read_so_far = [0, 0]  # characters and tokens of the pieces read
+    counted = 0  # characters the bar has counted
 
     def read(pieces: Iterator[tuple[list[int], int]]) -> Iterator[list[int]]:
         while True:
@@ -729,8 +759,9 @@ def perplexity(
             if piece is None:
                 return
             ids, characters = piece
+            read_so_far[0] += characters
+            read_so_far[1] += len(ids)
             yield ids
-            progress.step("text read", units=characters)  # once the piece's windows are scored
 
     for ids in windows(read(token_pieces(loaded.tokenizer, text, piece_characters)), window):
         chunk = torch.tensor(ids, device=loaded.device)
@@ -740,7 +771,14 @@ def perplexity(
         total_nll -= log_probs.gather(1, chunk[1:, None]).sum().item()
         predicted += chunk.numel() - 1
         count += 1
-        progress.step(f"window of {chunk.numel()} tokens", units=0)
+        # The bar moves by window, by the characters its tokens stand for (a text of one piece read at once would
+        # otherwise jump from 0 to 100 % as its last window begins, with no time left to show before).
+        characters, tokens = read_so_far
+        scored = max(counted, min(characters, round(characters * (predicted + 1) / max(1, tokens))))
+        progress.step(f"window of {chunk.numel()} tokens", units=scored - counted)
+        counted = scored
+    if counted < len(text):
+        progress.step("text read", units=len(text) - counted)
     if predicted == 0:
         raise SettingsError("The text is too short for perplexity: it needs at least two tokens.",
                             hint="Paste a few sentences or more.", key="text")

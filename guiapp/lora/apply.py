@@ -115,9 +115,11 @@ def _stream(
     progress: Progress,
 ) -> dict[str, int]:
     counts = {"changed": 0, "replaced": 0}
-    progress.start_stage("Applying the adapter", total=len(plan), bytes_total=sum(t.nbytes for t in plan))
+    works = [_tensor_work(adapter, planned) for planned in plan]
+    progress.start_stage("Applying the adapter", total=len(plan), bytes_total=sum(t.nbytes for t in plan),
+                         work_total=sum(works))
     try:
-        for planned in plan:
+        for planned, work in zip(plan, works, strict=True):
             tensor = base.read(planned.name)
             replacement = adapter.replacement_for(planned.name)
             # B·A is compute-bound; adding it, casting and writing are bound by memory: one thread.
@@ -136,12 +138,25 @@ def _stream(
                     )
                 counts["changed"] += 1
             writer.write(planned.name, tensor.to(planned.dtype))
-            progress.step(planned.name, nbytes=planned.nbytes)
+            progress.step(planned.name, nbytes=planned.nbytes, work=work)
         writer.close()
     except BaseException:
         writer.abort()
         raise
     return counts
+
+
+# An updated tensor's extra cost, in bytes of a tensor copied as it is, per entry: the float32 update B·A, the
+# base in float32, their sum checked and cast back (2.3–3.4 times a bfloat16 copy's time per byte in
+# benchmarks/estimates.py; the product itself is small at LoRA ranks).
+_UPDATE_WORK_PER_ELEMENT = 4
+
+
+def _tensor_work(adapter: LoraAdapter, planned: PlannedTensor) -> int:
+    """What writing `planned` costs, as the bar and its time left count it: its bytes, and its update's work
+    where the adapter adds one (not where it replaces the tensor whole)."""
+    updated = adapter.replacement_for(planned.name) is None and adapter.applied_dtype(planned.name) is not None
+    return planned.nbytes + (_UPDATE_WORK_PER_ELEMENT * math.prod(planned.shape) if updated else 0)
 
 
 def _write_model_files(base_folder: Path, out: Path, out_dtype: torch.dtype | None, settings: ApplySettings,

@@ -217,7 +217,8 @@ def merge_into(
     """The merge loop: every tensor of `plan`, read from `readers`, merged and handed to `writer` (a shard file,
     or the lab's model in memory). Returns each tensor's statistics. On any exception `writer.abort()` is called and
     the exception goes on (NonFiniteResultError, IncompatibleModelsError, Cancelled...)."""
-    progress.start_stage("Merging", total=len(plan.tasks), bytes_total=plan.input_bytes)
+    progress.start_stage("Merging", total=len(plan.tasks), bytes_total=plan.input_bytes,
+                         work_total=sum(_task_work(plan, task) for task in plan.tasks))
     stats: list[dict[str, Any]] = []
     pieces = _pieces(plan)
     task_index = {id(task): index for index, task in enumerate(plan.tasks)}
@@ -280,7 +281,7 @@ def merge_into(
                     release_free_memory(above=FREE_HEAP_BUDGET)
                     threads = torch.get_num_threads() if piece.survey is None else helpers.width
                     stats.append({"tensor": task.name, "seconds": seconds, "threads": threads, **extra})
-                    progress.step(task.name, nbytes=plan.task_input_bytes(task))
+                    progress.step(task.name, nbytes=plan.task_input_bytes(task), work=_task_work(plan, task))
             if pending_write is not None:
                 pending_write.result()
         except BaseException:
@@ -294,6 +295,18 @@ def merge_into(
             release_free_memory()  # the blocks the heaps kept for reuse, now that none will come
     writer.close()
     return stats
+
+
+# What a tensor costs besides its bytes (handing it between the reading, merging and writing threads, its
+# statistics, returning freed memory), in bytes of a linear merge's input: 7–12 ms a tensor (a norm's whole time)
+# where a linear merge read 2–3 MB (benchmarks/estimates.py, two busy cores). Counted, the bar and its time left
+# no longer take the many small tensors of a small model as almost free.
+TENSOR_WORK_BYTES = 2_000_000
+
+
+def _task_work(plan: MergePlan, task: TensorTask) -> int:
+    """What merging `task` costs, as the bar and its time left count it: its input bytes and a tensor's own cost."""
+    return plan.task_input_bytes(task) + TENSOR_WORK_BYTES
 
 
 def _work_kind(plan: MergePlan, task: TensorTask) -> WorkKind:

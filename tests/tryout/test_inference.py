@@ -325,3 +325,29 @@ def test_sampling_settings_out_of_range_are_refused_by_name(field, value):
 def test_job_titles_count_models_in_words():
     assert try_job(["a"], "hi").title == "Try 1 model"
     assert perplexity_job(["a", "b"], "text").title == "Perplexity of 2 models"
+
+
+def test_generation_counts_each_token_by_its_cost_which_grows_with_the_context(causal_fp32):
+    """Each new token attends to every token before it: the stage counts tokens by their cost, so its bar and
+    time left do not take the last tokens of a long text as cheap as the first."""
+    loaded = load_model(resolve_sources([str(causal_fp32)])[0], torch.float32, "cpu")
+    events = []
+    generate(loaded, PROMPT, GenerationSettings(max_new_tokens=12), Progress(on_event=events.append))
+    steps = [e for e in events if e.stage.startswith("Generating") and e.item == "token"]
+    works = [later.work_done - earlier.work_done for earlier, later in zip(steps, steps[1:], strict=False)]
+    assert steps[0].work_total > 0 and len(works) == 11
+    assert all(later > earlier for earlier, later in zip(works, works[1:], strict=False)), works
+    assert steps[-1].fraction == 1.0
+
+
+def test_perplexity_moves_its_bar_window_by_window(causal_fp32):
+    """A text read as one piece is scored in several windows: the bar moves after each (it jumped from 0 to
+    100 % as the last window began, so its time left said 0 s while windows were still being scored)."""
+    loaded = load_model(resolve_sources([str(causal_fp32)])[0], torch.float32, "cpu")
+    events = []
+    result = perplexity(loaded, TEXT, window=8, progress=Progress(on_event=events.append))
+    windows = [e for e in events if e.item.startswith("window")]
+    assert len(windows) == result.windows > 4
+    fractions = [e.fraction for e in windows]
+    assert fractions == sorted(fractions) and len(set(fractions)) == len(fractions) and fractions[-1] == 1.0
+    assert fractions[0] < 0.5
