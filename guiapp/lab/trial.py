@@ -137,8 +137,8 @@ class Evaluator:
     """Merges candidate recipes of one recipe's shape into one model in memory and scores them.
 
     Building one opens the inputs and makes the model from the merged configuration (random weights until the
-    first trial). The inputs' tensors are kept in memory up to `keep_bytes` (None: `default_budget()`, 0: read
-    from disk at every trial). Raises what planning a merge raises (RecipeError, CheckpointError, HubError...) and
+    first trial). The inputs' tensors are kept in memory up to `keep_bytes` (None: `default_budget` for the
+    model's size, 0: read from disk at every trial). Raises what planning a merge raises (RecipeError, CheckpointError, HubError...) and
     UnsupportedModelError for models that do not generate text.
     """
 
@@ -155,7 +155,7 @@ class Evaluator:
         self._settings = MergeSettings(output=Path("."), device=device, seed=seed)
         self._shapes = {task.name: task.shape for task in plan.tasks}
         self._inputs = KeptReaders(open_readers([model.ref for model in plan.models], progress),
-                                   default_budget() if keep_bytes is None else keep_bytes)
+                                   default_budget(plan.output_bytes) if keep_bytes is None else keep_bytes)
         self._folder = Path(tempfile.mkdtemp(prefix="mergesmith-lab-"))
         try:
             self._donor = tokenizer_folder(plan.tokenizer_donor)
