@@ -59,6 +59,31 @@ def lab_tunables(document: dict[str, Any]) -> list[Any]:
     return tunables(document)
 
 
+def tunable_words(document: Mapping[str, Any], tunable: Any) -> str:
+    """How the window names one of `document`'s tunable numbers (a Tunable): the parameter's label, the model it
+    belongs to by its short name, the point of a per-layer curve and the tensors it applies to — "tiny-math: Weight,
+    point 2 of 3" where the recipe says `models[0].parameters.weight[1]`, "(self_attn)" or "(the rest)" for a
+    filtered value."""
+    from guiapp.jobs.naming import input_name
+    from guiapp.jobs.plain_words import parameter_label
+    from guiapp.merging.method_declarations import DECLARATIONS
+
+    declaration = DECLARATIONS.get(str(document.get("merge_method", "")))
+    spec = declaration.param(tunable.parameter) if declaration is not None else None
+    words = parameter_label(spec) if spec is not None else tunable.parameter
+    owner = where = kind = ""
+    place: Any = document
+    for index, step in enumerate(tunable.path):
+        if isinstance(place, Mapping) and step == "parameters" and isinstance(place.get("model"), str):
+            owner = f"{input_name(place['model'])}: "
+        elif isinstance(place, Mapping) and step == "value":
+            kind = f" ({place['filter']})" if place.get("filter") else " (the rest)"
+        elif isinstance(place, list) and index == len(tunable.path) - 1 and len(place) > 1:
+            where = f", point {step + 1} of {len(place)}"  # of a per-layer curve
+        place = place[step]
+    return f"{owner}{words}{where}{kind}"
+
+
 def recipe_with_values(document: dict[str, Any], tunables: list[Any], values: Mapping[str, float]) -> dict[str, Any]:
     """`document` with the tuned numbers set to `values` (a trial's), as a recipe the Merge page can load."""
     from guiapp.lab.space import with_values

@@ -46,3 +46,20 @@ def test_names_and_ranges_that_do_not_fit_are_explained():
         tunables(RECIPE, "models[0].density[0]=-1:0.5")
     with pytest.raises(RecipeError, match="no number for the lab to tune"):
         tunables({"merge_method": "slerp", "base_model": "a", "models": [{"model": "a"}, {"model": "b"}]})
+
+
+def test_the_window_names_each_number_by_its_model_label_point_and_filter():
+    from guiapp.jobs.lab import tunable_words
+
+    document = {"merge_method": "ties", "base_model": "/m/base",
+                "models": [{"model": "/m/tiny-math", "parameters": {"weight": [0.2, 0.5, 0.9], "density": 0.6}},
+                           {"model": "org/chat@v2", "parameters": {
+                               "weight": 0.5, "density": [{"filter": "self_attn", "value": 0.3}, {"value": 0.7}]}}]}
+    assert [tunable_words(document, t) for t in tunables(document)] == [
+        "tiny-math: Weight, point 1 of 3", "tiny-math: Weight, point 2 of 3", "tiny-math: Weight, point 3 of 3",
+        "tiny-math: Keep this fraction of changes", "chat: Weight",
+        "chat: Keep this fraction of changes (self_attn)", "chat: Keep this fraction of changes (the rest)"]
+    slerp = {"merge_method": "slerp", "base_model": "/m/a", "parameters": {"t": [0.0, 1.0]},
+             "slices": [{"sources": [{"model": "/m/a", "layer_range": [0, 2]}, {"model": "/m/b", "layer_range": [0, 2]}]}]}
+    assert [tunable_words(slerp, t) for t in tunables(slerp)] == [
+        "Position between the models (t), point 1 of 2", "Position between the models (t), point 2 of 2"]

@@ -20,7 +20,9 @@ def test_a_search_from_the_merge_pages_recipe_ends_with_the_best_on_the_merge_an
                    {"model": str(planted.computers), "parameters": {"weight": 0.5}}]})
     window.show_page("lab")
     lab = window.lab
-    assert lab.form.parameters.rowCount() == 2 and "models[0].weight" in lab.form.parameters.item(0, 1).text()
+    # The numbers in the form's words: the model's short name and the parameter's label, no recipe key.
+    assert [lab.form.parameters.item(row, 1).text() for row in range(lab.form.parameters.rowCount())] == \
+        [f"{planted.animals.name}: Weight (now 0.5)", f"{planted.computers.name}: Weight (now 0.5)"]
 
     lab.start_button.click()
     assert "text file" in lab.status.text()  # nothing runs without a text
@@ -43,6 +45,8 @@ def test_a_search_from_the_merge_pages_recipe_ends_with_the_best_on_the_merge_an
     assert (tmp_path / "lab" / "trials.jsonl").read_text().splitlines()[:len(kept)] == kept
     assert lab.best_table.rowCount() == 5
     best = float(lab.best_table.item(0, 1).text())
+    assert all(lab.best_table.item(row, 2).text().startswith(f"{planted.animals.name}: Weight ")
+               and "models[" not in lab.best_table.item(row, 2).text() for row in range(5))
     assert best <= lab.chart.trials[0]
     window.grab().save(str(chart_shots / "lab-page.png"))
 

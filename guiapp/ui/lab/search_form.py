@@ -97,7 +97,7 @@ class SearchForm(QGroupBox):
     def set_document(self, document: dict[str, Any], where: str) -> None:
         """Search `document` (a recipe mapping): list its numbers with their ranges, or say why there are none."""
         from guiapp.errors import MergesmithError
-        from guiapp.jobs.lab import lab_tunables
+        from guiapp.jobs.lab import lab_tunables, tunable_words
 
         self.document = document
         try:
@@ -111,7 +111,9 @@ class SearchForm(QGroupBox):
             check = QTableWidgetItem()
             check.setCheckState(Qt.CheckState.Checked)
             self.parameters.setItem(row, 0, check)
-            self.parameters.setItem(row, 1, read_only_cell(f"{tunable.name} (now {tunable.start:g})"))
+            cell = read_only_cell(f"{tunable_words(document, tunable)} (now {tunable.start:g})")
+            cell.setToolTip(f"In the recipe: {tunable.name}")
+            self.parameters.setItem(row, 1, cell)
             self.parameters.setItem(row, 2, QTableWidgetItem(f"{tunable.low:g}"))
             self.parameters.setItem(row, 3, QTableWidgetItem(f"{tunable.high:g}"))
 

@@ -25,6 +25,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from guiapp.jobs.lab import tunable_words
 from guiapp.jobs.runner import JobStatus
 from guiapp.ui.lab.search_form import SearchForm, read_only_cell
 from guiapp.ui.text import error_text
@@ -97,6 +98,7 @@ class LabPage(QWidget):
         self._lab_folder: Path | None = None  # the folder of the search the chart shows
         # The recipe and numbers of that search: the form may show another recipe since (the Merge page's, changed).
         self._searched: tuple[dict[str, Any], list[Any]] | None = None
+        self._words: dict[str, str] = {}  # a tuned number's recipe name -> the window's words for it
         self._try_keys: set[str] = set()  # the merges "Try it" waits for
         self._try_folders: list[str] = []
 
@@ -181,6 +183,7 @@ class LabPage(QWidget):
         self._records = {}
         self._lab_folder = folder
         self._searched = (form.document, list(form.tunables))
+        self._words = {tunable.name: tunable_words(form.document, tunable) for tunable in form.tunables}
         self.chart.clear()
         self.best_table.setRowCount(0)
         self.use_button.setEnabled(False)
@@ -202,7 +205,7 @@ class LabPage(QWidget):
         self.best_table.setRowCount(min(BEST_SHOWN, len(done)))
         for row, best in enumerate(done[:BEST_SHOWN]):
             label = "start" if best.index == 0 else str(best.index)
-            values = ", ".join(f"{name} {value:g}" for name, value in best.values.items())
+            values = "; ".join(f"{self._words.get(name, name)} {value:g}" for name, value in best.values.items())
             for column, text in enumerate((label, f"{best.perplexity:.3f}", values)):
                 self.best_table.setItem(row, column, read_only_cell(text))
         self.use_button.setEnabled(bool(done))
