@@ -205,7 +205,7 @@ class LabPage(QWidget):
         self.best_table.setRowCount(min(BEST_SHOWN, len(done)))
         for row, best in enumerate(done[:BEST_SHOWN]):
             label = "start" if best.index == 0 else str(best.index)
-            values = "; ".join(f"{self._words.get(name, name)} {value:g}" for name, value in best.values.items())
+            values = "; ".join(f"{self._words.get(name, name)} {value:.3g}" for name, value in best.values.items())
             for column, text in enumerate((label, f"{best.perplexity:.3f}", values)):
                 self.best_table.setItem(row, column, read_only_cell(text))
         self.use_button.setEnabled(bool(done))
