@@ -10,7 +10,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from guiapp.checkpoints.quantized.fp8 import FLOAT8, decoded
+from guiapp.checkpoints.quantized.fp8 import FLOAT8, dequantized
 from guiapp.checkpoints.reading import open_checkpoint
 from guiapp.errors import QuantizedCheckpointError, UnknownQuantizationError
 from tests.quantized.helpers import quantized_copy
@@ -309,16 +309,20 @@ def test_a_plain_model_whose_tensor_names_end_like_side_tensors_is_not_taken_for
         assert checkpoint.quantized is None and set(checkpoint.tensors) == {"encoder.conv_blocks", "encoder.norm.weight"}
 
 
+@pytest.mark.parametrize("codes", ["every", "finite"])
 @pytest.mark.parametrize("target", [torch.bfloat16, torch.float16, torch.float32], ids=str)
 @pytest.mark.parametrize("dtype", FLOAT8, ids=str)
-def test_float8_codes_scaled_in_the_model_dtype_give_the_bits_of_scaling_in_float32(dtype, target):
-    # Every one of the 256 codes (NaNs, infinities, subnormals, negative zero included), in a matrix read through
-    # a transposed (non-contiguous) view as the row readers may hand it, decoded straight into the model's dtype
-    # and scaled there in place: the same bits as decoding to float32, scaling, and converting.
-    codes = torch.arange(256, dtype=torch.uint8).view(dtype).reshape(16, 16).t()
-    scale = torch.rand(16, 1, generator=torch.Generator().manual_seed(0)) * 3
-    values = decoded(codes, target)
-    assert values.shape == codes.shape
-    expected = (codes.float() * scale).to(target)
-    assert torch.equal(values.mul_(scale).to(target).reshape(-1).view(torch.uint8),
-                       expected.reshape(-1).view(torch.uint8))
+def test_float8_codes_scaled_in_the_model_dtype_give_the_bits_of_scaling_in_float32(dtype, target, codes):
+    # Every one of the 256 codes (NaNs, infinities, subnormals, negative zero), or every finite one (where the
+    # codes' bits are moved into bfloat16's places rather than looked up), in a matrix read through a transposed
+    # (non-contiguous) view as the row readers may hand it, with a scale per row and per block of columns:
+    # dequantized straight into the model's dtype, the same bits as converting to float32, scaling and converting.
+    every = torch.arange(256, dtype=torch.uint8).view(dtype)
+    chosen = every if codes == "every" else every[torch.isfinite(every.float())]
+    matrix = chosen.repeat(32)[: 16 * 16 * 2].reshape(32, 16).t()
+    for scale, blocks in ((torch.rand(16, 1, generator=torch.Generator().manual_seed(0)) * 3, None),
+                          (torch.rand(16, 4, generator=torch.Generator().manual_seed(1)) * 0.01, (1, 8))):
+        values = dequantized(matrix, scale, target, blocks)
+        expected = (matrix.float() * scale.repeat_interleave(32 // scale.shape[1], 1)).to(target)
+        assert values.dtype == target and values.shape == matrix.shape
+        assert torch.equal(values.reshape(-1).view(torch.uint8), expected.reshape(-1).view(torch.uint8))
