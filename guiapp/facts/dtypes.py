@@ -69,17 +69,17 @@ TABLE: tuple[Dtype, ...] = (
 class Float8Fields:
     """How a float8 format's codes become bfloat16 bits by moving their fields: the sign stays the top bit, the
     exponent and mantissa bits move left by `shift`, and the bfloat16 read is the true value times 2**-`offset`
-    (the difference of the exponent biases). Codes whose bits under `unmapped[0]` equal `unmapped[1]` have no
-    such bfloat16 (e4m3fn's NaNs; e5m2's infinities and NaNs)."""
+    (the difference of the exponent biases). Codes with every bit of `unmapped` set have no such bfloat16
+    (e4m3fn's NaNs; e5m2's infinities and NaNs)."""
 
     shift: int
     offset: int
-    unmapped: tuple[int, int]
+    unmapped: int
 
 
 FLOAT8_FIELDS: dict[str, Float8Fields] = {
-    "float8_e4m3fn": Float8Fields(shift=4, offset=127 - 7, unmapped=(0x7F, 0x7F)),
-    "float8_e5m2": Float8Fields(shift=5, offset=127 - 15, unmapped=(0x7C, 0x7C)),
+    "float8_e4m3fn": Float8Fields(shift=4, offset=127 - 7, unmapped=0x7F),
+    "float8_e5m2": Float8Fields(shift=5, offset=127 - 15, unmapped=0x7C),
 }
 
 BY_NAME: dict[str, Dtype] = {dtype.name: dtype for dtype in TABLE}
