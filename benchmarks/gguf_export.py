@@ -59,18 +59,23 @@ _QUANTIZER_ALONE = textwrap.dedent("""
     from safetensors import safe_open
     from guiapp.gguf.quantize import FILE_KINDS, encode, tensor_type
     folder, kind, layers = Path(sys.argv[1]), FILE_KINDS[sys.argv[2]], int(sys.argv[3])
-    tensors = {}
+    seconds = 0.0
     for file in sorted(folder.glob("*.safetensors")):
         with safe_open(file, framework="pt") as handle:
-            tensors.update({name: handle.get_tensor(name).float() for name in handle.keys()})
-    start = time.perf_counter()
-    for name, tensor in tensors.items():
-        encode(tensor, tensor_type(kind, name, tuple(tensor.shape), layers, False), threads=os.cpu_count() or 1)
-    print(time.perf_counter() - start)
+            for name in handle.keys():
+                tensor = handle.get_tensor(name).float()  # read and converted before the clock starts
+                qtype = tensor_type(kind, name, tuple(tensor.shape), layers, False)
+                start = time.perf_counter()
+                encode(tensor, qtype, threads=os.cpu_count() or 1)
+                seconds += time.perf_counter() - start
+    print(seconds)
 """)
 
 
-def build_model(folder: Path, size_gb: float) -> Path:
+SHAPES = {"7b": dict(hidden=4096, intermediate=11008, layers=32, heads=32, kv_heads=32, vocab=32000)}  # Llama-2-7B
+
+
+def build_model(folder: Path, size_gb: float, shape_name: str | None = None) -> tuple[Path, int]:
     import torch
 
     from guiapp.checkpoints.samples import (
@@ -81,26 +86,66 @@ def build_model(folder: Path, size_gb: float) -> Path:
         write_checkpoint,
     )
 
-    per_layer = 2 * (2 * 2048 * 2048 + 2 * 2048 * 512 + 3 * 2048 * 5632)  # bf16 bytes
-    outer = 2 * 2 * 32000 * 2048
-    layers = max(1, round((size_gb * 1e9 - outer) / per_layer))
-    shape = LlamaShape(hidden=2048, intermediate=5632, layers=layers, heads=16, kv_heads=4, vocab=32000)
+    if shape_name:
+        shape = LlamaShape(**SHAPES[shape_name])
+        return _write_layer_by_layer(folder / "model", shape), shape.layers
+        per_layer = 2 * (2 * 2048 * 2048 + 2 * 2048 * 512 + 3 * 2048 * 5632)  # bf16 bytes
+        outer = 2 * 2 * 32000 * 2048
+        layers = max(1, round((size_gb * 1e9 - outer) / per_layer))
+        shape = LlamaShape(hidden=2048, intermediate=5632, layers=layers, heads=16, kv_heads=4, vocab=32000)
     tensors = {n: t.to(torch.bfloat16) for n, t in llama_tensors(shape, torch.Generator().manual_seed(0)).items()}
     model = write_checkpoint(folder / "model", tensors, llama_config(shape, torch.bfloat16), shards=2)
     write_byte_tokenizer(model)
     return model, layers
 
 
+def _write_layer_by_layer(model: Path, shape) -> Path:
+    """A bf16 checkpoint of `shape` written a layer per shard (a 7 B model's float32 weights do not fit in memory
+    at once), with the tensor names and shapes of guiapp.checkpoints.samples.llama_tensors."""
+    import dataclasses
+
+    import torch
+    from safetensors.torch import save_file
+
+    from guiapp.checkpoints.samples import llama_config, llama_tensors, write_byte_tokenizer
+
+    model.mkdir(parents=True)
+    generator = torch.Generator().manual_seed(0)
+    template = llama_tensors(dataclasses.replace(shape, layers=1, vocab=8), generator)
+    weight_map: dict[str, str] = {}
+
+    def random_like(name: str) -> torch.Tensor:
+        sizes = [shape.vocab if size == 8 else size for size in template[name].shape]
+        if name.endswith("norm.weight"):
+            return (1 + torch.randn(*sizes, generator=generator) * 0.1).to(torch.bfloat16)
+        return (torch.randn(*sizes, generator=generator) * 0.02).to(torch.bfloat16)
+
+    def save(index: int, names: list[str], rename=lambda name: name) -> None:
+        file = f"model-{index:05d}.safetensors"
+        save_file({rename(name): random_like(name) for name in names}, model / file)
+        weight_map.update({rename(name): file for name in names})
+
+    layer_names = [name for name in template if name.startswith("model.layers.0.")]
+    save(0, [name for name in template if name not in layer_names])
+    for layer in range(shape.layers):
+        save(layer + 1, layer_names, lambda name, layer=layer: name.replace("layers.0.", f"layers.{layer}.", 1))
+    (model / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    (model / "config.json").write_text(json.dumps(llama_config(shape, torch.bfloat16)))
+    write_byte_tokenizer(model)
+    return model
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--size-gb", type=float, default=0.5)
+    parser.add_argument("--shape", choices=sorted(SHAPES), help="a real model's shape instead of --size-gb")
     parser.add_argument("--types", default="q8_0,f16,q4_k_m")
     parser.add_argument("--repeat", type=int, default=2)
     args = parser.parse_args()
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     with tempfile.TemporaryDirectory(prefix="gguf-bench-") as scratch:
         folder = Path(scratch)
-        model, layers = build_model(folder, args.size_gb)
+        model, layers = build_model(folder, args.size_gb, args.shape)
         source_bytes = sum(f.stat().st_size for f in model.glob("*.safetensors"))
         print(f"Model: {source_bytes / 1e9:.2f} GB bf16, Llama-shaped; {os.cpu_count()} CPUs\n")
         print(f"{'type':<8} {'export s':>9} {'floor s':>8} {'ratio':>6} {'target':>6} {'quantize s':>10} "
