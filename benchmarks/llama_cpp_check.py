@@ -108,8 +108,10 @@ def build_models(root: Path, names: list[str]) -> dict[str, Path]:
                     parameters: {{weight: 0.4}}
                 dtype: bfloat16
                 """))
-            subprocess.run([*_python(), "merge", str(recipe), str(root / "merged")], check=True, env=_env(),
-                           stdout=subprocess.DEVNULL)
+            done = subprocess.run([*_python(), "merge", str(recipe), str(root / "merged")], env=_env(),
+                                  capture_output=True, text=True)
+            if done.returncode != 0:
+                sys.exit(f"mergesmith merge failed:\n{done.stdout}\n{done.stderr}")
             folders[name] = root / "merged"
         else:
             folders[name] = models.BUILDERS[name](root / name)
@@ -134,11 +136,14 @@ def run_llama_cpp(path: Path, texts: list[str], tokens: list[int], work: Path, o
     return json.loads(done.stdout)
 
 
-def hf_tokenizations(folder: Path, texts: list[str]) -> list[dict]:
+def hf_tokenizations(folder: Path) -> tuple[list[str], list[dict]]:
+    """The sample texts, one more holding the model's EOS and BOS tokens' text, and the Hugging Face
+    tokenizer's ids for each, with and without the special tokens it adds."""
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(folder)
-    return [{"with_specials": tokenizer(text, add_special_tokens=True)["input_ids"],
+    texts = [*SAMPLES, f"Hello{tokenizer.eos_token} and{tokenizer.bos_token} again"]
+    return texts, [{"with_specials": tokenizer(text, add_special_tokens=True)["input_ids"],
              "plain": tokenizer(text, add_special_tokens=False)["input_ids"]} for text in texts]
 
 
@@ -153,19 +158,19 @@ def source_logits(folder: Path, tokens: list[int]) -> torch.Tensor:
         return model(torch.tensor([tokens])).logits[0].float()
 
 
-def compare_tokens(reference: list[dict], texts: list[str], answer: dict) -> tuple[bool, bool, str]:
-    """Whether llama.cpp tokenized every text as the Hugging Face tokenizer did (BOS/EOS as llama.cpp adds them
-    to a prompt), and detokenized its tokens back to the text."""
+def compare_tokens(texts: list[str], reference: list[dict], answer: dict) -> tuple[bool, bool, str]:
+    """Whether llama.cpp tokenized every text as the Hugging Face tokenizer did (special-token text parsed, BOS/EOS
+    as llama.cpp adds them to a prompt), and detokenized its tokens back to the text (special tokens rendered)."""
     notes, same_tokens, same_text = [], True, True
-    for index, (want, text, got) in enumerate(zip(reference, texts, answer["texts"], strict=True)):
+    for index, (text, want, got) in enumerate(zip(texts, reference, answer["texts"], strict=True)):
         framed = ([answer["bos"]] if answer["add_bos"] else []) + got["parsed"] + (
             [answer["eos"]] if answer["add_eos"] else [])
         if framed != want["with_specials"] or got["parsed"] != want["plain"]:
             same_tokens = False
             notes.append(f"text {index}: llama.cpp {framed[:12]}… vs HF {want['with_specials'][:12]}…")
-        if got["detokenized"] != text:
+        if got["detokenized_parsed"] != text:
             same_text = False
-            notes.append(f"text {index} detokenized: {got['detokenized']!r}")
+            notes.append(f"text {index} detokenized: {got['detokenized_parsed']!r}")
     return same_tokens, same_text, "; ".join(notes)
 
 
@@ -224,7 +229,7 @@ def _logits_of(answer: dict) -> torch.Tensor:
 def check_model(name: str, folder: Path, kinds: list[str], work: Path, options: argparse.Namespace) -> list[Row]:
     """One row per type: Mergesmith's file of `folder` in llama.cpp against the source in transformers, and
     llama.cpp's own quantizer on the same model beside it."""
-    reference_tokens = hf_tokenizations(folder, SAMPLES)
+    texts, reference_tokens = hf_tokenizations(folder)
     config = json.loads((folder / "config.json").read_text())
     sequence = reference_tokens[1]["with_specials"][: int(config["max_position_embeddings"])]
     reference = source_logits(folder, sequence)[:-1]
@@ -236,13 +241,14 @@ def check_model(name: str, folder: Path, kinds: list[str], work: Path, options: 
         except subprocess.CalledProcessError as error:
             rows.append(Row(name, kind, False, f"export failed: {error.stderr.decode()[-500:]}"))
             continue
-        answer = run_llama_cpp(path, SAMPLES, sequence, work, options)
+        answer = run_llama_cpp(path, texts, sequence, work, options)
         row = Row(name, kind, "error" not in answer, answer.get("error", ""), file_bytes=path.stat().st_size,
                   text_tokens=len(sequence))
         rows.append(row)
         try:
             if row.loaded:
-                _compare(row, answer, sequence, reference, f32_logits, reference_tokens, path, work, options)
+                _compare(row, answer, sequence, reference, f32_logits, (texts, reference_tokens), path, work,
+                         options)
         finally:
             if kind != "f32":
                 path.unlink()
@@ -253,14 +259,13 @@ def check_model(name: str, folder: Path, kinds: list[str], work: Path, options: 
 
 
 def _compare(row: Row, answer: dict, sequence: list[int], reference: torch.Tensor, f32_logits: torch.Tensor | None,
-             reference_tokens: list[dict], path: Path, work: Path, options: argparse.Namespace) -> None:
+             tokenized: tuple[list[str], list[dict]], path: Path, work: Path, options: argparse.Namespace) -> None:
     """Fills `row`'s figures from llama.cpp's `answer` on `path`, then quantizes the model's f32 file with
     llama.cpp's own quantizer into the same type and measures that too."""
     from guiapp.gguf.quantize import FILE_KINDS
 
     targets = torch.tensor(sequence[1:])
-    row.tokens_same, row.detokenized_same, row.tokenization_note = compare_tokens(reference_tokens, SAMPLES,
-                                                                                answer)
+    row.tokens_same, row.detokenized_same, row.tokenization_note = compare_tokens(*tokenized, answer)
     logits = _logits_of(answer)
     if logits.shape != reference.shape:
         row.error = f"llama.cpp gave logits of shape {tuple(logits.shape)}, the source {tuple(reference.shape)}"

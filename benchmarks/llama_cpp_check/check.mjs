@@ -23,9 +23,11 @@ const llama = await getLlama({
     usePrebuiltBinaries: true,
     skipDownload: true,
     progressLogs: false,
-    logLevel: LlamaLogLevel.warn,
+    logLevel: request.log_level ?? LlamaLogLevel.warn,
     logger(level, message) {
         logs.push(`${level}: ${message.trim()}`);
+        if (request.log_level != null)
+            process.stderr.write(`${level}: ${message.trim()}\n`);
     },
 });
 
