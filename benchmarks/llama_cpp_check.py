@@ -1,7 +1,11 @@
 """Do Mergesmith's GGUF files load in real llama.cpp and behave like the source model? Measured in one run.
 
-    cd benchmarks/llama_cpp_check && npm ci      # once: node-llama-cpp 3.22.1, prebuilt llama.cpp CPU binaries
+    cd benchmarks/llama_cpp_check && npm install  # once: node-llama-cpp 3.22.1 and its prebuilt CPU binaries
     python benchmarks/llama_cpp_check.py [--models llama,qwen2,...,merged] [--types f32,f16,...] [--json OUT]
+
+`npm install` installs exactly the versions of package-lock.json (and leaves it unchanged); `npm ci` refuses it,
+because node-llama-cpp 3.22.1 names optional binary packages for macOS, Windows and RISC-V that the registry does
+not have at 3.22.1, so no lock file can list them. The folder's .npmrc leaves out the CUDA and Vulkan builds.
 
 Builds the tiny models of tests/gguf/models.py (random weights, each with its own trained tokenizer) and a model
 merged from two Llama models with `mergesmith merge` (a linear merge stored in bfloat16), exports each with
@@ -113,6 +117,8 @@ def build_models(root: Path, names: list[str]) -> dict[str, Path]:
             if done.returncode != 0:
                 sys.exit(f"mergesmith merge failed:\n{done.stdout}\n{done.stderr}")
             folders[name] = root / "merged"
+        elif name == "gemma3":  # six layers: five sliding-window, one global, each with its rope base
+            folders[name] = models.gemma3(root / name, layers=6)
         else:
             folders[name] = models.BUILDERS[name](root / name)
     return folders
@@ -349,7 +355,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="Also write the rows to this file.")
     arguments = parser.parse_args()
     if not (NODE_DIR / "node_modules" / "node-llama-cpp").is_dir():
-        sys.exit(f"node-llama-cpp is not installed: run `npm ci` in {NODE_DIR} first.")
+        sys.exit(f"node-llama-cpp is not installed: run `npm install` in {NODE_DIR} first.")
     kinds = arguments.types.split(",")
     if "f32" in kinds:  # the f32 file first: the others are compared with it, and llama.cpp quantizes it
         kinds.remove("f32")
