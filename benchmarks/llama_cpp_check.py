@@ -19,14 +19,23 @@ model run by transformers in float32 on the same tokens it prints, per model and
 - KL: the mean KL divergence (source ‖ llama.cpp) of the full next-token distributions over the text's positions
   (llama.cpp's raw logits over the whole vocabulary, as `llama-perplexity --kl-divergence` uses them), its
   99th percentile and the share of positions whose most likely token agrees;
-- KL vs f32: the same, against llama.cpp running the same model's f32 file: the quantization alone, without the
+- KL/f32: the same, against llama.cpp running the same model's f32 file: the quantization alone, without the
   difference between llama.cpp's and transformers' float32 arithmetic.
 
-The issue's bars beside them were measured with llama.cpp's own converter and quantizer on small *trained* models.
-These models have random weights: their next-token distributions are nearly flat (perplexity near the vocabulary
-size), so a weight error moves KL and perplexity differently than on a trained model; the figures show the file
-is read as intended (a wrong rope theta, unpermuted q/k, a missing norm shift show up as KL orders of magnitude
-above the f32 row and as token disagreements) rather than reproduce the trained-model numbers.
+llama.cpp keeps keys and values in f32 here (`--kv-cache f32`, the file alone); `--kv-cache f16`, llama.cpp's
+default, adds its own rounding (a KL of about 5e-7 on the Llama model's f32 file).
+
+Two rows check the check: Llama's f32 file with llama.cpp's default rope theta instead of the model's, and with
+q/k not permuted. And llama.cpp's own quantizer (`llama_model_quantize` of the same prebuilt libllama, through
+ctypes, as `llama-quantize` runs it) quantizes Mergesmith's f32 file into each type, measured the same way, with
+the count of tensors whose type and bytes equal Mergesmith's.
+
+The issue's bars beside them were measured with llama.cpp's own converter and quantizer on small *trained*
+models. These models have random weights and perplexities above their vocabulary size (confident, wrong
+predictions with large logits), so the same weight error moves their distributions much more than a trained
+model's: their KL and perplexity changes from rounding are larger than the bars for llama.cpp's own quantizer
+too. What the figures show is whether the file is read as intended (f32 against transformers: metadata, tensor
+layout, tokenizer) and whether Mergesmith's quantization is llama.cpp's (the columns side by side).
 """
 
 from __future__ import annotations
@@ -260,6 +269,8 @@ def check_model(name: str, folder: Path, kinds: list[str], work: Path, options: 
                 path.unlink()
         if kind == "f32" and row.loaded and not row.error:
             f32_logits = _logits_of(answer)
+            if name == "llama":
+                rows += controls(path, sequence, reference, work, options)
     f32_path.unlink(missing_ok=True)
     return rows
 
@@ -296,6 +307,44 @@ def _compare(row: Row, answer: dict, sequence: list[int], reference: torch.Tenso
         row.reference_kl_vs_f32 = distribution_figures(f32_logits, their_logits, targets)["kl"]
 
 
+def controls(f32: Path, sequence: list[int], reference: torch.Tensor, work: Path,
+             options: argparse.Namespace) -> list[Row]:
+    """Checks of the check: copies of Llama's f32 file with the mistakes the issue names, which llama.cpp must show
+    as far off: llama.cpp's default rope theta (10000) instead of the model's 500000, and q/k rows left in
+    Hugging Face's layout instead of permuted."""
+    import shutil
+
+    import gguf
+
+    from guiapp.gguf.architectures import unpermute_rows
+
+    rows = []
+    for label in ("f32 θ=1e4", "f32 q/k HF"):
+        broken = work / "control.gguf"
+        shutil.copyfile(f32, broken)
+        reader = gguf.GGUFReader(broken, "r+")
+        if label.endswith("1e4"):
+            field = reader.fields["llama.rope.freq_base"]
+            field.parts[field.data[0]][0] = 10000.0
+        else:
+            head_dim = int(reader.fields["llama.rope.dimension_count"].contents())
+            for tensor in reader.tensors:
+                if tensor.name.endswith(("attn_q.weight", "attn_k.weight")):
+                    tensor.data[...] = unpermute_rows(torch.from_numpy(tensor.data.copy()), head_dim).numpy()
+        reader.data.flush()
+        del reader
+        answer = run_llama_cpp(broken, [], sequence, work, options)
+        broken.unlink()
+        row = Row("llama", label, "error" not in answer, answer.get("error", ""), text_tokens=len(sequence),
+                  tokens_same=True, detokenized_same=True)
+        if row.loaded:
+            figures = distribution_figures(reference, _logits_of(answer), torch.tensor(sequence[1:]))
+            row.source_ppl, row.ppl_change_percent = figures["ppl_p"], figures["change"]
+            row.kl_mean, row.kl_p99, row.top1_agreement = figures["kl"], figures["kl_p99"], figures["top1"]
+        rows.append(row)
+    return rows
+
+
 def identical_tensors(ours: Path, theirs: Path) -> str:
     """How many tensors of the two files hold the same type and the same bytes ("21/21")."""
     import gguf
@@ -309,6 +358,8 @@ def identical_tensors(ours: Path, theirs: Path) -> str:
 
 
 def _bar(kind: str) -> str:
+    if kind.startswith("f32 "):
+        return "a mistake on purpose: must be far off"
     ppl, kl = BARS.get(kind, (None, None))
     return "—" if ppl is None else f"≤{ppl:g} % / {kl:.0e}"
 
@@ -318,17 +369,17 @@ def print_table(rows: list[Row], options: argparse.Namespace) -> None:
     print(f"\nllama.cpp (node-llama-cpp 3.22.1 prebuilt CPU binaries, KV cache {options.kv_cache}) against the source "
           f"in transformers float32, {tokens} tokens of text.\nMergesmith's file; then llama.cpp's own quantizer "
           "(llama_model_quantize) on Mergesmith's f32 file of the same model.\n")
-    header = (f"{'model':<7} {'type':<6} {'load':<4} {'tok':<4} {'ppl src':>7} | {'ppl Δ %':>8} {'KL':>8} "
+    header = (f"{'model':<7} {'type':<10} {'load':<4} {'tok':<4} {'ppl src':>7} | {'ppl Δ %':>8} {'KL':>8} "
               f"{'KL p99':>8} {'top1':>5} {'KL/f32':>8} | {'ppl Δ %':>8} {'KL':>8} {'KL/f32':>8} {'same':>6} | issue bar")
-    print(f"{'':<32}| {'Mergesmith':<42}| {'llama.cpp quantizer':<35}|")
+    print(f"{'':<36}| {'Mergesmith':<42}| {'llama.cpp quantizer':<35}|")
     print(header)
     print("-" * len(header))
     for row in rows:
         if not row.loaded or row.error:
-            print(f"{row.model:<7} {row.kind:<6} {'NO':<4} {row.error[:300]}")
+            print(f"{row.model:<7} {row.kind:<10} {'NO':<4} {row.error[:300]}")
             continue
         tokens_ok = "ok" if row.tokens_same and row.detokenized_same else "DIFF"
-        print(f"{row.model:<7} {row.kind:<6} {'yes':<4} {tokens_ok:<4} {row.source_ppl:>7.1f} | "
+        print(f"{row.model:<7} {row.kind:<10} {'yes':<4} {tokens_ok:<4} {row.source_ppl:>7.1f} | "
               f"{row.ppl_change_percent:>+8.4f} {row.kl_mean:>8.1e} {row.kl_p99:>8.1e} {row.top1_agreement:>5.0%} "
               f"{_figure(row.kl_vs_f32)} | {_figure(row.reference_ppl_change_percent, '+8.4f')} "
               f"{_figure(row.reference_kl_mean)} {_figure(row.reference_kl_vs_f32)} {row.identical_tensors or '—':>6} | "
