@@ -61,7 +61,7 @@ from guiapp.gguf.check import BUILT_IN_TEXT  # noqa: E402
 from tests.gguf import models  # noqa: E402
 
 TYPES = ["f32", "f16", "bf16", "q8_0", "q6_k", "q4_k_m"]
-MODELS = ["llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3", "merged"]
+MODELS = ["llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3", "merged", "trained"]
 # The issue's bars (llama.cpp's converter and quantizer on small trained models): perplexity change in %, KL.
 BARS = {"f32": (0.001, 1e-7), "f16": (0.001, 1e-7), "bf16": (0.015, 4e-5), "q8_0": (0.015, 4e-5),
         "q6_k": (0.1, 3e-4), "q5_k_m": (0.1, 3e-4), "q4_k_m": (0.25, 1e-3), "q4_0": (None, None)}
@@ -126,11 +126,49 @@ def build_models(root: Path, names: list[str]) -> dict[str, Path]:
             if done.returncode != 0:
                 sys.exit(f"mergesmith merge failed:\n{done.stdout}\n{done.stderr}")
             folders[name] = root / "merged"
+        elif name == "trained":
+            folders[name] = trained_llama(root / name)
         elif name == "gemma3":  # six layers: five sliding-window, one global, each with its rope base
             folders[name] = models.gemma3(root / name, layers=6)
         else:
             folders[name] = models.BUILDERS[name](root / name)
     return folders
+
+
+def trained_llama(folder: Path, steps: int = 300) -> Path:
+    """The tiny Llama trained briefly (next-token loss, AdamW) on the docstrings of Python's standard library, so
+    that its next-token distributions look more like a trained model's than random weights' do. The text the
+    figures are measured on is not among them."""
+    import ast
+    import sysconfig
+
+    import transformers
+
+    models.llama(folder)
+    text = []
+    for path in sorted(Path(sysconfig.get_paths()["stdlib"]).glob("*.py"))[:120]:
+        try:
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+        except (SyntaxError, UnicodeDecodeError):
+            continue
+        text += [ast.get_docstring(node) or "" for node in ast.walk(tree)
+                 if isinstance(node, (ast.FunctionDef, ast.ClassDef, ast.Module))]
+    tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
+    ids = torch.tensor(tokenizer("\n\n".join(t for t in text if t), add_special_tokens=False)["input_ids"])
+    model = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    generator = torch.Generator().manual_seed(0)
+    model.train()
+    for _ in range(steps):
+        starts = torch.randint(0, len(ids) - 65, (16,), generator=generator)
+        batch = torch.stack([ids[start:start + 64] for start in starts.tolist()])
+        loss = model(batch, labels=batch).loss
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    print(f"trained: loss {loss.item():.2f} after {steps} steps on {len(ids)} tokens", file=sys.stderr)
+    model.save_pretrained(folder)
+    return folder
 
 
 def export(folder: Path, out: Path, kind: str) -> None:
