@@ -2,13 +2,15 @@
 // download) and prints, as one JSON object on stdout:
 //   - for each text: llama.cpp's tokens without specials and special-token text left as text (`plain`), with
 //     special-token text parsed (`parsed`), the BOS/EOS llama.cpp adds around a prompt (`bos`, `eos`, as
-//     llama_tokenize with add_special does), and the plain tokens detokenized back (`detokenized`);
+//     llama_tokenize with add_special does, `add_bos`, `add_eos`), and both detokenized back (`detokenized`,
+//     `detokenized_parsed` with special tokens rendered);
 //   - for the token sequence given, llama.cpp's raw next-token logits over the whole vocabulary after every
 //     position (`logits[i][token]`), from one evaluation of the sequence, no sampling applied.
 //
 //   node check.mjs REQUEST.json
 // REQUEST.json: {"model": "file.gguf", "texts": ["..."], "evaluate": [token ids], "threads": 2, "kv_cache": "F32"}
-// ("kv_cache": the type of llama.cpp's key/value cache, F16 by default as in llama.cpp's own tools)
+// ("kv_cache": the type of llama.cpp's key/value cache, F16 by default as in llama.cpp's own tools; "log_level":
+// "debug" streams llama.cpp's log to stderr, for a file that fails to load)
 // A file llama.cpp refuses makes the script exit 2 with {"error": "..."} on stdout.
 
 import {readFileSync} from "node:fs";
