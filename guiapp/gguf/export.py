@@ -43,7 +43,7 @@ from guiapp.errors import InsufficientResourcesError, OutputError
 from guiapp.gguf.architectures import PlannedTensor, Source, plan_tensors, source_of, write_metadata
 from guiapp.gguf.provenance import MadeFrom, made_from, write_made_from
 from guiapp.gguf.quantize import FILE_KINDS, FileKind, encode, stored_bytes, tensor_type
-from guiapp.gguf.tokenizer import Vocabulary, read_vocabulary, write_vocabulary
+from guiapp.gguf.tokenizer import Vocabulary, loadable_name, read_vocabulary, write_vocabulary
 from guiapp.hub.references import ModelRef
 from guiapp.progress import Progress
 from guiapp.system.threads import ThreadPolicy, WorkKind
@@ -155,7 +155,7 @@ def _writer(path: Path | None, source: Source, kind: FileKind, tensors: list[Pla
             record: MadeFrom) -> gguf.GGUFWriter:
     """A GGUF writer holding the file's metadata and tensor table (nothing written yet)."""
     writer = gguf.GGUFWriter(path, source.arch_name)
-    write_metadata(writer, source, name)
+    write_metadata(writer, source, loadable_name(name, vocabulary))
     write_made_from(writer, record, __version__)
     writer.add_file_type(int(kind.file_type))
     writer.add_quantization_version(gguf.GGML_QUANT_VERSION)

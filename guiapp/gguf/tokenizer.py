@@ -36,6 +36,10 @@ _BYTE_TOKEN = re.compile(r"<0x[0-9A-Fa-f]{2}>")
 # gguf-py's vocabulary reader logs notes meant for llama.cpp's converter script, not for the user's terminal.
 logging.getLogger("gguf").setLevel(logging.ERROR)
 _LOOKS_SPECIAL = re.compile(r"<\|.*\|>|<｜.*｜>|<unused.*>|<pad>|<mask>")
+# llama.cpp applies the Phi-3 tokenizer's strip rules to a model whose name contains "phi-3" or "phi3" (any case),
+# looking these tokens up by text, and refuses the file when one is missing.
+_PHI3_NAME = re.compile(r"(phi)-?(3)", re.IGNORECASE)
+_PHI3_NAMED_TOKENS = ("</s>", "<unk>", "<s>", "<|endoftext|>")
 
 
 @dataclass
@@ -226,6 +230,14 @@ def _added_by_tokenizer(document: dict[str, Any]) -> tuple[int | None, int | Non
     first = framed[0] if start > 0 else None
     last = framed[-1] if len(framed) > start + len(plain) else None
     return first, last
+
+
+def loadable_name(name: str, vocabulary: Vocabulary | None) -> str:
+    """The model's name as written in the file: "phi3" and "phi-3" become "phi 3" when the tokenizer lacks a token
+    llama.cpp looks up for models so named (a Phi-4-mini-style tokenizer); otherwise llama.cpp would refuse it."""
+    if vocabulary is None or set(_PHI3_NAMED_TOKENS) <= set(vocabulary.tokens):
+        return name
+    return _PHI3_NAME.sub(r"\1 \2", name)
 
 
 def write_vocabulary(writer: gguf.GGUFWriter, vocabulary: Vocabulary) -> None:

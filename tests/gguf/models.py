@@ -131,12 +131,13 @@ def gemma2(folder: Path, seed: int = 0) -> Path:
     return _save(folder, config, seed)
 
 
-def gemma3(folder: Path, seed: int = 0) -> Path:
+def gemma3(folder: Path, seed: int = 0, layers: int = 2) -> Path:
+    """Gemma 3 (five sliding-window layers, then one global: with 2 layers, both slide)."""
     import transformers
 
     size = spm_tokenizer(folder)
     config = transformers.Gemma3TextConfig(vocab_size=size, hidden_size=64, intermediate_size=128,
-                                           num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                           num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
                                            head_dim=16, query_pre_attn_scalar=16, max_position_embeddings=256,
                                            sliding_window=128, pad_token_id=0, eos_token_id=1, bos_token_id=2)
     config.architectures = ["Gemma3ForCausalLM"]

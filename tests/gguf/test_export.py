@@ -5,6 +5,8 @@ the model rebuilt from the dequantized file against the source's."""
 from __future__ import annotations
 
 import json
+import re
+import shutil
 
 import gguf
 import numpy as np
@@ -171,6 +173,46 @@ def test_the_tokenizer_tables_round_trip(architecture, model, pre, add_bos, tiny
                   for m in document["model"]["merges"][:20]]
         assert [scores[i] for i in ranked] == sorted((scores[i] for i in ranked), reverse=True)
         assert types[document["model"]["vocab"]["<0x41>"]] == gguf.TokenType.BYTE
+
+
+# llama.cpp gives a model whose general.name contains "phi-3" or "phi3" the Phi-3 tokenizer's strip rules, looking
+# these tokens up by text (llama-vocab.cpp); when one is missing the lookup throws and llama.cpp refuses the file
+# ("error loading model vocabulary: _Map_base::at"), as it refused the tiny Phi-3 below with its GPT-2-style tokenizer.
+_PHI3_NAME = re.compile(r"phi-3|phi3")
+_PHI3_NAMED_TOKENS = ("</s>", "<unk>", "<s>", "<|endoftext|>")
+
+
+@pytest.mark.parametrize(("folder_name", "written"), [("phi3", "phi 3"), ("My-Phi-3-merge", "My-Phi 3-merge")])
+def test_a_name_llama_cpp_reads_as_phi_3_comes_with_the_tokens_it_then_looks_up(folder_name, written, tiny_models,
+                                                                                 tmp_path):
+    from guiapp.gguf.export import export_gguf
+
+    folder = tmp_path / folder_name
+    shutil.copytree(tiny_models["phi3"], folder)
+    export_gguf(str(folder), tmp_path / "out.gguf", "f16")
+    fields, _ = _fields(tmp_path / "out.gguf")
+    tokens = set(fields["tokenizer.ggml.tokens"])
+    assert not set(_PHI3_NAMED_TOKENS) <= tokens  # this tokenizer lacks them, as Phi-4-mini's does
+    assert not _PHI3_NAME.search(fields["general.name"].lower()), fields["general.name"]
+    assert fields["general.name"] == written
+
+
+def test_a_phi_3_name_is_kept_when_the_tokens_llama_cpp_looks_up_are_there(tiny_models, tmp_path):
+    from guiapp.gguf.export import export_gguf
+
+    folder = tmp_path / "phi3-mini"
+    shutil.copytree(tiny_models["phi3"], folder)
+    document = json.loads((folder / "tokenizer.json").read_text())
+    vocab, merges = document["model"]["vocab"], document["model"]["merges"]
+    missing = [text for text in _PHI3_NAMED_TOKENS if text not in vocab]
+    for text, victim in zip(missing, sorted(vocab, key=vocab.get)[-len(missing):], strict=True):
+        vocab[text] = vocab.pop(victim)  # the last merges' results, which no other merge builds on
+        merges[:] = [m for m in merges if "".join(m if isinstance(m, list) else m.split(" ")) != victim]
+    (folder / "tokenizer.json").write_text(json.dumps(document))
+    export_gguf(str(folder), tmp_path / "out.gguf", "f16")
+    fields, _ = _fields(tmp_path / "out.gguf")
+    assert set(_PHI3_NAMED_TOKENS) <= set(fields["tokenizer.ggml.tokens"])
+    assert fields["general.name"] == "phi3-mini"
 
 
 def test_q4_k_m_gives_llama_cpps_mix(tiny_models, exported):
