@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import subprocess
-import sys
 
 import pytest
 import torch
@@ -19,14 +18,18 @@ from guiapp.system.probe import (
     ProbeResult,
     cache_file,
     machine_fingerprint,
-    probe_child_command,
-    run_probe_child,
     store,
 )
 from tests.engine.helpers import load_folder
+from tests.support import warm_cli
 from tests.support.filesystems import small_filesystem
 
 NAME = "model.layers.0.mlp.up_proj.weight"
+
+
+def _mergesmith(*args: str) -> subprocess.CompletedProcess:
+    """`mergesmith ARGS` in a process of its own, with this process's environment now (torch imported once)."""
+    return warm_cli.shared().run([str(arg) for arg in args], timeout=300)
 
 
 def _recipe(base, one):
@@ -59,13 +62,11 @@ def test_cli_dry_run_reports_the_compute_dtype_and_the_run_follows_it(llama_pair
     recipe = tmp_path / "r.yml"
     recipe.write_text(f"merge_method: task_arithmetic\nbase_model: {base}\ndtype: bfloat16\n"
                       f"models:\n  - model: {one}\n    parameters: {{weight: 0.3}}\n")
-    run = subprocess.run([sys.executable, "-m", "guiapp", "merge", str(recipe), str(tmp_path / "out"),
-                          "--dry-run", "--compute-dtype", "recipe"], capture_output=True, text=True, timeout=300)
+    run = _mergesmith("merge", recipe, tmp_path / "out", "--dry-run", "--compute-dtype", "recipe")
     assert run.returncode == 0, run.stderr
     assert "computed in bfloat16" in run.stdout
     # Without a probe of this machine nothing was seen to fail: the run goes ahead too.
-    run = subprocess.run([sys.executable, "-m", "guiapp", "merge", str(recipe), str(tmp_path / "out"),
-                          "--compute-dtype", "recipe"], capture_output=True, text=True, timeout=300)
+    run = _mergesmith("merge", recipe, tmp_path / "out", "--compute-dtype", "recipe")
     assert run.returncode == 0, run.stderr
 
 
@@ -76,8 +77,7 @@ def _without_bf16(probed: ProbeResult) -> ProbeResult:
     return dataclasses.replace(probed, checks=[*checks, Check("cpu", "bfloat16", operation, ok=False, error="boom")])
 
 
-def test_a_dtype_the_probe_saw_fail_is_refused_with_a_retry():
-    probed: ProbeResult = run_probe_child(probe_child_command(), machine_fingerprint(), timeout=120)
+def test_a_dtype_the_probe_saw_fail_is_refused_with_a_retry(probed):
     assert probed.problem is None, probed.problem
     require_compute(probed, "merge", "cpu", "bfloat16")  # this CPU computes merges in bf16
     with pytest.raises(DeviceError, match="cannot compute in bfloat16 on cpu") as caught:
@@ -97,8 +97,7 @@ def test_a_dry_run_refuses_what_the_run_refuses(probed, llama_pair, tmp_path, mo
     recipe.write_text(f"merge_method: task_arithmetic\nbase_model: {base}\ndtype: bfloat16\n"
                       f"models:\n  - model: {one}\n    parameters: {{weight: 0.3}}\n")
     for dry_run in ([], ["--dry-run"]):
-        run = subprocess.run([sys.executable, "-m", "guiapp", "merge", str(recipe), str(tmp_path / "out"), *settings,
-                              *dry_run], capture_output=True, text=True, timeout=300)
+        run = _mergesmith("merge", recipe, tmp_path / "out", *settings, *dry_run)
         assert run.returncode == 1 and refusal in run.stderr, (dry_run, run.stderr)
         assert "Traceback" not in run.stderr and not (tmp_path / "out").exists()
 
@@ -110,8 +109,7 @@ def test_a_dry_run_refuses_an_output_that_will_not_fit_as_the_run_does(llama_pai
                       f"models:\n  - model: {one}\n    parameters: {{weight: 0.3}}\n")
     with small_filesystem(tmp_path / "small", "64K") as small:
         for dry_run in ([], ["--dry-run"]):
-            run = subprocess.run([sys.executable, "-m", "guiapp", "merge", str(recipe), str(small / "out"), *dry_run],
-                                 capture_output=True, text=True, timeout=300)
+            run = _mergesmith("merge", recipe, small / "out", *dry_run)
             assert run.returncode == 1 and "This job will not fit: the output needs" in run.stderr, (dry_run, run.stderr)
             assert "Nothing was written" not in run.stdout and not (small / "out").exists()
 

@@ -12,7 +12,8 @@ import os
 from pathlib import Path
 
 import pytest
-from PySide6.QtCore import QSettings
+from PySide6.QtCore import QEvent, QSettings
+from PySide6.QtWidgets import QApplication
 
 from guiapp.system.probe import Check, ProbeResult
 from tests.support.fixtures import hub_env, hub_server  # noqa: F401 - fixtures for the search tests
@@ -44,6 +45,10 @@ def make_window(qtbot, probed):
     windows = []
 
     def make(probe: ProbeResult | None = None):
+        # The previous test's window is closed and marked for deletion, which Qt does at its next event loop: here,
+        # before this window is built, or it would still be alive (~1,800 widgets) while this one is built and
+        # styled, and every style sheet set now would repolish it too.
+        QApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
         _, window = create_window([])
         qtbot.addWidget(window)
         window.resize(1280, 860)
