@@ -10,6 +10,7 @@ named `mergesmith-lab-trial-N`; a task whose worker is lost is run again by Ray 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -20,6 +21,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import Any
+
+import psutil
 
 from guiapp.errors import ClusterError, MergesmithError, SettingsError
 from guiapp.facts.wording import say
@@ -202,8 +205,10 @@ class RayEngine(Engine):
                               f"({type(error).__name__}); a worker may be running out of memory.")
 
     def close(self) -> None:  # noqa: B027 - an engine that holds nothing has nothing to release
+        started = _ray_processes_started_here(self._folder) if self._folder is not None else []
         try:
             self._ray.shutdown()  # a cluster joined by address is only left; one started here is stopped
+            _wait_for_the_end(started)
         finally:
             self._set_environment({})
             if self._folder is not None:
@@ -263,3 +268,32 @@ def _quiet(progress: Progress) -> Progress:
     """The trials' own stages (merging, perplexity) stay out of the search's progress, which counts trials; a
     cancel still reaches them."""
     return Progress(cancel=progress.cancel_token)
+
+
+# How long Ray's own processes get to end after `ray.shutdown()` before they are killed.
+_RAY_EXIT_SECONDS = 15.0
+
+
+def _ray_processes_started_here(folder: str) -> list[psutil.Process]:
+    """The processes of the Ray this process started in `folder`: its children running Ray (raylet, GCS
+    server, workers) or naming the folder. Never raises."""
+    found = []
+    for process in psutil.Process().children(recursive=True):
+        try:
+            words = " ".join([process.name(), *process.cmdline()])
+        except psutil.Error:
+            continue
+        if folder in words or "raylet" in words or "gcs_server" in words or words.startswith("ray::"):
+            found.append(process)
+    return found
+
+
+def _wait_for_the_end(processes: list[psutil.Process]) -> None:
+    """Wait until `processes` have ended and collect their exit (a finished child stays listed until its parent
+    does); kill those still there after `_RAY_EXIT_SECONDS` (one was seen still listed after a search on a busy
+    machine). Never raises."""
+    _, alive = psutil.wait_procs(processes, timeout=_RAY_EXIT_SECONDS)
+    for process in alive:
+        with contextlib.suppress(psutil.Error):
+            process.kill()
+    psutil.wait_procs(alive, timeout=5.0)
