@@ -2,7 +2,7 @@
 
 Two layouts: `weight_scale` multiplies the weight per tensor (one value) or per output channel (`[out]` or
 `[out, 1]`); `weight_scale_inv` (DeepSeek-V3, `weight_block_size` [128, 128] in the settings) multiplies each
-128x128 block by its own value. Float8 is upcast to float32 before any arithmetic, so a device without float8
+128x128 block by its own value. Float8 is widened (exactly) before any arithmetic, so a device without float8
 kernels (every CPU) reads it all the same. `input_scale` (for activations at inference) is left out.
 """
 
@@ -71,28 +71,28 @@ def dequantized(codes: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype,
     256 values."""
     shifted = _shifted(codes, scale, dtype)
     if shifted is not None:
-        values, factor = shifted
-        return apply_in_place(values, scale * factor, torch.Tensor.mul_, blocks).to(dtype)
+        values, undoing_scale = shifted
+        return apply_in_place(values, undoing_scale, torch.Tensor.mul_, blocks).to(dtype)
     return apply_in_place(decoded(codes, dtype), scale, torch.Tensor.mul_, blocks)
 
 
-def _shifted(codes: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, float] | None:
+def _shifted(codes: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor] | None:
     """The codes as float32, 2**-offset times their values (exact, subnormals included: their bits moved into
-    bfloat16's places, guiapp.facts.dtypes.FLOAT8_FIELDS), and the factor the scale takes to undo it; None for
+    bfloat16's places, guiapp.facts.dtypes.FLOAT8_FIELDS), and `scale` times 2**offset, which undoes it; None for
     another format, a tensor not on the CPU or empty, a model dtype other than bfloat16 or float32, a code with no such
-    bfloat16 (NaN, infinity), or a scale the factor would take past float32's range."""
+    bfloat16 (NaN, infinity), or a scale that 2**offset would take past float32's range."""
     fields = FLOAT8_FIELDS.get(dtype_name(codes.dtype))
     if fields is None or codes.device.type != "cpu" or (dtype != torch.bfloat16 and dtype != torch.float32) or \
             codes.numel() == 0:
         return None
-    factor = 2.0 ** fields.offset
-    if not bool(torch.isfinite(scale.float() * factor).all()) or \
+    undoing_scale = scale.float() * 2.0 ** fields.offset
+    if not bool(torch.isfinite(undoing_scale).all()) or \
             int((codes.view(torch.uint8) | (0xFF ^ fields.unmapped)).max()) == 0xFF:
         return None
     bits = codes.view(torch.int8).to(torch.int16)  # sign-extended: the sign fills the high byte
     bits <<= fields.shift
     bits &= (0x8000 | 0x7F << fields.shift) - 0x10000  # the sign bit and the moved fields, as an int16
-    return bits.view(torch.bfloat16).float(), factor
+    return bits.view(torch.bfloat16).float(), undoing_scale
 
 
 def decoded(codes: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
