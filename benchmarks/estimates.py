@@ -7,8 +7,9 @@ against the extraction's on the same pair (goal: at most 0.2).
 
 Each job runs as the command line runs it, a new `mergesmith` process, and "actual" is that process's wall time
 (start-up included). The estimate is the one `--dry-run` prints: the same functions, given the dry run's own
-wall time as start-up (what the CLI measures in itself; `try` and `perplexity` have no dry run, so the apply's
-dry run of the same size stands for their start-up), and this run's fresh config folder as the history of
+wall time as start-up (what the CLI measures in itself); `try` and `perplexity` have no dry run, so theirs is the
+estimate the job itself made, with the time its process had spent until then as start-up (it loads more than a
+dry run: transformers and the tokenizer), and this run's fresh config folder as the history of
 finished jobs, so the first job of a kind is estimated from the probe's reference rates alone and later sizes
 from the jobs before them (the "basis" column says which). The machine's probe comes from its usual cache.
 "busy" is `machine_slowdown()` as the job started (load per core); "work" is the job's time past start-up and
@@ -60,6 +61,8 @@ def main() -> int:
         write_llama,
         write_llama_finetune,
     )
+    from guiapp.checkpoints.sources import read_headers  # noqa: PLC0415
+    from guiapp.hub.references import ModelRef  # noqa: PLC0415
     from guiapp.jobs.durations import JOB_OVERHEAD_SECONDS, machine_slowdown  # noqa: PLC0415
 
     ratios, etas, previews = [], [], []
@@ -95,8 +98,14 @@ def main() -> int:
             if name not in ("generate", "perplexity"):
                 startup = _timed([*command, "--dry-run"])[0]
             busy = machine_slowdown()
-            estimate, input_bytes = _estimate(name, base, tune_a, adapter, command, startup, text)
-            actual, events = _timed(command, folder / f"{name.replace(' ', '-')}.events")
+            if name in ("generate", "perplexity"):
+                actual, events = _timed(command, folder / f"{name}.events")
+                estimate, startup = _own_estimate(events)
+                input_bytes = sum(info.nbytes for info in read_headers(ModelRef.parse(str(base))).tensors.values())
+                events = [event for event in events if "stage" in event]
+            else:
+                estimate, input_bytes = _estimate(name, base, tune_a, adapter, command, startup, text)
+                actual, events = _timed(command, folder / f"{name.replace(' ', '-')}.events")
             ratio = estimate.seconds / actual
             ratios.append(ratio)
             eta = _eta_at_a_fifth(events)
@@ -170,6 +179,17 @@ def _preview_seconds(base: Path, tune: Path) -> float:
     return time.monotonic() - started
 
 
+def _own_estimate(events: list[dict]):
+    """The estimate a Generate or Perplexity job made of itself, plus the seconds its process had spent by then
+    (what it would have said as a whole), and those seconds."""
+    from guiapp.system.resources import TimeEstimate  # noqa: PLC0415
+
+    made = next(event for event in events if "estimate" in event)
+    startup = made["startup"]
+    return TimeEstimate(seconds=startup + made["estimate"], basis=made["basis"], low=startup + made["low"],
+                        high=startup + made["high"]), startup
+
+
 def _recipe(path: Path, document: dict) -> Path:
     path.write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
     return path
@@ -195,6 +215,7 @@ def _child(arguments: list[str]) -> int:
     (time since start, CPU seconds of the process, stage, fraction, ETA, units done of total, item)."""
     from guiapp import progress  # noqa: PLC0415
     from guiapp.__main__ import main as mergesmith  # noqa: PLC0415
+    from guiapp.jobs import estimates  # noqa: PLC0415
 
     target = os.environ.get(EVENTS_VARIABLE)
     if target:
@@ -215,12 +236,29 @@ def _child(arguments: list[str]) -> int:
             original(self, both, on_log, cancel, pause_at)
 
         progress.Progress.__init__ = recording
+        for name in ("estimate_generation", "estimate_perplexity"):
+            setattr(estimates, name, _recording_estimate(getattr(estimates, name), sink))
     return mergesmith(arguments)
 
 
+def _recording_estimate(estimate, sink):
+    """`estimate` (a function of guiapp.jobs.estimates) that also writes what it returned, and the seconds this
+    process had spent when it did, to `sink`."""
+    from guiapp.jobs.durations import process_seconds_so_far  # noqa: PLC0415
+
+    def recording(*args, **kwargs):
+        time = estimate(*args, **kwargs)
+        if time is not None:
+            sink.write(json.dumps({"estimate": time.seconds, "low": time.low, "high": time.high, "basis": time.basis,
+                                   "startup": process_seconds_so_far()}) + "\n")
+            sink.flush()
+        return time
+
+    return recording
+
+
 def _estimate(name: str, base: Path, tune: Path, adapter: Path, command: list[str], startup: float, text: Path):
-    """The estimate the dry run printed, made here by the same functions with the dry run's wall time as start-up
-    (for Generate and Perplexity, the window's: they have no dry run)."""
+    """The estimate the dry run printed, made here by the same functions with the dry run's wall time as start-up."""
     from guiapp.checkpoints.sources import read_headers  # noqa: PLC0415
     from guiapp.hub.references import ModelRef  # noqa: PLC0415
     from guiapp.jobs.estimates import estimate_apply, estimate_extraction, estimate_merge  # noqa: PLC0415
@@ -229,13 +267,6 @@ def _estimate(name: str, base: Path, tune: Path, adapter: Path, command: list[st
     from guiapp.system.probe import cached_probe  # noqa: PLC0415
 
     probe = cached_probe()
-    if name in ("generate", "perplexity"):
-        from guiapp.jobs.tryout import estimate_try_time  # noqa: PLC0415
-
-        options = {"text": text.read_text(encoding="utf-8")} if name == "perplexity" else {
-            "prompt": "The model", "max_new_tokens": MAX_NEW_TOKENS}
-        estimate = estimate_try_time([str(base)], probe_result=probe, startup_seconds=startup, **options)
-        return estimate, sum(info.nbytes for info in read_headers(ModelRef.parse(str(base))).tensors.values())
     destination = Path(command[-1])
     if name.startswith("merge"):
         plan = plan_merge(load_recipe(Path(command[1])))

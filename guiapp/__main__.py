@@ -9,13 +9,14 @@ from collections.abc import Sequence
 
 from guiapp.cli.main import build_parser, run_command
 from guiapp.cli.process import leave_a_deleted_working_folder
-from guiapp.system.memory import configure_heaps
+from guiapp.system.memory import configure_heaps, skip_the_collection_at_exit
 from guiapp.ui.launch import launch_window
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse `argv` (the process's arguments by default) and open the window or run the command; the exit code."""
     configure_heaps()
+    skip_the_collection_at_exit()
     leave_a_deleted_working_folder()
     args = build_parser().parse_args(argv)
     if getattr(args, "handler", None) is None:
