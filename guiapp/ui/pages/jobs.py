@@ -232,8 +232,8 @@ class JobsPage(QWidget):
         self.stage.setText(f"{event.stage} ({event.done} of {event.total})" if event.total > 1 else event.stage)
         self.item.setText(event.item)
         self.rate.setText(f"{event.rate / 1e6:.1f} MB/s" if event.rate else "")
-        # Rounded up: "0 s" only when nothing is left; with bytes to go and no rate measured yet, say so.
-        unknown = "not known yet" if event.bytes_done < event.bytes_total else ""
+        # Rounded up: "0 s" only when nothing is left; with work to go and nothing measured yet, say so.
+        unknown = "not known yet" if event.fraction < 1.0 else ""
         self.eta.setText(_duration(math.ceil(event.eta)) if event.eta is not None else unknown)
 
     def _log_line(self, key: str, line: str) -> None:
