@@ -48,7 +48,7 @@ from guiapp.compute.devices import resolve_device, threads_restored, use_cpu_thr
 from guiapp.errors import IncompatibleModelsError, NonFiniteResultError, SettingsError
 from guiapp.facts.choices import EMBEDDING_POLICIES, SOLVERS, EmbeddingPolicy, Solver
 from guiapp.facts.dtypes import COMPUTE, dtype_name
-from guiapp.facts.wording import say
+from guiapp.facts.wording import for_window, say
 from guiapp.hub.references import ModelRef
 from guiapp.lora.lowrank import RankRule, decompose, module_work, relative_error
 from guiapp.merging.compatibility import CompatibilityProblem, ModelFacts, compare_models
@@ -160,7 +160,8 @@ def extract_lora(settings: ExtractionSettings, progress: Progress | None = None)
                 )
                 plan = _write_weights(staged.path, found, tuned, model_reader, out_dtype, lora_bias, progress)
                 adapter_bytes = (staged.path / ADAPTER_WEIGHTS).stat().st_size
-                report = _report(found, settings, str(base_ref), str(model_ref), out_dtype, adapter_bytes, started)
+                report, warnings = _report(found, settings, str(base_ref), str(model_ref), out_dtype, adapter_bytes,
+                                           started)
                 (staged.path / ADAPTER_CONFIG).write_text(json.dumps(config, indent=2) + "\n")
                 (staged.path / "extraction_report.json").write_text(json.dumps(report, indent=2) + "\n")
                 (staged.path / "README.md").write_text(_card(config, report, str(model_ref)))
@@ -169,7 +170,7 @@ def extract_lora(settings: ExtractionSettings, progress: Progress | None = None)
         finally:
             base_reader.close()
         output = staged.commit(progress)
-    for warning in report["warnings"]:
+    for warning in warnings:
         progress.log(f"Warning: {warning}")
     totals = report["totals"]
     return {
@@ -184,7 +185,8 @@ def extract_lora(settings: ExtractionSettings, progress: Progress | None = None)
         # Each LoRA module's rank and retained energy, for the window's chart of the result.
         "module_energies": [{"module": m["module"], "rank": m["rank"], "retained_energy": m["retained_energy"]}
                             for m in report["modules"] if m["kind"] in ("lora", "embedding_lora")],
-        "warnings": report["warnings"],
+        # The job's summary is the window's (the Jobs page, the history): its words, not the command line's.
+        "warnings": [for_window(warning) for warning in warnings],
     }
 
 
@@ -559,16 +561,19 @@ def _write_weights(
 def _report(
     found: _Found, settings: ExtractionSettings, base_label: str, model_label: str, out_dtype: torch.dtype,
     adapter_bytes: int, started: float,
-) -> dict[str, Any]:
+) -> tuple[dict[str, Any], list[str]]:
+    """The extraction report (written beside the adapter, in the command line's words) and its warnings, each
+    carrying the window's words too."""
     lora = [r for r in found.reports.values() if r.kind in ("lora", "embedding_lora")]
     # Ranked by the one metric the window shows for each module: the share of its change the adapter keeps.
     worst = sorted(lora, key=lambda r: r.retained_energy if r.retained_energy is not None else 1.0)[:5]
     warnings = []
     if found.excluded:
-        warnings.append(f"{len(found.excluded)} changed modules were left out by --include/--exclude "
-                        f"(such as {found.excluded[0]}): the adapter does not reproduce them.")
+        warnings.append(say("{count} changed modules were left out by {module_filters} (such as {example}): the "
+                            "adapter does not reproduce them.", count=len(found.excluded), example=found.excluded[0]))
     if found.skipped:
-        warnings.append(f"Changed embeddings/output head were skipped (--embeddings skip): {', '.join(found.skipped)}.")
+        warnings.append(say("The changed embeddings and output head were skipped{aside:{embeddings:skip}}: "
+                            "{names}.", names=", ".join(found.skipped)))
     return {
         "mergesmith_version": __version__,
         "base": base_label,
@@ -585,7 +590,7 @@ def _report(
         "changed_but_skipped": found.skipped,
         "worst_modules": [{"module": r.module, "rank": r.rank, "retained_energy": r.retained_energy,
                            "relative_error": r.relative_error} for r in worst],
-        "warnings": warnings,
+        "warnings": [str(warning) for warning in warnings],
         "totals": {
             "lora_modules": sum(1 for r in found.reports.values() if r.kind != "saved"),
             "saved_modules": len(found.saved),
@@ -597,7 +602,7 @@ def _report(
             "adapter_bytes": adapter_bytes,
             "elapsed_seconds": round(time.monotonic() - started, 2),
         },
-    }
+    }, warnings
 
 
 def _card(config: dict[str, Any], report: dict[str, Any], model_label: str) -> str:

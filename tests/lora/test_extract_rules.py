@@ -95,7 +95,8 @@ def test_include_and_exclude_filter_modules_and_report_what_was_left_out(llama_b
     report = adapter_report(Path(summary["output"]))
     assert "model.layers.0.self_attn.k_proj" in report["changed_but_excluded"]
     assert "model.layers.1.mlp.down_proj" in report["changed_but_excluded"]
-    assert summary["warnings"] and "left out" in summary["warnings"][0]
+    assert summary["warnings"] and "left out by the module filters" in summary["warnings"][0]  # the window's words
+    assert "--include / --exclude" in report["warnings"][0]  # the report file, read beside the command line
 
 
 def test_embeddings_can_be_skipped_and_say_so(llama_base, llama_planted, tmp_path):
@@ -103,7 +104,9 @@ def test_embeddings_can_be_skipped_and_say_so(llama_base, llama_planted, tmp_pat
     report = adapter_report(Path(summary["output"]))
     assert set(report["changed_but_skipped"]) == {"model.embed_tokens", "lm_head"}
     assert "lm_head" not in adapter_config(Path(summary["output"]))["modules_to_save"]
-    assert any("skipped" in warning for warning in summary["warnings"])
+    [warning] = summary["warnings"]
+    assert "skipped" in warning and "--" not in warning, warning
+    assert "(--embeddings skip)" in report["warnings"][0]
 
 
 def test_cancelling_leaves_nothing(llama_base, llama_planted, tmp_path):
