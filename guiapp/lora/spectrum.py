@@ -189,6 +189,9 @@ def preview_spectra(
 
 
 def _downloaded_folder(ref: ModelRef) -> Path:
+    folder = ref.existing_folder()
+    if folder is not None:
+        return folder
     from guiapp.hub.resolve import resolve_model  # noqa: PLC0415 - the Hub client only for Hub references
 
     try:

@@ -126,3 +126,15 @@ def test_a_model_with_few_matrices_gets_fewer_samples():
     # A sketch costs about one and a half rank-16 decompositions: eight of a 4-layer model's 28 matrices took half
     # the extraction's time, three take a sixth.
     assert [preview_sample_size(n) for n in (2, 28, 42, 70, 224)] == [2, 3, 5, 8, 8]
+
+
+def test_a_preview_of_folders_on_this_computer_does_not_load_the_hub_client(llama_base, llama_planted):
+    """Loading huggingface_hub was a third of a small pair's first preview, for folders it never looks at."""
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    code = ("import sys\nfrom guiapp.lora.spectrum import preview_spectra\n"
+            f"preview_spectra({str(llama_base)!r}, {str(llama_planted)!r})\n"
+            "print(sorted(name for name in sys.modules if name.startswith(('huggingface_hub', 'guiapp.hub.resolve'))))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "[]"
