@@ -156,6 +156,11 @@ def preview_spectra(
     model, IncompatibleModelsError when the sampled modules differ in shape or are missing from one model,
     JobCancelled when `cancelled()` becomes true between modules (or between the reading and the sketch of one).
     """
+    # The cores other programs leave free: on a busy machine two threads fighting for one core took 7 times as long
+    # as one. Read over at least a fiftieth of a second (the usual tenth was a third of a small model's preview),
+    # counted from here: the reading of the first module fills it.
+    meter = LoadMeter(0.02)
+    meter.begin()
     refs = [ModelRef.parse(base), ModelRef.parse(model)]
     folders = [_downloaded_folder(ref) for ref in refs]
 
@@ -165,9 +170,6 @@ def preview_spectra(
 
     with open_checkpoint(folders[0]) as base_checkpoint, open_checkpoint(folders[1]) as tuned_checkpoint, \
             threads_restored():
-        # The cores other programs leave free: on a busy machine two threads fighting for one core took 7 times
-        # as long as one. Read over a fiftieth of a second: the usual tenth was a third of a small model's preview.
-        use_cpu_threads(ThreadPolicy(busy_elsewhere=LoadMeter(0.02).busy_elsewhere).threads_for(WorkKind.DENSE))
         spectra = []
         if count is None:
             count = preview_sample_size(len(sample_modules(tuned_checkpoint.tensors, len(tuned_checkpoint.tensors))))
@@ -177,6 +179,8 @@ def preview_spectra(
             if on_module is not None:
                 on_module(done, len(modules))
             delta = _update(base_checkpoint, tuned_checkpoint, f"{module}.weight", refs)
+            if done == 0:
+                use_cpu_threads(ThreadPolicy(busy_elsewhere=meter.busy_elsewhere).threads_for(WorkKind.DENSE))
             check_stop()
             try:
                 spectra.append(update_spectrum(module, delta, max_rank))

@@ -47,8 +47,9 @@ _MIN_INTERVAL_S = 0.1
 class LoadMeter:
     """Measures how many cores other programs keep busy, from CPU-time counters (no sleeping, no sampling thread).
 
-    Each reading covers the time since the previous one; the first reading of a meter covers a short interval
-    taken right then (at most `first_interval_s`), so the first decision of a job is already informed.
+    Each reading covers the time since the previous one; the first covers at least `first_interval_s`: the time
+    since `begin` (work done meanwhile) and a sleep for what is left of it, so the first decision of a job is
+    already informed.
     """
 
     def __init__(self, first_interval_s: float = 0.1) -> None:
@@ -65,14 +66,21 @@ class LoadMeter:
         own = self._process.cpu_times()
         return time.monotonic(), busy, own.user + own.system
 
+    def begin(self) -> None:
+        """Take the first counter reading now: the first `busy_elsewhere` then covers the work done in between."""
+        self._last = self._sample()
+
     def busy_elsewhere(self) -> float:
         """Cores kept busy by other processes since the last reading (0 when nothing else runs, at most every core
         this process may use). A reading asked for sooner than `_MIN_INTERVAL_S` after the last is that one again:
         the counters advance in ticks (10 ms on Linux), so one tick over a far shorter interval would read as
         dozens of cores."""
         if self._last is None:
-            self._last = self._sample()
-            time.sleep(self._first_interval_s)
+            self.begin()
+        if self._reading is None:
+            left = self._first_interval_s - (time.monotonic() - self._last[0])
+            if left > 0:
+                time.sleep(left)
         now = self._sample()
         wall = now[0] - self._last[0]
         if wall <= 0 or (self._reading is not None and wall < _MIN_INTERVAL_S):

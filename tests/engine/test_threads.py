@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 import torch
@@ -200,3 +201,20 @@ def test_streamed_ties_counts_its_models_and_mixes_its_blocks_on_the_free_cores_
     busy, _ = _counting_threads(streamed_trio, tmp_path / "busy", ThreadPolicy(
         busy_elsewhere=lambda: 1.0, cores=2), monkeypatch)
     assert len({ident for pairs in busy.values() for ident, _ in pairs}) == 1  # the other core is taken
+
+
+def test_a_meter_begun_before_other_work_sleeps_only_what_is_left_of_its_first_interval(monkeypatch):
+    """The rank preview begins its meter, reads its first tensors, then asks: the reading covers that time instead
+    of a sleep of its own (20 ms of a 90 ms preview)."""
+    from guiapp.system import threads  # noqa: PLC0415
+
+    meter = LoadMeter(first_interval_s=0.02)
+    meter.begin()
+    time.sleep(0.03)  # the work done meanwhile
+    slept = []
+    monkeypatch.setattr(threads.time, "sleep", slept.append)
+    assert 0.0 <= meter.busy_elsewhere() <= logical_cores()
+    assert slept == []
+    fresh = LoadMeter(first_interval_s=0.02)
+    fresh.busy_elsewhere()
+    assert slept == [pytest.approx(0.02, abs=0.005)]  # not begun: the whole first interval
