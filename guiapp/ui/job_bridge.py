@@ -40,6 +40,7 @@ class JobBridge(QObject):
         self.latest: dict[str, ProgressEvent] = {}
         self._keys: dict[int, str] = {}
         self._last_emit: dict[int, tuple[float, str]] = {}  # job id -> (time, stage), touched by the worker only
+        self._unsent: dict[int, ProgressEvent] = {}  # job id -> its latest event held back by the rate limit
         queued = Qt.ConnectionType.QueuedConnection
         self._started.connect(self._on_started, queued)
         self._event.connect(self._on_event, queued)
@@ -108,12 +109,18 @@ class JobBridge(QObject):
         finished_stage = event.total and event.done >= event.total
         if event.stage != last_stage or finished_stage or now - last_time >= 1 / MAX_UPDATES_PER_SECOND:
             self._last_emit[job.id] = (now, event.stage)
+            self._unsent.pop(job.id, None)
             self._event.emit(job.id, event)
+        else:
+            self._unsent[job.id] = event
 
     def _worker_log(self, job: Job, line: str) -> None:
         self._log.emit(job.id, line)
 
     def _worker_done(self, result: JobResult) -> None:
+        unsent = self._unsent.pop(result.job.id, None)
+        if unsent is not None:  # where the job stopped, for its bar and the history ("Cancelled at 49%")
+            self._event.emit(result.job.id, unsent)
         explanation = None
         if result.status is JobStatus.FAILED:
             from guiapp.system.explain import explain

@@ -48,3 +48,25 @@ def test_the_jobs_list_is_an_item_model_newest_first_with_live_status(qtbot):
     finally:
         gate.set()
         bridge.shutdown(10)
+
+
+def test_a_job_that_ends_between_two_updates_is_shown_where_it_stopped(qtbot):
+    """At most ten updates a second reach the window; the steps after the last one sent still count when the job
+    ends: a merge cancelled 25 tensors in read "Cancelled at 0%" when all 25 fell within a tenth of a second."""
+    from guiapp.errors import JobCancelled  # noqa: PLC0415
+    from guiapp.jobs.runner import JobStatus  # noqa: PLC0415
+
+    def work(progress):
+        progress.start_stage("Merging", total=100)
+        for index in range(40):
+            progress.step(f"tensor {index}")
+        raise JobCancelled("Cancelled.")
+
+    bridge = JobBridge(keep_history=False)
+    try:
+        record = bridge.submit(Job(title="Merge (linear) → merged", kind="merge", spec={}, work=work))
+        qtbot.waitUntil(lambda: record.status == JobStatus.CANCELLED)
+        assert bridge.latest[record.key].done == 40
+        assert record.last_fraction == 0.4
+    finally:
+        bridge.shutdown(10)
