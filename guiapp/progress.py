@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from guiapp.errors import JobCancelled
+from guiapp.facts.wording import each
 from guiapp.system.scrub import scrub
 
 
@@ -159,8 +160,13 @@ class Progress:
         self.check_cancelled()
 
     def log(self, line: str) -> None:
+        """Send `line` to the job's log; a `Said` keeps its window words, which the window's log shows."""
         if self._on_log is not None:
-            self._on_log(scrub(line))  # a log line may quote a server's answer: no token or password in it
+            self._on_log(each(line, scrub))  # a log line may quote a server's answer: no token or password in it
+
+    def warn(self, text: str) -> None:
+        """Log `text` as a warning ("Warning: …"), in each audience's words when it is a `Said`."""
+        self.log(each(text, "Warning: {}".format))
 
     def check_cancelled(self) -> None:
         self.cancel_token.raise_if_cancelled()

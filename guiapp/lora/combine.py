@@ -104,7 +104,7 @@ def combine_adapters(settings: CombineSettings, progress: Progress | None = None
     config = _combined_config(adapters, new_rank)
     warnings = _base_warnings(adapters)
     for warning in warnings:
-        progress.log(f"Warning: {warning}")
+        progress.warn(warning)
     summary = {"adapters": list(settings.adapters), "weights": list(settings.weights), "method": method,
                "density": settings.density, "rank": new_rank, "modules": report, "warnings": warnings}
     output = write_adapter(settings.out, tensors, config, _card(settings, method, new_rank, config, warnings),

@@ -171,7 +171,7 @@ def extract_lora(settings: ExtractionSettings, progress: Progress | None = None)
             base_reader.close()
         output = staged.commit(progress)
     for warning in warnings:
-        progress.log(f"Warning: {warning}")
+        progress.warn(warning)
     totals = report["totals"]
     return {
         "output": str(output),

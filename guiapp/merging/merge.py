@@ -113,7 +113,7 @@ def plan_merge(recipe: Recipe, progress: Progress | None = None, compute_as_reci
         # plan's shapes, and so the estimate, are the ones the merge writes. Running aligns again, identically.
         align_vocabulary(plan, _vocabulary_folders(plan), donor_folder)
     for warning in plan.warnings:
-        progress.log(f"Warning: {warning}")
+        progress.warn(warning)
     return plan
 
 

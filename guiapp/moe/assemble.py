@@ -152,7 +152,7 @@ def assemble_moe(settings: MoeSettings, progress: Progress | None = None, plan: 
         progress.start_stage("Checking the experts against the base model")
         plan = plan_moe(config, settings.device)
     for warning in plan.warnings:
-        progress.log(f"Warning: {warning}")
+        progress.warn(warning)
     inputs = tuple(folder for ref in config.models() if (folder := ref.existing_folder()) is not None)
     with StagedOutput(settings.out, overwrite=settings.overwrite, inputs=inputs, kind="moe") as staged:
         check_free_space(staged.path, plan.output_bytes)

@@ -12,6 +12,7 @@ from dataclasses import asdict
 
 from PySide6.QtCore import QCoreApplication, QObject, Qt, Signal
 
+from guiapp.facts.wording import for_window
 from guiapp.jobs.history import JobRecord, load_history, save_history
 from guiapp.jobs.runner import Job, JobListeners, JobResult, JobRunner, JobStatus
 from guiapp.progress import ProgressEvent
@@ -115,7 +116,7 @@ class JobBridge(QObject):
             self._unsent[job.id] = event
 
     def _worker_log(self, job: Job, line: str) -> None:
-        self._log.emit(job.id, line)
+        self._log.emit(job.id, for_window(line))
 
     def _worker_done(self, result: JobResult) -> None:
         unsent = self._unsent.pop(result.job.id, None)

@@ -35,3 +35,8 @@ def test_ticking_module_names_limits_the_extraction(qtbot, window, models, tmp_p
     assert record.spec["include"] == pattern
     targets = json.loads((tmp_path / "only-attention" / "adapter_config.json").read_text())["target_modules"]
     assert set(targets) <= {"q_proj", "v_proj"}
+    # What it left out is said in the window's words, in the summary and in the job's log alike.
+    window.show_page("jobs")
+    window.jobs.select(record.key)
+    for text in (window.jobs.summary.text(), window.jobs.log.toPlainText()):
+        assert "left out by the module filters" in text and "--include" not in text, text
