@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from guiapp.facts.gguf_types import KIND_WORDS
+from guiapp.gguf import blocks
 
 Q = gguf.GGMLQuantizationType
 
@@ -92,13 +93,16 @@ def stored_bytes(shape: tuple[int, ...], qtype: gguf.GGMLQuantizationType) -> in
 def encode(rows: torch.Tensor, qtype: gguf.GGMLQuantizationType, threads: int = 1) -> np.ndarray:
     """`rows` (float32, on the CPU) stored as `qtype`: the bytes of the file, as a flat uint8 array.
 
-    Quantized types are made on up to `threads` threads, each a block of the rows.
+    Quantized types are made on up to `threads` threads.
     """
     if qtype == Q.F32:
         return rows.contiguous().numpy().reshape(-1).view(np.uint8)
     if qtype in (Q.F16, Q.BF16):
         dtype = torch.float16 if qtype == Q.F16 else torch.bfloat16
         return rows.to(dtype).contiguous().view(torch.int16).numpy().reshape(-1).view(np.uint8)
+    if qtype in _TORCH_KERNELS:
+        return blocks.in_chunks(rows.contiguous(), _TORCH_KERNELS[qtype], *gguf.GGML_QUANT_SIZES[qtype],
+                                threads).numpy()
     matrix = rows.reshape(-1, rows.shape[-1]).contiguous().numpy()
     native = libgguf.GGMLQuantizationType(int(qtype))
     parts = np.array_split(matrix, min(threads, matrix.shape[0])) if threads > 1 else [matrix]
@@ -107,3 +111,6 @@ def encode(rows: torch.Tensor, qtype: gguf.GGMLQuantizationType, threads: int = 
     with ThreadPoolExecutor(len(parts)) as pool:
         done = list(pool.map(lambda part: libgguf.quantize_rows(part, native), parts))
     return np.concatenate([part.reshape(-1) for part in done])
+
+
+_TORCH_KERNELS = {Q.Q8_0: blocks.q8_0, Q.Q4_K: blocks.q4_k, Q.Q6_K: blocks.q6_k}
