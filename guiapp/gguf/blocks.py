@@ -47,13 +47,15 @@ def _buffer(name: str, shape: tuple[int, ...], dtype: torch.dtype = torch.float3
     return kept[:count].view(shape)
 
 
-def _round_magnitude(magnitudes: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-    """Non-negative values rounded into `out` as C's roundf rounds them, halves up (torch.round takes them to even;
-    floor(x + 0.5) is wrong for 0.49999997, whose sum rounds to 1). Only float operations: torch's trunc and its
-    comparisons are several times slower than round and floor."""
-    rounded = torch.round(magnitudes, out=out)
-    # Twice the remainder is exact and in [-1, 1]; its floor is 1 only where a half was rounded down to even.
-    return rounded.add_(magnitudes.sub_(rounded).mul_(2.0).floor_().clamp_(min=0.0))
+# The float32 just below 0.5: a + it, rounded to float32, then floored, is C's roundf(a) for every float32 a >= 0 (the
+# sum can only reach the next integer when a's fraction is at least 0.5; with 0.5 itself, 0.49999997 would become 1).
+_JUST_BELOW_HALF = 0.5 - 2.0 ** -25
+
+
+def _round_magnitude(magnitudes: torch.Tensor) -> torch.Tensor:
+    """Non-negative values rounded in place as C's roundf rounds them, halves up (torch.round takes them to even,
+    and its trunc is several times slower than floor)."""
+    return magnitudes.add_(_JUST_BELOW_HALF).floor_()
 
 
 def _fp16_bytes(values: torch.Tensor) -> torch.Tensor:
@@ -68,7 +70,7 @@ def q8_0(values: torch.Tensor, out: torch.Tensor) -> None:
     magnitudes = torch.abs(blocks, out=_buffer("magnitudes", tuple(blocks.shape)))
     scale = magnitudes.amax(dim=1, keepdim=True).div_(127.0)
     inverse = torch.where(scale != 0, 1.0 / scale, 0.0)
-    rounded = _round_magnitude(magnitudes.mul_(inverse), _buffer("rounded", tuple(blocks.shape)))
+    rounded = _round_magnitude(magnitudes.mul_(inverse))
     out[:, :2] = _fp16_bytes(scale[:, 0])
     out[:, 2:].view(torch.int8).copy_(torch.copysign(rounded, blocks, out=rounded))
 

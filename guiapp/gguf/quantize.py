@@ -6,9 +6,12 @@ every third between), get Q6_K; a tensor whose rows are not a multiple of the ty
 whose block fits (Q4_K to Q5_0, Q5_K to Q5_1, Q6_K to Q8_0, else F16), as llama.cpp does. One-dimensional
 tensors (norms, biases) stay float32.
 
-The blocks are made by llama.cpp's reference code: `libgguf` (native, releases the GIL, so blocks of rows are
-quantized on several threads) for the quantized types; torch rounds float32 to f16 and bf16. Sources are
-turned into float32 by torch, so a bf16 source never becomes a NumPy array of a type NumPy does not have.
+Q8_0, Q4_K and Q6_K blocks (all of q8_0, q4_k_m and q6_k files but fallbacks) are made by torch in
+guiapp/gguf/blocks.py: Q8_0 byte for byte as llama.cpp's reference code, the K-quants with llama.cpp's search cut
+to a few steps (an error within about 1 % of llama.cpp's, several times faster). The other quantized types (Q5_K,
+and the fallbacks Q4_0, Q5_0, Q5_1) are made by llama.cpp's reference code in `libgguf` (native, releases the GIL,
+so blocks of rows are quantized on several threads); torch rounds float32 to f16 and bf16. Sources are turned
+into float32 by torch, so a bf16 source never becomes a NumPy array of a type NumPy does not have.
 """
 
 from __future__ import annotations
