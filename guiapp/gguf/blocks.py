@@ -88,12 +88,14 @@ def _level_sums(levels, weights, weighted_x):
     return sum_l, _row_sums(weighted_l.mul_(levels)), _row_sums(levels.mul_(weighted_x))
 
 
-def _q4_k_subblock_scales(x: torch.Tensor, steps: torch.Tensor, refits: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _q4_k_subblock_scales(x: torch.Tensor, steps: torch.Tensor, refits: int,
+                          measure_plain: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """llama.cpp's make_qkx2_quants(32, 15, ..., rmin=-1, rdelta=0.1) on all sub-blocks `x` (B, 32) at once, with
     the weights of quantize_row_q4_K_ref, trying the steps `steps` in order (llama.cpp tries -1, -0.9, ... 1): each
     step's levels are fitted by weighted least squares and, as in llama.cpp, a better fit's min is where the next
-    step's levels start from; then `refits` more fits, each on the levels the best scale and min give.
-    Returns each sub-block's scale and (positive) min."""
+    step's levels start from; then `refits` more fits, each on the levels the best scale and min give. With
+    `measure_plain`, llama.cpp's first candidate is measured as well. Returns each sub-block's scale and (positive)
+    min."""
     shape = tuple(x.shape)
     weights = torch.mul(x, x, out=_buffer("weights", shape))
     rms = weights.mean(dim=1, keepdim=True).sqrt_()
@@ -106,14 +108,17 @@ def _q4_k_subblock_scales(x: torch.Tensor, steps: torch.Tensor, refits: int) -> 
     weighted_x = torch.mul(weights, x, out=_buffer("weighted x", shape))
     sum_w, sum_x = _row_sums(weights), _row_sums(weighted_x)
     levels_buffer = _buffer("levels", shape)
-    # The first candidate is the plain min-max quantization, kept when no fit does better. Every fit's error is
-    # sum(w x^2) - gain: the best fit has the largest gain.
+    # llama.cpp starts from the plain min-max quantization, kept where no fit does better (or none is possible: all
+    # levels equal). Every fit's error is sum(w x^2) - gain: the best fit has the largest gain. Unless asked, the
+    # plain quantization's gain is not measured: a fit of the first step's levels nearly always beats it.
     inverse = torch.full_like(low, 15.0) / (high - low)
     scale, minimum = 1.0 / inverse, low
-    levels = torch.sub(x, low[:, None], out=levels_buffer).mul_(inverse[:, None]).round_().clamp_(0.0, 15.0)
-    sum_l, sum_ll, sum_xl = _level_sums(levels, weights, weighted_x)
-    best = 2 * scale * sum_xl + 2 * minimum * sum_x - scale * scale * sum_ll - 2 * scale * minimum * sum_l - \
-        minimum * minimum * sum_w
+    best = torch.full_like(low, -torch.inf)
+    if measure_plain:
+        levels = torch.sub(x, low[:, None], out=levels_buffer).mul_(inverse[:, None]).round_().clamp_(0.0, 15.0)
+        sum_l, sum_ll, sum_xl = _level_sums(levels, weights, weighted_x)
+        best = 2 * scale * sum_xl + 2 * minimum * sum_x - scale * scale * sum_ll - 2 * scale * minimum * sum_l - \
+            minimum * minimum * sum_w
     for step in steps + 15.0:
         levels = torch.sub(x, minimum[:, None], out=levels_buffer).mul_((step / (high - minimum))[:, None])
         levels = levels.round_().clamp_(0.0, 15.0)
@@ -150,13 +155,15 @@ def _pack_q4_k_scales(scales: torch.Tensor, mins: torch.Tensor, out: torch.Tenso
     out[:, 8:12] = (scales[:, 4:] & 0xF) | ((mins[:, 4:] & 0xF) << 4)
 
 
-def q4_k(values: torch.Tensor, out: torch.Tensor, steps: torch.Tensor = Q4_K_STEPS, refits: int = Q4_K_REFITS) -> None:
+def q4_k(values: torch.Tensor, out: torch.Tensor, steps: torch.Tensor = Q4_K_STEPS, refits: int = Q4_K_REFITS,
+         measure_plain: bool = False) -> None:
     """Flat float32 `values` (a multiple of 256) as Q4_K super-blocks into `out` ((S, 144) bytes): d and dmin
     (float16), the 12 bytes of 6-bit sub-block scales and mins, 128 bytes of 4-bit levels (two 32-value sub-blocks
-    per 32 bytes, low nibble first), as quantize_row_q4_K_ref writes them."""
+    per 32 bytes, low nibble first), as quantize_row_q4_K_ref writes them. With llama.cpp's steps (-1, -0.9, ... 1),
+    no refit and `measure_plain`, the scales are llama.cpp's."""
     x = values.reshape(-1, 8, 32)
     count = x.shape[0]
-    scales, mins = _q4_k_subblock_scales(x.reshape(-1, 32), steps, refits)
+    scales, mins = _q4_k_subblock_scales(x.reshape(-1, 32), steps, refits, measure_plain)
     scales, mins = scales.reshape(count, 8), mins.reshape(count, 8)
     max_scale = scales.amax(dim=1, keepdim=True)
     max_min = mins.amax(dim=1, keepdim=True)
