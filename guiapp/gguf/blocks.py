@@ -247,16 +247,19 @@ def q6_k(values: torch.Tensor, out: torch.Tensor, steps: torch.Tensor = Q6_K_STE
     used = (d != 0).float()
     levels = torch.div(x, torch.where(d != 0, d, 1.0)[:, :, None], out=_buffer("levels", tuple(x.shape)))
     levels = levels.round_().clamp_(-32.0, 31.0).mul_(used[:, :, None]).add_(32.0)
-    quarters = levels.view(count, 2, 4, 32).to(torch.uint8)  # 2 halves of 128, 4 rows of 32
-    low, high = quarters & 0xF, quarters >> 4
+    # The bytes computed in float32, where they are exact, and converted once: 6-bit level l = 16 h + n.
+    highs = torch.mul(levels, 1.0 / 16.0, out=_buffer("highs", tuple(levels.shape))).floor_()
+    nibbles = levels.sub_(highs, alpha=16.0).view(count, 2, 4, 32)  # 2 halves of 128, 4 rows of 32 each
+    highs = highs.view(count, 2, 4, 32)
     ql = out[:, :128].view(count, 2, 2, 32)
-    ql[:, :, 0] = low[:, :, 0] | (low[:, :, 2] << 4)
-    ql[:, :, 1] = low[:, :, 1] | (low[:, :, 3] << 4)
-    out[:, 128:192].view(count, 2, 32).copy_(high[:, :, 0] | (high[:, :, 1] << 2) | (high[:, :, 2] << 4) |
-                                             (high[:, :, 3] << 6))
+    ql.copy_(torch.add(nibbles[:, :, 0:2], nibbles[:, :, 2:4], alpha=16.0, out=_buffer("ql", (count, 2, 2, 32))))
+    qh = torch.add(highs[:, :, 0], highs[:, :, 1], alpha=4.0, out=_buffer("qh", (count, 2, 32)))
+    qh.add_(highs[:, :, 2], alpha=16.0).add_(highs[:, :, 3], alpha=64.0)
+    out[:, 128:192].view(count, 2, 32).copy_(qh)
     out[:, 192:208].view(torch.int8).copy_(scale_levels)
     out[:, 208:210] = d16.view(torch.uint8)
-    out[empty[:, 0]] = 0
+    if bool(empty.any()):
+        out[empty[:, 0]] = 0  # llama.cpp writes a block of zeros where every value is (nearly) 0
 
 
 def in_chunks(values: torch.Tensor, kernel: Callable[[torch.Tensor, torch.Tensor], None], block_values: int,
