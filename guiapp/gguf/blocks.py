@@ -1,11 +1,11 @@
 """Quantized GGUF blocks made by torch, vectorised over many blocks at once.
 
-Q8_0 is llama.cpp's reference quantizer (`quantize_row_q8_0_ref`) byte for byte. Q4_K and Q6_K are written as
-llama.cpp writes them (`quantize_row_q4_K_ref`, `quantize_row_q6_K_ref`; gguf-py's dequantizer reads them) and
-choose each sub-block's scale by llama.cpp's own search (`make_qkx2_quants`, `make_qx_quants`), given all its
-steps the same blocks but for sums added in another order; the export tries fewer steps and refits the best
-levels once, for an error within about 1 % of llama.cpp's (tests/gguf/test_blocks.py; benchmarks/gguf_export.py
-times both).
+Q8_0 is llama.cpp's reference quantizer (`quantize_row_q8_0_ref`) byte for byte. Q4_K, Q5_K and Q6_K are written as
+llama.cpp writes them (`quantize_row_q4_K_ref`, `_q5_K_ref`, `_q6_K_ref`; gguf-py's dequantizer reads them) and
+choose each sub-block's scale by llama.cpp's own search (`make_qkx2_quants`, `make_qx_quants`), which given all
+its steps makes llama.cpp's blocks but for sums added in another order; the export tries a few of the steps and
+refits the best levels once, for an error within about 1 % of llama.cpp's at a fraction of its time
+(tests/gguf/test_blocks.py; benchmarks/gguf_export.py times both).
 
 Values are quantized in chunks on threads of one torch thread each, every large tensor of a chunk in buffers the
 thread keeps: fresh memory for every operation costs more than the arithmetic (page faults), the more so in a
@@ -29,6 +29,8 @@ _CHUNK = 1 << 18
 # weights within about 1 % of llama.cpp's full search on normal, heavy-tailed and trained-like matrices).
 Q4_K_STEPS = torch.tensor([0.0, 7.0, 14.0, 20.0]) * 0.1 - 1.0
 Q4_K_REFITS = 1
+Q5_K_STEPS = torch.tensor([0.0, 5.0, 10.0, 15.0]) * 0.1 - 0.5
+Q5_K_REFITS = 1
 Q6_K_STEPS = torch.tensor([0.0, -8.0, -4.0, 4.0, 8.0]) * 0.1
 Q6_K_REFITS = 1
 
@@ -88,10 +90,11 @@ def _level_sums(levels, weights, weighted_x):
     return sum_l, _row_sums(weighted_l.mul_(levels)), _row_sums(levels.mul_(weighted_x))
 
 
-def _q4_k_subblock_scales(x: torch.Tensor, steps: torch.Tensor, refits: int,
-                          measure_plain: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """llama.cpp's make_qkx2_quants(32, 15, ..., rmin=-1, rdelta=0.1) on all sub-blocks `x` (B, 32) at once, with
-    the weights of quantize_row_q4_K_ref, trying the steps `steps` in order (llama.cpp tries -1, -0.9, ... 1): each
+def _subblock_scales_and_mins(x: torch.Tensor, top: int, steps: torch.Tensor, refits: int,
+                              measure_plain: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """llama.cpp's make_qkx2_quants(32, top, ...) on all sub-blocks `x` (B, 32) at once, with the weights of
+    quantize_row_q4_K_ref and _q5_K_ref, trying the steps `steps` in order (llama.cpp's Q4_K tries -1, -0.9, ... 1,
+    its Q5_K -0.5, -0.4, ... 1): each
     step's levels are fitted by weighted least squares and, as in llama.cpp, a better fit's min is where the next
     step's levels start from; then `refits` more fits, each on the levels the best scale and min give. With
     `measure_plain`, llama.cpp's first candidate is measured as well. Returns each sub-block's scale and (positive)
@@ -111,20 +114,20 @@ def _q4_k_subblock_scales(x: torch.Tensor, steps: torch.Tensor, refits: int,
     # llama.cpp starts from the plain min-max quantization, kept where no fit does better (or none is possible: all
     # levels equal). Every fit's error is sum(w x^2) - gain: the best fit has the largest gain. Unless asked, the
     # plain quantization's gain is not measured: a fit of the first step's levels nearly always beats it.
-    inverse = torch.full_like(low, 15.0) / (high - low)
+    inverse = torch.full_like(low, float(top)) / (high - low)
     scale, minimum = 1.0 / inverse, low
     best = torch.full_like(low, -torch.inf)
     if measure_plain:
-        levels = torch.sub(x, low[:, None], out=levels_buffer).mul_(inverse[:, None]).round_().clamp_(0.0, 15.0)
+        levels = torch.sub(x, low[:, None], out=levels_buffer).mul_(inverse[:, None]).round_().clamp_(0.0, float(top))
         sum_l, sum_ll, sum_xl = _level_sums(levels, weights, weighted_x)
         best = 2 * scale * sum_xl + 2 * minimum * sum_x - scale * scale * sum_ll - 2 * scale * minimum * sum_l - \
             minimum * minimum * sum_w
-    for step in steps + 15.0:
+    for step in steps + float(top):
         levels = torch.sub(x, minimum[:, None], out=levels_buffer).mul_((step / (high - minimum))[:, None])
-        levels = levels.round_().clamp_(0.0, 15.0)
+        levels = levels.round_().clamp_(0.0, float(top))
         scale, minimum, best = _better_fit(levels, weights, weighted_x, sum_w, sum_x, scale, minimum, best)
     for _ in range(refits):
-        levels = torch.sub(x, minimum[:, None], out=levels_buffer).div_(scale[:, None]).round_().clamp_(0.0, 15.0)
+        levels = torch.sub(x, minimum[:, None], out=levels_buffer).div_(scale[:, None]).round_().clamp_(0.0, float(top))
         scale, minimum, best = _better_fit(levels, weights, weighted_x, sum_w, sum_x, scale, minimum, best)
     return torch.where(flat, 0.0, scale), -torch.where(flat, low, minimum)
 
@@ -155,15 +158,14 @@ def _pack_q4_k_scales(scales: torch.Tensor, mins: torch.Tensor, out: torch.Tenso
     out[:, 8:12] = (scales[:, 4:] & 0xF) | ((mins[:, 4:] & 0xF) << 4)
 
 
-def q4_k(values: torch.Tensor, out: torch.Tensor, steps: torch.Tensor = Q4_K_STEPS, refits: int = Q4_K_REFITS,
-         measure_plain: bool = False) -> None:
-    """Flat float32 `values` (a multiple of 256) as Q4_K super-blocks into `out` ((S, 144) bytes): d and dmin
-    (float16), the 12 bytes of 6-bit sub-block scales and mins, 128 bytes of 4-bit levels (two 32-value sub-blocks
-    per 32 bytes, low nibble first), as quantize_row_q4_K_ref writes them. With llama.cpp's steps (-1, -0.9, ... 1),
-    no refit and `measure_plain`, the scales are llama.cpp's."""
-    x = values.reshape(-1, 8, 32)
+def _min_scaled(x: torch.Tensor, top: int, steps: torch.Tensor, refits: int,
+                measure_plain: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """Q4_K's and Q5_K's common part for super-blocks `x` (S, 8, 32) and levels 0..`top`, as
+    quantize_row_q4_K_ref and quantize_row_q5_K_ref make them: the blocks' first 16 bytes (d and dmin as float16,
+    the sub-blocks' scales and mins as 6-bit multiples of them), and the levels (float32 (S, 8, 32), in a buffer
+    of the calling thread)."""
     count = x.shape[0]
-    scales, mins = _q4_k_subblock_scales(x.reshape(-1, 32), steps, refits, measure_plain)
+    scales, mins = _subblock_scales_and_mins(x.reshape(-1, 32), top, steps, refits, measure_plain)
     scales, mins = scales.reshape(count, 8), mins.reshape(count, 8)
     max_scale = scales.amax(dim=1, keepdim=True)
     max_min = mins.amax(dim=1, keepdim=True)
@@ -177,14 +179,48 @@ def q4_k(values: torch.Tensor, out: torch.Tensor, steps: torch.Tensor = Q4_K_STE
     # A sub-block whose scale is 0 gets levels 0, as in llama.cpp.
     used = (d != 0).float()
     levels = torch.add(x, dm[:, :, None], out=_buffer("levels", tuple(x.shape)))
-    levels = levels.div_(torch.where(d != 0, d, 1.0)[:, :, None]).round_().clamp_(0.0, 15.0).mul_(used[:, :, None])
+    levels = levels.div_(torch.where(d != 0, d, 1.0)[:, :, None]).round_().clamp_(0.0, float(top))
+    header = torch.empty(count, 16, dtype=torch.uint8)
+    header[:, 0:2] = d16.view(torch.uint8)
+    header[:, 2:4] = dmin16.view(torch.uint8)
+    _pack_q4_k_scales(scale_levels.to(torch.uint8), min_levels.to(torch.uint8), header[:, 4:16])
+    return header, levels.mul_(used[:, :, None])
+
+
+def q4_k(values: torch.Tensor, out: torch.Tensor, steps: torch.Tensor = Q4_K_STEPS, refits: int = Q4_K_REFITS,
+         measure_plain: bool = False) -> None:
+    """Flat float32 `values` (a multiple of 256) as Q4_K super-blocks into `out` ((S, 144) bytes): d and dmin
+    (float16), the 12 bytes of 6-bit sub-block scales and mins, 128 bytes of 4-bit levels (two 32-value sub-blocks
+    per 32 bytes, low nibble first), as quantize_row_q4_K_ref writes them. With llama.cpp's steps (-1, -0.9, ... 1),
+    no refit and `measure_plain`, the scales are llama.cpp's."""
+    x = values.reshape(-1, 8, 32)
+    count = x.shape[0]
+    header, levels = _min_scaled(x, 15, steps, refits, measure_plain)
+    out[:, :16] = header
     pairs = levels.view(count, 4, 2, 32)
-    out[:, 0:2] = d16.view(torch.uint8)
-    out[:, 2:4] = dmin16.view(torch.uint8)
-    _pack_q4_k_scales(scale_levels.to(torch.uint8), min_levels.to(torch.uint8), out[:, 4:16])
     # Two levels per byte, low nibble first: l0 + 16*l1 is that byte, exact in float32.
     packed = torch.add(pairs[:, :, 0, :], pairs[:, :, 1, :], alpha=16, out=_buffer("packed", (count, 4, 32)))
     out[:, 16:].view(count, 4, 32).copy_(packed)
+
+
+def q5_k(values: torch.Tensor, out: torch.Tensor, steps: torch.Tensor = Q5_K_STEPS, refits: int = Q5_K_REFITS,
+         measure_plain: bool = False) -> None:
+    """Flat float32 `values` (a multiple of 256) as Q5_K super-blocks into `out` ((S, 176) bytes), as
+    quantize_row_q5_K_ref writes them: Q4_K's 16 bytes of d, dmin and 6-bit scales and mins, 32 bytes of fifth
+    bits (bit 2p of byte j: value j of sub-block 2p, bit 2p+1: of sub-block 2p+1), 128 bytes of the low four bits
+    as Q4_K's. With llama.cpp's steps (-0.5, -0.4, ... 1), no refit and `measure_plain`, the scales are
+    llama.cpp's."""
+    x = values.reshape(-1, 8, 32)
+    count = x.shape[0]
+    header, levels = _min_scaled(x, 31, steps, refits, measure_plain)
+    out[:, :16] = header
+    # The bytes computed in float32, where they are exact, and converted once: 5-bit level l = 16 h + n.
+    highs = torch.mul(levels, 1.0 / 16.0, out=_buffer("highs", tuple(levels.shape))).floor_()
+    nibbles = levels.sub_(highs, alpha=16.0).view(count, 4, 2, 32)
+    packed = torch.add(nibbles[:, :, 0, :], nibbles[:, :, 1, :], alpha=16, out=_buffer("packed", (count, 4, 32)))
+    out[:, 48:].view(count, 4, 32).copy_(packed)
+    fifth = highs.view(count, 8, 32).mul_(torch.tensor([2.0 ** bit for bit in range(8)])[None, :, None])
+    out[:, 16:48].copy_(fifth.sum(dim=1))
 
 
 def _q6_k_subblock_scales(x: torch.Tensor, steps: torch.Tensor, refits: int) -> torch.Tensor:

@@ -6,12 +6,12 @@ every third between), get Q6_K; a tensor whose rows are not a multiple of the ty
 whose block fits (Q4_K to Q5_0, Q5_K to Q5_1, Q6_K to Q8_0, else F16), as llama.cpp does. One-dimensional
 tensors (norms, biases) stay float32.
 
-Q8_0, Q4_K and Q6_K blocks (all of q8_0, q4_k_m and q6_k files but fallbacks) are made by torch in
+Q8_0, Q4_K, Q5_K and Q6_K blocks (all of q8_0, q4_k_m, q5_k_m and q6_k files but fallbacks) are made by torch in
 guiapp/gguf/blocks.py: Q8_0 byte for byte as llama.cpp's reference code, the K-quants with llama.cpp's search cut
-to a few steps (an error within about 1 % of llama.cpp's, several times faster). The other quantized types (Q5_K,
-and the fallbacks Q4_0, Q5_0, Q5_1) are made by llama.cpp's reference code in `libgguf` (native, releases the GIL,
-so blocks of rows are quantized on several threads); torch rounds float32 to f16 and bf16. Sources are turned
-into float32 by torch, so a bf16 source never becomes a NumPy array of a type NumPy does not have.
+to a few steps (an error within about 1 % of llama.cpp's, several times faster). Q4_0 and the fallbacks Q5_0 and
+Q5_1 are made by llama.cpp's reference code in `libgguf` (native, releases the GIL, so blocks of rows are
+quantized on several threads); torch rounds float32 to f16 and bf16. Sources are turned into float32 by torch, so
+a bf16 source never becomes a NumPy array of a type NumPy does not have.
 """
 
 from __future__ import annotations
@@ -116,4 +116,4 @@ def encode(rows: torch.Tensor, qtype: gguf.GGMLQuantizationType, threads: int = 
     return np.concatenate([part.reshape(-1) for part in done])
 
 
-_TORCH_KERNELS = {Q.Q8_0: blocks.q8_0, Q.Q4_K: blocks.q4_k, Q.Q6_K: blocks.q6_k}
+_TORCH_KERNELS = {Q.Q8_0: blocks.q8_0, Q.Q4_K: blocks.q4_k, Q.Q5_K: blocks.q5_k, Q.Q6_K: blocks.q6_k}

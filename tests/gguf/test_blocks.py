@@ -1,5 +1,5 @@
-"""The torch quantizers against llama.cpp's reference code (libgguf, native) and gguf-py: Q8_0 byte for byte; Q4_K
-and Q6_K with llama.cpp's full search nearly byte for byte, and with the export's shorter search within 2 % of
+"""The torch quantizers against llama.cpp's reference code (libgguf, native) and gguf-py: Q8_0 byte for byte; Q4_K,
+Q5_K and Q6_K with llama.cpp's full search nearly byte for byte, and with the export's shorter search within 2 % of
 llama.cpp's error; every block read back by gguf-py's dequantizer."""
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from guiapp.gguf.quantize import encode
 
 Q = gguf.GGMLQuantizationType
 FULL_Q4_K = torch.arange(21, dtype=torch.float32) * 0.1 - 1.0  # make_qkx2_quants(rmin=-1, rdelta=0.1, nstep=20)
+FULL_Q5_K = torch.arange(16, dtype=torch.float32) * 0.1 - 0.5  # rmin=-0.5, rdelta=0.1, nstep=15
 FULL_Q6_K = torch.tensor([0.0, *range(-9, 0), *range(1, 10)]) * 0.1  # make_qx_quants' 0, then -9..9
 
 
@@ -74,7 +75,8 @@ def test_q8_0_blocks_are_gguf_pys(case):
 
 
 @pytest.mark.parametrize(("qtype", "kernel", "full"), [
-    (Q.Q4_K, functools.partial(blocks.q4_k, measure_plain=True), FULL_Q4_K), (Q.Q6_K, blocks.q6_k, FULL_Q6_K)])
+    (Q.Q4_K, functools.partial(blocks.q4_k, measure_plain=True), FULL_Q4_K),
+    (Q.Q5_K, functools.partial(blocks.q5_k, measure_plain=True), FULL_Q5_K), (Q.Q6_K, blocks.q6_k, FULL_Q6_K)])
 @pytest.mark.parametrize("name", list(_matrices()))
 def test_with_llama_cpps_full_search_the_blocks_are_llama_cpps(qtype, kernel, full, name):
     """Only sums added in another order tell them apart: almost every super-block is the same, bytes and all, and
@@ -88,7 +90,7 @@ def test_with_llama_cpps_full_search_the_blocks_are_llama_cpps(qtype, kernel, fu
     assert _rmse(mine.reshape(-1), rows, qtype) == pytest.approx(_rmse(theirs.reshape(-1), rows, qtype), rel=2e-3)
 
 
-@pytest.mark.parametrize("qtype", [Q.Q4_K, Q.Q6_K])
+@pytest.mark.parametrize("qtype", [Q.Q4_K, Q.Q5_K, Q.Q6_K])
 @pytest.mark.parametrize("name", list(_matrices()))
 def test_the_exports_search_errs_within_two_percent_of_llama_cpps(qtype, name):
     rows = _matrices()[name]
@@ -96,7 +98,7 @@ def test_the_exports_search_errs_within_two_percent_of_llama_cpps(qtype, name):
     assert ratio < 1.02
 
 
-@pytest.mark.parametrize("qtype", [Q.Q4_K, Q.Q6_K])
+@pytest.mark.parametrize("qtype", [Q.Q4_K, Q.Q5_K, Q.Q6_K])
 def test_zero_constant_and_outlier_super_blocks_decode(qtype):
     rows = torch.zeros(4, 256)
     rows[1] = 0.25  # constant, positive
