@@ -37,20 +37,21 @@ Q6_K_REFITS = 1
 _SCRATCH = threading.local()
 
 
-def _buffer(name: str, shape: tuple[int, ...], dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """A tensor of `shape` kept by the calling thread under `name` (its contents are whatever was left in it)."""
+def _buffer(name: str, shape: tuple[int, ...]) -> torch.Tensor:
+    """A float32 tensor of `shape` kept by the calling thread under `name` (holding whatever was left in it)."""
     buffers = _SCRATCH.__dict__.setdefault("buffers", {})
     count = 1
     for size in shape:
         count *= size
-    kept = buffers.get((name, dtype))
+    kept = buffers.get(name)
     if kept is None or kept.numel() < count:
-        kept = buffers[(name, dtype)] = torch.empty(count, dtype=dtype)
+        kept = buffers[name] = torch.empty(count)
     return kept[:count].view(shape)
 
 
-# The float32 just below 0.5: a + it, rounded to float32, then floored, is C's roundf(a) for every float32 a >= 0 (the
-# sum can only reach the next integer when a's fraction is at least 0.5; with 0.5 itself, 0.49999997 would become 1).
+# The float32 just below 0.5: a + it, rounded to float32, then floored, is C's roundf(a) for every float32 a >= 0
+# (the sum reaches the next integer only when a's fraction is at least 0.5; with 0.5 itself, 0.49999997 would
+# become 1). Checked against every float32 up to 128.5, the range Q8_0 rounds.
 _JUST_BELOW_HALF = 0.5 - 2.0 ** -25
 
 

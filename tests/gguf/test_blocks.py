@@ -107,3 +107,16 @@ def test_zero_constant_and_outlier_super_blocks_decode(qtype):
     decoded = gguf.quants.dequantize(encode(rows, qtype).reshape(4, -1), qtype)
     assert np.array_equal(decoded[0], np.zeros(256))
     assert np.allclose(decoded[1:], rows[1:].numpy(), rtol=0.02, atol=1e-3)
+
+
+def test_q8_0s_rounding_is_roundf_on_every_kind_of_float():
+    """Random float32 bit patterns up to 128.5 (the range Q8_0 rounds), every half and the floats beside each:
+    rounded as C's roundf (halves away from zero), computed exactly in float64."""
+    top = int(np.float32(128.5).view(np.int32))
+    patterns = torch.randint(0, top + 1, (1 << 22,), generator=torch.Generator().manual_seed(5), dtype=torch.int32)
+    halves = torch.arange(0.5, 128.0, 1.0)
+    below, above = torch.nextafter(halves, torch.zeros(1)), torch.nextafter(halves, torch.full((1,), 200.0))
+    beside = torch.cat([below, halves, above])
+    values = torch.cat([patterns.view(torch.float32), beside])
+    expected = torch.floor(values.double() + 0.5).float()
+    assert torch.equal(blocks._round_magnitude(values.clone()), expected)
