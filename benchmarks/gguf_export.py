@@ -11,10 +11,13 @@ same run. Floor and export run --repeat times, alternating, and the fastest of e
 Targets (2 CPU cores): q8_0 and f16 within 1.5× the floor, q4_k_m within 3×; the file within 5 % of the
 prediction; peak private memory flat in the model's size (a few blocks of rows).
 
-The quantizer's own cost is printed beside them: llama.cpp's reference quantization (the code llama.cpp's
-`llama-quantize` runs, through libgguf) of every tensor as the export types it, on both cores, the tensors already
-in memory as float32 — a floor no exporter using llama.cpp's quantizers can go under on this machine — and the
-export's time over the disk floor plus that.
+The quantizers' own cost is printed beside them, every tensor typed as the export types it, on all cores, the
+tensors already in memory as float32: the export's (`encode`: torch for Q8_0, Q4_K and Q6_K) and llama.cpp's
+reference code (what `llama-quantize` runs, through libgguf), wall and CPU seconds; and the export's time over the
+disk floor plus its quantizer's. The export's CPU seconds (user + system) show how much of both cores it used, and
+"stream s" the part of its time spent streaming the tensors into the file (the rest is the command's fixed start:
+imports, the config's defaults from transformers, the tokenizer).
+The machine's load average is printed first: on a shared machine the ratios move with it.
 """
 
 from __future__ import annotations
@@ -53,22 +56,60 @@ _FLOOR = textwrap.dedent("""
 """)
 
 
+# The export as the user runs it, timed from the command's start (the CLI's entry point imported), and before that
+# the time spent streaming the tensors into the file (reading, converting, quantizing, writing); the rest is the
+# command's fixed start (imports, the config's defaults from transformers, the tokenizer).
+_EXPORT = textwrap.dedent("""
+    import sys, time
+    sys.path.insert(0, sys.argv[4])
+    from guiapp.__main__ import main
+    start = time.perf_counter()
+    import guiapp.gguf.export as export
+    stream = export._write_staged
+    def timed(*arguments, **keywords):
+        begun = time.perf_counter()
+        try:
+            return stream(*arguments, **keywords)
+        finally:
+            timed.seconds = time.perf_counter() - begun
+    export._write_staged = timed
+    code = main(["export-gguf", sys.argv[1], sys.argv[2], "--type", sys.argv[3]])
+    print(timed.seconds)
+    print(time.perf_counter() - start)
+    sys.exit(code)
+""")
+
 _QUANTIZER_ALONE = textwrap.dedent("""
     import os, sys, time
+    from concurrent.futures import ThreadPoolExecutor
     from pathlib import Path
+    import libgguf, numpy as np
     from safetensors import safe_open
     from guiapp.gguf.quantize import FILE_KINDS, encode, tensor_type
     folder, kind, layers = Path(sys.argv[1]), FILE_KINDS[sys.argv[2]], int(sys.argv[3])
-    seconds = 0.0
+    threads = os.cpu_count() or 1
+
+    def llama_cpp(tensor, qtype):
+        if qtype.name in ("F32", "F16", "BF16"):
+            return encode(tensor, qtype, threads)  # not quantized: the same conversion as the export's
+        native = libgguf.GGMLQuantizationType(int(qtype))
+        parts = np.array_split(tensor.reshape(-1, tensor.shape[-1]).numpy(), threads)
+        with ThreadPoolExecutor(threads) as pool:
+            return list(pool.map(lambda part: libgguf.quantize_rows(part, native), parts))
+
+    totals = {"export": [0.0, 0.0], "llama.cpp": [0.0, 0.0]}
     for file in sorted(folder.glob("*.safetensors")):
         with safe_open(file, framework="pt") as handle:
             for name in handle.keys():
                 tensor = handle.get_tensor(name).float()  # read and converted before the clock starts
                 qtype = tensor_type(kind, name, tuple(tensor.shape), layers, False)
-                start = time.perf_counter()
-                encode(tensor, qtype, threads=os.cpu_count() or 1)
-                seconds += time.perf_counter() - start
-    print(seconds)
+                for which, quantize in (("export", lambda: encode(tensor, qtype, threads)),
+                                        ("llama.cpp", lambda: llama_cpp(tensor, qtype))):
+                    wall, cpu = time.perf_counter(), time.process_time()
+                    quantize()
+                    totals[which][0] += time.perf_counter() - wall
+                    totals[which][1] += time.process_time() - cpu
+    print(*totals["export"], *totals["llama.cpp"])
 """)
 
 
@@ -89,10 +130,10 @@ def build_model(folder: Path, size_gb: float, shape_name: str | None = None) -> 
     if shape_name:
         shape = LlamaShape(**SHAPES[shape_name])
         return _write_layer_by_layer(folder / "model", shape), shape.layers
-        per_layer = 2 * (2 * 2048 * 2048 + 2 * 2048 * 512 + 3 * 2048 * 5632)  # bf16 bytes
-        outer = 2 * 2 * 32000 * 2048
-        layers = max(1, round((size_gb * 1e9 - outer) / per_layer))
-        shape = LlamaShape(hidden=2048, intermediate=5632, layers=layers, heads=16, kv_heads=4, vocab=32000)
+    per_layer = 2 * (2 * 2048 * 2048 + 2 * 2048 * 512 + 3 * 2048 * 5632)  # bf16 bytes
+    outer = 2 * 2 * 32000 * 2048
+    layers = max(1, round((size_gb * 1e9 - outer) / per_layer))
+    shape = LlamaShape(hidden=2048, intermediate=5632, layers=layers, heads=16, kv_heads=4, vocab=32000)
     tensors = {n: t.to(torch.bfloat16) for n, t in llama_tensors(shape, torch.Generator().manual_seed(0)).items()}
     model = write_checkpoint(folder / "model", tensors, llama_config(shape, torch.bfloat16), shards=2)
     write_byte_tokenizer(model)
@@ -147,22 +188,26 @@ def main() -> None:
         folder = Path(scratch)
         model, layers = build_model(folder, args.size_gb, args.shape)
         source_bytes = sum(f.stat().st_size for f in model.glob("*.safetensors"))
-        print(f"Model: {source_bytes / 1e9:.2f} GB bf16, Llama-shaped; {os.cpu_count()} CPUs\n")
-        print(f"{'type':<8} {'export s':>9} {'floor s':>8} {'ratio':>6} {'target':>6} {'quantize s':>10} "
-              f"{'ratio to floor+quantize':>23} {'peak MB':>8} {'file MB':>8} {'predicted':>9}")
+        print(f"Model: {source_bytes / 1e9:.2f} GB bf16, Llama-shaped; {os.cpu_count()} CPUs; load average "
+              f"{' '.join(f'{load:.2f}' for load in os.getloadavg())}\n")
+        print(f"{'type':<8} {'export s':>9} {'cpu s':>6} {'stream s':>8} {'floor s':>8} {'ratio':>6} {'target':>6} "
+              f"{'quantize s (cpu)':>16} {'llama.cpp s (cpu)':>17} {'to floor+quantize':>17} {'peak MB':>8} "
+              f"{'file MB':>8} {'predicted':>9}")
         for kind in args.types.split(","):
             out = folder / f"model-{kind}.gguf"
             dry = subprocess.run([sys.executable, "-m", "guiapp", "export-gguf", str(model), str(out), "--type", kind,
                                   "--dry-run", "--json"], capture_output=True, text=True, env=env, check=True)
             predicted = json.loads(dry.stdout)["predicted_bytes"]
-            exports, floors, peak = [], [], 0
+            exports, floors, cpus, streams, peak = [], [], [], [], 0
             for _ in range(args.repeat):
                 out.unlink(missing_ok=True)
-                seconds, memory, _ = run_measured(
-                    [sys.executable, "-c", f"import os, sys, time; sys.path.insert(0, {str(ROOT)!r}); "
-                     "from guiapp.__main__ import main; t = time.perf_counter(); "
-                     f"code = main(['export-gguf', {str(model)!r}, {str(out)!r}, '--type', {kind!r}]); "
-                     "print(time.perf_counter() - t); sys.exit(code)"])
+                before = os.times()
+                seconds, memory, printed = run_measured([sys.executable, "-c", _EXPORT, str(model), str(out), kind,
+                                                       str(ROOT)])
+                streams.append(float(printed.split()[-2]))
+                after = os.times()
+                cpus.append(after.children_user + after.children_system - before.children_user -
+                            before.children_system)
                 exports.append(seconds)
                 peak = max(peak, memory)
                 floor_file = folder / "floor.bin"
@@ -171,13 +216,17 @@ def main() -> None:
                 floor_file.unlink()
                 floors.append(floor_seconds)
             size = out.stat().st_size
-            quantize = float(subprocess.run([sys.executable, "-c", _QUANTIZER_ALONE, str(model), kind, str(layers)],
-                                            capture_output=True, text=True, env=env, check=True).stdout)
+            quantize, quantize_cpu, theirs, theirs_cpu = map(float, subprocess.run(
+                [sys.executable, "-c", _QUANTIZER_ALONE, str(model), kind, str(layers)], capture_output=True,
+                text=True, env=env, check=True).stdout.split())
             ratio = min(exports) / min(floors)
             target = 3.0 if kind.startswith("q4_k") or kind.startswith("q5_k") or kind == "q6_k" else 1.5
-            print(f"{kind:<8} {min(exports):>9.2f} {min(floors):>8.2f} {ratio:>6.2f} {target:>6.1f} {quantize:>10.2f} "
-                  f"{min(exports) / (min(floors) + quantize):>23.2f} {peak / 1e6:>8.0f} {size / 1e6:>8.1f} "
-                  f"{size / predicted:>9.4f}")
+            fastest = exports.index(min(exports))
+            print(f"{kind:<8} {min(exports):>9.2f} {cpus[fastest]:>6.1f} {streams[fastest]:>8.2f} {min(floors):>8.2f} "
+                  f"{ratio:>6.2f} "
+                  f"{target:>6.1f} {f'{quantize:.2f} ({quantize_cpu:.1f})':>16} "
+                  f"{f'{theirs:.2f} ({theirs_cpu:.1f})':>17} {min(exports) / (min(floors) + quantize):>17.2f} "
+                  f"{peak / 1e6:>8.0f} {size / 1e6:>8.1f} {size / predicted:>9.4f}")
             out.unlink()
 
 

@@ -54,9 +54,9 @@ from guiapp.system.units import three_digits
 BLOCK_BYTES = 16 * 1024 * 1024
 # Seconds per element by stored type on one thread, and bytes per second read and written, for the time
 # estimate (measured by benchmarks/gguf_export.py on a 2-core workstation; a rough guide, not a promise).
-_SECONDS_PER_ELEMENT = {gguf.GGMLQuantizationType.Q4_K: 9e-8, gguf.GGMLQuantizationType.Q5_K: 9e-8,
-                        gguf.GGMLQuantizationType.Q6_K: 8e-8, gguf.GGMLQuantizationType.Q5_0: 2e-8,
-                        gguf.GGMLQuantizationType.Q5_1: 2e-8, gguf.GGMLQuantizationType.Q8_0: 4e-9,
+_SECONDS_PER_ELEMENT = {gguf.GGMLQuantizationType.Q4_K: 1.6e-8, gguf.GGMLQuantizationType.Q5_K: 1.6e-8,
+                        gguf.GGMLQuantizationType.Q6_K: 2e-8, gguf.GGMLQuantizationType.Q5_0: 2e-8,
+                        gguf.GGMLQuantizationType.Q5_1: 2e-8, gguf.GGMLQuantizationType.Q8_0: 2e-9,
                         gguf.GGMLQuantizationType.Q4_0: 4e-9}
 _CONVERT_SECONDS_PER_ELEMENT = 2e-9
 _DISK_BYTES_PER_SECOND = 400e6

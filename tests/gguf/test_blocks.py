@@ -1,0 +1,122 @@
+"""The torch quantizers against llama.cpp's reference code (libgguf, native) and gguf-py: Q8_0 byte for byte; Q4_K,
+Q5_K and Q6_K with llama.cpp's full search nearly byte for byte, and with the export's shorter search within 2 % of
+llama.cpp's error; every block read back by gguf-py's dequantizer."""
+
+from __future__ import annotations
+
+import functools
+
+import gguf
+import libgguf
+import numpy as np
+import pytest
+import torch
+
+from guiapp.gguf import blocks
+from guiapp.gguf.quantize import encode
+
+Q = gguf.GGMLQuantizationType
+FULL_Q4_K = torch.arange(21, dtype=torch.float32) * 0.1 - 1.0  # make_qkx2_quants(rmin=-1, rdelta=0.1, nstep=20)
+FULL_Q5_K = torch.arange(16, dtype=torch.float32) * 0.1 - 0.5  # rmin=-0.5, rdelta=0.1, nstep=15
+FULL_Q6_K = torch.tensor([0.0, *range(-9, 0), *range(1, 10)]) * 0.1  # make_qx_quants' 0, then -9..9
+
+
+def _llama_cpp(rows: torch.Tensor, qtype: Q) -> np.ndarray:
+    return libgguf.quantize_rows(rows.reshape(-1, 256).numpy(), libgguf.GGMLQuantizationType(int(qtype))).reshape(-1)
+
+
+def _rmse(data: np.ndarray, rows: torch.Tensor, qtype: Q) -> float:
+    decoded = gguf.quants.dequantize(data.reshape(rows.shape[0], -1), qtype)
+    return float(np.sqrt(((decoded - rows.numpy()) ** 2).mean()))
+
+
+def _student_t(df: int, shape: tuple[int, ...], generator: torch.Generator) -> torch.Tensor:
+    """Student-t samples with `df` degrees of freedom drawn from `generator` (torch's StudentT takes none)."""
+    normal = torch.randn(*shape, generator=generator)
+    return normal / torch.randn(*shape, df, generator=generator).square().mean(dim=-1).sqrt()
+
+
+def _matrices() -> dict[str, torch.Tensor]:
+    generator = torch.Generator().manual_seed(7)
+    normal = torch.randn(64, 1024, generator=generator) * 0.02
+    heavy = _student_t(3, (64, 1024), generator) * 0.02
+    # Trained-like: low-rank structure, per-row scales and a few outlier columns, as in a transformer's weights.
+    low_rank = torch.randn(64, 8, generator=generator) @ torch.randn(8, 1024, generator=generator) * 0.01
+    trained = (low_rank + normal) * torch.rand(64, 1, generator=generator).add_(0.5)
+    trained[:, [3, 300, 777]] *= 12
+    return {"normal": normal, "heavy-tailed": heavy, "trained-like": trained}
+
+
+def _q8_0_cases() -> dict[str, torch.Tensor]:
+    generator = torch.Generator().manual_seed(3)
+    ties = torch.arange(256, dtype=torch.float32) % 100 - 50.5  # exact halves once the scale is 1
+    ties.view(-1, 32)[:, 0] = 127.0
+    just_below = torch.full((256,), 0.49999997)  # trunc(x + 0.5) would round this up
+    just_below[::32] = 127.0
+    return {"normal": torch.randn(4096, generator=generator),
+            "heavy-tailed": _student_t(2, (4096,), generator),
+            "zero": torch.zeros(256), "ties": ties, "negative ties": -ties, "just below a half": just_below,
+            "subnormal": torch.randn(512, generator=generator) * 1e-41,
+            "tiny": torch.randn(512, generator=generator) * 1e-30,
+            "large": torch.randn(512, generator=generator) * 3e38}
+
+
+@pytest.mark.parametrize("case", list(_q8_0_cases()))
+def test_q8_0_blocks_are_llama_cpps_byte_for_byte(case):
+    values = _q8_0_cases()[case]
+    mine = encode(values.reshape(-1, 256), Q.Q8_0, 2)
+    assert np.array_equal(mine, _llama_cpp(values, Q.Q8_0))
+
+
+@pytest.mark.parametrize("case", ["normal", "heavy-tailed", "zero", "ties", "tiny"])
+def test_q8_0_blocks_are_gguf_pys(case):
+    values = _q8_0_cases()[case].reshape(-1, 256)
+    assert np.array_equal(encode(values, Q.Q8_0), gguf.quants.quantize(values.numpy(), Q.Q8_0).reshape(-1))
+
+
+@pytest.mark.parametrize(("qtype", "kernel", "full"), [
+    (Q.Q4_K, functools.partial(blocks.q4_k, measure_plain=True), FULL_Q4_K),
+    (Q.Q5_K, functools.partial(blocks.q5_k, measure_plain=True), FULL_Q5_K), (Q.Q6_K, blocks.q6_k, FULL_Q6_K)])
+@pytest.mark.parametrize("name", list(_matrices()))
+def test_with_llama_cpps_full_search_the_blocks_are_llama_cpps(qtype, kernel, full, name):
+    """Only sums added in another order tell them apart: almost every super-block is the same, bytes and all, and
+    the error is llama.cpp's. A wrong bit in the packing of scales or levels fails both."""
+    rows = _matrices()[name]
+    mine = torch.empty(rows.numel() // 256, gguf.GGML_QUANT_SIZES[qtype][1], dtype=torch.uint8)
+    kernel(rows.reshape(-1), mine, full, 0)
+    mine = mine.numpy()
+    theirs = _llama_cpp(rows, qtype).reshape(mine.shape)
+    assert (mine == theirs).all(axis=1).mean() > 0.9
+    assert _rmse(mine.reshape(-1), rows, qtype) == pytest.approx(_rmse(theirs.reshape(-1), rows, qtype), rel=2e-3)
+
+
+@pytest.mark.parametrize("qtype", [Q.Q4_K, Q.Q5_K, Q.Q6_K])
+@pytest.mark.parametrize("name", list(_matrices()))
+def test_the_exports_search_errs_within_two_percent_of_llama_cpps(qtype, name):
+    rows = _matrices()[name]
+    ratio = _rmse(encode(rows, qtype, 2), rows, qtype) / _rmse(_llama_cpp(rows, qtype), rows, qtype)
+    assert ratio < 1.02
+
+
+@pytest.mark.parametrize("qtype", [Q.Q4_K, Q.Q5_K, Q.Q6_K])
+def test_zero_constant_and_outlier_super_blocks_decode(qtype):
+    rows = torch.zeros(4, 256)
+    rows[1] = 0.25  # constant, positive
+    rows[2] = -3.0  # constant, negative
+    rows[3, 17] = 1e4  # one outlier among zeros
+    decoded = gguf.quants.dequantize(encode(rows, qtype).reshape(4, -1), qtype)
+    assert np.array_equal(decoded[0], np.zeros(256))
+    assert np.allclose(decoded[1:], rows[1:].numpy(), rtol=0.02, atol=1e-3)
+
+
+def test_q8_0s_rounding_is_roundf_on_every_kind_of_float():
+    """Random float32 bit patterns up to 128.5 (the range Q8_0 rounds), every half and the floats beside each:
+    rounded as C's roundf (halves away from zero), computed exactly in float64."""
+    top = int(np.float32(128.5).view(np.int32))
+    patterns = torch.randint(0, top + 1, (1 << 22,), generator=torch.Generator().manual_seed(5), dtype=torch.int32)
+    halves = torch.arange(0.5, 128.0, 1.0)
+    below, above = torch.nextafter(halves, torch.zeros(1)), torch.nextafter(halves, torch.full((1,), 200.0))
+    beside = torch.cat([below, halves, above])
+    values = torch.cat([patterns.view(torch.float32), beside])
+    expected = torch.floor(values.double() + 0.5).float()
+    assert torch.equal(blocks._round_magnitude(values.clone()), expected)
