@@ -23,6 +23,7 @@ import gguf
 import torch
 
 from guiapp.errors import UnsupportedModelError
+from guiapp.gguf.config_defaults import with_defaults
 
 
 @dataclass(frozen=True)
@@ -117,20 +118,7 @@ def source_of(config: dict[str, Any] | None, label: str) -> Source:
             why="Each architecture needs its own tensor names and settings for llama.cpp to load it.",
             hint="GGUF export supports Llama, Mistral, Qwen2, Qwen3, Gemma 2, Gemma 3 and Phi-3 models.",
         )
-    return Source(known[0], FAMILIES[known[0]], _with_defaults(config or {}))
-
-
-def _with_defaults(config: dict[str, Any]) -> dict[str, Any]:
-    """`config` with the values transformers assumes when a field is missing (a rope theta of 10000 for Llama,
-    1000000 for Gemma 3...), so the file says what the model really uses."""
-    import transformers  # noqa: PLC0415 - transformers costs seconds to import; only an export needs it
-
-    settings = {key: value for key, value in config.items() if key != "model_type"}
-    try:
-        filled = transformers.AutoConfig.for_model(config.get("model_type", ""), **settings).to_dict()
-    except (ValueError, KeyError, TypeError):
-        return dict(config)
-    return {**filled, **{key: value for key, value in config.items() if key not in filled}}
+    return Source(known[0], FAMILIES[known[0]], with_defaults(config or {}))
 
 
 def plan_tensors(source: Source, tensors: dict[str, tuple[int, ...]], label: str) -> list[PlannedTensor]:
@@ -286,7 +274,8 @@ def _write_rope_scaling(writer: gguf.GGUFWriter, source: Source, rope: dict[str,
         writer.add_rope_scaling_type(gguf.RopeScalingType.LONGROPE)
         if source.family.arch == gguf.MODEL_ARCH.PHI3:
             context = int(source.config["max_position_embeddings"])
-            original = int(rope.get("original_max_position_embeddings") or context)
+            original = int(rope.get("original_max_position_embeddings")
+                           or source.config.get("original_max_position_embeddings") or context)
             scale = context / original
             writer.add_rope_scaling_attn_factors(
                 math.sqrt(1 + math.log(scale) / math.log(original)) if scale > 1.0 else 1.0)
