@@ -103,13 +103,13 @@ def _four_bit(stored: Mapping[str, Stored], weight: str, state_name: str, label:
         """Rows of a matrix whose rows hold whole blocks: their bytes and their blocks' absmax alone."""
         begin, end = wanted.start * shape[1] // blocksize, wanted.stop * shape[1] // blocksize
         packed = read_rows(weight, range(wanted.start * shape[1] // 2, wanted.stop * shape[1] // 2))
-        absmax = read_rows(parts[1], range(begin, end)).float()
+        absmax = read_rows(parts[1], range(begin, end))
         if nested and end > begin:
             first = begin // nested_size
             scales = read_rows(parts[3], range(first, (end - 1) // nested_size + 1))
-            index = torch.arange(begin, end) // nested_size - first
-            absmax = read(parts[4]).float()[absmax.long()] * scales.float()[index] + offset
-        return dequantize_4bit(packed, absmax, read(parts[2]), (end - begin) * blocksize, blocksize)
+            absmax = dequantize_blockwise(absmax, read(parts[4]), scales, nested_size, begin - first * nested_size)
+            absmax += offset
+        return dequantize_4bit(packed, absmax.float(), read(parts[2]), (end - begin) * blocksize, blocksize)
 
     whole_blocks = len(shape) == 2 and shape[1] % blocksize == 0 and blocksize % 2 == 0
     return Dequantized(shape, dtype, parts, rebuild, rows if whole_blocks else None), parts + (state_name,)
@@ -131,11 +131,13 @@ def _read_state(raw: torch.Tensor, label: str, weight: str) -> dict[str, Any]:
     return state
 
 
-def dequantize_blockwise(codes: torch.Tensor, code_book: torch.Tensor, absmax: torch.Tensor,
-                         blocksize: int) -> torch.Tensor:
-    """8-bit blockwise values: code_book[code] times the absmax of the code's block, in float32."""
-    values = look_up(code_book.float(), codes).reshape(codes.shape)
-    return (values.reshape(-1) * absmax.float().repeat_interleave(blocksize)[: values.numel()]).reshape(codes.shape)
+def dequantize_blockwise(codes: torch.Tensor, code_book: torch.Tensor, absmax: torch.Tensor, blocksize: int,
+                         start: int = 0) -> torch.Tensor:
+    """8-bit blockwise values: code_book[code] times the absmax of the code's block, in float32; the first code is
+    the `start`-th of its block (codes of some rows begin inside a block)."""
+    values = look_up(code_book.float(), codes)
+    scales = absmax.float().repeat_interleave(blocksize)[start : start + values.numel()]
+    return values.mul_(scales).reshape(codes.shape)
 
 
 def dequantize_4bit(packed: torch.Tensor, absmax: torch.Tensor, code_book: torch.Tensor, count: int,
