@@ -97,19 +97,25 @@ def _four_bit(stored: Mapping[str, Stored], weight: str, state_name: str, label:
         absmax = tensors[1].float()
         if nested:
             absmax = dequantize_blockwise(tensors[1], tensors[4], tensors[3], nested_size) + offset
-        return dequantize_4bit(tensors[0], absmax, tensors[2], count, blocksize)
+        return dequantize_4bit(tensors[0], absmax, value_pairs(tensors[2]), count, blocksize)
+
+    # The code books of a weight read in blocks of rows, read once: a merge reads each weight a block at a time,
+    # and reading and preparing them again took a fifth of the time of dequantizing a block of a million values.
+    books: dict[str, torch.Tensor] = {}
 
     def rows(read: ReadStored, read_rows: ReadStoredRows, wanted: range) -> torch.Tensor:
         """Rows of a matrix whose rows hold whole blocks: their bytes and their blocks' absmax alone."""
+        if not books:
+            books.update(pairs=value_pairs(read(parts[2])), nested=read(parts[4]).float() if nested else None)
         begin, end = wanted.start * shape[1] // blocksize, wanted.stop * shape[1] // blocksize
         packed = read_rows(weight, range(wanted.start * shape[1] // 2, wanted.stop * shape[1] // 2))
         absmax = read_rows(parts[1], range(begin, end))
         if nested and end > begin:
             first = begin // nested_size
             scales = read_rows(parts[3], range(first, (end - 1) // nested_size + 1))
-            absmax = dequantize_blockwise(absmax, read(parts[4]), scales, nested_size, begin - first * nested_size)
+            absmax = dequantize_blockwise(absmax, books["nested"], scales, nested_size, begin - first * nested_size)
             absmax += offset
-        return dequantize_4bit(packed, absmax.float(), read(parts[2]), (end - begin) * blocksize, blocksize)
+        return dequantize_4bit(packed, absmax.float(), books["pairs"], (end - begin) * blocksize, blocksize)
 
     whole_blocks = len(shape) == 2 and shape[1] % blocksize == 0 and blocksize % 2 == 0
     return Dequantized(shape, dtype, parts, rebuild, rows if whole_blocks else None), parts + (state_name,)
@@ -140,12 +146,16 @@ def dequantize_blockwise(codes: torch.Tensor, code_book: torch.Tensor, absmax: t
     return values.mul_(scales).reshape(codes.shape)
 
 
-def dequantize_4bit(packed: torch.Tensor, absmax: torch.Tensor, code_book: torch.Tensor, count: int,
-                    blocksize: int) -> torch.Tensor:
-    """`count` values from packed 4-bit codes (high nibble first) with one absmax per block, in float32: one lookup
-    per byte in a table of the 256 value pairs, then each block scaled in place."""
+def value_pairs(code_book: torch.Tensor) -> torch.Tensor:
+    """The (256, 2) float32 table of the two values each byte of packed 4-bit codes stands for (high nibble first)."""
     byte = torch.arange(256)
-    pairs = torch.stack((code_book.float()[byte >> 4], code_book.float()[byte & 0x0F]), dim=1)
+    return torch.stack((code_book.float()[byte >> 4], code_book.float()[byte & 0x0F]), dim=1)
+
+
+def dequantize_4bit(packed: torch.Tensor, absmax: torch.Tensor, pairs: torch.Tensor, count: int,
+                    blocksize: int) -> torch.Tensor:
+    """`count` values from packed 4-bit codes with one absmax per block, in float32: one lookup per byte in `pairs`
+    (`value_pairs` of the code book), then each block scaled in place."""
     values = look_up(pairs, packed)
     blocks = -(-count // blocksize)
     if values.numel() != blocks * blocksize:
