@@ -12,6 +12,7 @@ output appears under its name only when complete.
 from __future__ import annotations
 
 import math
+import threading
 import time
 import zlib
 from collections.abc import Callable
@@ -141,6 +142,10 @@ def run_merge(
     """
     progress = progress or Progress()
     started = time.monotonic()
+    # The thread policy's first reading of the machine's load spans a short wait (LoadMeter); taken while the job
+    # plans and opens its inputs, the merge loop's first decision no longer waits 0.1 s for it.
+    measuring = threading.Thread(target=settings.threads.free_cores, name="mergesmith-load", daemon=True)
+    measuring.start()
     device = resolve_device(settings.device)
     inputs = merge_inputs(recipe)
     with StagedOutput(settings.output, overwrite=settings.overwrite, inputs=inputs, kind="merge") as staged:
@@ -152,6 +157,7 @@ def run_merge(
         try:
             donor_folder = tokenizer_folder(plan.tokenizer_donor)
             align_vocabulary(plan, [r.folder for r in readers], donor_folder)
+            measuring.join()
             stats = _merge_tensors(plan, readers, staged.path, device, settings, progress)
             write_merge_metadata(staged.path, plan, [r.folder for r in readers], donor_folder)
         finally:

@@ -200,3 +200,18 @@ def test_streamed_ties_counts_its_models_and_mixes_its_blocks_on_the_free_cores_
     busy, _ = _counting_threads(streamed_trio, tmp_path / "busy", ThreadPolicy(
         busy_elsewhere=lambda: 1.0, cores=2), monkeypatch)
     assert len({ident for pairs in busy.values() for ident, _ in pairs}) == 1  # the other core is taken
+
+
+def test_the_first_load_reading_is_taken_while_the_merge_plans_and_opens_its_inputs(streamed_trio, tmp_path):
+    # The meter's first reading waits out a short interval: taken beside the planning, not by the merge loop.
+    callers = []
+
+    def busy() -> float:
+        callers.append(threading.current_thread().name)
+        return 0.0
+
+    base, one, two = streamed_trio
+    text = (f"merge_method: ties\nbase_model: {base}\nmodels:\n  - model: {one}\n    parameters: "
+            f"{{weight: 0.7, density: 0.4}}\n  - model: {two}\n    parameters: {{weight: 0.5, density: 0.75}}\n")
+    run_merge(recipe(text), MergeSettings(tmp_path / "out", threads=ThreadPolicy(busy_elsewhere=busy, refresh_s=3600)))
+    assert callers == ["mergesmith-load"]
