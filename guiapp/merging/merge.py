@@ -146,25 +146,28 @@ def run_merge(
     # plans and opens its inputs, the merge loop's first decision no longer waits 0.1 s for it.
     measuring = threading.Thread(target=settings.threads.free_cores, name="mergesmith-load", daemon=True)
     measuring.start()
-    device = resolve_device(settings.device)
-    inputs = merge_inputs(recipe)
-    with StagedOutput(settings.output, overwrite=settings.overwrite, inputs=inputs, kind="merge") as staged:
-        plan = plan_merge(recipe, progress, compute_as_recipe=settings.compute_dtype == "recipe")
-        if before_start is not None:
-            before_start(plan)  # the estimate: it names every shortage (disk, RAM, VRAM) at once
-        check_free_space(staged.path, plan.output_bytes + _DISK_MARGIN_BYTES)
-        readers = open_readers([model.ref for model in plan.models], progress)
-        try:
-            donor_folder = tokenizer_folder(plan.tokenizer_donor)
-            align_vocabulary(plan, [r.folder for r in readers], donor_folder)
-            measuring.join()
-            stats = _merge_tensors(plan, readers, staged.path, device, settings, progress)
-            write_merge_metadata(staged.path, plan, [r.folder for r in readers], donor_folder)
-        finally:
-            for reader in readers:
-                reader.close()
-        progress.check_cancelled()
-        output = staged.commit(progress)
+    try:
+        device = resolve_device(settings.device)
+        inputs = merge_inputs(recipe)
+        with StagedOutput(settings.output, overwrite=settings.overwrite, inputs=inputs, kind="merge") as staged:
+            plan = plan_merge(recipe, progress, compute_as_recipe=settings.compute_dtype == "recipe")
+            if before_start is not None:
+                before_start(plan)  # the estimate: it names every shortage (disk, RAM, VRAM) at once
+            check_free_space(staged.path, plan.output_bytes + _DISK_MARGIN_BYTES)
+            readers = open_readers([model.ref for model in plan.models], progress)
+            try:
+                donor_folder = tokenizer_folder(plan.tokenizer_donor)
+                align_vocabulary(plan, [r.folder for r in readers], donor_folder)
+                measuring.join()
+                stats = _merge_tensors(plan, readers, staged.path, device, settings, progress)
+                write_merge_metadata(staged.path, plan, [r.folder for r in readers], donor_folder)
+            finally:
+                for reader in readers:
+                    reader.close()
+            progress.check_cancelled()
+            output = staged.commit(progress)
+    finally:
+        measuring.join()  # never left running after the job, whatever ended it
     elapsed = time.monotonic() - started
     progress.log(f"Done: {len(plan.tasks)} tensors written to {output} in {elapsed:.1f} s.")
     return MergeOutcome(output, plan, elapsed, stats)
