@@ -218,3 +218,18 @@ def test_a_meter_begun_before_other_work_sleeps_only_what_is_left_of_its_first_i
     fresh = LoadMeter(first_interval_s=0.02)
     fresh.busy_elsewhere()
     assert slept == [pytest.approx(0.02, abs=0.005)]  # not begun: the whole first interval
+
+
+def test_the_first_load_reading_is_taken_while_the_merge_plans_and_opens_its_inputs(streamed_trio, tmp_path):
+    # The meter's first reading waits out a short interval: taken beside the planning, not by the merge loop.
+    callers = []
+
+    def busy() -> float:
+        callers.append(threading.current_thread().name)
+        return 0.0
+
+    base, one, two = streamed_trio
+    text = (f"merge_method: ties\nbase_model: {base}\nmodels:\n  - model: {one}\n    parameters: "
+            f"{{weight: 0.7, density: 0.4}}\n  - model: {two}\n    parameters: {{weight: 0.5, density: 0.75}}\n")
+    run_merge(recipe(text), MergeSettings(tmp_path / "out", threads=ThreadPolicy(busy_elsewhere=busy, refresh_s=3600)))
+    assert callers == ["mergesmith-load"]

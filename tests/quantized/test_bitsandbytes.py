@@ -34,6 +34,24 @@ def test_a_4bit_model_reads_as_bitsandbytes_dequantizes_it(llama_base, tmp_path,
         torch.testing.assert_close(checkpoint.read_rows(name, range(3, 7)), expected[3:7], rtol=0, atol=0)
 
 
+
+def test_rows_that_cross_the_edges_of_double_quantized_scale_blocks_read_as_bitsandbytes_dequantizes_them(tmp_path):
+    # 320 columns are 5 blocks of 64 a row; the absmax of every 256 blocks share one nested scale, so the nested
+    # blocks change inside rows 51 and 102: runs of rows starting and ending on either side of those edges.
+    weight = torch.randn(160, 320, generator=torch.Generator().manual_seed(4)).to(torch.bfloat16)
+    name = "model.layers.0.mlp.down_proj.weight"
+    save_file({n: t.contiguous() for n, t in bnb_4bit()(name, weight).items()}, tmp_path / "model.safetensors")
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama", "torch_dtype": "bfloat16",
+                                                      "quantization_config": bnb_4bit_settings()}))
+    stored = load_file(tmp_path / "model.safetensors")
+    state = F.QuantState.from_dict({k.removeprefix(name + "."): v for k, v in stored.items()
+                                    if k.startswith(name + ".")}, device=torch.device("cpu"))
+    expected = F.dequantize_4bit(stored[name], state)
+    with open_checkpoint(tmp_path) as checkpoint:
+        for rows in (range(0, 160), range(50, 53), range(51, 52), range(52, 103), range(101, 160), range(7, 7)):
+            assert torch.equal(checkpoint.read_rows(name, rows), expected[rows.start : rows.stop]), rows
+
+
 def test_an_8bit_model_reads_as_bitsandbytes_dequantizes_it(llama_base, tmp_path):
     folder = quantized_copy(llama_base, tmp_path / "q", bnb_8bit, BNB_8BIT_SETTINGS)
     stored = load_file(folder / "model.safetensors")

@@ -11,6 +11,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from guiapp.checkpoints.quantized.fp8 import FLOAT8, dequantized
+from guiapp.checkpoints.quantized.layout import look_up
 from guiapp.checkpoints.reading import open_checkpoint
 from guiapp.errors import QuantizedCheckpointError, UnknownQuantizationError
 from tests.quantized.helpers import quantized_copy
@@ -326,3 +327,17 @@ def test_float8_codes_scaled_in_the_model_dtype_give_the_bits_of_scaling_in_floa
         expected = (matrix.float() * scale.repeat_interleave(32 // scale.shape[1], 1)).to(target)
         assert values.dtype == target and values.shape == matrix.shape
         assert torch.equal(values.reshape(-1).view(torch.uint8), expected.reshape(-1).view(torch.uint8))
+
+
+@pytest.mark.parametrize(("dtype", "width"), [(torch.uint8, 1), (torch.bfloat16, 1), (torch.float32, 1),
+                                              (torch.float32, 2), (torch.float64, 1), (torch.float32, 3)], ids=str)
+def test_a_table_look_up_gives_each_codes_row_whatever_its_width(dtype, width):
+    # Rows of 1, 2, 4 and 8 bytes are gathered as one integer each, other widths as rows of bytes: each code's row,
+    # bit for bit (NaN payloads too), for codes read through a non-contiguous view.
+    table = torch.randint(0, 256, (256, width * dtype.itemsize), dtype=torch.uint8,
+                          generator=torch.Generator().manual_seed(2)).view(dtype)
+    table = table.reshape(256) if width == 1 else table
+    codes = torch.randint(0, 256, (24, 40), dtype=torch.uint8, generator=torch.Generator().manual_seed(3)).t()
+    values = look_up(table, codes)
+    assert values.dtype == dtype
+    assert torch.equal(values.view(torch.uint8), table[codes.reshape(-1).long()].reshape(-1).view(torch.uint8))
