@@ -104,7 +104,7 @@ def main() -> int:
                 input_bytes = sum(info.nbytes for info in read_headers(ModelRef.parse(str(base))).tensors.values())
                 events = [event for event in events if "stage" in event]
             else:
-                estimate, input_bytes = _estimate(name, base, tune_a, adapter, command, startup, text)
+                estimate, input_bytes = _estimate(name, base, tune_a, command, startup)
                 actual, events = _timed(command, folder / f"{name.replace(' ', '-')}.events")
             ratio = estimate.seconds / actual
             ratios.append(ratio)
@@ -257,7 +257,7 @@ def _recording_estimate(estimate, sink):
     return recording
 
 
-def _estimate(name: str, base: Path, tune: Path, adapter: Path, command: list[str], startup: float, text: Path):
+def _estimate(name: str, base: Path, tune: Path, command: list[str], startup: float):
     """The estimate the dry run printed, made here by the same functions with the dry run's wall time as start-up."""
     from guiapp.checkpoints.sources import read_headers  # noqa: PLC0415
     from guiapp.hub.references import ModelRef  # noqa: PLC0415

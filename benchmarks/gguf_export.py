@@ -12,11 +12,11 @@ Targets (2 CPU cores): q8_0 and f16 within 1.5× the floor, q4_k_m within 3×; t
 prediction; peak private memory flat in the model's size (a few blocks of rows).
 
 The quantizers' own cost is printed beside them, every tensor typed as the export types it, on all cores, the
-tensors already in memory as float32: the export's (`encode`: torch for Q8_0, Q4_K and Q6_K) and llama.cpp's
+tensors already in memory as float32: the export's (`encode`: see guiapp/gguf/quantize.py for which types torch makes) and llama.cpp's
 reference code (what `llama-quantize` runs, through libgguf), wall and CPU seconds; and the export's time over the
 disk floor plus its quantizer's. The export's CPU seconds (user + system) show how much of both cores it used, and
 "stream s" the part of its time spent streaming the tensors into the file (the rest is the command's fixed start:
-imports, the config's defaults from transformers, the tokenizer).
+imports, the tokenizer).
 The machine's load average is printed first: on a shared machine the ratios move with it.
 """
 
@@ -58,7 +58,7 @@ _FLOOR = textwrap.dedent("""
 
 # The export as the user runs it, timed from the command's start (the CLI's entry point imported), and before that
 # the time spent streaming the tensors into the file (reading, converting, quantizing, writing); the rest is the
-# command's fixed start (imports, the config's defaults from transformers, the tokenizer).
+# command's fixed start (imports, the tokenizer).
 _EXPORT = textwrap.dedent("""
     import sys, time
     sys.path.insert(0, sys.argv[4])

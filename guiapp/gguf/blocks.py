@@ -72,7 +72,10 @@ def q8_0(values: torch.Tensor, out: torch.Tensor) -> None:
     blocks = values.reshape(-1, 32)
     magnitudes = torch.abs(blocks, out=_buffer("magnitudes", tuple(blocks.shape)))
     scale = magnitudes.amax(dim=1, keepdim=True).div_(127.0)
-    inverse = torch.where(scale != 0, 1.0 / scale, 0.0)
+    inverse = 1.0 / scale
+    # A scale of 0, or one so small that its inverse overflows (its float16 is 0 anyway): every code 0, defined
+    # where C's conversion of an infinity to int8 is not.
+    inverse = torch.where(torch.isfinite(inverse), inverse, 0.0)
     rounded = _round_magnitude(magnitudes.mul_(inverse))
     out[:, :2] = _fp16_bytes(scale[:, 0])
     out[:, 2:].view(torch.int8).copy_(torch.copysign(rounded, blocks, out=rounded))
@@ -107,7 +110,7 @@ def _subblock_scales_and_mins(x: torch.Tensor, top: int, steps: torch.Tensor, re
     low = x.amin(dim=1).clamp_(max=0.0)
     high = x.amax(dim=1)
     flat = high == low
-    # A flat sub-block (all values equal, or all positive and equal) keeps scale 0: its levels never fit.
+    # A flat sub-block (all its values equal and at most 0: a positive one still spans 0..value) keeps scale 0.
     high = torch.where(flat, low + 1.0, high)
     weighted_x = torch.mul(weights, x, out=_buffer("weighted x", shape))
     sum_w, sum_x = _row_sums(weights), _row_sums(weighted_x)
@@ -177,7 +180,8 @@ def _min_scaled(x: torch.Tensor, top: int, steps: torch.Tensor, refits: int,
     d16, dmin16 = (max_scale / 63.0).to(torch.float16), (max_min / 63.0).to(torch.float16)
     d = d16.float() * scale_levels
     dm = dmin16.float() * min_levels
-    # A sub-block whose scale is 0 gets levels 0, as in llama.cpp.
+    # A sub-block whose scale is 0 gets levels 0 (llama.cpp keeps its search's levels there: other bytes, the same
+    # values, since they are multiplied by 0).
     used = (d != 0).float()
     levels = torch.add(x, dm[:, :, None], out=_buffer("levels", tuple(x.shape)))
     levels = levels.div_(torch.where(d != 0, d, 1.0)[:, :, None]).round_().clamp_(0.0, float(top))
@@ -304,7 +308,10 @@ def in_chunks(values: torch.Tensor, kernel: Callable[[torch.Tensor, torch.Tensor
     """`kernel` applied to flat float32 `values` (a multiple of `block_values`) in chunks of whole blocks, on
     `threads` threads of one torch thread each (threads of their own even for one: torch splitting each small
     operation over threads makes them wait for each other, many times slower on a busy machine); the blocks'
-    bytes, flat, in order."""
+    bytes, flat, in order. Raises ValueError when a row (the last dimension) is not a whole number of blocks: a
+    block never spans two rows."""
+    if values.shape[-1] % block_values:
+        raise ValueError(f"Rows of {values.shape[-1]} values are not whole blocks of {block_values}.")
     flat = values.reshape(-1)
     blocks = flat.numel() // block_values
     out = torch.empty(blocks, block_bytes, dtype=torch.uint8)

@@ -38,11 +38,11 @@ _HEAD_DIM_FROM_SIZES = ("llama", "mistral")
 
 
 def with_defaults(config: dict[str, Any]) -> dict[str, Any]:
-    """`config` with what transformers assumes for its `model_type` where a setting is missing (or null); a type
-    not in the table is returned as it is."""
+    """`config` with what transformers assumes for its `model_type` where a setting is missing (a setting written
+    as null stays null, as transformers keeps it: no sliding window, no softcapping); a type not in the table is
+    returned as it is."""
     model_type = config.get("model_type", "")
-    given = {key: value for key, value in config.items() if value is not None}
-    filled = {**DEFAULTS.get(model_type, {}), **given}
-    if model_type in _HEAD_DIM_FROM_SIZES and "head_dim" not in given:
+    filled = {**DEFAULTS.get(model_type, {}), **config}
+    if model_type in _HEAD_DIM_FROM_SIZES and filled.get("head_dim") is None:
         filled["head_dim"] = int(filled["hidden_size"]) // int(filled["num_attention_heads"])
     return filled

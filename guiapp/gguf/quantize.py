@@ -96,7 +96,8 @@ def stored_bytes(shape: tuple[int, ...], qtype: gguf.GGMLQuantizationType) -> in
 def encode(rows: torch.Tensor, qtype: gguf.GGMLQuantizationType, threads: int = 1) -> np.ndarray:
     """`rows` (float32, on the CPU) stored as `qtype`: the bytes of the file, as a flat uint8 array.
 
-    Quantized types are made on up to `threads` threads.
+    Quantized types are made on up to `threads` threads. Raises ValueError when a row is not a whole number of the
+    type's blocks (`tensor_type` chooses a type whose blocks fit).
     """
     if qtype == Q.F32:
         return rows.contiguous().numpy().reshape(-1).view(np.uint8)

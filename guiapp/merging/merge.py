@@ -142,8 +142,8 @@ def run_merge(
     """
     progress = progress or Progress()
     started = time.monotonic()
-    # The thread policy's first reading of the machine's load spans a short wait (LoadMeter); taken while the job
-    # plans and opens its inputs, the merge loop's first decision no longer waits 0.1 s for it.
+    # The thread policy's first reading of the machine's load spans a short wait (LoadMeter): taken while the job
+    # plans and opens its inputs, so that the merge loop's first decision does not wait for it.
     measuring = threading.Thread(target=settings.threads.free_cores, name="mergesmith-load", daemon=True)
     measuring.start()
     try:

@@ -217,7 +217,7 @@ def test_a_meter_begun_before_other_work_sleeps_only_what_is_left_of_its_first_i
     assert slept == []
     fresh = LoadMeter(first_interval_s=0.02)
     fresh.busy_elsewhere()
-    assert slept == [pytest.approx(0.02, abs=0.005)]  # not begun: the whole first interval
+    assert len(slept) == 1 and 0.01 < slept[0] <= 0.02  # not begun: (nearly) the whole first interval
 
 
 def test_the_first_load_reading_is_taken_while_the_merge_plans_and_opens_its_inputs(streamed_trio, tmp_path):

@@ -38,6 +38,10 @@ _VARIANTS = {
     "phi-3 long rope": {**_SMALL, "max_position_embeddings": 8192, "original_max_position_embeddings": 4096,
                         "rope_scaling": {"type": "longrope", "short_factor": [1.0] * 8, "long_factor": [2.0] * 8}},
     "partial rotary": {**_SMALL, "partial_rotary_factor": 0.5},
+    # Written out as null (Mistral v0.3's sliding window, Gemma 3's softcapping): null is not "missing".
+    "null window and caps": {**_SMALL, "sliding_window": None, "final_logit_softcapping": None,
+                             "attn_logit_softcapping": None, "rope_scaling": None},
+    "null sizes": {**_SMALL, "head_dim": None, "num_key_value_heads": None},
 }
 
 

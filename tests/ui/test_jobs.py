@@ -277,17 +277,18 @@ def test_a_job_that_failed_at_once_did_not_take_0_s(qtbot, window, models, tmp_p
     assert window.jobs.elapsed.text() not in ("", "0 s")  # it ran for some time, however short
 
 
-@pytest.mark.parametrize(("work_done", "bytes_done", "expected"), [
-    (0.0, 0, "not known yet"),  # a stage that counts its cost, before its first step: Generate before a token
-    (0.5, 0, "not known yet"),
-    (1.0, 0, ""),
+@pytest.mark.parametrize(("total", "work_done", "work_total", "expected"), [
+    (48, 0.0, 1.0, "not known yet"),  # a stage that counts its cost, before its first step: Generate before a token
+    (48, 0.5, 1.0, "not known yet"),
+    (48, 1.0, 1.0, ""),
+    (0, 0.0, 0.0, ""),  # a stage that counts nothing (loading a model): no time left to speak of
 ])
-def test_the_time_left_says_when_it_is_not_known_yet(window, work_done, bytes_done, expected):
+def test_the_time_left_says_when_it_is_not_known_yet(window, total, work_done, work_total, expected):
     from guiapp.progress import ProgressEvent  # noqa: PLC0415
 
     page = window.jobs
     page.selected = "a-job"
-    page._progress("a-job", ProgressEvent(stage="Generating", done=0, total=48, bytes_done=bytes_done,
-                                          bytes_total=0, item="", elapsed=0.5, rate=None, eta=None,
-                                          work_done=work_done, work_total=1.0))
+    page._progress("a-job", ProgressEvent(stage="Generating", done=0, total=total, bytes_done=0, bytes_total=0,
+                                          item="", elapsed=0.5, rate=None, eta=None, work_done=work_done,
+                                          work_total=work_total))
     assert page.eta.text() == expected

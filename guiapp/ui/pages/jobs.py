@@ -233,7 +233,8 @@ class JobsPage(QWidget):
         self.item.setText(event.item)
         self.rate.setText(f"{event.rate / 1e6:.1f} MB/s" if event.rate else "")
         # Rounded up: "0 s" only when nothing is left; with work to go and nothing measured yet, say so.
-        unknown = "not known yet" if event.fraction < 1.0 else ""
+        counts = event.total or event.bytes_total or event.work_total
+        unknown = "not known yet" if counts and event.fraction < 1.0 else ""
         self.eta.setText(_duration(math.ceil(event.eta)) if event.eta is not None else unknown)
 
     def _log_line(self, key: str, line: str) -> None:
