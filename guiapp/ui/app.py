@@ -27,6 +27,7 @@ def create_window(argv: Sequence[str] | None = None, *, keep_history: bool = Tru
     from guiapp.ui.main_window import MainWindow
     from guiapp.ui.pages.settings import apply_offline_setting, apply_saved_settings
     from guiapp.ui.state import AppState
+    from guiapp.ui.theme import style_sheet_held_back
 
     app = QApplication.instance() or QApplication(list(argv if argv is not None else sys.argv))
     app.setOrganizationName("Mergesmith")
@@ -40,7 +41,9 @@ def create_window(argv: Sequence[str] | None = None, *, keep_history: bool = Tru
         app.setWindowIcon(QIcon(str(icon)))
     apply_saved_settings()
     apply_offline_setting()
-    return app, MainWindow(AppState(keep_history=keep_history))
+    with style_sheet_held_back():
+        window = MainWindow(AppState(keep_history=keep_history))
+    return app, window
 
 
 # Qt's messages that say nothing a user can act on: platform plugins (offscreen, some X11 window managers) note

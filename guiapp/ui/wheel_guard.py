@@ -19,10 +19,14 @@ class WheelGuard(QObject):
     """The event filter; `install_wheel_guard` puts one on the application."""
 
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt's name
+        # Every event of every object passes here: the cheap type test comes first, so that the others (nearly
+        # all) are let through without asking for the event's type (a Python enum made per call).
+        if not isinstance(watched, VALUE_WIDGETS):
+            return False
         kind = event.type()
-        if kind == QEvent.Type.Polish and isinstance(watched, VALUE_WIDGETS):
+        if kind == QEvent.Type.Polish:
             guard_focus_policy(watched)
-        elif kind == QEvent.Type.Wheel and isinstance(watched, VALUE_WIDGETS) and not watched.hasFocus():
+        elif kind == QEvent.Type.Wheel and not watched.hasFocus():
             # Handled for this widget but not accepted: Qt offers the event to the parent widgets next.
             event.ignore()
             return True

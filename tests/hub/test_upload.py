@@ -4,7 +4,9 @@ a dropped connection, cancel, and each refusal before anything is sent."""
 from __future__ import annotations
 
 import hashlib
+import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -48,8 +50,20 @@ def test_public_only_after_the_files_are_committed(uploads, signed_in, model_fol
     assert uploads.private[REPO] is False
 
 
-@pytest.mark.slow  # about 25 s: huggingface_hub backs off between its retries of the cut-off upload
-def test_resume_after_a_dropped_connection_sends_only_what_is_missing(uploads, signed_in, model_folder, tmp_path):
+@pytest.fixture
+def back_offs(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """The waits huggingface_hub's retry loop asks for, recorded instead of slept (1+2+4+8+8 s per cut-off file:
+    the test waited them out), so that the retries themselves still happen."""
+    from huggingface_hub.utils import _http
+
+    asked: list[float] = []
+    clock = {name: getattr(time, name) for name in dir(time) if not name.startswith("_")}
+    monkeypatch.setattr(_http, "time", SimpleNamespace(**{**clock, "sleep": asked.append}))
+    return asked
+
+
+def test_resume_after_a_dropped_connection_sends_only_what_is_missing(uploads, signed_in, model_folder, tmp_path,
+                                                                       back_offs):
     from huggingface_hub import snapshot_download
 
     plan = check_upload(model_folder, REPO)
@@ -65,6 +79,7 @@ def test_resume_after_a_dropped_connection_sends_only_what_is_missing(uploads, s
 
     with pytest.raises(ConnectionLostError):
         upload_folder(plan, Progress(on_event=cut_after_first))
+    assert len(back_offs) >= 5  # the client retried the cut-off file before giving up
     assert first_oid in uploads.lfs_objects and uploads.private[REPO] is True
     uploads.drop_lfs_uploads = 0
     received_before = dict(uploads.lfs_bytes_received)

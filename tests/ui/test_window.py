@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QKeySequence, QPalette
-from PySide6.QtWidgets import QApplication
+from PySide6.QtWidgets import QApplication, QPushButton
 
 from guiapp.ui.app import create_window
+from guiapp.ui.theme import status_style_sheet
 from tests.ui.conftest import broken_float16, wait_for_job
 
 
@@ -77,6 +78,13 @@ def test_dark_scheme_is_legible(qtbot, window):
     assert window_colour.lightness() < 80 and text.lightness() > 180
     combo.setCurrentIndex(combo.findData("system"))
     assert QApplication.palette().color(QPalette.ColorRole.Window).lightness() > 128
+
+
+def test_the_built_window_is_dressed_by_the_application_style_sheet(qtbot, window):
+    # The window is built with the sheet held back (faster) and the sheet applied once it is complete.
+    assert QApplication.instance().styleSheet() == status_style_sheet()
+    primary = [button for button in window.findChildren(QPushButton) if button.property("role") == "primary"]
+    assert primary and all(button.font().bold() for button in primary)  # the sheet's rule for primary buttons
 
 
 def test_switching_the_scheme_never_replaces_the_style_under_a_style_sheet(qtbot, window, monkeypatch):
