@@ -28,8 +28,7 @@ merges the same models as bitsandbytes 4-bit (nf4, double quantized, quantized b
 each quantized merge's time and peak private memory over the bf16 merge's. Goal: ≤ 1.3× the time, memory within
 10 % (the dequantizers work tensor by tensor). The CPU time ratio (all threads) is printed too: on a machine other
 work keeps busy, it shows the work dequantizing adds when the wall times are mostly waiting. The inputs of a block
-are dequantized on the reading threads, at once on the cores the thread policy finds free (one after another when
-other programs keep a core busy), while the block before is merged: the wall time ratio depends on the load.
+are dequantized on the reading thread while the block before is merged.
 """
 
 from __future__ import annotations

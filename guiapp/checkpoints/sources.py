@@ -115,10 +115,6 @@ class ModelReader:
             raise RuntimeError(f"internal error: rows of {name} read from a model with an adapter")
         return self.checkpoint.read_rows(name, rows)
 
-    def dequantizes(self, name: str) -> bool:
-        """Whether tensor `name` is dequantized as it is read (a quantized model's weight)."""
-        return self.checkpoint.quantized is not None and name in self.checkpoint.quantized.tensors
-
     def warm(self, name: str, scratch: memoryview, stop: Callable[[], bool]) -> None:
         """Bring the stored bytes of tensor `name` into the system's page cache (`Checkpoint.warm`); never raises."""
         self.checkpoint.warm(name, scratch, stop)

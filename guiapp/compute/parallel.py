@@ -31,14 +31,14 @@ Result = TypeVar("Result")
 
 class HelperThreads:
     """Runs the calls of `run_each` up to `width` at a time: on the calling thread and on at most `most - 1` helper
-    threads (named `name`), each using one torch thread. `width` starts at 1 (one call at a time, on the caller) and
-    may change between calls, as the cores other programs leave free change. Close it (or use it as a context
-    manager) to end the helper threads."""
+    threads, each using one torch thread. `width` starts at 1 (one call at a time, on the caller) and may change
+    between calls, as the cores other programs leave free change. Close it (or use it as a context manager) to end
+    the helper threads."""
 
-    def __init__(self, most: int, name: str = "mergesmith-helper") -> None:
+    def __init__(self, most: int) -> None:
         self.most = max(1, most)
         self.width = 1
-        self._pool = ThreadPoolExecutor(self.most - 1, name, initializer=use_cpu_threads,
+        self._pool = ThreadPoolExecutor(self.most - 1, "mergesmith-helper", initializer=use_cpu_threads,
                                         initargs=(1,)) if self.most > 1 else None
 
     def run_each(self, function: Callable[[Item], Result], items: Sequence[Item]) -> list[Result]:

@@ -10,7 +10,6 @@ before. The merge loop is handed exactly the tensors it would have read, so a tr
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -45,23 +44,20 @@ class KeptReaders:
         self._kept: dict[tuple, torch.Tensor] = {}
         self._held: set[tuple[int, str]] = set()  # (reader, tensor) of which some piece is kept
         self._refused: set[tuple[int, str]] = set()  # (reader, tensor) of which some piece is read every time
-        self._lock = threading.Lock()  # the merge loop reads a piece's quantized inputs on several threads at once
 
     def piece(self, key: tuple, name: tuple[int, str], read: Callable[[], torch.Tensor]) -> torch.Tensor:
         """The kept tensor of `key`, else `read()`'s, kept when it fits the budget."""
-        with self._lock:
-            tensor = self._kept.get(key)
+        tensor = self._kept.get(key)
         if tensor is not None:
             return tensor
         tensor = read()
         size = tensor.numel() * tensor.element_size()
-        with self._lock:
-            if self.kept_bytes + size <= self.budget:
-                self._kept[key] = tensor
-                self._held.add(name)
-                self.kept_bytes += size
-            else:
-                self._refused.add(name)
+        if self.kept_bytes + size <= self.budget:
+            self._kept[key] = tensor
+            self._held.add(name)
+            self.kept_bytes += size
+        else:
+            self._refused.add(name)
         return tensor
 
     def warms(self, name: tuple[int, str]) -> bool:
@@ -95,10 +91,6 @@ class _KeptReader:
         """`ModelReader.read_rows`, kept; raises what it raises."""
         key = (id(self), name)
         return self._keeping.piece((*key, rows.start, rows.stop), key, lambda: self._reader.read_rows(name, rows))
-
-    def dequantizes(self, name: str) -> bool:
-        """`ModelReader.dequantizes`: whether reading `name` from its file computes (a quantized weight)."""
-        return self._reader.dequantizes(name)
 
     def warm(self, name: str, scratch: memoryview, stop: Callable[[], bool]) -> None:
         if self._keeping.warms((id(self), name)):

@@ -236,19 +236,11 @@ def merge_into(
     read_in_passes = {id(piece.task) for piece in pieces if piece.counting}
     # Reading the next piece (file reads, dtype casts) and writing the previous one overlap the computation of
     # the current one; at most one piece waits on each side, so memory stays a few pieces.
-    # Reading and writing are bound by memory and disk: one torch thread each. Inputs dequantized as they are read
-    # (4-bit, FP8...) are computed: those of a piece are read at once on the cores the policy gives dense work.
+    # Reading and writing are bound by memory and disk: one torch thread each.
     with ThreadPoolExecutor(1, "mergesmith-read", initializer=use_cpu_threads, initargs=(1,)) as reads, \
             ThreadPoolExecutor(1, "mergesmith-write", initializer=use_cpu_threads, initargs=(1,)) as writes, \
-            HelperThreads(settings.threads.most) as helpers, \
-            HelperThreads(settings.threads.most, "mergesmith-read-helper") as read_lanes, threads_restored():
-
-        def read_ahead(piece: _Piece) -> Future:
-            # Set here, on the merge's thread, while no read runs (one piece is read ahead at most).
-            read_lanes.width = settings.threads.threads_for(WorkKind.DENSE) if _dequantizes(readers, piece) else 1
-            return reads.submit(_read_piece, plan, readers, piece, device, read_lanes.run_each)
-
-        pending_read: Future | None = read_ahead(pieces[0])
+            HelperThreads(settings.threads.most) as helpers, threads_restored():
+        pending_read: Future | None = reads.submit(_read_piece, plan, readers, pieces[0], device)
         pending_write: Future | None = None
         warmer = PageCacheWarmer([
             [(readers[item.model], item.tensor) for item in task.inputs] if id(task) in read_in_passes else []
@@ -258,7 +250,10 @@ def merge_into(
             for index, piece in enumerate(pieces):
                 task = piece.task
                 tensors = pending_read.result()
-                pending_read = read_ahead(pieces[index + 1]) if index + 1 < len(pieces) else None
+                pending_read = (
+                    reads.submit(_read_piece, plan, readers, pieces[index + 1], device)
+                    if index + 1 < len(pieces) else None
+                )
                 if index == 0 or pieces[index - 1].task is not task:
                     seconds, extra = 0.0, {}
                     warmer.reached(task_index[id(task)])
@@ -419,17 +414,10 @@ def _row_blocks(shape: tuple[int, ...]) -> list[range]:
     return [range(start, min(start + block_rows, shape[0])) for start in range(0, shape[0], block_rows)]
 
 
-def _read_piece(plan: MergePlan, readers: list[ModelReader], piece: _Piece, device: torch.device,
-                run_each: RunEach = one_at_a_time) -> list[torch.Tensor]:
-    """The inputs of `piece`, each read by a call of `run_each` (perhaps at once). Raises as the readers do."""
+def _read_piece(plan: MergePlan, readers: list[ModelReader], piece: _Piece, device: torch.device) -> list[torch.Tensor]:
     if piece.rows is None:
-        return _read_inputs(plan, readers, piece.task, device, run_each)
-    return run_each(lambda item: _read_rows(readers, piece.task, item, piece.rows), piece.task.inputs)
-
-
-def _dequantizes(readers: list[ModelReader], piece: _Piece) -> bool:
-    """Whether reading `piece` dequantizes an input (computes, rather than only copies bytes)."""
-    return any(readers[item.model].dequantizes(item.tensor) for item in piece.task.inputs)
+        return _read_inputs(plan, readers, piece.task, device)
+    return [_read_rows(readers, piece.task, item, piece.rows) for item in piece.task.inputs]
 
 
 def _read_rows(readers: list[ModelReader], task: TensorTask, item: TensorInput, rows: range) -> torch.Tensor:
@@ -444,8 +432,7 @@ def _read_rows(readers: list[ModelReader], task: TensorTask, item: TensorInput, 
     return tensor
 
 
-def _read_inputs(plan: MergePlan, readers: list[ModelReader], task: TensorTask, device: torch.device,
-                 run_each: RunEach = one_at_a_time) -> list[torch.Tensor]:
+def _read_inputs(plan: MergePlan, readers: list[ModelReader], task: TensorTask, device: torch.device) -> list[torch.Tensor]:
     if task.vocabulary is not None:
         # Every input is laid out in the output vocabulary first; a lacking row may come from another input.
         stored = {item.model: _to_compute(plan, readers[item.model].read(item.tensor), device) for item in task.inputs}
@@ -453,8 +440,8 @@ def _read_inputs(plan: MergePlan, readers: list[ModelReader], task: TensorTask, 
         return [aligned[item.model] for item in task.inputs]
     # Blocks are converted one at a time, and inputs merged as stored not at all.
     convert = task.floating and not merges_in_blocks(plan, task) and not merges_as_stored(plan, task)
-
-    def read(item: TensorInput) -> torch.Tensor:
+    tensors = []
+    for item in task.inputs:
         tensor = readers[item.model].read(item.tensor)
         if item.rows is not None:
             tensor = tensor[: item.rows]
@@ -462,9 +449,10 @@ def _read_inputs(plan: MergePlan, readers: list[ModelReader], task: TensorTask, 
                 model, name = item.pad_from
                 padding = readers[model].read(name)[item.rows : task.shape[0]]
                 tensor = torch.cat([tensor, padding.to(tensor.dtype)])
-        return _to_compute(plan, tensor, device) if convert else tensor
-
-    return run_each(read, task.inputs)
+        if convert:
+            tensor = _to_compute(plan, tensor, device)
+        tensors.append(tensor)
+    return tensors
 
 
 def _to_compute(plan: MergePlan, tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
