@@ -41,6 +41,10 @@ PREVIEW_MAX_RANK = 128
 # an update with 30 % of its energy in full-rank noise (none: 0.07 at the last rank); the extraction makes 3.
 PREVIEW_POWER_ITERATIONS = 1
 PREVIEW_OVERSAMPLE = 32
+# Below this much sketching (rows × columns × sketch width, summed over the sample: a 4-layer, 512-wide model's is
+# 0.35 G) the preview takes a few tens of milliseconds on one core: a second thread gains nothing there, and the
+# load reading that decides on it would sleep a third of the preview away.
+ONE_THREAD_SKETCH_WORK = 500_000_000
 
 
 @dataclass(frozen=True)
@@ -180,7 +184,9 @@ def preview_spectra(
                 on_module(done, len(modules))
             delta = _update(base_checkpoint, tuned_checkpoint, f"{module}.weight", refs)
             if done == 0:
-                use_cpu_threads(ThreadPolicy(busy_elsewhere=meter.busy_elsewhere).threads_for(WorkKind.DENSE))
+                small = _sketch_work(tuned_checkpoint, modules, max_rank) < ONE_THREAD_SKETCH_WORK
+                use_cpu_threads(1 if small else
+                                ThreadPolicy(busy_elsewhere=meter.busy_elsewhere).threads_for(WorkKind.DENSE))
             check_stop()
             try:
                 spectra.append(update_spectrum(module, delta, max_rank))
@@ -190,6 +196,15 @@ def preview_spectra(
         if on_module is not None:
             on_module(len(modules), len(modules))
         return spectra
+
+
+def _sketch_work(checkpoint: Checkpoint, modules: list[str], max_rank: int) -> int:
+    """Rows × columns × sketch width of each sampled module's sketch, summed (`ONE_THREAD_SKETCH_WORK`)."""
+    work = 0
+    for module in modules:
+        rows, columns = checkpoint.tensors[f"{module}.weight"].shape[:2]
+        work += rows * columns * (min(max_rank, rows, columns) + PREVIEW_OVERSAMPLE)
+    return work
 
 
 def _downloaded_folder(ref: ModelRef) -> Path:

@@ -138,3 +138,21 @@ def test_a_preview_of_folders_on_this_computer_does_not_load_the_hub_client(llam
             "print(sorted(name for name in sys.modules if name.startswith(('huggingface_hub', 'guiapp.hub.resolve'))))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]"
+
+
+def test_a_small_preview_runs_on_one_thread_without_waiting_for_a_load_reading(llama_base, llama_planted, monkeypatch):
+    """A few tens of milliseconds of sketching gain nothing from a second thread, and the reading of the machine's
+    load that decides on one slept 16 ms of a small pair's 50 ms preview; a larger sample still asks."""
+    from guiapp.lora import spectrum  # noqa: PLC0415
+    from guiapp.system import threads  # noqa: PLC0415
+
+    slept, chosen = [], []
+    monkeypatch.setattr(threads.time, "sleep", slept.append)
+    monkeypatch.setattr(spectrum, "use_cpu_threads", chosen.append)
+    preview_spectra(str(llama_base), str(llama_planted))
+    assert chosen == [1] and slept == []
+    asked = []
+    monkeypatch.setattr(spectrum, "ONE_THREAD_SKETCH_WORK", 0)
+    monkeypatch.setattr(spectrum.ThreadPolicy, "threads_for", lambda policy, kind: asked.append(kind) or 2)
+    preview_spectra(str(llama_base), str(llama_planted))
+    assert asked and chosen == [1, 2]
