@@ -117,8 +117,7 @@ def look_up(table: torch.Tensor, codes: torch.Tensor) -> torch.Tensor:
     two values per code), in the table's dtype, on the table's device. A row of 2, 4 or 8 bytes (one bf16 or float32
     value, a pair of float32) is gathered as one integer item: 0.6 ns a code on one core, against 1.4 for NumPy's
     fancy indexing of the rows as raw bytes (which first widens the codes to int64) and 2.4 for torch gathering
-    rows of two floats, which made dequantizing the larger part of a 4-bit model's merge. torch releases the GIL
-    while it gathers, so the reading threads of a merge gather at once."""
+    rows of two floats, which made dequantizing the larger part of a 4-bit model's merge."""
     rows = table.contiguous().view(torch.uint8).reshape(table.shape[0], -1)  # any dtype, bf16 too
     index = codes.reshape(-1).to(device=table.device, dtype=torch.int32)
     item = _ITEMS.get(rows.shape[1])
