@@ -3,6 +3,8 @@ model's name column stays in view, at the default window size and at the smalles
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import yaml
 from PySide6.QtCore import QPoint, Qt
@@ -14,6 +16,21 @@ def _three_model_ties(qtbot, page, models) -> None:
         {"model": str(model), "parameters": {"weight": 0.5, "density": 0.5}}
         for model in (models.tune_a, models.tune_b, models.wider)]}))
     qtbot.waitUntil(lambda: page.table.rowCount() == 3, timeout=10_000)
+
+
+def _settled(qtbot, read, steady_for: float = 0.3):
+    """What `read()` gives once it has stayed the same for `steady_for` seconds (the layout has settled)."""
+    last, since = read(), time.monotonic()
+
+    def steady() -> bool:
+        nonlocal last, since
+        now = read()
+        if now != last:
+            last, since = now, time.monotonic()
+        return time.monotonic() - since >= steady_for
+
+    qtbot.waitUntil(steady, timeout=10_000)
+    return last
 
 
 @pytest.mark.parametrize("size", [(1280, 860), (1024, 700)])
@@ -69,13 +86,12 @@ def test_the_compatibility_line_coming_and_going_moves_neither_the_table_nor_run
         {"model": str(model), "parameters": {"weight": 0.5, "density": 0.5}}
         for model in (models.tune_a, models.tune_b, models.base)]}))
     qtbot.waitUntil(lambda: page.compatibility.text().startswith("✓ Compatible"), timeout=20_000)
-    qtbot.wait(100)
 
     def places():
         return [(w.mapTo(window, QPoint(0, 0)), w.size()) for w in (page.table, page.run_button,
                                                                      page.param_form, page.compatibility)]
 
-    compatible = places()
+    compatible = _settled(qtbot, places)  # after the resize and the new rows are laid out, on a busy machine too
     page.models_box.show_verdict(type("Check", (), {"compatible": None})())  # a check that could not tell
     assert page.compatibility.text() == ""
     qtbot.wait(100)
