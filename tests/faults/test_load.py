@@ -88,7 +88,7 @@ def test_ten_jobs_back_to_back(request, tmp_path, seen):
     if not os.environ.get(_CHILD):
         env = {key: value for key, value in os.environ.items() if key != "MERGESMITH_RELIABILITY_DOC"}
         done = subprocess.run([sys.executable, "-m", "pytest", f"{__file__}::test_ten_jobs_back_to_back", "-q", "-s",
-                               "-p", "no:cacheprovider", "-n", "0", "--basetemp", str(tmp_path / "child")],
+                               "-p", "no:cacheprovider", "-n", "0", "-m", "slow", "--basetemp", str(tmp_path / "child")],
                               env={**env, _CHILD: "1", "MALLOC_ARENA_MAX": "2"}, capture_output=True, text=True,
                               timeout=1800)
         assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]

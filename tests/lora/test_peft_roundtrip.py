@@ -22,9 +22,10 @@ from tests.lora.helpers import (
     max_relative_difference,
     model_tensors,
 )
+from tests.support.lazy_import import LazyModule
 
 transformers = pytest.importorskip("transformers")
-peft = pytest.importorskip("peft")
+peft = LazyModule("peft")
 
 TOKENS = torch.randint(0, 256, (2, 12), generator=torch.Generator().manual_seed(0))
 

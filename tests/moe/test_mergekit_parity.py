@@ -11,8 +11,9 @@ import yaml
 from safetensors.torch import load_file
 
 from tests.moe.helpers import assemble, expert, write_config
+from tests.support.lazy_import import LazyModule
 
-mergekit_moe = pytest.importorskip("mergekit.scripts.moe")
+mergekit_moe = LazyModule("mergekit.scripts.moe")
 SEED = 7
 
 

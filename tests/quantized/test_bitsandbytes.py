@@ -11,8 +11,9 @@ from safetensors.torch import load_file, save_file
 from guiapp.checkpoints.reading import open_checkpoint
 from guiapp.errors import QuantizedCheckpointError
 from tests.quantized.helpers import BNB_8BIT_SETTINGS, bnb_4bit, bnb_4bit_settings, bnb_8bit, quantized_copy
+from tests.support.lazy_import import LazyModule
 
-F = pytest.importorskip("bitsandbytes.functional")
+F = LazyModule("bitsandbytes.functional")
 
 
 @pytest.mark.parametrize(("quant_type", "double"), [("nf4", True), ("nf4", False), ("fp4", True), ("fp4", False)])

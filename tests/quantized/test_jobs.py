@@ -5,15 +5,12 @@ from __future__ import annotations
 
 import json
 
-import pytest
 from safetensors.torch import load_file, save_file
 
 from guiapp.__main__ import main
 from guiapp.cli.process import EXIT_OK
 from tests.tryout.conftest import try_probe  # noqa: F401 - perplexity needs this machine's probe
 from tests.tryout.models import SENTENCES
-
-pytest.importorskip("bitsandbytes")
 
 
 def _recipe(tmp_path, text: str):

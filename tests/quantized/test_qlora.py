@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import json
 
-import pytest
 import torch
 from safetensors.torch import load_file
 
 from guiapp.__main__ import main
 from guiapp.cli.process import EXIT_OK
 from tests.tryout.conftest import try_probe  # noqa: F401 - the CLI's try needs this machine's probe
-
-pytest.importorskip("bitsandbytes")
 
 
 def test_apply_lora_on_a_4bit_base_writes_the_full_precision_model(qlora, tmp_path):

@@ -27,10 +27,11 @@ from guiapp.inference.running import (
 from guiapp.jobs.runner import JobListeners, JobRunner, JobStatus
 from guiapp.jobs.tryout import perplexity_job, plan_try, try_job
 from guiapp.progress import CancelToken, Progress
+from tests.support.lazy_import import LazyModule
 from tests.tryout.models import CHAT_TEMPLATE, SENTENCES
 
 transformers = pytest.importorskip("transformers")
-peft = pytest.importorskip("peft")
+peft = LazyModule("peft")
 
 PROMPT = "the cat sat on the"
 TEXT = " ".join(SENTENCES)
