@@ -41,6 +41,7 @@ from guiapp.checkpoints.writing import check_free_space
 from guiapp.compute.devices import threads_restored, use_cpu_threads
 from guiapp.errors import InsufficientResourcesError, OutputError
 from guiapp.gguf.architectures import PlannedTensor, Source, plan_tensors, source_of, write_metadata
+from guiapp.gguf.blocks import quantizing_threads
 from guiapp.gguf.provenance import MadeFrom, made_from, write_made_from
 from guiapp.gguf.quantize import FILE_KINDS, FileKind, encode, stored_bytes, tensor_type
 from guiapp.gguf.tokenizer import Vocabulary, loadable_name, read_vocabulary, write_vocabulary
@@ -290,7 +291,8 @@ def _write_staged(path: Path, plan: ExportPlan, reader: ModelReader, progress: P
 def _write_file(partial: Path, plan: ExportPlan, reader: ModelReader, progress: Progress,
                 threads: ThreadPolicy) -> None:
     """Header first, then the tensors' blocks: the next block is read and converted on one thread and the last
-    one written on another while the current one is quantized, so at most three blocks are held."""
+    one written on another while the current one is quantized (on threads kept for the whole file), so at most
+    three blocks are held."""
     writer = _writer(partial, plan.source, plan.kind, plan.tensors, plan.types, plan.vocabulary, plan.name,
                      plan.made_from)
     try:
@@ -301,12 +303,13 @@ def _write_file(partial: Path, plan: ExportPlan, reader: ModelReader, progress: 
         writer.write_padding(stream, stream.tell())  # every tensor's data then starts and ends aligned
         progress.start_stage("Exporting to GGUF", total=len(plan.tensors), bytes_total=plan.read_bytes)
         written = [0] * len(plan.tensors)
+        quantizing = threads.threads_for(WorkKind.DENSE)
         with ThreadPoolExecutor(1, "mergesmith-read", initializer=use_cpu_threads, initargs=(1,)) as reads, \
-                ThreadPoolExecutor(1, "mergesmith-write") as writes:
+                ThreadPoolExecutor(1, "mergesmith-write") as writes, quantizing_threads(quantizing) as quantizers:
             pending: Future | None = None
             for index, block, nbytes, last in _read_ahead(_all_blocks(plan, reader), reads):
                 tensor, qtype = plan.tensors[index], plan.types[index]
-                data = encode(block, qtype, threads.threads_for(WorkKind.DENSE))
+                data = encode(block, qtype, quantizing, quantizers)
                 written[index] += data.nbytes
                 padding = b""
                 if last:
