@@ -3,13 +3,15 @@
 Q8_0 is llama.cpp's reference quantizer (`quantize_row_q8_0_ref`) byte for byte. Q4_K, Q5_K and Q6_K are written as
 llama.cpp writes them (`quantize_row_q4_K_ref`, `_q5_K_ref`, `_q6_K_ref`; gguf-py's dequantizer reads them) and
 choose each sub-block's scale by llama.cpp's own search (`make_qkx2_quants`, `make_qx_quants`), which given all
-its steps makes llama.cpp's blocks but for sums added in another order; the export tries a few of the steps and
-refits the best levels once, for an error within about 1 % of llama.cpp's at a fraction of its time
-(tests/gguf/test_blocks.py; benchmarks/gguf_export.py times both).
+its steps makes llama.cpp's blocks but for sums added in another order; the export tries a few of the steps
+(Q4_K three and a refit of the best levels, Q5_K four and a refit, Q6_K two), for an error within about 1.5 % of
+llama.cpp's (Q6_K 0.3 %) at a fraction of its time (tests/gguf/test_blocks.py; benchmarks/gguf_export.py times
+both). Each step costs about 2 ns a value on one core of the benchmark's machine, torch's work on whole chunks.
 
 Values are quantized in chunks on threads of one torch thread each, every large tensor of a chunk in buffers the
 thread keeps: fresh memory for every operation costs more than the arithmetic (page faults), the more so in a
-virtual machine.
+virtual machine. What is computed once per sub-block (the fits' arithmetic) works on stacked rows, fewer
+operations: on 16-32 thousand values each, torch's cost per operation counts more than the arithmetic.
 """
 
 from __future__ import annotations
@@ -29,7 +31,9 @@ from guiapp.compute.devices import use_cpu_threads
 # a value on one thread (Q6_K: 9.5, 7.4, 7.2, 8.4).
 _CHUNK = 1 << 19
 # The export's search: the steps of llama.cpp's it tries, then refits on the best levels (RMSE of the dequantized
-# weights within about 1 % of llama.cpp's full search on normal, heavy-tailed and trained-like matrices).
+# weights above llama.cpp's full search's on normal, heavy-tailed and trained-like matrices: Q4_K 0.8-1.5 %, each
+# step less costing 0.3-0.4 % more; Q5_K 0.2-0.8 %; Q6_K 0.0-0.3 %, where its steps 0 and -0.9 are the ones that
+# count: with -0.5 and 0.5 instead of -0.9 it was 1-3 %). The steps were chosen by a search over llama.cpp's.
 Q4_K_STEPS = torch.tensor([0.0, 8.0, 14.0]) * 0.1 - 1.0
 Q4_K_REFITS = 1
 Q5_K_STEPS = torch.tensor([0.0, 5.0, 10.0, 15.0]) * 0.1 - 0.5
@@ -171,31 +175,23 @@ def _level_sums(levels, weights, weighted_x, sums) -> None:
 def _better_fit(levels, weights, weighted_x, sums, best, candidate) -> None:
     """make_qkx2_quants' fit of one candidate's levels: the weighted least-squares min and scale (a positive min
     replaced by 0 and the scale refitted), taken into `best` (min, scale, gain) where its gain is larger and the fit
-    is not degenerate. The sums are torch's; the fit on one value per sub-block is NumPy's, whose cost per
-    operation is a third of torch's and whose comparisons and selections are several times faster (callers ignore
-    its floating-point warnings: a degenerate fit divides by 0 and is never taken)."""
+    is not degenerate. Works on stacked rows of `sums`, `best` and `candidate`: torch's cost per operation, not
+    the arithmetic, is what counts on one value per sub-block."""
     _level_sums(levels, weights, weighted_x, sums)
-    sum_ll, sum_w, sum_x, sum_xl, _, sum_l = sums = sums.numpy()
-    best, candidate = best.numpy(), candidate.numpy()
-    pair = np.empty_like(candidate[:2])
-    # Products and differences rounded one by one as llama.cpp's: the determinant cancels.
-    determinant = np.multiply(sum_w, sum_ll)
-    np.subtract(determinant, np.multiply(sum_l, sum_l, out=candidate[2]), out=determinant)
+    sum_ll, sum_w, sum_x, sum_xl, _, sum_l = sums
+    # Products and differences rounded one by one as llama.cpp's (a fused multiply-add rounds once, and the
+    # determinant cancels).
+    determinant = torch.mul(sum_w, sum_ll).sub_(sum_l * sum_l)
     # [sum_ll, sum_w] * [sum_x, sum_xl] - sum_l * [sum_xl, sum_x]: the least-squares min and scale, times the
     # determinant.
-    fit = np.multiply(sums[0:2], sums[2:4], out=candidate[0:2])
-    np.subtract(fit, np.multiply(sum_l, sums[3:5], out=pair), out=fit)
-    np.divide(fit, determinant, out=fit)
+    fit = torch.mul(sums[0:2], sums[2:4], out=candidate[0:2]).sub_(sum_l * sums[3:5]).div_(determinant)
     fit_min, fit_scale = fit
-    positive = np.greater(fit_min, 0.0)
-    np.divide(sum_xl, sum_ll, out=fit_scale, where=positive)
-    np.minimum(fit_min, 0.0, out=fit_min)
+    torch.where(fit_min > 0, sum_xl / sum_ll, fit_scale, out=fit_scale)
+    fit_min.clamp_(max=0.0)
     # At the least-squares fit the error is sum(w x^2) - scale*sum(w x l) - min*sum(w x).
-    gain = np.multiply(fit_min, sum_x, out=candidate[2])
-    np.add(gain, np.multiply(fit_scale, sum_xl, out=pair[0]), out=gain)
-    better = np.greater(gain, best[2], out=positive)
-    better &= determinant > 0
-    np.copyto(best, candidate, where=better)
+    gain = torch.mul(fit_min, sum_x, out=candidate[2]).add_(fit_scale * sum_xl)
+    better = (gain > best[2]).logical_and_(determinant > 0)
+    torch.where(better, candidate, best, out=best)
 
 
 def _pack_q4_k_scales(scales: torch.Tensor, mins: torch.Tensor, out: torch.Tensor) -> None:
@@ -214,8 +210,7 @@ def _min_scaled(x: torch.Tensor, top: int, steps: torch.Tensor, refits: int,
     the sub-blocks' scales and mins as 6-bit multiples of them), and the levels (float32 (S, 8, 32), in a buffer
     of the calling thread)."""
     count = x.shape[0]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        scales, mins = _subblock_scales_and_mins(x.reshape(-1, 32), top, steps, refits, measure_plain)
+    scales, mins = _subblock_scales_and_mins(x.reshape(-1, 32), top, steps, refits, measure_plain)
     scales, mins = scales.reshape(count, 8), mins.reshape(count, 8)
     max_scale = scales.amax(dim=1, keepdim=True)
     max_min = mins.amax(dim=1, keepdim=True)
@@ -313,19 +308,16 @@ def _signed_peak(x: torch.Tensor) -> torch.Tensor:
 
 
 def _better_q6(squared, cubed, levels, best, candidate) -> None:
-    """One candidate's levels (16, B), clamped to [-32, 31] here, then overwritten: its least-squares scale, taken into
-    `best` (scale, gain) where its gain is larger. The products are llama.cpp's, in its order. Where all levels are
-    0, sum(w l l) and sum(w x l) are both 0: the scale 0/0 is not a number, and never larger (callers ignore the
-    floating-point warning). The fit on one value per sub-block is NumPy's, as in _better_fit."""
+    """One candidate's levels (16, B), clamped to [-32, 31] here, then overwritten: its least-squares scale, taken
+    into `best` (scale, gain) where its gain is larger. The products are llama.cpp's, in its order. Where all
+    levels are 0, sum(w l l) and sum(w x l) are both 0: the scale 0/0 is not a number, and never larger."""
     levels = levels.clamp_(-32.0, 31.0)
     weighted_l = torch.mul(squared, levels, out=_buffer("weighted levels", tuple(levels.shape)))
-    torch.sum(weighted_l.mul_(levels), dim=0, out=candidate[1])
-    torch.sum(levels.mul_(cubed), dim=0, out=candidate[0])
-    best, (fit, gain) = best.numpy(), candidate.numpy()
-    sum_xl = fit.copy()
-    np.divide(sum_xl, gain, out=fit)
-    np.multiply(fit, sum_xl, out=gain)
-    np.copyto(best, candidate.numpy(), where=gain > best[1])
+    sum_ll = torch.sum(weighted_l.mul_(levels), dim=0, out=candidate[1])
+    sum_xl = torch.sum(levels.mul_(cubed), dim=0)
+    torch.div(sum_xl, sum_ll, out=candidate[0])
+    gain = sum_ll.copy_(candidate[0]).mul_(sum_xl)
+    torch.where(gain > best[1], candidate, best, out=best)
 
 
 def q6_k(values: torch.Tensor, out: torch.Tensor, steps: torch.Tensor = Q6_K_STEPS, refits: int = Q6_K_REFITS) -> None:
@@ -334,8 +326,7 @@ def q6_k(values: torch.Tensor, out: torch.Tensor, steps: torch.Tensor = Q6_K_STE
     scales, d (float16)."""
     x = values.reshape(-1, 16, 16)
     count = x.shape[0]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        scales = _q6_k_subblock_scales(x.reshape(-1, 16), steps, refits).reshape(count, 16)
+    scales = _q6_k_subblock_scales(x.reshape(-1, 16), steps, refits).reshape(count, 16)
     max_scale = _signed_peak(scales)[:, None]
     empty = max_scale.abs() < 1e-15
     inverse = -128.0 / torch.where(empty, 1.0, max_scale)
