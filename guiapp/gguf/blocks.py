@@ -364,8 +364,8 @@ def in_chunks(values: torch.Tensor, kernel: Callable[[torch.Tensor, torch.Tensor
               block_bytes: int, threads: int, pool: ThreadPoolExecutor | None = None) -> torch.Tensor:
     """`kernel` applied to flat float32 `values` (a multiple of `block_values`) in chunks of whole blocks, on
     `threads` threads of one torch thread each (threads of their own even for one: torch splitting each small
-    operation over threads makes them wait for each other, many times slower on a busy machine), those of `pool`
-    (see `quantizing_threads`) when given; the blocks' bytes, flat, in order. Raises ValueError when a row (the last
+    operation over threads makes them wait for each other, many times slower on a busy machine), `threads` of
+    those of `pool` (see `quantizing_threads`) when given; the blocks' bytes, flat, in order. Raises ValueError when a row (the last
     dimension) is not a whole number of blocks: a block never spans two rows."""
     if values.shape[-1] % block_values:
         raise ValueError(f"Rows of {values.shape[-1]} values are not whole blocks of {block_values}.")
@@ -380,9 +380,24 @@ def in_chunks(values: torch.Tensor, kernel: Callable[[torch.Tensor, torch.Tensor
         end = min(start + per_chunk, blocks)
         kernel(flat[start * block_values:end * block_values], out[start:end])
 
-    if pool is not None:
-        list(pool.map(run, starts))
-    else:
-        with quantizing_threads(min(threads, len(starts))) as own:
+    workers = max(1, min(threads, len(starts)))
+    if pool is None:
+        with quantizing_threads(workers) as own:
             list(own.map(run, starts))
+        return out.reshape(-1)
+    # `threads` workers on the pool's threads (a pool may have more: the threads free now can be fewer than when it
+    # was made), each taking the next chunk until none is left.
+    pending = iter(starts)
+    taking = threading.Lock()
+
+    def work() -> None:
+        while True:
+            with taking:
+                start = next(pending, None)
+            if start is None:
+                return
+            run(start)
+
+    for done in [pool.submit(work) for _ in range(workers)]:
+        done.result()
     return out.reshape(-1)

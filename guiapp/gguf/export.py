@@ -55,8 +55,8 @@ from guiapp.system.units import three_digits
 BLOCK_BYTES = 16 * 1024 * 1024
 # Seconds per element by stored type on one thread, and bytes per second read and written, for the time
 # estimate (measured by benchmarks/gguf_export.py on a 2-core workstation; a rough guide, not a promise).
-_SECONDS_PER_ELEMENT = {gguf.GGMLQuantizationType.Q4_K: 1.6e-8, gguf.GGMLQuantizationType.Q5_K: 1.6e-8,
-                        gguf.GGMLQuantizationType.Q6_K: 2e-8, gguf.GGMLQuantizationType.Q5_0: 2e-8,
+_SECONDS_PER_ELEMENT = {gguf.GGMLQuantizationType.Q4_K: 1.2e-8, gguf.GGMLQuantizationType.Q5_K: 1.4e-8,
+                        gguf.GGMLQuantizationType.Q6_K: 8e-9, gguf.GGMLQuantizationType.Q5_0: 2e-8,
                         gguf.GGMLQuantizationType.Q5_1: 2e-8, gguf.GGMLQuantizationType.Q8_0: 2e-9,
                         gguf.GGMLQuantizationType.Q4_0: 4e-9}
 _CONVERT_SECONDS_PER_ELEMENT = 2e-9
@@ -303,13 +303,12 @@ def _write_file(partial: Path, plan: ExportPlan, reader: ModelReader, progress: 
         writer.write_padding(stream, stream.tell())  # every tensor's data then starts and ends aligned
         progress.start_stage("Exporting to GGUF", total=len(plan.tensors), bytes_total=plan.read_bytes)
         written = [0] * len(plan.tensors)
-        quantizing = threads.threads_for(WorkKind.DENSE)
         with ThreadPoolExecutor(1, "mergesmith-read", initializer=use_cpu_threads, initargs=(1,)) as reads, \
-                ThreadPoolExecutor(1, "mergesmith-write") as writes, quantizing_threads(quantizing) as quantizers:
+                ThreadPoolExecutor(1, "mergesmith-write") as writes, quantizing_threads(threads.most) as quantizers:
             pending: Future | None = None
             for index, block, nbytes, last in _read_ahead(_all_blocks(plan, reader), reads):
                 tensor, qtype = plan.tensors[index], plan.types[index]
-                data = encode(block, qtype, quantizing, quantizers)
+                data = encode(block, qtype, threads.threads_for(WorkKind.DENSE), quantizers)
                 written[index] += data.nbytes
                 padding = b""
                 if last:
