@@ -139,8 +139,8 @@ def _subblock_scales_and_mins(x: torch.Tensor, top: int, steps: torch.Tensor, re
     # fit has the largest gain. Unless asked, the plain quantization's gain is not measured: a fit of the first
     # step's levels nearly always beats it.
     best = _buffer("best fit", (3, count))
-    inverse = torch.full_like(low, float(top)) / (high - low)  # divided as llama.cpp divides (scalar / tensor
-    # multiplies by a reciprocal)
+    # Divisions of tensors, as llama.cpp divides: a Python number over a tensor is a product with a reciprocal.
+    inverse = torch.full_like(low, float(top)) / (high - low)
     best[0] = low
     torch.reciprocal(inverse, out=best[1])
     best[2] = -torch.inf
