@@ -109,14 +109,14 @@ def _as_bytes(values: torch.Tensor, out: torch.Tensor) -> None:
 
 
 def _subblock_scales_and_mins(x: torch.Tensor, top: int, steps: torch.Tensor, refits: int,
-                              measure_plain: bool) -> tuple[torch.Tensor, torch.Tensor]:
+                              measure_plain: bool) -> torch.Tensor:
     """llama.cpp's make_qkx2_quants(32, top, ...) on all sub-blocks `x` (B, 32) at once, with the weights of
     quantize_row_q4_K_ref and _q5_K_ref, trying the steps `steps` in order (llama.cpp's Q4_K tries -1, -0.9, ... 1,
     its Q5_K -0.5, -0.4, ... 1): each
     step's levels are fitted by weighted least squares and, as in llama.cpp, a better fit's min is where the next
     step's levels start from; then `refits` more fits, each on the levels the best scale and min give. With
     `measure_plain`, llama.cpp's first candidate is measured as well. Returns each sub-block's scale and (positive)
-    min."""
+    min, the rows of a (2, B) tensor."""
     count = x.shape[0]
     shape = tuple(x.shape)
     weights = torch.mul(x, x, out=_buffer("weights", shape))
@@ -160,7 +160,10 @@ def _subblock_scales_and_mins(x: torch.Tensor, top: int, steps: torch.Tensor, re
     for _ in range(refits):
         levels = torch.sub(x, best[0][:, None], out=levels_buffer).div_(best[1][:, None])
         _better_fit(levels.round_().clamp_(0.0, float(top)), weights, weighted_x, sums, best, candidate)
-    return torch.where(flat, 0.0, best[1]), -torch.where(flat, low, best[0])
+    scales_and_mins = torch.empty(2, count)
+    torch.where(flat, best[1].new_zeros(()), best[1], out=scales_and_mins[0])
+    torch.where(flat, low, best[0], out=scales_and_mins[1]).neg_()
+    return scales_and_mins
 
 
 def _level_sums(levels, weights, weighted_x, sums) -> None:
@@ -194,33 +197,18 @@ def _better_fit(levels, weights, weighted_x, sums, best, candidate) -> None:
     torch.where(better, candidate, best, out=best)
 
 
-def _pack_q4_k_scales(scales: torch.Tensor, mins: torch.Tensor, out: torch.Tensor) -> None:
-    """Eight 6-bit scales and eight 6-bit mins per super-block (uint8, (S, 8) each) into Q4_K's 12 bytes `out`: the
-    first four of each whole, the last four split into low nibbles (bytes 8-11) and two high bits (on top of
-    bytes 0-7)."""
-    out[:, 0:4] = scales[:, :4] | ((scales[:, 4:] >> 4) << 6)
-    out[:, 4:8] = mins[:, :4] | ((mins[:, 4:] >> 4) << 6)
-    out[:, 8:12] = (scales[:, 4:] & 0xF) | ((mins[:, 4:] & 0xF) << 4)
-
-
 def _min_scaled(x: torch.Tensor, top: int, steps: torch.Tensor, refits: int,
                 measure_plain: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """Q4_K's and Q5_K's common part for super-blocks `x` (S, 8, 32) and levels 0..`top`, as
     quantize_row_q4_K_ref and quantize_row_q5_K_ref make them: the blocks' first 16 bytes (d and dmin as float16,
     the sub-blocks' scales and mins as 6-bit multiples of them), and the levels (float32 (S, 8, 32), in a buffer
-    of the calling thread)."""
+    of the calling thread). Scales and mins go through the same operations stacked, (2, S, 8)."""
     count = x.shape[0]
-    scales, mins = _subblock_scales_and_mins(x.reshape(-1, 32), top, steps, refits, measure_plain)
-    scales, mins = scales.reshape(count, 8), mins.reshape(count, 8)
-    max_scale = scales.amax(dim=1, keepdim=True)
-    max_min = mins.amax(dim=1, keepdim=True)
-    inv_scale = torch.where(max_scale > 0, 63.0 / max_scale, 0.0)
-    inv_min = torch.where(max_min > 0, 63.0 / max_min, 0.0)
-    scale_levels = torch.round(inv_scale * scales).clamp_(max=63.0)
-    min_levels = torch.round(inv_min * mins).clamp_(max=63.0)
-    d16, dmin16 = (max_scale / 63.0).to(torch.float16), (max_min / 63.0).to(torch.float16)
-    d = d16.float() * scale_levels
-    dm = dmin16.float() * min_levels
+    pairs = _subblock_scales_and_mins(x.reshape(-1, 32), top, steps, refits, measure_plain).view(2, count, 8)
+    peaks = pairs.amax(dim=2, keepdim=True)
+    six_bits = torch.round(torch.where(peaks > 0, 63.0 / peaks, 0.0) * pairs).clamp_(max=63.0)
+    halves = (peaks / 63.0).to(torch.float16)  # d and dmin
+    d, dm = halves.float() * six_bits
     # A sub-block whose scale is 0 gets levels 0, from an inverse of 0 (llama.cpp keeps its search's levels there:
     # other bytes, the same values, since they are multiplied by 0). Multiplying by the inverse rather than dividing
     # by d changes a level only where (x + dm) / d is within a rounding of a half.
@@ -228,9 +216,14 @@ def _min_scaled(x: torch.Tensor, top: int, steps: torch.Tensor, refits: int,
     levels = torch.add(x, dm[:, :, None], out=_buffer("levels", tuple(x.shape)))
     levels = levels.mul_(inverse[:, :, None]).round_().clamp_(0.0, float(top))
     header = torch.empty(count, 16, dtype=torch.uint8)
-    header[:, 0:2] = d16.view(torch.uint8)
-    header[:, 2:4] = dmin16.view(torch.uint8)
-    _pack_q4_k_scales(scale_levels.to(torch.uint8), min_levels.to(torch.uint8), header[:, 4:16])
+    header[:, 0:4].view(torch.float16).copy_(halves[:, :, 0].T)
+    # Eight 6-bit scales and eight 6-bit mins in 12 bytes: the first four of each whole, the last four split into
+    # low nibbles (bytes 8-11, the scale's below the min's) and two high bits (on top of bytes 0-7). Computed in
+    # float32, exact on these whole numbers, and converted once.
+    high = torch.mul(six_bits[:, :, 4:], 1.0 / 16.0).floor_()
+    low = torch.sub(six_bits[:, :, 4:], high, alpha=16.0)
+    _as_bytes(high.mul_(64.0).add_(six_bits[:, :, :4]).permute(1, 0, 2), header[:, 4:12].view(count, 2, 4))
+    _as_bytes(torch.add(low[0], low[1], alpha=16.0), header[:, 12:16])
     return header, levels
 
 
