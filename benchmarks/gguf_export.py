@@ -83,11 +83,15 @@ _QUANTIZER_ALONE = textwrap.dedent("""
     import os, sys, time
     from concurrent.futures import ThreadPoolExecutor
     from pathlib import Path
+    from guiapp.system.memory import configure_heaps
+    configure_heaps()  # as the command's process does
     import libgguf, numpy as np
     from safetensors import safe_open
+    from guiapp.gguf.blocks import quantizing_threads
     from guiapp.gguf.quantize import FILE_KINDS, encode, tensor_type
     folder, kind, layers = Path(sys.argv[1]), FILE_KINDS[sys.argv[2]], int(sys.argv[3])
     threads = os.cpu_count() or 1
+    pool = quantizing_threads(threads)  # kept for every tensor, as the export keeps its threads
 
     def llama_cpp(tensor, qtype):
         if qtype.name in ("F32", "F16", "BF16"):
@@ -103,7 +107,7 @@ _QUANTIZER_ALONE = textwrap.dedent("""
             for name in handle.keys():
                 tensor = handle.get_tensor(name).float()  # read and converted before the clock starts
                 qtype = tensor_type(kind, name, tuple(tensor.shape), layers, False)
-                for which, quantize in (("export", lambda: encode(tensor, qtype, threads)),
+                for which, quantize in (("export", lambda: encode(tensor, qtype, threads, pool)),
                                         ("llama.cpp", lambda: llama_cpp(tensor, qtype))):
                     wall, cpu = time.perf_counter(), time.process_time()
                     quantize()

@@ -41,6 +41,7 @@ from guiapp.checkpoints.writing import check_free_space
 from guiapp.compute.devices import threads_restored, use_cpu_threads
 from guiapp.errors import InsufficientResourcesError, OutputError
 from guiapp.gguf.architectures import PlannedTensor, Source, plan_tensors, source_of, write_metadata
+from guiapp.gguf.blocks import quantizing_threads
 from guiapp.gguf.provenance import MadeFrom, made_from, write_made_from
 from guiapp.gguf.quantize import FILE_KINDS, FileKind, encode, stored_bytes, tensor_type
 from guiapp.gguf.tokenizer import Vocabulary, loadable_name, read_vocabulary, write_vocabulary
@@ -54,8 +55,8 @@ from guiapp.system.units import three_digits
 BLOCK_BYTES = 16 * 1024 * 1024
 # Seconds per element by stored type on one thread, and bytes per second read and written, for the time
 # estimate (measured by benchmarks/gguf_export.py on a 2-core workstation; a rough guide, not a promise).
-_SECONDS_PER_ELEMENT = {gguf.GGMLQuantizationType.Q4_K: 1.6e-8, gguf.GGMLQuantizationType.Q5_K: 1.6e-8,
-                        gguf.GGMLQuantizationType.Q6_K: 2e-8, gguf.GGMLQuantizationType.Q5_0: 2e-8,
+_SECONDS_PER_ELEMENT = {gguf.GGMLQuantizationType.Q4_K: 1.2e-8, gguf.GGMLQuantizationType.Q5_K: 1.4e-8,
+                        gguf.GGMLQuantizationType.Q6_K: 8e-9, gguf.GGMLQuantizationType.Q5_0: 2e-8,
                         gguf.GGMLQuantizationType.Q5_1: 2e-8, gguf.GGMLQuantizationType.Q8_0: 2e-9,
                         gguf.GGMLQuantizationType.Q4_0: 4e-9}
 _CONVERT_SECONDS_PER_ELEMENT = 2e-9
@@ -290,7 +291,8 @@ def _write_staged(path: Path, plan: ExportPlan, reader: ModelReader, progress: P
 def _write_file(partial: Path, plan: ExportPlan, reader: ModelReader, progress: Progress,
                 threads: ThreadPolicy) -> None:
     """Header first, then the tensors' blocks: the next block is read and converted on one thread and the last
-    one written on another while the current one is quantized, so at most three blocks are held."""
+    one written on another while the current one is quantized (on threads kept for the whole file), so at most
+    three blocks are held."""
     writer = _writer(partial, plan.source, plan.kind, plan.tensors, plan.types, plan.vocabulary, plan.name,
                      plan.made_from)
     try:
@@ -302,11 +304,11 @@ def _write_file(partial: Path, plan: ExportPlan, reader: ModelReader, progress: 
         progress.start_stage("Exporting to GGUF", total=len(plan.tensors), bytes_total=plan.read_bytes)
         written = [0] * len(plan.tensors)
         with ThreadPoolExecutor(1, "mergesmith-read", initializer=use_cpu_threads, initargs=(1,)) as reads, \
-                ThreadPoolExecutor(1, "mergesmith-write") as writes:
+                ThreadPoolExecutor(1, "mergesmith-write") as writes, quantizing_threads(threads.most) as quantizers:
             pending: Future | None = None
             for index, block, nbytes, last in _read_ahead(_all_blocks(plan, reader), reads):
                 tensor, qtype = plan.tensors[index], plan.types[index]
-                data = encode(block, qtype, threads.threads_for(WorkKind.DENSE))
+                data = encode(block, qtype, threads.threads_for(WorkKind.DENSE), quantizers)
                 written[index] += data.nbytes
                 padding = b""
                 if last:

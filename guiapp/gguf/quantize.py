@@ -93,11 +93,13 @@ def stored_bytes(shape: tuple[int, ...], qtype: gguf.GGMLQuantizationType) -> in
     return elements // block * size
 
 
-def encode(rows: torch.Tensor, qtype: gguf.GGMLQuantizationType, threads: int = 1) -> np.ndarray:
+def encode(rows: torch.Tensor, qtype: gguf.GGMLQuantizationType, threads: int = 1,
+           pool: ThreadPoolExecutor | None = None) -> np.ndarray:
     """`rows` (float32, on the CPU) stored as `qtype`: the bytes of the file, as a flat uint8 array.
 
-    Quantized types are made on up to `threads` threads. Raises ValueError when a row is not a whole number of the
-    type's blocks (`tensor_type` chooses a type whose blocks fit).
+    Quantized types are made on up to `threads` threads, those of `pool` when given (blocks.quantizing_threads: a
+    caller encoding many pieces keeps one). Raises ValueError when a row is not a whole number of the type's blocks
+    (`tensor_type` chooses a type whose blocks fit).
     """
     if qtype == Q.F32:
         return rows.contiguous().numpy().reshape(-1).view(np.uint8)
@@ -106,14 +108,17 @@ def encode(rows: torch.Tensor, qtype: gguf.GGMLQuantizationType, threads: int = 
         return rows.to(dtype).contiguous().view(torch.int16).numpy().reshape(-1).view(np.uint8)
     if qtype in _TORCH_KERNELS:
         return blocks.in_chunks(rows.contiguous(), _TORCH_KERNELS[qtype], *gguf.GGML_QUANT_SIZES[qtype],
-                                threads).numpy()
+                                threads, pool).numpy()
     matrix = rows.reshape(-1, rows.shape[-1]).contiguous().numpy()
     native = libgguf.GGMLQuantizationType(int(qtype))
     parts = np.array_split(matrix, min(threads, matrix.shape[0])) if threads > 1 else [matrix]
     if len(parts) == 1:
         return libgguf.quantize_rows(matrix, native).reshape(-1)
-    with ThreadPoolExecutor(len(parts)) as pool:
+    if pool is not None:
         done = list(pool.map(lambda part: libgguf.quantize_rows(part, native), parts))
+    else:
+        with ThreadPoolExecutor(len(parts)) as own:
+            done = list(own.map(lambda part: libgguf.quantize_rows(part, native), parts))
     return np.concatenate([part.reshape(-1) for part in done])
 
 

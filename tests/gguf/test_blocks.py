@@ -5,6 +5,8 @@ llama.cpp's error; every block read back by gguf-py's dequantizer."""
 from __future__ import annotations
 
 import functools
+import threading
+import time
 
 import gguf
 import libgguf
@@ -129,3 +131,33 @@ def test_rows_that_are_not_whole_blocks_are_refused(qtype):
     llama.cpp's quantizer refuses them too; the export chooses a type whose blocks fit (tensor_type)."""
     with pytest.raises(ValueError, match="100 values"):
         encode(torch.randn(3, 100), qtype)
+
+
+def test_a_small_tensor_is_split_among_the_threads():
+    """A tensor of fewer values than a chunk still keeps every thread busy: it is cut into one chunk per thread."""
+    chunks = []
+
+    def kernel(values: torch.Tensor, out: torch.Tensor) -> None:
+        chunks.append(values.numel())
+        out.zero_()
+
+    blocks.in_chunks(torch.zeros(1024 * 256), kernel, 256, 144, 2)
+    assert sorted(chunks) == [512 * 256, 512 * 256]
+
+
+def test_a_kept_pool_lends_only_the_threads_asked_for():
+    """The export keeps one pool for the whole file, as large as the machine's cores, and asks for each block of
+    rows only the threads free at that moment: no more of the pool's threads work on it."""
+    workers = set()
+
+    def kernel(values: torch.Tensor, out: torch.Tensor) -> None:
+        workers.add(threading.get_ident())
+        time.sleep(0.01)  # the pool's other threads would take the next chunks meanwhile
+        out.zero_()
+
+    with blocks.quantizing_threads(3) as pool:
+        data = blocks.in_chunks(torch.zeros(4 * blocks._CHUNK), kernel, 32, 34, 1, pool)
+        assert len(workers) == 1
+        blocks.in_chunks(torch.zeros(4 * blocks._CHUNK), kernel, 32, 34, 3, pool)
+    assert len(workers) == 3
+    assert data.numel() == 4 * blocks._CHUNK // 32 * 34
