@@ -20,10 +20,6 @@ import json
 import math
 import os
 import re
-import subprocess
-import sys
-import threading
-import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -41,6 +37,7 @@ from guiapp.hub.merge_files import TOKENIZER_FILES
 from guiapp.hub.model_config import read_model_config
 from guiapp.hub.references import ModelRef
 from guiapp.inference.sampling import DEFAULT_TEMPERATURE, DEFAULT_TOP_P, LONG_PROMPT_CHOICES, REFUSE, TRUNCATE
+from guiapp.inference.template_process import render_in_child
 from guiapp.inference.text_windows import PIECE_CHARACTERS, token_pieces, windows
 from guiapp.progress import Progress
 from guiapp.system.bounded import JSON_BYTES, TOKENIZER_JSON_BYTES, load_json_limited, open_regular_file
@@ -475,8 +472,8 @@ def _chat_template(tokenizer: Any) -> str | None:
 def render_chat_template(loaded: LoadedModel, prompt: str, progress: Progress,
                          seconds: float = TEMPLATE_SECONDS) -> str:
     """The text of a one-message conversation holding `prompt`, as the model's chat template writes it, rendered
-    by transformers in jinja2's sandbox in a child process (guiapp/merging/template_child.py) that is stopped after
-    `seconds` and may use `TEMPLATE_MEMORY_BYTES` of memory.
+    by transformers in jinja2's sandbox in a child process (guiapp/merging/template_child.py, kept between renders
+    by guiapp/inference/template_process.py) that is stopped after `seconds` and may use `TEMPLATE_MEMORY_BYTES`.
 
     Raises CheckpointError naming the template's problem (it reaches for Python internals, raises an error of its
     own, is not valid, builds too large a text, runs too long, or fails otherwise); JobCancelled when `progress`
@@ -486,7 +483,7 @@ def render_chat_template(loaded: LoadedModel, prompt: str, progress: Progress,
     request = {"template": _chat_template(tokenizer), "messages": [{"role": "user", "content": prompt}],
                "variables": dict(tokenizer.special_tokens_map), "memory_bytes": TEMPLATE_MEMORY_BYTES,
                "max_characters": len(prompt) + TEMPLATE_EXTRA_CHARACTERS}
-    answer = _run_template_child(json.dumps(request).encode("ascii"), seconds, progress)
+    answer = render_in_child(json.dumps(request).encode("ascii"), seconds, TEMPLATE_START_SECONDS, progress)
     if answer is None:
         raise _template_error(loaded, f"took longer than {seconds:g} seconds to write a one-message conversation, "
                               "so it was stopped", "A chat template only arranges a conversation's messages; "
@@ -508,59 +505,6 @@ def render_chat_template(loaded: LoadedModel, prompt: str, progress: Progress,
     what, why = explained.get(problem, (f"failed: {message or 'its renderer stopped'}",
                                         "The template asks for something the renderer could not do."))
     raise _template_error(loaded, what, why)
-
-
-def _run_template_child(request: bytes, seconds: float, progress: Progress) -> dict[str, Any] | None:
-    """The template child's answer to `request`, or None when its rendering ran past `seconds` (it is killed).
-
-    The clock starts once the child is ready (its imports take seconds on a busy machine and are not the
-    template's doing). Checks `progress` for a cancel every tenth of a second (JobCancelled); the child never
-    outlives this call.
-    """
-    from guiapp.system.probe import child_environment  # noqa: PLC0415 - the probe's way to start a child
-
-    child = subprocess.Popen([sys.executable, "-m", "guiapp.merging.template_child"], stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=child_environment())
-    ready, output = threading.Event(), bytearray()
-
-    def read() -> None:
-        if child.stdout.readline() == b"ready\n":
-            ready.set()
-            output.extend(child.stdout.read())
-
-    reader = threading.Thread(target=read, name="template-child-reader", daemon=True)
-    reader.start()
-    try:
-        _wait_for(lambda: ready.is_set() or not reader.is_alive(), TEMPLATE_START_SECONDS, progress)
-        if ready.is_set():
-            try:
-                child.stdin.write(request)
-                child.stdin.close()
-            except OSError:  # it died before reading: its answer (none) says so below
-                pass
-            if not _wait_for(lambda: not reader.is_alive(), seconds, progress):
-                return None
-    finally:
-        if child.poll() is None:
-            child.kill()
-        child.wait()
-        reader.join()
-    try:
-        return json.loads(bytes(output))
-    except ValueError:  # no answer: it did not start, or crashed
-        return {"problem": "failed", "message": f"its renderer {'stopped' if ready.is_set() else 'did not start'} "
-                f"(exit status {child.returncode})"}
-
-
-def _wait_for(done: Callable[[], bool], seconds: float, progress: Progress) -> bool:
-    """Whether `done()` became true within `seconds`, checking `progress` for a cancel every tenth of a second."""
-    deadline = time.monotonic() + seconds
-    while not done():
-        progress.check_cancelled()
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
 
 
 def _template_error(loaded: LoadedModel, what: str, why: str) -> CheckpointError:

@@ -9,9 +9,11 @@ transformers' own (`render_jinja_template`, what `apply_chat_template` calls), s
 model's authors meant.
 
 The child first writes a line "ready" once its imports are done (so the caller's time bound counts the template,
-not a slow start), then reads the request. Request: {"template", "messages", "variables" (the special tokens),
-"max_characters", "memory_bytes"}. Answer: {"text"} or {"problem": "internals" | "raised" | "syntax" |
-"too_large" | "failed", "message"}.
+not a slow start), then answers requests, one JSON object a line, until its input ends: the caller keeps a child
+that answered in time for the next render and kills one that did not. Request: {"template", "messages",
+"variables" (the special tokens), "max_characters", "memory_bytes"}. Answer: {"text"} or {"problem": "internals" |
+"raised" | "syntax" | "too_large" | "failed", "message"}. The memory bound is counted from what the child used
+before its first request, so renders do not raise it.
 """
 
 from __future__ import annotations
@@ -21,25 +23,37 @@ import sys
 from typing import Any
 
 
-def _limit_memory(extra_bytes: int) -> None:
-    """Allow this process `extra_bytes` of address space beyond what it uses now (Linux; elsewhere the caller's
-    time bound is the only bound)."""
+def _address_space_used() -> int | None:
+    """The address space this process uses now (Linux), or None."""
     try:
         import resource  # noqa: PLC0415 - POSIX only
 
         with open("/proc/self/statm", encoding="ascii") as statm:
-            used = int(statm.read().split()[0]) * resource.getpagesize()
+            return int(statm.read().split()[0]) * resource.getpagesize()
+    except (ImportError, OSError, ValueError):
+        return None
+
+
+def _limit_memory(used: int | None, extra_bytes: int) -> None:
+    """Allow this process `extra_bytes` of address space beyond `used` (Linux; elsewhere the caller's time bound
+    is the only bound)."""
+    if used is None:
+        return
+    try:
+        import resource  # noqa: PLC0415 - POSIX only
+
         resource.setrlimit(resource.RLIMIT_AS, (used + extra_bytes, resource.getrlimit(resource.RLIMIT_AS)[1]))
     except (ImportError, OSError, ValueError):
         pass
 
 
-def render(request: dict[str, Any]) -> dict[str, Any]:
-    """The answer for one request; never raises for anything the template does."""
+def render(request: dict[str, Any], used: int | None = None) -> dict[str, Any]:
+    """The answer for one request, within `request["memory_bytes"]` beyond `used` bytes of address space (beyond
+    what the process uses now when None); never raises for anything the template does."""
     import jinja2  # noqa: PLC0415 - imported by main() before the memory limit is set
     from transformers.utils.chat_template_utils import render_jinja_template  # noqa: PLC0415 - as jinja2
 
-    _limit_memory(request["memory_bytes"])
+    _limit_memory(_address_space_used() if used is None else used, request["memory_bytes"])
     try:
         rendered, _ = render_jinja_template(conversations=[request["messages"]], chat_template=request["template"],
                                             add_generation_prompt=True, **request["variables"])
@@ -62,10 +76,13 @@ def render(request: dict[str, Any]) -> dict[str, Any]:
 def main() -> int:
     import transformers.utils.chat_template_utils  # noqa: F401, PLC0415 - the slow part of starting, done first
 
+    used = _address_space_used()
     sys.stdout.buffer.write(b"ready\n")
     sys.stdout.buffer.flush()
-    answer = render(json.loads(sys.stdin.buffer.read()))
-    sys.stdout.buffer.write(json.dumps(answer).encode("ascii"))  # ensure_ascii: escapes, never bad bytes
+    for line in sys.stdin.buffer:
+        answer = render(json.loads(line), used)
+        sys.stdout.buffer.write(json.dumps(answer).encode("ascii") + b"\n")  # ensure_ascii: one line, no bad bytes
+        sys.stdout.buffer.flush()
     return 0
 
 

@@ -239,6 +239,75 @@ def test_a_chat_template_renders_as_transformers_renders_it(causal_fp32, try_pro
     assert render_chat_template(loaded, "the cat", Progress()) == expected
 
 
+def _template_children_started(monkeypatch) -> list:
+    """The template children started from now on (each `subprocess.Popen` of the template child, counted), none
+    kept from an earlier test."""
+    from guiapp.inference.template_process import end_idle
+
+    end_idle()
+    started, popen = [], subprocess.Popen
+
+    def counted(command, *args, **options):
+        child = popen(command, *args, **options)
+        if "guiapp.merging.template_child" in command:
+            started.append(child)
+        return child
+
+    monkeypatch.setattr(subprocess, "Popen", counted)
+    return started
+
+
+def test_one_template_child_serves_render_after_render_and_a_stopped_one_is_replaced(causal_fp32, try_probe,
+                                                                                      tmp_path, monkeypatch):
+    """Starting the child (transformers' renderer) costs ~0.7 s of CPU a render: one that answered in time is
+    kept for the next render; one that ran too long is killed, and the next render starts a new one."""
+    import torch
+
+    from guiapp.errors import CheckpointError
+    from guiapp.inference.running import load_model, render_chat_template, resolve_sources
+    from guiapp.progress import Progress
+
+    started = _template_children_started(monkeypatch)
+    loaded = load_model(resolve_sources([str(causal_fp32)])[0], torch.float32, "cpu")
+    expected = loaded.tokenizer.apply_chat_template([{"role": "user", "content": "the cat"}], tokenize=False,
+                                                    add_generation_prompt=True)
+    assert [render_chat_template(loaded, "the cat", Progress()) for _ in range(3)] == [expected] * 3
+    raising = load_model(resolve_sources([str(_with_template(
+        causal_fp32, tmp_path / "raising", "{{ raise_exception('only system messages') }}"))])[0], torch.float32, "cpu")
+    with pytest.raises(CheckpointError, match="only system messages"):  # its own words: an answer, kept
+        render_chat_template(raising, "the cat", Progress())
+    assert render_chat_template(loaded, "the cat", Progress()) == expected
+    assert len(started) == 1 and started[0].poll() is None
+    endless = load_model(resolve_sources([str(_with_template(causal_fp32, tmp_path / "endless", (
+        "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}")))])[0],
+        torch.float32, "cpu")
+    with pytest.raises(CheckpointError, match="took longer than 2 seconds"):
+        render_chat_template(endless, "the cat", Progress(), seconds=2)
+    assert started[0].wait(timeout=10) is not None  # killed, not kept
+    assert render_chat_template(loaded, "the cat", Progress()) == expected
+    assert len(started) == 2
+
+
+def test_a_cancel_while_a_template_renders_ends_its_child(causal_fp32, try_probe, tmp_path, monkeypatch):
+    import threading
+
+    import torch
+
+    from guiapp.errors import JobCancelled
+    from guiapp.inference.running import load_model, render_chat_template, resolve_sources
+    from guiapp.progress import CancelToken, Progress
+
+    started = _template_children_started(monkeypatch)
+    endless = load_model(resolve_sources([str(_with_template(causal_fp32, tmp_path, (
+        "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}")))])[0],
+        torch.float32, "cpu")
+    token = CancelToken()
+    threading.Timer(1.0, token.cancel).start()
+    with pytest.raises(JobCancelled):
+        render_chat_template(endless, "the cat", Progress(cancel=token), seconds=60)
+    assert len(started) == 1 and started[0].poll() is not None
+
+
 # --- prompts and generation settings ---------------------------------------------------------------------------
 
 
