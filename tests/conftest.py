@@ -47,16 +47,18 @@ def pytest_xdist_auto_num_workers(config) -> int:
 
 def pytest_collection_modifyitems(items: list) -> None:
     """Order the files (each runs whole in one test process): those with more slow tests first (the app bundle's
-    build takes minutes), so that the other processes run the short ones meanwhile; then the files with more
-    tests before those with fewer, so that the run ends on short files instead of one process finishing a long
-    one alone. A file's tests stay together and in their order (its module fixtures are made once). pytest-xdist
+    build takes minutes), so that the other processes run the short ones meanwhile; then those with more long
+    ones (a case of several seconds: the default run ended with one process running two such cases alone), then
+    the files with more tests before those with fewer, so that the run ends on short files instead of one process
+    finishing a long one alone. A file's tests stay together and in their order (its module fixtures are made once). pytest-xdist
     hands the files out in this order (`--no-loadscope-reorder` in pyproject.toml: its own order, by number of
     tests alone, handed out the bundle's file 42nd of 122 and the one-test load case 115th)."""
     files: dict[str, list] = {}
     for item in items:
         files.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
 
-    def order(tests: list) -> tuple[int, int]:
-        return -sum(test.get_closest_marker("slow") is not None for test in tests), -len(tests)
+    def order(tests: list) -> tuple[int, int, int]:
+        return (-sum(test.get_closest_marker("slow") is not None for test in tests),
+                -sum(test.get_closest_marker("long") is not None for test in tests), -len(tests))
 
     items[:] = [item for tests in sorted(files.values(), key=order) for item in tests]

@@ -237,6 +237,7 @@ def test_demo_progress_says_what_its_percentage_counts(demo_models):
         assert percent == round(100 * done / total) or "of the bytes" in line, line
 
 
+@pytest.mark.long
 def test_sample_models_say_they_are_untrained_where_their_output_appears(demo_models, tmp_path, cli_env):
     folder, _ = demo_models
     merged, base = folder / "merged", write_llama(tmp_path / "other", TINY, seed=0)
@@ -280,6 +281,7 @@ def test_the_readme_command_line_examples_read_as_commands():
         assert command.startswith("mergesmith ")
 
 
+@pytest.mark.long
 def test_trying_a_model_with_an_adapter_prints_no_library_warnings(demo_models, tmp_path, cli_env):
     folder, _ = demo_models
     adapter = tmp_path / "adapter"

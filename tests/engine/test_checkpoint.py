@@ -245,6 +245,7 @@ def test_config_fields_of_the_wrong_kind_are_refused_where_config_json_is_read(t
         assert len(message) < 400 and caught.value.hint
 
 
+@pytest.mark.long
 def test_the_default_config_of_every_transformers_architecture_is_accepted():
     """Real configs write some sizes per layer (lists), as tables, as 1200.0 or as 0: none of that is refused."""
     import warnings  # noqa: PLC0415

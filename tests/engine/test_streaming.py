@@ -35,6 +35,7 @@ def _output_bytes(folder: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(folder.glob("*.safetensors*"))}
 
 
+@pytest.mark.long
 def test_streamed_output_is_byte_identical_to_the_whole_tensor_path(tmp_path, monkeypatch):
     vocab = BLOCK_ELEMENTS // 64 * 3 + 5  # embeddings span four blocks, the last one partial
     base = _model(tmp_path / "base", LlamaShape(layers=1, vocab=vocab), seed=0, extra=True)
@@ -136,6 +137,7 @@ def tied_models(tmp_path_factory) -> dict[int, list[Path]]:
             for vocab in (16_000, 80_000)}
 
 
+@pytest.mark.long
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="samples RssAnon from /proc")
 @pytest.mark.parametrize("method", ["linear", "ties", "sce"])
 def test_peak_memory_does_not_grow_with_the_largest_tensor(tmp_path, method, tied_models):

@@ -99,6 +99,7 @@ def _limited_cli(warm_cli: WarmCli, *args: str) -> subprocess.CompletedProcess:
     return warm_cli.run(args, timeout=180, address_space=ADDRESS_SPACE_LIMIT)
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("force", [False, True], ids=["refused by the estimate", "forced past the estimate"])
 def test_memory_too_small_under_a_real_address_space_limit(force, hungry, tmp_path, warm_cli, seen):
     model, recipe = hungry

@@ -209,6 +209,7 @@ PLANNING_CASES = {
 }
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("case", list(PLANNING_CASES))
 def test_planning_cost(case, tmp_path, warm_cli, seen):
     model = _model_with_tensors(tmp_path / "model", PLANNING_CASES[case])

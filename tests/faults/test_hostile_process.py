@@ -60,6 +60,7 @@ def _one_layer_slices(model: Path, count: int) -> str:
         f"  - sources:\n      - model: {model}\n        layer_range: [{i}, {i + 1}]\n" for i in range(count))
 
 
+@pytest.mark.long
 def test_planning_thousands_of_one_layer_slices_is_linear(tmp_path, seen):
     costs = {}
     for count in (500, 5000):
@@ -201,6 +202,7 @@ def test_a_recipe_in_utf_16_without_a_mark_names_the_encoding(trio, tmp_path, wa
     seen("inputs", "a recipe saved as UTF-16 without a BOM", f"{title}: {what}")
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("encoding", ["ascii", "latin-1"])
 def test_output_survives_any_stdout_encoding_and_odd_path_bytes(encoding, trio, tmp_path, seen):
     recipe = tmp_path / "recipe-é.yml"

@@ -38,6 +38,7 @@ def _ties(trio) -> str:
             f"  - model: {trio.two}\n    parameters: {{weight: 0.5, density: 0.5}}\n")
 
 
+@pytest.mark.long
 def test_cancel_at_random_points(trio, tmp_path, seen):
     """Count a whole job's progress events, then cancel twenty jobs each at a random one of them."""
     events = []
@@ -87,6 +88,7 @@ def _cli(*args, env: dict[str, str] | None = None) -> subprocess.Popen:
                             env={**os.environ, **(env or {})})
 
 
+@pytest.mark.long
 def test_kill_9_of_a_cli_merge_midway(slow_model, tmp_path, warm_cli, seen):
     recipe = tmp_path / "recipe.yml"
     recipe.write_text(f"merge_method: ties\nbase_model: {slow_model}\nmodels:\n  - model: {slow_model}\n"

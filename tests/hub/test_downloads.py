@@ -157,6 +157,7 @@ def test_unreachable_hub(published, hub_env):
         download_model("org/base")
 
 
+@pytest.mark.long
 def test_a_merge_of_hub_models_downloads_under_one_bar(published, samples, tmp_path):
     """Three Hub models (one of them sharded) fetched for one merge, served slowly, show ONE
     Downloading stage whose fraction never goes backwards, whose counts never pass the totals fixed at its start

@@ -104,6 +104,7 @@ def test_outside_a_job_an_estimate_records_nothing(tmp_path, probed):
     assert durations.measured_seconds_per_byte("merge/linear") is None
 
 
+@pytest.mark.long
 def test_the_lora_commands_dry_run_prints_the_plan_and_estimate(tmp_path):
     base = write_llama(tmp_path / "base", TINY, seed=0)
     tune = write_llama_finetune(tmp_path / "tune", base, seed=1)

@@ -44,6 +44,7 @@ def unseen_models(tmp_path_factory):
                    for seed, name in enumerate(("one", "two", "three"), start=1))
 
 
+@pytest.mark.long
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="measures RssAnon from /proc")
 @pytest.mark.parametrize("method", ["linear", "ties", "slerp", "della", "task_arithmetic"])
 def test_memory_estimate_is_within_a_quarter_of_the_measured_peak(method, unseen_models, tmp_path):

@@ -38,6 +38,7 @@ def test_the_lab_beats_both_fine_tunes_and_the_even_start(planted, recipe, tmp_p
     assert all(line["seconds"] >= 0 and line["status"] == "done" for line in _lines(tmp_path / "lab"))
 
 
+@pytest.mark.long
 def test_the_best_perplexity_is_what_perplexity_says_of_the_merged_best_recipe(planted, recipe, tmp_path, warm_cli):
     done = warm_cli.run(["lab", str(recipe), "--text", str(planted.mixed_text), "--trials", "6",
                          "--out", str(tmp_path / "lab"), "--json"], timeout=120)

@@ -17,6 +17,7 @@ def _recipe(planted, first: float, second: float) -> dict:
                        {"model": str(planted.computers), "parameters": {"weight": second}}]}
 
 
+@pytest.mark.long
 def test_each_recipe_is_merged_once_again_when_it_changed_and_a_users_folder_is_kept(planted, tmp_path):
     start, best = _recipe(planted, 0.5, 0.5), _recipe(planted, 0.7, 0.3)
     merges = try_merges(start, best, tmp_path)

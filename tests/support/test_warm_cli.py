@@ -65,6 +65,7 @@ def _running(pid: int) -> bool:
         return False
 
 
+@pytest.mark.long
 def test_a_hang_is_ended_with_everything_it_started(warm, tmp_path):
     started = tmp_path / "grandchild.pid"
     script = textwrap.dedent(f"""

@@ -113,6 +113,7 @@ def test_without_a_display_the_message_offers_a_virtual_one():
     assert run.returncode == 1 and "xvfb-run" in run.stderr
 
 
+@pytest.mark.long
 def test_the_self_test_says_the_display_does_not_answer_and_runs_offscreen(tmp_path):
     display = _unused_display()
     run = _run_window("--self-test", display=display)

@@ -161,6 +161,7 @@ def small_probe(monkeypatch, tmp_path):
     )
 
 
+@pytest.mark.long
 def test_the_cache_is_used_then_invalidated_by_a_new_torch_or_refresh(small_probe, monkeypatch, tmp_path):
     first = probe()
     assert first.problem is None and not first.check("cpu", "bfloat16", "svd").ok

@@ -36,6 +36,7 @@ INFLATED = [("num_hidden_layers", 20_000), ("hidden_size", 1_000_000), ("vocab_s
             ("intermediate_size", 10_000_000)]
 
 
+@pytest.mark.long
 @pytest.mark.parametrize(("field", "value"), INFLATED, ids=[field for field, _ in INFLATED])
 def test_config_promising_more_than_the_weights_is_refused_before_loading(field, value, causal_fp32, tmp_path,
                                                                           try_probe):

@@ -74,6 +74,7 @@ def _model_with_code(model: Path, tmp_path: Path, where: str, marker: Path) -> P
     return folder
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("command", ["try", "perplexity"])
 @pytest.mark.parametrize("where", ["config.json", "tokenizer_config.json", "a .py file"])
 def test_code_that_comes_with_a_model_never_runs_even_when_the_user_says_yes(command, where, causal_fp32, try_probe,
@@ -101,6 +102,7 @@ def _backtracking_tokenizer(model: Path, tmp_path: Path) -> Path:
     return folder
 
 
+@pytest.mark.long
 def test_a_tokenizer_that_panics_is_named_not_a_traceback(causal_fp32, try_probe, warm_cli, tmp_path):
     folder = _backtracking_tokenizer(causal_fp32, tmp_path)
     done = warm_cli.run(["try", str(folder), "--prompt", "a" * 3000 + "!", "--max-new-tokens", "2"],
@@ -166,6 +168,7 @@ def test_keyboard_interrupt_still_ends_a_job():
         run_job(Job("interrupted", "try", {}, interrupted))
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("kind", ["/dev/zero", "fifo"])
 def test_a_tokenizer_file_that_is_not_a_regular_file_is_refused(kind, causal_fp32, try_probe, warm_cli, tmp_path):
     folder = _variant(causal_fp32, tmp_path)
@@ -257,6 +260,7 @@ def _template_children_started(monkeypatch) -> list:
     return started
 
 
+@pytest.mark.long
 def test_one_template_child_serves_render_after_render_and_a_stopped_one_is_replaced(causal_fp32, try_probe,
                                                                                       tmp_path, monkeypatch):
     """Starting the child (transformers' renderer) costs ~0.7 s of CPU a render: one that answered in time is

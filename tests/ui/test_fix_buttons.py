@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 
+import pytest
 import yaml
 from PySide6.QtCore import QPoint, Qt
 from PySide6.QtGui import QGuiApplication
@@ -200,6 +201,7 @@ def test_offline_mode_in_the_way_offers_to_go_online(qtbot, window, models, tmp_
     assert wait_for_job(qtbot, window, window.jobs.selected).status == "done"
 
 
+@pytest.mark.long
 def test_an_output_folder_that_is_taken_blocks_run_and_offers_a_new_name_before_anything_runs(qtbot, window, models,
                                                                                              tmp_path):
     output = tmp_path / "tiny-merge"

@@ -46,6 +46,7 @@ def _bar_values(window):
     return values
 
 
+@pytest.mark.long
 def test_a_merge_runs_to_completion_with_moving_progress(qtbot, window, models, tmp_path):
     _prepare(window, _medium_recipe(models), tmp_path / "merged")
     values = _bar_values(window)
@@ -231,6 +232,7 @@ def test_a_full_disk_is_seen_before_the_merge_and_explained(qtbot, window, model
     assert list(tiny_disk.iterdir()) == []  # nothing was started on it
 
 
+@pytest.mark.long
 def test_a_finished_job_shows_its_own_stage_not_the_last_selected_jobs(qtbot, window, models, tmp_path):
     page = window.lora
     page.extract.base.set_text(str(models.base))

@@ -90,6 +90,7 @@ def test_first_merge_with_the_sample_models_takes_two_actions(qtbot, fresh_profi
     assert act.count == 2 <= 4
 
 
+@pytest.mark.long
 def test_a_hub_merge_of_three_models_takes_four_actions(qtbot, fresh_profile, hub_env, models, make_window):
     server = hub_env.server
     server.add_model("smith/tiny-base", models.base, downloads=300)

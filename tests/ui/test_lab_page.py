@@ -6,11 +6,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import yaml
 
 from tests.lab.conftest import planted  # noqa: F401 - the tiny fine-tunes and their mixed text
 
 
+@pytest.mark.long
 def test_a_search_from_the_merge_pages_recipe_ends_with_the_best_on_the_merge_and_try_pages(make_window, qtbot, planted,
                                                                                           tmp_path, chart_shots):
     window = make_window()

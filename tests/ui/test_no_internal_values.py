@@ -78,6 +78,7 @@ def assert_no_leaks(window) -> None:
     assert not leaks, "\n".join(leaks)
 
 
+@pytest.mark.long
 def test_no_window_text_holds_an_internal_value_after_a_day_of_jobs(qtbot, make_window, models, causal_models,
                                                                       tmp_path, monkeypatch):
     from guiapp.progress import PausePoint

@@ -3,6 +3,7 @@ sample merge runs, and a gated model's problem on the Merge page goes once the u
 
 from __future__ import annotations
 
+import pytest
 import yaml
 from PySide6.QtCore import Qt
 
@@ -61,6 +62,7 @@ def test_the_merge_form_is_checked_again_once_its_job_has_written_the_output(qtb
     assert bar.status.text().startswith("Fix: linear already exists")  # the folder's name: its path is above
 
 
+@pytest.mark.long
 def test_the_lora_page_follows_a_retry_and_checks_its_form_again(qtbot, window, models, tmp_path):
     page = window.lora
     window.show_page("lora")

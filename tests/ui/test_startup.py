@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 SHOW_WINDOW = """
 import sys
 from guiapp.ui.app import create_window
@@ -57,6 +59,7 @@ def test_the_merge_page_is_ready_for_input_before_torch_has_loaded(tmp_path):
         done.stdout
 
 
+@pytest.mark.long
 def test_self_test_exits_zero(tmp_path):
     env = {**os.environ, "HOME": str(tmp_path)}  # nothing may land in the real home either
     env.pop("QT_QPA_PLATFORM", None)  # --self-test must choose offscreen by itself without a display
@@ -81,6 +84,7 @@ print("exit", code, "torch" in sys.modules)
 """
 
 
+@pytest.mark.long
 def test_the_app_runs_on_the_qasync_loop_and_exits_when_closed(tmp_path):
     done = _run_offscreen(RUN_APP, tmp_path, timeout=120)
     assert done.stdout.split() == ["exit", "0", "True"], done.stdout  # torch came in the background meanwhile
