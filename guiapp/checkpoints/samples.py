@@ -60,7 +60,7 @@ def llama_tensors(shape: LlamaShape, generator: torch.Generator, tie_embeddings:
     """Random float32 weights with the names and shapes of a transformers LlamaForCausalLM."""
 
     def randn(*dims: int, scale: float = 0.02) -> torch.Tensor:
-        return torch.randn(*dims, generator=generator) * scale
+        return torch.randn(*dims, generator=generator, dtype=torch.float32) * scale
 
     kv = shape.kv_heads * shape.head_dim
     tensors = {"model.embed_tokens.weight": randn(shape.vocab, shape.hidden)}
@@ -190,16 +190,16 @@ def write_llama_finetune(
         if weight.ndim == 2:
             rows, cols = weight.shape
             if delta_rank is None:
-                update = torch.randn(rows, cols, generator=generator) * delta_scale
+                update = torch.randn(rows, cols, generator=generator, dtype=torch.float32) * delta_scale
             else:
-                left = torch.randn(rows, delta_rank, generator=generator)
-                right = torch.randn(delta_rank, cols, generator=generator)
+                left = torch.randn(rows, delta_rank, generator=generator, dtype=torch.float32)
+                right = torch.randn(delta_rank, cols, generator=generator, dtype=torch.float32)
                 update = left @ right * (delta_scale / delta_rank**0.5)
             weight = weight + update
         else:
-            weight = weight + torch.randn(weight.shape, generator=generator) * delta_scale
+            weight = weight + torch.randn(weight.shape, generator=generator, dtype=torch.float32) * delta_scale
         if noise:
-            weight = weight + torch.randn(weight.shape, generator=generator) * noise
+            weight = weight + torch.randn(weight.shape, generator=generator, dtype=torch.float32) * noise
         tensors[name] = weight
     config["torch_dtype"] = dtype_name(storage_dtype)
     return write_checkpoint(folder, tensors, config, storage_dtype)
@@ -237,7 +237,7 @@ def bert_tensors(shape: BertShape, generator: torch.Generator) -> dict[str, torc
     """Random float32 weights with the names and shapes of a transformers BertModel (encoder-only, with pooler)."""
 
     def randn(*dims: int, scale: float = 0.02) -> torch.Tensor:
-        return torch.randn(*dims, generator=generator) * scale
+        return torch.randn(*dims, generator=generator, dtype=torch.float32) * scale
 
     def linear(prefix: str, rows: int, cols: int) -> None:
         tensors[prefix + ".weight"] = randn(rows, cols)

@@ -34,11 +34,11 @@ _CHUNK = 1 << 19
 # weights above llama.cpp's full search's on normal, heavy-tailed and trained-like matrices: Q4_K 0.8-1.5 %, each
 # step less costing 0.3-0.4 % more; Q5_K 0.2-0.8 %; Q6_K 0.0-0.3 %, where its steps 0 and -0.9 are the ones that
 # count: with -0.5 and 0.5 instead of -0.9 it was 1-3 %). The steps were chosen by a search over llama.cpp's.
-Q4_K_STEPS = torch.tensor([0.0, 8.0, 14.0]) * 0.1 - 1.0
+Q4_K_STEPS = torch.tensor([0.0, 8.0, 14.0], dtype=torch.float32) * 0.1 - 1.0
 Q4_K_REFITS = 1
-Q5_K_STEPS = torch.tensor([0.0, 5.0, 10.0, 15.0]) * 0.1 - 0.5
+Q5_K_STEPS = torch.tensor([0.0, 5.0, 10.0, 15.0], dtype=torch.float32) * 0.1 - 0.5
 Q5_K_REFITS = 1
-Q6_K_STEPS = torch.tensor([0.0, -9.0]) * 0.1
+Q6_K_STEPS = torch.tensor([0.0, -9.0], dtype=torch.float32) * 0.1
 Q6_K_REFITS = 0
 
 _SCRATCH = threading.local()
@@ -52,7 +52,7 @@ def _buffer(name: str, shape: tuple[int, ...]) -> torch.Tensor:
         count *= size
     kept = buffers.get(name)
     if kept is None or kept.numel() < count:
-        kept = buffers[name] = torch.empty(count)
+        kept = buffers[name] = torch.empty(count, dtype=torch.float32)
     return kept[:count].view(shape)
 
 
@@ -92,7 +92,7 @@ def _ones(count: int) -> torch.Tensor:
     """`count` ones, kept by the calling thread (never written to)."""
     kept = _SCRATCH.__dict__.setdefault("ones", {})
     if count not in kept:
-        kept[count] = torch.ones(count)
+        kept[count] = torch.ones(count, dtype=torch.float32)
     return kept[count]
 
 
@@ -160,7 +160,7 @@ def _subblock_scales_and_mins(x: torch.Tensor, top: int, steps: torch.Tensor, re
     for _ in range(refits):
         levels = torch.sub(x, best[0][:, None], out=levels_buffer).div_(best[1][:, None])
         _better_fit(levels.round_().clamp_(0.0, float(top)), weights, weighted_x, sums, best, candidate)
-    scales_and_mins = torch.empty(2, count)
+    scales_and_mins = torch.empty(2, count, dtype=torch.float32)
     torch.where(flat, best[1].new_zeros(()), best[1], out=scales_and_mins[0])
     torch.where(flat, low, best[0], out=scales_and_mins[1]).neg_()
     return scales_and_mins
@@ -259,7 +259,7 @@ def q5_k(values: torch.Tensor, out: torch.Tensor, steps: torch.Tensor = Q5_K_STE
     nibbles = levels.sub_(highs, alpha=16.0).view(count, 4, 2, 32)
     packed = torch.add(nibbles[:, :, 0, :], nibbles[:, :, 1, :], alpha=16, out=_buffer("packed", (count, 4, 32)))
     _as_bytes(packed, out[:, 48:].view(count, 4, 32))
-    fifth = highs.view(count, 8, 32).mul_(torch.tensor([2.0 ** bit for bit in range(8)])[None, :, None])
+    fifth = highs.view(count, 8, 32).mul_(torch.tensor([2.0 ** bit for bit in range(8)], dtype=torch.float32)[None, :, None])
     _as_bytes(fifth.sum(dim=1), out[:, 16:48])
 
 

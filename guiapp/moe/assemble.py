@@ -222,14 +222,14 @@ def _part(part: Part, readers: dict[ModelRef, ModelReader], gates: torch.Tensor,
         layer, which = part.gate
         return gates[layer, :routed] if which == "routed" else gates[layer, routed:]
     if part.zeros is not None:
-        return torch.zeros(part.zeros)
+        return torch.zeros(part.zeros, dtype=torch.float32)
     tensors = [readers[part.model].read(name) for name in part.names]
     data = tensors[0] if len(tensors) == 1 else torch.cat(tensors, dim=0)
     expert = part.expert
     if expert is not None and (expert.noise_scale is not None or (part.residual and expert.residual_scale is not None)):
         data = data.to(torch.float32)
         if expert.noise_scale is not None:
-            data = data + torch.randn(data.shape, generator=noise) * expert.noise_scale
+            data = data + torch.randn(data.shape, generator=noise, dtype=torch.float32) * expert.noise_scale
         if part.residual and expert.residual_scale is not None:
             data = data * expert.residual_scale
         if not bool(torch.isfinite(data).all()):

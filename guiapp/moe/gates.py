@@ -30,9 +30,9 @@ def random_gates(mode: str, layers: int, experts: int, hidden: int, seed: int) -
     """`randn` (mode "random") or Linear's uniform initialisation ("uniform_random"), [layers, experts, hidden]."""
     generator = torch.Generator().manual_seed(seed)
     if mode == "random":
-        return torch.randn((layers, experts, hidden), generator=generator)
+        return torch.randn((layers, experts, hidden), generator=generator, dtype=torch.float32)
     scale = math.sqrt(1.0 / hidden)
-    return torch.rand((layers, experts, hidden), generator=generator) * 2 * scale - scale
+    return torch.rand((layers, experts, hidden), generator=generator, dtype=torch.float32) * 2 * scale - scale
 
 
 def tokenize_prompts(tokenizer: Any, prompts: Sequence[str]) -> dict[str, torch.Tensor]:

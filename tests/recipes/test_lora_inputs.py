@@ -80,3 +80,20 @@ def test_nearswap_with_an_adapted_input(bf16_models, tmp_path):
         other = adapted[name].to(torch.bfloat16).float()
         expected = nearswap(0.001, tuned[name].float(), other).to(torch.bfloat16)
         torch.testing.assert_close(tensor, expected)
+
+
+@pytest.mark.parametrize("method", ["task_arithmetic", "linear"])
+def test_an_adapted_input_is_the_same_whatever_the_default_dtype(bf16_models, tmp_path, method):
+    """transformers sets torch's default dtype to the model's while it builds one, for the whole process: a Try
+    loading a bf16 model in another thread must not change a merge's adapted input."""
+    from tests.engine.test_default_dtype import default_dtype, in_new_thread
+
+    base, one, adapter = bf16_models
+    text = (f"merge_method: {method}\n" + (f"base_model: {base}\n" if method == "task_arithmetic" else "")
+            + f"dtype: bfloat16\nmodels:\n  - model: {one}\n    parameters: {{weight: 0.5}}\n"
+            f"  - model: {base}+{adapter}\n    parameters: {{weight: 0.5}}\n")
+    expected = in_new_thread(lambda: _merged(text, tmp_path / "float32"))
+    with default_dtype(torch.bfloat16):
+        got = in_new_thread(lambda: _merged(text, tmp_path / "bfloat16"))
+    assert all(torch.equal(got[name], expected[name]) for name in expected), \
+        [name for name in expected if not torch.equal(got[name], expected[name])]

@@ -76,7 +76,7 @@ def plan_gptq(stored: Mapping[str, Stored], settings: Mapping[str, Any], config:
         if f"{module}.g_idx" in stored:
             expect_shape(stored[f"{module}.g_idx"], (rows,), label, module, f"{module}.g_idx")
             parts += (f"{module}.g_idx",)
-            index = read(parts[3]) if read is not None else torch.zeros(0)
+            index = read(parts[3]) if read is not None else torch.zeros(0, dtype=torch.int32)
             if index.numel() and (index.min() < 0 or index.max() >= groups):
                 raise refuse(label, module, f"has a g_idx naming groups outside 0 to {groups - 1}")
 

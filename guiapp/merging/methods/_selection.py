@@ -51,7 +51,7 @@ class _Gathered:
 
     def values(self) -> torch.Tensor:
         """What was gathered, in order (empty before the first block)."""
-        return self._buffer[: self._size] if self._buffer is not None else torch.empty(0)
+        return self._buffer[: self._size] if self._buffer is not None else torch.empty(0, dtype=torch.float32)
 
 
 class LargestK:

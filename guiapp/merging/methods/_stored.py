@@ -37,7 +37,7 @@ def merge_in_chunks(
     merged_entries = merged.view(-1)
     numel = merged_entries.numel()
     size = stored_chunk_entries(merged.device, numel)
-    buffers = [torch.empty(size, device=merged.device) for _ in tensors]
+    buffers = [torch.empty(size, dtype=torch.float32, device=merged.device) for _ in tensors]
     for start in range(0, numel, size):
         stop = min(start + size, numel)
         chunks = [buffer[: stop - start].copy_(stored[start:stop]) for buffer, stored in zip(buffers, entries)]

@@ -30,7 +30,7 @@ from guiapp.merging.methods.base import (
 # Below these L1 sums a rescale factor would be noise over noise (mergekit's issue #609: inf, then NaN).
 _RESCALE_EPS = 1e-7
 _DIVISOR_EPS = 1e-8
-_ONE = torch.tensor(1.0)
+_ONE = torch.tensor(1.0, dtype=torch.float32)
 
 
 class _Ranking:

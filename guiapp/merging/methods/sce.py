@@ -23,7 +23,7 @@ from guiapp.merging.methods.base import (
 
 _WEIGHT_SUM_EPS = 1e-6
 _DIVISOR_CLAMP = 1e-6
-_ZERO = torch.tensor(0.0)
+_ZERO = torch.tensor(0.0, dtype=torch.float32)
 
 
 def _variance(deltas: list[torch.Tensor], out: torch.Tensor | None = None) -> torch.Tensor:

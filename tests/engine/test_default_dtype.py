@@ -1,0 +1,73 @@
+"""A job's results do not depend on torch's default dtype, which another thread may change while the job runs.
+
+transformers sets the default dtype to the model's (bfloat16, say) while it builds a model, for the whole process:
+a Try, a perplexity or an export's check loading a model in one thread changed what `torch.empty(n)` made in a
+merge or an export running in another (a GGUF export failed with "Found dtype BFloat16 but expected Float"; an
+adapted merge input lost its float32). Each case runs in a new thread, as a job does, so nothing it keeps per
+thread was made before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from typing import TypeVar
+
+import gguf
+import numpy as np
+import pytest
+import torch
+
+from guiapp.checkpoints.samples import LlamaShape, write_llama, write_llama_finetune
+from guiapp.gguf.quantize import encode
+from guiapp.merging.merge import MergeSettings, run_merge
+from guiapp.merging.methods import METHODS
+from tests.engine.helpers import recipe
+from tests.engine.test_all_methods import _recipe_for
+
+Result = TypeVar("Result")
+
+
+@contextmanager
+def default_dtype(dtype: torch.dtype) -> Iterator[None]:
+    """torch's default dtype set to `dtype`, as transformers sets it while it builds a model."""
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(before)
+
+
+def in_new_thread(work: Callable[[], Result]) -> Result:
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(work).result()
+
+
+@pytest.mark.parametrize("kind", ["Q8_0", "Q4_K", "Q5_K", "Q6_K"])
+def test_gguf_blocks_are_the_same_whatever_the_default_dtype(kind):
+    qtype = gguf.GGMLQuantizationType[kind]
+    rows = torch.randn(16, 512, generator=torch.Generator().manual_seed(0), dtype=torch.float32)
+    expected = in_new_thread(lambda: encode(rows, qtype, threads=2))
+    with default_dtype(torch.bfloat16):
+        got = in_new_thread(lambda: encode(rows, qtype, threads=2))
+    assert np.array_equal(got, expected)
+
+
+@pytest.fixture(scope="module")
+def small_trio(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("trio")
+    base = write_llama(folder / "base", LlamaShape(layers=1), dtype=torch.float32, seed=0)
+    return base, write_llama_finetune(folder / "one", base, seed=1, delta_rank=None), \
+        write_llama_finetune(folder / "two", base, seed=2, delta_rank=None)
+
+
+@pytest.mark.parametrize("method", sorted(METHODS))
+def test_a_merge_is_the_same_whatever_the_default_dtype(method, small_trio, tmp_path):
+    text = _recipe_for(method, *small_trio)
+    in_new_thread(lambda: run_merge(recipe(text), MergeSettings(tmp_path / "float32", seed=7)))
+    with default_dtype(torch.bfloat16):
+        in_new_thread(lambda: run_merge(recipe(text), MergeSettings(tmp_path / "bfloat16", seed=7)))
+    assert (tmp_path / "bfloat16" / "model.safetensors").read_bytes() == \
+        (tmp_path / "float32" / "model.safetensors").read_bytes()
