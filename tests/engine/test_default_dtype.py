@@ -19,12 +19,10 @@ import numpy as np
 import pytest
 import torch
 
-from guiapp.checkpoints.samples import LlamaShape, write_llama, write_llama_finetune
 from guiapp.gguf.quantize import encode
 from guiapp.merging.merge import MergeSettings, run_merge
 from guiapp.merging.methods import METHODS
-from tests.engine.helpers import recipe
-from tests.engine.test_all_methods import _recipe_for
+from tests.engine.helpers import float32_trio_in, recipe, recipe_for_method
 
 Result = TypeVar("Result")
 
@@ -57,15 +55,12 @@ def test_gguf_blocks_are_the_same_whatever_the_default_dtype(kind):
 
 @pytest.fixture(scope="module")
 def small_trio(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("trio")
-    base = write_llama(folder / "base", LlamaShape(layers=1), dtype=torch.float32, seed=0)
-    return base, write_llama_finetune(folder / "one", base, seed=1, delta_rank=None), \
-        write_llama_finetune(folder / "two", base, seed=2, delta_rank=None)
+    return float32_trio_in(tmp_path_factory.mktemp("trio"), layers=1)
 
 
 @pytest.mark.parametrize("method", sorted(METHODS))
 def test_a_merge_is_the_same_whatever_the_default_dtype(method, small_trio, tmp_path):
-    text = _recipe_for(method, *small_trio)
+    text = recipe_for_method(method, *small_trio)
     in_new_thread(lambda: run_merge(recipe(text), MergeSettings(tmp_path / "float32", seed=7)))
     with default_dtype(torch.bfloat16):
         in_new_thread(lambda: run_merge(recipe(text), MergeSettings(tmp_path / "bfloat16", seed=7)))
