@@ -36,11 +36,13 @@ pytest_plugins = ["tests.faults.summary"]
 from tests.support.session import models, probed  # noqa: E402, F401 - once per process for every folder
 
 
-def pytest_xdist_auto_num_workers(config) -> int:
-    """`--numprocesses=auto`: one test process more than this process may run on cores. A process is idle while
-    its case waits for what it started (a CLI case's forked process, the Hub server's threads, the window's
-    timers); a third process on two cores keeps both busy then (the default run: 9 min 42 s with two processes,
-    8 min 44 s with three, the same 650 s of CPU, with other work on the machine)."""
+def pytest_xdist_auto_num_workers(config) -> int | None:
+    """`--numprocesses=auto`: one test process more than this process may run on cores, unless
+    PYTEST_XDIST_AUTO_NUM_WORKERS says otherwise. A process is idle while its case waits for what it started (a
+    CLI case's forked process, the Hub server's threads, the window's timers); one more process keeps the cores
+    busy then (same CPU time, about a tenth less wall time on two cores)."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None  # pytest-xdist reads it
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     return cores + 1
 
@@ -48,10 +50,9 @@ def pytest_xdist_auto_num_workers(config) -> int:
 def pytest_collection_modifyitems(items: list) -> None:
     """Order the files (each runs whole in one test process): those with more slow tests first (the app bundle's
     build takes minutes), so that the other processes run the short ones meanwhile; then those with more long
-    ones (a case of several seconds: the default run ended with one process running two such cases alone), then
-    the files with more tests before those with fewer, so that the run ends on short files instead of one process
-    finishing a long one alone. A file's tests stay together and in their order (its module fixtures are made once). pytest-xdist
-    hands the files out in this order (`--no-loadscope-reorder` in pyproject.toml: its own order, by number of
+    ones (cases of several seconds), then the files with more tests before those with fewer, so that the run ends
+    on short files instead of one process finishing a long one alone. A file's tests stay together and in their
+    order (its module fixtures are made once). pytest-xdist hands the files out in this order (`--no-loadscope-reorder` in pyproject.toml: its own order, by number of
     tests alone, handed out the bundle's file 42nd of 122 and the one-test load case 115th)."""
     files: dict[str, list] = {}
     for item in items:

@@ -1,9 +1,10 @@
 """The chat-template child process (guiapp/merging/template_child.py), kept between renders.
 
-Starting one costs about 0.7 s of CPU (it imports transformers' renderer), which every Generate paid again; a
-child that answered in time is kept, idle, for the next render of this process. One that ran past its time, died,
-gave no answer, or was running when a job was cancelled is killed and never reused. An idle child ends when this
-process does (its request pipe closes).
+Kept so that a Generate does not pay the child's start (about 0.7 s of CPU: it imports transformers' renderer): a
+child that rendered a text in time is kept, idle, for the next render of this process. One that ran past its time,
+died, answered with a problem, or was running when a job was cancelled is killed and never reused; a child ends
+itself after a render that left it much larger (a kept child's memory bound counts from its start). Every child
+still running when this process exits is killed, and an idle one also ends when its request pipe closes.
 """
 
 from __future__ import annotations
@@ -22,33 +23,44 @@ from guiapp.progress import Progress
 
 _LOCK = threading.Lock()
 _idle: list[tuple[int, subprocess.Popen]] = []  # at most one (the pid of the process that started it, the child)
+_live: set[subprocess.Popen] = set()  # every child started and not yet ended
 
 
 def render_in_child(request: bytes, seconds: float, start_seconds: float,
                     progress: Progress) -> dict[str, Any] | None:
     """The template child's answer to `request` (one JSON object), or None when its rendering ran past `seconds`
-    (the child is killed). A new child has `start_seconds` for its imports before the clock starts. Checks
-    `progress` for a cancel every fiftieth of a second (JobCancelled; the child is killed)."""
-    child = _take_idle()
-    fresh = child is None
-    if fresh:
-        child = _start()
-    answer = None
+    (the child is killed). A new child has `start_seconds` for its imports before the clock starts; a kept child
+    that ended while idle is replaced once. Checks `progress` for a cancel every fiftieth of a second (JobCancelled;
+    the child is killed)."""
+    kept = _take_idle()
+    if kept is not None:
+        answer, reply = _ask(kept, False, request, seconds, start_seconds, progress)
+        if reply is not None:
+            return answer
+    child = _start()
+    return _ask(child, True, request, seconds, start_seconds, progress)[0]
+
+
+def _ask(child: subprocess.Popen, fresh: bool, request: bytes, seconds: float, start_seconds: float,
+         progress: Progress) -> tuple[dict[str, Any] | None, bytes | None]:
+    """(the answer, the child's reply line or None when it gave none: it had ended, or did not start). The child
+    is kept after a text, ended otherwise."""
+    answer: dict[str, Any] | None = None
     try:
         if fresh and _read_line(child, start_seconds, progress) != b"ready\n":
-            return _failed(child, "did not start")
+            return _failed(child, "did not start"), b""
         try:
-            child.stdin.write(request.replace(b"\n", b" ") + b"\n")
+            child.stdin.write(request + b"\n")
             child.stdin.flush()
-        except OSError:  # it died before reading
-            return _failed(child, "stopped")
+        except OSError:  # it ended before reading
+            return _failed(child, "stopped"), None
         line = _read_line(child, seconds, progress)
         if line is None:
-            return None
+            return None, b""
         answer = _answer(line)
-        return answer or _failed(child, "stopped")
+        return answer or _failed(child, "stopped"), line or None
     finally:
-        if answer:
+        if answer and "text" in answer:
             _keep(child)
         else:
             _end(child)
@@ -70,8 +82,14 @@ def _failed(child: subprocess.Popen, what: str) -> dict[str, Any]:
 def _read_line(child: subprocess.Popen, seconds: float, progress: Progress) -> bytes | None:
     """The child's next output line (b"" when it closed its output), or None when none came within `seconds`."""
     got: list[bytes] = []
-    reader = threading.Thread(target=lambda: got.append(child.stdout.readline()), name="template-child-reader",
-                              daemon=True)
+
+    def read() -> None:
+        try:
+            got.append(child.stdout.readline())
+        except (OSError, ValueError):  # the child was ended and its pipe closed meanwhile
+            pass
+
+    reader = threading.Thread(target=read, name="template-child-reader", daemon=True)
     reader.start()
     if not _wait_for(lambda: not reader.is_alive(), seconds, progress):
         return None
@@ -92,8 +110,11 @@ def _wait_for(done: Callable[[], bool], seconds: float, progress: Progress) -> b
 def _start() -> subprocess.Popen:
     from guiapp.system.probe import child_environment  # noqa: PLC0415 - the probe's way to start a child
 
-    return subprocess.Popen([sys.executable, "-m", "guiapp.merging.template_child"], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=child_environment())
+    child = subprocess.Popen([sys.executable, "-m", "guiapp.merging.template_child"], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=child_environment())
+    with _LOCK:
+        _live.add(child)
+    return child
 
 
 def _take_idle() -> subprocess.Popen | None:
@@ -119,6 +140,8 @@ def _keep(child: subprocess.Popen) -> None:
 
 
 def _end(child: subprocess.Popen) -> None:
+    with _LOCK:
+        _live.discard(child)
     if child.poll() is None:
         child.kill()
     child.wait()
@@ -129,11 +152,20 @@ def _end(child: subprocess.Popen) -> None:
             pass
 
 
-@atexit.register
 def end_idle() -> None:
-    """End the idle child this process kept, if any (at exit, its pipe would end it too)."""
+    """End the idle child this process kept, if any."""
     with _LOCK:
         kept = [child for owner, child in _idle if owner == os.getpid()]
         _idle.clear()
     for child in kept:
+        _end(child)
+
+
+@atexit.register
+def _end_all() -> None:
+    """Kill every child still running: an idle one, and one rendering an endless template for a job's thread."""
+    end_idle()
+    with _LOCK:
+        running = list(_live)
+    for child in running:
         _end(child)

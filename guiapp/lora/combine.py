@@ -207,10 +207,10 @@ def _ties(tensors: list[torch.Tensor], weights: list[float], density: float) -> 
     """PEFT's `ties`: keep each tensor's largest `density` fraction of entries, elect each entry's sign from the
     kept entries' sum (unweighted, as PEFT does), average the weighted entries that agree with it."""
     kept = torch.stack([_largest(t, density) for t in tensors])
-    elected = torch.where(kept.sum(dim=0) >= 0, 1.0, -1.0).to(kept.dtype)
+    elected = torch.where(kept.sum(dim=0) >= 0, 1, -1).to(kept.dtype)
     agree = kept.sign() == elected
     weighted = kept * torch.tensor(weights, dtype=kept.dtype).view(-1, *[1] * (kept.dim() - 1))
-    return (weighted * agree).sum(dim=0) / torch.clamp(agree.sum(dim=0), min=1.0)
+    return (weighted * agree).sum(dim=0) / torch.clamp(agree.sum(dim=0), min=1)
 
 
 def _largest(tensor: torch.Tensor, density: float) -> torch.Tensor:

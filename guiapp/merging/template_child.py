@@ -9,9 +9,9 @@ transformers' own (`render_jinja_template`, what `apply_chat_template` calls), s
 model's authors meant.
 
 The child first writes a line "ready" once its imports are done (so the caller's time bound counts the template,
-not a slow start), then answers requests, one JSON object a line, until its input ends: the caller keeps a child
-that answered in time for the next render and kills one that did not. Request: {"template", "messages",
-"variables" (the special tokens), "max_characters", "memory_bytes"}. Answer: {"text"} or {"problem": "internals" |
+not a slow start), then answers requests, one JSON object a line, until its input ends or a render left it more
+than GROWN_BYTES larger: the caller keeps a child that rendered a text in time and kills one that did not.
+Request: {"template", "messages", "variables" (the special tokens), "max_characters", "memory_bytes"}. Answer: {"text"} or {"problem": "internals" |
 "raised" | "syntax" | "too_large" | "failed", "message"}. The memory bound is counted from what the child used
 before its first request, so renders do not raise it.
 """
@@ -21,6 +21,9 @@ from __future__ import annotations
 import json
 import sys
 from typing import Any
+
+# A child that grew this much over its start ends after answering, rather than be kept.
+GROWN_BYTES = 64 * 1024 * 1024
 
 
 def _address_space_used() -> int | None:
@@ -63,7 +66,7 @@ def render(request: dict[str, Any], used: int | None = None) -> dict[str, Any]:
     except jinja2.exceptions.TemplateSyntaxError as error:
         return {"problem": "syntax", "message": f"line {error.lineno}: {error.message}"}
     except jinja2.exceptions.TemplateError as error:  # the template's own raise_exception('...')
-        return {"problem": "raised", "message": str(error.message or error)}
+        return {"problem": "raised", "message": str(error.message or error)[:500]}
     except (MemoryError, OverflowError):
         return {"problem": "too_large", "message": ""}
     except Exception as error:  # whatever else a template provokes is reported, not a crash of the child
@@ -83,6 +86,9 @@ def main() -> int:
         answer = render(json.loads(line), used)
         sys.stdout.buffer.write(json.dumps(answer).encode("ascii") + b"\n")  # ensure_ascii: one line, no bad bytes
         sys.stdout.buffer.flush()
+        now = _address_space_used()
+        if used is not None and now is not None and now > used + GROWN_BYTES:
+            break  # what a render left behind would count against the next model's bound: the caller starts anew
     return 0
 
 

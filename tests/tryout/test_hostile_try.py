@@ -263,8 +263,9 @@ def _template_children_started(monkeypatch) -> list:
 @pytest.mark.long
 def test_one_template_child_serves_render_after_render_and_a_stopped_one_is_replaced(causal_fp32, try_probe,
                                                                                       tmp_path, monkeypatch):
-    """Starting the child (transformers' renderer) costs ~0.7 s of CPU a render: one that answered in time is
-    kept for the next render; one that ran too long is killed, and the next render starts a new one."""
+    """Starting the child (transformers' renderer) costs ~0.7 s of CPU a render: one that rendered a text in time
+    is kept for the next render; one that answered with a problem or ran too long is ended, and so is one that
+    ended while idle: the next render starts a new one."""
     import torch
 
     from guiapp.errors import CheckpointError
@@ -276,20 +277,24 @@ def test_one_template_child_serves_render_after_render_and_a_stopped_one_is_repl
     expected = loaded.tokenizer.apply_chat_template([{"role": "user", "content": "the cat"}], tokenize=False,
                                                     add_generation_prompt=True)
     assert [render_chat_template(loaded, "the cat", Progress()) for _ in range(3)] == [expected] * 3
+    assert len(started) == 1 and started[0].poll() is None
     raising = load_model(resolve_sources([str(_with_template(
         causal_fp32, tmp_path / "raising", "{{ raise_exception('only system messages') }}"))])[0], torch.float32, "cpu")
-    with pytest.raises(CheckpointError, match="only system messages"):  # its own words: an answer, kept
+    with pytest.raises(CheckpointError, match="only system messages"):
         render_chat_template(raising, "the cat", Progress())
-    assert render_chat_template(loaded, "the cat", Progress()) == expected
-    assert len(started) == 1 and started[0].poll() is None
+    assert started[0].wait(timeout=10) is not None  # a problem ends the child
     endless = load_model(resolve_sources([str(_with_template(causal_fp32, tmp_path / "endless", (
         "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}")))])[0],
         torch.float32, "cpu")
     with pytest.raises(CheckpointError, match="took longer than 2 seconds"):
         render_chat_template(endless, "the cat", Progress(), seconds=2)
-    assert started[0].wait(timeout=10) is not None  # killed, not kept
+    assert len(started) == 2 and started[1].wait(timeout=10) is not None  # killed, not kept
     assert render_chat_template(loaded, "the cat", Progress()) == expected
-    assert len(started) == 2
+    assert len(started) == 3
+    started[2].kill()  # the kept child ends while idle (the system ended it): the next render is not blamed
+    started[2].wait()
+    assert render_chat_template(loaded, "the cat", Progress()) == expected
+    assert len(started) == 4
 
 
 def test_a_cancel_while_a_template_renders_ends_its_child(causal_fp32, try_probe, tmp_path, monkeypatch):
@@ -302,13 +307,19 @@ def test_a_cancel_while_a_template_renders_ends_its_child(causal_fp32, try_probe
     from guiapp.progress import CancelToken, Progress
 
     started = _template_children_started(monkeypatch)
+    plain = load_model(resolve_sources([str(causal_fp32)])[0], torch.float32, "cpu")
+    render_chat_template(plain, "the cat", Progress())  # a kept child, ready: the cancel lands in the render
     endless = load_model(resolve_sources([str(_with_template(causal_fp32, tmp_path, (
         "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}")))])[0],
         torch.float32, "cpu")
     token = CancelToken()
-    threading.Timer(1.0, token.cancel).start()
-    with pytest.raises(JobCancelled):
-        render_chat_template(endless, "the cat", Progress(cancel=token), seconds=60)
+    timer = threading.Timer(1.0, token.cancel)
+    timer.start()
+    try:
+        with pytest.raises(JobCancelled):
+            render_chat_template(endless, "the cat", Progress(cancel=token), seconds=60)
+    finally:
+        timer.cancel()
     assert len(started) == 1 and started[0].poll() is not None
 
 
