@@ -34,31 +34,30 @@ def render_in_child(request: bytes, seconds: float, start_seconds: float,
     the child is killed)."""
     kept = _take_idle()
     if kept is not None:
-        answer, reply = _ask(kept, False, request, seconds, start_seconds, progress)
-        if reply is not None:
+        answer, ended_before_answering = _ask(kept, False, request, seconds, start_seconds, progress)
+        if not ended_before_answering:
             return answer
-    child = _start()
-    return _ask(child, True, request, seconds, start_seconds, progress)[0]
+    return _ask(_start(), True, request, seconds, start_seconds, progress)[0]
 
 
 def _ask(child: subprocess.Popen, fresh: bool, request: bytes, seconds: float, start_seconds: float,
-         progress: Progress) -> tuple[dict[str, Any] | None, bytes | None]:
-    """(the answer, the child's reply line or None when it gave none: it had ended, or did not start). The child
-    is kept after a text, ended otherwise."""
+         progress: Progress) -> tuple[dict[str, Any] | None, bool]:
+    """(the answer, whether the child had ended before it could answer: it took no request or closed its output).
+    The child is kept after a text, ended otherwise."""
     answer: dict[str, Any] | None = None
     try:
         if fresh and _read_line(child, start_seconds, progress) != b"ready\n":
-            return _failed(child, "did not start"), b""
+            return _failed(child, "did not start"), False
         try:
             child.stdin.write(request + b"\n")
             child.stdin.flush()
         except OSError:  # it ended before reading
-            return _failed(child, "stopped"), None
+            return _failed(child, "stopped"), True
         line = _read_line(child, seconds, progress)
         if line is None:
-            return None, b""
+            return None, False
         answer = _answer(line)
-        return answer or _failed(child, "stopped"), line or None
+        return answer or _failed(child, "stopped"), line == b""
     finally:
         if answer and "text" in answer:
             _keep(child)
