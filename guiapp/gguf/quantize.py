@@ -17,6 +17,7 @@ a bf16 source never becomes a NumPy array of a type NumPy does not have.
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import gguf
@@ -114,11 +115,8 @@ def encode(rows: torch.Tensor, qtype: gguf.GGMLQuantizationType, threads: int = 
     parts = np.array_split(matrix, min(threads, matrix.shape[0])) if threads > 1 else [matrix]
     if len(parts) == 1:
         return libgguf.quantize_rows(matrix, native).reshape(-1)
-    if pool is not None:
-        done = list(pool.map(lambda part: libgguf.quantize_rows(part, native), parts))
-    else:
-        with ThreadPoolExecutor(len(parts)) as own:
-            done = list(own.map(lambda part: libgguf.quantize_rows(part, native), parts))
+    with nullcontext(pool) if pool is not None else ThreadPoolExecutor(len(parts)) as threads_used:
+        done = list(threads_used.map(lambda part: libgguf.quantize_rows(part, native), parts))
     return np.concatenate([part.reshape(-1) for part in done])
 
 
