@@ -76,11 +76,18 @@ class ProbeResult:
     duration_seconds: float = 0.0
 
     def check(self, device: str, dtype: str, operation: str) -> Check | None:
-        """The check for this combination, or None when it was never probed."""
-        for check in self.checks:
-            if (check.device, check.dtype, check.operation) == (device, dtype, operation):
-                return check
-        return None
+        """The check for this combination (the first, if the child reported it twice), or None when it was never
+        probed."""
+        return self._checks_by_key().get((device, dtype, operation))
+
+    def _checks_by_key(self) -> dict[tuple[str, str, str], Check]:
+        # The window asks about 1,600 times while it fills its dropdowns: one look-up each instead of a walk over
+        # every check. Built again when `checks` was replaced or grew (the probe appends while it reads the child).
+        kept = self.__dict__.get("_check_index")
+        if kept is None or kept[0] is not self.checks or kept[1] != len(self.checks):
+            index = {(c.device, c.dtype, c.operation): c for c in reversed(self.checks)}
+            kept = self.__dict__["_check_index"] = (self.checks, len(self.checks), index)
+        return kept[2]
 
     def speed(self, device: str, dtype: str, workload: str) -> Speed | None:
         for speed in self.speeds:

@@ -12,6 +12,7 @@ import pytest
 
 from guiapp.system import probe as probe_module
 from guiapp.system.probe import (
+    Check,
     ProbeResult,
     cache_file,
     load_cached,
@@ -205,3 +206,17 @@ def test_the_dequantizers_of_every_quantized_format_run_on_the_cpu_and_the_repor
     report = format_probe_report(probed, verbose=True)
     assert ("Quantized models read on cpu: bitsandbytes 4-bit, bitsandbytes 8-bit, fp8, gptq / awq / "
             "compressed-tensors, mxfp4 (float8 has no arithmetic here: it is upcast to float32 first)") in report
+
+
+def test_a_check_is_found_after_the_checks_grew_or_were_replaced_and_the_first_reported_wins():
+    result = ProbeResult(fingerprint={})
+    assert result.check("cpu", "float16", "matmul") is None
+    failed = Check("cpu", "float16", "matmul", ok=False, error="RuntimeError: not implemented for 'Half'")
+    result.checks.append(failed)
+    assert result.check("cpu", "float16", "matmul") is failed
+    result.checks.append(Check("cpu", "float16", "matmul", ok=True))
+    assert result.check("cpu", "float16", "matmul") is failed
+    passed = Check("cpu", "float16", "matmul", ok=True)
+    result.checks = [passed, failed]
+    assert result.check("cpu", "float16", "matmul") is passed
+    assert result.check("cpu", "bfloat16", "matmul") is None
