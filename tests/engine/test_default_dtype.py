@@ -3,16 +3,10 @@
 transformers sets the default dtype to the model's (bfloat16, say) while it builds a model, for the whole process:
 a Try, a perplexity or an export's check loading a model in one thread changed what `torch.empty(n)` made in a
 merge or an export running in another (a GGUF export failed with "Found dtype BFloat16 but expected Float"; an
-adapted merge input lost its float32). Each case runs in a new thread, as a job does, so nothing it keeps per
-thread was made before.
+adapted merge input lost its float32). Each case runs in a new thread, as a job does.
 """
 
 from __future__ import annotations
-
-from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
-from typing import TypeVar
 
 import gguf
 import numpy as np
@@ -23,24 +17,7 @@ from guiapp.gguf.quantize import encode
 from guiapp.merging.merge import MergeSettings, run_merge
 from guiapp.merging.methods import METHODS
 from tests.engine.helpers import float32_trio_in, recipe, recipe_for_method
-
-Result = TypeVar("Result")
-
-
-@contextmanager
-def default_dtype(dtype: torch.dtype) -> Iterator[None]:
-    """torch's default dtype set to `dtype`, as transformers sets it while it builds a model."""
-    before = torch.get_default_dtype()
-    torch.set_default_dtype(dtype)
-    try:
-        yield
-    finally:
-        torch.set_default_dtype(before)
-
-
-def in_new_thread(work: Callable[[], Result]) -> Result:
-    with ThreadPoolExecutor(1) as pool:
-        return pool.submit(work).result()
+from tests.support.default_dtype import default_dtype, in_new_thread
 
 
 @pytest.mark.parametrize("kind", ["Q8_0", "Q4_K", "Q5_K", "Q6_K"])

@@ -16,6 +16,7 @@ from guiapp.moe.assemble import MoeSettings, assemble_moe
 from guiapp.moe.config import load_moe_config
 from tests.engine.helpers import fingerprint
 from tests.moe.helpers import PROMPTS, assemble, expert, write_config
+from tests.support.default_dtype import default_dtype, in_new_thread
 
 SEED = 1234
 
@@ -182,3 +183,19 @@ def test_deepseek_moe_takes_an_ungated_shared_expert_of_its_own(moe_models, tmp_
                            shared[f"model.layers.0.mlp.{leaf}.weight"])
     assert out["model.layers.1.mlp.gate.weight"].shape == (2, 32)
     assert not any("shared_expert_gate" in name for name in out)
+
+
+@pytest.mark.parametrize("architecture", ["mixtral", "qwen"])
+def test_an_assembly_is_the_same_whatever_the_default_dtype(moe_models, tmp_path, architecture):
+    """Random gates, an expert's noise, a shared expert's scaled rows and the zero biases made for Qwen: each the
+    same when another thread has set torch's default dtype to bfloat16 (as transformers does while it loads)."""
+    document = {"base_model": str(moe_models["base"]), "gate_mode": "random", "architecture": architecture,
+                "dtype": "float32", "experts": [expert(moe_models, "e0", noise_scale=0.01), expert(moe_models, "e1")]}
+    if architecture == "qwen":
+        document["shared_experts"] = [expert(moe_models, "e2", residual_scale=0.5)]
+    path = write_config(tmp_path, document)
+    in_new_thread(lambda: assemble(path, tmp_path / "float32", seed=SEED))
+    with default_dtype(torch.bfloat16):
+        in_new_thread(lambda: assemble(path, tmp_path / "bfloat16", seed=SEED))
+    assert (tmp_path / "bfloat16" / "model.safetensors").read_bytes() == \
+        (tmp_path / "float32" / "model.safetensors").read_bytes()

@@ -15,6 +15,7 @@ from guiapp.merging.merge import MergeSettings, run_merge
 from guiapp.merging.methods.nearswap import nearswap
 from guiapp.merging.recipe import parse_recipe
 from tests.engine.helpers import load_folder
+from tests.support.default_dtype import default_dtype, in_new_thread
 
 
 @pytest.fixture(scope="module")
@@ -86,8 +87,6 @@ def test_nearswap_with_an_adapted_input(bf16_models, tmp_path):
 def test_an_adapted_input_is_the_same_whatever_the_default_dtype(bf16_models, tmp_path, method):
     """transformers sets torch's default dtype to the model's while it builds one, for the whole process: a Try
     loading a bf16 model in another thread must not change a merge's adapted input."""
-    from tests.engine.test_default_dtype import default_dtype, in_new_thread
-
     base, one, adapter = bf16_models
     text = (f"merge_method: {method}\n" + (f"base_model: {base}\n" if method == "task_arithmetic" else "")
             + f"dtype: bfloat16\nmodels:\n  - model: {one}\n    parameters: {{weight: 0.5}}\n"
