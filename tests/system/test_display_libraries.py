@@ -114,6 +114,7 @@ def test_without_a_display_the_message_offers_a_virtual_one():
 
 
 @pytest.mark.long
+@pytest.mark.usefixtures("probe_in_cache")  # the self-test's window finds the run's probe, as on a second start
 def test_the_self_test_says_the_display_does_not_answer_and_runs_offscreen(tmp_path):
     display = _unused_display()
     run = _run_window("--self-test", display=display)

@@ -9,6 +9,10 @@ from pathlib import Path
 
 import pytest
 
+# The windows these programs open probe the machine as they load: they find the run's probe in their cache, as on
+# a second start (tests/system/test_probe.py runs the probe itself).
+pytestmark = pytest.mark.usefixtures("probe_in_cache")
+
 SHOW_WINDOW = """
 import sys
 from guiapp.ui.app import create_window
