@@ -224,8 +224,9 @@ def test_a_chat_template_that_never_ends_is_stopped(causal_fp32, probe_in_cache,
 
     loaded = load_model(resolve_sources([str(_with_template(causal_fp32, tmp_path, endless))])[0], torch.float32, "cpu")
     started = time.monotonic()
-    with pytest.raises(CheckpointError, match="took longer than 3 seconds") as caught:
-        render_chat_template(loaded, "the cat", Progress(), seconds=3)
+    # The endless render keeps a core busy until it is stopped: the shortest limit that still reads as a limit.
+    with pytest.raises(CheckpointError, match=r"took longer than 1\.5 seconds") as caught:
+        render_chat_template(loaded, "the cat", Progress(), seconds=1.5)
     assert time.monotonic() - started < 30
     assert "chat template" in caught.value.message
 
@@ -286,8 +287,8 @@ def test_one_template_child_serves_render_after_render_and_a_stopped_one_is_repl
     endless = load_model(resolve_sources([str(_with_template(causal_fp32, tmp_path / "endless", (
         "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}")))])[0],
         torch.float32, "cpu")
-    with pytest.raises(CheckpointError, match="took longer than 2 seconds"):
-        render_chat_template(endless, "the cat", Progress(), seconds=2)
+    with pytest.raises(CheckpointError, match=r"took longer than 1\.5 seconds"):
+        render_chat_template(endless, "the cat", Progress(), seconds=1.5)
     assert len(started) == 2 and started[1].wait(timeout=10) is not None  # killed, not kept
     assert render_chat_template(loaded, "the cat", Progress()) == expected
     assert len(started) == 3
@@ -313,7 +314,7 @@ def test_a_cancel_while_a_template_renders_ends_its_child(causal_fp32, probe_in_
         "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}")))])[0],
         torch.float32, "cpu")
     token = CancelToken()
-    timer = threading.Timer(1.0, token.cancel)
+    timer = threading.Timer(0.5, token.cancel)
     timer.start()
     try:
         with pytest.raises(JobCancelled):
