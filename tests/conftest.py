@@ -33,7 +33,7 @@ os.environ.pop("HUGGING_FACE_HUB_TOKEN", None)
 # several test processes (pytest imports it after this module, so with the environment above).
 pytest_plugins = ["tests.faults.summary"]
 
-from tests.support.session import models, probed  # noqa: E402, F401 - once per process for every folder
+from tests.support.session import models, probe_in_cache, probed  # noqa: E402, F401 - once per process for every folder
 
 
 def pytest_xdist_auto_num_workers(config) -> int | None:

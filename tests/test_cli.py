@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from guiapp.checkpoints.samples import LlamaShape, write_byte_tokenizer, write_llama, write_llama_finetune
+from guiapp.system.probe import ProbeResult, cache_file, machine_fingerprint, store
 from tests.support import warm_cli
 from tests.support.fixtures import hub_env, hub_server  # noqa: F401 - the test Hub for the pipe tests
 
@@ -31,8 +32,10 @@ def tiny_pair(tmp_path_factory) -> tuple[Path, Path]:
 
 
 @pytest.fixture
-def cli_env(tmp_path) -> dict[str, str]:
-    """The environment for a CLI run whose error report goes to a temporary folder."""
+def cli_env(tmp_path, probe_in_cache: ProbeResult) -> dict[str, str]:
+    """The environment for a CLI run whose error report goes to a temporary folder, where `try` and `perplexity`
+    find the run's probe as on a second start."""
+    store(probe_in_cache, tmp_path / "cache" / cache_file(machine_fingerprint()).name)
     return {**os.environ, "MERGESMITH_CACHE_DIR": str(tmp_path / "cache")}
 
 

@@ -5,7 +5,6 @@ memory does not grow with the size of the largest tensor."""
 from __future__ import annotations
 
 import math
-import sys
 import textwrap
 import weakref
 from pathlib import Path
@@ -19,7 +18,7 @@ from guiapp.checkpoints.sources import ModelReader
 from guiapp.merging.merge import BLOCK_ELEMENTS, MergeSettings, plan_merge, run_merge, streams_in_blocks
 from guiapp.merging.methods._selection import LargestK
 from tests.engine.helpers import recipe
-from tests.support.memory import run_measuring_memory
+from tests.support.memory import warm_run_measuring_memory
 
 _EXTRA = "model.layers.0.mlp.up_proj.bias"  # a tensor only the base has: slerp copies it
 
@@ -117,13 +116,14 @@ def test_streamed_output_is_byte_identical_to_the_whole_tensor_path(tmp_path, mo
                 assert streamed_files[name] == data, (streamed_run, name)
 
 
-_CHILD = textwrap.dedent("""
-    import sys
-    from pathlib import Path
-    from guiapp.merging.merge import MergeSettings, run_merge
-    from guiapp.merging.recipe import parse_recipe
-    run_merge(parse_recipe(Path(sys.argv[1]).read_text()), MergeSettings(Path(sys.argv[2])))
-""")
+def _merge_code(recipe_file: Path, output: Path) -> str:
+    """The program a memory case runs: the merge of `recipe_file` into `output`, nothing else."""
+    return textwrap.dedent(f"""
+        from pathlib import Path
+        from guiapp.merging.merge import MergeSettings, run_merge
+        from guiapp.merging.recipe import parse_recipe
+        run_merge(parse_recipe(Path({str(recipe_file)!r}).read_text()), MergeSettings(Path({str(output)!r})))
+    """)
 
 
 @pytest.fixture(scope="module")
@@ -149,8 +149,8 @@ def test_peak_memory_does_not_grow_with_the_largest_tensor(tmp_path, method, tie
             base = f"base_model: {three}\nparameters: {{select_topk: 0.5}}\n"
         recipe_file.write_text(f"merge_method: {method}\n{base}models:\n  - model: {one}\n    parameters: {{weight: 0.5}}\n"
                                f"  - model: {two}\n    parameters: {{weight: 0.5{density}}}\n")
-        run = run_measuring_memory([sys.executable, "-c", _CHILD, str(recipe_file), str(tmp_path / f"out-{vocab}")])
-        peaks[vocab] = run.peak_private
+        # Forked from the warm CLI: both runs start from the same imported pages, so their difference is the merge's.
+        peaks[vocab] = warm_run_measuring_memory(_merge_code(recipe_file, tmp_path / f"out-{vocab}")).peak_private
     growth = peaks[80_000] - peaks[16_000]
     # Whole tensors would add both inputs, the result and the write behind: 4 × 131 MB more (the loop that read
     # whole tensors measured +393 MB; TIES on whole tensors, +1.2 GB). Blocks add nothing; the bound leaves room for what sampling a loaded

@@ -39,6 +39,7 @@ def test_the_lab_beats_both_fine_tunes_and_the_even_start(planted, recipe, tmp_p
 
 
 @pytest.mark.long
+@pytest.mark.usefixtures("probe_in_cache")  # `perplexity` finds the run's probe, as on a second start
 def test_the_best_perplexity_is_what_perplexity_says_of_the_merged_best_recipe(planted, recipe, tmp_path, warm_cli):
     done = warm_cli.run(["lab", str(recipe), "--text", str(planted.mixed_text), "--trials", "6",
                          "--out", str(tmp_path / "lab"), "--json"], timeout=120)

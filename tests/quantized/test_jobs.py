@@ -9,7 +9,6 @@ from safetensors.torch import load_file, save_file
 
 from guiapp.__main__ import main
 from guiapp.cli.process import EXIT_OK
-from tests.tryout.conftest import try_probe  # noqa: F401 - perplexity needs this machine's probe
 from tests.tryout.models import SENTENCES
 
 
@@ -59,7 +58,7 @@ def test_extract_lora_from_a_quantized_fine_tune_equals_extracting_from_its_dequ
     assert written.keys() == expected.keys() and all(written[n].equal(expected[n]) for n in expected)
 
 
-def test_perplexity_of_a_4bit_model_equals_its_dequantized_copys(qlora, try_probe, tmp_path, capsys):  # noqa: F811
+def test_perplexity_of_a_4bit_model_equals_its_dequantized_copys(qlora, probe_in_cache, tmp_path, capsys):
     base, _, reference, _ = qlora
     text = tmp_path / "text.txt"
     text.write_text(" ".join(SENTENCES))

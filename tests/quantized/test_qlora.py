@@ -9,7 +9,6 @@ from safetensors.torch import load_file
 
 from guiapp.__main__ import main
 from guiapp.cli.process import EXIT_OK
-from tests.tryout.conftest import try_probe  # noqa: F401 - the CLI's try needs this machine's probe
 
 
 def test_apply_lora_on_a_4bit_base_writes_the_full_precision_model(qlora, tmp_path):
@@ -28,7 +27,7 @@ def test_apply_lora_on_a_4bit_base_writes_the_full_precision_model(qlora, tmp_pa
     assert "quantization_config" not in config and config["torch_dtype"] == "bfloat16"
 
 
-def test_try_runs_a_qlora_adapter_on_its_4bit_base_in_bfloat16_on_the_cpu(qlora, try_probe, capsys):  # noqa: F811
+def test_try_runs_a_qlora_adapter_on_its_4bit_base_in_bfloat16_on_the_cpu(qlora, probe_in_cache, capsys):
     base, adapter, reference, _ = qlora
     texts = []
     for model in (base, reference):  # the 4-bit base, and bitsandbytes' dequantization of it as a plain model

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import subprocess
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+from tests.support import warm_cli
 
 
 @dataclass(frozen=True)
@@ -19,9 +23,41 @@ def run_measuring_memory(command: list[str]) -> MemoryRun:
     test if it exits non-zero. Sampling can miss a short spike on a loaded machine: a test comparing two runs
     exactly has the child print its own high-water mark instead (resource.getrusage(RUSAGE_SELF).ru_maxrss)."""
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    status = Path(f"/proc/{process.pid}/status")
+    peak = _peak_while(process.pid, lambda: process.poll() is None)
+    out, err = process.communicate()
+    assert process.returncode == 0, err
+    return MemoryRun(peak, out)
+
+
+def warm_run_measuring_memory(code: str) -> MemoryRun:
+    """`python -c CODE` forked from this process's warm CLI (tests/support/warm_cli.py: torch and the merge
+    already imported, no start-up to pay), its peak private memory sampled as `run_measuring_memory` does. The
+    child starts with the zygote's pages, so its peak means something only next to another such run's: for a
+    test of how memory grows, not of its size. Fails the test if the child exits non-zero."""
+    ended = threading.Event()
+    peaks: list[int] = []
+
+    def sample(pid: int) -> None:
+        sampler = threading.Thread(target=lambda: peaks.append(_peak_while(pid, lambda: not ended.is_set())))
+        sampler.start()
+        samplers.append(sampler)
+
+    samplers: list[threading.Thread] = []
+    try:
+        done = warm_cli.shared().run([], code=code, timeout=300, started=sample)
+    finally:
+        ended.set()
+        for sampler in samplers:
+            sampler.join()
+    assert done.returncode == 0, done.stderr
+    return MemoryRun(peaks[0], done.stdout)
+
+
+def _peak_while(pid: int, running: Callable[[], bool]) -> int:
+    """The largest RssAnon of process `pid`, sampled every 2 ms while `running()` (0 when never read)."""
+    status = Path(f"/proc/{pid}/status")
     peak = 0
-    while process.poll() is None:
+    while running():
         try:
             for line in status.read_text().splitlines():
                 if line.startswith("RssAnon:"):
@@ -29,6 +65,4 @@ def run_measuring_memory(command: list[str]) -> MemoryRun:
         except OSError:
             pass
         time.sleep(0.002)
-    out, err = process.communicate()
-    assert process.returncode == 0, err
-    return MemoryRun(peak, out)
+    return peak

@@ -23,6 +23,7 @@ import pytest
 from guiapp.checkpoints.samples import LlamaShape, write_llama, write_llama_finetune
 from guiapp.system.probe import (
     ProbeResult,
+    cache_file,
     load_cached,
     machine_fingerprint,
     probe_child_command,
@@ -106,3 +107,12 @@ def probed() -> ProbeResult:
             assert result.problem is None, result.problem
             store(result, shared)
     return result
+
+
+@pytest.fixture(scope="session")
+def probe_in_cache(probed: ProbeResult) -> ProbeResult:
+    """The run's probe, also stored in this process's cache folder ($MERGESMITH_CACHE_DIR, which the programs a
+    test starts inherit): `probe()` there finds it as on a second start, instead of running the probe child (~3.5 s
+    CPU) once more per test process. tests/system/test_probe.py runs the probe fresh."""
+    store(probed, cache_file(machine_fingerprint()))
+    return probed

@@ -37,7 +37,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 import pytest
@@ -94,11 +94,11 @@ class WarmCli:
 
     def run(self, args: Sequence[str], *, timeout: float, env: Mapping[str, str] | None = None,
             cwd: Path | str | None = None, stdin: str | None = None, address_space: int | None = None,
-            code: str | None = None) -> subprocess.CompletedProcess:
+            code: str | None = None, started: Callable[[int], None] | None = None) -> subprocess.CompletedProcess:
         """`python -m guiapp ARGS` (or `python -c CODE` when `code` is given) in a forked child.
 
         `env` defaults to this process's environment now, `cwd` to its working folder, as for subprocess.run.
-        `address_space` sets RLIMIT_AS in the child. Returns the exit code (negative: killed by that signal) and
+        `address_space` sets RLIMIT_AS in the child. `started(pid)` is called once the child runs. Returns the exit code (negative: killed by that signal) and
         what the child wrote on stdout and stderr, as text. Raises subprocess.TimeoutExpired after killing the
         child (and any process it started) when it runs longer than `timeout` seconds.
         """
@@ -112,6 +112,8 @@ class WarmCli:
                     "cwd": str(cwd or os.getcwd()), "stdin": str(stdin_file), "stdout": str(files / "stdout"),
                     "stderr": str(files / "stderr"), "address_space": address_space})
         child = self._reply(timeout=60)["pid"]
+        if started is not None:
+            started(child)
         try:
             ended = self._reply(timeout=timeout)
         except TimeoutError:

@@ -5,17 +5,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from guiapp.system.probe import ProbeResult, cache_file, machine_fingerprint, store
 from tests.support.fixtures import hub_env, hub_server  # noqa: F401 - fixtures for the Hub model test
 from tests.support.warm_cli import warm_cli  # noqa: F401 - the hostile-model cases use it
 from tests.tryout.models import write_causal, write_encoder, write_lora_adapter
-
-
-@pytest.fixture(scope="session")
-def try_probe(probed: ProbeResult) -> ProbeResult:
-    """This machine's real probe (the process's one), cached where `probe()` (the CLI) finds it."""
-    store(probed, cache_file(machine_fingerprint()))
-    return probed
 
 
 @pytest.fixture(scope="session")

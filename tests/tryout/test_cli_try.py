@@ -13,7 +13,7 @@ from guiapp.cli.process import EXIT_FAILED, EXIT_OK
 from tests.tryout.models import SENTENCES
 
 
-def test_try_prints_each_models_text(causal_fp32, causal_fp16, try_probe, capsys):
+def test_try_prints_each_models_text(causal_fp32, causal_fp16, probe_in_cache, capsys):
     code = main(["try", str(causal_fp32), str(causal_fp16), "--prompt", "the cat sat", "--max-new-tokens", "6"])
     out = capsys.readouterr().out
     assert code == EXIT_OK
@@ -21,7 +21,7 @@ def test_try_prints_each_models_text(causal_fp32, causal_fp16, try_probe, capsys
     assert f"=== {causal_fp32} ===" in first and first.split("===")[-1].strip() and second.strip()
 
 
-def test_perplexity_json_has_one_object_per_model(causal_fp32, causal_bf16, bf16_adapter, try_probe, tmp_path,
+def test_perplexity_json_has_one_object_per_model(causal_fp32, causal_bf16, bf16_adapter, probe_in_cache, tmp_path,
                                                   capsys):
     text = tmp_path / "text.txt"
     text.write_text(" ".join(SENTENCES))
@@ -34,7 +34,7 @@ def test_perplexity_json_has_one_object_per_model(causal_fp32, causal_bf16, bf16
     assert all(math.isfinite(o["perplexity"]) and o["perplexity"] > 1 for o in objects)
 
 
-def test_unknown_architecture_is_explained_not_a_traceback(causal_fp32, try_probe, tmp_path, capsys):
+def test_unknown_architecture_is_explained_not_a_traceback(causal_fp32, probe_in_cache, tmp_path, capsys):
     folder = tmp_path / "strange"
     folder.mkdir()
     for file in causal_fp32.iterdir():
@@ -48,7 +48,7 @@ def test_unknown_architecture_is_explained_not_a_traceback(causal_fp32, try_prob
     assert "transformers does not know this architecture" in err and "Traceback" not in err
 
 
-def test_try_samples_with_the_temperature_and_top_p_given(causal_fp32, try_probe, capsys):
+def test_try_samples_with_the_temperature_and_top_p_given(causal_fp32, probe_in_cache, capsys):
     import torch
 
     from guiapp.inference.running import GenerationSettings, generate, load_model, resolve_sources
@@ -63,7 +63,7 @@ def test_try_samples_with_the_temperature_and_top_p_given(causal_fp32, try_probe
     assert "Top-p must be above 0 and at most 1" in capsys.readouterr().err
 
 
-def test_the_sample_merge_can_be_tried(try_probe, tmp_path, capsys):
+def test_the_sample_merge_can_be_tried(probe_in_cache, tmp_path, capsys):
     """The first thing a new user merges (the window's "Try it with sample models") opens on the Try page."""
     assert main(["demo", "--out", str(tmp_path)]) == EXIT_OK
     merged = tmp_path / "merged"
@@ -74,7 +74,7 @@ def test_the_sample_merge_can_be_tried(try_probe, tmp_path, capsys):
     assert captured.out.split(f"=== {merged} ===")[1].strip()
 
 
-def test_a_folder_without_a_tokenizer_says_so_not_that_it_is_corrupt(causal_fp32, try_probe, tmp_path, capsys):
+def test_a_folder_without_a_tokenizer_says_so_not_that_it_is_corrupt(causal_fp32, probe_in_cache, tmp_path, capsys):
     folder = tmp_path / "weights-only"
     folder.mkdir()
     for name in ("config.json", "model.safetensors"):
@@ -85,7 +85,7 @@ def test_a_folder_without_a_tokenizer_says_so_not_that_it_is_corrupt(causal_fp32
     assert "has no tokenizer" in err and "holds only weights" in err and "corrupt" not in err, err
 
 
-def test_an_empty_prompt_starts_from_the_start_token(try_probe, tmp_path, capsys):
+def test_an_empty_prompt_starts_from_the_start_token(probe_in_cache, tmp_path, capsys):
     """The sample tokenizer adds no start token: an empty prompt was zero tokens and a reshape error."""
     assert main(["demo", "--out", str(tmp_path)]) == EXIT_OK
     capsys.readouterr()
@@ -95,7 +95,7 @@ def test_an_empty_prompt_starts_from_the_start_token(try_probe, tmp_path, capsys
 
 
 @pytest.mark.parametrize("tokens", ["0", "-3"])
-def test_no_new_tokens_is_a_setting_problem_not_an_unrecognised_error(causal_fp32, try_probe, capsys, tokens):
+def test_no_new_tokens_is_a_setting_problem_not_an_unrecognised_error(causal_fp32, probe_in_cache, capsys, tokens):
     code = main(["try", str(causal_fp32), "--prompt", "hi", "--max-new-tokens", tokens])
     err = " ".join(capsys.readouterr().err.split())
     assert code == EXIT_FAILED

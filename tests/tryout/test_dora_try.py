@@ -35,7 +35,7 @@ def test_an_fp16_dora_adapter_runs_in_fp16_on_the_cpu(fp16_base, fp16_dora):
     assert result.text.strip() and result.token_ids != plain.token_ids
 
 
-def test_try_and_perplexity_run_an_fp16_base_with_a_dora_adapter(fp16_base, fp16_dora, try_probe, tmp_path,
+def test_try_and_perplexity_run_an_fp16_base_with_a_dora_adapter(fp16_base, fp16_dora, probe_in_cache, tmp_path,
                                                                   capsys):
     adapted = f"{fp16_base}+{fp16_dora}"
     assert main(["try", adapted, "--prompt", "the cat sat", "--max-new-tokens", "4"]) == EXIT_OK

@@ -58,27 +58,27 @@ def test_bad_field_in_adapter_config_for_apply_lora(field, value, causal_bf16, b
 
 
 @pytest.mark.parametrize(("field", "value"), [("r", "abc"), ("lora_alpha", None), ("target_modules", 7)])
-def test_bad_field_in_adapter_config_for_perplexity(field, value, causal_bf16, bf16_adapter, tmp_path, try_probe):
+def test_bad_field_in_adapter_config_for_perplexity(field, value, causal_bf16, bf16_adapter, tmp_path, probe_in_cache):
     hostile = _hostile(bf16_adapter, tmp_path / "hostile", **{field: value})
-    what = _refusal(perplexity_job([f"{causal_bf16}+{hostile}"], "the cat sat on the mat", probe_result=try_probe),
+    what = _refusal(perplexity_job([f"{causal_bf16}+{hostile}"], "the cat sat on the mat", probe_result=probe_in_cache),
                     [hostile, causal_bf16])
     assert field in what and str(hostile / "adapter_config.json") in what
 
 
-def test_backtracking_target_modules_in_try(causal_bf16, bf16_adapter, tmp_path, try_probe):
+def test_backtracking_target_modules_in_try(causal_bf16, bf16_adapter, tmp_path, probe_in_cache):
     # PEFT matched a string target_modules with re.fullmatch on every module name, with no time bound: this one
     # never finished. PEFT now gets the adapted modules by name, so the adapter works as its weights say.
     hostile = _hostile(bf16_adapter, tmp_path / "hostile", target_modules="(.*){1,32000}[bc]")
     tried = [run_job(try_job([f"{causal_bf16}+{adapter}"], "the cat", max_new_tokens=6, dtype="float32",
-                             probe_result=try_probe)) for adapter in (hostile, bf16_adapter)]
+                             probe_result=probe_in_cache)) for adapter in (hostile, bf16_adapter)]
     assert [result.status for result in tried] == [JobStatus.DONE, JobStatus.DONE], tried[0].error
     assert tried[0].summary["generations"][0]["tokens"] == tried[1].summary["generations"][0]["tokens"]
 
 
 @pytest.mark.parametrize("pattern", ["(q_proj", "x" * 3000])
-def test_target_modules_that_is_no_pattern_is_refused(pattern, causal_bf16, bf16_adapter, tmp_path, try_probe):
+def test_target_modules_that_is_no_pattern_is_refused(pattern, causal_bf16, bf16_adapter, tmp_path, probe_in_cache):
     hostile = _hostile(bf16_adapter, tmp_path / "hostile", target_modules=pattern)
-    what = _refusal(perplexity_job([f"{causal_bf16}+{hostile}"], "the cat sat on the mat", probe_result=try_probe),
+    what = _refusal(perplexity_job([f"{causal_bf16}+{hostile}"], "the cat sat on the mat", probe_result=probe_in_cache),
                     [hostile, causal_bf16])
     assert "target_modules" in what and str(hostile / "adapter_config.json") in what
 
@@ -121,9 +121,9 @@ def test_bad_field_in_adapter_config_read_for_its_metadata(bf16_adapter, tmp_pat
 
 
 @pytest.mark.parametrize("changes", [{"layer_replication": [[0, 2], [0, 2]]}], ids=["layer_replication"])
-def test_adapter_that_rebuilds_layers_is_refused(changes, causal_bf16, bf16_adapter, tmp_path, try_probe):
+def test_adapter_that_rebuilds_layers_is_refused(changes, causal_bf16, bf16_adapter, tmp_path, probe_in_cache):
     # PEFT would build the replicated layers; applying the adapter tensor by tensor would ignore them.
     hostile = _hostile(bf16_adapter, tmp_path / "hostile", **changes)
-    what = _refusal(perplexity_job([f"{causal_bf16}+{hostile}"], "the cat sat on the mat", probe_result=try_probe),
+    what = _refusal(perplexity_job([f"{causal_bf16}+{hostile}"], "the cat sat on the mat", probe_result=probe_in_cache),
                     [hostile, causal_bf16])
     assert "layer_replication" in what

@@ -39,16 +39,16 @@ INFLATED = [("num_hidden_layers", 20_000), ("hidden_size", 1_000_000), ("vocab_s
 @pytest.mark.long
 @pytest.mark.parametrize(("field", "value"), INFLATED, ids=[field for field, _ in INFLATED])
 def test_config_promising_more_than_the_weights_is_refused_before_loading(field, value, causal_fp32, tmp_path,
-                                                                          try_probe):
+                                                                          probe_in_cache):
     hostile = _with_config(causal_fp32, tmp_path / "hostile", **{field: value})
     with pytest.raises(CheckpointError) as refused:
-        plan_try([str(hostile)], probe_result=try_probe)
+        plan_try([str(hostile)], probe_result=probe_in_cache)
     explanation = explain(refused.value)
     assert field in explanation.what and str(hostile) in explanation.what and explanation.fix
 
 
 @pytest.mark.slow
-def test_config_with_20000_layers_ends_with_a_message_not_a_crash(causal_fp32, tmp_path, try_probe):
+def test_config_with_20000_layers_ends_with_a_message_not_a_crash(causal_fp32, tmp_path, probe_in_cache):
     hostile = _with_config(causal_fp32, tmp_path / "hostile", num_hidden_layers=20_000)
 
     def limit() -> None:
@@ -61,7 +61,7 @@ def test_config_with_20000_layers_ends_with_a_message_not_a_crash(causal_fp32, t
     assert "num_hidden_layers" in done.stderr
 
 
-def test_model_larger_than_memory_is_refused_before_loading(tmp_path, try_probe):
+def test_model_larger_than_memory_is_refused_before_loading(tmp_path, probe_in_cache):
     # A real safetensors file whose one tensor is far larger than any test machine's memory, stored sparse.
     vocab, hidden = 4_000_000, 16_384  # 262 GB in float32
     folder = tmp_path / "huge"
@@ -75,7 +75,7 @@ def test_model_larger_than_memory_is_refused_before_loading(tmp_path, try_probe)
         "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": hidden, "vocab_size": vocab,
         "num_hidden_layers": 0, "intermediate_size": 8, "num_attention_heads": 1, "tie_word_embeddings": True}))
     with pytest.raises(InsufficientResourcesError) as refused:
-        plan_try([str(folder)], probe_result=try_probe)
+        plan_try([str(folder)], probe_result=probe_in_cache)
     assert "memory" in str(refused.value) and explain(refused.value).fix
 
 
@@ -119,7 +119,7 @@ def test_perplexity_of_a_long_text_has_bounded_memory(causal_fp32):
 
 
 @pytest.mark.parametrize("family", ["t5", "opt", "albert", "gpt2"])
-def test_genuine_configurations_of_other_families_are_not_refused(family, tmp_path, try_probe):
+def test_genuine_configurations_of_other_families_are_not_refused(family, tmp_path, probe_in_cache):
     # T5 names its layers block.N; OPT and ALBERT embed tokens narrower than their hidden size; GPT-2 says n_layer.
     import transformers
 
@@ -134,4 +134,4 @@ def test_genuine_configurations_of_other_families_are_not_refused(family, tmp_pa
     model_class = {"t5": transformers.T5ForConditionalGeneration, "opt": transformers.OPTForCausalLM,
                    "albert": transformers.AlbertModel, "gpt2": transformers.GPT2LMHeadModel}[family]
     model_class(config).save_pretrained(tmp_path / family)
-    assert plan_try([str(tmp_path / family)], probe_result=try_probe).models[0].loaded_bytes > 0
+    assert plan_try([str(tmp_path / family)], probe_result=probe_in_cache).models[0].loaded_bytes > 0

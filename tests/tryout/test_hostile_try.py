@@ -77,7 +77,7 @@ def _model_with_code(model: Path, tmp_path: Path, where: str, marker: Path) -> P
 @pytest.mark.long
 @pytest.mark.parametrize("command", ["try", "perplexity"])
 @pytest.mark.parametrize("where", ["config.json", "tokenizer_config.json", "a .py file"])
-def test_code_that_comes_with_a_model_never_runs_even_when_the_user_says_yes(command, where, causal_fp32, try_probe,
+def test_code_that_comes_with_a_model_never_runs_even_when_the_user_says_yes(command, where, causal_fp32, probe_in_cache,
                                                                              warm_cli, tmp_path):
     marker = tmp_path / "code-ran"
     folder = _model_with_code(causal_fp32, tmp_path, where, marker)
@@ -103,7 +103,7 @@ def _backtracking_tokenizer(model: Path, tmp_path: Path) -> Path:
 
 
 @pytest.mark.long
-def test_a_tokenizer_that_panics_is_named_not_a_traceback(causal_fp32, try_probe, warm_cli, tmp_path):
+def test_a_tokenizer_that_panics_is_named_not_a_traceback(causal_fp32, probe_in_cache, warm_cli, tmp_path):
     folder = _backtracking_tokenizer(causal_fp32, tmp_path)
     done = warm_cli.run(["try", str(folder), "--prompt", "a" * 3000 + "!", "--max-new-tokens", "2"],
                         timeout=HANG_SECONDS)
@@ -111,7 +111,7 @@ def test_a_tokenizer_that_panics_is_named_not_a_traceback(causal_fp32, try_probe
     assert "tokenizer.json" in said and "cannot be used" in said and "retry-limit" in said, said
 
 
-def test_a_tokenizer_that_cannot_be_built_is_named(causal_fp32, try_probe, tmp_path):
+def test_a_tokenizer_that_cannot_be_built_is_named(causal_fp32, probe_in_cache, tmp_path):
     folder = _variant(causal_fp32, tmp_path)
     _edit_json(folder / "tokenizer.json", pre_tokenizer={**BACKTRACKING, "pattern": {"Regex": "(unclosed"}})
     result = _try_in_process(folder)
@@ -170,7 +170,7 @@ def test_keyboard_interrupt_still_ends_a_job():
 
 @pytest.mark.long
 @pytest.mark.parametrize("kind", ["/dev/zero", "fifo"])
-def test_a_tokenizer_file_that_is_not_a_regular_file_is_refused(kind, causal_fp32, try_probe, warm_cli, tmp_path):
+def test_a_tokenizer_file_that_is_not_a_regular_file_is_refused(kind, causal_fp32, probe_in_cache, warm_cli, tmp_path):
     folder = _variant(causal_fp32, tmp_path)
     (folder / "tokenizer.json").unlink()
     if kind == "fifo":
@@ -205,7 +205,7 @@ def _try_in_process(folder: Path, prompt: str = "the cat", **options):
     ("{{ 'x' * 5000000000 }}", "too large"),
     ("{% for m in messages %}{{ m.content }}{% endfor %", "is not a valid template"),
 ])
-def test_a_chat_template_that_fails_says_why(template, said, causal_fp32, try_probe, tmp_path):
+def test_a_chat_template_that_fails_says_why(template, said, causal_fp32, probe_in_cache, tmp_path):
     result = _try_in_process(_with_template(causal_fp32, tmp_path, template))
     assert result.status is JobStatus.FAILED
     explanation = explain(result.error)
@@ -213,7 +213,7 @@ def test_a_chat_template_that_fails_says_why(template, said, causal_fp32, try_pr
         explanation.render_text()
 
 
-def test_a_chat_template_that_never_ends_is_stopped(causal_fp32, try_probe, tmp_path):
+def test_a_chat_template_that_never_ends_is_stopped(causal_fp32, probe_in_cache, tmp_path):
     from guiapp.errors import CheckpointError
     from guiapp.inference.running import load_model, render_chat_template, resolve_sources
     from guiapp.progress import Progress
@@ -224,13 +224,14 @@ def test_a_chat_template_that_never_ends_is_stopped(causal_fp32, try_probe, tmp_
 
     loaded = load_model(resolve_sources([str(_with_template(causal_fp32, tmp_path, endless))])[0], torch.float32, "cpu")
     started = time.monotonic()
-    with pytest.raises(CheckpointError, match="took longer than 3 seconds") as caught:
-        render_chat_template(loaded, "the cat", Progress(), seconds=3)
+    # The endless render keeps a core busy until it is stopped: the shortest limit that still reads as a limit.
+    with pytest.raises(CheckpointError, match=r"took longer than 1\.5 seconds") as caught:
+        render_chat_template(loaded, "the cat", Progress(), seconds=1.5)
     assert time.monotonic() - started < 30
     assert "chat template" in caught.value.message
 
 
-def test_a_chat_template_renders_as_transformers_renders_it(causal_fp32, try_probe):
+def test_a_chat_template_renders_as_transformers_renders_it(causal_fp32, probe_in_cache):
     import torch
 
     from guiapp.inference.running import load_model, render_chat_template, resolve_sources
@@ -261,7 +262,7 @@ def _template_children_started(monkeypatch) -> list:
 
 
 @pytest.mark.long
-def test_one_template_child_serves_render_after_render_and_a_stopped_one_is_replaced(causal_fp32, try_probe,
+def test_one_template_child_serves_render_after_render_and_a_stopped_one_is_replaced(causal_fp32, probe_in_cache,
                                                                                       tmp_path, monkeypatch):
     """Starting the child (transformers' renderer) costs ~0.7 s of CPU a render: one that rendered a text in time
     is kept for the next render; one that answered with a problem or ran too long is ended, and so is one that
@@ -286,8 +287,8 @@ def test_one_template_child_serves_render_after_render_and_a_stopped_one_is_repl
     endless = load_model(resolve_sources([str(_with_template(causal_fp32, tmp_path / "endless", (
         "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}")))])[0],
         torch.float32, "cpu")
-    with pytest.raises(CheckpointError, match="took longer than 2 seconds"):
-        render_chat_template(endless, "the cat", Progress(), seconds=2)
+    with pytest.raises(CheckpointError, match=r"took longer than 1\.5 seconds"):
+        render_chat_template(endless, "the cat", Progress(), seconds=1.5)
     assert len(started) == 2 and started[1].wait(timeout=10) is not None  # killed, not kept
     assert render_chat_template(loaded, "the cat", Progress()) == expected
     assert len(started) == 3
@@ -297,7 +298,7 @@ def test_one_template_child_serves_render_after_render_and_a_stopped_one_is_repl
     assert len(started) == 4
 
 
-def test_a_cancel_while_a_template_renders_ends_its_child(causal_fp32, try_probe, tmp_path, monkeypatch):
+def test_a_cancel_while_a_template_renders_ends_its_child(causal_fp32, probe_in_cache, tmp_path, monkeypatch):
     import threading
 
     import torch
@@ -313,7 +314,7 @@ def test_a_cancel_while_a_template_renders_ends_its_child(causal_fp32, try_probe
         "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}")))])[0],
         torch.float32, "cpu")
     token = CancelToken()
-    timer = threading.Timer(1.0, token.cancel)
+    timer = threading.Timer(0.5, token.cancel)
     timer.start()
     try:
         with pytest.raises(JobCancelled):
@@ -326,7 +327,7 @@ def test_a_cancel_while_a_template_renders_ends_its_child(causal_fp32, try_probe
 # --- prompts and generation settings ---------------------------------------------------------------------------
 
 
-def test_a_prompt_longer_than_the_context_is_cut_with_a_warning_or_refused(causal_fp32, try_probe, tmp_path):
+def test_a_prompt_longer_than_the_context_is_cut_with_a_warning_or_refused(causal_fp32, probe_in_cache, tmp_path):
     long_prompt = "the cat sat on the mat " * 6000  # 138 KB, 36,000 tokens for a model that reads 512
     result = _try_in_process(causal_fp32, long_prompt)
     assert result.status is JobStatus.DONE, result.traceback
@@ -343,7 +344,7 @@ def test_a_prompt_longer_than_the_context_is_cut_with_a_warning_or_refused(causa
     ({"dola_layers": "high"}, "DoLa"),
     ({"penalty_alpha": 0.6, "top_k": 4}, "contrastive search"),
 ])
-def test_a_generation_mode_try_cannot_stream_is_overridden_and_said(settings, said, causal_fp32, try_probe, tmp_path):
+def test_a_generation_mode_try_cannot_stream_is_overridden_and_said(settings, said, causal_fp32, probe_in_cache, tmp_path):
     folder = _variant(causal_fp32, tmp_path)
     (folder / "generation_config.json").write_text(json.dumps({"bos_token_id": 1, "eos_token_id": 2, **settings}))
     result = _try_in_process(folder)
@@ -361,13 +362,13 @@ def test_a_generation_mode_moved_to_the_hub_is_not_called_model_code():
     assert "Dola Generation" in explanation.what and "ships Python code" not in explanation.what
 
 
-def test_a_prompt_with_bytes_that_are_not_utf8_is_decoded_with_replacement_and_said(causal_fp32, try_probe):
+def test_a_prompt_with_bytes_that_are_not_utf8_is_decoded_with_replacement_and_said(causal_fp32, probe_in_cache):
     result = _try_in_process(causal_fp32, "the cat \udcff sat")  # how Python hands over a bad byte in argv
     assert result.status is JobStatus.DONE, result.traceback
     assert any("not UTF-8" in line and "replaced" in line for line in result.log), result.log
 
 
-def test_a_text_file_with_bytes_that_are_not_utf8_is_named_with_the_position(causal_fp32, try_probe, tmp_path,
+def test_a_text_file_with_bytes_that_are_not_utf8_is_named_with_the_position(causal_fp32, probe_in_cache, tmp_path,
                                                                             capsys):
     from guiapp.__main__ import main
     from guiapp.cli.process import EXIT_FAILED
@@ -383,7 +384,7 @@ def test_a_text_file_with_bytes_that_are_not_utf8_is_named_with_the_position(cau
 
 
 @pytest.mark.slow
-def test_ctrl_c_stops_a_long_try_within_seconds(causal_fp32, try_probe, tmp_path):
+def test_ctrl_c_stops_a_long_try_within_seconds(causal_fp32, probe_in_cache, tmp_path):
     folder = _variant(causal_fp32, tmp_path)
     _edit_json(folder / "config.json", max_position_embeddings=4096)
     environment = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])}

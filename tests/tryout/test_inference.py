@@ -104,10 +104,10 @@ def test_perplexity_in_windows_predicts_every_token_once(causal_fp32):
     assert math.isfinite(windowed.perplexity) and windowed.perplexity != pytest.approx(whole.perplexity)
 
 
-def test_float16_model_on_the_cpu_produces_text(causal_fp16, try_probe):
-    plan = plan_try([str(causal_fp16)], "cpu", None, try_probe)
+def test_float16_model_on_the_cpu_produces_text(causal_fp16, probe_in_cache):
+    plan = plan_try([str(causal_fp16)], "cpu", None, probe_in_cache)
     assert plan.models[0].storage_dtype == "float16"
-    job = try_job([str(causal_fp16)], PROMPT, max_new_tokens=8, probe_result=try_probe)
+    job = try_job([str(causal_fp16)], PROMPT, max_new_tokens=8, probe_result=probe_in_cache)
     result = JobRunnerOnce().run(job)
     assert result.status is JobStatus.DONE, result.traceback
     assert result.summary["generations"][0]["text"].strip()
@@ -141,9 +141,9 @@ def test_encoder_is_compared_by_similarity(encoder):
         generate(loaded, PROMPT, GenerationSettings())
 
 
-def test_perplexity_job_gives_encoders_similarities(causal_fp32, encoder, try_probe):
+def test_perplexity_job_gives_encoders_similarities(causal_fp32, encoder, probe_in_cache):
     text = f"{SENTENCES[0]}\t{SENTENCES[1]}\n{SENTENCES[2]}\t{SENTENCES[2]}"
-    result = JobRunnerOnce().run(perplexity_job([str(causal_fp32), str(encoder)], text, probe_result=try_probe))
+    result = JobRunnerOnce().run(perplexity_job([str(causal_fp32), str(encoder)], text, probe_result=probe_in_cache))
     assert result.status is JobStatus.DONE, result.traceback
     causal, embedded = result.summary["results"]
     assert causal["kind"] == CAUSAL and causal["perplexity"] > 1
@@ -177,14 +177,14 @@ def test_model_needing_its_own_code_is_refused_without_running_it(tmp_path, caus
     assert not (tmp_path / "ran").exists()
 
 
-def test_cancel_stops_generation(causal_fp32, try_probe):
-    job = try_job([str(causal_fp32)], PROMPT, max_new_tokens=100_000, probe_result=try_probe)
+def test_cancel_stops_generation(causal_fp32, probe_in_cache):
+    job = try_job([str(causal_fp32)], PROMPT, max_new_tokens=100_000, probe_result=probe_in_cache)
     result = JobRunnerOnce().run_and_cancel(job, after_events=5)
     assert result.status is JobStatus.CANCELLED
 
 
-def test_cancel_stops_perplexity(causal_fp32, try_probe):
-    job = perplexity_job([str(causal_fp32)], TEXT * 400, window=4, probe_result=try_probe)
+def test_cancel_stops_perplexity(causal_fp32, probe_in_cache):
+    job = perplexity_job([str(causal_fp32)], TEXT * 400, window=4, probe_result=probe_in_cache)
     result = JobRunnerOnce().run_and_cancel(job, after_events=5)
     assert result.status is JobStatus.CANCELLED
 
@@ -203,20 +203,20 @@ def test_cancelled_progress_stops_generation_at_the_next_token(causal_fp32):
     assert len(pieces) == 1
 
 
-def test_models_are_loaded_one_at_a_time_when_they_do_not_fit(causal_fp32, causal_fp16, try_probe, monkeypatch):
+def test_models_are_loaded_one_at_a_time_when_they_do_not_fit(causal_fp32, causal_fp16, probe_in_cache, monkeypatch):
     from guiapp.system import resources
 
-    together = plan_try([str(causal_fp32), str(causal_fp16)], "cpu", None, try_probe)
+    together = plan_try([str(causal_fp32), str(causal_fp16)], "cpu", None, probe_in_cache)
     assert together.together
     # Room for either model alone (about 330 KB of weights each), not for both with their working memory.
     monkeypatch.setattr(resources, "memory", lambda: resources.Memory(total=10**9, available=500_000))
-    alone = plan_try([str(causal_fp32), str(causal_fp16)], "cpu", None, try_probe)
+    alone = plan_try([str(causal_fp32), str(causal_fp16)], "cpu", None, probe_in_cache)
     assert not alone.together and "one at a time" in alone.reason
 
 
-def test_five_models_are_refused_as_a_setting(causal_fp32, try_probe):
+def test_five_models_are_refused_as_a_setting(causal_fp32, probe_in_cache):
     with pytest.raises(SettingsError, match="one to 4 models") as caught:
-        plan_try([str(causal_fp32)] * 5, "cpu", None, try_probe)
+        plan_try([str(causal_fp32)] * 5, "cpu", None, probe_in_cache)
     assert caught.value.key == ("models",)
 
 
@@ -265,10 +265,10 @@ class JobRunnerOnce:
         return results[0]
 
 
-def test_a_try_job_is_rebuilt_from_its_spec_for_retry(causal_fp32, try_probe):
+def test_a_try_job_is_rebuilt_from_its_spec_for_retry(causal_fp32, probe_in_cache):
     from guiapp.jobs.specs import job_from_spec, retry
 
-    job = try_job([str(causal_fp32)], PROMPT, max_new_tokens=4, device="cuda:7", probe_result=try_probe)
+    job = try_job([str(causal_fp32)], PROMPT, max_new_tokens=4, device="cuda:7", probe_result=probe_in_cache)
     again = retry("try", job.spec, {"device": "cpu"})
     assert again.kind == "try" and again.spec == {**job.spec, "device": "cpu"}
     result = JobRunnerOnce().run(again)
@@ -276,7 +276,7 @@ def test_a_try_job_is_rebuilt_from_its_spec_for_retry(causal_fp32, try_probe):
     assert job_from_spec("perplexity", perplexity_job([str(causal_fp32)], TEXT).spec).kind == "perplexity"
 
 
-def test_kept_models_are_reused_until_their_folder_is_replaced(causal_fp32, try_probe, tmp_path):
+def test_kept_models_are_reused_until_their_folder_is_replaced(causal_fp32, probe_in_cache, tmp_path):
     import shutil
 
     from guiapp.jobs.tryout import ModelShelf
@@ -287,7 +287,7 @@ def test_kept_models_are_reused_until_their_folder_is_replaced(causal_fp32, try_
 
     def loads() -> int:
         result = JobRunnerOnce().run(try_job([str(folder)], PROMPT, max_new_tokens=2, shelf=shelf,
-                                             probe_result=try_probe))
+                                             probe_result=probe_in_cache))
         assert result.status is JobStatus.DONE, result.traceback
         return sum(line.startswith("Loaded ") for line in result.log)
 
@@ -301,12 +301,12 @@ def test_kept_models_are_reused_until_their_folder_is_replaced(causal_fp32, try_
     assert len(shelf.loaded) == 1
 
 
-def test_a_hub_model_is_downloaded_and_tried(causal_fp32, bf16_adapter, causal_bf16, try_probe, hub_env):
+def test_a_hub_model_is_downloaded_and_tried(causal_fp32, bf16_adapter, causal_bf16, probe_in_cache, hub_env):
     hub_env.server.add_model("org/tiny-chat", causal_fp32)
     hub_env.server.add_model("org/tiny-adapter", bf16_adapter, library_name="peft")
     hub_env.server.add_model("org/tiny-bf16", causal_bf16)
     job = try_job(["org/tiny-chat", str(causal_fp32), "org/tiny-bf16+org/tiny-adapter"], PROMPT,
-                  max_new_tokens=6, probe_result=try_probe)
+                  max_new_tokens=6, probe_result=probe_in_cache)
     result = JobRunnerOnce().run(job)
     assert result.status is JobStatus.DONE, result.traceback
     from_hub, local, adapted = result.summary["generations"]

@@ -21,33 +21,33 @@ def _with(result: ProbeResult, dtype: str, operation: str, error: str | None = N
     return dataclasses.replace(result, checks=checks, speeds=speeds)
 
 
-def test_float16_without_cpu_kernels_runs_in_float32(try_probe):
-    fast = try_probe.speed("cpu", "float32", "matmul").gflops
-    old_torch = _with(try_probe, "float16", "addmm", "RuntimeError: \"addmm_impl_cpu_\" not implemented for 'Half'",
+def test_float16_without_cpu_kernels_runs_in_float32(probe_in_cache):
+    fast = probe_in_cache.speed("cpu", "float32", "matmul").gflops
+    old_torch = _with(probe_in_cache, "float16", "addmm", "RuntimeError: \"addmm_impl_cpu_\" not implemented for 'Half'",
                       gflops=fast)
     choice = inference_option(old_torch, "cpu", "float16")
     assert choice.possible and choice.compute_dtype == "float32"
     assert "matrix multiply-add in float16 fails on cpu" in choice.note and "addmm_impl_cpu_" in choice.note
 
 
-def test_float16_at_full_speed_runs_in_float16(try_probe):
-    fast = try_probe.speed("cpu", "float32", "matmul").gflops
-    choice = inference_option(_with(try_probe, "float16", "matmul", gflops=fast), "cpu", "float16")
+def test_float16_at_full_speed_runs_in_float16(probe_in_cache):
+    fast = probe_in_cache.speed("cpu", "float32", "matmul").gflops
+    choice = inference_option(_with(probe_in_cache, "float16", "matmul", gflops=fast), "cpu", "float16")
     assert choice.possible and choice.compute_dtype == "float16" and choice.note == ""
 
 
-def test_emulated_bfloat16_runs_in_float32_and_says_why(try_probe):
-    fast = try_probe.speed("cpu", "float32", "matmul").gflops
-    choice = inference_option(_with(try_probe, "bfloat16", "matmul", gflops=fast / 100), "cpu", "bfloat16")
+def test_emulated_bfloat16_runs_in_float32_and_says_why(probe_in_cache):
+    fast = probe_in_cache.speed("cpu", "float32", "matmul").gflops
+    choice = inference_option(_with(probe_in_cache, "bfloat16", "matmul", gflops=fast / 100), "cpu", "bfloat16")
     assert choice.compute_dtype == "float32"
     assert choice.note.startswith("computed in float32: bfloat16 is 100× slower than float32 on the CPU")
 
 
-def test_float32_and_float64_run_as_stored(try_probe):
-    assert inference_option(try_probe, "cpu", "float32").compute_dtype == "float32"
-    assert inference_option(try_probe, "cpu", "float64").compute_dtype == "float64"
+def test_float32_and_float64_run_as_stored(probe_in_cache):
+    assert inference_option(probe_in_cache, "cpu", "float32").compute_dtype == "float32"
+    assert inference_option(probe_in_cache, "cpu", "float64").compute_dtype == "float64"
 
 
-def test_missing_device_is_refused(try_probe):
-    choice = inference_option(try_probe, "cuda:0", "float16")
+def test_missing_device_is_refused(probe_in_cache):
+    choice = inference_option(probe_in_cache, "cuda:0", "float16")
     assert not choice.possible and "no cuda:0" in choice.reason

@@ -1,4 +1,5 @@
-"""Starting the window: no torch on the way to a visible window, and `mergesmith --self-test` passes."""
+"""Starting the window: no torch on the way to a visible window. (`mergesmith --self-test` passing, without a
+display, is tests/system/test_display_libraries.py's.)"""
 
 from __future__ import annotations
 
@@ -8,6 +9,10 @@ import sys
 from pathlib import Path
 
 import pytest
+
+# The windows these programs open probe the machine as they load: they find the run's probe in their cache, as on
+# a second start (tests/system/test_probe.py runs the probe itself).
+pytestmark = pytest.mark.usefixtures("probe_in_cache")
 
 SHOW_WINDOW = """
 import sys
@@ -57,19 +62,6 @@ def test_the_merge_page_is_ready_for_input_before_torch_has_loaded(tmp_path):
     done = _run_offscreen(MERGE_PAGE_BEFORE_TORCH, tmp_path, timeout=60)
     assert done.stdout.split() == ["True", "della", "int8_mask,lambda,normalize,rescale", "True", "False", "-"], \
         done.stdout
-
-
-@pytest.mark.long
-def test_self_test_exits_zero(tmp_path):
-    env = {**os.environ, "HOME": str(tmp_path)}  # nothing may land in the real home either
-    env.pop("QT_QPA_PLATFORM", None)  # --self-test must choose offscreen by itself without a display
-    env.pop("DISPLAY", None)
-    env.pop("WAYLAND_DISPLAY", None)
-    done = subprocess.run([sys.executable, "-m", "guiapp", "--self-test"], capture_output=True, text=True, env=env,
-                          timeout=300)
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "Self-test passed" in done.stdout
-    assert not (tmp_path / "Mergesmith").exists()
 
 
 RUN_APP = """
