@@ -114,10 +114,11 @@ def shared_window(_module_window, qtbot):
     """One main window for all the tests of a module that use it (a window costs ~0.3–0.7 s of CPU to build),
     put back before each test into the state a fresh window starts in, as far as a test may rely on it:
 
-    - the Start page shown, the window 1280 × 860, no other window, dialog, menu or popup open, no widget focused;
+    - the Start page shown, the window 1280 × 860 and active, no other window, dialog, menu or popup open, no
+      widget focused;
     - the colour scheme the system's (Settings shows "system");
     - the Merge page's recipe the one a fresh window shows, with its output folder, Replace unticked and no
-      typed edit of the YAML pending (Edit → Undo may still hold earlier tests' steps);
+      typed edit of the YAML pending, its Advanced section closed (Edit → Undo may still hold earlier tests' steps);
     - the settings and config folder the test's own, empty (`isolated_settings`): what the test saves stays there.
 
     A test using it must not run jobs, change the probe, add to the model library, sign in or go offline, or
@@ -134,10 +135,10 @@ def shared_window(_module_window, qtbot):
     page = window.merge
     page.recipe_panel.flush()
     page.overwrite_check.setChecked(False)
+    page.advanced.advanced_button.setChecked(False)
     if page.output_edit.text() != shared.output:
         page.output_edit.setText(shared.output)
-    if page.document != shared.recipe:
-        page.apply_document(shared.recipe)
+    page.apply_document(shared.recipe)  # also when unchanged: the YAML view may show a rejected edit
     settings = window.settings
     app = QApplication.instance()
     if settings.theme_combo.currentData() != "system" or app.palette() != shared.palette \
@@ -151,6 +152,8 @@ def shared_window(_module_window, qtbot):
     window.show_page("welcome")
     if window.size().toTuple() != (1280, 860):
         window.resize(1280, 860)
+    window.activateWindow()  # as a window just shown is: another test's window may have been the active one
+    qtbot.waitUntil(window.isActiveWindow, timeout=5_000)
     if (focused := QApplication.focusWidget()) is not None:
         focused.clearFocus()
     QApplication.processEvents()
