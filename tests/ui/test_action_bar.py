@@ -5,17 +5,10 @@ from __future__ import annotations
 
 import re
 
-import pytest
 import yaml
 from PySide6.QtCore import QPoint, QRect, Qt
 
 from tests.ui.conftest import wait_for_job
-
-
-@pytest.fixture
-def window(shared_window):
-    """The module's one window (`shared_window`) for the tests that run no job; those that do call `make_window`."""
-    return shared_window
 
 
 def _recipe(models, second):
@@ -31,8 +24,7 @@ def _inside_window(window, widget) -> bool:
 
 
 def test_run_is_in_sight_at_the_smallest_size_and_disabled_with_the_reason_until_the_recipe_is_fixed(
-        qtbot, make_window, models, tmp_path):
-    window = make_window()
+        qtbot, window, models, tmp_path):
     window.show_page("merge")
     window.resize(1024, 700)  # the width stops at the widest page's minimum (the Models page's, today 1096 px)
     qtbot.waitUntil(lambda: window.height() == 700 and window.width() == max(1024, window.minimumWidth()),
@@ -82,9 +74,7 @@ def test_one_model_is_one_model(qtbot, window, models):
     qtbot.waitUntil(lambda: "1 model ·" in page.run_box.action_bar.summary.text(), timeout=20_000)
 
 
-def test_the_lora_tabs_run_from_their_bars_and_a_new_pair_clears_the_last_report(qtbot, make_window, models,
-                                                                                  tmp_path):
-    window = make_window()
+def test_the_lora_tabs_run_from_their_bars_and_a_new_pair_clears_the_last_report(qtbot, window, models, tmp_path):
     window.show_page("lora")
     window.resize(1024, 700)
     qtbot.waitUntil(lambda: window.height() == 700, timeout=5_000)
