@@ -52,7 +52,9 @@ def pytest_collection_modifyitems(items: list) -> None:
     build takes minutes), so that the other processes run the short ones meanwhile; then those with more long
     ones (cases of several seconds), then the files with more tests before those with fewer, so that the run ends
     on short files instead of one process finishing a long one alone. A file's tests stay together and in their
-    order (its module fixtures are made once). pytest-xdist hands the files out in this order (`--no-loadscope-reorder` in pyproject.toml: its own order, by number of
+    order (its module fixtures are made once), except that those on a window shared by the file's tests
+    (tests/ui/conftest.py `shared_window`) come after the others: a window built while it is open restyles it
+    too (~0.3 s of CPU each). pytest-xdist hands the files out in this order (`--no-loadscope-reorder` in pyproject.toml: its own order, by number of
     tests alone, handed out the bundle's file 42nd of 122 and the one-test load case 115th)."""
     files: dict[str, list] = {}
     for item in items:
@@ -62,4 +64,5 @@ def pytest_collection_modifyitems(items: list) -> None:
         return (-sum(test.get_closest_marker("slow") is not None for test in tests),
                 -sum(test.get_closest_marker("long") is not None for test in tests), -len(tests))
 
-    items[:] = [item for tests in sorted(files.values(), key=order) for item in tests]
+    items[:] = [item for tests in sorted(files.values(), key=order)
+                for item in sorted(tests, key=lambda test: "shared_window" in test.fixturenames)]

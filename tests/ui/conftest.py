@@ -2,7 +2,8 @@
 
 Each test gets its own config folder (jobs history) and QSettings file, so nothing leaks between tests or into
 the user's settings. The window loads the real method registry (torch) but is handed the probe result made
-once per session, so tests do not each run the probe child.
+once per session, so tests do not each run the probe child. `window` is a fresh window for each test;
+`shared_window` is one window for a module's tests that need no fresh one (see its docstring).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 from PySide6.QtCore import QEvent, QSettings
 from PySide6.QtWidgets import QApplication
+from pytestqt.qtbot import QtBot
 
 from guiapp.system.probe import Check, ProbeResult
 from tests.support.fixtures import hub_env, hub_server  # noqa: F401 - fixtures for the search tests
@@ -67,6 +69,95 @@ def make_window(qtbot, probed):
 @pytest.fixture
 def window(make_window):
     return make_window()
+
+
+@dataclasses.dataclass(frozen=True)
+class _Shared:
+    """A module's window and what `shared_window` puts back before each test."""
+
+    window: object
+    recipe: dict
+    output: str
+    palette: object
+    scheme: object
+
+
+@pytest.fixture(scope="module")
+def _module_window(request, qapp, probed, tmp_path_factory: pytest.TempPathFactory):
+    """The window of `shared_window`, built once per module as `make_window` builds one, with a settings and
+    config folder of the module's own (the tests' own `isolated_settings` folders take over for each test)."""
+    from guiapp.ui.app import create_window
+
+    folder = tmp_path_factory.mktemp("shared-window")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("MERGESMITH_CONFIG_DIR", str(folder / "config"))
+        QSettings.setDefaultFormat(QSettings.Format.IniFormat)
+        QSettings.setPath(QSettings.Format.IniFormat, QSettings.Scope.UserScope, str(folder / "qsettings"))
+        QSettings().clear()
+        QApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)  # as in make_window
+        _, window = create_window([])
+        window.resize(1280, 860)
+        window.show()
+        window.state.start_loading(probe=False)
+        QtBot(request).waitUntil(lambda: window.state.methods is not None, timeout=60_000)
+        window.state.set_probe(probed)
+        app = QApplication.instance()
+        yield _Shared(window, window.merge.recipe.copy(), window.merge.output_edit.text(), app.palette(),
+                      app.styleHints().colorScheme())
+        window.state.jobs.shutdown(10)
+        window.close()
+        window.deleteLater()
+
+
+@pytest.fixture
+def shared_window(_module_window, qtbot):
+    """One main window for all the tests of a module that use it (a window costs ~0.3–0.7 s of CPU to build),
+    put back before each test into the state a fresh window starts in, as far as a test may rely on it:
+
+    - the Start page shown, the window 1280 × 860 and active, no other window, dialog, menu or popup open, no
+      widget focused;
+    - the colour scheme the system's (Settings shows "system");
+    - the Merge page's recipe the one a fresh window shows, with its output folder, Replace unticked and no
+      typed edit of the YAML pending, its Advanced section closed (Edit → Undo may still hold earlier tests' steps);
+    - the settings and config folder the test's own, empty (`isolated_settings`): what the test saves stays there.
+
+    A test using it must not run jobs, change the probe, add to the model library, sign in or go offline, or
+    change what the window read from the settings when it was built; other pages' widgets (the LoRA page's
+    fields, an opened section, a selection, a scroll position) it leaves as it found them, or no other test of the
+    module may depend on them. Tests that need any of this use `window`."""
+    shared = _module_window
+    window = shared.window
+    for widget in QApplication.topLevelWidgets():
+        if widget is not window and widget.isVisible():
+            widget.close()
+    while (popup := QApplication.activePopupWidget()) is not None:
+        popup.close()
+    page = window.merge
+    page.recipe_panel.flush()
+    page.overwrite_check.setChecked(False)
+    page.advanced.advanced_button.setChecked(False)
+    if page.output_edit.text() != shared.output:
+        page.output_edit.setText(shared.output)
+    page.apply_document(shared.recipe)  # also when unchanged: the YAML view may show a rejected edit
+    settings = window.settings
+    app = QApplication.instance()
+    if settings.theme_combo.currentData() != "system" or app.palette() != shared.palette \
+            or app.styleHints().colorScheme() != shared.scheme:
+        settings.theme_combo.blockSignals(True)
+        settings.theme_combo.setCurrentIndex(settings.theme_combo.findData("system"))
+        settings.theme_combo.blockSignals(False)
+        from guiapp.ui.theme import apply_scheme
+
+        apply_scheme("system")
+    window.show_page("welcome")
+    if window.size().toTuple() != (1280, 860):
+        window.resize(1280, 860)
+    window.activateWindow()  # as a window just shown is: another test's window may have been the active one
+    qtbot.waitUntil(window.isActiveWindow, timeout=5_000)
+    if (focused := QApplication.focusWidget()) is not None:
+        focused.clearFocus()
+    QApplication.processEvents()
+    return window
 
 
 def broken_float16(result: ProbeResult) -> ProbeResult:

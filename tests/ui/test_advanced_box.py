@@ -3,11 +3,17 @@ the recipe (with undo), and read back from it; a template of the recipe's own su
 
 from __future__ import annotations
 
+import pytest
 import yaml
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel
 
 JINJA = "{% for message in messages %}{{ message['content'] }}{% endfor %}"
+
+@pytest.fixture
+def window(shared_window):
+    """The module's one window (`shared_window`): these tests edit the Merge page's recipe, which it puts back."""
+    return shared_window
 
 
 def _yaml(page):

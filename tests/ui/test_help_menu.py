@@ -9,6 +9,12 @@ from PySide6.QtWidgets import QTextBrowser
 from docs.recipes_reference import DOCUMENT
 
 
+@pytest.fixture
+def window(shared_window):
+    """The module's one window (`shared_window`): these tests open Help's pages, which it closes again."""
+    return shared_window
+
+
 def _help_action(window, text: str):
     help_menu = next(action.menu() for action in window.menuBar().actions() if action.text() == "&Help")
     return next(action for action in help_menu.actions() if action.text() == text)

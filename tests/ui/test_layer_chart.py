@@ -11,6 +11,12 @@ from PySide6.QtTest import QTest
 from guiapp.ui.widgets import layer_chart
 
 
+@pytest.fixture
+def window(shared_window):
+    """The module's one window (`shared_window`): these tests edit the Merge page's recipe, which it puts back."""
+    return shared_window
+
+
 def _recipe(page):
     return yaml.safe_load(page.yaml_edit.toPlainText())
 

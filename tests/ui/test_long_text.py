@@ -3,11 +3,17 @@ wraps inside its label, on every page, and copying it gives back the text withou
 
 from __future__ import annotations
 
+import pytest
 from PySide6.QtWidgets import QApplication, QLabel, QScrollArea
 
 from guiapp.ui.widgets.wrapping_label import BREAK, WrappingLabel
 
 UNBROKEN = "generated" * 300  # 2700 characters without a space: wider than any screen
+
+@pytest.fixture
+def window(shared_window):
+    """The module's one window (`shared_window`): the long line is put back into each label."""
+    return shared_window
 
 
 def _describe(label: QLabel) -> str:

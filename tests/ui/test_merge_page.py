@@ -12,6 +12,13 @@ from PySide6.QtCore import Qt
 from tests.ui.conftest import broken_float16
 
 
+@pytest.fixture
+def window(shared_window):
+    """The module's one window (`shared_window`): these tests edit the Merge page's recipe, which it puts back;
+    the one that needs another probe calls `make_window`."""
+    return shared_window
+
+
 def _set_method(qtbot, page, name):
     page.method_combo.setCurrentIndex(page.method_combo.findData(name))
 

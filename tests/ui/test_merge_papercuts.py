@@ -11,6 +11,12 @@ from PySide6.QtCore import QPoint, Qt
 from PySide6.QtWidgets import QScrollArea
 
 
+@pytest.fixture
+def window(shared_window):
+    """The module's one window (`shared_window`): these tests edit the Merge page's recipe, which it puts back."""
+    return shared_window
+
+
 def _three_model_ties(qtbot, page, models) -> None:
     page.yaml_edit.setPlainText(yaml.safe_dump({"merge_method": "ties", "base_model": str(models.base), "models": [
         {"model": str(model), "parameters": {"weight": 0.5, "density": 0.5}}

@@ -15,6 +15,12 @@ CHECK_MS = 30_000
 
 
 @pytest.fixture
+def window(shared_window):
+    """The module's one window (`shared_window`): these tests edit the Merge page's recipe, which it puts back."""
+    return shared_window
+
+
+@pytest.fixture
 def page(qtbot, window, tmp_path):
     window.show_page("merge")
     page = window.merge

@@ -11,6 +11,17 @@ from guiapp.ui.theme import apply_scheme
 from tests.ui.conftest import wait_for_job
 
 
+@pytest.fixture
+def window(shared_window):
+    """The module's one window (`shared_window`) for the previews, which run no job, with the LoRA page's pair of
+    models empty as in a fresh window (a preview shown is the last pair's); the tests that extract call
+    `make_window`."""
+    extract = shared_window.lora.extract
+    extract.base.set_text("")
+    extract.model.set_text("")
+    return shared_window
+
+
 def _previewed(qtbot, window, models):
     window.show_page("lora")
     page = window.lora
@@ -44,7 +55,8 @@ def test_other_models_clear_the_preview(qtbot, window, models):
     assert preview.button.isEnabled() and preview.status.text() == ""
 
 
-def test_the_report_charts_each_modules_kept_change_with_the_worst_highlighted(qtbot, window, models, tmp_path):
+def test_the_report_charts_each_modules_kept_change_with_the_worst_highlighted(qtbot, make_window, models, tmp_path):
+    window = make_window()
     window.show_page("lora")
     page = window.lora
     page.extract.base.set_text(str(models.base))
@@ -92,7 +104,8 @@ def test_screenshots(qtbot, window, models, tmp_path, scheme, chart_shots):
         apply_scheme("light")
 
 
-def test_the_jobs_page_shows_an_extractions_chart_per_module(qtbot, window, models, tmp_path, chart_shots):
+def test_the_jobs_page_shows_an_extractions_chart_per_module(qtbot, make_window, models, tmp_path, chart_shots):
+    window = make_window()
     window.show_page("lora")
     page = window.lora
     page.extract.base.set_text(str(models.base))

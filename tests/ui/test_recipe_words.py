@@ -5,9 +5,16 @@ an output folder inside an input model has a one-click fix."""
 
 from __future__ import annotations
 
+import pytest
 import yaml
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QApplication
+
+
+@pytest.fixture
+def window(shared_window):
+    """The module's one window (`shared_window`): these tests edit the Merge page's recipe, which it puts back."""
+    return shared_window
 
 
 def _ties(models, density_a=0.5):

@@ -110,7 +110,8 @@ def test_the_finished_jobs_inputs_and_output_are_offered(qtbot, window, models, 
     assert window.try_page.references() == [str(models.tune_a), str(models.tune_b), str(tmp_path / "merged")]
 
 
-def test_dtype_dropdown_says_what_each_dtype_runs_as(window):
+def test_dtype_dropdown_says_what_each_dtype_runs_as(shared_window):
+    window = shared_window  # runs no job, so the module's shared window does (the tests that run use `window`)
     from guiapp.system.capabilities import inference_option
 
     combo = window.try_page.dtype
@@ -149,7 +150,8 @@ def test_temperature_and_top_p_reach_the_generation(qtbot, window, try_models):
     assert record.summary["generations"][0]["tokens"] == expected.token_ids
 
 
-def test_the_device_dropdown_shows_the_whole_device_name(qtbot, window):
+def test_the_device_dropdown_shows_the_whole_device_name(qtbot, shared_window):
+    window = shared_window
     from PySide6.QtWidgets import QStyle, QStyleOptionComboBox
 
     window.resize(1360, 860)
@@ -224,7 +226,8 @@ def test_the_stages_shown_name_the_models_by_their_short_names(qtbot, window, tr
     assert str(try_models[0].parent) not in window.jobs.stage.text()
 
 
-def test_a_hint_about_what_is_missing_goes_once_it_is_given(qtbot, window, try_models):
+def test_a_hint_about_what_is_missing_goes_once_it_is_given(qtbot, shared_window, try_models):
+    window = shared_window
     page = window.try_page
     window.show_page("try")
     page.set_models([])

@@ -7,11 +7,18 @@ window's Merge page inside its scroll area.
 
 from __future__ import annotations
 
+import pytest
 from PySide6.QtCore import QPoint, Qt
 from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QApplication, QComboBox, QScrollArea, QSlider, QWidget
 
 ONE_NOTCH_DOWN = -120
+
+
+@pytest.fixture
+def window(shared_window):
+    """The module's one window (`shared_window`): these tests only scroll and choose on the Merge page."""
+    return shared_window
 
 
 def wheel(widget: QWidget, notches: int = 1) -> None:

@@ -3,6 +3,7 @@ the Hardware page's matrix, and the colour scheme."""
 
 from __future__ import annotations
 
+import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QKeySequence, QPalette
 from PySide6.QtWidgets import QApplication, QPushButton
@@ -12,7 +13,15 @@ from guiapp.ui.theme import status_style_sheet
 from tests.ui.conftest import broken_float16, wait_for_job
 
 
-def test_first_run_welcome_tries_the_sample_models(qtbot, window, tmp_path):
+@pytest.fixture
+def window(shared_window):
+    """The module's one window (`shared_window`) for the tests that need no fresh one; those that do (a first run,
+    a restart, another probe, the window as built) call `make_window`."""
+    return shared_window
+
+
+def test_first_run_welcome_tries_the_sample_models(qtbot, make_window, tmp_path):
+    window = make_window()
     assert window.current_page() == "welcome"
     window.welcome.try_samples(tmp_path / "samples")
     qtbot.waitUntil(lambda: window.current_page() == "merge", timeout=60_000)
@@ -80,7 +89,8 @@ def test_dark_scheme_is_legible(qtbot, window):
     assert QApplication.palette().color(QPalette.ColorRole.Window).lightness() > 128
 
 
-def test_the_built_window_is_dressed_by_the_application_style_sheet(qtbot, window):
+def test_the_built_window_is_dressed_by_the_application_style_sheet(qtbot, make_window):
+    window = make_window()
     # The window is built with the sheet held back (faster) and the sheet applied once it is complete.
     assert QApplication.instance().styleSheet() == status_style_sheet()
     primary = [button for button in window.findChildren(QPushButton) if button.property("role") == "primary"]
