@@ -42,3 +42,17 @@ def test_an_unticked_check_box_shows_its_box_in_dark_mode(qtbot, dark):
     qtbot.addWidget(box)
     box.show()
     assert _visible_pixels_left_of_text(box) >= 40  # the box (18 before: the tick area only)
+
+
+def test_a_desktop_scheme_change_applies_the_scheme_once_however_often_the_settings_were_applied(qapp, monkeypatch):
+    from PySide6.QtWidgets import QApplication
+
+    from guiapp.ui.pages import settings
+
+    applied = []
+    monkeypatch.setattr(settings, "apply_scheme", applied.append)
+    settings.apply_saved_settings()
+    settings.apply_saved_settings()  # as every window a process builds does
+    applied.clear()
+    QApplication.instance().styleHints().colorSchemeChanged.emit(Qt.ColorScheme.Dark)
+    assert applied == ["system"]  # each apply restyles every widget: once is the follow, more is waste

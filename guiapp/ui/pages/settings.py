@@ -29,6 +29,7 @@ from guiapp.ui.theme import apply_scheme, set_status_style
 from guiapp.ui.widgets.wrapping_label import WrappingLabel
 
 CACHE_KEY, OUTPUT_KEY, OFFLINE_KEY, THEME_KEY = "paths/hf_cache", "paths/output", "hub/offline", "ui/theme"
+FOLLOWS_DESKTOP_SCHEME = "mergesmith_follows_desktop_scheme"  # an application property, set once it does
 
 
 def apply_saved_settings() -> None:
@@ -38,9 +39,15 @@ def apply_saved_settings() -> None:
     if cache and "HF_HUB_CACHE" not in os.environ:
         os.environ["HF_HUB_CACHE"] = cache
     apply_scheme(settings.value(THEME_KEY, "system"))
-    # When the desktop switches between light and dark, follow it (a forced choice is applied again as is).
-    QApplication.instance().styleHints().colorSchemeChanged.connect(
-        lambda _: apply_scheme(QSettings().value(THEME_KEY, "system")))
+    app = QApplication.instance()
+    if not app.property(FOLLOWS_DESKTOP_SCHEME):  # once per application: each apply restyles every widget
+        app.setProperty(FOLLOWS_DESKTOP_SCHEME, True)
+        app.styleHints().colorSchemeChanged.connect(_follow_desktop_scheme)
+
+
+def _follow_desktop_scheme(_scheme) -> None:
+    """The desktop switched between light and dark: follow it (a forced choice is applied again as is)."""
+    apply_scheme(QSettings().value(THEME_KEY, "system"))
 
 
 def apply_offline_setting() -> None:
