@@ -54,8 +54,9 @@ def pytest_collection_modifyitems(items: list) -> None:
     on short files instead of one process finishing a long one alone. A file's tests stay together and in their
     order (its module fixtures are made once), except that those on a window shared by the file's tests
     (tests/ui/conftest.py `shared_window`) come after the others: a window built while it is open restyles it
-    too (~0.3 s of CPU each). pytest-xdist hands the files out in this order (`--no-loadscope-reorder` in pyproject.toml: its own order, by number of
-    tests alone, handed out the bundle's file 42nd of 122 and the one-test load case 115th)."""
+    too (~0.3 s of CPU each). pytest-xdist hands the files out in this order (`--no-loadscope-reorder` in
+    pyproject.toml: its own order, by number of tests alone, handed out the bundle's file 42nd of 122 and the
+    one-test load case 115th)."""
     files: dict[str, list] = {}
     for item in items:
         files.setdefault(item.nodeid.split("::", 1)[0], []).append(item)

@@ -32,10 +32,10 @@ def tiny_pair(tmp_path_factory) -> tuple[Path, Path]:
 
 
 @pytest.fixture
-def cli_env(tmp_path, probe_in_cache: ProbeResult) -> dict[str, str]:
+def cli_env(tmp_path, probed: ProbeResult) -> dict[str, str]:
     """The environment for a CLI run whose error report goes to a temporary folder, where `try` and `perplexity`
     find the run's probe as on a second start."""
-    store(probe_in_cache, tmp_path / "cache" / cache_file(machine_fingerprint()).name)
+    store(probed, tmp_path / "cache" / cache_file(machine_fingerprint()).name)
     return {**os.environ, "MERGESMITH_CACHE_DIR": str(tmp_path / "cache")}
 
 

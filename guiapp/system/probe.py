@@ -82,7 +82,8 @@ class ProbeResult:
 
     def _checks_by_key(self) -> dict[tuple[str, str, str], Check]:
         # The window asks about 1,600 times while it fills its dropdowns: one look-up each instead of a walk over
-        # every check. Built again when `checks` was replaced or grew (the probe appends while it reads the child).
+        # every check. Built again when `checks` was replaced or grew: the probe appends while it reads the child,
+        # and nothing changes a check in place (an edit that keeps the length would not be seen).
         kept = self.__dict__.get("_check_index")
         if kept is None or kept[0] is not self.checks or kept[1] != len(self.checks):
             index = {(c.device, c.dtype, c.operation): c for c in reversed(self.checks)}

@@ -27,6 +27,7 @@ def test_the_method_reference_is_what_the_generator_writes(monkeypatch):
     assert with_generated_part(document) == document, "run `python docs/recipes_reference.py`"
     # The script as `python docs/recipes_reference.py --check` runs it (as __main__, its exit code), in this process.
     monkeypatch.setattr(sys, "argv", ["recipes_reference.py", "--check"])
+    monkeypatch.setattr(sys, "path", [*sys.path])  # the script puts the checkout first on the path: not for the others
     with pytest.raises(SystemExit) as check:
         runpy.run_path(str(DOCUMENT.parent / "recipes_reference.py"), run_name="__main__")
     assert check.value.code == 0

@@ -31,9 +31,10 @@ def run_measuring_memory(command: list[str]) -> MemoryRun:
 
 def warm_run_measuring_memory(code: str) -> MemoryRun:
     """`python -c CODE` forked from this process's warm CLI (tests/support/warm_cli.py: torch and the merge
-    already imported, no start-up to pay), its peak private memory sampled as `run_measuring_memory` does. The
-    child starts with the zygote's pages, so its peak means something only next to another such run's: for a
-    test of how memory grows, not of its size. Fails the test if the child exits non-zero."""
+    already imported, no start-up to pay), its peak anonymous memory (RssAnon) sampled as `run_measuring_memory`
+    does. A fork's RssAnon counts the pages it still shares with the zygote, so its peak means something only next
+    to another such run's: for a test of how memory grows, not of its size. Fails the test if the child exits
+    non-zero, or ended before its memory could be read once (a peak of 0 would pass any growth check)."""
     ended = threading.Event()
     peaks: list[int] = []
 
@@ -50,6 +51,7 @@ def warm_run_measuring_memory(code: str) -> MemoryRun:
         for sampler in samplers:
             sampler.join()
     assert done.returncode == 0, done.stderr
+    assert peaks[0] > 0, "the child ended before its memory was read"
     return MemoryRun(peaks[0], done.stdout)
 
 

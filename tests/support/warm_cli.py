@@ -98,8 +98,8 @@ class WarmCli:
         """`python -m guiapp ARGS` (or `python -c CODE` when `code` is given) in a forked child.
 
         `env` defaults to this process's environment now, `cwd` to its working folder, as for subprocess.run.
-        `address_space` sets RLIMIT_AS in the child. `started(pid)` is called once the child runs. Returns the exit code (negative: killed by that signal) and
-        what the child wrote on stdout and stderr, as text. Raises subprocess.TimeoutExpired after killing the
+        `address_space` sets RLIMIT_AS in the child. `started(pid)` is called once the child runs. Returns the exit
+        code (negative: killed by that signal) and what the child wrote on stdout and stderr, as text. Raises subprocess.TimeoutExpired after killing the
         child (and any process it started) when it runs longer than `timeout` seconds.
         """
         self._cases += 1

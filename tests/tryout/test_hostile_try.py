@@ -77,8 +77,8 @@ def _model_with_code(model: Path, tmp_path: Path, where: str, marker: Path) -> P
 @pytest.mark.long
 @pytest.mark.parametrize("command", ["try", "perplexity"])
 @pytest.mark.parametrize("where", ["config.json", "tokenizer_config.json", "a .py file"])
-def test_code_that_comes_with_a_model_never_runs_even_when_the_user_says_yes(command, where, causal_fp32, probe_in_cache,
-                                                                             warm_cli, tmp_path):
+def test_code_that_comes_with_a_model_never_runs_even_when_the_user_says_yes(command, where, causal_fp32,
+                                                                            probe_in_cache, warm_cli, tmp_path):
     marker = tmp_path / "code-ran"
     folder = _model_with_code(causal_fp32, tmp_path, where, marker)
     extra = ["--prompt", "the cat", "--max-new-tokens", "2"] if command == "try" else \
@@ -344,7 +344,8 @@ def test_a_prompt_longer_than_the_context_is_cut_with_a_warning_or_refused(causa
     ({"dola_layers": "high"}, "DoLa"),
     ({"penalty_alpha": 0.6, "top_k": 4}, "contrastive search"),
 ])
-def test_a_generation_mode_try_cannot_stream_is_overridden_and_said(settings, said, causal_fp32, probe_in_cache, tmp_path):
+def test_a_generation_mode_try_cannot_stream_is_overridden_and_said(settings, said, causal_fp32, probe_in_cache,
+                                                                   tmp_path):
     folder = _variant(causal_fp32, tmp_path)
     (folder / "generation_config.json").write_text(json.dumps({"bos_token_id": 1, "eos_token_id": 2, **settings}))
     result = _try_in_process(folder)

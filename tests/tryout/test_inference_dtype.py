@@ -23,7 +23,8 @@ def _with(result: ProbeResult, dtype: str, operation: str, error: str | None = N
 
 def test_float16_without_cpu_kernels_runs_in_float32(probe_in_cache):
     fast = probe_in_cache.speed("cpu", "float32", "matmul").gflops
-    old_torch = _with(probe_in_cache, "float16", "addmm", "RuntimeError: \"addmm_impl_cpu_\" not implemented for 'Half'",
+    old_torch = _with(probe_in_cache, "float16", "addmm",
+                      "RuntimeError: \"addmm_impl_cpu_\" not implemented for 'Half'",
                       gflops=fast)
     choice = inference_option(old_torch, "cpu", "float16")
     assert choice.possible and choice.compute_dtype == "float32"

@@ -18,6 +18,7 @@ from PySide6.QtWidgets import QApplication
 from pytestqt.qtbot import QtBot
 
 from guiapp.system.probe import Check, ProbeResult
+from guiapp.ui.widgets import layer_chart
 from tests.support.fixtures import hub_env, hub_server  # noqa: F401 - fixtures for the search tests
 
 
@@ -80,6 +81,7 @@ class _Shared:
     output: str
     palette: object
     scheme: object
+    lora_forms: dict
 
 
 @pytest.fixture(scope="module")
@@ -102,8 +104,10 @@ def _module_window(request, qapp, probed, tmp_path_factory: pytest.TempPathFacto
         QtBot(request).waitUntil(lambda: window.state.methods is not None, timeout=60_000)
         window.state.set_probe(probed)
         app = QApplication.instance()
+        lora = window.lora
         yield _Shared(window, window.merge.recipe.copy(), window.merge.output_edit.text(), app.palette(),
-                      app.styleHints().colorScheme())
+                      app.styleHints().colorScheme(),
+                      {"extract": lora.extract.form_values(), "apply": lora.apply.form_values()})
         window.state.jobs.shutdown(10)
         window.close()
         window.deleteLater()
@@ -118,7 +122,9 @@ def shared_window(_module_window, qtbot):
       widget focused;
     - the colour scheme the system's (Settings shows "system");
     - the Merge page's recipe the one a fresh window shows, with its output folder, Replace unticked and no
-      typed edit of the YAML pending, its Advanced section closed (Edit → Undo may still hold earlier tests' steps);
+      typed edit of the YAML pending, its Advanced section closed (Edit → Undo may still hold earlier tests' steps),
+      and nothing shown of an earlier recipe's check (output sizes, compatibility, the charts' layer count);
+    - the LoRA page's Extract tab in front, its Extract and Apply forms as the window showed them when built;
     - the settings and config folder the test's own, empty (`isolated_settings`): what the test saves stays there.
 
     A test using it must not run jobs, change the probe, add to the model library, sign in or go offline, or
@@ -138,7 +144,13 @@ def shared_window(_module_window, qtbot):
     page.advanced.advanced_button.setChecked(False)
     if page.output_edit.text() != shared.output:
         page.output_edit.setText(shared.output)
+    # What the last check of an earlier test's recipe showed stays until a check brings something else, and a
+    # test's own edit cancels the check the reset starts: clear it, as a window that never checked a recipe shows.
+    page.output.refresh_capabilities(window.state.probe, shared.recipe.get("out_dtype"), {})
+    page.models_box.show_verdict(None)
+    layer_chart.set_layer_count(0)
     page.apply_document(shared.recipe)  # also when unchanged: the YAML view may show a rejected edit
+    _put_back_lora_forms(window.lora, shared.lora_forms)
     settings = window.settings
     app = QApplication.instance()
     if settings.theme_combo.currentData() != "system" or app.palette() != shared.palette \
@@ -158,6 +170,25 @@ def shared_window(_module_window, qtbot):
         focused.clearFocus()
     QApplication.processEvents()
     return window
+
+
+def _put_back_lora_forms(page, forms: dict) -> None:
+    """The LoRA page's Extract tab in front and its Extract and Apply forms as `forms` (`form_values` of each, when
+    the window was built), every text set, empty ones too (`restore` leaves a field alone when its text is empty)."""
+    page.tabs.setCurrentIndex(0)
+    extract, apply = forms["extract"], forms["apply"]
+    for tab, form in ((page.extract, extract), (page.apply, apply)):
+        tab.overwrite.setChecked(False)
+        tab.restore(form)
+    for set_text, text in ((page.extract.base.set_text, extract["x_base"]),
+                           (page.extract.model.set_text, extract["x_model"]),
+                           (page.extract.modules.include.setText, extract["include"]),
+                           (page.extract.modules.exclude.setText, extract["exclude"]),
+                           (page.extract.out.setText, extract["x_out"]),
+                           (page.apply.base.set_text, apply["a_base"]),
+                           (page.apply.adapter.set_text, apply["a_adapter"]),
+                           (page.apply.out.setText, apply["a_out"])):
+        set_text(text)
 
 
 def broken_float16(result: ProbeResult) -> ProbeResult:

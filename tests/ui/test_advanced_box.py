@@ -10,6 +10,7 @@ from PySide6.QtWidgets import QLabel
 
 JINJA = "{% for message in messages %}{{ message['content'] }}{% endfor %}"
 
+
 @pytest.fixture
 def window(shared_window):
     """The module's one window (`shared_window`): these tests edit the Merge page's recipe, which it puts back."""

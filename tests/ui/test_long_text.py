@@ -10,6 +10,7 @@ from guiapp.ui.widgets.wrapping_label import BREAK, WrappingLabel
 
 UNBROKEN = "generated" * 300  # 2700 characters without a space: wider than any screen
 
+
 @pytest.fixture
 def window(shared_window):
     """The module's one window (`shared_window`): the long line is put back into each label."""

@@ -6,29 +6,10 @@ import pytest
 from PySide6.QtCore import QPoint, Qt
 
 
-@pytest.fixture(scope="module")
-def fresh_forms(_module_window) -> dict:
-    """The LoRA page's Extract and Apply forms as the module's window showed them when it was built."""
-    page = _module_window.window.lora
-    return {"extract": page.extract.form_values(), "apply": page.apply.form_values()}
-
-
 @pytest.fixture
-def window(shared_window, fresh_forms):
-    """The module's one window (`shared_window`) with the LoRA page's Extract tab in front and its Extract and
-    Apply forms as a fresh window shows them (these tests fill them in); the test that runs a job calls
-    `make_window`."""
-    page = shared_window.lora
-    page.tabs.setCurrentIndex(0)
-    for tab, form in ((page.extract, fresh_forms["extract"]), (page.apply, fresh_forms["apply"])):
-        tab.overwrite.setChecked(False)
-        tab.restore(form)  # the choices and numbers; the fields below, which it leaves alone when empty
-    extract, apply = fresh_forms["extract"], fresh_forms["apply"]
-    for set_text, text in ((page.extract.base.set_text, extract["x_base"]), (page.extract.model.set_text,
-                           extract["x_model"]), (page.extract.out.setText, extract["x_out"]),
-                           (page.apply.base.set_text, apply["a_base"]), (page.apply.adapter.set_text,
-                           apply["a_adapter"]), (page.apply.out.setText, apply["a_out"])):
-        set_text(text)
+def window(shared_window):
+    """The module's one window (`shared_window`: the LoRA forms as a fresh window shows them); the test that runs
+    a job calls `make_window`."""
     return shared_window
 
 

@@ -13,12 +13,8 @@ from tests.ui.conftest import wait_for_job
 
 @pytest.fixture
 def window(shared_window):
-    """The module's one window (`shared_window`) for the previews, which run no job, with the LoRA page's pair of
-    models empty as in a fresh window (a preview shown is the last pair's); the tests that extract call
-    `make_window`."""
-    extract = shared_window.lora.extract
-    extract.base.set_text("")
-    extract.model.set_text("")
+    """The module's one window (`shared_window`: the LoRA pair empty as in a fresh window) for the previews, which
+    run no job; the tests that extract call `make_window`."""
     return shared_window
 
 
