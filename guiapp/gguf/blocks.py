@@ -40,6 +40,8 @@ Q5_K_STEPS = torch.tensor([0.0, 5.0, 10.0, 15.0], dtype=torch.float32) * 0.1 - 0
 Q5_K_REFITS = 1
 Q6_K_STEPS = torch.tensor([0.0, -9.0], dtype=torch.float32) * 0.1
 Q6_K_REFITS = 0
+# Q5_K's fifth bits: sub-block p's high bit weighs 2**p in its byte.
+_FIFTH_BIT_WEIGHTS = (2.0 ** torch.arange(8, dtype=torch.float32))[None, :, None]
 
 _SCRATCH = threading.local()
 
@@ -259,7 +261,7 @@ def q5_k(values: torch.Tensor, out: torch.Tensor, steps: torch.Tensor = Q5_K_STE
     nibbles = levels.sub_(highs, alpha=16.0).view(count, 4, 2, 32)
     packed = torch.add(nibbles[:, :, 0, :], nibbles[:, :, 1, :], alpha=16, out=_buffer("packed", (count, 4, 32)))
     _as_bytes(packed, out[:, 48:].view(count, 4, 32))
-    fifth = highs.view(count, 8, 32).mul_(torch.tensor([2.0 ** bit for bit in range(8)], dtype=torch.float32)[None, :, None])
+    fifth = highs.view(count, 8, 32).mul_(_FIFTH_BIT_WEIGHTS)
     _as_bytes(fifth.sum(dim=1), out[:, 16:48])
 
 

@@ -14,6 +14,7 @@ whole model.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -85,7 +86,7 @@ def update_spectrum(module: str, delta: torch.Tensor, max_rank: int = PREVIEW_MA
         raise ValueError(f"expected a matrix, got a tensor of shape {tuple(delta.shape)}")
     matrix = delta.to(compute_dtype_for(delta.dtype))
     total = float(torch.linalg.vector_norm(matrix, dtype=torch.float64)) ** 2
-    if not torch.isfinite(torch.tensor(total, dtype=torch.float64)):
+    if not math.isfinite(total):
         raise ValueError("the update contains NaN or infinity")
     shape = (int(matrix.shape[0]), int(matrix.shape[1]))
     if total == 0.0:
