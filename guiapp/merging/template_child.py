@@ -11,9 +11,9 @@ model's authors meant.
 The child first writes a line "ready" once its imports are done (so the caller's time bound counts the template,
 not a slow start), then answers requests, one JSON object a line, until its input ends or a render left it more
 than GROWN_BYTES larger: the caller keeps a child that rendered a text in time and kills one that did not.
-Request: {"template", "messages", "variables" (the special tokens), "max_characters", "memory_bytes"}. Answer: {"text"} or {"problem": "internals" |
-"raised" | "syntax" | "too_large" | "failed", "message"}. The memory bound is counted from what the child used
-before its first request, so renders do not raise it.
+Request: {"template", "messages", "variables" (the special tokens), "max_characters", "memory_bytes"}.
+Answer: {"text"} or {"problem": "internals" | "raised" | "syntax" | "too_large" | "failed", "message"}.
+The memory bound is counted from what the child used before its first request, so renders do not raise it.
 """
 
 from __future__ import annotations

@@ -186,10 +186,24 @@ def test_a_tokenizer_file_that_is_not_a_regular_file_is_refused(kind, causal_fp3
 # --- chat templates: bounded, sandboxed, their own words ------------------------------------------------------
 
 
+# A template whose loops would run for hours: it is stopped or cancelled long before.
+ENDLESS_TEMPLATE = ("{% for i in range(100000) %}{% for j in range(100000) %}{% for k in range(100000) %}"
+                    "{% endfor %}{% endfor %}{% endfor %}")
+
+
 def _with_template(model: Path, tmp_path: Path, template: str) -> Path:
     folder = _variant(model, tmp_path)
     (folder / "chat_template.jinja").write_text(template)  # where transformers saves a tokenizer's template
     return folder
+
+
+def _loaded_with_template(model: Path, tmp_path: Path, template: str):
+    """`model` with `template` as its chat template, loaded in float32 on the CPU."""
+    import torch
+
+    from guiapp.inference.running import load_model, resolve_sources
+
+    return load_model(resolve_sources([str(_with_template(model, tmp_path, template))])[0], torch.float32, "cpu")
 
 
 def _try_in_process(folder: Path, prompt: str = "the cat", **options):
@@ -215,14 +229,10 @@ def test_a_chat_template_that_fails_says_why(template, said, causal_fp32, probe_
 
 def test_a_chat_template_that_never_ends_is_stopped(causal_fp32, probe_in_cache, tmp_path):
     from guiapp.errors import CheckpointError
-    from guiapp.inference.running import load_model, render_chat_template, resolve_sources
+    from guiapp.inference.running import render_chat_template
     from guiapp.progress import Progress
 
-    endless = ("{% for i in range(100000) %}{% for j in range(100000) %}{% for k in range(100000) %}"
-               "{% endfor %}{% endfor %}{% endfor %}")
-    import torch
-
-    loaded = load_model(resolve_sources([str(_with_template(causal_fp32, tmp_path, endless))])[0], torch.float32, "cpu")
+    loaded = _loaded_with_template(causal_fp32, tmp_path, ENDLESS_TEMPLATE)
     started = time.monotonic()
     # The endless render keeps a core busy until it is stopped: the shortest limit that still reads as a limit.
     with pytest.raises(CheckpointError, match=r"took longer than 1\.5 seconds") as caught:
@@ -279,14 +289,11 @@ def test_one_template_child_serves_render_after_render_and_a_stopped_one_is_repl
                                                     add_generation_prompt=True)
     assert [render_chat_template(loaded, "the cat", Progress()) for _ in range(3)] == [expected] * 3
     assert len(started) == 1 and started[0].poll() is None
-    raising = load_model(resolve_sources([str(_with_template(
-        causal_fp32, tmp_path / "raising", "{{ raise_exception('only system messages') }}"))])[0], torch.float32, "cpu")
+    raising = _loaded_with_template(causal_fp32, tmp_path / "raising", "{{ raise_exception('only system messages') }}")
     with pytest.raises(CheckpointError, match="only system messages"):
         render_chat_template(raising, "the cat", Progress())
     assert started[0].wait(timeout=10) is not None  # a problem ends the child
-    endless = load_model(resolve_sources([str(_with_template(causal_fp32, tmp_path / "endless", (
-        "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}")))])[0],
-        torch.float32, "cpu")
+    endless = _loaded_with_template(causal_fp32, tmp_path / "endless", ENDLESS_TEMPLATE)
     with pytest.raises(CheckpointError, match=r"took longer than 1\.5 seconds"):
         render_chat_template(endless, "the cat", Progress(), seconds=1.5)
     assert len(started) == 2 and started[1].wait(timeout=10) is not None  # killed, not kept
@@ -310,9 +317,7 @@ def test_a_cancel_while_a_template_renders_ends_its_child(causal_fp32, probe_in_
     started = _template_children_started(monkeypatch)
     plain = load_model(resolve_sources([str(causal_fp32)])[0], torch.float32, "cpu")
     render_chat_template(plain, "the cat", Progress())  # a kept child, ready: the cancel lands in the render
-    endless = load_model(resolve_sources([str(_with_template(causal_fp32, tmp_path, (
-        "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}")))])[0],
-        torch.float32, "cpu")
+    endless = _loaded_with_template(causal_fp32, tmp_path, ENDLESS_TEMPLATE)
     token = CancelToken()
     timer = threading.Timer(0.5, token.cancel)
     timer.start()
