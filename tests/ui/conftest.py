@@ -35,30 +35,41 @@ def chart_shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(autouse=True)
 def isolated_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MERGESMITH_CONFIG_DIR", str(tmp_path / "config"))
+    _empty_settings_in(tmp_path)
+
+
+def _empty_settings_in(folder: Path) -> None:
+    """QSettings read and written in `folder`, empty."""
     QSettings.setDefaultFormat(QSettings.Format.IniFormat)
-    QSettings.setPath(QSettings.Format.IniFormat, QSettings.Scope.UserScope, str(tmp_path / "qsettings"))
+    QSettings.setPath(QSettings.Format.IniFormat, QSettings.Scope.UserScope, str(folder / "qsettings"))
     QSettings().clear()
+
+
+def _built_window(qtbot: QtBot, probe: ProbeResult):
+    """The main window built like `run_app` builds it, shown at 1280 x 860, its methods loaded, with `probe`."""
+    from guiapp.ui.app import create_window
+
+    # An earlier window closed and marked for deletion goes at Qt's next event loop: here, before this window is
+    # built, or it would still be alive (~1,800 widgets) while this one is built and styled, and every style sheet
+    # set now would repolish it too.
+    QApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+    _, window = create_window([])
+    window.resize(1280, 860)
+    window.show()
+    window.state.start_loading(probe=False)
+    qtbot.waitUntil(lambda: window.state.methods is not None, timeout=60_000)
+    window.state.set_probe(probe)
+    return window
 
 
 @pytest.fixture
 def make_window(qtbot, probed):
     """Builds the main window like `run_app` does, methods loaded, with the session's probe (or `probe`)."""
-    from guiapp.ui.app import create_window
-
     windows = []
 
     def make(probe: ProbeResult | None = None):
-        # The previous test's window is closed and marked for deletion, which Qt does at its next event loop: here,
-        # before this window is built, or it would still be alive (~1,800 widgets) while this one is built and
-        # styled, and every style sheet set now would repolish it too.
-        QApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
-        _, window = create_window([])
+        window = _built_window(qtbot, probe or probed)
         qtbot.addWidget(window)
-        window.resize(1280, 860)
-        window.show()
-        window.state.start_loading(probe=False)
-        qtbot.waitUntil(lambda: window.state.methods is not None, timeout=60_000)
-        window.state.set_probe(probe or probed)
         windows.append(window)
         return window
 
@@ -88,21 +99,11 @@ class _Shared:
 def _module_window(request, qapp, probed, tmp_path_factory: pytest.TempPathFactory):
     """The window of `shared_window`, built once per module as `make_window` builds one, with a settings and
     config folder of the module's own (the tests' own `isolated_settings` folders take over for each test)."""
-    from guiapp.ui.app import create_window
-
     folder = tmp_path_factory.mktemp("shared-window")
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("MERGESMITH_CONFIG_DIR", str(folder / "config"))
-        QSettings.setDefaultFormat(QSettings.Format.IniFormat)
-        QSettings.setPath(QSettings.Format.IniFormat, QSettings.Scope.UserScope, str(folder / "qsettings"))
-        QSettings().clear()
-        QApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)  # as in make_window
-        _, window = create_window([])
-        window.resize(1280, 860)
-        window.show()
-        window.state.start_loading(probe=False)
-        QtBot(request).waitUntil(lambda: window.state.methods is not None, timeout=60_000)
-        window.state.set_probe(probed)
+        _empty_settings_in(folder)
+        window = _built_window(QtBot(request), probed)
         app = QApplication.instance()
         lora = window.lora
         yield _Shared(window, window.merge.recipe.copy(), window.merge.output_edit.text(), app.palette(),
