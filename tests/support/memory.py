@@ -37,13 +37,13 @@ def warm_run_measuring_memory(code: str) -> MemoryRun:
     non-zero, or ended before its memory could be read once (a peak of 0 would pass any growth check)."""
     ended = threading.Event()
     peaks: list[int] = []
+    samplers: list[threading.Thread] = []
 
     def sample(pid: int) -> None:
         sampler = threading.Thread(target=lambda: peaks.append(_peak_while(pid, lambda: not ended.is_set())))
         sampler.start()
         samplers.append(sampler)
 
-    samplers: list[threading.Thread] = []
     try:
         done = warm_cli.shared().run([], code=code, timeout=300, started=sample)
     finally:
