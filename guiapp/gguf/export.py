@@ -43,7 +43,7 @@ from guiapp.errors import InsufficientResourcesError, OutputError
 from guiapp.gguf.architectures import PlannedTensor, Source, plan_tensors, source_of, write_metadata
 from guiapp.gguf.blocks import quantizing_threads
 from guiapp.gguf.provenance import MadeFrom, made_from, write_made_from
-from guiapp.gguf.quantize import FILE_KINDS, FileKind, encode, stored_bytes, tensor_type
+from guiapp.gguf.quantize import FILE_KINDS, FileKind, encode, seconds_per_value, stored_bytes, tensor_type
 from guiapp.gguf.tokenizer import Vocabulary, loadable_name, read_vocabulary, write_vocabulary
 from guiapp.hub.references import ModelRef
 from guiapp.progress import Progress
@@ -53,12 +53,8 @@ from guiapp.system.units import three_digits
 # Rows are read, converted and quantized in blocks of about this many float32 bytes (16 MB: peak private memory
 # 400-510 MB whatever the model's size, and faster than 32 MB blocks in benchmarks/gguf_export.py).
 BLOCK_BYTES = 16 * 1024 * 1024
-# Seconds per element by stored type on one thread, and bytes per second read and written, for the time
+# Seconds per element converted to float32 on one thread, and bytes per second read and written, for the time
 # estimate (measured by benchmarks/gguf_export.py on a 2-core workstation; a rough guide, not a promise).
-_SECONDS_PER_ELEMENT = {gguf.GGMLQuantizationType.Q4_K: 1.2e-8, gguf.GGMLQuantizationType.Q5_K: 1.4e-8,
-                        gguf.GGMLQuantizationType.Q6_K: 8e-9, gguf.GGMLQuantizationType.Q5_0: 2e-8,
-                        gguf.GGMLQuantizationType.Q5_1: 2e-8, gguf.GGMLQuantizationType.Q8_0: 2e-9,
-                        gguf.GGMLQuantizationType.Q4_0: 4e-9}
 _CONVERT_SECONDS_PER_ELEMENT = 2e-9
 _DISK_BYTES_PER_SECOND = 400e6
 # Metadata bytes per token when the tokenizer is not here to count (a Hub model before its download):
@@ -90,7 +86,7 @@ class ExportPlan:
         work = 0.0
         for tensor, qtype in zip(self.tensors, self.types, strict=True):
             elements = _elements(tensor.shape)
-            work += elements * (_CONVERT_SECONDS_PER_ELEMENT + _SECONDS_PER_ELEMENT.get(qtype, 0.0) / threads)
+            work += elements * (_CONVERT_SECONDS_PER_ELEMENT + seconds_per_value(qtype) / threads)
         return work + (self.read_bytes + self.file_bytes) / _DISK_BYTES_PER_SECOND
 
     def as_kind(self, kind: FileKind) -> ExportPlan:

@@ -6,19 +6,24 @@ every third between), get Q6_K; a tensor whose rows are not a multiple of the ty
 whose block fits (Q4_K to Q5_0, Q5_K to Q5_1, Q6_K to Q8_0, else F16), as llama.cpp does. One-dimensional
 tensors (norms, biases) stay float32.
 
-Q8_0, Q4_K, Q5_K and Q6_K blocks (all of q8_0, q4_k_m, q5_k_m and q6_k files but fallbacks) are made by torch in
-guiapp/gguf/blocks.py: Q8_0 byte for byte as llama.cpp's reference code, the K-quants with llama.cpp's search cut
-to a few steps (an error within about 1 % of llama.cpp's, several times faster). Q4_0 and the fallbacks Q5_0 and
-Q5_1 are made by llama.cpp's reference code in `libgguf` (native, releases the GIL, so blocks of rows are
-quantized on several threads); torch rounds float32 to f16 and bf16. Sources are turned into float32 by torch, so
-a bf16 source never becomes a NumPy array of a type NumPy does not have.
+Q8_0 blocks are made by torch in guiapp/gguf/blocks.py, byte for byte as llama.cpp's reference code; Q4_K, Q5_K
+and Q6_K blocks (all of q4_k_m, q5_k_m and q6_k files but fallbacks) with llama.cpp's search cut to a few steps (an
+error within about 1 % of llama.cpp's, several times faster) by the numba kernels of guiapp/gguf/compiled_blocks.py,
+or where numba does not install by the torch kernels of blocks.py, which make the same blocks at about half the
+speed on one thread and less than that on several. Q4_0 and the fallbacks Q5_0 and Q5_1 are made by llama.cpp's
+reference code in `libgguf` (native, releases the GIL, so blocks of rows are quantized on several threads); torch
+rounds float32 to f16 and bf16. Sources are turned into float32 by torch, so a bf16 source never becomes a NumPy
+array of a type NumPy does not have.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from dataclasses import dataclass
+from functools import cache
+from importlib.util import find_spec
 
 import gguf
 import libgguf
@@ -107,9 +112,9 @@ def encode(rows: torch.Tensor, qtype: gguf.GGMLQuantizationType, threads: int = 
     if qtype in (Q.F16, Q.BF16):
         dtype = torch.float16 if qtype == Q.F16 else torch.bfloat16
         return rows.to(dtype).contiguous().view(torch.int16).numpy().reshape(-1).view(np.uint8)
-    if qtype in _TORCH_KERNELS:
-        return blocks.in_chunks(rows.contiguous(), _TORCH_KERNELS[qtype], *gguf.GGML_QUANT_SIZES[qtype],
-                                threads, pool).numpy()
+    kernel = block_kernels().get(qtype)
+    if kernel is not None:
+        return blocks.in_chunks(rows.contiguous(), kernel, *gguf.GGML_QUANT_SIZES[qtype], threads, pool).numpy()
     matrix = rows.reshape(-1, rows.shape[-1]).contiguous().numpy()
     native = libgguf.GGMLQuantizationType(int(qtype))
     parts = np.array_split(matrix, min(threads, matrix.shape[0])) if threads > 1 else [matrix]
@@ -120,4 +125,25 @@ def encode(rows: torch.Tensor, qtype: gguf.GGMLQuantizationType, threads: int = 
     return np.concatenate([part.reshape(-1) for part in done])
 
 
-_TORCH_KERNELS = {Q.Q8_0: blocks.q8_0, Q.Q4_K: blocks.q4_k, Q.Q5_K: blocks.q5_k, Q.Q6_K: blocks.q6_k}
+@cache
+def block_kernels() -> dict[gguf.GGMLQuantizationType, Callable[[torch.Tensor, torch.Tensor], None]]:
+    """The kernel making each type's blocks from flat float32 values (blocks.in_chunks' `kernel`): the K-quants
+    compiled by numba where it is installed, else torch's. numba is imported on the first K-quant export, not when
+    the app starts (a fifth of a second)."""
+    try:
+        from guiapp.gguf import compiled_blocks  # noqa: PLC0415 - see the docstring
+    except ImportError:  # no numba wheel for this machine (Intel Macs)
+        return {Q.Q8_0: blocks.q8_0, Q.Q4_K: blocks.q4_k, Q.Q5_K: blocks.q5_k, Q.Q6_K: blocks.q6_k}
+    return {Q.Q8_0: blocks.q8_0, Q.Q4_K: compiled_blocks.q4_k, Q.Q5_K: compiled_blocks.q5_k,
+            Q.Q6_K: compiled_blocks.q6_k}
+
+
+def seconds_per_value(qtype: gguf.GGMLQuantizationType) -> float:
+    """Seconds the kernels take to quantize one value as `qtype` on one thread (0 for float types), for the time
+    estimate: measured by benchmarks/gguf_quantizers.py on a 2-core workstation; a rough guide, not a promise.
+    Asks only whether numba is installed (a dry run does not import it)."""
+    return (_COMPILED_SECONDS if find_spec("numba") is not None else _SECONDS).get(qtype, 0.0)
+
+
+_SECONDS = {Q.Q4_K: 1.2e-8, Q.Q5_K: 1.4e-8, Q.Q6_K: 8e-9, Q.Q5_0: 2e-8, Q.Q5_1: 2e-8, Q.Q8_0: 2e-9, Q.Q4_0: 4e-9}
+_COMPILED_SECONDS = {**_SECONDS, Q.Q4_K: 6.5e-9, Q.Q5_K: 6.5e-9, Q.Q6_K: 6e-9}

@@ -1,10 +1,11 @@
-"""The torch quantizers against llama.cpp's reference code (libgguf, native) and gguf-py: Q8_0 byte for byte; Q4_K,
-Q5_K and Q6_K with llama.cpp's full search nearly byte for byte, and with the export's shorter search within 2 % of
-llama.cpp's error; every block read back by gguf-py's dequantizer."""
+"""The quantizers against llama.cpp's reference code (libgguf, native) and gguf-py: Q8_0 byte for byte; Q4_K, Q5_K
+and Q6_K, both the torch kernels and the numba-compiled ones, with llama.cpp's full search nearly byte for byte, and
+with the export's shorter search within 2 % of llama.cpp's error; every block read back by gguf-py's dequantizer;
+the compiled blocks the torch kernels' but for sums added in another order."""
 
 from __future__ import annotations
 
-import functools
+import sys
 import threading
 import time
 
@@ -14,13 +15,24 @@ import numpy as np
 import pytest
 import torch
 
-from guiapp.gguf import blocks
+import guiapp.gguf
+from guiapp.gguf import blocks, compiled_blocks, quantize
 from guiapp.gguf.quantize import encode
 
 Q = gguf.GGMLQuantizationType
 FULL_Q4_K = torch.arange(21, dtype=torch.float32) * 0.1 - 1.0  # make_qkx2_quants(rmin=-1, rdelta=0.1, nstep=20)
 FULL_Q5_K = torch.arange(16, dtype=torch.float32) * 0.1 - 0.5  # rmin=-0.5, rdelta=0.1, nstep=15
 FULL_Q6_K = torch.tensor([0.0, *range(-9, 0), *range(1, 10)]) * 0.1  # make_qx_quants' 0, then -9..9
+KERNELS = {"torch": blocks, "compiled": compiled_blocks}  # modules with q4_k, q5_k and q6_k
+K_QUANTS = {Q.Q4_K: "q4_k", Q.Q5_K: "q5_k", Q.Q6_K: "q6_k"}
+
+
+def _blocks(rows: torch.Tensor, qtype: Q, kernels: str, **search) -> np.ndarray:
+    """`rows` as `qtype` super-blocks (S, bytes) made by the `kernels` implementation, with its default search or
+    `search` (steps, refits...)."""
+    out = torch.empty(rows.numel() // 256, gguf.GGML_QUANT_SIZES[qtype][1], dtype=torch.uint8)
+    getattr(KERNELS[kernels], K_QUANTS[qtype])(rows.reshape(-1), out, **search)
+    return out.numpy()
 
 
 def _llama_cpp(rows: torch.Tensor, qtype: Q) -> np.ndarray:
@@ -76,39 +88,88 @@ def test_q8_0_blocks_are_gguf_pys(case):
     assert np.array_equal(encode(values, Q.Q8_0), gguf.quants.quantize(values.numpy(), Q.Q8_0).reshape(-1))
 
 
-@pytest.mark.parametrize(("qtype", "kernel", "full"), [
-    (Q.Q4_K, functools.partial(blocks.q4_k, measure_plain=True), FULL_Q4_K),
-    (Q.Q5_K, functools.partial(blocks.q5_k, measure_plain=True), FULL_Q5_K), (Q.Q6_K, blocks.q6_k, FULL_Q6_K)])
+@pytest.mark.parametrize("kernels", list(KERNELS))
+@pytest.mark.parametrize(("qtype", "search"), [
+    (Q.Q4_K, {"steps": FULL_Q4_K, "refits": 0, "measure_plain": True}),
+    (Q.Q5_K, {"steps": FULL_Q5_K, "refits": 0, "measure_plain": True}), (Q.Q6_K, {"steps": FULL_Q6_K, "refits": 0})])
 @pytest.mark.parametrize("name", list(_matrices()))
-def test_with_llama_cpps_full_search_the_blocks_are_llama_cpps(qtype, kernel, full, name):
+def test_with_llama_cpps_full_search_the_blocks_are_llama_cpps(kernels, qtype, search, name):
     """Only sums added in another order tell them apart: almost every super-block is the same, bytes and all, and
     the error is llama.cpp's. A wrong bit in the packing of scales or levels fails both."""
     rows = _matrices()[name]
-    mine = torch.empty(rows.numel() // 256, gguf.GGML_QUANT_SIZES[qtype][1], dtype=torch.uint8)
-    kernel(rows.reshape(-1), mine, full, 0)
-    mine = mine.numpy()
+    mine = _blocks(rows, qtype, kernels, **search)
     theirs = _llama_cpp(rows, qtype).reshape(mine.shape)
     assert (mine == theirs).all(axis=1).mean() > 0.9
     assert _rmse(mine.reshape(-1), rows, qtype) == pytest.approx(_rmse(theirs.reshape(-1), rows, qtype), rel=2e-3)
 
 
+@pytest.mark.parametrize("kernels", list(KERNELS))
 @pytest.mark.parametrize("qtype", [Q.Q4_K, Q.Q5_K, Q.Q6_K])
 @pytest.mark.parametrize("name", list(_matrices()))
-def test_the_exports_search_errs_within_two_percent_of_llama_cpps(qtype, name):
+def test_the_exports_search_errs_within_two_percent_of_llama_cpps(kernels, qtype, name):
     rows = _matrices()[name]
-    ratio = _rmse(encode(rows, qtype, 2), rows, qtype) / _rmse(_llama_cpp(rows, qtype), rows, qtype)
+    ratio = _rmse(_blocks(rows, qtype, kernels), rows, qtype) / _rmse(_llama_cpp(rows, qtype), rows, qtype)
     assert ratio < 1.02
 
 
 @pytest.mark.parametrize("qtype", [Q.Q4_K, Q.Q5_K, Q.Q6_K])
-def test_zero_constant_and_outlier_super_blocks_decode(qtype):
+@pytest.mark.parametrize("name", list(_matrices()))
+def test_the_compiled_blocks_are_the_torch_kernels(qtype, name):
+    """The same search and packing: Q6_K's sums are added in the same order, so its blocks are the same bytes;
+    Q4_K's and Q5_K's are added in another (vectorised), so a level or scale differs now and then where a sum falls
+    on the other side of a rounding, and the error is the same to a thousandth."""
+    rows = _matrices()[name]
+    compiled, torch_made = _blocks(rows, qtype, "compiled"), _blocks(rows, qtype, "torch")
+    if qtype == Q.Q6_K:
+        assert np.array_equal(compiled, torch_made)
+    else:
+        assert (compiled == torch_made).all(axis=1).mean() > 0.97
+        assert _rmse(compiled, rows, qtype) == pytest.approx(_rmse(torch_made, rows, qtype), rel=1e-3)
+
+
+@pytest.mark.parametrize("kernels", list(KERNELS))
+@pytest.mark.parametrize("qtype", [Q.Q4_K, Q.Q5_K, Q.Q6_K])
+def test_zero_constant_and_outlier_super_blocks_decode(kernels, qtype):
     rows = torch.zeros(4, 256)
     rows[1] = 0.25  # constant, positive
     rows[2] = -3.0  # constant, negative
     rows[3, 17] = 1e4  # one outlier among zeros
-    decoded = gguf.quants.dequantize(encode(rows, qtype).reshape(4, -1), qtype)
+    decoded = gguf.quants.dequantize(_blocks(rows, qtype, kernels).reshape(4, -1), qtype)
     assert np.array_equal(decoded[0], np.zeros(256))
     assert np.allclose(decoded[1:], rows[1:].numpy(), rtol=0.02, atol=1e-3)
+
+
+def test_the_export_uses_the_compiled_kernels_and_torchs_where_numba_is_missing(monkeypatch):
+    """numba installs on this machine, so the export's K-quants are compiled; on one where it does not (no wheel
+    for Intel Macs), the torch kernels make them."""
+    assert quantize.block_kernels()[Q.Q4_K] is compiled_blocks.q4_k
+    monkeypatch.setitem(sys.modules, "numba", None)  # importing it fails, as where it is not installed
+    monkeypatch.delitem(sys.modules, "guiapp.gguf.compiled_blocks")
+    monkeypatch.delattr(guiapp.gguf, "compiled_blocks")
+    quantize.block_kernels.cache_clear()
+    try:
+        kernels = quantize.block_kernels()
+    finally:
+        quantize.block_kernels.cache_clear()
+    assert [kernels[qtype] for qtype in K_QUANTS] == [blocks.q4_k, blocks.q5_k, blocks.q6_k]
+
+
+def test_the_compiled_kernels_let_other_threads_run():
+    """They release Python's lock while they work, so the export's quantizing threads run at once: this thread sees
+    another's blocks being written while its kernel runs (with the lock held it could look only before and after)."""
+    values = torch.randn(1 << 21)
+    out = torch.zeros(values.numel() // 256, 144, dtype=torch.uint8)
+    compiled_blocks.q4_k(values[:256], out[:1])  # compiled (or loaded) before the test
+    out.zero_()
+    worker = threading.Thread(target=compiled_blocks.q4_k, args=(values, out, FULL_Q4_K, 0))
+    partly_written = 0
+    worker.start()
+    while worker.is_alive():
+        written = int(out[:, :2].any(dim=1).sum())  # every block's d, nonzero for random values
+        partly_written += 0 < written < out.shape[0]
+    worker.join()
+    assert int(out[:, :2].any(dim=1).sum()) == out.shape[0]
+    assert partly_written > 0
 
 
 def test_q8_0s_rounding_is_roundf_on_every_kind_of_float():
