@@ -1,6 +1,7 @@
 """GGUF export speed and memory against the disk floor, measured in one run.
 
-    python benchmarks/gguf_export.py [--size-gb 0.5] [--types q8_0,f16,q4_k_m] [--repeat 2]
+    python benchmarks/gguf_export.py [--size-gb 0.5 | --shape 7b] [--types q8_0,f16,q4_k_m] [--repeat 2]
+                                     [--keep FOLDER] [--no-llama-cpp]
 
 Builds a Llama-shaped bf16 checkpoint (hidden 2048, vocabulary 32000, as many layers as the size asks), then
 for each type prints the wall time of `mergesmith export-gguf` (a process of its own), its peak private
@@ -25,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -90,6 +92,7 @@ _QUANTIZER_ALONE = textwrap.dedent("""
     from guiapp.gguf.blocks import quantizing_threads
     from guiapp.gguf.quantize import FILE_KINDS, encode, tensor_type
     folder, kind, layers = Path(sys.argv[1]), FILE_KINDS[sys.argv[2]], int(sys.argv[3])
+    skip = sys.argv[4] == "True"  # --no-llama-cpp: its columns print 0
     threads = os.cpu_count() or 1
     pool = quantizing_threads(threads)  # kept for every tensor, as the export keeps its threads
 
@@ -108,7 +111,7 @@ _QUANTIZER_ALONE = textwrap.dedent("""
                 tensor = handle.get_tensor(name).float()  # read and converted before the clock starts
                 qtype = tensor_type(kind, name, tuple(tensor.shape), layers, False)
                 for which, quantize in (("export", lambda: encode(tensor, qtype, threads, pool)),
-                                        ("llama.cpp", lambda: llama_cpp(tensor, qtype))):
+                                        ("llama.cpp", lambda: llama_cpp(tensor, qtype)))[:1 if skip else 2]:
                     wall, cpu = time.perf_counter(), time.process_time()
                     quantize()
                     totals[which][0] += time.perf_counter() - wall
@@ -180,17 +183,37 @@ def _write_layer_by_layer(model: Path, shape) -> Path:
     return model
 
 
+def kept_model(folder: Path, size_gb: float, shape_name: str | None) -> tuple[Path, int]:
+    """The model built in `folder` by an earlier run with the same size (its `complete` marker, written last), or
+    built there now."""
+    marker = folder / "complete"
+    wanted = f"{shape_name or size_gb}\n"
+    if not marker.exists() or marker.read_text() != wanted:
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir(parents=True)
+        model, layers = build_model(folder, size_gb, shape_name)
+        marker.write_text(wanted)
+        return model, layers
+    model = next(path.parent for path in folder.glob("*/config.json"))
+    return model, json.loads((model / "config.json").read_text())["num_hidden_layers"]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--size-gb", type=float, default=0.5)
     parser.add_argument("--shape", choices=sorted(SHAPES), help="a real model's shape instead of --size-gb")
     parser.add_argument("--types", default="q8_0,f16,q4_k_m")
     parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--keep", type=Path, default=None,
+                        help="a folder for the model, built there once and kept for later runs")
+    parser.add_argument("--no-llama-cpp", action="store_true",
+                        help="leave out llama.cpp's reference quantizer (minutes at 7 B)")
     args = parser.parse_args()
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     with tempfile.TemporaryDirectory(prefix="gguf-bench-") as scratch:
         folder = Path(scratch)
-        model, layers = build_model(folder, args.size_gb, args.shape)
+        model, layers = kept_model(args.keep, args.size_gb, args.shape) if args.keep else \
+            build_model(folder, args.size_gb, args.shape)
         source_bytes = sum(f.stat().st_size for f in model.glob("*.safetensors"))
         print(f"Model: {source_bytes / 1e9:.2f} GB bf16, Llama-shaped; {os.cpu_count()} CPUs; load average "
               f"{' '.join(f'{load:.2f}' for load in os.getloadavg())}\n")
@@ -221,8 +244,8 @@ def main() -> None:
                 floors.append(floor_seconds)
             size = out.stat().st_size
             quantize, quantize_cpu, theirs, theirs_cpu = map(float, subprocess.run(
-                [sys.executable, "-c", _QUANTIZER_ALONE, str(model), kind, str(layers)], capture_output=True,
-                text=True, env=env, check=True).stdout.split())
+                [sys.executable, "-c", _QUANTIZER_ALONE, str(model), kind, str(layers), str(args.no_llama_cpp)],
+                capture_output=True, text=True, env=env, check=True).stdout.split())
             ratio = min(exports) / min(floors)
             target = 3.0 if kind.startswith("q4_k") or kind.startswith("q5_k") or kind == "q6_k" else 1.5
             fastest = exports.index(min(exports))
