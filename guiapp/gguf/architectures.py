@@ -100,7 +100,8 @@ class PlannedTensor:
     shape: tuple[int, ...]
     source: str | None = None
     values: torch.Tensor | None = None
-    transform: Callable[[torch.Tensor, int], torch.Tensor] | None = None  # (rows in float32, first row) -> rows
+    # (rows, first row) -> rows; rows in float32, or bfloat16 for a type whose kernel reads it (only q/k, permuted)
+    transform: Callable[[torch.Tensor, int], torch.Tensor] | None = None
     row_multiple: int = 1  # blocks of rows handed to `transform` are multiples of this
 
 

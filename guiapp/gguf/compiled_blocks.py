@@ -77,6 +77,19 @@ def _float16_value(bits):
     return -magnitude if bits & 0x8000 else magnitude
 
 
+@numba.njit(**_KERNEL)
+def _load(values, start, bfloat16, block):
+    """The 256 values of a super-block from `start` into the float32 `block`: `values` is float32, or the bits of
+    bfloat16 values (uint16) when `bfloat16`, widened here (exactly) rather than in a pass of their own."""
+    source = values[start:start + 256]
+    if bfloat16:
+        for i in range(256):
+            block[i] = np.uint32(np.uint32(source[i]) << 16).view(np.float32)
+    else:
+        for i in range(256):
+            block[i] = source[i]
+
+
 @numba.njit(**_SUMS)
 def _weights(x, weights):
     """quantize_row_q4_K_ref's weights (rms + |x|) into `weights`; returns min (at most 0), max, sum w, sum w*x."""
@@ -152,9 +165,11 @@ def _scale_and_min(x, top, steps, refits, measure_plain, weights):
 
 
 @numba.njit(**_KERNEL)
-def _min_scaled_blocks(values, out, top, steps, refits, measure_plain):
-    """Q4_K super-blocks (levels 0..15) or Q5_K ones (0..31, `top`) into `out` (S, 144 or 176 bytes): d and dmin,
-    the 6-bit scales and mins, then the levels packed as blocks.q4_k and blocks.q5_k pack them."""
+def _min_scaled_blocks(values, bfloat16, out, top, steps, refits, measure_plain):
+    """Q4_K super-blocks (levels 0..15) or Q5_K ones (0..31, `top`) of `values` (see `_load`) into `out` (S, 144
+    or 176 bytes): d and dmin, the 6-bit scales and mins, then the levels packed as blocks.q4_k and blocks.q5_k
+    pack them."""
+    block_values = np.empty(256, np.float32)
     weights = np.empty(32, np.float32)
     levels = np.empty(256, np.float32)
     scales = np.empty(8, np.float32)
@@ -162,9 +177,9 @@ def _min_scaled_blocks(values, out, top, steps, refits, measure_plain):
     six_bit_scales = np.empty(8, np.int64)
     six_bit_mins = np.empty(8, np.int64)
     for block in range(out.shape[0]):
-        start = block * 256
+        _load(values, block * 256, bfloat16, block_values)
         for j in range(8):
-            x = values[start + 32 * j:start + 32 * j + 32]
+            x = block_values[32 * j:32 * j + 32]
             scales[j], mins[j] = _scale_and_min(x, top, steps, refits, measure_plain, weights)
         peak_scale, peak_min = scales.max(), mins.max()
         scale_factor = _F(63.0) / peak_scale if peak_scale > 0 else _F(0.0)
@@ -184,7 +199,7 @@ def _min_scaled_blocks(values, out, top, steps, refits, measure_plain):
         for j in range(8):
             scale = d * _F(six_bit_scales[j])
             inverse = _F(1.0) / scale if scale != 0 else _F(0.0)
-            _levels(values[start + 32 * j:start + 32 * j + 32], -(dmin * _F(six_bit_mins[j])), inverse, top,
+            _levels(block_values[32 * j:32 * j + 32], -(dmin * _F(six_bit_mins[j])), inverse, top,
                     levels[32 * j:32 * j + 32])
         if top == 15:  # Q4_K: two levels a byte, low nibble first
             for pair in range(4):
@@ -239,14 +254,15 @@ def _q6_k_sums(x, factor, divide):
 
 
 @numba.njit(**_KERNEL)
-def _q6_k(values, out, steps, refits):
-    """Q6_K super-blocks into `out` (S, 210 bytes), packed as blocks.q6_k packs them."""
+def _q6_k(values, bfloat16, out, steps, refits):
+    """Q6_K super-blocks of `values` (see `_load`) into `out` (S, 210 bytes), packed as blocks.q6_k packs them."""
+    block_values = np.empty(256, np.float32)
     scales = np.empty(16, np.float32)
     levels = np.empty(256, np.float32)
     for block in range(out.shape[0]):
-        start = block * 256
+        _load(values, block * 256, bfloat16, block_values)
         for j in range(16):
-            scales[j] = _q6_k_scale(values[start + 16 * j:start + 16 * j + 16], steps, refits)
+            scales[j] = _q6_k_scale(block_values[16 * j:16 * j + 16], steps, refits)
         high, low = scales.max(), scales.min()
         peak = high if high >= -low else low
         row = out[block]
@@ -262,7 +278,7 @@ def _q6_k(values, out, steps, refits):
             subblock_d = d * scale_level
             level_inverse = _F(1.0) / subblock_d if subblock_d != 0 else _F(0.0)
             for i in range(16):
-                level = min(max(_nearest(values[start + 16 * j + i] * level_inverse), _F(-32.0)), _F(31.0))
+                level = min(max(_nearest(block_values[16 * j + i] * level_inverse), _F(-32.0)), _F(31.0))
                 levels[16 * j + i] = level + _F(32.0)
         row[208], row[209] = d_bits & 0xFF, d_bits >> 8
         for half in range(2):
@@ -275,19 +291,29 @@ def _q6_k(values, out, steps, refits):
                 row[128 + 32 * half + i] = (one >> 4) | (two >> 4) << 2 | (three >> 4) << 4 | (four >> 4) << 6
 
 
+def _values(values: torch.Tensor) -> tuple[np.ndarray, bool]:
+    """The kernels' view of flat `values`: bfloat16 ones as their bits (widened in the kernels), others as float32."""
+    if values.dtype == torch.bfloat16:
+        return values.contiguous().view(torch.int16).numpy().view(np.uint16), True
+    return values.float().contiguous().numpy(), False
+
+
 def q4_k(values: torch.Tensor, out: torch.Tensor, steps: torch.Tensor = blocks.Q4_K_STEPS,
          refits: int = blocks.Q4_K_REFITS, measure_plain: bool = False) -> None:
-    """As blocks.q4_k: flat float32 `values` (a multiple of 256) as Q4_K super-blocks into `out` ((S, 144) bytes)."""
-    _min_scaled_blocks(values.contiguous().numpy(), out.numpy(), _F(15.0), steps.numpy(), refits, measure_plain)
+    """As blocks.q4_k: flat `values` (float32 or bfloat16, a multiple of 256) as Q4_K super-blocks into `out`
+    ((S, 144) bytes)."""
+    _min_scaled_blocks(*_values(values), out.numpy(), _F(15.0), steps.numpy(), refits, measure_plain)
 
 
 def q5_k(values: torch.Tensor, out: torch.Tensor, steps: torch.Tensor = blocks.Q5_K_STEPS,
          refits: int = blocks.Q5_K_REFITS, measure_plain: bool = False) -> None:
-    """As blocks.q5_k: flat float32 `values` (a multiple of 256) as Q5_K super-blocks into `out` ((S, 176) bytes)."""
-    _min_scaled_blocks(values.contiguous().numpy(), out.numpy(), _F(31.0), steps.numpy(), refits, measure_plain)
+    """As blocks.q5_k: flat `values` (float32 or bfloat16, a multiple of 256) as Q5_K super-blocks into `out`
+    ((S, 176) bytes)."""
+    _min_scaled_blocks(*_values(values), out.numpy(), _F(31.0), steps.numpy(), refits, measure_plain)
 
 
 def q6_k(values: torch.Tensor, out: torch.Tensor, steps: torch.Tensor = blocks.Q6_K_STEPS,
          refits: int = blocks.Q6_K_REFITS) -> None:
-    """As blocks.q6_k: flat float32 `values` (a multiple of 256) as Q6_K super-blocks into `out` ((S, 210) bytes)."""
-    _q6_k(values.contiguous().numpy(), out.numpy(), steps.numpy(), refits)
+    """As blocks.q6_k: flat `values` (float32 or bfloat16, a multiple of 256) as Q6_K super-blocks into `out`
+    ((S, 210) bytes)."""
+    _q6_k(*_values(values), out.numpy(), steps.numpy(), refits)

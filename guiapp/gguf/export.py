@@ -3,9 +3,10 @@
 The plan comes from the headers alone (names, shapes, config, tokenizer), so an architecture or tokenizer that
 cannot be exported is refused before anything is written, and `--dry-run` predicts the file's size exactly up
 to the tokenizer of a Hub model not yet downloaded. The GGUF header (metadata and tensor table) is written
-first, then each tensor's blocks of rows are read from the checkpoint, turned into float32 by torch, changed as
-llama.cpp expects (q/k permuted, Gemma's norms) and quantized, and written behind: memory holds one block of
-rows, whatever the model's size. The file is written inside a hidden staging folder beside the destination
+first, then each tensor's blocks of rows are read from the checkpoint, turned into float32 by torch (but for
+bfloat16 rows of a type the compiled K-quants make: they widen them as they go), changed as llama.cpp expects (q/k
+permuted, Gemma's norms) and quantized, and written behind: memory holds one block of rows, whatever the model's
+size. The file is written inside a hidden staging folder beside the destination
 and renamed into place only when complete, so a failed or cancelled export leaves no `.gguf` behind.
 """
 
@@ -43,7 +44,15 @@ from guiapp.errors import InsufficientResourcesError, OutputError
 from guiapp.gguf.architectures import PlannedTensor, Source, plan_tensors, source_of, write_metadata
 from guiapp.gguf.blocks import quantizing_threads
 from guiapp.gguf.provenance import MadeFrom, made_from, write_made_from
-from guiapp.gguf.quantize import FILE_KINDS, FileKind, encode, seconds_per_value, stored_bytes, tensor_type
+from guiapp.gguf.quantize import (
+    FILE_KINDS,
+    FileKind,
+    encode,
+    reads_bfloat16,
+    seconds_per_value,
+    stored_bytes,
+    tensor_type,
+)
 from guiapp.gguf.tokenizer import Vocabulary, loadable_name, read_vocabulary, write_vocabulary
 from guiapp.hub.references import ModelRef
 from guiapp.progress import Progress
@@ -341,13 +350,13 @@ def _read_ahead(items: Iterator, pool: ThreadPoolExecutor) -> Iterator:
 
 
 def _all_blocks(plan: ExportPlan, reader: ModelReader) -> Iterator[tuple[int, torch.Tensor, int, bool]]:
-    """(tensor index, float32 block of its rows, bytes read for it, whether it is the tensor's last block)."""
+    """(tensor index, block of its rows, bytes read for it, whether it is the tensor's last block)."""
     for index, tensor in enumerate(plan.tensors):
         blocks = list(_block_rows(tensor, reader))
         whole = reader.read(tensor.source) if tensor.source and (reader.adapter is not None or len(blocks) == 1) \
             else None
         for number, (first, stop) in enumerate(blocks):
-            block, nbytes = _read_block(tensor, reader, first, stop, whole)
+            block, nbytes = _read_block(tensor, reader, first, stop, whole, plan.types[index])
             yield index, block, nbytes, number == len(blocks) - 1
 
 
@@ -363,9 +372,10 @@ def _block_rows(tensor: PlannedTensor, reader: ModelReader) -> Iterator[tuple[in
         yield first, min(rows, first + step)
 
 
-def _read_block(tensor: PlannedTensor, reader: ModelReader, first: int, stop: int,
-                whole: torch.Tensor | None) -> tuple[torch.Tensor, int]:
-    """Rows first..stop of `tensor` in float32, changed as planned, and the bytes read for them."""
+def _read_block(tensor: PlannedTensor, reader: ModelReader, first: int, stop: int, whole: torch.Tensor | None,
+                qtype: gguf.GGMLQuantizationType) -> tuple[torch.Tensor, int]:
+    """Rows first..stop of `tensor` in float32 (bfloat16 ones as they are where the kernel of `qtype` reads them:
+    the compiled K-quants widen them as they go), changed as planned, and the bytes read for them."""
     if tensor.values is not None:
         return tensor.values.to(torch.float32), 0
     info = reader.checkpoint.tensors[tensor.source]
@@ -373,7 +383,8 @@ def _read_block(tensor: PlannedTensor, reader: ModelReader, first: int, stop: in
         block = whole if len(tensor.shape) < 2 else whole[first:stop]
     else:
         block = reader.read_rows(tensor.source, range(first, stop))
-    block = block.to(torch.float32)
+    if not (block.dtype == torch.bfloat16 and reads_bfloat16(qtype)):
+        block = block.to(torch.float32)
     if tensor.transform is not None:
         block = tensor.transform(block, first)
     rows = tensor.shape[0] if len(tensor.shape) > 1 else 1

@@ -101,20 +101,23 @@ def stored_bytes(shape: tuple[int, ...], qtype: gguf.GGMLQuantizationType) -> in
 
 def encode(rows: torch.Tensor, qtype: gguf.GGMLQuantizationType, threads: int = 1,
            pool: ThreadPoolExecutor | None = None) -> np.ndarray:
-    """`rows` (float32, on the CPU) stored as `qtype`: the bytes of the file, as a flat uint8 array.
+    """`rows` (float32, or another float type widened to it, on the CPU) stored as `qtype`: the bytes of the file,
+    as a flat uint8 array.
 
     Quantized types are made on up to `threads` threads, those of `pool` when given (blocks.quantizing_threads: a
     caller encoding many pieces keeps one). Raises ValueError when a row is not a whole number of the type's blocks
     (`tensor_type` chooses a type whose blocks fit).
     """
+    if rows.dtype != torch.float32 and not (rows.dtype == torch.bfloat16 and reads_bfloat16(qtype)):
+        rows = rows.float()
     if qtype == Q.F32:
         return rows.contiguous().numpy().reshape(-1).view(np.uint8)
     if qtype in (Q.F16, Q.BF16):
         dtype = torch.float16 if qtype == Q.F16 else torch.bfloat16
         return rows.to(dtype).contiguous().view(torch.int16).numpy().reshape(-1).view(np.uint8)
-    kernel = block_kernels().get(qtype)
+    kernel = block_kernel(qtype)
     if kernel is not None:
-        return blocks.in_chunks(rows.contiguous(), kernel, *gguf.GGML_QUANT_SIZES[qtype], threads, pool).numpy()
+        return blocks.in_chunks(rows.contiguous(), kernel.make, *gguf.GGML_QUANT_SIZES[qtype], threads, pool).numpy()
     matrix = rows.reshape(-1, rows.shape[-1]).contiguous().numpy()
     native = libgguf.GGMLQuantizationType(int(qtype))
     parts = np.array_split(matrix, min(threads, matrix.shape[0])) if threads > 1 else [matrix]
@@ -125,17 +128,43 @@ def encode(rows: torch.Tensor, qtype: gguf.GGMLQuantizationType, threads: int = 
     return np.concatenate([part.reshape(-1) for part in done])
 
 
+@dataclass(frozen=True)
+class BlockKernel:
+    """What makes one type's blocks: `make` (blocks.in_chunks' kernel, from flat values), and whether it takes
+    bfloat16 values as they are (the compiled K-quants widen them as they go) rather than float32."""
+
+    make: Callable[[torch.Tensor, torch.Tensor], None]
+    reads_bfloat16: bool = False
+
+
+_TORCH_MADE = {Q.Q8_0: BlockKernel(blocks.q8_0), Q.Q4_K: BlockKernel(blocks.q4_k), Q.Q5_K: BlockKernel(blocks.q5_k),
+               Q.Q6_K: BlockKernel(blocks.q6_k)}
+_K_QUANTS = (Q.Q4_K, Q.Q5_K, Q.Q6_K)
+
+
 @cache
-def block_kernels() -> dict[gguf.GGMLQuantizationType, Callable[[torch.Tensor, torch.Tensor], None]]:
-    """The kernel making each type's blocks from flat float32 values (blocks.in_chunks' `kernel`): the K-quants
-    compiled by numba where it is installed, else torch's. numba is imported on the first K-quant export, not when
-    the app starts (a fifth of a second)."""
+def compiled_kernels() -> dict[gguf.GGMLQuantizationType, BlockKernel]:
+    """The K-quants' kernels compiled by numba, or none where it is not installed (no wheel for Intel Macs).
+    Imported on the first K-quant export, not when the app starts nor for other types (a fifth of a second)."""
     try:
         from guiapp.gguf import compiled_blocks  # noqa: PLC0415 - see the docstring
-    except ImportError:  # no numba wheel for this machine (Intel Macs)
-        return {Q.Q8_0: blocks.q8_0, Q.Q4_K: blocks.q4_k, Q.Q5_K: blocks.q5_k, Q.Q6_K: blocks.q6_k}
-    return {Q.Q8_0: blocks.q8_0, Q.Q4_K: compiled_blocks.q4_k, Q.Q5_K: compiled_blocks.q5_k,
-            Q.Q6_K: compiled_blocks.q6_k}
+    except ImportError:
+        return {}
+    return {Q.Q4_K: BlockKernel(compiled_blocks.q4_k, True), Q.Q5_K: BlockKernel(compiled_blocks.q5_k, True),
+            Q.Q6_K: BlockKernel(compiled_blocks.q6_k, True)}
+
+
+def block_kernel(qtype: gguf.GGMLQuantizationType) -> BlockKernel | None:
+    """What makes `qtype`'s blocks in this package: a compiled K-quant where numba is installed, else torch's; None
+    for a type made otherwise (floats, and libgguf's Q4_0, Q5_0 and Q5_1)."""
+    compiled = compiled_kernels().get(qtype) if qtype in _K_QUANTS else None
+    return compiled or _TORCH_MADE.get(qtype)
+
+
+def reads_bfloat16(qtype: gguf.GGMLQuantizationType) -> bool:
+    """Whether `encode` takes bfloat16 rows of `qtype` as they are (the compiled K-quants widen them as they go)."""
+    kernel = block_kernel(qtype)
+    return kernel is not None and kernel.reads_bfloat16
 
 
 def seconds_per_value(qtype: gguf.GGMLQuantizationType) -> float:

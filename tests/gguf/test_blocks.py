@@ -127,6 +127,16 @@ def test_the_compiled_blocks_are_the_torch_kernels(qtype, name):
         assert _rmse(compiled, rows, qtype) == pytest.approx(_rmse(torch_made, rows, qtype), rel=1e-3)
 
 
+@pytest.mark.parametrize("qtype", [Q.Q4_K, Q.Q5_K, Q.Q6_K])
+def test_the_compiled_kernels_read_bfloat16_as_its_float32(qtype):
+    """The export hands them a bfloat16 model's rows as they are (no pass turning them into float32 first): the
+    same blocks as from the rows widened to float32, the encoder saying so."""
+    rows = _matrices()["trained-like"].to(torch.bfloat16)
+    assert quantize.reads_bfloat16(qtype)
+    assert np.array_equal(_blocks(rows, qtype, "compiled"), _blocks(rows.float(), qtype, "compiled"))
+    assert np.array_equal(encode(rows, qtype, 2), encode(rows.float(), qtype, 2))
+
+
 @pytest.mark.parametrize("kernels", list(KERNELS))
 @pytest.mark.parametrize("qtype", [Q.Q4_K, Q.Q5_K, Q.Q6_K])
 def test_zero_constant_and_outlier_super_blocks_decode(kernels, qtype):
@@ -142,16 +152,28 @@ def test_zero_constant_and_outlier_super_blocks_decode(kernels, qtype):
 def test_the_export_uses_the_compiled_kernels_and_torchs_where_numba_is_missing(monkeypatch):
     """numba installs on this machine, so the export's K-quants are compiled; on one where it does not (no wheel
     for Intel Macs), the torch kernels make them."""
-    assert quantize.block_kernels()[Q.Q4_K] is compiled_blocks.q4_k
+    assert quantize.block_kernel(Q.Q4_K).make is compiled_blocks.q4_k
     monkeypatch.setitem(sys.modules, "numba", None)  # importing it fails, as where it is not installed
     monkeypatch.delitem(sys.modules, "guiapp.gguf.compiled_blocks")
     monkeypatch.delattr(guiapp.gguf, "compiled_blocks")
-    quantize.block_kernels.cache_clear()
+    quantize.compiled_kernels.cache_clear()
     try:
-        kernels = quantize.block_kernels()
+        kernels = [quantize.block_kernel(qtype) for qtype in K_QUANTS]
     finally:
-        quantize.block_kernels.cache_clear()
-    assert [kernels[qtype] for qtype in K_QUANTS] == [blocks.q4_k, blocks.q5_k, blocks.q6_k]
+        quantize.compiled_kernels.cache_clear()
+    assert [kernel.make for kernel in kernels] == [blocks.q4_k, blocks.q5_k, blocks.q6_k]
+    assert not any(kernel.reads_bfloat16 for kernel in kernels)
+
+
+@pytest.mark.parametrize("qtype", [Q.F16, Q.BF16, Q.Q8_0, Q.Q4_0])
+def test_other_types_do_not_load_the_compiled_kernels(monkeypatch, qtype):
+    """numba is loaded (a fifth of a second and more) for K-quants alone: an f16 or q8_0 export never waits for it."""
+
+    def refused():
+        raise AssertionError("the compiled kernels were asked for")
+
+    monkeypatch.setattr(quantize, "compiled_kernels", refused)
+    assert encode(torch.randn(2, 256).to(torch.bfloat16), qtype).size > 0
 
 
 def test_the_compiled_kernels_let_other_threads_run():
