@@ -161,6 +161,12 @@ def block_kernel(qtype: gguf.GGMLQuantizationType) -> BlockKernel | None:
     return compiled or _TORCH_MADE.get(qtype)
 
 
+def k_quant_maker() -> str:
+    """What makes K-quant blocks on this machine, as an export's summary says it: "compiled" (numba's kernels) or
+    "torch" (where numba is not installed: about half as fast)."""
+    return "compiled" if compiled_kernels() else "torch"
+
+
 def reads_bfloat16(qtype: gguf.GGMLQuantizationType) -> bool:
     """Whether `encode` takes bfloat16 rows of `qtype` as they are (the compiled K-quants widen them as they go)."""
     kernel = block_kernel(qtype)

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 import transformers
-from safetensors.torch import load_file
+from safetensors.torch import load_file, save_file
 
 from guiapp.gguf.architectures import plan_tensors, source_of
 from guiapp.gguf.check import gguf_weights
@@ -294,3 +294,21 @@ def test_llama_3_1_rope_scaling_becomes_the_factors_transformers_applies():
     scaled, _ = ROPE_INIT_FUNCTIONS["llama3"](config)
     plain = 1.0 / (500000.0 ** (torch.arange(0, 128, 2, dtype=torch.float32) / 128))
     assert torch.allclose(planned.values, plain / scaled, rtol=1e-4)
+
+
+def test_a_bfloat16_model_exports_as_its_float32_widening(tiny_models, tmp_path):
+    """A bf16 model's rows go to the compiled K-quants as they are (q/k permuted in bf16), no float32 pass first:
+    the file holds the same blocks, byte for byte, as the export of the same values stored in float32."""
+    from guiapp.gguf.export import export_gguf
+
+    files = {}
+    for dtype in (torch.bfloat16, torch.float32):
+        folder = tmp_path / str(dtype).removeprefix("torch.")
+        shutil.copytree(tiny_models["llama"], folder)
+        tensors = {name: tensor.to(torch.bfloat16).to(dtype) for name, tensor in _source_tensors(folder).items()}
+        save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
+        files[dtype] = export_gguf(str(folder), tmp_path / f"{folder.name}.gguf", "q4_k_m").path
+    kept, widened = (gguf.GGUFReader(files[dtype]).tensors for dtype in files)
+    assert {tensor.tensor_type.name for tensor in kept} >= {"Q4_K", "Q6_K"}
+    for mine, theirs in zip(kept, widened, strict=True):
+        assert mine.name == theirs.name and np.array_equal(mine.data, theirs.data), mine.name

@@ -6,6 +6,7 @@ Slow (a build takes minutes): `pytest -m slow tests/packaging`.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -92,6 +93,21 @@ def test_bundled_probe_runs_its_child_process(app, tmp_path):
     assert result.returncode == 0, result.stderr
     assert '"problem": null' in result.stdout, result.stdout[-2000:]
     assert '"float32"' in result.stdout
+
+
+def test_bundled_export_makes_k_quants_with_its_compiled_kernels(app, tmp_path):
+    # numba is in the bundle and compiles the K-quants' kernels there (a frozen app keeps no numba cache): a q4_k_m
+    # file, made by those kernels (not torch's), read back by gguf-py.
+    import gguf
+
+    from tests.gguf import models
+
+    model = models.llama(tmp_path / "model")
+    result = run_app(app, "export-gguf", str(model), str(tmp_path / "model.gguf"), "--type", "q4_k_m", "--json")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads(result.stdout.strip().splitlines()[-1])["k_quants"] == "compiled"
+    types = {tensor.tensor_type.name for tensor in gguf.GGUFReader(tmp_path / "model.gguf").tensors}
+    assert {"Q4_K", "Q6_K"} <= types
 
 
 def _bundle_files(app):
