@@ -185,10 +185,12 @@ def _write_layer_by_layer(model: Path, shape) -> Path:
 
 def kept_model(folder: Path, size_gb: float, shape_name: str | None) -> tuple[Path, int]:
     """The model built in `folder` by an earlier run with the same size (its `complete` marker, written last), or
-    built there now."""
+    built there now. Exits when `folder` holds anything else: it is emptied before a build."""
     marker = folder / "complete"
     wanted = f"{shape_name or size_gb}\n"
     if not marker.exists() or marker.read_text() != wanted:
+        if folder.exists() and any(folder.iterdir()) and not marker.exists():
+            sys.exit(f"{folder} holds files this benchmark did not make; give --keep an empty or new folder.")
         shutil.rmtree(folder, ignore_errors=True)
         folder.mkdir(parents=True)
         model, layers = build_model(folder, size_gb, shape_name)

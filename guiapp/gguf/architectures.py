@@ -100,7 +100,8 @@ class PlannedTensor:
     shape: tuple[int, ...]
     source: str | None = None
     values: torch.Tensor | None = None
-    # (rows, first row) -> rows; rows in float32, or bfloat16 for a type whose kernel reads it (only q/k, permuted)
+    # (rows, first row) -> rows: rows in float32, or bfloat16 for a type whose kernel reads it, so a transform that
+    # computes widens them first (Gemma's norm shift); moving rows (the q/k permutation) is exact in either
     transform: Callable[[torch.Tensor, int], torch.Tensor] | None = None
     row_multiple: int = 1  # blocks of rows handed to `transform` are multiples of this
 
@@ -151,7 +152,7 @@ def _change(source: Source, name: str, target: str) -> dict[str, Any]:
     family = source.family
     if family.norm_shift and name.endswith("norm.weight"):
         shift = family.norm_shift
-        return {"transform": lambda rows, _first: rows + shift}
+        return {"transform": lambda rows, _first: rows.float() + shift}
     if family.permute_qk and target.endswith(("attn_q.weight", "attn_q.bias", "attn_k.weight", "attn_k.bias")):
         head_rows = source.head_dim
         return {"transform": lambda rows, _first: permute_rows(rows, head_rows), "row_multiple": head_rows}

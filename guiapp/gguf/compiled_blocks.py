@@ -6,9 +6,10 @@ holds Python's lock between its operations, so two quantizing threads ran 1.3-1.
 super-block's 256 values stay in the processor's registers and first cache through every step, and the kernels
 release Python's lock: about twice as fast on one core, and as many times faster as there are threads.
 
-A block differs from the torch kernel's only where a sum added in another order moves a level across a rounding
-(Q6_K's are added in the same order: the same bytes; tests/gguf/test_blocks.py checks both against llama.cpp's
-reference code). Where numba does not install (no wheel for Intel Macs), guiapp.gguf.quantize uses the torch kernels.
+A Q4_K or Q5_K block differs from the torch kernel's only where a sum added (and w*x*l multiplied: (w*l)*x here, as
+llama.cpp, l*(w*x) there) in another order moves a level across a rounding; Q6_K's are computed in the same order:
+the same bytes (tests/gguf/test_blocks.py checks both against llama.cpp's reference code). Where numba does not
+install (no wheel for Intel Macs), guiapp.gguf.quantize uses the torch kernels.
 
 numba compiles the kernels on their first call (about 4 s, once a machine) and keeps them in its cache beside this
 module (or, where that folder cannot be written, in the user's cache), from which later processes load them in a
@@ -25,10 +26,11 @@ import torch
 
 from guiapp.gguf import blocks
 
-_F = np.float32
-# Kernels release Python's lock, so threads running them run at once. A frozen app has no source file beside its
-# modules for numba's cache to be keyed on: it compiles on each start.
-_KERNEL = {"nogil": True, "cache": not getattr(sys, "frozen", False)}
+# Kernels release Python's lock, so threads running them run at once. Division follows IEEE arithmetic, as torch's
+# (a sub-block of values so small that its sums underflow divides by zero, and gets scale 0, not an exception).
+# A frozen app compiles on each start: numba would key its cache on the executable, whose size and date an update of
+# the app may keep, and load the kernels of the version before.
+_KERNEL = {"nogil": True, "error_model": "numpy", "cache": not getattr(sys, "frozen", False)}
 # For sums that may be added in any order (vectorised).
 _SUMS = {**_KERNEL, "fastmath": {"reassoc", "nsz"}}
 
@@ -69,11 +71,15 @@ def _float16_bits(value):
 
 @numba.njit(**_KERNEL)
 def _float16_value(bits):
-    """The float32 value of half-precision `bits` (finite)."""
+    """The float32 value of half-precision `bits`."""
     exponent = (bits >> 10) & 0x1F
     mantissa = bits & 0x3FF
-    magnitude = np.float32(mantissa) * np.float32(2.0 ** -24) if exponent == 0 else \
-        np.float32((1024 + mantissa) * 2.0 ** (exponent - 25))
+    if exponent == 0x1F:
+        magnitude = np.float32(np.nan) if mantissa else np.float32(np.inf)
+    elif exponent == 0:
+        magnitude = np.float32(mantissa) * np.float32(2.0 ** -24)
+    else:
+        magnitude = np.float32((1024 + mantissa) * 2.0 ** (exponent - 25))
     return -magnitude if bits & 0x8000 else magnitude
 
 
@@ -93,38 +99,38 @@ def _load(values, start, bfloat16, block):
 @numba.njit(**_SUMS)
 def _weights(x, weights):
     """quantize_row_q4_K_ref's weights (rms + |x|) into `weights`; returns min (at most 0), max, sum w, sum w*x."""
-    sum_x2 = _F(0.0)
+    sum_x2 = np.float32(0.0)
     for i in range(x.shape[0]):
         sum_x2 += x[i] * x[i]
-    rms = np.sqrt(sum_x2 / _F(x.shape[0]))
+    rms = np.sqrt(sum_x2 / np.float32(x.shape[0]))
     low, high = x[0], x[0]
     for i in range(x.shape[0]):
         low = min(low, x[i])
         high = max(high, x[i])
-    sum_w, sum_x = _F(0.0), _F(0.0)
+    sum_w, sum_x = np.float32(0.0), np.float32(0.0)
     for i in range(x.shape[0]):
         weight = np.abs(x[i]) + rms
         weights[i] = weight
         sum_w += weight
         sum_x += weight * x[i]
-    return min(low, _F(0.0)), high, sum_w, sum_x
+    return min(low, np.float32(0.0)), high, sum_w, sum_x
 
 
 @numba.njit(**_KERNEL)
 def _levels(x, offset, factor, top, levels):
     """round((x - offset) * factor), clamped to 0..top, into `levels`."""
     for i in range(x.shape[0]):
-        levels[i] = min(max(_nearest((x[i] - offset) * factor), _F(0.0)), top)
+        levels[i] = min(max(_nearest((x[i] - offset) * factor), np.float32(0.0)), top)
 
 
 @numba.njit(**_SUMS)
 def _level_sums(x, weights, offset, factor, divide, top):
     """The levels round((x - offset) * factor), or round((x - offset) / factor) when `divide`, clamped to 0..top:
     their sums w*l, w*l*l and w*x*l (the levels themselves are not kept: the search needs only these)."""
-    sum_l, sum_ll, sum_xl = _F(0.0), _F(0.0), _F(0.0)
+    sum_l, sum_ll, sum_xl = np.float32(0.0), np.float32(0.0), np.float32(0.0)
     for i in range(x.shape[0]):
         shifted = x[i] - offset
-        level = min(max(_nearest(shifted / factor if divide else shifted * factor), _F(0.0)), top)
+        level = min(max(_nearest(shifted / factor if divide else shifted * factor), np.float32(0.0)), top)
         weighted = weights[i] * level
         sum_l += weighted
         sum_ll += weighted * level
@@ -137,13 +143,13 @@ def _scale_and_min(x, top, steps, refits, measure_plain, weights):
     """make_qkx2_quants as blocks._subblock_scales_and_mins does it, for one sub-block: (scale, positive min)."""
     low, high, sum_w, sum_x = _weights(x, weights)
     if high == low:  # flat, at most 0
-        return _F(0.0), -low
+        return np.float32(0.0), -low
     inverse = top / (high - low)
-    best_min, best_scale, best_gain = low, _F(1.0) / inverse, _F(-np.inf)
+    best_min, best_scale, best_gain = low, np.float32(1.0) / inverse, np.float32(-np.inf)
     if measure_plain:
         sum_l, sum_ll, sum_xl = _level_sums(x, weights, low, inverse, False, top)
         scale, minimum = best_scale, best_min
-        two = _F(2.0)
+        two = np.float32(2.0)
         best_gain = two * scale * sum_xl + two * minimum * sum_x - scale * scale * sum_ll - \
             two * scale * minimum * sum_l - minimum * minimum * sum_w
     for attempt in range(steps.shape[0] + refits):
@@ -157,7 +163,7 @@ def _scale_and_min(x, top, steps, refits, measure_plain, weights):
             fit_min = (sum_ll * sum_x - sum_l * sum_xl) / determinant
             fit_scale = (sum_w * sum_xl - sum_l * sum_x) / determinant
             if fit_min > 0:
-                fit_min, fit_scale = _F(0.0), sum_xl / sum_ll
+                fit_min, fit_scale = np.float32(0.0), sum_xl / sum_ll
             gain = fit_min * sum_x + fit_scale * sum_xl
             if gain > best_gain:
                 best_min, best_scale, best_gain = fit_min, fit_scale, gain
@@ -182,13 +188,13 @@ def _min_scaled_blocks(values, bfloat16, out, top, steps, refits, measure_plain)
             x = block_values[32 * j:32 * j + 32]
             scales[j], mins[j] = _scale_and_min(x, top, steps, refits, measure_plain, weights)
         peak_scale, peak_min = scales.max(), mins.max()
-        scale_factor = _F(63.0) / peak_scale if peak_scale > 0 else _F(0.0)
-        min_factor = _F(63.0) / peak_min if peak_min > 0 else _F(0.0)
+        scale_factor = np.float32(63.0) / peak_scale if peak_scale > 0 else np.float32(0.0)
+        min_factor = np.float32(63.0) / peak_min if peak_min > 0 else np.float32(0.0)
         for j in range(8):
-            six_bit_scales[j] = np.int64(min(_nearest(scale_factor * scales[j]), _F(63.0)))
-            six_bit_mins[j] = np.int64(min(_nearest(min_factor * mins[j]), _F(63.0)))
-        d_bits = _float16_bits(peak_scale / _F(63.0))
-        dmin_bits = _float16_bits(peak_min / _F(63.0))
+            six_bit_scales[j] = np.int64(min(_nearest(scale_factor * scales[j]), np.float32(63.0)))
+            six_bit_mins[j] = np.int64(min(_nearest(min_factor * mins[j]), np.float32(63.0)))
+        d_bits = _float16_bits(peak_scale / np.float32(63.0))
+        dmin_bits = _float16_bits(peak_min / np.float32(63.0))
         row = out[block]
         row[0], row[1], row[2], row[3] = d_bits & 0xFF, d_bits >> 8, dmin_bits & 0xFF, dmin_bits >> 8
         for j in range(4):
@@ -197,9 +203,9 @@ def _min_scaled_blocks(values, bfloat16, out, top, steps, refits, measure_plain)
             row[12 + j] = (six_bit_scales[j + 4] & 15) | (six_bit_mins[j + 4] & 15) << 4
         d, dmin = _float16_value(d_bits), _float16_value(dmin_bits)
         for j in range(8):
-            scale = d * _F(six_bit_scales[j])
-            inverse = _F(1.0) / scale if scale != 0 else _F(0.0)
-            _levels(block_values[32 * j:32 * j + 32], -(dmin * _F(six_bit_mins[j])), inverse, top,
+            scale = d * np.float32(six_bit_scales[j])
+            inverse = np.float32(1.0) / scale if scale != 0 else np.float32(0.0)
+            _levels(block_values[32 * j:32 * j + 32], -(dmin * np.float32(six_bit_mins[j])), inverse, top,
                     levels[32 * j:32 * j + 32])
         if top == 15:  # Q4_K: two levels a byte, low nibble first
             for pair in range(4):
@@ -226,13 +232,13 @@ def _q6_k_scale(x, steps, refits):
         low = min(low, x[i])
     peak = high if high >= -low else low
     if np.abs(peak) < 1e-15:
-        return _F(0.0)
-    best_scale, best_gain = _F(0.0), _F(0.0)
+        return np.float32(0.0)
+    best_scale, best_gain = np.float32(0.0), np.float32(0.0)
     for attempt in range(steps.shape[0] + refits):
         if attempt < steps.shape[0]:
-            sum_ll, sum_xl = _q6_k_sums(x, -(_F(32.0) + steps[attempt]) / peak, False)
+            sum_ll, sum_xl = _q6_k_sums(x, -(np.float32(32.0) + steps[attempt]) / peak, False)
         else:
-            sum_ll, sum_xl = _q6_k_sums(x, best_scale if best_scale != 0 else _F(1.0), True)
+            sum_ll, sum_xl = _q6_k_sums(x, best_scale if best_scale != 0 else np.float32(1.0), True)
         scale = sum_xl / sum_ll
         gain = scale * sum_xl
         if gain > best_gain:
@@ -244,9 +250,9 @@ def _q6_k_scale(x, steps, refits):
 def _q6_k_sums(x, factor, divide):
     """The levels round(x * factor), or round(x / factor) when `divide`, clamped to -32..31: their sums w*l*l and
     w*x*l with the weights x*x, multiplied and added in blocks._better_q6's order (so the same bytes)."""
-    sum_ll, sum_xl = _F(0.0), _F(0.0)
+    sum_ll, sum_xl = np.float32(0.0), np.float32(0.0)
     for i in range(16):
-        level = min(max(_nearest(x[i] / factor if divide else x[i] * factor), _F(-32.0)), _F(31.0))
+        level = min(max(_nearest(x[i] / factor if divide else x[i] * factor), np.float32(-32.0)), np.float32(31.0))
         squared = x[i] * x[i]
         sum_ll += squared * level * level
         sum_xl += level * (squared * x[i])
@@ -269,17 +275,17 @@ def _q6_k(values, bfloat16, out, steps, refits):
         if np.abs(peak) < 1e-15:  # llama.cpp writes a block of zeros where every value is (nearly) 0
             row[:] = 0
             continue
-        inverse = _F(-128.0) / peak
-        d_bits = _float16_bits(_F(1.0) / inverse)
+        inverse = np.float32(-128.0) / peak
+        d_bits = _float16_bits(np.float32(1.0) / inverse)
         d = _float16_value(d_bits)
         for j in range(16):
-            scale_level = min(_nearest(inverse * scales[j]), _F(127.0))
+            scale_level = min(_nearest(inverse * scales[j]), np.float32(127.0))
             row[192 + j] = np.uint8(np.int64(scale_level) & 0xFF)
             subblock_d = d * scale_level
-            level_inverse = _F(1.0) / subblock_d if subblock_d != 0 else _F(0.0)
+            level_inverse = np.float32(1.0) / subblock_d if subblock_d != 0 else np.float32(0.0)
             for i in range(16):
-                level = min(max(_nearest(block_values[16 * j + i] * level_inverse), _F(-32.0)), _F(31.0))
-                levels[16 * j + i] = level + _F(32.0)
+                level = _nearest(block_values[16 * j + i] * level_inverse)
+                levels[16 * j + i] = min(max(level, np.float32(-32.0)), np.float32(31.0)) + np.float32(32.0)
         row[208], row[209] = d_bits & 0xFF, d_bits >> 8
         for half in range(2):
             for i in range(32):
@@ -291,8 +297,12 @@ def _q6_k(values, bfloat16, out, steps, refits):
                 row[128 + 32 * half + i] = (one >> 4) | (two >> 4) << 2 | (three >> 4) << 4 | (four >> 4) << 6
 
 
-def _values(values: torch.Tensor) -> tuple[np.ndarray, bool]:
-    """The kernels' view of flat `values`: bfloat16 ones as their bits (widened in the kernels), others as float32."""
+def _values(values: torch.Tensor, out: torch.Tensor, block_bytes: int) -> tuple[np.ndarray, bool]:
+    """The kernels' view of flat `values`: bfloat16 ones as their bits (widened in the kernels), others as float32.
+    Raises ValueError when `out` is not one row of `block_bytes` per 256 values (the kernels do not check bounds)."""
+    if values.numel() != out.shape[0] * 256 or tuple(out.shape) != (out.shape[0], block_bytes):
+        raise ValueError(f"{values.numel()} values do not make the {tuple(out.shape)} bytes of blocks of "
+                         f"{block_bytes}.")
     if values.dtype == torch.bfloat16:
         return values.contiguous().view(torch.int16).numpy().view(np.uint16), True
     return values.float().contiguous().numpy(), False
@@ -302,18 +312,18 @@ def q4_k(values: torch.Tensor, out: torch.Tensor, steps: torch.Tensor = blocks.Q
          refits: int = blocks.Q4_K_REFITS, measure_plain: bool = False) -> None:
     """As blocks.q4_k: flat `values` (float32 or bfloat16, a multiple of 256) as Q4_K super-blocks into `out`
     ((S, 144) bytes)."""
-    _min_scaled_blocks(*_values(values), out.numpy(), _F(15.0), steps.numpy(), refits, measure_plain)
+    _min_scaled_blocks(*_values(values, out, 144), out.numpy(), np.float32(15.0), steps.numpy(), refits, measure_plain)
 
 
 def q5_k(values: torch.Tensor, out: torch.Tensor, steps: torch.Tensor = blocks.Q5_K_STEPS,
          refits: int = blocks.Q5_K_REFITS, measure_plain: bool = False) -> None:
     """As blocks.q5_k: flat `values` (float32 or bfloat16, a multiple of 256) as Q5_K super-blocks into `out`
     ((S, 176) bytes)."""
-    _min_scaled_blocks(*_values(values), out.numpy(), _F(31.0), steps.numpy(), refits, measure_plain)
+    _min_scaled_blocks(*_values(values, out, 176), out.numpy(), np.float32(31.0), steps.numpy(), refits, measure_plain)
 
 
 def q6_k(values: torch.Tensor, out: torch.Tensor, steps: torch.Tensor = blocks.Q6_K_STEPS,
          refits: int = blocks.Q6_K_REFITS) -> None:
     """As blocks.q6_k: flat `values` (float32 or bfloat16, a multiple of 256) as Q6_K super-blocks into `out`
     ((S, 210) bytes)."""
-    _q6_k(*_values(values), out.numpy(), steps.numpy(), refits)
+    _q6_k(*_values(values, out, 210), out.numpy(), steps.numpy(), refits)

@@ -48,6 +48,7 @@ from guiapp.gguf.quantize import (
     FILE_KINDS,
     FileKind,
     encode,
+    k_quant_maker,
     reads_bfloat16,
     seconds_per_value,
     stored_bytes,
@@ -210,6 +211,7 @@ class ExportResult:
     predicted_bytes: int
     seconds: float
     type_counts: dict[str, int]
+    k_quants: str | None  # what made the K-quant blocks (quantize.k_quant_maker), None without any
 
 
 def export_gguf(model: str, destination: Path | str, kind_name: str, progress: Progress | None = None,
@@ -240,7 +242,8 @@ def export_gguf(model: str, destination: Path | str, kind_name: str, progress: P
     finally:
         reader.close()
     progress.log(f"Wrote {path} ({written} bytes, predicted {plan.file_bytes}).")
-    return ExportResult(path, written, plan.file_bytes, time.monotonic() - started, plan.type_counts())
+    return ExportResult(path, written, plan.file_bytes, time.monotonic() - started, plan.type_counts(),
+                        k_quant_maker(plan.types))
 
 
 def check_destination(destination: Path | str, ref: ModelRef) -> Path:

@@ -12,8 +12,8 @@ error within about 1 % of llama.cpp's, several times faster) by the numba kernel
 or where numba does not install by the torch kernels of blocks.py, which make the same blocks at about half the
 speed on one thread and less than that on several. Q4_0 and the fallbacks Q5_0 and Q5_1 are made by llama.cpp's
 reference code in `libgguf` (native, releases the GIL, so blocks of rows are quantized on several threads); torch
-rounds float32 to f16 and bf16. Sources are turned into float32 by torch, so a bf16 source never becomes a NumPy
-array of a type NumPy does not have.
+rounds float32 to f16 and bf16. Sources are turned into float32 by torch (bf16 rows of a compiled K-quant are
+widened in its kernel instead), so a bf16 source never becomes a NumPy array of a type NumPy does not have.
 """
 
 from __future__ import annotations
@@ -139,16 +139,17 @@ class BlockKernel:
 
 _TORCH_MADE = {Q.Q8_0: BlockKernel(blocks.q8_0), Q.Q4_K: BlockKernel(blocks.q4_k), Q.Q5_K: BlockKernel(blocks.q5_k),
                Q.Q6_K: BlockKernel(blocks.q6_k)}
-_K_QUANTS = (Q.Q4_K, Q.Q5_K, Q.Q6_K)
+K_QUANTS = (Q.Q4_K, Q.Q5_K, Q.Q6_K)
 
 
 @cache
 def compiled_kernels() -> dict[gguf.GGMLQuantizationType, BlockKernel]:
-    """The K-quants' kernels compiled by numba, or none where it is not installed (no wheel for Intel Macs).
-    Imported on the first K-quant export, not when the app starts nor for other types (a fifth of a second)."""
+    """The K-quants' kernels compiled by numba, or none where it is not installed (no wheel for Intel Macs) or has
+    no folder to keep them in. Imported on the first K-quant export, not when the app starts nor for other types (a
+    fifth of a second)."""
     try:
         from guiapp.gguf import compiled_blocks  # noqa: PLC0415 - see the docstring
-    except ImportError:
+    except (ImportError, RuntimeError):  # RuntimeError: no folder numba can keep its cache in (read-only installs)
         return {}
     return {Q.Q4_K: BlockKernel(compiled_blocks.q4_k, True), Q.Q5_K: BlockKernel(compiled_blocks.q5_k, True),
             Q.Q6_K: BlockKernel(compiled_blocks.q6_k, True)}
@@ -157,13 +158,15 @@ def compiled_kernels() -> dict[gguf.GGMLQuantizationType, BlockKernel]:
 def block_kernel(qtype: gguf.GGMLQuantizationType) -> BlockKernel | None:
     """What makes `qtype`'s blocks in this package: a compiled K-quant where numba is installed, else torch's; None
     for a type made otherwise (floats, and libgguf's Q4_0, Q5_0 and Q5_1)."""
-    compiled = compiled_kernels().get(qtype) if qtype in _K_QUANTS else None
+    compiled = compiled_kernels().get(qtype) if qtype in K_QUANTS else None
     return compiled or _TORCH_MADE.get(qtype)
 
 
-def k_quant_maker() -> str:
-    """What makes K-quant blocks on this machine, as an export's summary says it: "compiled" (numba's kernels) or
-    "torch" (where numba is not installed: about half as fast)."""
+def k_quant_maker(qtypes: list[gguf.GGMLQuantizationType]) -> str | None:
+    """What makes the K-quant blocks among `qtypes` on this machine, as an export's summary says it: "compiled"
+    (numba's kernels) or "torch" (where numba is not installed: about half as fast); None when there are none."""
+    if not any(qtype in K_QUANTS for qtype in qtypes):
+        return None
     return "compiled" if compiled_kernels() else "torch"
 
 
@@ -176,7 +179,7 @@ def reads_bfloat16(qtype: gguf.GGMLQuantizationType) -> bool:
 def seconds_per_value(qtype: gguf.GGMLQuantizationType) -> float:
     """Seconds the kernels take to quantize one value as `qtype` on one thread (0 for float types), for the time
     estimate: measured by benchmarks/gguf_quantizers.py on a 2-core workstation; a rough guide, not a promise.
-    Asks only whether numba is installed (a dry run does not import it)."""
+    Asks only whether numba is installed, taking an installed numba to load (a dry run does not import it)."""
     return (_COMPILED_SECONDS if find_spec("numba") is not None else _SECONDS).get(qtype, 0.0)
 
 

@@ -37,10 +37,8 @@ class GgufExportSpec(JobSpec):
         summary = {"output": str(result.path.parent), "file": str(result.path), "bytes": result.bytes,
                    "predicted_bytes": result.predicted_bytes, "seconds": result.seconds,
                    "tensor_types": result.type_counts, "type": self.gguf_type}
-        if any(name in ("Q4_K", "Q5_K", "Q6_K") for name in result.type_counts):
-            from guiapp.gguf.quantize import k_quant_maker
-
-            summary["k_quants"] = k_quant_maker()
+        if result.k_quants:
+            summary["k_quants"] = result.k_quants
         if self.modelfile:
             from guiapp.gguf.modelfile import modelfile_path, write_modelfile
 
