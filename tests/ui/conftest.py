@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 
 import pytest
+import shiboken6
 from PySide6.QtCore import QEvent, QSettings
 from PySide6.QtWidgets import QApplication
 from pytestqt.qtbot import QtBot
@@ -95,6 +96,20 @@ class _Shared:
     lora_forms: dict
 
 
+def _close_all_but(window) -> None:
+    """Close every popup, then every visible top-level widget but `window`, asking Qt for the widgets again after
+    each close: closing one (a dialog) can delete others (its popups, a tooltip) before a list made earlier reaches
+    them, and touching a deleted widget crashes the test process."""
+    while (popup := QApplication.activePopupWidget()) is not None:
+        popup.close()
+    for _ in range(100):  # a widget that refuses to close must not hold the test here
+        others = [widget for widget in QApplication.topLevelWidgets()
+                  if widget is not window and shiboken6.isValid(widget) and widget.isVisible()]
+        if not others:
+            return
+        others[0].close()
+
+
 @pytest.fixture(scope="module")
 def _module_window(request, qapp, probed, tmp_path_factory: pytest.TempPathFactory):
     """The window of `shared_window`, built once per module as `make_window` builds one, with a settings and
@@ -134,11 +149,7 @@ def shared_window(_module_window, qtbot):
     module may depend on them. Tests that need any of this use `window`."""
     shared = _module_window
     window = shared.window
-    for widget in QApplication.topLevelWidgets():
-        if widget is not window and widget.isVisible():
-            widget.close()
-    while (popup := QApplication.activePopupWidget()) is not None:
-        popup.close()
+    _close_all_but(window)
     page = window.merge
     page.recipe_panel.flush()
     page.overwrite_check.setChecked(False)
