@@ -13,9 +13,8 @@ import os
 from pathlib import Path
 
 import pytest
-import shiboken6
 from PySide6.QtCore import QEvent, QSettings
-from PySide6.QtWidgets import QApplication
+from PySide6.QtWidgets import QApplication, QWidget
 from pytestqt.qtbot import QtBot
 
 from guiapp.system.probe import Check, ProbeResult
@@ -97,17 +96,20 @@ class _Shared:
 
 
 def _close_all_but(window) -> None:
-    """Close every popup, then every visible top-level widget but `window`, asking Qt for the widgets again after
-    each close: closing one (a dialog) can delete others (its popups, a tooltip) before a list made earlier reaches
-    them, and touching a deleted widget crashes the test process."""
-    while (popup := QApplication.activePopupWidget()) is not None:
-        popup.close()
-    for _ in range(100):  # a widget that refuses to close must not hold the test here
-        others = [widget for widget in QApplication.topLevelWidgets()
-                  if widget is not window and shiboken6.isValid(widget) and widget.isVisible()]
-        if not others:
-            return
-        others[0].close()
+    """Close every popup and every modal dialog (what Qt says is open, one at a time), then every other visible
+    window the shared window owns. Not a walk over all top-level widgets: those include widgets earlier tests made
+    without a parent (a chart on its own) and left to be deleted, and touching one of those crashed the test
+    process twice."""
+    for _ in range(100):  # one that refuses to close must not hold the test here
+        if (popup := QApplication.activePopupWidget()) is not None:
+            popup.close()
+        elif (modal := QApplication.activeModalWidget()) is not None and modal is not window:
+            modal.close()
+        else:
+            break
+    for child in window.findChildren(QWidget):
+        if child.isWindow() and child.isVisible():
+            child.close()
 
 
 @pytest.fixture(scope="module")
