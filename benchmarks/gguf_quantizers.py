@@ -34,6 +34,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from guiapp.gguf import blocks, compiled_blocks  # noqa: E402
+from guiapp.gguf.export import BLOCK_BYTES  # noqa: E402
 
 Q = gguf.GGMLQuantizationType
 KERNELS = {("torch", Q.Q8_0): blocks.q8_0, ("torch", Q.Q4_K): blocks.q4_k, ("torch", Q.Q5_K): blocks.q5_k,
@@ -85,7 +86,7 @@ def cpu_ns_per_value(values: torch.Tensor, kernel, qtype: Q, chunk: int) -> floa
 def two_thread_ns_per_value(values: torch.Tensor, kernel, qtype: Q, pool) -> float:
     """The fastest of three runs of `kernel` over `values` as the export runs it on two threads: wall time."""
     block_values, block_bytes = gguf.GGML_QUANT_SIZES[qtype]
-    rows = 4 << 20  # 16 MB of float32, as guiapp.gguf.export.BLOCK_BYTES
+    rows = BLOCK_BYTES // 4  # float32 values in one of the export's blocks of rows
     fastest = float("inf")
     for _ in range(3):
         started = time.perf_counter()

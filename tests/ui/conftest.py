@@ -95,7 +95,7 @@ class _Shared:
     lora_forms: dict
 
 
-def _close_all_but(window) -> None:
+def _close_open_windows_but(window) -> None:
     """Close every popup and every modal dialog (what Qt says is open, one at a time), then every other visible
     window the shared window owns. Not a walk over all top-level widgets: those include widgets earlier tests made
     without a parent (a chart on its own) and left to be deleted, and touching one of those crashed the test
@@ -151,7 +151,7 @@ def shared_window(_module_window, qtbot):
     module may depend on them. Tests that need any of this use `window`."""
     shared = _module_window
     window = shared.window
-    _close_all_but(window)
+    _close_open_windows_but(window)
     page = window.merge
     page.recipe_panel.flush()
     page.overwrite_check.setChecked(False)
