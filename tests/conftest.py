@@ -9,8 +9,11 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
+
+import pytest
 
 _SANDBOX = Path(tempfile.mkdtemp(prefix="mergesmith-tests-"))
 atexit.register(shutil.rmtree, _SANDBOX, ignore_errors=True)  # each test process's own; 344 had piled up in /tmp
@@ -67,3 +70,48 @@ def pytest_collection_modifyitems(items: list) -> None:
 
     items[:] = [item for tests in sorted(files.values(), key=order)
                 for item in sorted(tests, key=lambda test: "shared_window" in test.fixturenames)]
+
+
+@pytest.fixture(autouse=True)
+def _garbage_collected_as_the_app_collects_it(request: pytest.FixtureRequest) -> None:
+    """Tests with a Qt application collect cyclic garbage as the window does, from a timer on the UI thread
+    (guiapp.ui.garbage); the others as the interpreter does, as the command line runs. A test process runs both."""
+    if "qapp" in request.fixturenames:
+        from guiapp.ui.garbage import collect_garbage_on_ui_thread
+
+        collect_garbage_on_ui_thread(request.getfixturevalue("qapp"))
+    elif (collector := _ui_thread_collector()) is not None:
+        collector.stop()
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_teardown(item: pytest.Item):
+    """pytest-qt closes the widgets a test gave it, which it holds by weak references, after the test: it skips
+    those Qt has deleted already (children of a widget deleted with the test's variables) whose Python side lives on
+    in a reference cycle the collector has not reached yet; closing one raises."""
+    if getattr(item, "qt_widgets", None):
+        item.qt_widgets = _LiveWidgets(item.qt_widgets)
+    return (yield)
+
+
+class _LiveWidgets(list):
+    """pytest-qt's (weak reference, before-close function) pairs, without those whose widget is gone, at the time
+    they are gone through."""
+
+    def __iter__(self):
+        from shiboken6 import Shiboken
+
+        return (pair for pair in list.__iter__(self) if (widget := pair[0]()) is not None and Shiboken.isValid(widget))
+
+
+def _ui_thread_collector():
+    """The window's garbage collector (guiapp.ui.garbage) if it is collecting in this process, else None."""
+    if "guiapp.ui.garbage" not in sys.modules:  # no test of this process had a Qt application
+        return None
+    from PySide6.QtWidgets import QApplication
+
+    from guiapp.ui.garbage import COLLECTOR_NAME, UiThreadCollector
+
+    app = QApplication.instance()
+    collector = app.findChild(UiThreadCollector, COLLECTOR_NAME) if app is not None else None
+    return collector if collector is not None and collector.active else None

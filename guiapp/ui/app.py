@@ -17,6 +17,7 @@ from PySide6.QtGui import QIcon
 from PySide6.QtWidgets import QApplication
 
 from guiapp import __version__
+from guiapp.ui.garbage import collect_garbage_on_ui_thread
 from guiapp.ui.resource_files import icon_file
 from guiapp.ui.wheel_guard import install_wheel_guard
 from guiapp.ui.widgets.wrapping_label import keep_clipboard_clean
@@ -34,6 +35,7 @@ def create_window(argv: Sequence[str] | None = None, *, keep_history: bool = Tru
     app.setApplicationName("Mergesmith")
     app.setApplicationVersion(__version__)
     app.setDesktopFileName("mergesmith")  # lets desktops match the window to the menu entry and its icon
+    collect_garbage_on_ui_thread(app)
     install_wheel_guard(app)  # before the window is built, so every value widget is polished through it
     keep_clipboard_clean(app)
     icon = icon_file(256)
