@@ -82,6 +82,10 @@ FLOAT8_FIELDS: dict[str, Float8Fields] = {
     "float8_e5m2": Float8Fields(shift=5, offset=127 - 15, unmapped=0x7C),
 }
 
+# What the compiled dequantizing loops (guiapp/checkpoints/quantized/compiled.py) write, and the LLVM type a value
+# is stored as: bfloat16 as its 16 bits (the loops round to it with integer arithmetic), the IEEE formats as such.
+DEQUANTIZED_STORAGE: dict[str, str] = {"bfloat16": "i16", "float16": "half", "float32": "float"}
+
 BY_NAME: dict[str, Dtype] = {dtype.name: dtype for dtype in TABLE}
 BY_CODE: dict[str, Dtype] = {dtype.code: dtype for dtype in TABLE}
 

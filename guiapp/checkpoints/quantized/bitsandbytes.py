@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from guiapp.checkpoints.quantized import compiled
 from guiapp.checkpoints.quantized.layout import (
     Dequantized,
     QuantizedLayout,
@@ -98,7 +99,9 @@ def _four_bit(stored: Mapping[str, Stored], weight: str, state_name: str, label:
         absmax = tensors[1].float()
         if nested:
             absmax = dequantize_blockwise(tensors[1], tensors[4], tensors[3], nested_size) + offset
-        return dequantize_4bit(tensors[0], absmax, value_pairs(tensors[2]), count, blocksize)
+        fast = compiled.dequantize_four_bit(tensors[0], absmax, tensors[2], blocksize, dtype)
+        return fast if fast is not None else dequantize_4bit(tensors[0], absmax, value_pairs(tensors[2]), count,
+                                                             blocksize)
 
     # The code books of a weight read in blocks of rows, read once: a merge reads each weight a block at a time,
     # and reading and preparing them again took a fifth of the time of dequantizing a block of a million values.
@@ -107,7 +110,8 @@ def _four_bit(stored: Mapping[str, Stored], weight: str, state_name: str, label:
     def rows(read: ReadStored, read_rows: ReadStoredRows, wanted: range) -> torch.Tensor:
         """Rows of a matrix whose rows hold whole blocks: their bytes and their blocks' absmax alone."""
         if not books:
-            books.update(pairs=_shared_book(read(parts[2]), pairs=True),
+            books.update(codes=_shared_book(read(parts[2]), pairs=False),
+                         pairs=_shared_book(read(parts[2]), pairs=True),
                          nested=_shared_book(read(parts[4]), pairs=False) if nested else None)
         begin, end = wanted.start * shape[1] // blocksize, wanted.stop * shape[1] // blocksize
         packed = read_rows(weight, range(wanted.start * shape[1] // 2, wanted.stop * shape[1] // 2))
@@ -117,7 +121,9 @@ def _four_bit(stored: Mapping[str, Stored], weight: str, state_name: str, label:
             scales = read_rows(parts[3], range(first, (end - 1) // nested_size + 1))
             absmax = dequantize_blockwise(absmax, books["nested"], scales, nested_size, begin - first * nested_size)
             absmax += offset
-        return dequantize_4bit(packed, absmax.float(), books["pairs"], (end - begin) * blocksize, blocksize)
+        fast = compiled.dequantize_four_bit(packed, absmax, books["codes"], blocksize, dtype)
+        return fast if fast is not None else dequantize_4bit(packed, absmax.float(), books["pairs"],
+                                                             (end - begin) * blocksize, blocksize)
 
     whole_blocks = len(shape) == 2 and shape[1] % blocksize == 0 and blocksize % 2 == 0
     return Dequantized(shape, dtype, parts, rebuild, rows if whole_blocks else None), parts + (state_name,)
