@@ -50,6 +50,13 @@ class UiThreadCollector(QObject):
                 return
 
 
+def collect_garbage_now() -> None:
+    """A full collection, now; on the UI thread only. For when a job has ended: what its threads left in cycles (a
+    failure's traceback, with the tensors its frames held) goes at once, not at the timer's next full collection,
+    which comes after a hundred of the young generation's (a minute or more)."""
+    gc.collect()
+
+
 def collect_garbage_on_ui_thread(app: QApplication) -> UiThreadCollector:
     """From now on collect cyclic garbage only from a timer on `app`'s (the UI) thread. Idempotent; call it on the UI
     thread."""

@@ -16,6 +16,7 @@ from guiapp.facts.wording import for_window
 from guiapp.jobs.history import JobRecord, load_history, save_history
 from guiapp.jobs.runner import Job, JobListeners, JobResult, JobRunner, JobStatus
 from guiapp.progress import ProgressEvent
+from guiapp.ui.garbage import collect_garbage_now
 
 MAX_UPDATES_PER_SECOND = 10
 
@@ -166,6 +167,7 @@ class JobBridge(QObject):
             self._add_log(record, f"Finished in {format_seconds(result.elapsed)}{where}.")
         self._save()
         self.record_changed.emit(record.key)
+        collect_garbage_now()
 
     def _add_log(self, record: JobRecord, line: str) -> None:
         record.add_log(line)

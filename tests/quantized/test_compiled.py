@@ -14,8 +14,9 @@ from guiapp.checkpoints.quantized.fp8 import dequantized, expand
 from guiapp.checkpoints.reading import open_checkpoint
 from tests.quantized.helpers import bnb_4bit, bnb_4bit_settings, quantized_copy
 
-pytestmark = pytest.mark.skipif(compiled.four_bit_instructions() is None,
-                                reason="no compiled loops here (no llvmlite, or neither AVX-512 nor AVX2)")
+pytestmark = pytest.mark.skipif(compiled._llvm() is None, reason="no llvmlite here: torch dequantizes")
+needs_four_bit_loops = pytest.mark.skipif(compiled.four_bit_instructions() is None,
+                                          reason="no 4-bit loops on this CPU (neither AVX-512 nor AVX2)")
 
 DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
@@ -43,6 +44,7 @@ def _torch_four_bit(packed, book, absmax, blocksize, dtype) -> torch.Tensor:
     return (book[codes].view(-1, blocksize) * absmax.unsqueeze(1)).reshape(-1).to(dtype)
 
 
+@needs_four_bit_loops
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_the_4bit_loop_gives_torchs_bits(dtype):
     packed, book, absmax = _four_bit_case()
@@ -59,7 +61,7 @@ def test_both_instruction_sets_of_the_4bit_loop_give_torchs_bits(instructions, d
     output = compiled._OUTPUTS[dtype]
     pointer, count = ctypes.c_void_p, ctypes.c_int64
     loop = compiled._compiled(f"{compiled._LOOK_UP_DECLARATION[instructions]}\n"
-                              f"{compiled._four_bit_loop(output, instructions)}", f"four_bit_{output}",
+                              f"{compiled._four_bit_loop(output, instructions)}", f"four_bit_{output}", dtype,
                               ctypes.CFUNCTYPE(None, pointer, pointer, pointer, pointer, count, count))
     packed, book, absmax = _four_bit_case(seed=1, blocksize=128)
     out = torch.empty(packed.numel() * 2, dtype=dtype)
@@ -67,12 +69,29 @@ def test_both_instruction_sets_of_the_4bit_loop_give_torchs_bits(instructions, d
     _same_bits(out, _torch_four_bit(packed, book, absmax, 128, dtype))
 
 
+@needs_four_bit_loops
 def test_the_4bit_loop_declines_what_it_cannot_do():
     packed, book, absmax = _four_bit_case(count=1 << 10)
     assert compiled.dequantize_four_bit(packed, absmax, book, 64, torch.float64) is None
     assert compiled.dequantize_four_bit(packed, absmax.repeat(2), book, 32 + 8, torch.bfloat16) is None  # 40 a block
     assert compiled.dequantize_four_bit(packed[:-1], absmax, book, 64, torch.bfloat16) is None  # not whole blocks
     assert compiled.dequantize_four_bit(packed, absmax, book[:8], 64, torch.bfloat16) is None
+    assert compiled.dequantize_four_bit(packed[:0], absmax[:0], book, 0, torch.bfloat16) is None
+
+
+def test_float16_is_compiled_only_where_the_cpu_stores_it_itself():
+    """Without F16C, LLVM turns float32 -> float16 into a call to a C runtime routine the compiled code may not
+    find: a crash when the loop runs. Such CPUs get torch's path instead."""
+    llvm = compiled._llvm()
+    plain = llvm.Target.from_triple("x86_64-unknown-linux-gnu").create_target_machine(
+        cpu="x86-64", features="-f16c", opt=3, jit=True, reloc="static")
+    module = llvm.parse_assembly(f"{compiled._FLOAT8_DECLARATIONS}\n{compiled._float8_loop('float8_e4m3fn', 'float16')}",
+                                 context=llvm.create_context())
+    assert "__truncsfhf2" in plain.emit_assembly(module)  # the routine it would call
+    assert not compiled.writes_directly(torch.float16, {"f16c": False}, "x86_64-unknown-linux-gnu")
+    assert compiled.writes_directly(torch.float16, {"f16c": True}, "x86_64-unknown-linux-gnu")
+    assert compiled.writes_directly(torch.float16, {}, "aarch64-unknown-linux-gnu")
+    assert compiled.writes_directly(torch.bfloat16, {}, "x86_64-unknown-linux-gnu")
 
 
 def _float8_codes(dtype: torch.dtype, rows: int, columns: int, seed: int = 0) -> torch.Tensor:
@@ -112,6 +131,7 @@ def test_a_scale_the_exponent_shift_would_overflow_is_left_to_torch():
     assert compiled.dequantize_float8(codes, torch.full((16, 1), 1e30), torch.bfloat16) is None
 
 
+@needs_four_bit_loops
 def test_without_the_compiled_loops_a_4bit_model_reads_the_same(llama_base, tmp_path, monkeypatch):
     folder = quantized_copy(llama_base, tmp_path / "q", bnb_4bit("nf4", True), bnb_4bit_settings("nf4", True))
     name = "model.layers.0.mlp.down_proj.weight"

@@ -81,3 +81,34 @@ def test_a_widget_in_a_cycle_is_deleted_on_the_ui_thread_not_by_a_worker_threads
     assert deleted_on == []
     qtbot.waitUntil(lambda: bool(deleted_on), timeout=5_000)  # the collector's next turn
     assert deleted_on == [threading.main_thread()]
+
+
+def test_what_a_jobs_thread_left_in_a_cycle_goes_when_the_job_ends(qtbot, tmp_path, monkeypatch):
+    """Cycles a job's thread made and dropped are freed when the window hears the job has ended, on the UI thread,
+    not at the collector's next full pass (a minute or more away once they have aged)."""
+    from guiapp.jobs.runner import Job
+    from guiapp.ui.job_bridge import JobBridge
+
+    monkeypatch.setenv("MERGESMITH_CONFIG_DIR", str(tmp_path / "config"))
+    freed = []
+    handed = [_Held([bytearray(1 << 20)])]
+    weakref.finalize(handed[0], lambda: freed.append(threading.current_thread()))
+    gc.collect(1)  # aged into the oldest generation, as what a long job holds is by its end
+
+    def work(progress) -> dict:
+        handed.clear()  # the job drops the last reference: garbage, in a cycle
+        return {}
+
+    bridge = JobBridge(keep_history=False)
+    key = bridge.submit(Job("Leaves a cycle", "merge", {}, work)).key
+    qtbot.waitUntil(lambda: not bridge.record(key).status.active, timeout=30_000)
+    assert freed == [threading.main_thread()]
+    bridge.shutdown(10)
+
+
+class _Held:
+    """An object in a reference cycle with the list it holds."""
+
+    def __init__(self, cycle: list) -> None:
+        self.cycle = cycle
+        cycle.append(self)

@@ -36,7 +36,8 @@ def dequantize_four_bit(packed: torch.Tensor, absmax: torch.Tensor, code_book: t
     None when there is no compiled loop for this (no llvmlite or vector unit, a dtype other than bf16/fp16/fp32,
     tensors not on the CPU, a block not a multiple of 16 values, a code book not of 16 values): use torch then."""
     blocks = absmax.numel()
-    if dtype not in _OUTPUTS or blocksize % LANES or code_book.numel() != 16 or packed.numel() * 2 != blocks * blocksize \
+    if dtype not in _OUTPUTS or blocksize <= 0 or blocksize % LANES or code_book.numel() != 16 \
+            or packed.numel() * packed.element_size() * 2 != blocks * blocksize \
             or any(t.device.type != "cpu" for t in (packed, absmax, code_book)):
         return None
     loop = _four_bit_loop_for(dtype)
@@ -83,10 +84,17 @@ def four_bit_instructions() -> str | None:
     return "AVX-512" if features.get("avx512f") else "AVX2" if features.get("avx2") else None
 
 
-# Each loop is compiled when first needed (10-20 ms each, one a job uses, against 0.1 s for all nine); LLVM is
-# asked for one at a time.
+def writes_directly(dtype: torch.dtype, features: Any, triple: str) -> bool:
+    """Whether a loop compiled for a CPU with `features` (llvmlite's map) and `triple` stores `dtype` with its own
+    instructions: float16 on x86 needs F16C, without which LLVM calls a conversion routine of the C runtime that
+    compiled code in this process may not find (a crash, not an error)."""
+    return dtype != torch.float16 or not triple.startswith(("x86_64", "i386", "i686")) or bool(features.get("f16c"))
+
+
+# Each loop is compiled when first needed (10-20 ms each, one a job uses, against 0.1 s for all nine), in an LLVM
+# context of its own: numba compiles the GGUF kernels in LLVM's shared one, maybe on another thread at that moment.
 _compiling = threading.RLock()
-_engines: list[Any] = []  # the compiled code lives as long as its engine
+_kept: list[Any] = []  # each loop's engine and context: the compiled code lives as long as they do
 
 
 @functools.cache
@@ -94,10 +102,11 @@ def _llvm() -> Any | None:
     with _compiling:
         try:
             import llvmlite.binding as llvm  # noqa: PLC0415 - loaded with the first quantized model read (20 ms)
-        except ImportError:
+
+            llvm.initialize_native_target()
+            llvm.initialize_native_asmprinter()
+        except (ImportError, OSError, RuntimeError):  # not installed, or its LLVM library cannot load
             return None
-        llvm.initialize_native_target()
-        llvm.initialize_native_asmprinter()
         return llvm
 
 
@@ -108,7 +117,7 @@ def _four_bit_loop_for(dtype: torch.dtype) -> Callable[..., None] | None:
         return None
     source = f"{_LOOK_UP_DECLARATION[instructions]}\n{_four_bit_loop(_OUTPUTS[dtype], instructions)}"
     pointer, count = ctypes.c_void_p, ctypes.c_int64
-    return _compiled(source, f"four_bit_{_OUTPUTS[dtype]}",
+    return _compiled(source, f"four_bit_{_OUTPUTS[dtype]}", dtype,
                      ctypes.CFUNCTYPE(None, pointer, pointer, pointer, pointer, count, count))
 
 
@@ -118,26 +127,32 @@ def _float8_loop_for(name: str, dtype: torch.dtype) -> Callable[..., int] | None
         return None
     source = f"{_FLOAT8_DECLARATIONS}\n{_float8_loop(name, _OUTPUTS[dtype])}"
     pointer, count = ctypes.c_void_p, ctypes.c_int64
-    return _compiled(source, f"{name}_{_OUTPUTS[dtype]}",
+    return _compiled(source, f"{name}_{_OUTPUTS[dtype]}", dtype,
                      ctypes.CFUNCTYPE(ctypes.c_int32, pointer, pointer, pointer, count, count))
 
 
-def _compiled(source: str, function: str, signature: Any) -> Callable[..., Any] | None:
-    """`function` of the LLVM IR `source`, compiled for this CPU; None where LLVM cannot (no target for it)."""
+def _compiled(source: str, function: str, dtype: torch.dtype, signature: Any) -> Callable[..., Any] | None:
+    """`function` of the LLVM IR `source`, writing `dtype`, compiled for this CPU as numba compiles for it; None
+    where LLVM cannot (no target for it) or the CPU lacks what storing `dtype` takes (`writes_directly`)."""
     llvm = _llvm()
+    features, triple = llvm.get_host_cpu_features(), llvm.get_process_triple()
+    if not writes_directly(dtype, features, triple):
+        return None
     with _compiling:
         try:
-            module = llvm.parse_assembly(source)
+            context = llvm.create_context()
+            module = llvm.parse_assembly(source, context=context)
             module.verify()
-            machine = llvm.Target.from_default_triple().create_target_machine(
-                cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(), opt=3)
+            machine = llvm.Target.from_triple(triple).create_target_machine(
+                cpu=llvm.get_host_cpu_name(), features=features.flatten(), opt=3, jit=True,
+                reloc="static" if triple.startswith("x86_64") else "default")
             passes = llvm.create_pass_builder(machine, llvm.create_pipeline_tuning_options(speed_level=3))
             passes.getModulePassManager().run(module, passes)
             engine = llvm.create_mcjit_compiler(module, machine)
             engine.finalize_object()
         except (RuntimeError, ValueError, OSError):  # an LLVM without this CPU's target, or a refused module
             return None
-        _engines.append(engine)
+        _kept.append((engine, context))
         return signature(engine.get_function_address(function))
 
 
