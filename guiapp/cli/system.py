@@ -34,6 +34,10 @@ def _run_probe(args: argparse.Namespace) -> int:
         print("Probing this machine (a few seconds)...", file=sys.stderr)
         result = probe(refresh=True)
     print(json.dumps(result.to_json(), indent=2) if args.json else format_probe_report(result, args.verbose))
+    if args.verbose and not args.json:
+        from guiapp.checkpoints.quantized.compiled import cpu_summary  # torch: not for the short answer
+
+        print(f"\n{cpu_summary()}")
     return EXIT_OK if result.problem is None else EXIT_FAILED
 
 

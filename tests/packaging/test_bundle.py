@@ -95,6 +95,17 @@ def test_bundled_probe_runs_its_child_process(app, tmp_path):
     assert '"float32"' in result.stdout
 
 
+def test_bundled_app_compiles_its_dequantizing_loops(app, tmp_path):
+    # llvmlite is in the bundle (numba brings it) and compiles the 4-bit and FP8 loops for this CPU there.
+    from guiapp.checkpoints.quantized.compiled import four_bit_instructions
+
+    result = run_app(app, "probe", "--verbose", env={"MERGESMITH_CACHE_DIR": str(tmp_path)})
+    assert result.returncode == 0, result.stderr[-3000:]
+    expected = (f"4-bit and FP8 models are dequantized by loops compiled for it ({four_bit_instructions()})"
+                if four_bit_instructions() else "FP8 models are dequantized by a loop compiled for it")
+    assert expected in result.stdout.strip().splitlines()[-1], result.stdout[-2000:]
+
+
 def test_bundled_export_makes_k_quants_with_its_compiled_kernels(app, tmp_path):
     # numba is in the bundle and compiles the K-quants' kernels there (a frozen app keeps no numba cache): a q4_k_m
     # file, made by those kernels (not torch's), read back by gguf-py.

@@ -131,6 +131,18 @@ def test_a_scale_the_exponent_shift_would_overflow_is_left_to_torch():
     assert compiled.dequantize_float8(codes, torch.full((16, 1), 1e30), torch.bfloat16) is None
 
 
+def test_the_probe_says_what_dequantizes_on_this_cpu(monkeypatch):
+    instructions = compiled.four_bit_instructions()
+    summary = compiled.cpu_summary()
+    if instructions is not None:
+        assert summary == f"On the CPU, 4-bit and FP8 models are dequantized by loops compiled for it ({instructions})."
+    else:
+        assert "FP8 models are dequantized by a loop compiled for it; 4-bit ones by torch" in summary
+    monkeypatch.setattr(compiled, "_four_bit_loop_for", lambda dtype: None)
+    monkeypatch.setattr(compiled, "_float8_loop_for", lambda name, dtype: None)
+    assert "dequantized by torch: llvmlite" in compiled.cpu_summary()
+
+
 @needs_four_bit_loops
 def test_without_the_compiled_loops_a_4bit_model_reads_the_same(llama_base, tmp_path, monkeypatch):
     folder = quantized_copy(llama_base, tmp_path / "q", bnb_4bit("nf4", True), bnb_4bit_settings("nf4", True))

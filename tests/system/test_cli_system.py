@@ -52,6 +52,7 @@ def test_probe_prints_the_cached_matrix(probed, tmp_path, monkeypatch):
     assert "Failures on cpu" in table.stdout
     assert "svd in bfloat16: NotImplementedError: \"linalg_svd_cpu\" not implemented for 'BFloat16'" in table.stdout
     assert "bfloat16 (computed in float32)" in table.stdout and "GFLOP/s" in table.stdout
+    assert table.stdout.strip().splitlines()[-1].startswith("On the CPU, ")  # what dequantizes quantized models
     as_json = mergesmith("probe", "--json")
     assert json.loads(as_json.stdout)["probed_at"] == probed.probed_at
 

@@ -84,6 +84,20 @@ def four_bit_instructions() -> str | None:
     return "AVX-512" if features.get("avx512f") else "AVX2" if features.get("avx2") else None
 
 
+def cpu_summary() -> str:
+    """What dequantizes quantized models on this CPU, in a sentence for `mergesmith probe`; compiles the loops a
+    bfloat16 model's read takes (tens of milliseconds) to be sure they build here."""
+    four_bit = _four_bit_loop_for(torch.bfloat16) is not None
+    float8 = _float8_loop_for("float8_e4m3fn", torch.bfloat16) is not None
+    if four_bit and float8:
+        return f"On the CPU, 4-bit and FP8 models are dequantized by loops compiled for it ({four_bit_instructions()})."
+    if float8:
+        return ("On the CPU, FP8 models are dequantized by a loop compiled for it; 4-bit ones by torch, about three "
+                "times slower (this CPU has neither AVX-512 nor AVX2).")
+    return ("On the CPU, quantized models are dequantized by torch: llvmlite, which compiles faster loops for the "
+            "CPU, is not installed or cannot compile for it here.")
+
+
 def writes_directly(dtype: torch.dtype, features: Any, triple: str) -> bool:
     """Whether a loop compiled for a CPU with `features` (llvmlite's map) and `triple` stores `dtype` with its own
     instructions: float16 on x86 needs F16C, without which LLVM calls a conversion routine of the C runtime that
