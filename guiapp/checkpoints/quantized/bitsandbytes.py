@@ -99,9 +99,7 @@ def _four_bit(stored: Mapping[str, Stored], weight: str, state_name: str, label:
         absmax = tensors[1].float()
         if nested:
             absmax = dequantize_blockwise(tensors[1], tensors[4], tensors[3], nested_size) + offset
-        fast = compiled.dequantize_four_bit(tensors[0], absmax, tensors[2], blocksize, dtype)
-        return fast if fast is not None else dequantize_4bit(tensors[0], absmax, value_pairs(tensors[2]), count,
-                                                             blocksize)
+        return _four_bit_values(tensors[0], absmax, tensors[2], count, blocksize, dtype)
 
     # The code books of a weight read in blocks of rows, read once: a merge reads each weight a block at a time,
     # and reading and preparing them again took a fifth of the time of dequantizing a block of a million values.
@@ -111,7 +109,6 @@ def _four_bit(stored: Mapping[str, Stored], weight: str, state_name: str, label:
         """Rows of a matrix whose rows hold whole blocks: their bytes and their blocks' absmax alone."""
         if not books:
             books.update(codes=_shared_book(read(parts[2]), pairs=False),
-                         pairs=_shared_book(read(parts[2]), pairs=True),
                          nested=_shared_book(read(parts[4]), pairs=False) if nested else None)
         begin, end = wanted.start * shape[1] // blocksize, wanted.stop * shape[1] // blocksize
         packed = read_rows(weight, range(wanted.start * shape[1] // 2, wanted.stop * shape[1] // 2))
@@ -121,9 +118,7 @@ def _four_bit(stored: Mapping[str, Stored], weight: str, state_name: str, label:
             scales = read_rows(parts[3], range(first, (end - 1) // nested_size + 1))
             absmax = dequantize_blockwise(absmax, books["nested"], scales, nested_size, begin - first * nested_size)
             absmax += offset
-        fast = compiled.dequantize_four_bit(packed, absmax, books["codes"], blocksize, dtype)
-        return fast if fast is not None else dequantize_4bit(packed, absmax.float(), books["pairs"],
-                                                             (end - begin) * blocksize, blocksize)
+        return _four_bit_values(packed, absmax, books["codes"], (end - begin) * blocksize, blocksize, dtype)
 
     whole_blocks = len(shape) == 2 and shape[1] % blocksize == 0 and blocksize % 2 == 0
     return Dequantized(shape, dtype, parts, rebuild, rows if whole_blocks else None), parts + (state_name,)
@@ -171,6 +166,16 @@ def value_pairs(code_book: torch.Tensor) -> torch.Tensor:
     """The (256, 2) float32 table of the two values each byte of packed 4-bit codes stands for (high nibble first)."""
     byte = torch.arange(256)
     return torch.stack((code_book.float()[byte >> 4], code_book.float()[byte & 0x0F]), dim=1)
+
+
+def _four_bit_values(packed: torch.Tensor, absmax: torch.Tensor, code_book: torch.Tensor, count: int,
+                     blocksize: int, dtype: torch.dtype) -> torch.Tensor:
+    """`count` values from packed 4-bit codes: as `dtype` from the loop compiled for this CPU where it runs
+    (guiapp/checkpoints/quantized/compiled.py), else in float32 from torch's `dequantize_4bit`."""
+    fast = compiled.dequantize_four_bit(packed, absmax, code_book, blocksize, dtype)
+    if fast is not None:
+        return fast
+    return dequantize_4bit(packed, absmax.float(), _shared_book(code_book, pairs=True), count, blocksize)
 
 
 def dequantize_4bit(packed: torch.Tensor, absmax: torch.Tensor, pairs: torch.Tensor, count: int,
