@@ -110,8 +110,8 @@ def _ui_thread_collector():
         return None
     from PySide6.QtWidgets import QApplication
 
-    from guiapp.ui.garbage import COLLECTOR_NAME, UiThreadCollector
+    from guiapp.ui.garbage import ui_thread_collector
 
     app = QApplication.instance()
-    collector = app.findChild(UiThreadCollector, COLLECTOR_NAME) if app is not None else None
+    collector = ui_thread_collector(app) if app is not None else None
     return collector if collector is not None and collector.active else None

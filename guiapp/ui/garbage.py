@@ -15,7 +15,7 @@ import gc
 from PySide6.QtCore import QObject, QTimer
 from PySide6.QtWidgets import QApplication
 
-COLLECTOR_NAME = "mergesmith-garbage-collector"
+_NAME = "mergesmith-garbage-collector"
 INTERVAL_MS = 500  # cyclic garbage made on worker threads (a failed job's traceback and its tensors) waits this long
 
 
@@ -24,21 +24,23 @@ class UiThreadCollector(QObject):
 
     def __init__(self, app: QApplication) -> None:
         super().__init__(app)
-        self.setObjectName(COLLECTOR_NAME)
+        self.setObjectName(_NAME)
         self._timer = QTimer(self)
         self._timer.setInterval(INTERVAL_MS)
         self._timer.timeout.connect(self.collect_due)
-        self.active = False  # the interpreter's collection taken over
+
+    @property
+    def active(self) -> bool:
+        """Whether it has taken the collection over from the interpreter."""
+        return self._timer.isActive()
 
     def start(self) -> None:
         gc.disable()
-        self.active = True
         self._timer.start()
 
     def stop(self) -> None:
         """Collect now and give the collection back to the interpreter."""
         self._timer.stop()
-        self.active = False
         gc.collect()
         gc.enable()
 
@@ -57,11 +59,14 @@ def collect_garbage_now() -> None:
     gc.collect()
 
 
+def ui_thread_collector(app: QApplication) -> UiThreadCollector | None:
+    """`app`'s collector, once `collect_garbage_on_ui_thread` has made it."""
+    return app.findChild(UiThreadCollector, _NAME)
+
+
 def collect_garbage_on_ui_thread(app: QApplication) -> UiThreadCollector:
     """From now on collect cyclic garbage only from a timer on `app`'s (the UI) thread. Idempotent; call it on the UI
     thread."""
-    collector = app.findChild(UiThreadCollector, COLLECTOR_NAME)
-    if collector is None:
-        collector = UiThreadCollector(app)
+    collector = ui_thread_collector(app) or UiThreadCollector(app)
     collector.start()
     return collector

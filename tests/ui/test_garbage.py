@@ -12,7 +12,7 @@ import weakref
 
 from PySide6.QtWidgets import QApplication, QWidget
 
-from guiapp.ui.garbage import COLLECTOR_NAME, UiThreadCollector
+from guiapp.ui.garbage import ui_thread_collector
 
 # A chart on screen, left in a reference cycle (its own attribute refers to it), becomes garbage just before the
 # window paints it, with the collection due at every allocation: the interpreter's own collection deletes it while
@@ -57,7 +57,7 @@ def test_a_chart_collected_while_the_window_paints_it_does_not_crash_the_app():
 
 def test_a_widget_in_a_cycle_is_deleted_on_the_ui_thread_not_by_a_worker_threads_allocations(make_window, qtbot):
     app = QApplication.instance()
-    app.findChild(UiThreadCollector, COLLECTOR_NAME).stop()  # as before any window: the interpreter collects
+    ui_thread_collector(app).stop()  # as before any window: the interpreter collects
     assert gc.isenabled()
     make_window()
     assert not gc.isenabled()  # the window took the collection over
